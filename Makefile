@@ -1,0 +1,358 @@
+# flytuned -- one non-recursive Makefile (STYLE.md R19).
+#
+#   make            build what this machine can: the CPU backend always, the
+#                   CUDA build of kernels/gpu when nvcc is found, the HIP build
+#                   when hipcc is found (GPU=none|cuda|hip|auto overrides)
+#   make test       unit + integration tests (CPU backend) and the
+#                   compile-only GPU builds; installs missing deps first
+#   make check      test + style + layering
+#   make run        build and start flytuned in the foreground on ./.state
+#   make asan ubsan tsan coverage   the test suite under a sanitizer
+#   make install    PREFIX=/usr/local DESTDIR=
+#   make gen        regenerate proto/fly_msgs.def from schemas/
+#   make test-gpu   GPU tests (needs a GPU; see tests/gpu/)
+#   make deps       install missing Debian packages (apt-get)
+#   V=1             show commands
+
+BUILD   ?= build
+PREFIX  ?= /usr/local
+DESTDIR ?=
+GPU     ?= auto
+CC      ?= cc
+SAN     ?=
+STATE   ?= $(CURDIR)/.state
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+# ---------------------------------------------------------------- flags
+WARN := -Wall -Wextra -Wstrict-prototypes -Wmissing-prototypes -Wshadow \
+	-Wno-unused-parameter
+ifeq ($(CI),true)
+WERROR ?= 1
+endif
+ifeq ($(WERROR),1)
+WARN += -Werror
+endif
+OPT ?= -O2 -g
+SANFLAGS :=
+ifneq ($(SAN),)
+SANFLAGS := -fsanitize=$(SAN) -fno-omit-frame-pointer
+OPT := -O1 -g
+endif
+ifeq ($(COVERAGE),1)
+SANFLAGS += --coverage
+OPT := -O0 -g
+endif
+CJSON_CFLAGS := $(shell pkg-config --cflags libcjson 2>/dev/null)
+BASE_CFLAGS := -std=gnu11 $(OPT) $(WARN) -fPIC -MMD -MP $(SANFLAGS) \
+	-D_GNU_SOURCE $(CJSON_CFLAGS) $(CFLAGS)
+LIBS := -lsqlite3 -luv -lcjson -lpthread -lm -ldl
+LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
+
+# Include paths per module: a module sees only what it may depend on
+# (STYLE.md R2); tools/check-layering.sh also checks every #include.
+INC_proto   := -Iproto
+INC_client  := -Iproto -Iclient
+INC_ctl     := -I$(BUILD)/include
+INC_kernels := -Iproto -Ikernels/include
+INC_daemon  := -Iproto -Ikernels/include -Idaemon
+INC_tests   := -Iproto -Ikernels/include -Idaemon -Iclient -Itests/common
+
+# ---------------------------------------------------------------- GPU
+NVCC  ?= $(shell command -v nvcc 2>/dev/null || \
+	 { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+HIPCC ?= $(shell command -v hipcc 2>/dev/null)
+ifeq ($(GPU),auto)
+BUILD_CUDA := $(if $(NVCC),1,)
+BUILD_HIP  := $(if $(HIPCC),1,)
+else ifeq ($(GPU),cuda)
+BUILD_CUDA := 1
+else ifeq ($(GPU),hip)
+BUILD_HIP := 1
+else ifneq ($(GPU),none)
+$(error GPU must be auto, none, cuda or hip (got '$(GPU)'))
+endif
+ifeq ($(BUILD_CUDA)$(NVCC),1)
+$(error GPU=cuda but nvcc was not found (set NVCC=/path/to/nvcc))
+endif
+ifeq ($(BUILD_HIP)$(HIPCC),1)
+$(error GPU=hip but hipcc was not found (set HIPCC=/path/to/hipcc))
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a
+HIP_ARCH  ?= --offload-arch=gfx90a --offload-arch=gfx940
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC \
+	-Xcompiler -Wall -Iproto -Ikernels/include -Ikernels/gpu
+HIPFLAGS  ?= -O3 -std=c++17 $(HIP_ARCH) -fPIC -Wall \
+	-Iproto -Ikernels/include -Ikernels/gpu
+
+# ---------------------------------------------------------------- sources
+PROTO_SRC   := $(wildcard proto/*.c)
+CLIENT_SRC  := $(wildcard client/*.c)
+CTL_SRC     := $(wildcard ctl/*.c)
+KCOMMON_SRC := $(wildcard kernels/*.c)
+KCPU_SRC    := $(wildcard kernels/cpu/*.c)
+KTEST_SRC   := $(wildcard kernels/testing/*.c)
+KGPU_SRC    := $(wildcard kernels/gpu/*.hip)
+DAEMON_SRC  := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+TCOMMON_SRC := $(wildcard tests/common/*.c)
+UNIT_SRC    := $(wildcard tests/unit/test_*.c)
+INTEG_SRC   := $(wildcard tests/integration/test_*.c)
+GPUTEST_SRC := $(wildcard tests/gpu/test_*.c)
+BENCH_SRC   := $(wildcard bench/*.c)
+MIGRATIONS  := $(sort $(wildcard tuning-db/migrations/*.sql))
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+PROTO_OBJ   := $(call obj,$(PROTO_SRC))
+CLIENT_OBJ  := $(call obj,$(CLIENT_SRC))
+CTL_OBJ     := $(call obj,$(CTL_SRC))
+KCOMMON_OBJ := $(call obj,$(KCOMMON_SRC))
+KCPU_OBJ    := $(call obj,$(KCPU_SRC))
+KTEST_OBJ   := $(call obj,$(KTEST_SRC))
+DAEMON_OBJ  := $(call obj,$(DAEMON_SRC)) $(BUILD)/obj/tuning-db/migrations.o
+MAIN_OBJ    := $(call obj,daemon/main.c)
+TCOMMON_OBJ := $(call obj,$(TCOMMON_SRC))
+UNIT_BIN    := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
+INTEG_BIN   := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(INTEG_SRC))
+GPUTEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPUTEST_SRC))
+BENCH_BIN   := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+LIBPROTO   := $(BUILD)/libflyproto.a
+LIBCLIENT_A := $(BUILD)/libflyclient.a
+LIBCLIENT_SO := $(BUILD)/libflyclient.so
+LIBKCPU    := $(BUILD)/libflykernels.a
+LIBKTEST   := $(BUILD)/libflykernels_testing.a
+LIBFLYD    := $(BUILD)/libflyd.a
+FLYTUNED   := $(BUILD)/flytuned
+FLYTUNED_T := $(BUILD)/flytuned-test
+CTL        := $(BUILD)/flytune-ctl
+HEADER     := $(BUILD)/include/flyclient.h
+LAYERING   := $(BUILD)/.layering-ok
+LIBKCUDA   := $(if $(BUILD_CUDA),$(BUILD)/libflykernels_cuda.so,)
+LIBKHIP    := $(if $(BUILD_HIP),$(BUILD)/libflykernels_hip.so,)
+CUDA_OBJ   := $(patsubst %.hip,$(BUILD)/cuda/%.o,$(KGPU_SRC)) \
+	$(patsubst %.c,$(BUILD)/cuda/%.o,$(wildcard kernels/vendor/cu*.c))
+HIP_OBJ    := $(patsubst %.hip,$(BUILD)/hip/%.o,$(KGPU_SRC))
+GPU_COMMON_OBJ := $(patsubst %.c,$(BUILD)/gpuobj/%.o,$(KCOMMON_SRC))
+
+ALL_TARGETS := $(LAYERING) $(HEADER) $(LIBCLIENT_A) $(LIBCLIENT_SO) \
+	$(BUILD)/flyclient.pc $(FLYTUNED) $(FLYTUNED_T) $(CTL) \
+	$(LIBKCUDA) $(LIBKHIP)
+
+.PHONY: all test test-bins unit integration python-test check style layering run \
+	deps asan ubsan tsan coverage install uninstall clean gen gen-check \
+	test-gpu bench systemd-verify
+.DEFAULT_GOAL := all
+
+all: $(ALL_TARGETS)
+
+# ---------------------------------------------------------------- compile
+$(LAYERING): tools/check-layering.sh $(PROTO_SRC) $(CLIENT_SRC) $(CTL_SRC) \
+		$(KCOMMON_SRC) $(KCPU_SRC) $(KTEST_SRC) $(KGPU_SRC) \
+		$(DAEMON_SRC) daemon/main.c $(wildcard */*.h */*/*.h)
+	@mkdir -p $(@D)
+	$(Q)sh tools/check-layering.sh . && touch $@
+
+$(BUILD)/obj/proto/%.o: proto/%.c | $(LAYERING)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(BASE_CFLAGS) -fvisibility=hidden $(INC_proto) -c $< -o $@
+$(BUILD)/obj/client/%.o: client/%.c | $(LAYERING)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(BASE_CFLAGS) -fvisibility=hidden $(INC_client) -c $< -o $@
+$(BUILD)/obj/ctl/%.o: ctl/%.c $(HEADER) | $(LAYERING)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(BASE_CFLAGS) $(INC_ctl) -c $< -o $@
+$(BUILD)/obj/kernels/%.o: kernels/%.c | $(LAYERING)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -c $< -o $@
+$(BUILD)/obj/daemon/%.o: daemon/%.c | $(LAYERING)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(BASE_CFLAGS) $(INC_daemon) -c $< -o $@
+$(BUILD)/obj/tests/%.o: tests/%.c $(HEADER) | $(LAYERING)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(BASE_CFLAGS) $(INC_tests) -DFLY_BUILD_DIR='"$(abspath $(BUILD))"' \
+		-DFLY_SRC_DIR='"$(CURDIR)"' -c $< -o $@
+$(BUILD)/obj/bench/%.o: bench/%.c $(HEADER) | $(LAYERING)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(BASE_CFLAGS) $(INC_tests) -c $< -o $@
+
+# The migrations are embedded in the binary: tools/embed-sql.sh writes a C
+# array of (version, name, sql) from tuning-db/migrations/NNNN_*.sql.
+$(BUILD)/gen/migrations.c: $(MIGRATIONS) tuning-db/schema.sql tools/embed-sql.sh
+	@mkdir -p $(@D)
+	$(Q)sh tools/embed-sql.sh $(MIGRATIONS) > $@.tmp && mv $@.tmp $@
+$(BUILD)/obj/tuning-db/migrations.o: $(BUILD)/gen/migrations.c
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(BASE_CFLAGS) $(INC_daemon) -c $< -o $@
+
+# ---------------------------------------------------------------- link
+$(LIBPROTO): $(PROTO_OBJ)
+	$(Q)rm -f $@ && ar rcs $@ $^
+$(LIBCLIENT_A): $(CLIENT_OBJ) $(PROTO_OBJ)
+	$(Q)rm -f $@ && ar rcs $@ $^
+$(LIBCLIENT_SO): $(CLIENT_OBJ) $(PROTO_OBJ) client/libflyclient.map
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -shared -Wl,-soname,libflyclient.so.0 \
+		-Wl,--version-script=client/libflyclient.map $(LDFLAGS_ALL) \
+		-o $@ $(CLIENT_OBJ) $(PROTO_OBJ) -lcjson -lpthread
+$(LIBKCPU): $(KCOMMON_OBJ) $(KCPU_OBJ)
+	$(Q)rm -f $@ && ar rcs $@ $^
+$(LIBKTEST): $(KTEST_OBJ)
+	$(Q)rm -f $@ && ar rcs $@ $^ $(if $^,,&& ar rcs $@)
+$(LIBFLYD): $(DAEMON_OBJ)
+	$(Q)rm -f $@ && ar rcs $@ $^
+$(FLYTUNED): $(MAIN_OBJ) $(LIBFLYD) $(LIBKCPU) $(LIBPROTO)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(MAIN_OBJ) $(LIBFLYD) $(LIBKCPU) $(LIBPROTO) $(LIBS)
+# The test build of the daemon: same code plus kernels/testing (variants
+# that crash, hang or answer wrong, enabled by FLYK_TESTING_FAULTS).
+$(FLYTUNED_T): $(MAIN_OBJ) $(LIBFLYD) $(KTEST_OBJ) $(LIBKCPU) $(LIBPROTO)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(MAIN_OBJ) $(KTEST_OBJ) $(LIBFLYD) $(LIBKCPU) $(LIBPROTO) $(LIBS)
+$(CTL): $(CTL_OBJ) $(LIBCLIENT_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $(CTL_OBJ) $(LIBCLIENT_A) -lcjson -lpthread -lm
+
+$(HEADER): client/flyclient.h proto/fly_abi.h
+	@mkdir -p $(@D)
+	$(Q)sed -e '/^#include "fly_abi.h"/{r proto/fly_abi.h' -e 'd;}' client/flyclient.h > $@
+$(BUILD)/flyclient.pc: client/flyclient.pc.in
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' $< > $@
+
+TEST_LINK = $(TCOMMON_OBJ) $(LIBFLYD) $(KTEST_OBJ) $(LIBKCPU) $(LIBCLIENT_A) $(LIBPROTO) $(LIBS) -lcmocka
+$(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(TCOMMON_OBJ) $(LIBFLYD) $(KTEST_OBJ) $(LIBKCPU) $(LIBCLIENT_A) $(LIBPROTO)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_LINK)
+$(BUILD)/tests/integration/%: $(BUILD)/obj/tests/integration/%.o $(TCOMMON_OBJ) $(LIBFLYD) $(KTEST_OBJ) $(LIBKCPU) $(LIBCLIENT_A) $(LIBPROTO)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_LINK)
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBCLIENT_A) $(LIBPROTO)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBCLIENT_A) $(LIBPROTO) -lcjson -lpthread -lm
+
+# ---------------------------------------------------------------- GPU builds
+$(BUILD)/cuda/%.o: %.hip $(wildcard kernels/gpu/*.h) kernels/include/flyk.h
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  NVCC    $<")
+	$(Q)$(NVCC) $(NVCCFLAGS) -x cu -c $< -o $@
+$(BUILD)/cuda/%.o: %.c kernels/include/flyk.h
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $< (cuda)")
+	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -I$(CUDA_HOME)/include -c $< -o $@
+$(BUILD)/hip/%.o: %.hip $(wildcard kernels/gpu/*.h) kernels/include/flyk.h
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  HIPCC   $<")
+	$(Q)$(HIPCC) $(HIPFLAGS) -c $< -o $@
+$(BUILD)/gpuobj/%.o: %.c
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -c $< -o $@
+$(BUILD)/libflykernels_cuda.so: $(CUDA_OBJ) $(GPU_COMMON_OBJ)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -lcublasLt -lcublas
+$(BUILD)/libflykernels_hip.so: $(HIP_OBJ) $(GPU_COMMON_OBJ)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(HIPCC) -shared $(HIP_ARCH) -o $@ $^
+
+# ---------------------------------------------------------------- tests
+deps:
+	$(Q)sh tools/deps.sh
+
+unit: all $(UNIT_BIN)
+	$(Q)sh tools/run-tests.sh unit $(UNIT_BIN)
+integration: all $(INTEG_BIN)
+	$(Q)sh tools/run-tests.sh integration $(INTEG_BIN)
+python-test: all
+	$(Q)FLY_BUILD_DIR=$(abspath $(BUILD)) python3 tests/integration/test_python.py
+
+# The whole suite: every test binary, the Python client, the systemd units,
+# and a summary line that counts them all.
+test-bins: all $(UNIT_BIN) $(INTEG_BIN)
+test: all $(UNIT_BIN) $(INTEG_BIN)
+	$(Q)FLY_BUILD_DIR=$(abspath $(BUILD)) sh tools/run-tests.sh all \
+		$(UNIT_BIN) $(INTEG_BIN) tests/integration/test_python.py \
+		tools/systemd-verify.sh tools/check-layering-selftest.sh
+
+test-gpu: all $(GPUTEST_BIN)
+	$(Q)sh tools/run-tests.sh gpu $(GPUTEST_BIN)
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(BUILD)/libflykernels_cuda.so
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -I$(CUDA_HOME)/include -o $@ $< \
+		-L$(BUILD) -lflykernels_cuda -Wl,-rpath,$(abspath $(BUILD)) \
+		-L$(CUDA_HOME)/lib64 -lcudart -lm
+
+style:
+	$(Q)sh tools/check-style.sh
+layering:
+	$(Q)sh tools/check-layering.sh . && sh tools/check-layering-selftest.sh
+check: test style layering gen-check
+
+asan:
+	$(MAKE) BUILD=build/asan SAN=address,undefined GPU=none test
+ubsan:
+	$(MAKE) BUILD=build/ubsan SAN=undefined GPU=none test
+tsan:
+	$(MAKE) BUILD=build/tsan SAN=thread GPU=none test
+coverage:
+	$(MAKE) BUILD=build/coverage COVERAGE=1 GPU=none test
+
+gen:
+	$(Q)python3 tools/gen_proto.py schemas proto/fly_msgs.def
+gen-check:
+	$(Q)if command -v python3 >/dev/null; then \
+		python3 tools/gen_proto.py schemas $(BUILD)/fly_msgs.def.check && \
+		cmp -s $(BUILD)/fly_msgs.def.check proto/fly_msgs.def || \
+		{ echo "proto/fly_msgs.def is stale: run make gen"; exit 1; }; fi
+
+# ---------------------------------------------------------------- run
+run: all
+	@mkdir -p $(STATE)
+	@echo "flytuned: state directory $(STATE) (socket $(STATE)/gpu0.sock, DB $(STATE)/tuning.db)"
+	@echo "flytuned: query it with: $(BUILD)/flytune-ctl --socket $(STATE)/gpu0.sock status"
+	$(FLYTUNED) --foreground --state-dir $(STATE)
+
+bench: all $(BENCH_BIN)
+
+# ---------------------------------------------------------------- install
+BINDIR  := $(PREFIX)/bin
+LIBDIR  := $(PREFIX)/lib
+INCDIR  := $(PREFIX)/include
+DATADIR := $(PREFIX)/share/flytuned
+MANDIR  := $(PREFIX)/share/man
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
+		$(DESTDIR)$(INCDIR) $(DESTDIR)$(DATADIR)/schemas \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/lib/sysusers.d \
+		$(DESTDIR)$(PREFIX)/lib/tmpfiles.d $(DESTDIR)$(LIBDIR)/flytuned
+	install -m 755 $(FLYTUNED) $(CTL) $(DESTDIR)$(BINDIR)/
+	install -m 644 $(LIBCLIENT_A) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(LIBCLIENT_SO) $(DESTDIR)$(LIBDIR)/libflyclient.so.0
+	ln -sf libflyclient.so.0 $(DESTDIR)$(LIBDIR)/libflyclient.so
+	$(if $(LIBKCUDA)$(LIBKHIP),install -m 755 $(LIBKCUDA) $(LIBKHIP) $(DESTDIR)$(LIBDIR)/flytuned/)
+	install -m 644 $(HEADER) $(DESTDIR)$(INCDIR)/
+	install -m 644 $(BUILD)/flyclient.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	install -m 644 schemas/*.json $(DESTDIR)$(DATADIR)/schemas/
+	install -m 644 man/flytune-ctl.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 man/flytuned.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 644 systemd/flytuned@.service systemd/flytuned@.socket $(DESTDIR)$(UNITDIR)/
+	install -m 644 systemd/flytuned.sysusers $(DESTDIR)$(PREFIX)/lib/sysusers.d/flytuned.conf
+	install -m 644 systemd/flytuned.tmpfiles $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/flytuned.conf
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

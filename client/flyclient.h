@@ -1,0 +1,105 @@
+/*
+ * flyclient.h -- libflyclient, the serving engine's side of flytuned.
+ *
+ * The one installed header.  The Makefile installs build/include/flyclient.h,
+ * this file with proto/fly_abi.h inlined where it is included, so users need
+ * nothing else.  No GPU dependency.
+ *
+ * Thread safety: a fly_client may be used from any number of threads at
+ * once.  Fork safety: a child notices the pid change on its next call and
+ * reconnects and remaps; it never uses the parent's socket.
+ * The library never aborts, never exit()s, never raises SIGPIPE in the
+ * host process, and never blocks past the timeouts configured here.
+ */
+#ifndef FLYCLIENT_H
+#define FLYCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fly_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fly_client fly_client; /* opaque; defined in client.c */
+
+/* Options for fly_client_open_opts(); zero-initialise, then set. */
+struct fly_client_opts {
+	const char *socket_path; /* NULL: $FLYTUNED_SOCKET, else
+				    /run/flytuned/gpu<device>.sock */
+	int device;              /* GPU index for the default path */
+	uint32_t timeout_ms;     /* fly_decide socket timeout; 0: 5 ms */
+	uint32_t recheck_ms;     /* how often a pending key re-asks the
+				    socket; 0: 100 ms */
+	uint32_t no_shm;         /* 1: never map the table (tests) */
+};
+
+/* Open a client.  Does not require the daemon to be up: connection is
+ * lazy and retried with backoff, so fly_decide works (answering
+ * `default`) while the daemon is down.
+ * @param[in] socket_path NULL for $FLYTUNED_SOCKET or the device-0 path.
+ * @param[out] out caller owns result; free with fly_client_close().
+ * @return 0, -EINVAL (path too long), -ENOMEM. */
+int fly_client_open(const char *socket_path, fly_client **out);
+int fly_client_open_opts(const struct fly_client_opts *o, fly_client **out);
+/* Close and free.  fly_client_close(NULL) is a no-op.  Not concurrent
+ * with other calls on the same client. */
+void fly_client_close(fly_client *c);
+
+/* Decide which variant to launch for @p p.  Never waits for tuning:
+ * answers from the process cache, else the shm table, else one socket
+ * round trip bounded by the timeout; if the daemon is down, slow or
+ * misbehaving, answers the `default` status (variant "" means "use your
+ * own default").  Dims are bucketed by the shared policy.
+ * @param[out] d always filled, even on error (status default).
+ * @return 0; FLY_E_BADOP, FLY_E_BADDTYPE, FLY_E_BADDIM, FLY_E_OVERFLOW,
+ *         FLY_E_KEYLEN, FLY_E_INVALID for a bad problem (d is default). */
+int fly_decide(fly_client *c, const struct fly_problem *p,
+	       struct fly_decision *d);
+/* Like fly_decide, but waits up to @p timeout_ms for the key to be tuned
+ * (asking the daemon to tune it now).
+ * @return 0 (d->status TUNED), FLY_E_TIMEOUT (d holds the best so far),
+ *         FLY_E_DOWN, FLY_E_BUSY, or a problem error. */
+int fly_decide_wait(fly_client *c, const struct fly_problem *p,
+		    uint32_t timeout_ms, struct fly_decision *d);
+
+/* Send one raw request object (JSON text, one frame) and receive the
+ * response text, waiting up to @p timeout_ms (0: 30 s).  Used by
+ * flytune-ctl for admin requests.  If @p fd_out is not NULL, an fd
+ * passed with the response is stored there (else closed).
+ * @param[out] resp caller owns result; free with fly_free().
+ * @return 0 (the daemon answered; the response may be an error object),
+ *         FLY_E_DOWN, FLY_E_TIMEOUT, FLY_E_PROTO, FLY_E_TOOBIG, -ENOMEM. */
+int fly_request(fly_client *c, const char *req, size_t len,
+		uint32_t timeout_ms, char **resp, size_t *resp_len);
+void fly_free(void *p);
+
+/* Canonical key of a problem after bucketing (what the daemon tunes).
+ * @return length, or a problem error (see fly_decide). */
+int fly_problem_key(const struct fly_problem *p, char *buf, size_t cap);
+/* Parse a canonical key (as printed by fly_problem_key). */
+int fly_problem_from_key(const char *key, struct fly_problem *out);
+
+/* Counters for benchmarks and tests. */
+struct fly_client_stats {
+	uint64_t cache_hits;
+	uint64_t shm_hits;
+	uint64_t socket_requests;
+	uint64_t socket_errors;
+	uint64_t reconnects;
+	uint64_t shm_refused;
+};
+void fly_client_stats_get(const fly_client *c, struct fly_client_stats *out);
+
+/* Last error message from the daemon or the library, for this thread and
+ * client; borrowed, valid until the next call on @p c from this thread. */
+const char *fly_client_errmsg(const fly_client *c);
+/* Text for any error code returned here.  Never NULL. */
+const char *fly_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLYCLIENT_H */

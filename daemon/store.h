@@ -1,0 +1,132 @@
+/*
+ * store.h -- persistent tuning results (SQLite): devices, results, trials,
+ * jobs.  The only module that includes <sqlite3.h> is store.c.
+ *
+ * Thread: loop thread only (one connection per process; several processes
+ * may open the same file: WAL + busy timeout).
+ * Identity: rows are keyed by (key, device id, kernel-library version);
+ * the device id is fly_key_hash() of the fingerprint line in hex, so
+ * identical GPUs on one host share winners.
+ */
+#ifndef FLYD_STORE_H
+#define FLYD_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fly_abi.h"
+
+#define FLYD_DEVID_MAX 24   /* 16 hex digits + NUL, rounded */
+#define FLYD_LIBVER_MAX 32
+#define FLYD_REASON_MAX 160
+
+enum flyd_outcome {
+	FLYD_OUT_OK = 0,         /* measured, agreed with the reference */
+	FLYD_OUT_REJECTED = 1,   /* dropped early (clear loser) */
+	FLYD_OUT_WRONG = 2,      /* numerical check failed */
+	FLYD_OUT_FAULTED = 3,    /* crashed or hung the worker: never retried */
+	FLYD_OUT_INFEASIBLE = 4, /* refused at launch */
+	FLYD_OUT_ERROR = 5       /* launch returned an error */
+};
+const char *flyd_outcome_name(int outcome);
+int flyd_outcome_parse(const char *s);
+
+struct flyd_result {
+	char key[FLY_KEY_MAX];
+	char device[FLYD_DEVID_MAX];
+	char libver[FLYD_LIBVER_MAX];
+	struct fly_decision d; /* status is FLY_STATUS_TUNED for stored rows */
+	double mad_us;         /* noise of the winner */
+	double tune_s;         /* wall time the job took */
+	int64_t tuned_at;      /* unix seconds */
+};
+
+struct flyd_trial {
+	char variant[FLY_VARIANT_MAX];
+	uint32_t nparams;
+	int64_t params[FLY_PARAMS_MAX];
+	double median_us;      /* 0 when not measured */
+	double mad_us;
+	uint32_t reps;
+	int outcome;           /* enum flyd_outcome */
+	char reason[FLYD_REASON_MAX];
+};
+
+struct flyd_job {
+	char key[FLY_KEY_MAX];
+	int priority;          /* 1 explicit tune, 0 background */
+	int force;
+	int64_t queued_at;
+};
+
+struct flyd_store;
+
+/* Open (create) the local DB at @p path, migrate it, and optionally layer a
+ * read-only system DB @p system_path (NULL: none) under it.  A corrupt or
+ * unreadable local file is renamed PATH.corrupt-<unix time> and a fresh one
+ * created (logged).  @return 0, FLY_E_SCHEMA (written by a newer schema:
+ * refused, not altered), FLY_E_STORAGE, -ENOMEM. */
+int flyd_store_open(const char *path, const char *system_path,
+		    struct flyd_store **out);
+void flyd_store_close(struct flyd_store *st);
+/* Whether the last open quarantined a corrupt file (for STATUS=degraded). */
+int flyd_store_was_quarantined(const struct flyd_store *st);
+/* Cheap health probe for the watchdog (SELECT 1). @return 0 or error. */
+int flyd_store_ping(struct flyd_store *st);
+
+/* Record a device fingerprint line; writes its id to @p id_out. */
+int flyd_store_device_put(struct flyd_store *st, const char *fingerprint,
+			  char id_out[FLYD_DEVID_MAX]);
+void flyd_store_device_id(const char *fingerprint, char id_out[FLYD_DEVID_MAX]);
+
+/* Look up a result: local first, then the system DB.
+ * @return 0, FLY_E_NOTFOUND, FLY_E_STORAGE. */
+int flyd_store_result_get(struct flyd_store *st, const char *key,
+			  const char *device, const char *libver,
+			  struct flyd_result *out);
+/* Commit a winner and its trials in one transaction with
+ * synchronous=FULL; also removes the key's job row.  Returns only after
+ * the commit is durable.  @return 0, FLY_E_STORAGE. */
+int flyd_store_result_put(struct flyd_store *st, const struct flyd_result *r,
+			  const struct flyd_trial *trials, size_t ntrials);
+/* Record trials without a winner (e.g. a faulted candidate), FULL. */
+int flyd_store_trials_add(struct flyd_store *st, const char *key,
+			  const char *device, const char *libver,
+			  const struct flyd_trial *trials, size_t ntrials);
+/* Forget one key (NULL: all keys) for a device and libver, with trials.
+ * @param[out] n rows removed.  @return 0, FLY_E_STORAGE. */
+int flyd_store_forget(struct flyd_store *st, const char *key,
+		      const char *device, const char *libver, int64_t *n);
+
+typedef int (*flyd_result_cb)(void *ctx, const struct flyd_result *r);
+typedef int (*flyd_trial_cb)(void *ctx, const struct flyd_trial *t);
+/* Iterate results of a device/libver ordered by key, keys > @p after
+ * (NULL: from the start), at most @p limit (<= 0: no limit), local then
+ * system rows not shadowed.  A callback returning non-zero stops. */
+int flyd_store_result_iter(struct flyd_store *st, const char *device,
+			   const char *libver, const char *after,
+			   int64_t limit, flyd_result_cb cb, void *ctx);
+int flyd_store_trial_iter(struct flyd_store *st, const char *key,
+			  const char *device, const char *libver,
+			  flyd_trial_cb cb, void *ctx);
+/* Whether a candidate was recorded FAULTED for the key and device. */
+int flyd_store_is_faulted(struct flyd_store *st, const char *key,
+			  const char *device, const char *libver,
+			  const char *variant, const int64_t *params,
+			  uint32_t nparams);
+/* Import results all-or-nothing in one FULL transaction. */
+int flyd_store_import(struct flyd_store *st, const struct flyd_result *rs,
+		      size_t n);
+int64_t flyd_store_result_count(struct flyd_store *st, const char *device,
+				const char *libver);
+
+/* Jobs (so a restart resumes them). */
+int flyd_store_job_put(struct flyd_store *st, const char *device,
+		       const struct flyd_job *j);
+int flyd_store_job_del(struct flyd_store *st, const char *device,
+		       const char *key);
+typedef int (*flyd_job_cb)(void *ctx, const struct flyd_job *j);
+int flyd_store_job_iter(struct flyd_store *st, const char *device,
+			flyd_job_cb cb, void *ctx);
+
+#endif /* FLYD_STORE_H */

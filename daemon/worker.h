@@ -1,0 +1,84 @@
+/*
+ * worker.h -- the benchmark worker: a separate process that owns the
+ * compute device, and its supervisor in the daemon.
+ *
+ * Thread: the supervisor runs on the loop thread.  The worker process is
+ * `flytuned --worker` spawned with uv_spawn over a pipe (fd 3 in the
+ * child); jobs go out by value, trial records and the result come back
+ * as they happen, so a crash or hang mid-candidate names the candidate.
+ *
+ * Method (see docs/architecture.md "Tuning"): feasibility filter; previously
+ * faulted candidates skipped; outputs NaN-poisoned and checked against the
+ * reference; warm-ups; caches cleaned between reps by the backend; median
+ * and MAD; early rejection (1.5x the best after 3 reps, 1.15x after 10);
+ * successive halving; a job time budget; the winner must beat the
+ * incumbent by the margin; near-ties (within the margin) resolve by the
+ * stable candidate order.
+ */
+#ifndef FLYD_WORKER_H
+#define FLYD_WORKER_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "fly_abi.h"
+#include "store.h"
+
+#define FLYD_EXCLUDE_MAX 64
+
+struct flyd_worker_opts {
+	const char *exe;          /* path of the flytuned binary */
+	int device;               /* device index */
+	const char *backend;      /* "auto", "cpu", "cuda", "hip" */
+	double cand_timeout_s;    /* hard timeout per candidate */
+	int max_restarts;         /* in 60 s before the GPU is "degraded" */
+};
+
+struct flyd_tune_job {
+	char key[FLY_KEY_MAX];
+	struct fly_problem problem;
+	double budget_s;             /* wall budget for the job */
+	double margin;               /* e.g. 0.03 */
+	int has_incumbent;
+	struct fly_decision incumbent;
+	uint32_t nexclude;           /* faulted candidates to skip */
+	struct flyd_trial exclude[FLYD_EXCLUDE_MAX];
+};
+
+struct flyd_tune_result {
+	char key[FLY_KEY_MAX];
+	int rc;                      /* 0, or why no winner */
+	struct fly_decision winner;  /* status TUNED when rc == 0 */
+	double mad_us;
+	double tune_s;
+	size_t ntrials;
+	struct flyd_trial *trials;   /* borrowed; valid during the callback */
+	uint32_t ncandidates;
+};
+
+struct flyd_worker;
+
+/* Called when a job ends (rc set), also when the worker died and the job
+ * was abandoned (rc = -ECHILD, the faulted candidate among trials). */
+typedef void (*flyd_job_done_cb)(void *ctx, const struct flyd_tune_result *r);
+/* Called when the worker (re)starts with its backend and fingerprint. */
+typedef void (*flyd_worker_ready_cb)(void *ctx, const char *backend,
+				     const char *fingerprint);
+
+int flyd_worker_start(uv_loop_t *loop, const struct flyd_worker_opts *o,
+		      flyd_worker_ready_cb ready, flyd_job_done_cb done,
+		      void *ctx, struct flyd_worker **out);
+/* Submit one job (the worker runs one at a time).  @return 0, -EBUSY. */
+int flyd_worker_submit(struct flyd_worker *w, const struct flyd_tune_job *j);
+int flyd_worker_is_busy(const struct flyd_worker *w);
+int flyd_worker_is_healthy(const struct flyd_worker *w);
+int flyd_worker_restarts(const struct flyd_worker *w);
+int flyd_worker_pid(const struct flyd_worker *w);
+/* Stop: kill the child, close handles; @p done runs when all is closed. */
+void flyd_worker_stop(struct flyd_worker *w, void (*done)(void *), void *arg);
+
+/* Entry point of the worker process (`flytuned --worker`).  Never returns
+ * to the daemon's main; exits the process. */
+int flyd_worker_main(int argc, char **argv);
+
+#endif /* FLYD_WORKER_H */

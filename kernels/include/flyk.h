@@ -1,0 +1,190 @@
+/*
+ * flyk.h -- the kernels' C ABI: backends, their variants, parameter spaces,
+ * feasibility checks, launchers, and the benchmark cases the daemon's
+ * worker times them on.
+ *
+ * Owns: nothing (declarations).  Thread: the variant tables are immutable
+ * and may be read from any thread; a flyk_device and the cases made on it
+ * belong to one thread at a time.
+ *
+ * Backends:
+ *   cpu   always built, linked statically (flyk_cpu_backend()).
+ *   cuda  libflykernels_cuda.so, the kernels/gpu/*.hip sources built with
+ *         nvcc through hip_on_cuda.h; exports flyk_gpu_backend().
+ *   hip   libflykernels_hip.so, the same sources built with hipcc;
+ *         exports flyk_gpu_backend().
+ * The daemon dlopen()s a GPU backend (daemon/backend.c); a client can link
+ * or dlopen the same library to launch exactly what was measured.
+ *
+ * Pointers in flyk_args are device pointers for GPU backends and host
+ * pointers for the CPU backend.  Tensors are dense row-major unless the
+ * layout says otherwise.
+ */
+#ifndef FLYK_H
+#define FLYK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fly_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The kernel library's version: part of every result's identity, so an
+ * upgrade never serves stale winners.  Bump when any variant changes. */
+#define FLYK_VERSION "0.1.0"
+
+enum flyk_backend_kind {
+	FLYK_BACKEND_CPU = 1,
+	FLYK_BACKEND_CUDA = 2,
+	FLYK_BACKEND_HIP = 3
+};
+
+/* One tunable parameter: a name and its candidate values, in the stable
+ * order used to break near-ties. */
+struct flyk_param {
+	const char *name;
+	uint32_t nvals;
+	const int64_t *vals;
+};
+
+/* Operands, by op.  Element types follow the problem's dtype; fp32 math. */
+struct flyk_gemm_args {
+	const void *a;     /* [M,K] */
+	const void *b;     /* NT: [N,K]; NN: [K,N] */
+	void *c;           /* [M,N], same dtype as a (fp32 for fp32) */
+	const void *bias;  /* [N] or NULL (FLY_F_BIAS) */
+	float alpha;       /* scale when FLY_F_SCALE, else 1 */
+	void *workspace;   /* may be NULL */
+	size_t workspace_size;
+};
+
+struct flyk_grouped_gemm_args {
+	const void *a;          /* [sum(rows), K] */
+	const void *b;          /* [G, N, K] */
+	void *c;                /* [sum(rows), N] */
+	const int64_t *offsets; /* [G+1] row offsets, offsets[0] = 0, in the
+				   backend's memory (device for GPU) */
+	void *workspace;
+	size_t workspace_size;
+};
+
+struct flyk_rmsnorm_args {
+	const void *x;    /* [M,N] */
+	const void *w;    /* [N] */
+	void *y;          /* [M,N] */
+	void *residual;   /* FLY_F_RESIDUAL: [M,N] in, x+residual written back */
+	float eps;        /* 1e-6 in the benchmark cases */
+};
+
+struct flyk_topk_args {
+	const void *x;     /* [M,N] */
+	void *values;      /* [M,K], same dtype as x, sorted descending */
+	int64_t *indices;  /* [M,K] */
+};
+
+union flyk_args {
+	struct flyk_gemm_args gemm;
+	struct flyk_grouped_gemm_args grouped_gemm;
+	struct flyk_rmsnorm_args rmsnorm;
+	struct flyk_topk_args topk;
+};
+
+struct flyk_device; /* opaque, one per backend instance */
+
+struct flyk_variant {
+	const char *name;      /* unique within its op; < FLY_VARIANT_MAX */
+	uint32_t op;           /* enum fly_op */
+	uint32_t dtypes;       /* bit (1u << dtype) per supported dtype */
+	uint32_t flags;        /* FLY_F_* bits it supports */
+	int is_reference;      /* the op's reference for numerical checks */
+	uint32_t nparams;
+	struct flyk_param params[FLY_PARAMS_MAX];
+	/* 0 when the point may run on this problem and device, else a
+	 * negative errno (-EINVAL: out of its space; -ENOSPC: resources). */
+	int (*feasible)(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *params);
+	/* Explicit candidate list instead of the cartesian product of params
+	 * (vendor BLAS-Lt heuristics).  Writes up to @p max param vectors;
+	 * returns how many, or a negative error.  NULL: use params. */
+	int (*enumerate)(const struct flyk_device *dev,
+			 const struct fly_problem *p,
+			 int64_t (*out)[FLY_PARAMS_MAX], int max);
+	/* Launch on @p stream (a hipStream_t / cudaStream_t, NULL for the
+	 * default stream; ignored by the CPU backend, which runs to
+	 * completion).  @return 0 or a negative error. */
+	int (*launch)(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *params,
+		      const union flyk_args *args, void *stream);
+};
+
+struct flyk_case; /* inputs, outputs and reference output of one problem */
+
+struct flyk_backend {
+	const char *name;  /* "cpu", "cuda", "hip" */
+	uint32_t kind;     /* enum flyk_backend_kind */
+	const struct flyk_variant *variants;
+	size_t nvariants;
+
+	/* Open device @p index.  @return 0, -ENODEV (no such device). */
+	int (*open)(int index, struct flyk_device **out);
+	void (*close)(struct flyk_device *dev);
+	/* One line of space-separated key=value pairs naming what makes
+	 * results comparable: arch=sm_90 (or gfx942, or x86_64 model),
+	 * units=132 (SMs/CUs/cores), clock_mhz=, mem_clock_mhz=, driver=,
+	 * runtime=, l2_kb= (or cache sizes), lib=FLYK_VERSION, name="...".
+	 * @return length or -ENOSPC. */
+	int (*fingerprint)(const struct flyk_device *dev, char *buf,
+			   size_t cap);
+
+	/* Make a benchmark case: random inputs from @p seed (never zeros),
+	 * the reference output computed with the op's reference variant, and
+	 * whatever the backend needs to clean caches between reps (a read of
+	 * >= 4x the L2 on GPUs, not a memset).  @return 0, -ENOMEM,
+	 * -EOPNOTSUPP (op/dtype not supported by this backend). */
+	int (*case_new)(struct flyk_device *dev, const struct fly_problem *p,
+			uint64_t seed, struct flyk_case **out);
+	void (*case_free)(struct flyk_case *c);
+	/* Fill the case's outputs with NaN (0xFF.. for indices). */
+	int (*case_poison)(struct flyk_case *c);
+	/* Clean caches, then launch the candidate once and time it (device
+	 * events around the launch on GPUs).  @param[out] us elapsed.
+	 * @return 0 or the launch's error. */
+	int (*case_time)(struct flyk_case *c, const struct flyk_variant *v,
+			 const int64_t *params, double *us);
+	/* Compare the last outputs with the reference within the op's
+	 * per-dtype tolerance.  @param[out] max_err max abs error seen.
+	 * @return 0 when correct, -EDOM when wrong (NaN left, or error over
+	 * tolerance), or another error. */
+	int (*case_check)(struct flyk_case *c, double *max_err);
+};
+
+/* The CPU backend (always present). */
+const struct flyk_backend *flyk_cpu_backend(void);
+/* Exported by libflykernels_{cuda,hip}.so. */
+const struct flyk_backend *flyk_gpu_backend(void);
+typedef const struct flyk_backend *(*flyk_backend_fn)(void);
+
+/* Find a variant by op and name.  @return NULL when absent. */
+const struct flyk_variant *flyk_variant_find(const struct flyk_backend *b,
+					     uint32_t op, const char *name);
+/* Whether a variant supports the problem's dtype and flags. */
+int flyk_variant_supports(const struct flyk_variant *v,
+			  const struct fly_problem *p);
+/* The op's heuristic default for a problem (no measurement): a variant
+ * and parameters that are feasible.  @return 0 or -EOPNOTSUPP. */
+int flyk_default(const struct flyk_backend *b, const struct flyk_device *dev,
+		 const struct fly_problem *p, struct fly_decision *out);
+/* Launch exactly what a decision names on @p stream.
+ * @return 0, -ENOENT (variant unknown to this backend), -EINVAL
+ * (parameters out of the variant's space or infeasible), launch error. */
+int flyk_launch(const struct flyk_backend *b, const struct flyk_device *dev,
+		const struct fly_problem *p, const struct fly_decision *d,
+		const union flyk_args *args, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLYK_H */

@@ -1,0 +1,96 @@
+/*
+ * fly_shm.h -- the published-winners table in shared memory.
+ *
+ * Owns: the layout (private to proto/: fly_shm.c) and the reader/writer
+ * entry points.  Thread: the writer is the daemon's loop thread (single
+ * writer); readers are any thread of any client process, lock-free.
+ *
+ * The table is a memfd created by the daemon, sized at start, sealed with
+ * F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE (the daemon keeps its one
+ * writable mapping), passed to clients over SCM_RIGHTS.  Clients map it
+ * PROT_READ and treat every byte as untrusted.
+ *
+ * Layout (all little-endian, fixed width; see fly_shm.c for the
+ * _Static_asserts):
+ *
+ *   offset 0      header (256 bytes): magic "FLYSHM01" (u64), layout
+ *                 version (u32), header size (u32), slot size (u32),
+ *                 capacity (u32, power of two), total size (u64),
+ *                 generation (atomic u64, bumps on forget/import/re-tune
+ *                 and on every restart), count (atomic u32), max probe
+ *                 (u32), header checksum (u32, FNV-1a over the constant
+ *                 fields), padding.
+ *   offset 256    capacity slots of 256 bytes, cache-line aligned:
+ *                 seq (atomic u64: odd while written, 0 never used),
+ *                 key hash (u64), key length (u16, 0 = tombstone),
+ *                 status (u8), nparams (u8), checksum (u32, FNV-1a over
+ *                 key + decision bytes), key (96), variant (40),
+ *                 params (8 x i64), median_us (f64), padding.
+ *
+ * Lookup: linear probing from hash & (capacity - 1), at most max probe
+ * (bounded again by the reader's own cap) slots; a never-used slot ends
+ * the probe.  Each slot is read as relaxed atomic 64-bit words between two
+ * acquire loads of seq; a reader retries a slot a bounded number of times
+ * and then reports FLY_E_SHM (a writer killed mid-update must not spin a
+ * reader forever).
+ */
+#ifndef FLY_SHM_H
+#define FLY_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fly_abi.h"
+
+#define FLY_SHM_LAYOUT_VERSION 1
+#define FLY_SHM_SLOT_SIZE 256
+#define FLY_SHM_HEADER_SIZE 256
+#define FLY_SHM_MAX_PROBE 64
+#define FLY_SHM_RETRIES 16
+
+/* ---- writer (daemon) ---- */
+struct fly_shm_writer;
+
+/* Create a sealed memfd table with room for @p capacity slots (rounded up
+ * to a power of two, >= 64).  @param[out] fd the memfd, owned by the
+ * writer (closed by fly__shm_writer_close); dup() it to hand it out.
+ * @return 0, -ENOMEM, -errno from memfd_create/ftruncate/mmap/fcntl. */
+int fly__shm_writer_open(uint32_t capacity, struct fly_shm_writer **out);
+void fly__shm_writer_close(struct fly_shm_writer *w);
+int fly__shm_writer_fd(const struct fly_shm_writer *w);
+size_t fly__shm_writer_size(const struct fly_shm_writer *w);
+uint32_t fly__shm_writer_capacity(const struct fly_shm_writer *w);
+uint32_t fly__shm_writer_count(const struct fly_shm_writer *w);
+/* Insert or replace the decision for a key.  @return 0, -ENOSPC when the
+ * probe window is full, FLY_E_KEYLEN. */
+int fly__shm_put(struct fly_shm_writer *w, const char *key, size_t len,
+		 const struct fly_decision *d);
+/* Remove a key (tombstone).  @return 0 or FLY_E_NOTFOUND. */
+int fly__shm_del(struct fly_shm_writer *w, const char *key, size_t len);
+/* Remove every entry (slots return to never-used, seq kept increasing). */
+void fly__shm_clear(struct fly_shm_writer *w);
+/* Bump and return the generation (release store). */
+uint64_t fly__shm_bump(struct fly_shm_writer *w);
+
+/* ---- reader (client) ---- */
+struct fly_shm_reader;
+
+/* Map a table received over the socket.  Checks: regular memfd, seals
+ * include SHRINK|GROW|FUTURE_WRITE (or WRITE), fstat size equals the
+ * header's total size, magic, layout version, header/slot sizes,
+ * power-of-two capacity that fits the size, header checksum.  Takes
+ * ownership of @p fd, even on failure.
+ * @return 0, FLY_E_SHM (refused), FLY_E_VERSION, -errno. */
+int fly__shm_reader_open(int fd, struct fly_shm_reader **out);
+void fly__shm_reader_close(struct fly_shm_reader *r);
+/* Current generation (acquire load). */
+uint64_t fly__shm_reader_generation(const struct fly_shm_reader *r);
+
+/* Look a key up.  Never crashes on a hostile table; every index is
+ * bounded.  @param[out] out filled on a hit, generation set.
+ * @return 0 (hit), FLY_E_NOTFOUND, FLY_E_SHM (torn/corrupt after retries:
+ * use the socket). */
+int fly_shm_lookup(const struct fly_shm_reader *r, const char *key,
+		   size_t len, struct fly_decision *out);
+
+#endif /* FLY_SHM_H */

@@ -1,0 +1,80 @@
+#!/bin/sh
+# check-layering.sh ROOT -- fail when an #include crosses the dependency
+# directions of STYLE.md (R2):
+#   proto/   may include only proto/ headers (and system headers)
+#   client/  proto/, client/
+#   ctl/     only flyclient.h (the installed header)
+#   kernels/ proto/, kernels/
+#   daemon/  proto/, kernels/include/flyk.h, daemon/
+# and when a daemon symbol (flyd_) appears in client/ or ctl/.
+# Usage in the build: `make` runs it before compiling anything.
+set -u
+root=${1:-.}
+cd "$root" || exit 2
+fail=0
+
+# allowed_for DIR -> space-separated list of allowed project header dirs
+allowed_for() {
+	case "$1" in
+	proto) echo "proto" ;;
+	client) echo "proto client" ;;
+	ctl) echo "ctl-only" ;;
+	kernels) echo "proto kernels" ;;
+	daemon) echo "proto kernels daemon tuning-db" ;;
+	*) echo "any" ;;
+	esac
+}
+
+# header_home NAME -> which module owns a project header of that name
+header_home() {
+	base=$(basename "$1")
+	for d in proto client daemon kernels/include kernels/gpu kernels/cpu kernels/vendor kernels/testing kernels ctl; do
+		if [ -f "$d/$base" ]; then
+			echo "${d%%/*}"
+			return
+		fi
+	done
+	echo ""
+}
+
+for mod in proto client ctl kernels daemon; do
+	[ -d "$mod" ] || continue
+	allow=$(allowed_for "$mod")
+	files=$(find "$mod" -type f \( -name '*.c' -o -name '*.h' -o -name '*.hip' \) 2>/dev/null)
+	for f in $files; do
+		grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
+		while IFS= read -r line; do
+			inc=$(echo "$line" | sed 's/.*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/')
+			ln=${line%%:*}
+			case "$inc" in
+			*../*) echo "$f:$ln: layering: relative include \"$inc\" reaches outside the module"; echo x ;;
+			esac
+			home=$(header_home "$inc")
+			[ -n "$home" ] || continue
+			if [ "$allow" = "ctl-only" ]; then
+				[ "$(basename "$inc")" = flyclient.h ] && continue
+				echo "$f:$ln: layering: ctl/ may include only flyclient.h, not \"$inc\""
+				echo x
+				continue
+			fi
+			ok=0
+			for a in $allow; do [ "$a" = "$home" ] && ok=1; done
+			if [ $ok = 0 ]; then
+				echo "$f:$ln: layering: $mod/ must not include $home/ header \"$inc\""
+				echo x
+			fi
+		done
+	done
+done > /tmp/layering.$$ 2>&1
+for mod in client ctl proto kernels; do
+	[ -d "$mod" ] || continue
+	grep -rn --include='*.c' --include='*.h' --include='*.hip' -E '\bflyd_' "$mod" 2>/dev/null |
+		sed 's/$/  <- layering: daemon symbol outside daemon\//' >> /tmp/layering.$$
+	[ -n "$(grep -rln --include='*.c' --include='*.h' -E '\bflyd_' "$mod" 2>/dev/null)" ] && echo x >> /tmp/layering.$$
+done
+if grep -qx x /tmp/layering.$$; then
+	grep -vx x /tmp/layering.$$ >&2
+	fail=1
+fi
+rm -f /tmp/layering.$$
+exit $fail

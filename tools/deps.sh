@@ -1,0 +1,48 @@
+#!/bin/sh
+# deps.sh -- install the Debian/Ubuntu packages flytuned needs, when they
+# are missing.  Idempotent; silent when everything is there; a clear
+# message when it cannot install (not root, no apt-get).
+#   FLY_DEPS_GPU=0   skip the HIP compile-check packages
+#   FLY_DEPS=0       check nothing (offline machines that have it all)
+set -u
+[ "${FLY_DEPS:-1}" = 0 ] && exit 0
+pkgs="gcc make libc6-dev pkg-config libuv1-dev libsqlite3-dev libcjson-dev libcmocka-dev python3 systemd"
+if [ "${FLY_DEPS_GPU:-1}" != 0 ]; then
+	pkgs="$pkgs hipcc libamdhip64-dev rocm-device-libs"
+fi
+missing=""
+for p in $pkgs; do
+	st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)
+	case "$st" in
+	*"install ok installed"*) ;;
+	*) missing="$missing $p" ;;
+	esac
+done
+[ -z "$missing" ] && exit 0
+if ! command -v apt-get >/dev/null 2>&1; then
+	echo "deps: missing packages:$missing" >&2
+	echo "deps: no apt-get here; install them with your package manager" >&2
+	exit 1
+fi
+if [ "$(id -u)" != 0 ]; then
+	if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+		SUDO=sudo
+	else
+		echo "deps: missing packages:$missing" >&2
+		echo "deps: run as root (or: sudo apt-get install$missing)" >&2
+		exit 1
+	fi
+else
+	SUDO=
+fi
+echo "deps: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+if ! $SUDO apt-get install -y -q --no-install-recommends $missing >/tmp/flytuned-deps.log 2>&1; then
+	$SUDO apt-get update -q >>/tmp/flytuned-deps.log 2>&1
+	if ! $SUDO apt-get install -y -q --no-install-recommends $missing >>/tmp/flytuned-deps.log 2>&1; then
+		tail -20 /tmp/flytuned-deps.log >&2
+		echo "deps: apt-get could not install:$missing (log: /tmp/flytuned-deps.log)" >&2
+		exit 1
+	fi
+fi
+echo "deps: done"
