@@ -251,7 +251,7 @@ $(BUILD)/cuda/%.o: %.hip $(wildcard kernels/gpu/*.h) kernels/include/flyk.h
 $(BUILD)/cuda/%.o: %.c kernels/include/flyk.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $< (cuda)")
-	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -I$(CUDA_HOME)/include -c $< -o $@
+	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -Ikernels/gpu -I$(CUDA_HOME)/include -c $< -o $@
 $(BUILD)/hip/%.o: %.hip $(wildcard kernels/gpu/*.h) kernels/include/flyk.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  HIPCC   $<")

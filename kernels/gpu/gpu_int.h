@@ -1,0 +1,107 @@
+/*
+ * gpu_int.h -- internals shared by the GPU backend's files (kernels/gpu/*.hip
+ * and kernels/vendor/*.c).  Not installed; not seen by the daemon.
+ *
+ * Shape of the backend: backend.hip owns struct flyk_device, the benchmark
+ * case (allocation, poisoning, L2 cleaning by *reading* a buffer of >= 4x
+ * the L2, event timing) and assembles flyk_gpu_backend() from the op
+ * modules below.  Each op module (rmsnorm.hip, topk.hip, gemm.hip,
+ * grouped_gemm.hip, vendor/cublaslt.c) exports one `struct flyk_gpu_op`
+ * and knows only its op: its variants, how to make inputs, how to compute
+ * the reference, how to check.
+ *
+ * Thread: a device and its cases belong to one thread at a time.
+ */
+#ifndef FLYK_GPU_INT_H
+#define FLYK_GPU_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flyk.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct flyk_device {
+	int index;
+	int sms;                 /* multiprocessors / compute units */
+	int warp;                /* 32 (NVIDIA) or 64 (AMD wave) */
+	int cc_major, cc_minor;  /* NVIDIA compute capability (0 on AMD) */
+	char arch[32];           /* "sm_90", "gfx942" */
+	char name[96];
+	int clock_mhz, mem_clock_mhz;
+	int driver_version, runtime_version;
+	size_t l2_bytes;
+	size_t smem_per_block_optin; /* max dynamic shared memory per block */
+	void *stream;            /* the backend's benchmark stream */
+	void *ev_start, *ev_stop;
+	void *flush_buf;         /* >= 4x L2, read (not written) before reps */
+	size_t flush_bytes;
+	float *flush_sink;       /* 1 float written by the flush kernel */
+	void *vendor;            /* vendor BLAS handles (vendor/*.c) */
+};
+
+#define FLYK_CASE_BUFS 8
+
+/* One benchmark case.  The op module's setup() allocates device buffers
+ * through flyk_gpu_case_alloc() (freed by case_free), fills the inputs with
+ * random non-zero data, fills `args` with device pointers, marks which
+ * buffers are outputs (poisoned with 0xFF bytes: NaN for fp32/fp16/bf16,
+ * -1 for int64 indices) and computes the reference into host memory
+ * (`ref`, owned by the op module's state, freed by its fini()). */
+struct flyk_case {
+	struct flyk_device *dev;
+	struct fly_problem p;
+	const struct flyk_gpu_op *op;
+	union flyk_args args;
+	void *buf[FLYK_CASE_BUFS];
+	size_t bytes[FLYK_CASE_BUFS];
+	int is_output[FLYK_CASE_BUFS];
+	int nbuf;
+	void *state;             /* op module's own (reference output etc.) */
+};
+
+struct flyk_gpu_op {
+	uint32_t op;                       /* enum fly_op */
+	const struct flyk_variant *variants;
+	size_t nvariants;
+	/* Allocate and fill the case's buffers and args, compute the
+	 * reference.  @return 0, -ENOMEM, -EOPNOTSUPP. */
+	int (*setup)(struct flyk_case *c, uint64_t seed);
+	/* Copy outputs back and compare with the reference (per-dtype
+	 * tolerance).  @return 0, -EDOM (wrong or NaN left). */
+	int (*check)(struct flyk_case *c, double *max_err);
+	void (*fini)(struct flyk_case *c);
+};
+
+/* Op modules (each defined in its own file; a module that is not built
+ * yet is simply absent from the list in backend.hip). */
+extern const struct flyk_gpu_op flyk_gpu_rmsnorm_op;
+extern const struct flyk_gpu_op flyk_gpu_topk_op;
+extern const struct flyk_gpu_op flyk_gpu_gemm_op;
+extern const struct flyk_gpu_op flyk_gpu_grouped_gemm_op;
+
+/* Allocate a device buffer owned by the case.  @return index or -ENOMEM. */
+int flyk_gpu_case_alloc(struct flyk_case *c, size_t bytes, int is_output,
+			void **out);
+/* Fill a device buffer with uniform random values in [lo, hi) of @p dtype
+ * (never all zeros), deterministic in @p seed. */
+int flyk_gpu_fill_random(struct flyk_device *dev, void *buf, size_t n,
+			 uint32_t dtype, float lo, float hi, uint64_t seed);
+/* Copy device -> host (synchronous on the benchmark stream). */
+int flyk_gpu_download(struct flyk_device *dev, void *host, const void *dbuf,
+		      size_t bytes);
+int flyk_gpu_upload(struct flyk_device *dev, void *dbuf, const void *host,
+		    size_t bytes);
+/* Host conversions for references and checks. */
+float flyk_half_to_float(uint16_t h);
+float flyk_bf16_to_float(uint16_t b);
+uint16_t flyk_float_to_half(float f);
+uint16_t flyk_float_to_bf16(float f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLYK_GPU_INT_H */
