@@ -1,0 +1,64 @@
+/*
+ * daemon.h -- the daemon context: everything one flytuned instance owns.
+ *
+ * Thread: loop thread only.  One struct flyd_ctx per process, built by
+ * main.c, passed to every module.  Modules keep their own state behind
+ * the opaque pointers below.
+ */
+#ifndef FLYD_DAEMON_H
+#define FLYD_DAEMON_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "config.h"
+#include "fly_abi.h"
+#include "store.h"
+
+struct flyd_server;   /* server.c: listener and sessions */
+struct flyd_tuning;   /* tuning.c: queue, worker, decide, publication */
+struct flyd_worker;   /* worker.c */
+struct fly_shm_writer;
+
+struct flyd_ctx {
+	uv_loop_t *loop;
+	struct flyd_config cfg;      /* config.h; reloaded on SIGHUP */
+	const char *config_path;
+	const char *exe;             /* /proc/self/exe, for the worker */
+	int device;                  /* --device N */
+	char socket_path[108];
+	char db_path[4096];
+	struct flyd_store *store;
+	struct flyd_server *server;
+	struct flyd_tuning *tuning;
+	/* Learned from the worker's READY (tuning.c sets them). */
+	char backend[16];            /* "cpu", "cuda", "hip" */
+	char fingerprint[512];       /* backend fingerprint line */
+	char device_id[FLYD_DEVID_MAX];
+	char libver[FLYD_LIBVER_MAX];
+	int ready;                   /* READY=1 sent */
+	int degraded;                /* worker unhealthy or DB quarantined */
+	int stopping;
+	uint64_t started_ms;         /* uv_now at start */
+	gid_t admin_gid;             /* service group allowed admin requests */
+	/* Counters for `stats`. */
+	struct {
+		uint64_t requests;
+		uint64_t errors;
+		uint64_t protocol_errors;
+		uint64_t connections;
+		uint64_t rejected_max_clients;
+		uint64_t rejected_slow;
+		uint64_t timeouts;
+		uint64_t decides;
+		uint64_t decide_tuned;
+		uint64_t decide_pending;
+		uint64_t decide_default;
+		uint64_t jobs_done;
+		uint64_t jobs_failed;
+		uint64_t candidates_faulted;
+		uint64_t busy_rejections;
+	} stats;
+};
+
+#endif /* FLYD_DAEMON_H */

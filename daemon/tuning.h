@@ -1,0 +1,46 @@
+/*
+ * tuning.h -- the tuning path: decide, the tuning queue, the worker, the
+ * DB commit and the shm publication, in that order.
+ *
+ * Thread: loop thread.
+ * Invariant: a key is reported `tuned` to anyone (socket or shm) only
+ * after its result was committed with synchronous=FULL.
+ */
+#ifndef FLYD_TUNING_H
+#define FLYD_TUNING_H
+
+#include <cjson/cJSON.h>
+
+#include "daemon.h"
+#include "session.h"
+
+/* Create the tuning state: shm table (capacity from cfg), fill it from the
+ * DB once the worker reports its fingerprint, resume queued jobs, start
+ * the worker.  @return 0 or an error. */
+int flyd_tuning_start(struct flyd_ctx *ctx);
+/* Stop: the job in flight is left in the jobs table (resumed at start),
+ * the worker killed, handles closed; @p done runs when everything closed. */
+void flyd_tuning_stop(struct flyd_ctx *ctx, void (*done)(void *), void *arg);
+/* Config reloaded (SIGHUP): policy, caps, margins. */
+void flyd_tuning_reconfigure(struct flyd_ctx *ctx);
+/* The memfd to hand to clients in `hello` (borrowed; dup before sending),
+ * its size and capacity. */
+int flyd_tuning_shm_fd(const struct flyd_ctx *ctx);
+size_t flyd_tuning_shm_size(const struct flyd_ctx *ctx);
+uint32_t flyd_tuning_shm_capacity(const struct flyd_ctx *ctx);
+/* Health for the watchdog and `status`: worker healthy and not degraded. */
+int flyd_tuning_is_healthy(const struct flyd_ctx *ctx);
+/* Fill `status`'s "queue" and "worker" objects. */
+void flyd_tuning_status(const struct flyd_ctx *ctx, cJSON *resp);
+/* Bump the shm generation and drop the given key (NULL: all) from the
+ * table after a forget; re-publish after an import. */
+void flyd_tuning_forgotten(struct flyd_ctx *ctx, const char *key);
+void flyd_tuning_imported(struct flyd_ctx *ctx);
+
+/* Request handlers (dispatched by handlers.c). */
+int flyd_handle_decide(struct flyd_ctx *ctx, struct flyd_session *s,
+		       const cJSON *req, cJSON *resp, const char **msg);
+int flyd_handle_tune(struct flyd_ctx *ctx, struct flyd_session *s,
+		     const cJSON *req, cJSON *resp, const char **msg);
+
+#endif /* FLYD_TUNING_H */
