@@ -1,0 +1,216 @@
+/*
+ * test_queue.c -- the tuning job queue: single-flight, cap, priority
+ * order, promotion, re-queue after a fault, FAILED markers.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "queue.h"
+
+static void key_n(char *buf, size_t cap, int i)
+{
+	snprintf(buf, cap, "rmsnorm/fp32/m=%d,n=128", i + 1);
+}
+
+static void test_single_flight(void **state)
+{
+	struct flyd_queue *q;
+	struct flyd_qjob *j1, *j2;
+
+	(void)state;
+	assert_int_equal(flyd_queue_new(8, &q), 0);
+	assert_int_equal(flyd_queue_push(q, "a", 0, 0, &j1), 0);
+	for (int i = 0; i < 256; i++) {
+		assert_int_equal(flyd_queue_push(q, "a", 0, 0, &j2), 1);
+		assert_ptr_equal(j1, j2);
+	}
+	assert_int_equal(flyd_queue_len(q), 1);
+	/* Still single-flight while running. */
+	flyd_queue_start(q, j1);
+	assert_int_equal(flyd_queue_len(q), 0);
+	assert_ptr_equal(flyd_queue_running(q), j1);
+	assert_int_equal(flyd_queue_push(q, "a", 1, 0, &j2), 1);
+	assert_ptr_equal(j2, j1);
+	assert_int_equal(j1->state, FLYD_Q_RUNNING);
+	assert_int_equal(flyd_queue_len(q), 0);
+	flyd_queue_done(q, j1);
+	assert_null(flyd_queue_running(q));
+	assert_null(flyd_queue_find(q, "a"));
+	assert_int_equal(flyd_queue_push(q, "a", 0, 0, &j2), 0);
+	flyd_queue_free(q);
+}
+
+static void test_cap_busy(void **state)
+{
+	struct flyd_queue *q;
+	char key[64];
+	struct flyd_qjob *j;
+
+	(void)state;
+	assert_int_equal(flyd_queue_new(4, &q), 0);
+	for (int i = 0; i < 4; i++) {
+		key_n(key, sizeof(key), i);
+		assert_int_equal(flyd_queue_push(q, key, 1, 0, NULL), 0);
+	}
+	for (int i = 4; i < 10; i++) {
+		key_n(key, sizeof(key), i);
+		assert_int_equal(flyd_queue_push(q, key, 1, 0, &j),
+				 FLY_E_BUSY);
+		assert_null(j);
+		assert_null(flyd_queue_find(q, key));
+	}
+	assert_int_equal(flyd_queue_len(q), 4);
+	/* A key already queued is not refused at the cap. */
+	key_n(key, sizeof(key), 2);
+	assert_int_equal(flyd_queue_push(q, key, 0, 0, NULL), 1);
+	/* The running job does not count against the cap. */
+	j = flyd_queue_peek(q, 1);
+	flyd_queue_start(q, j);
+	key_n(key, sizeof(key), 7);
+	assert_int_equal(flyd_queue_push(q, key, 0, 0, NULL), 0);
+	assert_int_equal(flyd_queue_push(q, "other", 0, 0, NULL), FLY_E_BUSY);
+	/* A re-queue after a fault is never refused. */
+	flyd_queue_requeue_front(q, j);
+	assert_int_equal(flyd_queue_len(q), 5);
+	flyd_queue_set_cap(q, 0);
+	assert_int_equal(flyd_queue_push(q, "other", 0, 0, NULL), 0);
+	flyd_queue_free(q);
+}
+
+static void test_priority_order(void **state)
+{
+	struct flyd_queue *q;
+	struct flyd_qjob *j;
+	const char *expect[] = {"e1", "e2", "b1", "b2", "b3"};
+
+	(void)state;
+	assert_int_equal(flyd_queue_new(0, &q), 0);
+	assert_int_equal(flyd_queue_push(q, "b1", 0, 0, NULL), 0);
+	assert_int_equal(flyd_queue_push(q, "e1", 1, 0, NULL), 0);
+	assert_int_equal(flyd_queue_push(q, "b2", 0, 0, NULL), 0);
+	assert_int_equal(flyd_queue_push(q, "e2", 1, 0, NULL), 0);
+	assert_int_equal(flyd_queue_push(q, "b3", 0, 0, NULL), 0);
+	/* Background jobs are invisible when not allowed. */
+	j = flyd_queue_peek(q, 0);
+	assert_string_equal(j->key, "e1");
+	for (size_t i = 0; i < 5; i++) {
+		j = flyd_queue_peek(q, 1);
+		assert_non_null(j);
+		assert_string_equal(j->key, expect[i]);
+		flyd_queue_start(q, j);
+		if (i == 1)
+			assert_null(flyd_queue_peek(q, 0));
+		flyd_queue_done(q, j);
+	}
+	assert_null(flyd_queue_peek(q, 1));
+	flyd_queue_free(q);
+}
+
+static void test_promotion(void **state)
+{
+	struct flyd_queue *q;
+	struct flyd_qjob *j;
+
+	(void)state;
+	assert_int_equal(flyd_queue_new(0, &q), 0);
+	assert_int_equal(flyd_queue_push(q, "b1", 0, 0, NULL), 0);
+	assert_int_equal(flyd_queue_push(q, "b2", 0, 0, NULL), 0);
+	assert_int_equal(flyd_queue_push(q, "e1", 1, 0, NULL), 0);
+	/* Promote b2: it goes behind e1, ahead of b1. */
+	assert_int_equal(flyd_queue_push(q, "b2", 1, 1, &j), 1);
+	assert_int_equal(j->priority, FLYD_PRIO_EXPLICIT);
+	assert_int_equal(j->force, 1);
+	assert_string_equal(flyd_queue_peek(q, 0)->key, "e1");
+	flyd_queue_start(q, flyd_queue_peek(q, 0));
+	flyd_queue_done(q, flyd_queue_running(q));
+	assert_string_equal(flyd_queue_peek(q, 0)->key, "b2");
+	/* A background push never demotes. */
+	assert_int_equal(flyd_queue_push(q, "b2", 0, 0, &j), 1);
+	assert_int_equal(j->priority, FLYD_PRIO_EXPLICIT);
+	assert_int_equal(j->force, 1);
+	assert_int_equal(flyd_queue_len(q), 2);
+	flyd_queue_free(q);
+}
+
+static void test_requeue_front_and_failed(void **state)
+{
+	struct flyd_queue *q;
+	struct flyd_qjob *j, *k;
+
+	(void)state;
+	assert_int_equal(flyd_queue_new(0, &q), 0);
+	assert_int_equal(flyd_queue_push(q, "x", 0, 0, &j), 0);
+	assert_int_equal(flyd_queue_push(q, "y", 0, 0, NULL), 0);
+	flyd_queue_start(q, j);
+	j->faults++;
+	flyd_queue_requeue_front(q, j);
+	k = flyd_queue_peek(q, 1);
+	assert_ptr_equal(k, j);
+	assert_int_equal(k->faults, 1);
+	flyd_queue_start(q, k);
+	flyd_queue_fail(q, k);
+	assert_null(flyd_queue_running(q));
+	assert_int_equal(flyd_queue_len(q), 1);
+	/* Background pushes are refused for a failed key, explicit revive. */
+	assert_int_equal(flyd_queue_push(q, "x", 0, 0, &j), 2);
+	assert_null(j);
+	assert_int_equal(flyd_queue_push(q, "x", 1, 0, &j), 0);
+	assert_int_equal(j->state, FLYD_Q_QUEUED);
+	assert_int_equal(j->faults, 0);
+	assert_string_equal(flyd_queue_peek(q, 1)->key, "x");
+	flyd_queue_start(q, j);
+	flyd_queue_fail(q, j);
+	flyd_queue_clear_failed(q, NULL);
+	assert_null(flyd_queue_find(q, "x"));
+	assert_int_equal(flyd_queue_push(q, "x", 0, 0, NULL), 0);
+	flyd_queue_free(q);
+}
+
+static void count_cb(void *arg, struct flyd_qjob *j)
+{
+	(void)j;
+	(*(int *)arg)++;
+}
+
+static void test_many_keys(void **state)
+{
+	struct flyd_queue *q;
+	char key[64];
+	int n = 0;
+
+	(void)state;
+	assert_int_equal(flyd_queue_new(0, &q), 0);
+	for (int i = 0; i < 5000; i++) {
+		key_n(key, sizeof(key), i);
+		assert_int_equal(flyd_queue_push(q, key, i & 1, 0, NULL), 0);
+	}
+	for (int i = 0; i < 5000; i++) {
+		key_n(key, sizeof(key), i);
+		assert_non_null(flyd_queue_find(q, key));
+	}
+	assert_int_equal(flyd_queue_push(q, "k", 0, 0, NULL), 0);
+	flyd_queue_foreach(q, count_cb, &n);
+	assert_int_equal(n, 5001);
+	assert_int_equal(flyd_queue_len(q), 5001);
+	flyd_queue_free(q);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_single_flight),
+		cmocka_unit_test(test_cap_busy),
+		cmocka_unit_test(test_priority_order),
+		cmocka_unit_test(test_promotion),
+		cmocka_unit_test(test_requeue_front_and_failed),
+		cmocka_unit_test(test_many_keys),
+	};
+
+	return cmocka_run_group_tests_name("queue", tests, NULL, NULL);
+}
