@@ -34,7 +34,7 @@ struct fly_frame_dec {
 void fly_frame_dec_init(struct fly_frame_dec *d, uint32_t cap);
 void fly_frame_dec_fini(struct fly_frame_dec *d);
 /* Feed bytes.  Consumes up to @p len bytes and stops after one complete
- * frame: then *frame/*frame_len are set (caller owns *frame; free()) and
+ * frame: then *frame and *frame_len are set (caller owns *frame; free()) and
  * the return value is the number of bytes consumed.  Call again with the
  * rest.  @return bytes consumed (>= 0) or FLY_E_TOOBIG / -ENOMEM (the
  * stream is then unusable: close it). */

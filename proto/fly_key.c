@@ -1,0 +1,455 @@
+/*
+ * fly_key.c -- shape keys: problem <-> canonical key string, validation,
+ * bucketing and the key hash.
+ *
+ * Owns: the read-only tables of op, dtype, layout and flag names and of
+ * which dtypes and flags each op allows.  Thread: any; no mutable state.
+ * Invariant: for every problem p with fly_problem_validate(p) == 0,
+ * fly_key_parse(fly_key_format(p)) == p, and fly_key_parse accepts no
+ * other spelling of p (the key is the identity of a tuning result).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fly_key.h"
+
+#define DT(x) (1u << FLY_DT_##x)
+
+struct op_info {
+	const char *name;
+	int ndims;
+	const char *const *dims;
+	int has_layout;
+	uint32_t dtypes; /* bit (1 << dtype) per allowed dtype */
+	uint32_t flags;  /* allowed FLY_F_* */
+	int bucket_dim;  /* default bucketed dim */
+};
+
+static const char *const dims_mnk[] = { "m", "n", "k", NULL };
+static const char *const dims_gmnk[] = { "g", "m", "n", "k", NULL };
+static const char *const dims_mn[] = { "m", "n", NULL };
+static const char *const dims_attn[] = { "b", "sq", "skv", "hq", "hkv", "d",
+					 NULL };
+static const char *const dims_mqa[] = { "sq", "skv", "h", "d", NULL };
+
+static const struct op_info ops[FLY_OP_COUNT] = {
+	[FLY_OP_GEMM] = { "gemm", 3, dims_mnk, 1, DT(FP32) | DT(FP16) | DT(BF16),
+			  FLY_F_BIAS | FLY_F_SCALE, 0 },
+	[FLY_OP_GROUPED_GEMM] = { "grouped_gemm", 4, dims_gmnk, 1,
+				  DT(FP32) | DT(FP16) | DT(BF16), 0, 1 },
+	[FLY_OP_SCALED_GEMM] = { "scaled_gemm", 3, dims_mnk, 1,
+				 DT(FP8_E4M3) | DT(FP8_E5M2) | DT(MXFP8) |
+					 DT(MXFP4),
+				 0, 0 },
+	[FLY_OP_RMSNORM] = { "rmsnorm", 2, dims_mn, 0,
+			     DT(FP32) | DT(FP16) | DT(BF16), FLY_F_RESIDUAL, 0 },
+	[FLY_OP_TOPK] = { "topk", 3, dims_mnk, 0, DT(FP32) | DT(FP16) | DT(BF16),
+			  FLY_F_DETERMINISTIC, 0 },
+	[FLY_OP_ATTENTION] = { "attention", 6, dims_attn, 0,
+			       DT(FP16) | DT(BF16), FLY_F_CAUSAL, 1 },
+	[FLY_OP_MQA_LOGITS] = { "mqa_logits", 4, dims_mqa, 0, DT(FP8_E4M3), 0,
+				0 },
+};
+
+static const char *const dtype_names[FLY_DT_COUNT] = {
+	[FLY_DT_FP32] = "fp32",	    [FLY_DT_FP16] = "fp16",
+	[FLY_DT_BF16] = "bf16",	    [FLY_DT_FP8_E4M3] = "fp8_e4m3",
+	[FLY_DT_FP8_E5M2] = "fp8_e5m2", [FLY_DT_MXFP8] = "mxfp8",
+	[FLY_DT_MXFP4] = "mxfp4",
+};
+
+static const char *const layout_names[FLY_LAYOUT_COUNT] = {
+	[FLY_LAYOUT_NT] = "NT",
+	[FLY_LAYOUT_NN] = "NN",
+	[FLY_LAYOUT_TN] = "TN",
+	[FLY_LAYOUT_TT] = "TT",
+};
+
+/* Flag names by bit position (bit 0 = FLY_F_BIAS). */
+static const char *const flag_names[] = { "bias", "scale", "residual", "det",
+					  "causal" };
+#define NFLAGS ((int)(sizeof(flag_names) / sizeof(flag_names[0])))
+
+static const struct op_info *op_get(uint32_t op)
+{
+	if (op == FLY_OP_NONE || op >= FLY_OP_COUNT)
+		return NULL;
+	return &ops[op];
+}
+
+const char *fly_op_name(uint32_t op)
+{
+	const struct op_info *oi = op_get(op);
+
+	return oi ? oi->name : NULL;
+}
+
+const char *fly_dtype_name(uint32_t dtype)
+{
+	return dtype < FLY_DT_COUNT ? dtype_names[dtype] : NULL;
+}
+
+const char *fly_layout_name(uint32_t layout)
+{
+	return layout < FLY_LAYOUT_COUNT ? layout_names[layout] : NULL;
+}
+
+/* Index of @p s (len bytes) in a table of names, or 0 when absent. */
+static uint32_t name_find(const char *const *tab, uint32_t n, const char *s,
+			  size_t len)
+{
+	for (uint32_t i = 1; i < n; i++) {
+		if (tab[i] && strlen(tab[i]) == len && !memcmp(tab[i], s, len))
+			return i;
+	}
+	return 0;
+}
+
+uint32_t fly_op_parse(const char *s, size_t len)
+{
+	for (uint32_t i = 1; i < FLY_OP_COUNT; i++) {
+		if (strlen(ops[i].name) == len && !memcmp(ops[i].name, s, len))
+			return i;
+	}
+	return FLY_OP_NONE;
+}
+
+uint32_t fly_dtype_parse(const char *s, size_t len)
+{
+	return name_find(dtype_names, FLY_DT_COUNT, s, len);
+}
+
+uint32_t fly_layout_parse(const char *s, size_t len)
+{
+	return name_find(layout_names, FLY_LAYOUT_COUNT, s, len);
+}
+
+int fly_op_ndims(uint32_t op)
+{
+	const struct op_info *oi = op_get(op);
+
+	return oi ? oi->ndims : 0;
+}
+
+const char *const *fly_op_dim_names(uint32_t op)
+{
+	const struct op_info *oi = op_get(op);
+
+	return oi ? oi->dims : NULL;
+}
+
+int fly_op_has_layout(uint32_t op)
+{
+	const struct op_info *oi = op_get(op);
+
+	return oi ? oi->has_layout : 0;
+}
+
+int fly_problem_validate(const struct fly_problem *p)
+{
+	const struct op_info *oi;
+	int64_t prod = 1;
+
+	if (p == NULL)
+		return -EINVAL;
+	oi = op_get(p->op);
+	if (oi == NULL)
+		return FLY_E_BADOP;
+	if (p->dtype >= FLY_DT_COUNT || !(oi->dtypes & (1u << p->dtype)))
+		return FLY_E_BADDTYPE;
+	for (int i = 0; i < FLY_DIMS_MAX; i++) {
+		if (i < oi->ndims ? p->dims[i] <= 0 : p->dims[i] != 0)
+			return FLY_E_BADDIM;
+	}
+	for (int i = 0; i < oi->ndims; i++) {
+		if (__builtin_mul_overflow(prod, p->dims[i], &prod))
+			return FLY_E_OVERFLOW;
+	}
+	if (oi->has_layout ? (p->layout == FLY_LAYOUT_NONE ||
+			      p->layout >= FLY_LAYOUT_COUNT)
+			   : p->layout != FLY_LAYOUT_NONE)
+		return FLY_E_INVALID;
+	if (p->flags & ~oi->flags)
+		return FLY_E_INVALID;
+	return 0;
+}
+
+int fly_key_format(const struct fly_problem *p, char *buf, size_t cap)
+{
+	const struct op_info *oi;
+	char tmp[FLY_KEY_MAX * 2];
+	size_t n = 0, lim;
+	int rc;
+
+	rc = fly_problem_validate(p);
+	if (rc < 0)
+		return rc;
+	oi = &ops[p->op];
+	n += (size_t)snprintf(tmp + n, sizeof(tmp) - n, "%s/%s/", oi->name,
+			      dtype_names[p->dtype]);
+	if (oi->has_layout)
+		n += (size_t)snprintf(tmp + n, sizeof(tmp) - n, "%s/",
+				      layout_names[p->layout]);
+	for (int i = 0; i < oi->ndims; i++)
+		n += (size_t)snprintf(tmp + n, sizeof(tmp) - n, "%s%s=%lld",
+				      i ? "," : "", oi->dims[i],
+				      (long long)p->dims[i]);
+	for (int b = 0, first = 1; b < NFLAGS; b++) {
+		if (!(p->flags & (1u << b)))
+			continue;
+		n += (size_t)snprintf(tmp + n, sizeof(tmp) - n, "%c%s",
+				      first ? '/' : '+', flag_names[b]);
+		first = 0;
+	}
+	lim = cap < FLY_KEY_MAX ? cap : FLY_KEY_MAX;
+	if (buf == NULL || n + 1 > lim)
+		return FLY_E_KEYLEN;
+	memcpy(buf, tmp, n + 1);
+	return (int)n;
+}
+
+/* A cursor over the key text. */
+struct cur {
+	const char *s;
+	size_t len;
+	size_t pos;
+};
+
+/* Take the bytes up to the next '/' (or the end) as one segment. */
+static int seg_next(struct cur *c, const char **seg, size_t *seglen)
+{
+	size_t start = c->pos;
+
+	if (c->pos > c->len)
+		return 0;
+	while (c->pos < c->len && c->s[c->pos] != '/')
+		c->pos++;
+	*seg = c->s + start;
+	*seglen = c->pos - start;
+	c->pos++; /* skip the '/' (or step past the end) */
+	return 1;
+}
+
+/* Parse a canonical decimal: [-]digits, no leading zero, no '+'.
+ * @return 0, FLY_E_BADKEY, FLY_E_OVERFLOW. */
+static int parse_int(const char *s, size_t len, int64_t *out)
+{
+	int neg = 0;
+	int64_t v = 0;
+	size_t i = 0;
+
+	if (len > 0 && s[0] == '-') {
+		neg = 1;
+		i = 1;
+	}
+	if (i == len || (s[i] == '0' && (len - i > 1 || neg)))
+		return FLY_E_BADKEY;
+	for (; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return FLY_E_BADKEY;
+		if (__builtin_mul_overflow(v, 10, &v) ||
+		    __builtin_add_overflow(v, s[i] - '0', &v))
+			return FLY_E_OVERFLOW;
+	}
+	*out = neg ? -v : v;
+	return 0;
+}
+
+/* Whether @p s names any dim of any op (to tell BADDIM from BADKEY). */
+static int is_dim_name(const char *s, size_t len)
+{
+	for (uint32_t op = 1; op < FLY_OP_COUNT; op++) {
+		for (int i = 0; i < ops[op].ndims; i++) {
+			if (strlen(ops[op].dims[i]) == len &&
+			    !memcmp(ops[op].dims[i], s, len))
+				return 1;
+		}
+	}
+	return 0;
+}
+
+/* Parse the dims segment "name=int,..." in the op's order. */
+static int parse_dims(const struct op_info *oi, const char *s, size_t len,
+		      struct fly_problem *p)
+{
+	size_t pos = 0;
+	int i = 0, rc;
+
+	if (len == 0)
+		return FLY_E_BADKEY;
+	while (pos <= len) {
+		size_t start = pos, eq;
+
+		while (pos < len && s[pos] != ',')
+			pos++;
+		for (eq = start; eq < pos && s[eq] != '='; eq++)
+			;
+		if (eq == pos || eq == start)
+			return FLY_E_BADKEY;
+		if (i >= oi->ndims || strlen(oi->dims[i]) != eq - start ||
+		    memcmp(oi->dims[i], s + start, eq - start))
+			return is_dim_name(s + start, eq - start) ? FLY_E_BADDIM
+								  : FLY_E_BADKEY;
+		rc = parse_int(s + eq + 1, pos - eq - 1, &p->dims[i]);
+		if (rc < 0)
+			return rc;
+		if (p->dims[i] <= 0)
+			return FLY_E_BADDIM;
+		i++;
+		pos++; /* skip ',' */
+	}
+	return i == oi->ndims ? 0 : FLY_E_BADDIM;
+}
+
+/* Parse "flag+flag" (sorted by bit, no repeats). */
+static int parse_flags(const char *s, size_t len, uint32_t *out)
+{
+	size_t pos = 0;
+	int last = -1;
+
+	*out = 0;
+	while (pos <= len) {
+		size_t start = pos;
+		int b;
+
+		while (pos < len && s[pos] != '+')
+			pos++;
+		for (b = 0; b < NFLAGS; b++) {
+			if (strlen(flag_names[b]) == pos - start &&
+			    !memcmp(flag_names[b], s + start, pos - start))
+				break;
+		}
+		if (b == NFLAGS || b <= last)
+			return FLY_E_BADKEY;
+		*out |= 1u << b;
+		last = b;
+		pos++;
+	}
+	return 0;
+}
+
+int fly_key_parse(const char *s, size_t len, struct fly_problem *out)
+{
+	struct fly_problem p;
+	struct cur c = { s, len, 0 };
+	const struct op_info *oi;
+	const char *seg;
+	size_t n;
+	char canon[FLY_KEY_MAX];
+	int rc;
+
+	if (s == NULL || out == NULL)
+		return -EINVAL;
+	if (len > FLY_KEY_MAX - 1)
+		return FLY_E_KEYLEN;
+	if (len == 0 || memchr(s, '\0', len))
+		return FLY_E_BADKEY;
+	memset(&p, 0, sizeof(p));
+	seg_next(&c, &seg, &n);
+	p.op = fly_op_parse(seg, n);
+	if ((oi = op_get(p.op)) == NULL)
+		return n ? FLY_E_BADOP : FLY_E_BADKEY;
+	if (!seg_next(&c, &seg, &n))
+		return FLY_E_BADKEY;
+	p.dtype = fly_dtype_parse(seg, n);
+	if (p.dtype == FLY_DT_NONE || !(oi->dtypes & (1u << p.dtype)))
+		return n ? FLY_E_BADDTYPE : FLY_E_BADKEY;
+	if (oi->has_layout) {
+		if (!seg_next(&c, &seg, &n))
+			return FLY_E_BADKEY;
+		p.layout = fly_layout_parse(seg, n);
+		if (p.layout == FLY_LAYOUT_NONE)
+			return FLY_E_BADKEY;
+	}
+	if (!seg_next(&c, &seg, &n))
+		return FLY_E_BADDIM;
+	rc = parse_dims(oi, seg, n, &p);
+	if (rc < 0)
+		return rc;
+	if (seg_next(&c, &seg, &n)) {
+		rc = parse_flags(seg, n, &p.flags);
+		if (rc < 0)
+			return rc;
+	}
+	if (c.pos <= c.len)
+		return FLY_E_BADKEY; /* a further segment */
+	rc = fly_problem_validate(&p);
+	if (rc < 0)
+		return rc;
+	/* Belt and braces: only the canonical spelling is a key. */
+	rc = fly_key_format(&p, canon, sizeof(canon));
+	if (rc < 0)
+		return rc;
+	if ((size_t)rc != len || memcmp(canon, s, len))
+		return FLY_E_BADKEY;
+	*out = p;
+	return 0;
+}
+
+void fly_bucket_policy_default(uint32_t op, struct fly_bucket_policy *out)
+{
+	const struct op_info *oi = op_get(op);
+
+	out->dim = oi ? oi->bucket_dim : -1;
+	out->pow2_max = 1024;
+	out->step = 1024;
+}
+
+/* Round @p v up per the policy; returns @p v unchanged on overflow. */
+static int64_t bucket_value(int64_t v, const struct fly_bucket_policy *pol)
+{
+	int64_t r;
+
+	if (v <= 0)
+		return v;
+	if (v <= pol->pow2_max) {
+		r = 1;
+		while (r < v) {
+			if (r > INT64_MAX / 2)
+				return v;
+			r *= 2;
+		}
+		return r;
+	}
+	if (pol->step <= 1)
+		return v;
+	if (v % pol->step == 0)
+		return v;
+	if (__builtin_add_overflow(v / pol->step, 1, &r) ||
+	    __builtin_mul_overflow(r, pol->step, &r))
+		return v;
+	return r;
+}
+
+void fly_problem_bucket(struct fly_problem *p,
+			const struct fly_bucket_policy *pol)
+{
+	const struct op_info *oi;
+	int64_t old, prod = 1;
+
+	if (p == NULL || pol == NULL)
+		return;
+	oi = op_get(p->op);
+	if (oi == NULL || pol->dim < 0 || pol->dim >= oi->ndims)
+		return;
+	old = p->dims[pol->dim];
+	p->dims[pol->dim] = bucket_value(old, pol);
+	for (int i = 0; i < oi->ndims; i++) {
+		if (__builtin_mul_overflow(prod, p->dims[i], &prod)) {
+			p->dims[pol->dim] = old;
+			return;
+		}
+	}
+}
+
+uint64_t fly_key_hash(const char *s, size_t len)
+{
+	uint64_t h = 14695981039346656037ull;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= (unsigned char)s[i];
+		h *= 1099511628211ull;
+	}
+	return h;
+}
