@@ -1,0 +1,69 @@
+/*
+ * cache.h -- libflyclient's process cache: key -> decision, lock-free on a
+ * hit.
+ *
+ * Owns: the slot array and every entry ever published (entries are
+ * immutable once published, except their two atomic stamps; a replaced
+ * entry is retired, not freed, until fly__cache_fini, so a reader that
+ * loaded the old pointer never touches freed memory).
+ * Thread: any number of readers concurrently with writers; readers take
+ * no lock and make no syscall; writers serialize on an internal mutex.
+ * Invariant: a slot's pointer, once non-NULL, only ever changes to an
+ * entry with the same key (keys are never removed), so a probe sequence
+ * is stable.
+ */
+#ifndef FLY_CLIENT_CACHE_H
+#define FLY_CLIENT_CACHE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fly_abi.h"
+
+#define FLY_CACHE_SLOTS 4096 /* power of two */
+#define FLY_CACHE_PROBE 32   /* longest probe, readers and writers */
+
+/* One published answer.  Immutable after publication except the stamps. */
+struct fly_cache_entry {
+	uint64_t hash;                /* fly_key_hash of key */
+	uint32_t keylen;              /* bytes of key, no NUL */
+	char key[FLY_KEY_MAX];        /* NUL-terminated canonical key */
+	struct fly_decision dec;      /* the answer */
+	_Atomic uint64_t generation;  /* shm generation it was valid at */
+	_Atomic uint64_t checked_ns;  /* last socket check (monotonic ns) */
+	struct fly_cache_entry *next_retired; /* writer-only list link */
+};
+
+struct fly_cache {
+	_Atomic(struct fly_cache_entry *) slots[FLY_CACHE_SLOTS];
+	pthread_mutex_t mu;                   /* serializes writers */
+	struct fly_cache_entry *retired;      /* replaced entries (mu) */
+	_Atomic uint32_t count;               /* occupied slots */
+};
+
+/* Initialise an empty cache in caller storage.  @return 0 or -errno. */
+int fly__cache_init(struct fly_cache *c);
+/* Free every entry; no reader may be running. */
+void fly__cache_fini(struct fly_cache *c);
+
+/* Find the entry of a key.  Lock-free, no syscall.
+ * @return borrowed; valid until fly__cache_fini; NULL on a miss. */
+const struct fly_cache_entry *fly__cache_lookup(const struct fly_cache *c,
+						const char *key, size_t len,
+						uint64_t hash);
+
+/* Insert or replace the answer for a key, stamped with @p generation and
+ * @p checked_ns.  When the stored decision is identical, only the stamps
+ * are updated (no allocation).  @return 0, -ENOMEM, -ENOSPC (probe window
+ * full: the key is simply not cached), FLY_E_KEYLEN. */
+int fly__cache_put(struct fly_cache *c, const char *key, size_t len,
+		   uint64_t hash, const struct fly_decision *d,
+		   uint64_t generation, uint64_t checked_ns);
+
+/* Update the stamps of an existing entry (no allocation, no lock). */
+void fly__cache_touch(const struct fly_cache_entry *e, uint64_t generation,
+		      uint64_t checked_ns);
+
+#endif /* FLY_CLIENT_CACHE_H */
