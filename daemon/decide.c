@@ -1,0 +1,364 @@
+/*
+ * decide.c -- tuned-results map, neighbour search, defaults (decide.h).
+ *
+ * Owns: the entries, a chained hash by key and, per class (op, dtype,
+ * layout, flags), a list of the class's entries so a neighbour search
+ * scans only comparable problems.  Thread: loop thread only.
+ * Invariant: every entry is in the key hash and in exactly one class
+ * list; a class record lives while its list is non-empty.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decide.h"
+#include "flyk.h"
+
+struct rclass;
+
+struct rentry {
+	char key[FLY_KEY_MAX];
+	struct fly_problem p;
+	struct fly_decision d;
+	struct rentry *hnext;     /* key hash chain */
+	struct rentry *cprev;     /* class list */
+	struct rentry *cnext;
+	struct rclass *cls;
+};
+
+struct rclass {
+	uint32_t op, dtype, layout, flags;
+	struct rentry *head;
+	struct rclass *hnext;     /* class hash chain */
+};
+
+struct flyd_rmap {
+	size_t count;
+	size_t nbuckets;          /* key buckets, power of two */
+	struct rentry **buckets;
+	size_t ncbuckets;         /* class buckets, fixed */
+	struct rclass **cbuckets;
+};
+
+#define RMAP_CBUCKETS 256
+
+static uint64_t str_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (; *s != '\0'; s++) {
+		h ^= (unsigned char)*s;
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+static size_t class_hash(const struct fly_problem *p)
+{
+	uint64_t h = p->op * 0x9e3779b97f4a7c15ull;
+
+	h ^= (p->dtype + 0x51ull) * 0xc2b2ae3d27d4eb4full;
+	h ^= (p->layout + 0x13ull) * 0x165667b19e3779f9ull;
+	h ^= (p->flags + 0x77ull) * 0x27d4eb2f165667c5ull;
+	return (size_t)(h ^ (h >> 29)) & (RMAP_CBUCKETS - 1);
+}
+
+static int same_class(const struct rclass *c, const struct fly_problem *p)
+{
+	return c->op == p->op && c->dtype == p->dtype &&
+	       c->layout == p->layout && c->flags == p->flags;
+}
+
+int flyd_rmap_new(struct flyd_rmap **out)
+{
+	struct flyd_rmap *m;
+
+	*out = NULL;
+	m = calloc(1, sizeof(*m));
+	if (m == NULL)
+		return -ENOMEM;
+	m->nbuckets = 1024;
+	m->ncbuckets = RMAP_CBUCKETS;
+	m->buckets = calloc(m->nbuckets, sizeof(*m->buckets));
+	m->cbuckets = calloc(m->ncbuckets, sizeof(*m->cbuckets));
+	if (m->buckets == NULL || m->cbuckets == NULL) {
+		free(m->buckets);
+		free(m->cbuckets);
+		free(m);
+		return -ENOMEM;
+	}
+	*out = m;
+	return 0;
+}
+
+void flyd_rmap_free(struct flyd_rmap *m)
+{
+	if (m == NULL)
+		return;
+	flyd_rmap_clear(m);
+	free(m->buckets);
+	free(m->cbuckets);
+	free(m);
+}
+
+void flyd_rmap_clear(struct flyd_rmap *m)
+{
+	for (size_t i = 0; i < m->nbuckets; i++) {
+		struct rentry *e = m->buckets[i];
+
+		while (e != NULL) {
+			struct rentry *n = e->hnext;
+
+			free(e);
+			e = n;
+		}
+		m->buckets[i] = NULL;
+	}
+	for (size_t i = 0; i < m->ncbuckets; i++) {
+		struct rclass *c = m->cbuckets[i];
+
+		while (c != NULL) {
+			struct rclass *n = c->hnext;
+
+			free(c);
+			c = n;
+		}
+		m->cbuckets[i] = NULL;
+	}
+	m->count = 0;
+}
+
+size_t flyd_rmap_count(const struct flyd_rmap *m)
+{
+	return m->count;
+}
+
+static struct rentry *find(const struct flyd_rmap *m, const char *key)
+{
+	struct rentry *e = m->buckets[str_hash(key) & (m->nbuckets - 1)];
+
+	for (; e != NULL; e = e->hnext)
+		if (strcmp(e->key, key) == 0)
+			return e;
+	return NULL;
+}
+
+const struct fly_decision *flyd_rmap_get(const struct flyd_rmap *m,
+					 const char *key)
+{
+	struct rentry *e = find(m, key);
+
+	return e != NULL ? &e->d : NULL;
+}
+
+static void grow(struct flyd_rmap *m)
+{
+	size_t nb = m->nbuckets * 2;
+	struct rentry **b = calloc(nb, sizeof(*b));
+
+	if (b == NULL)
+		return; /* keep the old array: only slower */
+	for (size_t i = 0; i < m->nbuckets; i++) {
+		struct rentry *e = m->buckets[i];
+
+		while (e != NULL) {
+			struct rentry *n = e->hnext;
+			size_t h = str_hash(e->key) & (nb - 1);
+
+			e->hnext = b[h];
+			b[h] = e;
+			e = n;
+		}
+	}
+	free(m->buckets);
+	m->buckets = b;
+	m->nbuckets = nb;
+}
+
+/* The class record of @p p, created when @p create. */
+static struct rclass *class_get(struct flyd_rmap *m,
+				const struct fly_problem *p, int create)
+{
+	struct rclass **b = &m->cbuckets[class_hash(p)];
+	struct rclass *c;
+
+	for (c = *b; c != NULL; c = c->hnext)
+		if (same_class(c, p))
+			return c;
+	if (!create)
+		return NULL;
+	c = calloc(1, sizeof(*c));
+	if (c == NULL)
+		return NULL;
+	c->op = p->op;
+	c->dtype = p->dtype;
+	c->layout = p->layout;
+	c->flags = p->flags;
+	c->hnext = *b;
+	*b = c;
+	return c;
+}
+
+static void class_unlink(struct flyd_rmap *m, struct rentry *e)
+{
+	struct rclass *c = e->cls;
+
+	if (e->cprev != NULL)
+		e->cprev->cnext = e->cnext;
+	else
+		c->head = e->cnext;
+	if (e->cnext != NULL)
+		e->cnext->cprev = e->cprev;
+	if (c->head == NULL) {
+		struct rclass **pp = &m->cbuckets[class_hash(&e->p)];
+
+		while (*pp != c)
+			pp = &(*pp)->hnext;
+		*pp = c->hnext;
+		free(c);
+	}
+	e->cls = NULL;
+}
+
+static void class_link(struct rclass *c, struct rentry *e)
+{
+	e->cls = c;
+	e->cprev = NULL;
+	e->cnext = c->head;
+	if (c->head != NULL)
+		c->head->cprev = e;
+	c->head = e;
+}
+
+int flyd_rmap_put(struct flyd_rmap *m, const char *key,
+		  const struct fly_problem *p, const struct fly_decision *d)
+{
+	size_t len = strlen(key);
+	struct rentry *e;
+	struct rclass *c;
+	size_t h;
+
+	if (len >= FLY_KEY_MAX)
+		return FLY_E_KEYLEN;
+	e = find(m, key);
+	if (e != NULL) {
+		class_unlink(m, e);
+		e->p = *p;
+		e->d = *d;
+		c = class_get(m, p, 1);
+		if (c == NULL)
+			abort(); /* a few bytes; the daemon's OOM policy */
+		class_link(c, e);
+		return 1;
+	}
+	e = calloc(1, sizeof(*e));
+	if (e == NULL)
+		return -ENOMEM;
+	c = class_get(m, p, 1);
+	if (c == NULL) {
+		free(e);
+		return -ENOMEM;
+	}
+	memcpy(e->key, key, len + 1);
+	e->p = *p;
+	e->d = *d;
+	class_link(c, e);
+	if (m->count >= m->nbuckets)
+		grow(m);
+	h = str_hash(key) & (m->nbuckets - 1);
+	e->hnext = m->buckets[h];
+	m->buckets[h] = e;
+	m->count++;
+	return 0;
+}
+
+int flyd_rmap_del(struct flyd_rmap *m, const char *key)
+{
+	struct rentry **pp = &m->buckets[str_hash(key) & (m->nbuckets - 1)];
+
+	for (; *pp != NULL; pp = &(*pp)->hnext) {
+		struct rentry *e = *pp;
+
+		if (strcmp(e->key, key) != 0)
+			continue;
+		*pp = e->hnext;
+		class_unlink(m, e);
+		free(e);
+		m->count--;
+		return 0;
+	}
+	return FLY_E_NOTFOUND;
+}
+
+double flyd_problem_distance(const struct fly_problem *a,
+			     const struct fly_problem *b)
+{
+	double dist = 0.0;
+
+	for (int i = 0; i < FLY_DIMS_MAX; i++) {
+		int64_t x = a->dims[i], y = b->dims[i];
+
+		if (x == 0 && y == 0)
+			continue;
+		if (x <= 0 || y <= 0)
+			return -1.0;
+		dist += fabs(log2((double)x) - log2((double)y));
+	}
+	return dist;
+}
+
+int flyd_rmap_nearest(const struct flyd_rmap *m, const char *key,
+		      const struct fly_problem *p, struct fly_decision *out,
+		      char *nkey)
+{
+	struct rclass *c = class_get((struct flyd_rmap *)m, p, 0);
+	const struct rentry *best = NULL;
+	double best_d = 0.0;
+
+	if (c == NULL)
+		return FLY_E_NOTFOUND;
+	for (const struct rentry *e = c->head; e != NULL; e = e->cnext) {
+		double dist;
+
+		if (key != NULL && strcmp(e->key, key) == 0)
+			continue;
+		dist = flyd_problem_distance(p, &e->p);
+		if (dist < 0)
+			continue;
+		/* Exact comparison is fine: distances are sums of the same
+		 * log2 terms computed the same way on one machine. */
+		if (best == NULL || dist < best_d ||
+		    (dist == best_d && strcmp(e->key, best->key) < 0)) {
+			best = e;
+			best_d = dist;
+		}
+	}
+	if (best == NULL)
+		return FLY_E_NOTFOUND;
+	*out = best->d;
+	out->provisional = 1;
+	if (nkey != NULL)
+		memcpy(nkey, best->key, strlen(best->key) + 1);
+	return 0;
+}
+
+int flyd_decide_default(const struct flyk_backend *b,
+			const struct fly_problem *p, struct fly_decision *out)
+{
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (b == NULL)
+		return 0;
+	rc = flyk_default(b, NULL, p, out);
+	if (rc < 0) {
+		memset(out, 0, sizeof(*out));
+		return -EOPNOTSUPP;
+	}
+	out->status = FLY_STATUS_DEFAULT;
+	out->provisional = 0;
+	out->median_us = 0.0;
+	return 0;
+}
