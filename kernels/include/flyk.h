@@ -9,7 +9,7 @@
  *
  * Backends:
  *   cpu   always built, linked statically (flyk_cpu_backend()).
- *   cuda  libflykernels_cuda.so, the kernels/gpu/*.hip sources built with
+ *   cuda  libflykernels_cuda.so, the .hip sources of kernels/gpu/ built with
  *         nvcc through hip_on_cuda.h; exports flyk_gpu_backend().
  *   hip   libflykernels_hip.so, the same sources built with hipcc;
  *         exports flyk_gpu_backend().
