@@ -72,6 +72,14 @@ void fly__shm_clear(struct fly_shm_writer *w);
 /* Bump and return the generation (release store). */
 uint64_t fly__shm_bump(struct fly_shm_writer *w);
 
+/* 1 when F_SEAL_FUTURE_WRITE was applied; 0 when the kernel refused it
+ * (before Linux 5.1) and only SHRINK|GROW seal the table. */
+int fly__shm_writer_sealed_future_write(const struct fly_shm_writer *w);
+/* For tests only: the writer's writable mapping (to forge hostile
+ * tables), and the header checksum of a header at @p hdr. */
+void *fly__shm_writer_mem(struct fly_shm_writer *w);
+uint32_t fly__shm_header_sum(const void *hdr);
+
 /* ---- reader (client) ---- */
 struct fly_shm_reader;
 
