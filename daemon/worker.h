@@ -54,6 +54,10 @@ struct flyd_tune_result {
 	size_t ntrials;
 	struct flyd_trial *trials;   /* borrowed; valid during the callback */
 	uint32_t ncandidates;
+	/* Added by the worker module (additive): */
+	uint32_t ninfeasible;        /* points skipped: feasible() != 0 */
+	uint32_t nexcluded;          /* points skipped: in job->exclude */
+	int budget_hit;              /* 1: budget_s ran out, reps were cut */
 };
 
 struct flyd_worker;

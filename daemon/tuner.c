@@ -1,0 +1,540 @@
+/*
+ * tuner.c -- the tuning method (see tuner.h for the steps and their
+ * thresholds): candidates in stable order, numerics on poisoned outputs,
+ * early rejection, successive halving, budget, near-tie-stable decision.
+ *
+ * Owns: the per-call candidate table (freed before return) and the
+ * result's trial array (the caller's after return).  Thread: caller's.
+ * Invariant: every candidate gets exactly one trial, emitted through
+ * on_trial and appended to the result in the same order.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tuner.h"
+
+#define REJECT1_REPS 3
+#define REJECT1_X 1.5
+#define REJECT2_REPS 10
+#define REJECT2_X 1.15
+#define NOISE_FRACTION 0.25 /* MAD must be this small against the gap */
+
+struct cand {
+	const struct flyk_variant *v;
+	uint32_t nparams;
+	int64_t params[FLY_PARAMS_MAX];
+	double *samples;    /* max_reps timings, us */
+	uint32_t n;         /* samples taken */
+	int alive;          /* still being timed */
+	double med;
+	double mad;
+};
+
+struct tstate {
+	const struct flyk_backend *b;
+	struct flyk_device *dev;
+	struct flyk_case *c;
+	const struct flyd_tune_job *j;
+	struct flyd_tuner_opts o;
+	struct flyd_tune_result *r;
+	struct cand *cands;
+	uint32_t ncands;
+	double t0;
+};
+
+static double clock_now(void *ctx)
+{
+	struct timespec ts;
+
+	(void)ctx;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void flyd_tuner_opts_init(struct flyd_tuner_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->warmup = 1;
+	o->max_reps = 30;
+	o->step = 5;
+}
+
+uint64_t flyd_tuner_seed(const char *key)
+{
+	uint64_t h = 14695981039346656037ull;
+
+	for (const unsigned char *s = (const unsigned char *)key; *s; s++) {
+		h ^= *s;
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+int flyd_trial_same(const struct flyd_trial *t, const char *variant,
+		    const int64_t *params, uint32_t nparams)
+{
+	if (strncmp(t->variant, variant, FLY_VARIANT_MAX) != 0 ||
+	    t->nparams != nparams)
+		return 0;
+	for (uint32_t i = 0; i < nparams; i++)
+		if (t->params[i] != params[i])
+			return 0;
+	return 1;
+}
+
+void flyd_tune_result_fini(struct flyd_tune_result *r)
+{
+	if (r == NULL)
+		return;
+	free(r->trials);
+	r->trials = NULL;
+	r->ntrials = 0;
+}
+
+/* ---------------------------------------------------------- candidates */
+
+/* Same test as flyk_variant_supports(): the op, the dtype bit and every
+ * flag of the problem; kept local so the method has no link dependency
+ * beyond the backend table it is given. */
+static int variant_fits(const struct flyk_variant *v,
+			const struct fly_problem *p)
+{
+	if (v->op != p->op || p->dtype >= 32)
+		return 0;
+	if ((v->dtypes & (1u << p->dtype)) == 0)
+		return 0;
+	return (p->flags & ~v->flags) == 0;
+}
+
+static int is_excluded(const struct flyd_tune_job *j, const char *variant,
+		       const int64_t *params, uint32_t nparams)
+{
+	uint32_t n = j->nexclude < FLYD_EXCLUDE_MAX ? j->nexclude
+						   : FLYD_EXCLUDE_MAX;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (flyd_trial_same(&j->exclude[i], variant, params, nparams))
+			return 1;
+	return 0;
+}
+
+/* Append one point unless excluded or infeasible (those are counted). */
+static void cand_add(struct tstate *st, const struct flyk_variant *v,
+		     const int64_t *params)
+{
+	struct cand *c;
+
+	if (is_excluded(st->j, v->name, params, v->nparams)) {
+		st->r->nexcluded++;
+		return;
+	}
+	if (v->feasible != NULL &&
+	    v->feasible(st->dev, &st->j->problem, params) != 0) {
+		st->r->ninfeasible++;
+		return;
+	}
+	if (st->ncands >= FLYD_TUNER_MAX_CANDS)
+		return;
+	c = &st->cands[st->ncands++];
+	c->v = v;
+	c->nparams = v->nparams;
+	memcpy(c->params, params, sizeof(c->params[0]) * v->nparams);
+	c->alive = 1;
+}
+
+/* The cartesian product of a variant's params, first param most
+ * significant, each in declared value order (an odometer). */
+static void cands_product(struct tstate *st, const struct flyk_variant *v)
+{
+	uint32_t idx[FLY_PARAMS_MAX] = { 0 };
+	int64_t pt[FLY_PARAMS_MAX] = { 0 };
+	uint32_t np = v->nparams > FLY_PARAMS_MAX ? FLY_PARAMS_MAX
+						  : v->nparams;
+	int i;
+
+	for (uint32_t k = 0; k < np; k++)
+		if (v->params[k].nvals == 0)
+			return;
+	for (;;) {
+		for (uint32_t k = 0; k < np; k++)
+			pt[k] = v->params[k].vals[idx[k]];
+		cand_add(st, v, pt);
+		for (i = (int)np - 1; i >= 0; i--) {
+			if (++idx[i] < v->params[i].nvals)
+				break;
+			idx[i] = 0;
+		}
+		if (i < 0)
+			return;
+	}
+}
+
+static int cands_explicit(struct tstate *st, const struct flyk_variant *v)
+{
+	int64_t (*pts)[FLY_PARAMS_MAX];
+	int n;
+
+	pts = calloc(FLYD_TUNER_MAX_CANDS, sizeof(*pts));
+	if (pts == NULL)
+		return -ENOMEM;
+	n = v->enumerate(st->dev, &st->j->problem, pts, FLYD_TUNER_MAX_CANDS);
+	for (int i = 0; i < n && i < FLYD_TUNER_MAX_CANDS; i++)
+		cand_add(st, v, pts[i]);
+	free(pts);
+	return 0;
+}
+
+static int cands_build(struct tstate *st)
+{
+	const struct fly_problem *p = &st->j->problem;
+	size_t nfit = 0;
+	int rc;
+
+	st->cands = calloc(FLYD_TUNER_MAX_CANDS, sizeof(*st->cands));
+	if (st->cands == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < st->b->nvariants; i++)
+		nfit += variant_fits(&st->b->variants[i], p);
+	for (size_t i = 0; i < st->b->nvariants; i++) {
+		const struct flyk_variant *v = &st->b->variants[i];
+
+		if (!variant_fits(v, p) || (v->is_reference && nfit > 1))
+			continue;
+		if (v->enumerate != NULL) {
+			rc = cands_explicit(st, v);
+			if (rc < 0)
+				return rc;
+		} else {
+			cands_product(st, v);
+		}
+	}
+	for (uint32_t i = 0; i < st->ncands; i++) {
+		st->cands[i].samples =
+			calloc((size_t)st->o.max_reps, sizeof(double));
+		if (st->cands[i].samples == NULL)
+			return -ENOMEM;
+	}
+	st->r->ncandidates = st->ncands;
+	return 0;
+}
+
+/* ---------------------------------------------------------- statistics */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median_of(double *v, uint32_t n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	if (n == 0)
+		return 0;
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void cand_stats(struct cand *c)
+{
+	double tmp[FLYD_TUNER_MAX_REPS];
+
+	memcpy(tmp, c->samples, sizeof(double) * c->n);
+	c->med = median_of(tmp, c->n);
+	for (uint32_t i = 0; i < c->n; i++)
+		tmp[i] = fabs(c->samples[i] - c->med);
+	c->mad = median_of(tmp, c->n);
+}
+
+/* ---------------------------------------------------------- trials */
+
+static void trial_fill(const struct cand *c, struct flyd_trial *t)
+{
+	memset(t, 0, sizeof(*t));
+	snprintf(t->variant, sizeof(t->variant), "%s", c->v->name);
+	t->nparams = c->nparams;
+	memcpy(t->params, c->params, sizeof(t->params[0]) * c->nparams);
+}
+
+static void notify_start(struct tstate *st, const struct cand *c)
+{
+	struct flyd_trial t;
+
+	if (st->o.on_start == NULL)
+		return;
+	trial_fill(c, &t);
+	st->o.on_start(st->o.cb_ctx, &t);
+}
+
+/* Final trial of a candidate: appended to the result, then reported. */
+static void emit(struct tstate *st, struct cand *c, int outcome,
+		 const char *reason)
+{
+	struct flyd_trial *t = &st->r->trials[st->r->ntrials++];
+
+	trial_fill(c, t);
+	c->alive = 0;
+	if (c->n > 0) {
+		cand_stats(c);
+		t->median_us = c->med;
+		t->mad_us = c->mad;
+	}
+	t->reps = c->n;
+	t->outcome = outcome;
+	snprintf(t->reason, sizeof(t->reason), "%s", reason ? reason : "");
+	if (st->o.on_trial != NULL)
+		st->o.on_trial(st->o.cb_ctx, t);
+}
+
+static void emit_error(struct tstate *st, struct cand *c, const char *what,
+		       int rc)
+{
+	char why[FLYD_REASON_MAX];
+
+	snprintf(why, sizeof(why), "%s: %s (%d)", what, strerror(-rc), rc);
+	emit(st, c, FLYD_OUT_ERROR, why);
+}
+
+/* ---------------------------------------------------------- measuring */
+
+static int over_budget(struct tstate *st)
+{
+	if (st->j->budget_s <= 0)
+		return 0;
+	if (st->o.now(st->o.now_ctx) - st->t0 <= st->j->budget_s)
+		return 0;
+	st->r->budget_hit = 1;
+	return 1;
+}
+
+/* Numerics on poisoned outputs, then the warm-ups.  Emits WRONG/ERROR. */
+static void cand_check(struct tstate *st, struct cand *c)
+{
+	double us, err = 0;
+	char why[FLYD_REASON_MAX];
+	int rc;
+
+	notify_start(st, c);
+	rc = st->b->case_poison(st->c);
+	if (rc < 0) {
+		emit_error(st, c, "poison failed", rc);
+		return;
+	}
+	rc = st->b->case_time(st->c, c->v, c->params, &us);
+	if (rc < 0) {
+		emit_error(st, c, "launch failed", rc);
+		return;
+	}
+	rc = st->b->case_check(st->c, &err);
+	if (rc == -EDOM) {
+		snprintf(why, sizeof(why), "max err %.3g", err);
+		emit(st, c, FLYD_OUT_WRONG, why);
+		return;
+	}
+	if (rc < 0) {
+		emit_error(st, c, "check failed", rc);
+		return;
+	}
+	for (int i = 0; i < st->o.warmup; i++) {
+		rc = st->b->case_time(st->c, c->v, c->params, &us);
+		if (rc < 0) {
+			emit_error(st, c, "launch failed", rc);
+			return;
+		}
+	}
+}
+
+/* Bring a candidate to @p reps timed reps (budget permitting; at least
+ * one).  Emits ERROR on a launch failure. */
+static void cand_time_to(struct tstate *st, struct cand *c, uint32_t reps)
+{
+	double us;
+	int rc;
+
+	if (reps > (uint32_t)st->o.max_reps)
+		reps = (uint32_t)st->o.max_reps;
+	if (c->n >= reps || (c->n >= 1 && over_budget(st)))
+		return;
+	notify_start(st, c);
+	while (c->n < reps) {
+		if (c->n >= 1 && over_budget(st))
+			break;
+		rc = st->b->case_time(st->c, c->v, c->params, &us);
+		if (rc < 0) {
+			emit_error(st, c, "launch failed", rc);
+			return;
+		}
+		c->samples[c->n++] = us;
+	}
+	cand_stats(c);
+}
+
+/* One early-rejection round: everyone alive to @p reps, then drop those
+ * slower than @p x times the best median. */
+static void round_reject(struct tstate *st, uint32_t reps, double x)
+{
+	double best = INFINITY;
+	char why[FLYD_REASON_MAX];
+
+	for (uint32_t i = 0; i < st->ncands; i++)
+		if (st->cands[i].alive)
+			cand_time_to(st, &st->cands[i], reps);
+	for (uint32_t i = 0; i < st->ncands; i++)
+		if (st->cands[i].alive && st->cands[i].med < best)
+			best = st->cands[i].med;
+	for (uint32_t i = 0; i < st->ncands; i++) {
+		struct cand *c = &st->cands[i];
+
+		if (!c->alive || !(c->med > x * best))
+			continue;
+		snprintf(why, sizeof(why), "%.2fx best after %u reps",
+			 best > 0 ? c->med / best : INFINITY, c->n);
+		emit(st, c, FLYD_OUT_REJECTED, why);
+	}
+}
+
+static int cmp_cand_med(const void *a, const void *b)
+{
+	const struct cand *x = *(const struct cand *const *)a;
+	const struct cand *y = *(const struct cand *const *)b;
+
+	if (x->med != y->med)
+		return x->med < y->med ? -1 : 1;
+	return x < y ? -1 : (x > y); /* stable: candidate order */
+}
+
+/* Successive halving: the better half of the contenders gets o.step more
+ * reps per round, until the top two are resolved or reps run out. */
+static void rounds_halving(struct tstate *st)
+{
+	struct cand *alive[FLYD_TUNER_MAX_CANDS];
+	uint32_t n = 0, contenders;
+
+	for (uint32_t i = 0; i < st->ncands; i++)
+		if (st->cands[i].alive)
+			alive[n++] = &st->cands[i];
+	contenders = n;
+	while (n >= 2 && !st->r->budget_hit) {
+		double gap, noise, ref;
+		int added = 0;
+
+		qsort(alive, n, sizeof(alive[0]), cmp_cand_med);
+		gap = alive[1]->med - alive[0]->med;
+		noise = fmax(alive[0]->mad, alive[1]->mad);
+		ref = fmax(gap, st->j->margin * alive[0]->med);
+		if (noise <= NOISE_FRACTION * ref)
+			break;
+		contenders = contenders > 2 ? (contenders + 1) / 2 : 2;
+		for (uint32_t k = 0; k < contenders && k < n; k++) {
+			uint32_t before = alive[k]->n;
+
+			cand_time_to(st, alive[k], before + (uint32_t)st->o.step);
+			added |= alive[k]->n > before;
+		}
+		if (!added)
+			break;
+		n = 0;
+		for (uint32_t i = 0; i < st->ncands; i++)
+			if (st->cands[i].alive)
+				alive[n++] = &st->cands[i];
+	}
+}
+
+/* ---------------------------------------------------------- decision */
+
+static void decide(struct tstate *st)
+{
+	struct flyd_tune_result *r = st->r;
+	const struct flyd_trial *win = NULL, *inc = NULL;
+	double best = INFINITY;
+
+	for (size_t i = 0; i < r->ntrials; i++)
+		if (r->trials[i].outcome == FLYD_OUT_OK &&
+		    r->trials[i].median_us < best)
+			best = r->trials[i].median_us;
+	/* Trials of OK candidates were emitted in candidate order. */
+	for (size_t i = 0; i < r->ntrials && win == NULL; i++)
+		if (r->trials[i].outcome == FLYD_OUT_OK &&
+		    r->trials[i].median_us <= best * (1 + st->j->margin))
+			win = &r->trials[i];
+	if (win == NULL) {
+		r->rc = -ENOENT;
+		return;
+	}
+	for (size_t i = 0; st->j->has_incumbent && i < r->ntrials; i++)
+		if (r->trials[i].outcome == FLYD_OUT_OK &&
+		    flyd_trial_same(&r->trials[i], st->j->incumbent.variant,
+				    st->j->incumbent.params,
+				    st->j->incumbent.nparams))
+			inc = &r->trials[i];
+	if (inc != NULL && inc != win &&
+	    !(win->median_us < inc->median_us * (1 - st->j->margin)))
+		win = inc;
+	memset(&r->winner, 0, sizeof(r->winner));
+	r->winner.status = FLY_STATUS_TUNED;
+	memcpy(r->winner.variant, win->variant, sizeof(r->winner.variant));
+	r->winner.nparams = win->nparams;
+	memcpy(r->winner.params, win->params, sizeof(win->params));
+	r->winner.median_us = win->median_us;
+	r->mad_us = win->mad_us;
+	r->rc = 0;
+}
+
+static void measure(struct tstate *st)
+{
+	for (uint32_t i = 0; i < st->ncands; i++)
+		cand_check(st, &st->cands[i]);
+	round_reject(st, REJECT1_REPS, REJECT1_X);
+	round_reject(st, REJECT2_REPS, REJECT2_X);
+	rounds_halving(st);
+	for (uint32_t i = 0; i < st->ncands; i++)
+		if (st->cands[i].alive)
+			emit(st, &st->cands[i], FLYD_OUT_OK, NULL);
+}
+
+int flyd_tuner_run(const struct flyk_backend *b, struct flyk_device *dev,
+		   struct flyk_case *c, const struct flyd_tune_job *j,
+		   const struct flyd_tuner_opts *o, struct flyd_tune_result *r)
+{
+	struct tstate st = { .b = b, .dev = dev, .c = c, .j = j, .r = r };
+	int rc;
+
+	if (b == NULL || c == NULL || j == NULL || r == NULL)
+		return -EINVAL;
+	memset(r, 0, sizeof(*r));
+	snprintf(r->key, sizeof(r->key), "%s", j->key);
+	if (o != NULL)
+		st.o = *o;
+	else
+		flyd_tuner_opts_init(&st.o);
+	if (st.o.now == NULL)
+		st.o.now = clock_now;
+	if (st.o.max_reps < 1)
+		st.o.max_reps = 1;
+	if (st.o.max_reps > FLYD_TUNER_MAX_REPS)
+		st.o.max_reps = FLYD_TUNER_MAX_REPS;
+	if (st.o.step < 1)
+		st.o.step = 1;
+	st.t0 = st.o.now(st.o.now_ctx);
+	rc = cands_build(&st);
+	if (rc == 0)
+		r->trials = calloc(st.ncands ? st.ncands : 1, sizeof(*r->trials));
+	if (rc == 0 && r->trials == NULL)
+		rc = -ENOMEM;
+	if (rc == 0) {
+		measure(&st);
+		decide(&st);
+		rc = r->rc;
+	} else {
+		r->rc = rc;
+	}
+	r->tune_s = st.o.now(st.o.now_ctx) - st.t0;
+	for (uint32_t i = 0; st.cands != NULL && i < FLYD_TUNER_MAX_CANDS; i++)
+		free(st.cands[i].samples);
+	free(st.cands);
+	return rc;
+}

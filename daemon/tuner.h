@@ -1,0 +1,85 @@
+/*
+ * tuner.h -- the tuning method: enumerate a job's candidates on a backend,
+ * check them against the reference, time them, and pick the winner.
+ *
+ * Owns: nothing between calls (pure logic over a struct flyk_backend; no
+ * processes, no loop).  Thread: the caller's (the worker process's main
+ * thread); one call at a time per case.
+ *
+ * Method (docs/architecture.md "Tuning"):
+ *   1. Candidates, in a STABLE order: variants in backend table order that
+ *      match the op and support the problem (dtype, flags); for each, its
+ *      enumerate() list or the cartesian product of its params (first
+ *      param most significant, values in declared order).  The op's
+ *      reference variant is the checker, not a candidate, unless it is the
+ *      only variant.  Infeasible points (feasible() != 0) are counted and
+ *      skipped; points listed in job->exclude are counted and skipped.
+ *   2. Numerics: each candidate runs once on poisoned outputs and is
+ *      checked: -EDOM -> WRONG ("max err 0.0123"), other errors -> ERROR.
+ *   3. Warm-up runs (opts->warmup), then rounds: every survivor to 3 reps,
+ *      drop medians > 1.5x the best (REJECTED, "1.62x best after 3 reps");
+ *      to 10 reps, drop > 1.15x; then successive halving: the better half
+ *      of the survivors gets opts->step more reps per round until the MAD
+ *      of the top two is small against max(gap, margin * best) or
+ *      opts->max_reps is reached.
+ *   4. Budget: once job->budget_s of wall time (opts->now) has passed, no
+ *      more reps are added (every correct candidate still gets one timed
+ *      rep); the decision is made among what was measured and
+ *      result->budget_hit is set.
+ *   5. Decision: best = lowest median among OK trials; the winner is the
+ *      earliest candidate (stable order) whose median is within
+ *      job->margin of best.  With an incumbent among the OK trials, the
+ *      winner replaces it only when its median < incumbent * (1 - margin).
+ */
+#ifndef FLYD_TUNER_H
+#define FLYD_TUNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flyk.h"
+#include "worker.h"
+
+#define FLYD_TUNER_MAX_CANDS 4096 /* candidates considered per job */
+#define FLYD_TUNER_MAX_REPS 200   /* hard cap on opts->max_reps */
+
+struct flyd_tuner_opts {
+	int warmup;        /* untimed runs after the check (default 1) */
+	int max_reps;      /* reps a survivor may get (default 30) */
+	int step;          /* reps added per halving round (default 5) */
+	/* Clock in seconds (monotonic); NULL: CLOCK_MONOTONIC. */
+	double (*now)(void *ctx);
+	void *now_ctx;
+	/* Called BEFORE a candidate runs (its check, or a block of reps), so
+	 * a crash or hang can be attributed; @p t has variant and params. */
+	void (*on_start)(void *ctx, const struct flyd_trial *t);
+	/* Called once per candidate when its trial is final. */
+	void (*on_trial)(void *ctx, const struct flyd_trial *t);
+	void *cb_ctx;
+};
+
+/* Fill @p o with the defaults above (no callbacks). */
+void flyd_tuner_opts_init(struct flyd_tuner_opts *o);
+
+/* Run the method on case @p c (made by b->case_new for j->problem).
+ * @param[in] o    options; NULL: defaults.
+ * @param[out] r   the result: r->trials holds every trial (caller owns;
+ *                 free with flyd_tune_result_fini()), r->winner and
+ *                 r->mad_us when r->rc == 0, r->tune_s, counters.
+ * @return r->rc: 0, -ENOENT (no correct candidate, or no candidate at
+ *         all), -ENOMEM, -EINVAL (bad arguments). */
+int flyd_tuner_run(const struct flyk_backend *b, struct flyk_device *dev,
+		   struct flyk_case *c, const struct flyd_tune_job *j,
+		   const struct flyd_tuner_opts *o, struct flyd_tune_result *r);
+
+/* Free what flyd_tuner_run() allocated in @p r (r->trials). */
+void flyd_tune_result_fini(struct flyd_tune_result *r);
+
+/* Whether trial @p t names the same candidate as (variant, params). */
+int flyd_trial_same(const struct flyd_trial *t, const char *variant,
+		    const int64_t *params, uint32_t nparams);
+
+/* The case seed for a key: 64-bit FNV-1a of its bytes (reproducible). */
+uint64_t flyd_tuner_seed(const char *key);
+
+#endif /* FLYD_TUNER_H */

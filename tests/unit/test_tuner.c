@@ -1,0 +1,519 @@
+/*
+ * test_tuner.c -- the tuning method against a fake backend with
+ * deterministic fake timings and a fake clock (no processes, no loop).
+ *
+ * The fake backend: op rmsnorm; variant "ref" (reference), "a" (param bs
+ * in {1,2,3,4}), "b" (params x in {1,2,3}, y in {10,20}; x == 2 is
+ * infeasible).  Each test sets the timing of each point through
+ * fake_set(); unset points take 100 us.  Every case_time advances the fake
+ * clock by fake_tick seconds.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "flyk.h"
+#include "store.h"
+#include "tuner.h"
+#include "worker.h"
+
+struct flyk_device {
+	int unused;
+};
+struct flyk_case {
+	const struct flyk_variant *last_v;
+	int64_t last_p[FLY_PARAMS_MAX];
+};
+
+struct fake_point {
+	const char *variant;
+	int64_t p0;
+	int64_t p1;        /* -1: any */
+	double us;
+	int wrong;
+	int launch_err;
+};
+
+static struct fake_point fake_pts[16];
+static int fake_npts;
+static double fake_clock;
+static double fake_tick;
+static double fake_jitter; /* relative amplitude */
+static uint32_t fake_rng;
+static int fake_nstart;
+static int fake_ntrial;
+static struct flyd_trial fake_starts[512];
+
+static const int64_t bs_vals[] = { 1, 2, 3, 4 };
+static const int64_t x_vals[] = { 1, 2, 3 };
+static const int64_t y_vals[] = { 10, 20 };
+
+static int b_feasible(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *params)
+{
+	return params[0] == 2 ? -ENOSPC : 0;
+}
+
+static struct flyk_variant fake_variants[] = {
+	{ .name = "ref", .op = FLY_OP_RMSNORM, .dtypes = 1u << FLY_DT_FP32,
+	  .flags = FLY_F_RESIDUAL, .is_reference = 1 },
+	{ .name = "a", .op = FLY_OP_RMSNORM, .dtypes = 1u << FLY_DT_FP32,
+	  .flags = FLY_F_RESIDUAL, .nparams = 1,
+	  .params = { { "bs", 4, bs_vals } } },
+	{ .name = "b", .op = FLY_OP_RMSNORM, .dtypes = 1u << FLY_DT_FP32,
+	  .flags = 0, .nparams = 2,
+	  .params = { { "x", 3, x_vals }, { "y", 2, y_vals } },
+	  .feasible = b_feasible },
+	{ .name = "other_op", .op = FLY_OP_TOPK, .dtypes = 1u << FLY_DT_FP32 },
+};
+
+static struct fake_point *fake_find(const struct flyk_variant *v,
+				    const int64_t *p)
+{
+	for (int i = 0; i < fake_npts; i++) {
+		struct fake_point *f = &fake_pts[i];
+
+		if (strcmp(f->variant, v->name) != 0)
+			continue;
+		if (v->nparams >= 1 && f->p0 != p[0])
+			continue;
+		if (v->nparams >= 2 && f->p1 >= 0 && f->p1 != p[1])
+			continue;
+		return f;
+	}
+	return NULL;
+}
+
+static void fake_set(const char *variant, int64_t p0, int64_t p1, double us,
+		     int wrong, int launch_err)
+{
+	fake_pts[fake_npts++] = (struct fake_point){ variant, p0, p1, us,
+						     wrong, launch_err };
+}
+
+static int fake_case_time(struct flyk_case *c, const struct flyk_variant *v,
+			  const int64_t *params, double *us)
+{
+	struct fake_point *f = fake_find(v, params);
+	double base = f ? f->us : 100.0, r;
+
+	fake_clock += fake_tick;
+	c->last_v = v;
+	memcpy(c->last_p, params, sizeof(int64_t) * v->nparams);
+	if (f != NULL && f->launch_err)
+		return -EIO;
+	fake_rng = fake_rng * 1103515245u + 12345u;
+	r = (double)((fake_rng >> 8) & 0xffff) / 65535.0 * 2.0 - 1.0;
+	*us = base * (1.0 + fake_jitter * r);
+	return 0;
+}
+
+static int fake_case_poison(struct flyk_case *c)
+{
+	return 0;
+}
+
+static int fake_case_check(struct flyk_case *c, double *max_err)
+{
+	struct fake_point *f = fake_find(c->last_v, c->last_p);
+
+	*max_err = 0.0;
+	if (f != NULL && f->wrong) {
+		*max_err = 0.5;
+		return -EDOM;
+	}
+	return 0;
+}
+
+static const struct flyk_backend fake_backend = {
+	.name = "fake",
+	.kind = FLYK_BACKEND_CPU,
+	.variants = fake_variants,
+	.nvariants = sizeof(fake_variants) / sizeof(fake_variants[0]),
+	.case_poison = fake_case_poison,
+	.case_time = fake_case_time,
+	.case_check = fake_case_check,
+};
+
+static double fake_now(void *ctx)
+{
+	return fake_clock;
+}
+
+static void on_start(void *ctx, const struct flyd_trial *t)
+{
+	if (fake_nstart < 512)
+		fake_starts[fake_nstart] = *t;
+	fake_nstart++;
+}
+
+static void on_trial(void *ctx, const struct flyd_trial *t)
+{
+	fake_ntrial++;
+}
+
+static int setup(void **state)
+{
+	fake_npts = 0;
+	fake_clock = 1000.0;
+	fake_tick = 0.001;
+	fake_jitter = 0.0;
+	fake_rng = 42;
+	fake_nstart = 0;
+	fake_ntrial = 0;
+	return 0;
+}
+
+/* A job on rmsnorm/fp32 with the residual flag (only "ref" and "a"
+ * support it) or without (also "b"). */
+static void job_init(struct flyd_tune_job *j, int residual)
+{
+	memset(j, 0, sizeof(*j));
+	snprintf(j->key, sizeof(j->key), "rmsnorm/fp32/m=64,n=256%s",
+		 residual ? "/residual" : "");
+	j->problem.op = FLY_OP_RMSNORM;
+	j->problem.dtype = FLY_DT_FP32;
+	j->problem.flags = residual ? FLY_F_RESIDUAL : 0;
+	j->problem.dims[0] = 64;
+	j->problem.dims[1] = 256;
+	j->budget_s = 60;
+	j->margin = 0.03;
+}
+
+static int run(const struct flyd_tune_job *j, struct flyd_tune_result *r)
+{
+	struct flyd_tuner_opts o;
+	struct flyk_case c = { 0 };
+
+	flyd_tuner_opts_init(&o);
+	o.now = fake_now;
+	o.on_start = on_start;
+	o.on_trial = on_trial;
+	return flyd_tuner_run(&fake_backend, NULL, &c, j, &o, r);
+}
+
+static const struct flyd_trial *find_trial(const struct flyd_tune_result *r,
+					   const char *v, int64_t p0)
+{
+	for (size_t i = 0; i < r->ntrials; i++)
+		if (strcmp(r->trials[i].variant, v) == 0 &&
+		    (r->trials[i].nparams == 0 || r->trials[i].params[0] == p0))
+			return &r->trials[i];
+	return NULL;
+}
+
+static void test_near_tie_earliest_wins(void **state)
+{
+	struct flyd_tune_job j;
+
+	job_init(&j, 1);
+	/* bs=3 is 0.9% faster than bs=2: a near tie, bs=2 is earlier. */
+	fake_set("a", 1, -1, 20.0, 0, 0);
+	fake_set("a", 2, -1, 10.09, 0, 0);
+	fake_set("a", 3, -1, 10.0, 0, 0);
+	fake_set("a", 4, -1, 10.05, 0, 0);
+	fake_jitter = 0.002;
+	for (int run_i = 0; run_i < 20; run_i++) {
+		struct flyd_tune_result r;
+
+		fake_rng = 7u + 31u * (uint32_t)run_i;
+		assert_int_equal(run(&j, &r), 0);
+		assert_int_equal(r.winner.status, FLY_STATUS_TUNED);
+		assert_string_equal(r.winner.variant, "a");
+		assert_int_equal(r.winner.nparams, 1);
+		assert_int_equal(r.winner.params[0], 2);
+		flyd_tune_result_fini(&r);
+	}
+}
+
+static void test_fastest_wins_beyond_margin(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 1);
+	fake_set("a", 1, -1, 10.0, 0, 0);
+	fake_set("a", 2, -1, 10.0, 0, 0);
+	fake_set("a", 3, -1, 9.0, 0, 0);
+	fake_set("a", 4, -1, 10.0, 0, 0);
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.winner.params[0], 3);
+	assert_true(r.winner.median_us > 8.9 && r.winner.median_us < 9.1);
+	flyd_tune_result_fini(&r);
+}
+
+static void test_incumbent_margin(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 1);
+	fake_set("a", 1, -1, 9.8, 0, 0);  /* 2% faster than the incumbent */
+	fake_set("a", 2, -1, 10.0, 0, 0); /* the incumbent */
+	fake_set("a", 3, -1, 10.5, 0, 0);
+	fake_set("a", 4, -1, 10.5, 0, 0);
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.winner.params[0], 1); /* no incumbent: fastest */
+	flyd_tune_result_fini(&r);
+
+	j.has_incumbent = 1;
+	snprintf(j.incumbent.variant, sizeof(j.incumbent.variant), "a");
+	j.incumbent.nparams = 1;
+	j.incumbent.params[0] = 2;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.winner.params[0], 2); /* kept: not 3% faster */
+	flyd_tune_result_fini(&r);
+
+	fake_pts[0].us = 9.0; /* now 10% faster: replaces the incumbent */
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.winner.params[0], 1);
+	flyd_tune_result_fini(&r);
+}
+
+static void test_early_rejection(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+	const struct flyd_trial *t;
+
+	job_init(&j, 1);
+	fake_set("a", 1, -1, 10.0, 0, 0);
+	fake_set("a", 2, -1, 30.0, 0, 0);  /* 3x loser */
+	fake_set("a", 3, -1, 12.0, 0, 0);  /* 1.2x: survives 3, not 10 */
+	fake_set("a", 4, -1, 10.2, 0, 0);
+	assert_int_equal(run(&j, &r), 0);
+	t = find_trial(&r, "a", 2);
+	assert_non_null(t);
+	assert_int_equal(t->outcome, FLYD_OUT_REJECTED);
+	assert_int_equal(t->reps, 3);
+	assert_non_null(strstr(t->reason, "3.00x best after 3 reps"));
+	t = find_trial(&r, "a", 3);
+	assert_non_null(t);
+	assert_int_equal(t->outcome, FLYD_OUT_REJECTED);
+	assert_int_equal(t->reps, 10);
+	assert_non_null(strstr(t->reason, "x best after 10 reps"));
+	t = find_trial(&r, "a", 1);
+	assert_int_equal(t->outcome, FLYD_OUT_OK);
+	assert_true(t->reps >= 10);
+	assert_int_equal(r.winner.params[0], 1);
+	flyd_tune_result_fini(&r);
+}
+
+static void test_wrong_and_error(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+	const struct flyd_trial *t;
+
+	job_init(&j, 1);
+	fake_set("a", 1, -1, 10.0, 0, 0);
+	fake_set("a", 2, -1, 1.0, 1, 0); /* fastest, but wrong */
+	fake_set("a", 3, -1, 1.0, 0, 1); /* launch error */
+	fake_set("a", 4, -1, 10.0, 0, 0);
+	assert_int_equal(run(&j, &r), 0);
+	t = find_trial(&r, "a", 2);
+	assert_int_equal(t->outcome, FLYD_OUT_WRONG);
+	assert_non_null(strstr(t->reason, "max err 0.5"));
+	assert_int_equal(t->reps, 0);
+	t = find_trial(&r, "a", 3);
+	assert_int_equal(t->outcome, FLYD_OUT_ERROR);
+	assert_int_equal(r.winner.params[0], 1);
+	flyd_tune_result_fini(&r);
+}
+
+static void test_no_correct_candidate(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 1);
+	for (int64_t bs = 1; bs <= 4; bs++)
+		fake_set("a", bs, -1, 10.0, 1, 0);
+	assert_int_equal(run(&j, &r), -ENOENT);
+	assert_int_equal(r.rc, -ENOENT);
+	assert_int_equal(r.ntrials, 4);
+	flyd_tune_result_fini(&r);
+}
+
+static void test_infeasible_and_product_order(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+	static const int64_t want[][2] = { { 1, 10 }, { 1, 20 }, { 3, 10 },
+					   { 3, 20 } };
+	int k = 0;
+
+	job_init(&j, 0); /* no residual: "b" supports it too */
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.ninfeasible, 2);  /* x == 2, both y */
+	assert_int_equal(r.ncandidates, 4 + 4);
+	assert_int_equal(r.ntrials, 8);
+	for (size_t i = 0; i < r.ntrials; i++)
+		assert_false(strcmp(r.trials[i].variant, "b") == 0 &&
+			     r.trials[i].params[0] == 2);
+	/* The first start of each candidate: variant order, then params
+	 * lexicographic in declared value order. */
+	for (int i = 0; i < fake_nstart && k < 8; i++) {
+		if (i > 0 && fake_starts[i].nparams == fake_starts[k - 1].nparams &&
+		    memcmp(fake_starts[i].params, fake_starts[k - 1].params,
+			   sizeof(int64_t) * fake_starts[i].nparams) == 0 &&
+		    strcmp(fake_starts[i].variant, fake_starts[k - 1].variant) == 0)
+			continue;
+		if (k < 4) {
+			assert_string_equal(fake_starts[i].variant, "a");
+			assert_int_equal(fake_starts[i].params[0], k + 1);
+		} else {
+			assert_string_equal(fake_starts[i].variant, "b");
+			assert_int_equal(fake_starts[i].params[0], want[k - 4][0]);
+			assert_int_equal(fake_starts[i].params[1], want[k - 4][1]);
+		}
+		fake_starts[k] = fake_starts[i];
+		k++;
+	}
+	assert_int_equal(k, 8);
+	flyd_tune_result_fini(&r);
+}
+
+static void test_excluded_skipped(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 1);
+	fake_set("a", 2, -1, 1.0, 0, 0); /* would win */
+	j.nexclude = 1;
+	snprintf(j.exclude[0].variant, sizeof(j.exclude[0].variant), "a");
+	j.exclude[0].nparams = 1;
+	j.exclude[0].params[0] = 2;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.nexcluded, 1);
+	assert_int_equal(r.ncandidates, 3);
+	assert_null(find_trial(&r, "a", 2));
+	for (int i = 0; i < fake_nstart && i < 512; i++)
+		assert_false(fake_starts[i].params[0] == 2);
+	assert_int_not_equal(r.winner.params[0], 2);
+	flyd_tune_result_fini(&r);
+}
+
+static void test_reference_only_when_alone(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 1);
+	assert_int_equal(run(&j, &r), 0);
+	assert_null(find_trial(&r, "ref", 0)); /* "a" exists: ref checks */
+	flyd_tune_result_fini(&r);
+
+	job_init(&j, 1);
+	for (uint32_t k = 0; k < 4; k++) {
+		j.exclude[k].nparams = 1;
+		snprintf(j.exclude[k].variant, sizeof(j.exclude[k].variant),
+			 "a");
+		j.exclude[k].params[0] = bs_vals[k];
+	}
+	j.nexclude = 4;
+	/* "a" fully excluded but still a variant: ref is not a candidate. */
+	assert_int_equal(run(&j, &r), -ENOENT);
+	assert_int_equal(r.ncandidates, 0);
+	flyd_tune_result_fini(&r);
+
+	fake_variants[1].op = FLY_OP_TOPK; /* now "ref" is alone */
+	job_init(&j, 1);
+	assert_int_equal(run(&j, &r), 0);
+	fake_variants[1].op = FLY_OP_RMSNORM;
+	assert_int_equal(r.ncandidates, 1);
+	assert_string_equal(r.winner.variant, "ref");
+	flyd_tune_result_fini(&r);
+}
+
+static void test_budget_respected(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 1);
+	fake_tick = 1.0; /* every run costs one fake second */
+	j.budget_s = 5;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.budget_hit, 1);
+	assert_int_equal(r.ntrials, 4);
+	for (size_t i = 0; i < r.ntrials; i++) {
+		assert_int_equal(r.trials[i].outcome, FLYD_OUT_OK);
+		assert_int_equal(r.trials[i].reps, 1);
+	}
+	/* check + warm-up + 1 rep for each of 4: 12 fake seconds. */
+	assert_true(r.tune_s > 11.5 && r.tune_s < 12.5);
+	flyd_tune_result_fini(&r);
+
+	job_init(&j, 1);
+	j.budget_s = 1e6;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.budget_hit, 0);
+	flyd_tune_result_fini(&r);
+}
+
+static void test_all_trials_present(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 0);
+	fake_set("a", 1, -1, 10.0, 0, 0);
+	fake_set("a", 2, -1, 50.0, 0, 0);
+	fake_set("a", 3, -1, 1.0, 1, 0);
+	fake_set("a", 4, -1, 1.0, 0, 1);
+	fake_jitter = 0.05;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.ntrials, r.ncandidates);
+	assert_int_equal(fake_ntrial, (int)r.ntrials);
+	for (size_t i = 0; i < r.ntrials; i++)
+		for (size_t k = i + 1; k < r.ntrials; k++)
+			assert_false(flyd_trial_same(&r.trials[i],
+						     r.trials[k].variant,
+						     r.trials[k].params,
+						     r.trials[k].nparams));
+	for (size_t i = 0; i < r.ntrials; i++)
+		if (r.trials[i].outcome == FLYD_OUT_OK)
+			assert_true(r.trials[i].reps >= 10 &&
+				    r.trials[i].reps <= 30 &&
+				    r.trials[i].median_us > 0);
+	assert_true(fake_nstart >= (int)r.ntrials);
+	assert_true(r.tune_s > 0);
+	assert_string_equal(r.key, j.key);
+	flyd_tune_result_fini(&r);
+}
+
+static void test_seed_stable(void **state)
+{
+	assert_true(flyd_tuner_seed("rmsnorm/fp32/m=64,n=256") ==
+		    flyd_tuner_seed("rmsnorm/fp32/m=64,n=256"));
+	assert_true(flyd_tuner_seed("a") != flyd_tuner_seed("b"));
+	assert_true(flyd_tuner_seed("") == 14695981039346656037ull);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_near_tie_earliest_wins, setup),
+		cmocka_unit_test_setup(test_fastest_wins_beyond_margin, setup),
+		cmocka_unit_test_setup(test_incumbent_margin, setup),
+		cmocka_unit_test_setup(test_early_rejection, setup),
+		cmocka_unit_test_setup(test_wrong_and_error, setup),
+		cmocka_unit_test_setup(test_no_correct_candidate, setup),
+		cmocka_unit_test_setup(test_infeasible_and_product_order, setup),
+		cmocka_unit_test_setup(test_excluded_skipped, setup),
+		cmocka_unit_test_setup(test_reference_only_when_alone, setup),
+		cmocka_unit_test_setup(test_budget_respected, setup),
+		cmocka_unit_test_setup(test_all_trials_present, setup),
+		cmocka_unit_test(test_seed_stable),
+	};
+
+	return cmocka_run_group_tests_name("tuner", tests, NULL, NULL);
+}
