@@ -1,0 +1,314 @@
+/*
+ * test_key.c -- proto/fly_key: canonical keys, validation errors,
+ * bucketing and the key hash.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "fly_key.h"
+
+/* One canonical key per op (and some flag combinations). */
+static const char *const good_keys[] = {
+	"gemm/bf16/NT/m=4096,n=6144,k=4096",
+	"gemm/fp32/TT/m=1,n=1,k=1/bias+scale",
+	"gemm/fp16/NN/m=7,n=8,k=9/scale",
+	"grouped_gemm/fp16/TN/g=8,m=1024,n=512,k=256",
+	"scaled_gemm/fp8_e4m3/NT/m=128,n=256,k=512",
+	"scaled_gemm/mxfp4/NT/m=128,n=256,k=512",
+	"rmsnorm/fp16/m=8192,n=4097/residual",
+	"rmsnorm/bf16/m=1,n=4096",
+	"topk/fp32/m=4096,n=1024,k=8/det",
+	"attention/bf16/b=2,sq=1024,skv=4096,hq=32,hkv=8,d=128/causal",
+	"attention/fp16/b=1,sq=1,skv=1,hq=1,hkv=1,d=64",
+	"mqa_logits/fp8_e4m3/sq=64,skv=8192,h=64,d=128",
+};
+
+static void test_roundtrip(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(good_keys) / sizeof(good_keys[0]); i++) {
+		struct fly_problem p;
+		char buf[FLY_KEY_MAX];
+		const char *k = good_keys[i];
+		int rc = fly_key_parse(k, strlen(k), &p);
+
+		if (rc != 0)
+			fail_msg("parse %s: %d", k, rc);
+		assert_int_equal(fly_problem_validate(&p), 0);
+		rc = fly_key_format(&p, buf, sizeof(buf));
+		assert_int_equal(rc, (int)strlen(k));
+		assert_string_equal(buf, k);
+	}
+}
+
+static void test_every_op_roundtrips(void **state)
+{
+	static const uint32_t dt[FLY_OP_COUNT] = {
+		0, FLY_DT_FP16, FLY_DT_BF16, FLY_DT_FP8_E5M2, FLY_DT_FP32,
+		FLY_DT_BF16, FLY_DT_FP16, FLY_DT_FP8_E4M3 };
+
+	(void)state;
+	for (uint32_t op = 1; op < FLY_OP_COUNT; op++) {
+		struct fly_problem p = { 0 }, q;
+		char buf[FLY_KEY_MAX];
+		int n;
+
+		p.op = op;
+		p.dtype = dt[op];
+		p.layout = fly_op_has_layout(op) ? FLY_LAYOUT_TN : 0;
+		for (int i = 0; i < fly_op_ndims(op); i++)
+			p.dims[i] = 3 + i * 1000;
+		n = fly_key_format(&p, buf, sizeof(buf));
+		assert_true(n > 0);
+		assert_int_equal(fly_key_parse(buf, (size_t)n, &q), 0);
+		assert_memory_equal(&p, &q, sizeof(p));
+		assert_string_equal(fly_op_dim_names(op)[0],
+				    fly_op_dim_names(op)[0]);
+		assert_null(fly_op_dim_names(op)[fly_op_ndims(op)]);
+	}
+}
+
+struct bad {
+	const char *key;
+	int err;
+};
+
+static const struct bad bad_keys[] = {
+	/* unknown op */
+	{ "conv/fp16/m=1,n=1", FLY_E_BADOP },
+	{ "GEMM/bf16/NT/m=1,n=1,k=1", FLY_E_BADOP },
+	/* dtype unknown or not allowed for the op */
+	{ "gemm/fp64/NT/m=1,n=1,k=1", FLY_E_BADDTYPE },
+	{ "gemm/fp8_e4m3/NT/m=1,n=1,k=1", FLY_E_BADDTYPE },
+	{ "scaled_gemm/bf16/NT/m=1,n=1,k=1", FLY_E_BADDTYPE },
+	{ "attention/fp32/b=1,sq=1,skv=1,hq=1,hkv=1,d=1", FLY_E_BADDTYPE },
+	{ "mqa_logits/fp16/sq=1,skv=1,h=1,d=1", FLY_E_BADDTYPE },
+	/* dims: zero, negative, missing, extra, out of order */
+	{ "gemm/bf16/NT/m=0,n=1,k=1", FLY_E_BADDIM },
+	{ "gemm/bf16/NT/m=-4,n=1,k=1", FLY_E_BADDIM },
+	{ "gemm/bf16/NT/m=1,n=1", FLY_E_BADDIM },
+	{ "gemm/bf16/NT/m=1,n=1,k=1,g=2", FLY_E_BADDIM },
+	{ "gemm/bf16/NT/n=1,m=1,k=1", FLY_E_BADDIM },
+	{ "rmsnorm/fp16", FLY_E_BADDIM },
+	/* product overflow, and a dim that overflows by itself */
+	{ "gemm/bf16/NT/m=4294967296,n=4294967296,k=2", FLY_E_OVERFLOW },
+	{ "rmsnorm/fp16/m=99999999999999999999,n=1", FLY_E_OVERFLOW },
+	/* too long */
+	{ "attention/bf16/b=1,sq=1,skv=1,hq=1,hkv=1,d=1/causal"
+	  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+	  FLY_E_KEYLEN },
+	/* syntax */
+	{ "", FLY_E_BADKEY },
+	{ "gemm/bf16/NT/m=01,n=1,k=1", FLY_E_BADKEY },
+	{ "gemm/bf16/NT/m=+1,n=1,k=1", FLY_E_BADKEY },
+	{ "gemm/bf16/NT/m=1,n=1,k=1/", FLY_E_BADKEY },
+	{ "gemm/bf16/NT/m=1,n=1,k=1/scale+bias", FLY_E_BADKEY },
+	{ "gemm/bf16/NT/m=1,n=1,k=1/bias+bias", FLY_E_BADKEY },
+	{ "gemm/bf16/NT/m=1,n=1,k=1/fast", FLY_E_BADKEY },
+	{ "gemm/bf16/nt/m=1,n=1,k=1", FLY_E_BADKEY },
+	{ "gemm/bf16/m=1,n=1,k=1", FLY_E_BADKEY },
+	{ "gemm/bf16/NT/m=1,n=1,k=1/bias/x", FLY_E_BADKEY },
+	{ "gemm/bf16/NT/m=1, n=1,k=1", FLY_E_BADKEY },
+	{ "gemm/bf16/NT/m=1,n=1,k=1x", FLY_E_BADKEY },
+	{ "gemm/bf16/NT/m1,n=1,k=1", FLY_E_BADKEY },
+	{ "gemm/bf16/NT/m=,n=1,k=1", FLY_E_BADKEY },
+	/* flag not allowed for the op */
+	{ "rmsnorm/fp16/m=1,n=1/causal", FLY_E_INVALID },
+	{ "topk/fp16/m=1,n=1,k=1/residual", FLY_E_INVALID },
+};
+
+static void test_rejections(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad_keys) / sizeof(bad_keys[0]); i++) {
+		struct fly_problem p;
+		const char *k = bad_keys[i].key;
+		int rc = fly_key_parse(k, strlen(k), &p);
+
+		if (rc != bad_keys[i].err)
+			fail_msg("%s: got %d want %d", k, rc, bad_keys[i].err);
+	}
+}
+
+static void test_distinct_errors(void **state)
+{
+	int e[] = { FLY_E_BADOP, FLY_E_BADDTYPE, FLY_E_BADDIM, FLY_E_OVERFLOW,
+		    FLY_E_KEYLEN, FLY_E_BADKEY };
+
+	(void)state;
+	for (size_t i = 0; i < 6; i++)
+		for (size_t j = i + 1; j < 6; j++)
+			assert_int_not_equal(e[i], e[j]);
+}
+
+static void test_validate(void **state)
+{
+	struct fly_problem p = { FLY_OP_GEMM, FLY_DT_BF16, FLY_LAYOUT_NT, 0,
+				 { 16, 16, 16 } };
+	struct fly_problem q;
+	char buf[FLY_KEY_MAX];
+
+	(void)state;
+	assert_int_equal(fly_problem_validate(&p), 0);
+	q = p;
+	q.op = 99;
+	assert_int_equal(fly_problem_validate(&q), FLY_E_BADOP);
+	q = p;
+	q.dtype = FLY_DT_MXFP4;
+	assert_int_equal(fly_problem_validate(&q), FLY_E_BADDTYPE);
+	q = p;
+	q.dims[3] = 5; /* unused dim set */
+	assert_int_equal(fly_problem_validate(&q), FLY_E_BADDIM);
+	q = p;
+	q.dims[0] = INT64_MAX;
+	assert_int_equal(fly_problem_validate(&q), FLY_E_OVERFLOW);
+	q = p;
+	q.layout = FLY_LAYOUT_NONE;
+	assert_int_equal(fly_problem_validate(&q), FLY_E_INVALID);
+	q = p;
+	q.flags = FLY_F_CAUSAL;
+	assert_int_equal(fly_problem_validate(&q), FLY_E_INVALID);
+	/* format: cap too small is KEYLEN, never a truncated key */
+	assert_int_equal(fly_key_format(&p, buf, 10), FLY_E_KEYLEN);
+	assert_int_equal(fly_key_format(&p, buf, sizeof(buf)),
+			 (int)strlen("gemm/bf16/NT/m=16,n=16,k=16"));
+}
+
+static void test_names(void **state)
+{
+	(void)state;
+	assert_string_equal(fly_op_name(FLY_OP_MQA_LOGITS), "mqa_logits");
+	assert_null(fly_op_name(0));
+	assert_null(fly_op_name(FLY_OP_COUNT));
+	assert_null(fly_dtype_name(FLY_DT_COUNT));
+	assert_string_equal(fly_layout_name(FLY_LAYOUT_TT), "TT");
+	assert_int_equal(fly_dtype_parse("mxfp8", 5), FLY_DT_MXFP8);
+	assert_int_equal(fly_dtype_parse("mxfp", 4), 0);
+	assert_int_equal(fly_op_parse("topk", 4), FLY_OP_TOPK);
+	assert_int_equal(fly_layout_parse("NN", 2), FLY_LAYOUT_NN);
+	assert_int_equal(fly_op_ndims(FLY_OP_ATTENTION), 6);
+	assert_int_equal(fly_op_ndims(0), 0);
+	assert_null(fly_op_dim_names(0));
+}
+
+static int64_t bucket_m(uint32_t op, int64_t m)
+{
+	struct fly_problem p = { op, FLY_DT_FP16, 0, 0, { 0 } };
+	struct fly_bucket_policy pol;
+
+	if (fly_op_has_layout(op))
+		p.layout = FLY_LAYOUT_NT;
+	for (int i = 0; i < fly_op_ndims(op); i++)
+		p.dims[i] = 64;
+	if (op == FLY_OP_SCALED_GEMM || op == FLY_OP_MQA_LOGITS)
+		p.dtype = FLY_DT_FP8_E4M3;
+	fly_bucket_policy_default(op, &pol);
+	p.dims[pol.dim] = m;
+	assert_int_equal(fly_problem_validate(&p), 0);
+	fly_problem_bucket(&p, &pol);
+	return p.dims[pol.dim];
+}
+
+static void test_bucket_default(void **state)
+{
+	struct fly_bucket_policy pol;
+
+	(void)state;
+	assert_int_equal(bucket_m(FLY_OP_GEMM, 17), 32);
+	assert_int_equal(bucket_m(FLY_OP_GEMM, 1000), 1024);
+	assert_int_equal(bucket_m(FLY_OP_GEMM, 1024), 1024);
+	assert_int_equal(bucket_m(FLY_OP_GEMM, 1025), 2048);
+	assert_int_equal(bucket_m(FLY_OP_RMSNORM, 4097), 5120);
+	assert_int_equal(bucket_m(FLY_OP_TOPK, 1), 1);
+	assert_int_equal(bucket_m(FLY_OP_ATTENTION, 3), 4);
+	assert_int_equal(bucket_m(FLY_OP_MQA_LOGITS, 3000), 3072);
+	assert_int_equal(bucket_m(FLY_OP_GROUPED_GEMM, 100), 128);
+	fly_bucket_policy_default(FLY_OP_ATTENTION, &pol);
+	assert_string_equal(fly_op_dim_names(FLY_OP_ATTENTION)[pol.dim], "sq");
+	fly_bucket_policy_default(FLY_OP_MQA_LOGITS, &pol);
+	assert_string_equal(fly_op_dim_names(FLY_OP_MQA_LOGITS)[pol.dim], "sq");
+	fly_bucket_policy_default(FLY_OP_GROUPED_GEMM, &pol);
+	assert_string_equal(fly_op_dim_names(FLY_OP_GROUPED_GEMM)[pol.dim], "m");
+	fly_bucket_policy_default(FLY_OP_GEMM, &pol);
+	assert_string_equal(fly_op_dim_names(FLY_OP_GEMM)[pol.dim], "m");
+	/* only the bucketed dim changes */
+	{
+		struct fly_problem p = { FLY_OP_GEMM, FLY_DT_BF16,
+					 FLY_LAYOUT_NT, 0, { 17, 17, 17 } };
+
+		fly_problem_bucket(&p, &pol);
+		assert_int_equal(p.dims[0], 32);
+		assert_int_equal(p.dims[1], 17);
+		assert_int_equal(p.dims[2], 17);
+	}
+}
+
+static void test_bucket_policy(void **state)
+{
+	struct fly_bucket_policy pol = { 1, 64, 100 };
+	struct fly_problem p = { FLY_OP_RMSNORM, FLY_DT_FP32, 0, 0, { 5, 65 } };
+	struct fly_problem big = { FLY_OP_RMSNORM, FLY_DT_FP32, 0, 0,
+				   { INT64_MAX / 2 + 1, 1 } };
+	struct fly_bucket_policy none = { -1, 1024, 1024 };
+	struct fly_bucket_policy m = { 0, 1024, 1024 };
+
+	(void)state;
+	fly_problem_bucket(&p, &pol); /* n: 65 > 64 -> multiple of 100 */
+	assert_int_equal(p.dims[0], 5);
+	assert_int_equal(p.dims[1], 100);
+	p.dims[1] = 33;
+	fly_problem_bucket(&p, &pol);
+	assert_int_equal(p.dims[1], 64);
+	fly_problem_bucket(&p, &none);
+	assert_int_equal(p.dims[1], 64);
+	/* never shrinks, never overflows: saturates at the original */
+	fly_problem_bucket(&big, &m);
+	assert_int_equal(big.dims[0], INT64_MAX / 2 + 1);
+	big.dims[0] = INT64_MAX - 5;
+	fly_problem_bucket(&big, &m);
+	assert_int_equal(big.dims[0], INT64_MAX - 5);
+	/* product overflow after rounding: keep the original */
+	{
+		struct fly_problem q = { FLY_OP_RMSNORM, FLY_DT_FP32, 0, 0,
+					 { 1025, INT64_MAX / 1100 } };
+
+		assert_int_equal(fly_problem_validate(&q), 0);
+		fly_problem_bucket(&q, &m);
+		assert_int_equal(q.dims[0], 1025);
+	}
+}
+
+static void test_hash(void **state)
+{
+	(void)state;
+	/* FNV-1a 64 reference values */
+	assert_true(fly_key_hash("", 0) == 0xcbf29ce484222325ull);
+	assert_true(fly_key_hash("a", 1) == 0xaf63dc4c8601ec8cull);
+	assert_true(fly_key_hash("foobar", 6) == 0x85944171f73967e8ull);
+	assert_true(fly_key_hash(good_keys[0], strlen(good_keys[0])) ==
+		    fly_key_hash(good_keys[0], strlen(good_keys[0])));
+	assert_true(fly_key_hash(good_keys[0], strlen(good_keys[0])) !=
+		    fly_key_hash(good_keys[1], strlen(good_keys[1])));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_roundtrip),
+		cmocka_unit_test(test_every_op_roundtrips),
+		cmocka_unit_test(test_rejections),
+		cmocka_unit_test(test_distinct_errors),
+		cmocka_unit_test(test_validate),
+		cmocka_unit_test(test_names),
+		cmocka_unit_test(test_bucket_default),
+		cmocka_unit_test(test_bucket_policy),
+		cmocka_unit_test(test_hash),
+	};
+
+	return cmocka_run_group_tests_name("key", tests, NULL, NULL);
+}
