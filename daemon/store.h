@@ -129,4 +129,9 @@ typedef int (*flyd_job_cb)(void *ctx, const struct flyd_job *j);
 int flyd_store_job_iter(struct flyd_store *st, const char *device,
 			flyd_job_cb cb, void *ctx);
 
+/* For tests: create (or migrate) @p path applying only migrations
+ * 1..@p version, as an older binary would have left it, then close it.
+ * @return 0, -EINVAL (version out of range), FLY_E_STORAGE. */
+int flyd_store_open_at_version(const char *path, int version);
+
 #endif /* FLYD_STORE_H */
