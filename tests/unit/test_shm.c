@@ -1,0 +1,599 @@
+/*
+ * test_shm.c -- proto/fly_shm: writer/reader round trips, probing, and a
+ * reader that refuses or survives hostile tables; a concurrent
+ * writer/readers check of the seqlock.
+ *
+ * Hostile tables are forged through fly__shm_writer_mem() (the writer's
+ * own mapping) or by copying a table into a fresh memfd; offsets are the
+ * documented layout of fly_shm.h.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fly_key.h"
+#include "fly_shm.h"
+
+#define OFF_MAGIC 0
+#define OFF_VERSION 8
+#define OFF_CAPACITY 20
+#define OFF_TOTAL 24
+#define OFF_MAXPROBE 44
+#define OFF_SUM 48
+#define SLOT(i) (FLY_SHM_HEADER_SIZE + (size_t)(i) * FLY_SHM_SLOT_SIZE)
+
+static void mkdec(const char *key, uint64_t round, struct fly_decision *d)
+{
+	uint64_t h = fly_key_hash(key, strlen(key));
+
+	memset(d, 0, sizeof(*d));
+	d->status = FLY_STATUS_TUNED;
+	snprintf(d->variant, sizeof(d->variant), "v%llu",
+		 (unsigned long long)(h % 100000));
+	d->nparams = 3;
+	d->params[0] = (int64_t)h;
+	d->params[1] = (int64_t)round;
+	d->params[2] = (int64_t)(h ^ round);
+	d->median_us = (double)round + 0.25;
+}
+
+/* Whether @p d is consistent with @p key (see mkdec). */
+static int dec_ok(const char *key, const struct fly_decision *d)
+{
+	uint64_t h = fly_key_hash(key, strlen(key));
+	char v[FLY_VARIANT_MAX];
+
+	snprintf(v, sizeof(v), "v%llu", (unsigned long long)(h % 100000));
+	return d->nparams == 3 && d->params[0] == (int64_t)h &&
+	       d->params[2] == (int64_t)(h ^ (uint64_t)d->params[1]) &&
+	       d->median_us == (double)d->params[1] + 0.25 &&
+	       !strcmp(d->variant, v) && d->status == FLY_STATUS_TUNED;
+}
+
+static struct fly_shm_writer *wopen(uint32_t cap)
+{
+	struct fly_shm_writer *w = NULL;
+
+	assert_int_equal(fly__shm_writer_open(cap, &w), 0);
+	assert_non_null(w);
+	return w;
+}
+
+static int ropen(struct fly_shm_writer *w, struct fly_shm_reader **r)
+{
+	int fd = dup(fly__shm_writer_fd(w));
+
+	assert_true(fd >= 0);
+	return fly__shm_reader_open(fd, r);
+}
+
+static void key_of(char *buf, int i)
+{
+	snprintf(buf, FLY_KEY_MAX, "rmsnorm/fp16/m=%d,n=4096", i + 1);
+}
+
+static int put(struct fly_shm_writer *w, const char *key, uint64_t round)
+{
+	struct fly_decision d;
+
+	mkdec(key, round, &d);
+	return fly__shm_put(w, key, strlen(key), &d);
+}
+
+static void test_roundtrip(void **state)
+{
+	struct fly_shm_writer *w = wopen(100);
+	struct fly_shm_reader *r = NULL;
+	struct fly_decision d;
+	char k[FLY_KEY_MAX];
+
+	(void)state;
+	assert_int_equal(fly__shm_writer_capacity(w), 128);
+	assert_int_equal(fly__shm_writer_size(w),
+			 FLY_SHM_HEADER_SIZE + 128 * FLY_SHM_SLOT_SIZE);
+	for (int i = 0; i < 50; i++) {
+		key_of(k, i);
+		assert_int_equal(put(w, k, 7), 0);
+	}
+	assert_int_equal(fly__shm_writer_count(w), 50);
+	assert_int_equal(ropen(w, &r), 0);
+	for (int i = 0; i < 50; i++) {
+		key_of(k, i);
+		assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
+		assert_true(dec_ok(k, &d));
+		assert_int_equal(d.params[1], 7);
+		assert_int_equal(d.generation, fly__shm_reader_generation(r));
+	}
+	key_of(k, 999);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_NOTFOUND);
+	assert_int_equal(fly_shm_lookup(r, k, 0, &d), FLY_E_NOTFOUND);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+	/* minimum capacity */
+	w = wopen(1);
+	assert_int_equal(fly__shm_writer_capacity(w), 64);
+	fly__shm_writer_close(w);
+}
+
+static void test_overwrite_delete_clear(void **state)
+{
+	struct fly_shm_writer *w = wopen(64);
+	struct fly_shm_reader *r = NULL;
+	struct fly_decision d;
+	const char *k = "gemm/bf16/NT/m=4096,n=6144,k=4096";
+	char big[200];
+
+	(void)state;
+	assert_int_equal(ropen(w, &r), 0);
+	assert_int_equal(put(w, k, 1), 0);
+	assert_int_equal(put(w, k, 2), 0);
+	assert_int_equal(fly__shm_writer_count(w), 1);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
+	assert_int_equal(d.params[1], 2);
+	assert_int_equal(fly__shm_del(w, k, strlen(k)), 0);
+	assert_int_equal(fly__shm_writer_count(w), 0);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_NOTFOUND);
+	assert_int_equal(fly__shm_del(w, k, strlen(k)), FLY_E_NOTFOUND);
+	assert_int_equal(put(w, k, 3), 0);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
+	assert_int_equal(d.params[1], 3);
+	fly__shm_clear(w);
+	assert_int_equal(fly__shm_writer_count(w), 0);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_NOTFOUND);
+	assert_int_equal(put(w, k, 4), 0);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
+	assert_int_equal(d.params[1], 4);
+	/* key too long */
+	memset(big, 'a', sizeof(big));
+	mkdec(k, 1, &d);
+	assert_int_equal(fly__shm_put(w, big, FLY_KEY_MAX, &d), FLY_E_KEYLEN);
+	assert_int_equal(fly__shm_put(w, big, FLY_KEY_MAX - 1, &d), 0);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+/* Find @p n keys whose probe starts at the same slot of a table of
+ * capacity @p cap. */
+static int colliding(uint32_t cap, char keys[][FLY_KEY_MAX], int n)
+{
+	uint64_t want = 0;
+	int got = 0;
+
+	for (int i = 0; got < n && i < 10000000; i++) {
+		char k[FLY_KEY_MAX];
+		uint64_t h;
+
+		key_of(k, i);
+		h = fly_key_hash(k, strlen(k)) & (cap - 1);
+		if (got == 0)
+			want = h;
+		if (h == want)
+			strcpy(keys[got++], k);
+	}
+	return got;
+}
+
+static void test_tombstone_keeps_probe(void **state)
+{
+	static char keys[3][FLY_KEY_MAX];
+	struct fly_shm_writer *w = wopen(64);
+	struct fly_shm_reader *r = NULL;
+	struct fly_decision d;
+
+	(void)state;
+	assert_int_equal(colliding(64, keys, 3), 3);
+	assert_int_equal(ropen(w, &r), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(put(w, keys[i], (uint64_t)i), 0);
+	assert_int_equal(fly__shm_del(w, keys[0], strlen(keys[0])), 0);
+	/* the tombstone of keys[0] must not end the probe for the others */
+	for (int i = 1; i < 3; i++) {
+		assert_int_equal(fly_shm_lookup(r, keys[i], strlen(keys[i]), &d), 0);
+		assert_true(dec_ok(keys[i], &d));
+	}
+	/* reinsert reuses the tombstone; all still found */
+	assert_int_equal(put(w, keys[0], 9), 0);
+	assert_int_equal(fly__shm_writer_count(w), 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(fly_shm_lookup(r, keys[i], strlen(keys[i]), &d), 0);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+static void test_probe_window_full(void **state)
+{
+	static char keys[FLY_SHM_MAX_PROBE + 1][FLY_KEY_MAX];
+	struct fly_shm_writer *w = wopen(256);
+	struct fly_shm_reader *r = NULL;
+	struct fly_decision d;
+
+	(void)state;
+	assert_int_equal(colliding(256, keys, FLY_SHM_MAX_PROBE + 1),
+			 FLY_SHM_MAX_PROBE + 1);
+	for (int i = 0; i < FLY_SHM_MAX_PROBE; i++)
+		assert_int_equal(put(w, keys[i], 1), 0);
+	assert_int_equal(put(w, keys[FLY_SHM_MAX_PROBE], 1), -ENOSPC);
+	assert_int_equal(ropen(w, &r), 0);
+	assert_int_equal(fly_shm_lookup(r, keys[FLY_SHM_MAX_PROBE],
+					strlen(keys[FLY_SHM_MAX_PROBE]), &d),
+			 FLY_E_NOTFOUND);
+	assert_int_equal(fly_shm_lookup(r, keys[FLY_SHM_MAX_PROBE - 1],
+					strlen(keys[FLY_SHM_MAX_PROBE - 1]), &d),
+			 0);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+static void test_generation(void **state)
+{
+	struct fly_shm_writer *w = wopen(64);
+	struct fly_shm_reader *r = NULL;
+	uint64_t g;
+
+	(void)state;
+	assert_int_equal(ropen(w, &r), 0);
+	g = fly__shm_reader_generation(r);
+	assert_true(fly__shm_bump(w) == g + 1);
+	assert_true(fly__shm_reader_generation(r) == g + 1);
+	assert_true(fly__shm_bump(w) == g + 2);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+/* Copy the writer's table into a new memfd of @p size bytes; seal it with
+ * @p seals (0: none).  Returns the fd. */
+static int copy_table(struct fly_shm_writer *w, size_t size, int seals)
+{
+	int fd = memfd_create("test-table", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	size_t n = fly__shm_writer_size(w);
+
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)size), 0);
+	if (n > size)
+		n = size;
+	assert_int_equal(pwrite(fd, fly__shm_writer_mem(w), n, 0), (ssize_t)n);
+	if (seals)
+		assert_int_equal(fcntl(fd, F_ADD_SEALS, seals), 0);
+	return fd;
+}
+
+#define ALLSEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
+
+static void test_refuse_seals_and_size(void **state)
+{
+	struct fly_shm_writer *w = wopen(64);
+	struct fly_shm_reader *r = NULL;
+	size_t sz = fly__shm_writer_size(w);
+	int fd;
+
+	(void)state;
+	/* a faithful sealed copy is accepted: the refusals below are due to
+	 * the one thing each changes */
+	assert_int_equal(fly__shm_reader_open(copy_table(w, sz, ALLSEALS), &r), 0);
+	fly__shm_reader_close(r);
+	r = NULL;
+	assert_int_equal(fly__shm_reader_open(copy_table(w, sz, 0), &r),
+			 FLY_E_SHM);
+	assert_int_equal(fly__shm_reader_open(copy_table(w, sz,
+				F_SEAL_SHRINK | F_SEAL_GROW), &r), FLY_E_SHM);
+	assert_int_equal(fly__shm_reader_open(copy_table(w, sz,
+				F_SEAL_SHRINK | F_SEAL_WRITE), &r), FLY_E_SHM);
+	assert_int_equal(fly__shm_reader_open(copy_table(w, sz + 4096,
+				ALLSEALS), &r), FLY_E_SHM);
+	assert_int_equal(fly__shm_reader_open(copy_table(w, 100, ALLSEALS), &r),
+			 FLY_E_SHM);
+	assert_null(r);
+	/* not a regular file */
+	{
+		int p[2];
+
+		assert_int_equal(pipe(p), 0);
+		close(p[1]);
+		assert_int_equal(fly__shm_reader_open(p[0], &r), FLY_E_SHM);
+		/* the fd was taken even on failure */
+		assert_int_equal(fcntl(p[0], F_GETFD), -1);
+		assert_int_equal(errno, EBADF);
+	}
+	fd = copy_table(w, sz, 0);
+	assert_int_equal(fly__shm_reader_open(fd, &r), FLY_E_SHM);
+	assert_int_equal(fcntl(fd, F_GETFD), -1);
+	fly__shm_writer_close(w);
+}
+
+/* Set a u32/u64 header field of the writer's table, optionally fixing
+ * the header checksum so only the field itself is wrong. */
+static void set32(struct fly_shm_writer *w, size_t off, uint32_t v, int fix)
+{
+	uint8_t *b = fly__shm_writer_mem(w);
+	uint32_t s;
+
+	memcpy(b + off, &v, 4);
+	if (fix) {
+		s = fly__shm_header_sum(b);
+		memcpy(b + OFF_SUM, &s, 4);
+	}
+}
+
+static void test_refuse_header(void **state)
+{
+	struct fly_shm_writer *w;
+	struct fly_shm_reader *r = NULL;
+	uint8_t *b;
+	uint32_t v;
+
+	(void)state;
+	w = wopen(64);
+	b = fly__shm_writer_mem(w);
+	b[OFF_MAGIC] ^= 1;
+	assert_int_equal(ropen(w, &r), FLY_E_SHM);
+	b[OFF_MAGIC] ^= 1;
+	assert_int_equal(ropen(w, &r), 0);
+	fly__shm_reader_close(r);
+	r = NULL;
+
+	set32(w, OFF_VERSION, FLY_SHM_LAYOUT_VERSION + 1, 1);
+	assert_int_equal(ropen(w, &r), FLY_E_VERSION);
+	set32(w, OFF_VERSION, FLY_SHM_LAYOUT_VERSION, 1);
+
+	/* bad checksum: a constant field changed behind the sum's back */
+	memcpy(&v, b + OFF_MAXPROBE, 4);
+	set32(w, OFF_MAXPROBE, v + 1, 0);
+	assert_int_equal(ropen(w, &r), FLY_E_SHM);
+	set32(w, OFF_MAXPROBE, v, 0);
+	assert_int_equal(ropen(w, &r), 0);
+	fly__shm_reader_close(r);
+	r = NULL;
+
+	/* hostile capacity (sum fixed): must not fit the size */
+	set32(w, OFF_CAPACITY, 1u << 30, 1);
+	assert_int_equal(ropen(w, &r), FLY_E_SHM);
+	set32(w, OFF_CAPACITY, 0, 1);
+	assert_int_equal(ropen(w, &r), FLY_E_SHM);
+	set32(w, OFF_CAPACITY, 64, 1);
+	assert_int_equal(ropen(w, &r), 0);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+static void test_refuse_non_pow2(void **state)
+{
+	struct fly_shm_writer *w = wopen(64);
+	struct fly_shm_reader *r = NULL;
+	uint64_t total = FLY_SHM_HEADER_SIZE + 3 * FLY_SHM_SLOT_SIZE;
+	uint8_t *b = fly__shm_writer_mem(w);
+
+	(void)state;
+	/* capacity 3, total size and file size consistent, sum fixed: only
+	 * the power-of-two rule is broken */
+	memcpy(b + OFF_TOTAL, &total, 8);
+	set32(w, OFF_CAPACITY, 3, 1);
+	assert_int_equal(fly__shm_reader_open(copy_table(w, total, ALLSEALS), &r),
+			 FLY_E_SHM);
+	/* the same with capacity 4 is accepted (control) */
+	total = FLY_SHM_HEADER_SIZE + 4 * FLY_SHM_SLOT_SIZE;
+	memcpy(b + OFF_TOTAL, &total, 8);
+	set32(w, OFF_CAPACITY, 4, 1);
+	assert_int_equal(fly__shm_reader_open(copy_table(w, total, ALLSEALS), &r),
+			 0);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+/* Index of the slot holding @p key in the writer's table, or -1. */
+static int slot_of(struct fly_shm_writer *w, const char *key)
+{
+	uint8_t *b = fly__shm_writer_mem(w);
+	size_t len = strlen(key);
+
+	for (uint32_t i = 0; i < fly__shm_writer_capacity(w); i++) {
+		uint16_t kl;
+
+		memcpy(&kl, b + SLOT(i) + 16, 2);
+		if (kl == len && !memcmp(b + SLOT(i) + 24, key, len))
+			return (int)i;
+	}
+	return -1;
+}
+
+static void test_bad_slot(void **state)
+{
+	struct fly_shm_writer *w = wopen(64);
+	struct fly_shm_reader *r = NULL;
+	struct fly_decision d;
+	const char *k = "topk/fp32/m=4096,n=1024,k=8/det";
+	uint8_t *b = fly__shm_writer_mem(w);
+	uint64_t seq;
+	int s;
+
+	(void)state;
+	assert_int_equal(put(w, k, 5), 0);
+	assert_int_equal(ropen(w, &r), 0);
+	s = slot_of(w, k);
+	assert_true(s >= 0);
+	/* a flipped variant byte: checksum fails, the slot is not returned */
+	b[SLOT(s) + 120] ^= 0x01;
+	memset(&d, 0, sizeof(d));
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_SHM);
+	assert_int_equal(d.nparams, 0);
+	b[SLOT(s) + 120] ^= 0x01;
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
+	/* a slot whose seq stays odd (writer died mid-update): bounded */
+	memcpy(&seq, b + SLOT(s), 8);
+	seq |= 1;
+	memcpy(b + SLOT(s), &seq, 8);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_SHM);
+	seq += 1;
+	memcpy(b + SLOT(s), &seq, 8);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+static void test_hostile_max_probe(void **state)
+{
+	struct fly_shm_writer *w = wopen(64);
+	struct fly_shm_reader *r = NULL;
+	struct fly_decision d;
+	char k[FLY_KEY_MAX];
+
+	(void)state;
+	/* a full table (no never-used slot ends a probe) and a huge
+	 * max_probe: the lookup still ends, bounded by the capacity */
+	for (int i = 0; fly__shm_writer_count(w) < 64; i++) {
+		key_of(k, i);
+		(void)put(w, k, 1);
+	}
+	set32(w, OFF_MAXPROBE, 0xffffffffu, 1);
+	assert_int_equal(ropen(w, &r), 0);
+	key_of(k, 1000000);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_NOTFOUND);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+static void test_client_cannot_write(void **state)
+{
+	struct fly_shm_writer *w = wopen(64);
+	int fd = dup(fly__shm_writer_fd(w));
+	void *p;
+
+	(void)state;
+	if (!fly__shm_writer_sealed_future_write(w)) {
+		close(fd);
+		fly__shm_writer_close(w);
+		skip(); /* kernel before 5.1: no F_SEAL_FUTURE_WRITE */
+	}
+	p = mmap(NULL, fly__shm_writer_size(w), PROT_READ | PROT_WRITE,
+		 MAP_SHARED, fd, 0);
+	assert_true(p == MAP_FAILED);
+	assert_int_equal(errno, EPERM);
+	assert_true(ftruncate(fd, 0) < 0);
+	assert_true(pwrite(fd, "x", 1, 0) < 0);
+	close(fd);
+	fly__shm_writer_close(w);
+}
+
+/* ---------------------------------------------------------------- concurrency */
+
+#define NKEYS 32
+#define LOOKUPS 100000
+
+struct conc {
+	struct fly_shm_writer *w;
+	struct fly_shm_reader *r;
+	char keys[NKEYS][FLY_KEY_MAX];
+	atomic_int stop;
+	long hits[2];
+	long torn[2];
+	long bad_r[2];
+};
+
+
+static void *writer_main(void *arg)
+{
+	struct conc *c = arg;
+
+	for (uint64_t round = 1; !atomic_load(&c->stop); round++) {
+		for (int i = 0; i < NKEYS; i++)
+			(void)put(c->w, c->keys[i], round);
+		if (round % 64 == 0)
+			(void)fly__shm_del(c->w, c->keys[round % NKEYS],
+					   strlen(c->keys[round % NKEYS]));
+	}
+	return NULL;
+}
+
+struct rarg {
+	struct conc *c;
+	int id;
+};
+
+static void *reader_main(void *arg)
+{
+	struct rarg *ra = arg;
+	struct conc *c = ra->c;
+	unsigned seed = (unsigned)ra->id * 7919u + 1;
+
+	for (int n = 0; n < LOOKUPS; n++) {
+		struct fly_decision d;
+		const char *k = c->keys[rand_r(&seed) % NKEYS];
+		int rc = fly_shm_lookup(c->r, k, strlen(k), &d);
+
+		if (rc == 0) {
+			c->hits[ra->id]++;
+			if (!dec_ok(k, &d))
+				c->bad_r[ra->id]++;
+		} else if (rc == FLY_E_SHM) {
+			c->torn[ra->id]++;
+		} else if (rc != FLY_E_NOTFOUND) {
+			c->bad_r[ra->id]++;
+		}
+	}
+	return NULL;
+}
+
+static void test_concurrent(void **state)
+{
+	static struct conc c;
+	pthread_t wt, rt[2];
+	struct rarg ra[2];
+
+	(void)state;
+	memset(&c, 0, sizeof(c));
+	c.w = wopen(64);
+	for (int i = 0; i < NKEYS; i++) {
+		key_of(c.keys[i], i);
+		assert_int_equal(put(c.w, c.keys[i], 0), 0);
+	}
+	assert_int_equal(ropen(c.w, &c.r), 0);
+	assert_int_equal(pthread_create(&wt, NULL, writer_main, &c), 0);
+	for (int i = 0; i < 2; i++) {
+		ra[i].c = &c;
+		ra[i].id = i;
+		assert_int_equal(pthread_create(&rt[i], NULL, reader_main, &ra[i]), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(rt[i], NULL);
+	atomic_store(&c.stop, 1);
+	pthread_join(wt, NULL);
+	for (int i = 0; i < 2; i++) {
+		print_message("reader %d: %ld hits, %ld torn (FLY_E_SHM)\n", i,
+			      c.hits[i], c.torn[i]);
+		assert_int_equal(c.bad_r[i], 0);
+		assert_true(c.hits[i] > 0);
+	}
+	fly__shm_reader_close(c.r);
+	fly__shm_writer_close(c.w);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_roundtrip),
+		cmocka_unit_test(test_overwrite_delete_clear),
+		cmocka_unit_test(test_tombstone_keeps_probe),
+		cmocka_unit_test(test_probe_window_full),
+		cmocka_unit_test(test_generation),
+		cmocka_unit_test(test_refuse_seals_and_size),
+		cmocka_unit_test(test_refuse_header),
+		cmocka_unit_test(test_refuse_non_pow2),
+		cmocka_unit_test(test_bad_slot),
+		cmocka_unit_test(test_hostile_max_probe),
+		cmocka_unit_test(test_client_cannot_write),
+		cmocka_unit_test(test_concurrent),
+	};
+
+	return cmocka_run_group_tests_name("shm", tests, NULL, NULL);
+}
