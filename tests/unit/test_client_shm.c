@@ -1,0 +1,495 @@
+/*
+ * test_client_shm.c -- the client side of the shm table treats every byte
+ * as untrusted: tables built with proto's writer and then damaged through
+ * the writer's own writable mapping (made before sealing), plain files,
+ * unsealed and empty memfds, headers lying about capacity and size, torn
+ * and corrupt slots: refused or reported, never a crash.  And through a
+ * fake daemon on a Unix socket: a refused table makes libflyclient count
+ * shm_refused and answer from the socket; a hello carrying too many fds
+ * (MSG_CTRUNC) is refused without leaking any of them.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "flyclient.h"
+#include "fly_key.h"
+#include "fly_shm.h"
+
+static const char *k1 = "gemm/bf16/NT/m=64,n=64,k=64";
+
+static struct fly_shm_writer *writer_with_key(void)
+{
+	struct fly_shm_writer *w;
+	struct fly_decision d;
+
+	assert_int_equal(fly__shm_writer_open(64, &w), 0);
+	memset(&d, 0, sizeof(d));
+	d.status = FLY_STATUS_TUNED;
+	strcpy(d.variant, "tiled");
+	d.nparams = 2;
+	d.params[0] = 64;
+	d.params[1] = 8;
+	d.median_us = 12.5;
+	assert_int_equal(fly__shm_put(w, k1, strlen(k1), &d), 0);
+	return w;
+}
+
+static int open_dup(struct fly_shm_writer *w, struct fly_shm_reader **r)
+{
+	return fly__shm_reader_open(dup(fly__shm_writer_fd(w)), r);
+}
+
+static void test_good_table(void **state)
+{
+	struct fly_shm_writer *w = writer_with_key();
+	struct fly_shm_reader *r;
+	struct fly_decision d;
+
+	(void)state;
+	assert_int_equal(open_dup(w, &r), 0);
+	assert_int_equal(fly_shm_lookup(r, k1, strlen(k1), &d), 0);
+	assert_int_equal(d.status, FLY_STATUS_TUNED);
+	assert_string_equal(d.variant, "tiled");
+	assert_int_equal(d.nparams, 2);
+	assert_int_equal(d.params[1], 8);
+	assert_int_equal(fly_shm_lookup(r, "rmsnorm/fp16/m=1,n=1", 20, &d),
+			 FLY_E_NOTFOUND);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+/* Copy the writer's table into @p fd (a file or an unsealed memfd). */
+static void copy_table(struct fly_shm_writer *w, int fd)
+{
+	size_t n = fly__shm_writer_size(w);
+
+	assert_int_equal(write(fd, fly__shm_writer_mem(w), n), (ssize_t)n);
+}
+
+static void test_plain_file_refused(void **state)
+{
+	struct fly_shm_writer *w = writer_with_key();
+	struct fly_shm_reader *r = NULL;
+	char path[] = "/tmp/fly-shm-XXXXXX";
+	int fd = mkstemp(path);
+
+	(void)state;
+	assert_true(fd >= 0);
+	unlink(path);
+	copy_table(w, fd);
+	assert_int_equal(fly__shm_reader_open(fd, &r), FLY_E_SHM);
+	assert_null(r);
+	fly__shm_writer_close(w);
+}
+
+static void test_unsealed_memfd_refused(void **state)
+{
+	struct fly_shm_writer *w = writer_with_key();
+	struct fly_shm_reader *r = NULL;
+	int fd = memfd_create("fly-unsealed", MFD_CLOEXEC);
+
+	(void)state;
+	assert_true(fd >= 0);
+	copy_table(w, fd);
+	assert_int_equal(fly__shm_reader_open(fd, &r), FLY_E_SHM);
+	/* size seals alone are not enough either (writes still allowed) */
+	fd = memfd_create("fly-size-sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	copy_table(w, fd);
+	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW),
+			 0);
+	assert_int_equal(fly__shm_reader_open(fd, &r), FLY_E_SHM);
+	assert_null(r);
+	fly__shm_writer_close(w);
+}
+
+static void test_empty_memfd_refused(void **state)
+{
+	struct fly_shm_reader *r = NULL;
+	int fd = memfd_create("fly-empty", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	(void)state;
+	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+					       F_SEAL_WRITE), 0);
+	assert_int_equal(fly__shm_reader_open(fd, &r), FLY_E_SHM);
+	assert_null(r);
+	assert_int_equal(fly__shm_reader_open(-1, &r), -EBADF);
+}
+
+/* Overwrite a u32/u64 header field, optionally re-signing the header so
+ * the field check itself is what refuses it. */
+static void poke_header(struct fly_shm_writer *w, size_t off, uint64_t v,
+			size_t width, int resign)
+{
+	uint8_t *m = fly__shm_writer_mem(w);
+	uint32_t sum;
+
+	memcpy(m + off, &v, width); /* little-endian host */
+	if (resign) {
+		sum = fly__shm_header_sum(m);
+		memcpy(m + 48, &sum, 4);
+	}
+}
+
+static void test_lying_header_refused(void **state)
+{
+	static const struct {
+		size_t off, width;
+		uint64_t v;
+		int resign;
+		int want;
+	} cases[] = {
+		{ 0, 8, 0x4141414141414141ull, 1, FLY_E_SHM }, /* magic */
+		{ 8, 4, 99, 1, FLY_E_VERSION },     /* layout version */
+		{ 12, 4, 128, 1, FLY_E_SHM },       /* header size */
+		{ 16, 4, 64, 1, FLY_E_SHM },        /* slot size */
+		{ 20, 4, 1u << 20, 1, FLY_E_SHM },  /* capacity > file */
+		{ 20, 4, 48, 1, FLY_E_SHM },        /* not a power of two */
+		{ 20, 4, 0, 1, FLY_E_SHM },         /* zero capacity */
+		{ 24, 8, 1ull << 39, 1, FLY_E_SHM },/* total size lies */
+		{ 20, 4, 32, 0, FLY_E_SHM },        /* checksum now wrong */
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct fly_shm_writer *w = writer_with_key();
+		struct fly_shm_reader *r = NULL;
+
+		poke_header(w, cases[i].off, cases[i].v, cases[i].width,
+			    cases[i].resign);
+		assert_int_equal(open_dup(w, &r), cases[i].want);
+		assert_null(r);
+		fly__shm_writer_close(w);
+	}
+}
+
+static void test_huge_max_probe_is_bounded(void **state)
+{
+	struct fly_shm_writer *w = writer_with_key();
+	struct fly_shm_reader *r;
+	struct fly_decision d;
+	char key[64];
+
+	(void)state;
+	/* fill every slot, then claim an unbounded probe: a miss must still
+	 * end (after at most FLY_SHM_MAX_PROBE slots) */
+	for (int i = 0; i < 200; i++) {
+		memset(&d, 0, sizeof(d));
+		strcpy(d.variant, "v");
+		snprintf(key, sizeof(key), "rmsnorm/fp32/m=%d,n=64", i + 1);
+		fly__shm_put(w, key, strlen(key), &d);
+	}
+	poke_header(w, 44, 0xffffffffu, 4, 1);
+	assert_int_equal(open_dup(w, &r), 0);
+	assert_int_equal(fly_shm_lookup(r, "topk/fp32/m=1,n=8,k=1", 21, &d),
+			 FLY_E_NOTFOUND);
+	assert_int_equal(fly_shm_lookup(r, k1, strlen(k1), &d), 0);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+/* Byte offset of the slot holding k1 (found by scanning for its key). */
+static size_t slot_of_k1(struct fly_shm_writer *w)
+{
+	uint8_t *m = fly__shm_writer_mem(w);
+
+	for (uint32_t i = 0; i < fly__shm_writer_capacity(w); i++) {
+		size_t off = FLY_SHM_HEADER_SIZE + (size_t)i * FLY_SHM_SLOT_SIZE;
+
+		if (memcmp(m + off + 24, k1, strlen(k1)) == 0)
+			return off;
+	}
+	fail_msg("k1 not in the table");
+	return 0;
+}
+
+static void test_corrupt_and_torn_slots(void **state)
+{
+	struct fly_shm_writer *w = writer_with_key();
+	struct fly_shm_reader *r;
+	struct fly_decision d;
+	uint8_t *m = fly__shm_writer_mem(w);
+	size_t off = slot_of_k1(w);
+	uint64_t seq;
+
+	(void)state;
+	assert_int_equal(open_dup(w, &r), 0);
+	/* corrupt: a variant byte changes, the slot checksum no longer
+	 * matches */
+	m[off + 120] ^= 0x55;
+	assert_int_equal(fly_shm_lookup(r, k1, strlen(k1), &d), FLY_E_SHM);
+	m[off + 120] ^= 0x55;
+	assert_int_equal(fly_shm_lookup(r, k1, strlen(k1), &d), 0);
+	/* hostile: keylen and nparams out of range */
+	m[off + 16] = 0xff;
+	m[off + 17] = 0xff;
+	m[off + 19] = 200;
+	assert_int_equal(fly_shm_lookup(r, k1, strlen(k1), &d), FLY_E_SHM);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+
+	/* torn: a writer killed mid-update leaves seq odd forever; the reader
+	 * gives up after its bounded retries */
+	w = writer_with_key();
+	m = fly__shm_writer_mem(w);
+	off = slot_of_k1(w);
+	assert_int_equal(open_dup(w, &r), 0);
+	memcpy(&seq, m + off, 8);
+	seq |= 1;
+	memcpy(m + off, &seq, 8);
+	assert_int_equal(fly_shm_lookup(r, k1, strlen(k1), &d), FLY_E_SHM);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+/* ------------------------------------------------ a fake daemon */
+
+struct fake {
+	char dir[64];
+	char sock[128];
+	int lfd;
+	int hello_fds;   /* how many fds to pass with hello */
+	int sealed;      /* pass the real (sealed) table instead */
+	struct fly_shm_writer *w;
+	pthread_t th;
+};
+
+static int read_full(int fd, void *buf, size_t n)
+{
+	for (size_t got = 0; got < n;) {
+		ssize_t r = read(fd, (char *)buf + got, n - got);
+
+		if (r <= 0)
+			return -1;
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+/* Send one frame with @p nfd copies of @p fd attached. */
+static void send_frame(int s, const char *json, int fd, int nfd)
+{
+	union {
+		char b[CMSG_SPACE(sizeof(int) * 16)];
+		struct cmsghdr a;
+	} cb;
+	uint32_t len = (uint32_t)strlen(json);
+	uint8_t hdr[4] = { len & 0xff, (len >> 8) & 0xff, (len >> 16) & 0xff,
+			   len >> 24 };
+	struct iovec iov = { .iov_base = hdr, .iov_len = 4 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	int fds[16];
+
+	if (nfd > 0) {
+		struct cmsghdr *cm;
+
+		memset(&cb, 0, sizeof(cb));
+		for (int i = 0; i < nfd; i++)
+			fds[i] = fd;
+		mh.msg_control = cb.b;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfd);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfd);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfd);
+	}
+	if (sendmsg(s, &mh, MSG_NOSIGNAL) != 4 ||
+	    send(s, json, len, MSG_NOSIGNAL) != (ssize_t)len)
+		return;
+}
+
+/* Serve connections: hello (with the configured fds), then decide
+ * answers "pending/fake". */
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+	int s;
+
+	while ((s = accept(f->lfd, NULL, NULL)) >= 0) {
+		uint8_t hdr[4];
+		char buf[4096];
+
+		while (read_full(s, hdr, 4) == 0) {
+			uint32_t n = hdr[0] | hdr[1] << 8 | hdr[2] << 16 |
+				     (uint32_t)hdr[3] << 24;
+
+			if (n >= sizeof(buf) || read_full(s, buf, n) < 0)
+				break;
+			buf[n] = '\0';
+			if (strstr(buf, "\"hello\"")) {
+				int mfd = f->sealed ?
+					fly__shm_writer_fd(f->w) :
+					memfd_create("fake", MFD_CLOEXEC);
+				if (!f->sealed)
+					copy_table(f->w, mfd);
+				send_frame(s, "{\"ok\":true,\"version\":1}", mfd,
+					   f->hello_fds);
+				if (!f->sealed)
+					close(mfd);
+			} else {
+				send_frame(s, "{\"ok\":true,\"key\":\"k\","
+					   "\"decision\":{\"status\":\"pending\","
+					   "\"provisional\":false,\"variant\":"
+					   "\"fake\",\"params\":[1],"
+					   "\"median_us\":0}}", -1, 0);
+			}
+		}
+		close(s);
+	}
+	return NULL;
+}
+
+static void fake_start(struct fake *f, int hello_fds, int sealed)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	memset(f, 0, sizeof(*f));
+	strcpy(f->dir, "/tmp/fly-fake-XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	snprintf(f->sock, sizeof(f->sock), "%s/s.sock", f->dir);
+	strcpy(sa.sun_path, f->sock);
+	f->hello_fds = hello_fds;
+	f->sealed = sealed;
+	f->w = writer_with_key();
+	f->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(f->lfd, 8), 0);
+	assert_int_equal(pthread_create(&f->th, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake *f)
+{
+	shutdown(f->lfd, SHUT_RDWR);
+	pthread_join(f->th, NULL);
+	close(f->lfd);
+	unlink(f->sock);
+	rmdir(f->dir);
+	fly__shm_writer_close(f->w);
+}
+
+static int fd_count(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	while ((e = readdir(d)) != NULL)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static struct fly_problem problem_k1(void)
+{
+	struct fly_problem p;
+
+	assert_int_equal(fly_problem_from_key(k1, &p), 0);
+	return p;
+}
+
+static void test_client_refused_table_uses_socket(void **state)
+{
+	struct fly_client_opts o = { .timeout_ms = 2000 };
+	struct fly_client_stats st;
+	struct fly_problem p = problem_k1();
+	struct fly_decision d;
+	struct fake f;
+	fly_client *c;
+
+	(void)state;
+	fake_start(&f, 1, 0);
+	o.socket_path = f.sock;
+	assert_int_equal(fly_client_open_opts(&o, &c), 0);
+	assert_int_equal(fly_decide(c, &p, &d), 0);
+	fly_client_stats_get(c, &st);
+	assert_int_equal(st.shm_refused, 1);
+	assert_int_equal(st.shm_hits, 0);
+	/* the table was refused, so the answer is the socket's */
+	assert_int_equal(d.status, FLY_STATUS_PENDING);
+	assert_string_equal(d.variant, "fake");
+	fly_client_close(c);
+	fake_stop(&f);
+}
+
+static void test_client_sealed_table_hits(void **state)
+{
+	struct fly_client_opts o = { .timeout_ms = 2000 };
+	struct fly_client_stats st;
+	struct fly_problem p = problem_k1();
+	struct fly_decision d;
+	struct fake f;
+	fly_client *c;
+
+	(void)state;
+	fake_start(&f, 1, 1);
+	o.socket_path = f.sock;
+	assert_int_equal(fly_client_open_opts(&o, &c), 0);
+	/* first call: connects (socket answer), maps the table */
+	assert_int_equal(fly_decide(c, &p, &d), 0);
+	assert_int_equal(fly_decide(c, &p, &d), 0);
+	fly_client_stats_get(c, &st);
+	assert_int_equal(st.shm_refused, 0);
+	assert_true(st.shm_hits + st.cache_hits >= 1);
+	assert_int_equal(d.status, FLY_STATUS_TUNED);
+	assert_string_equal(d.variant, "tiled");
+	fly_client_close(c);
+	fake_stop(&f);
+}
+
+static void test_client_ctrunc_no_leak(void **state)
+{
+	struct fly_client_opts o = { .timeout_ms = 2000 };
+	struct fly_problem p = problem_k1();
+	struct fly_decision d;
+	struct fake f;
+	fly_client *c;
+	int before;
+
+	(void)state;
+	fake_start(&f, 12, 1); /* more fds than the client makes room for */
+	o.socket_path = f.sock;
+	before = fd_count();
+	assert_int_equal(fly_client_open_opts(&o, &c), 0);
+	assert_int_equal(fly_decide(c, &p, &d), 0);
+	assert_int_equal(d.status, FLY_STATUS_DEFAULT);
+	assert_string_equal(d.variant, "");
+	fly_client_close(c);
+	/* the fake's end of the connection closes when it sees EOF */
+	for (int i = 0; i < 2000 && fd_count() != before; i++)
+		usleep(1000);
+	assert_int_equal(fd_count(), before);
+	fake_stop(&f);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_good_table),
+		cmocka_unit_test(test_plain_file_refused),
+		cmocka_unit_test(test_unsealed_memfd_refused),
+		cmocka_unit_test(test_empty_memfd_refused),
+		cmocka_unit_test(test_lying_header_refused),
+		cmocka_unit_test(test_huge_max_probe_is_bounded),
+		cmocka_unit_test(test_corrupt_and_torn_slots),
+		cmocka_unit_test(test_client_refused_table_uses_socket),
+		cmocka_unit_test(test_client_sealed_table_hits),
+		cmocka_unit_test(test_client_ctrunc_no_leak),
+	};
+
+	return cmocka_run_group_tests_name("client_shm", tests, NULL, NULL);
+}
