@@ -1,0 +1,755 @@
+/*
+ * handlers.c -- request dispatch and the non-tuning handlers (see
+ * handlers.h; the protocol table is in docs/architecture.md).
+ *
+ * Owns: the list of hellos waiting for readiness.  Thread: loop thread.
+ * Field checks: a field of the wrong type is "invalid" naming the field;
+ * keys must be canonical (fly_key_parse).  Import is all-or-nothing: rows
+ * are staged per session while "more" is true and committed in one
+ * transaction with the last chunk; any invalid row drops the staging.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "daemon.h"
+#include "fly_key.h"
+#include "fly_msg.h"
+#include "handlers.h"
+#include "log.h"
+#include "server.h"
+#include "session.h"
+#include "store.h"
+#include "tuning.h"
+
+#define LIST_LIMIT_DEFAULT 1000
+#define LIST_LIMIT_MAX 10000
+#define IMPORT_STAGE_MAX 1000000
+#define HELLO_PENDING_MAX 4096
+
+/* ---------------------------------------------------------------- fields */
+
+/* Format "'NAME' must be WHAT" into the session's buffer. */
+static int bad_field(struct flyd_session *s, const char **msg,
+		     const char *name, const char *what)
+{
+	size_t cap;
+	char *b = flyd_session_errbuf(s, &cap);
+
+	snprintf(b, cap, "'%s' must be %s", name, what);
+	*msg = b;
+	return FLY_E_INVALID;
+}
+
+/* Optional string field: 1 absent, 0 present, or FLY_E_INVALID. */
+static int opt_str(struct flyd_session *s, const cJSON *o, const char *name,
+		   const char **out, const char **msg)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, name);
+
+	if (it == NULL || cJSON_IsNull(it))
+		return 1;
+	if (!cJSON_IsString(it))
+		return bad_field(s, msg, name, "a string");
+	*out = it->valuestring;
+	return 0;
+}
+
+static int opt_int(struct flyd_session *s, const cJSON *o, const char *name,
+		   int64_t *out, const char **msg)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, name);
+	double v;
+
+	if (it == NULL || cJSON_IsNull(it))
+		return 1;
+	v = it->valuedouble;
+	if (!cJSON_IsNumber(it) || v != floor(v) || fabs(v) > 9.0e15)
+		return bad_field(s, msg, name, "an integer");
+	*out = (int64_t)v;
+	return 0;
+}
+
+static int opt_bool(struct flyd_session *s, const cJSON *o, const char *name,
+		    int *out, const char **msg)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, name);
+
+	if (it == NULL || cJSON_IsNull(it))
+		return 1;
+	if (!cJSON_IsBool(it))
+		return bad_field(s, msg, name, "a boolean");
+	*out = cJSON_IsTrue(it);
+	return 0;
+}
+
+/* The required canonical "key". */
+static int req_key(struct flyd_session *s, const cJSON *req, const char **key,
+		   const char **msg)
+{
+	struct fly_problem p;
+	int rc = opt_str(s, req, "key", key, msg);
+
+	if (rc == 1)
+		return bad_field(s, msg, "key", "present");
+	if (rc < 0)
+		return rc;
+	rc = fly_key_parse(*key, strlen(*key), &p);
+	if (rc < 0) {
+		*msg = "'key' is not a canonical shape key";
+		return rc;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+static cJSON *params_json(const int64_t *params, uint32_t n)
+{
+	cJSON *a = cJSON_CreateArray();
+
+	for (uint32_t i = 0; a != NULL && i < n && i < FLY_PARAMS_MAX; i++)
+		cJSON_AddItemToArray(a, cJSON_CreateNumber((double)params[i]));
+	return a;
+}
+
+static cJSON *result_json(const struct flyd_result *r)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	if (o == NULL)
+		return NULL;
+	cJSON_AddStringToObject(o, "key", r->key);
+	cJSON_AddStringToObject(o, "device", r->device);
+	cJSON_AddStringToObject(o, "libver", r->libver);
+	cJSON_AddStringToObject(o, "variant", r->d.variant);
+	cJSON_AddItemToObject(o, "params", params_json(r->d.params,
+						       r->d.nparams));
+	cJSON_AddNumberToObject(o, "median_us", r->d.median_us);
+	cJSON_AddNumberToObject(o, "mad_us", r->mad_us);
+	cJSON_AddNumberToObject(o, "tune_s", r->tune_s);
+	cJSON_AddNumberToObject(o, "tuned_at", (double)r->tuned_at);
+	return o;
+}
+
+static cJSON *trial_json(const struct flyd_trial *t)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	if (o == NULL)
+		return NULL;
+	cJSON_AddStringToObject(o, "variant", t->variant);
+	cJSON_AddItemToObject(o, "params", params_json(t->params, t->nparams));
+	cJSON_AddNumberToObject(o, "median_us", t->median_us);
+	cJSON_AddNumberToObject(o, "mad_us", t->mad_us);
+	cJSON_AddNumberToObject(o, "reps", t->reps);
+	cJSON_AddStringToObject(o, "outcome", flyd_outcome_name(t->outcome));
+	cJSON_AddStringToObject(o, "reason", t->reason);
+	return o;
+}
+
+/* ---------------------------------------------------------------- hello */
+
+struct hello_wait {
+	struct hello_wait *next;
+	struct flyd_reply *r;
+	int64_t version;
+};
+
+static struct hello_wait *hello_waiting;
+static unsigned hello_nwaiting;
+
+static void hello_fill(struct flyd_ctx *ctx, cJSON *resp, int64_t version)
+{
+	cJSON *dev = cJSON_CreateObject(), *shm = cJSON_CreateObject();
+
+	cJSON_AddNumberToObject(resp, "version", (double)version);
+	cJSON_AddNumberToObject(dev, "index", ctx->device);
+	cJSON_AddStringToObject(dev, "backend", ctx->backend);
+	cJSON_AddStringToObject(dev, "fingerprint", ctx->fingerprint);
+	cJSON_AddStringToObject(dev, "id", ctx->device_id);
+	cJSON_AddItemToObject(resp, "device", dev);
+	cJSON_AddStringToObject(resp, "libver", ctx->libver);
+	cJSON_AddNumberToObject(shm, "capacity",
+				flyd_tuning_shm_capacity(ctx));
+	cJSON_AddNumberToObject(shm, "size",
+				(double)flyd_tuning_shm_size(ctx));
+	cJSON_AddItemToObject(resp, "shm", shm);
+}
+
+static int h_hello(struct flyd_ctx *ctx, struct flyd_session *s,
+		   const cJSON *req, cJSON *resp, const char **msg)
+{
+	int64_t v = FLY_PROTO_VERSION;
+	int shm_fd, rc;
+
+	rc = opt_int(s, req, "version", &v, msg);
+	if (rc < 0)
+		return rc;
+	if (v < 1) {
+		*msg = "protocol version must be >= 1";
+		return FLY_E_VERSION;
+	}
+	if (v > FLY_PROTO_VERSION)
+		v = FLY_PROTO_VERSION;
+	if (!ctx->ready) {
+		struct hello_wait *w;
+
+		if (ctx->stopping) {
+			*msg = "daemon is stopping";
+			return FLY_E_DOWN;
+		}
+		if (hello_nwaiting >= HELLO_PENDING_MAX) {
+			*msg = "too many clients waiting for start-up";
+			return FLY_E_BUSY;
+		}
+		w = malloc(sizeof(*w));
+		if (w == NULL)
+			return -ENOMEM;
+		w->r = flyd_session_defer(s);
+		if (w->r == NULL) {
+			free(w);
+			return -ENOMEM;
+		}
+		w->version = v;
+		w->next = hello_waiting;
+		hello_waiting = w;
+		hello_nwaiting++;
+		return FLYD_DEFERRED;
+	}
+	hello_fill(ctx, resp, v);
+	shm_fd = flyd_tuning_shm_fd(ctx);
+	if (shm_fd >= 0) {
+		rc = flyd_session_attach_fd(s, shm_fd);
+		if (rc < 0) {
+			*msg = "cannot pass the shm table";
+			return rc;
+		}
+	}
+	return 0;
+}
+
+void flyd_handlers_ready(struct flyd_ctx *ctx)
+{
+	struct hello_wait *w;
+
+	while ((w = hello_waiting) != NULL) {
+		cJSON *resp = cJSON_CreateObject();
+		int fd = flyd_tuning_shm_fd(ctx);
+
+		hello_waiting = w->next;
+		hello_nwaiting--;
+		if (resp != NULL) {
+			cJSON_AddTrueToObject(resp, "ok");
+			hello_fill(ctx, resp, w->version);
+		}
+		if (fd >= 0 && flyd_reply_attach_fd(w->r, fd) < 0) {
+			cJSON_Delete(resp);
+			resp = fly_msg_error(-EMFILE,
+					     "cannot pass the shm table");
+		}
+		flyd_session_reply(w->r, resp);
+		free(w);
+	}
+}
+
+void flyd_handlers_stop(struct flyd_ctx *ctx)
+{
+	struct hello_wait *w;
+
+	while ((w = hello_waiting) != NULL) {
+		hello_waiting = w->next;
+		hello_nwaiting--;
+		flyd_session_reply(w->r, fly_msg_error(FLY_E_DOWN,
+						       "daemon is stopping"));
+		free(w);
+	}
+}
+
+/* ---------------------------------------------------------------- get */
+
+static int h_get(struct flyd_ctx *ctx, struct flyd_session *s,
+		 const cJSON *req, cJSON *resp, const char **msg)
+{
+	struct flyd_result r;
+	const char *key;
+	int rc = req_key(s, req, &key, msg);
+
+	if (rc < 0)
+		return rc;
+	rc = flyd_store_result_get(ctx->store, key, ctx->device_id,
+				   ctx->libver, &r);
+	if (rc == FLY_E_NOTFOUND) {
+		*msg = "no tuned result for this key on this device";
+		return rc;
+	}
+	if (rc < 0)
+		return rc;
+	cJSON_AddStringToObject(resp, "key", key);
+	cJSON_AddItemToObject(resp, "result", result_json(&r));
+	return 0;
+}
+
+static int add_trial(void *arg, const struct flyd_trial *t)
+{
+	cJSON_AddItemToArray(arg, trial_json(t));
+	return 0;
+}
+
+static int h_explain(struct flyd_ctx *ctx, struct flyd_session *s,
+		     const cJSON *req, cJSON *resp, const char **msg)
+{
+	struct flyd_result r;
+	const char *key;
+	cJSON *trials;
+	int rc = req_key(s, req, &key, msg);
+
+	if (rc < 0)
+		return rc;
+	rc = flyd_store_result_get(ctx->store, key, ctx->device_id,
+				   ctx->libver, &r);
+	if (rc < 0 && rc != FLY_E_NOTFOUND)
+		return rc;
+	cJSON_AddStringToObject(resp, "key", key);
+	cJSON_AddItemToObject(resp, "result", rc == 0 ? result_json(&r) :
+			      cJSON_CreateNull());
+	trials = cJSON_AddArrayToObject(resp, "trials");
+	rc = flyd_store_trial_iter(ctx->store, key, ctx->device_id,
+				   ctx->libver, add_trial, trials);
+	return rc < 0 ? rc : 0;
+}
+
+/* ---------------------------------------------------------------- list */
+
+struct page {
+	cJSON *results;
+	uint32_t op, dtype;   /* filters, 0: any */
+	int status;           /* -1: any */
+	int64_t limit;
+	int64_t n;
+	int more;
+	char last[FLY_KEY_MAX];
+};
+
+static int page_add(void *arg, const struct flyd_result *r)
+{
+	struct page *pg = arg;
+
+	if (pg->op != 0 || pg->dtype != 0) {
+		struct fly_problem p;
+
+		if (fly_key_parse(r->key, strlen(r->key), &p) < 0)
+			return 0;
+		if ((pg->op != 0 && p.op != pg->op) ||
+		    (pg->dtype != 0 && p.dtype != pg->dtype))
+			return 0;
+	}
+	if (pg->status >= 0 && (int)r->d.status != pg->status)
+		return 0;
+	if (pg->n == pg->limit) {
+		pg->more = 1;
+		return 1;
+	}
+	cJSON_AddItemToArray(pg->results, result_json(r));
+	snprintf(pg->last, sizeof(pg->last), "%s", r->key);
+	pg->n++;
+	return 0;
+}
+
+/* list (with filters) and export (without). */
+static int run_page(struct flyd_ctx *ctx, struct flyd_session *s,
+		    const cJSON *req, cJSON *resp, const char **msg,
+		    int filters)
+{
+	struct page pg = {.status = -1, .limit = LIST_LIMIT_DEFAULT};
+	const char *after = NULL, *str;
+	int rc;
+
+	if ((rc = opt_str(s, req, "after", &after, msg)) < 0)
+		return rc;
+	if ((rc = opt_int(s, req, "limit", &pg.limit, msg)) < 0)
+		return rc;
+	if (pg.limit < 1 || pg.limit > LIST_LIMIT_MAX)
+		return bad_field(s, msg, "limit", "an integer in 1..10000");
+	if (filters) {
+		str = NULL;
+		if ((rc = opt_str(s, req, "op", &str, msg)) < 0)
+			return rc;
+		if (str != NULL && (pg.op = fly_op_parse(str, strlen(str))) == 0)
+			return bad_field(s, msg, "op", "a known op name");
+		str = NULL;
+		if ((rc = opt_str(s, req, "dtype", &str, msg)) < 0)
+			return rc;
+		if (str != NULL &&
+		    (pg.dtype = fly_dtype_parse(str, strlen(str))) == 0)
+			return bad_field(s, msg, "dtype", "a known dtype name");
+		str = NULL;
+		if ((rc = opt_str(s, req, "status", &str, msg)) < 0)
+			return rc;
+		if (str != NULL && (pg.status = fly_status_parse(str)) < 0)
+			return bad_field(s, msg, "status",
+					 "default, pending or tuned");
+	}
+	pg.results = cJSON_AddArrayToObject(resp, "results");
+	if (pg.results == NULL)
+		return -ENOMEM;
+	rc = flyd_store_result_iter(ctx->store, ctx->device_id, ctx->libver,
+				    after, 0, page_add, &pg);
+	if (rc < 0)
+		return rc;
+	if (pg.more)
+		cJSON_AddStringToObject(resp, "next", pg.last);
+	else
+		cJSON_AddNullToObject(resp, "next");
+	return 0;
+}
+
+static int h_list(struct flyd_ctx *ctx, struct flyd_session *s,
+		  const cJSON *req, cJSON *resp, const char **msg)
+{
+	return run_page(ctx, s, req, resp, msg, 1);
+}
+
+static int h_export(struct flyd_ctx *ctx, struct flyd_session *s,
+		    const cJSON *req, cJSON *resp, const char **msg)
+{
+	return run_page(ctx, s, req, resp, msg, 0);
+}
+
+/* ---------------------------------------------------------------- import */
+
+/* A number field >= 0 (or > 0 when @p positive), finite. */
+static int num_field(const cJSON *o, const char *name, int required,
+		     int positive, double *out)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, name);
+
+	if (it == NULL)
+		return required ? -1 : 0;
+	if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) ||
+	    it->valuedouble < 0 || (positive && it->valuedouble <= 0))
+		return -1;
+	*out = it->valuedouble;
+	return 0;
+}
+
+static const char *const result_fields[] = {
+	"key", "device", "libver", "variant", "params", "median_us",
+	"mad_us", "tune_s", "tuned_at", NULL
+};
+
+/* Validate one result object into @p r.  @return NULL or what is wrong. */
+static const char *import_row(struct flyd_ctx *ctx, const cJSON *o,
+			      int retarget, struct flyd_result *r)
+{
+	const cJSON *it, *p;
+	const char *k, *dev, *lv, *var;
+	struct fly_problem prob;
+	double t = 0;
+
+	if (!cJSON_IsObject(o))
+		return "is not an object";
+	cJSON_ArrayForEach(it, o) {
+		const char *const *f;
+
+		for (f = result_fields; *f != NULL; f++)
+			if (strcmp(*f, it->string) == 0)
+				break;
+		if (*f == NULL)
+			return "has an unknown field";
+	}
+	memset(r, 0, sizeof(*r));
+	k = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "key"));
+	if (k == NULL || fly_key_parse(k, strlen(k), &prob) < 0)
+		return "'key' is not a canonical shape key";
+	snprintf(r->key, sizeof(r->key), "%s", k);
+	var = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o,
+								    "variant"));
+	if (var == NULL || var[0] == '\0' || strlen(var) >= FLY_VARIANT_MAX)
+		return "'variant' must be a non-empty string shorter than 40";
+	snprintf(r->d.variant, sizeof(r->d.variant), "%s", var);
+	p = cJSON_GetObjectItemCaseSensitive(o, "params");
+	if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) > FLY_PARAMS_MAX)
+		return "'params' must be an array of at most 8 integers";
+	cJSON_ArrayForEach(it, p) {
+		double v = it->valuedouble;
+
+		if (!cJSON_IsNumber(it) || v != floor(v) || fabs(v) > 9.0e15)
+			return "'params' must be an array of at most 8 integers";
+		r->d.params[r->d.nparams++] = (int64_t)v;
+	}
+	if (num_field(o, "median_us", 1, 1, &r->d.median_us) < 0)
+		return "'median_us' must be a finite number > 0";
+	if (num_field(o, "mad_us", 0, 0, &r->mad_us) < 0)
+		return "'mad_us' must be a finite number >= 0";
+	if (num_field(o, "tune_s", 0, 0, &r->tune_s) < 0)
+		return "'tune_s' must be a finite number >= 0";
+	t = (double)time(NULL);
+	if (num_field(o, "tuned_at", 0, 0, &t) < 0 || t != floor(t))
+		return "'tuned_at' must be an integer >= 0";
+	r->tuned_at = (int64_t)t;
+	dev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o,
+								    "device"));
+	lv = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o,
+								   "libver"));
+	if (!retarget) {
+		if (dev == NULL || strcmp(dev, ctx->device_id) != 0)
+			return "'device' is not this instance's device id "
+			       "(use retarget)";
+		if (lv == NULL || strcmp(lv, ctx->libver) != 0)
+			return "'libver' is not this instance's kernel library "
+			       "version (use retarget)";
+	} else if ((cJSON_HasObjectItem(o, "device") && dev == NULL) ||
+		   (cJSON_HasObjectItem(o, "libver") && lv == NULL)) {
+		return "'device' and 'libver' must be strings";
+	}
+	snprintf(r->device, sizeof(r->device), "%s", ctx->device_id);
+	snprintf(r->libver, sizeof(r->libver), "%s", ctx->libver);
+	r->d.status = FLY_STATUS_TUNED;
+	return NULL;
+}
+
+static int stage_grow(struct flyd_stage *st, size_t add)
+{
+	size_t cap = st->cap ? st->cap : 64;
+	struct flyd_result *rows;
+
+	if (st->n + add <= st->cap)
+		return 0;
+	while (cap < st->n + add)
+		cap *= 2;
+	rows = realloc(st->rows, cap * sizeof(*rows));
+	if (rows == NULL)
+		return -ENOMEM;
+	st->rows = rows;
+	st->cap = cap;
+	return 0;
+}
+
+static int h_import(struct flyd_ctx *ctx, struct flyd_session *s,
+		    const cJSON *req, cJSON *resp, const char **msg)
+{
+	struct flyd_stage *st = flyd_session_stage(s);
+	const cJSON *rs = cJSON_GetObjectItemCaseSensitive(req, "results");
+	int more = 0, retarget = 0, rc;
+	const cJSON *o;
+	size_t i = 0, n;
+
+	if ((rc = opt_bool(s, req, "more", &more, msg)) < 0 ||
+	    (rc = opt_bool(s, req, "retarget", &retarget, msg)) < 0)
+		goto drop;
+	if (!cJSON_IsArray(rs)) {
+		rc = bad_field(s, msg, "results", "an array");
+		goto drop;
+	}
+	n = (size_t)cJSON_GetArraySize(rs);
+	if (st->n + n > IMPORT_STAGE_MAX) {
+		*msg = "import is over 1000000 rows";
+		rc = FLY_E_TOOBIG;
+		goto drop;
+	}
+	if ((rc = stage_grow(st, n)) < 0)
+		goto drop;
+	cJSON_ArrayForEach(o, rs) {
+		const char *why = import_row(ctx, o, retarget,
+					     &st->rows[st->n]);
+
+		if (why != NULL) {
+			size_t cap;
+			char *b = flyd_session_errbuf(s, &cap);
+
+			snprintf(b, cap, "results[%zu] %s", st->n, why);
+			*msg = b;
+			rc = FLY_E_INVALID;
+			goto drop;
+		}
+		st->n++;
+		i++;
+	}
+	if (more) {
+		cJSON_AddNumberToObject(resp, "staged", (double)st->n);
+		cJSON_AddNumberToObject(resp, "imported", 0);
+		return 0;
+	}
+	n = st->n;
+	rc = flyd_store_import(ctx->store, st->rows, n);
+	flyd_stage_clear(st);
+	if (rc < 0)
+		return rc;
+	flyd_log(FLYD_LOG_INFO, "imported", "rows=%zu uid=%d", n,
+		 (int)flyd_session_uid(s));
+	flyd_tuning_imported(ctx);
+	cJSON_AddNumberToObject(resp, "imported", (double)n);
+	return 0;
+drop:
+	(void)i;
+	flyd_stage_clear(st);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- forget */
+
+static int h_forget(struct flyd_ctx *ctx, struct flyd_session *s,
+		    const cJSON *req, cJSON *resp, const char **msg)
+{
+	const char *key = NULL;
+	int all = 0, rc;
+	int64_t n = 0;
+
+	if ((rc = opt_bool(s, req, "all", &all, msg)) < 0)
+		return rc;
+	if (!all) {
+		if ((rc = req_key(s, req, &key, msg)) < 0)
+			return rc;
+	} else if (cJSON_HasObjectItem(req, "key")) {
+		*msg = "give either 'key' or 'all', not both";
+		return FLY_E_INVALID;
+	}
+	rc = flyd_store_forget(ctx->store, key, ctx->device_id, ctx->libver,
+			       &n);
+	if (rc < 0)
+		return rc;
+	flyd_log(FLYD_LOG_INFO, "forgotten", "key=%s rows=%lld uid=%d",
+		 key != NULL ? key : "*", (long long)n,
+		 (int)flyd_session_uid(s));
+	flyd_tuning_forgotten(ctx, key);
+	cJSON_AddNumberToObject(resp, "forgotten", (double)n);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- stats */
+
+static double uptime_s(const struct flyd_ctx *ctx)
+{
+	return (double)(uv_now(ctx->loop) - ctx->started_ms) / 1000.0;
+}
+
+static int h_stats(struct flyd_ctx *ctx, struct flyd_session *s,
+		   const cJSON *req, cJSON *resp, const char **msg)
+{
+#define STAT(name) \
+	cJSON_AddNumberToObject(resp, #name, (double)ctx->stats.name)
+	STAT(requests);
+	STAT(errors);
+	STAT(protocol_errors);
+	STAT(connections);
+	STAT(rejected_max_clients);
+	STAT(rejected_slow);
+	STAT(timeouts);
+	STAT(decides);
+	STAT(decide_tuned);
+	STAT(decide_pending);
+	STAT(decide_default);
+	STAT(jobs_done);
+	STAT(jobs_failed);
+	STAT(candidates_faulted);
+	STAT(busy_rejections);
+#undef STAT
+	cJSON_AddNumberToObject(resp, "connections_now",
+				flyd_server_connections(ctx));
+	cJSON_AddNumberToObject(resp, "max_clients",
+				flyd_server_max_clients(ctx));
+	cJSON_AddNumberToObject(resp, "uptime_s", uptime_s(ctx));
+	return 0;
+}
+
+static int h_status(struct flyd_ctx *ctx, struct flyd_session *s,
+		    const cJSON *req, cJSON *resp, const char **msg)
+{
+	int degraded = ctx->degraded || !flyd_tuning_is_healthy(ctx) ||
+		       flyd_store_was_quarantined(ctx->store);
+	cJSON *dev = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(resp, "state", !ctx->ready ? "starting" :
+				degraded ? "degraded" : "ready");
+	cJSON_AddStringToObject(resp, "backend", ctx->backend);
+	cJSON_AddNumberToObject(dev, "index", ctx->device);
+	cJSON_AddStringToObject(dev, "id", ctx->device_id);
+	cJSON_AddStringToObject(dev, "fingerprint", ctx->fingerprint);
+	cJSON_AddItemToObject(resp, "device", dev);
+	cJSON_AddStringToObject(resp, "libver", ctx->libver);
+	cJSON_AddStringToObject(resp, "socket", ctx->socket_path);
+	cJSON_AddStringToObject(resp, "db", ctx->db_path);
+	cJSON_AddNumberToObject(resp, "results", (double)(ctx->ready ?
+		flyd_store_result_count(ctx->store, ctx->device_id,
+					ctx->libver) : 0));
+	cJSON_AddNumberToObject(resp, "uptime_s", uptime_s(ctx));
+	cJSON_AddNumberToObject(resp, "connections",
+				flyd_server_connections(ctx));
+	flyd_tuning_status(ctx, resp);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- tuning */
+
+static int h_decide(struct flyd_ctx *ctx, struct flyd_session *s,
+		    const cJSON *req, cJSON *resp, const char **msg)
+{
+	return flyd_handle_decide(ctx, s, req, resp, msg);
+}
+
+static int h_tune(struct flyd_ctx *ctx, struct flyd_session *s,
+		  const cJSON *req, cJSON *resp, const char **msg)
+{
+	int force = 0, rc;
+
+	if ((rc = opt_bool(s, req, "force", &force, msg)) < 0)
+		return rc;
+	if (force && !flyd_session_is_admin(s)) {
+		*msg = "tune with force needs an admin peer";
+		return FLY_E_PERM;
+	}
+	return flyd_handle_tune(ctx, s, req, resp, msg);
+}
+
+/* ---------------------------------------------------------------- table */
+
+struct handler {
+	const char *name;
+	flyd_handler_fn fn;
+	uint32_t flags;
+};
+
+static const struct handler table[] = {
+#define FLY_MSG(name, id, flags) {#name, h_##name, flags},
+#include "fly_msgs.def"
+#undef FLY_MSG
+};
+
+int flyd_handlers_dispatch(struct flyd_ctx *ctx, struct flyd_session *s,
+			   const cJSON *req, cJSON *resp, const char **msg)
+{
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(req, "req");
+	size_t cap;
+	char *b;
+
+	if (!cJSON_IsString(r)) {
+		ctx->stats.protocol_errors++;
+		*msg = "request has no \"req\" string";
+		return FLY_E_PROTO;
+	}
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+		if (strcmp(table[i].name, r->valuestring) != 0)
+			continue;
+		if ((table[i].flags & FLY_MSGF_ADMIN) &&
+		    !flyd_session_is_admin(s)) {
+			b = flyd_session_errbuf(s, &cap);
+			snprintf(b, cap, "'%s' needs an admin peer (root, the "
+				 "daemon's user or group %s)", table[i].name,
+				 ctx->cfg.admin_group);
+			*msg = b;
+			return FLY_E_PERM;
+		}
+		return table[i].fn(ctx, s, req, resp, msg);
+	}
+	ctx->stats.protocol_errors++;
+	b = flyd_session_errbuf(s, &cap);
+	snprintf(b, cap, "unknown request '%.64s'", r->valuestring);
+	*msg = b;
+	return FLY_E_PROTO;
+}

@@ -1,0 +1,337 @@
+/*
+ * main.c -- flytuned: options, the context, the loop.
+ *
+ * Owns: the process (signals, exit code).  Thread: loop thread.
+ *
+ * flytuned never forks itself: it always runs in the foreground (systemd
+ * Type=notify supervises it); --foreground only adds a human banner.
+ * Exit codes: 0 clean stop, 1 start-up failure (DB, socket, worker),
+ * 2 usage, 6 configuration error (the log line names the key).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "flyk.h"
+#include "handlers.h"
+#include "log.h"
+#include "notify.h"
+#include "server.h"
+#include "store.h"
+#include "tuning.h"
+#include "worker.h"
+
+#define FLYTUNED_VERSION "0.1.0"
+#define EXIT_USAGE 2
+#define EXIT_CONFIG 6
+#define DEFAULT_CONFIG "/etc/flytuned/flytuned.conf"
+#define DEFAULT_RUNDIR "/run/flytuned"
+#define DEFAULT_DB "/var/lib/flytuned/tuning.db"
+
+struct opts {
+	int device;
+	const char *config;     /* NULL: the default (may be missing) */
+	const char *socket;
+	const char *state_dir;
+	int foreground;
+};
+
+static struct flyd_ctx the_ctx;
+static uv_signal_t sig_term, sig_int, sig_hup;
+static char exe_path[PATH_MAX];
+static int exit_code;
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: flytuned [--device N] [--config FILE] [--socket PATH]\n"
+"                [--state-dir DIR] [--foreground] [--help] [--version]\n"
+"\n"
+"Per-GPU kernel autotuning daemon: one instance per device, answering\n"
+"\"which kernel variant for this shape\" over a Unix socket and a shared\n"
+"memory table.  flytuned never forks: it runs in the foreground (under\n"
+"systemd as Type=notify) and logs one line per event to stderr.\n"
+"\n"
+"  --device N       device index served (default 0)\n"
+"  --config FILE    JSON config (default " DEFAULT_CONFIG ", which may be\n"
+"                   missing; an explicit FILE must exist)\n"
+"  --socket PATH    listen here (default " DEFAULT_RUNDIR "/gpuN.sock)\n"
+"  --state-dir DIR  socket DIR/gpuN.sock and DB DIR/tuning.db (DIR is\n"
+"                   created); default DB " DEFAULT_DB "\n"
+"  --foreground     also print a start-up banner with the paths\n"
+"  --help, --version\n"
+"\n"
+"Signals: TERM/INT stop gracefully, HUP reloads the config (a bad file\n"
+"keeps the old one).  Exit codes: 0 stopped, 1 start-up failure, 2 usage,\n"
+"6 configuration error.  See flytuned(8).\n");
+}
+
+/* @return 0 run, 1 exit 0 (help/version), -1 usage error. */
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	static const struct option lo[] = {
+		{"device", required_argument, NULL, 'd'},
+		{"config", required_argument, NULL, 'c'},
+		{"socket", required_argument, NULL, 's'},
+		{"state-dir", required_argument, NULL, 'S'},
+		{"foreground", no_argument, NULL, 'f'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0}
+	};
+	char *end;
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	while ((c = getopt_long(argc, argv, "d:c:s:S:fhV", lo, NULL)) != -1) {
+		switch (c) {
+		case 'd':
+			errno = 0;
+			o->device = (int)strtol(optarg, &end, 10);
+			if (errno != 0 || *end != '\0' || end == optarg ||
+			    o->device < 0 || o->device > 1023) {
+				fprintf(stderr, "flytuned: bad --device '%s'\n",
+					optarg);
+				return -1;
+			}
+			break;
+		case 'c': o->config = optarg; break;
+		case 's': o->socket = optarg; break;
+		case 'S': o->state_dir = optarg; break;
+		case 'f': o->foreground = 1; break;
+		case 'h': usage(stdout); return 1;
+		case 'V':
+			printf("flytuned %s (kernels %s, protocol %d)\n",
+			       FLYTUNED_VERSION, FLYK_VERSION,
+			       FLY_PROTO_VERSION);
+			return 1;
+		default: usage(stderr); return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "flytuned: unexpected argument '%s'\n",
+			argv[optind]);
+		return -1;
+	}
+	return 0;
+}
+
+/* Socket and DB paths from the options.  @return 0 or -errno. */
+static int build_paths(struct flyd_ctx *ctx, const struct opts *o)
+{
+	int n;
+
+	if (o->state_dir != NULL && mkdir(o->state_dir, 0755) < 0 &&
+	    errno != EEXIST) {
+		flyd_log(FLYD_LOG_ERR, "state_dir_error", "dir=%s err=%s",
+			 o->state_dir, strerror(errno));
+		return -errno;
+	}
+	if (o->socket != NULL)
+		n = snprintf(ctx->socket_path, sizeof(ctx->socket_path), "%s",
+			     o->socket);
+	else
+		n = snprintf(ctx->socket_path, sizeof(ctx->socket_path),
+			     "%s/gpu%d.sock", o->state_dir != NULL ?
+			     o->state_dir : DEFAULT_RUNDIR, o->device);
+	if (n < 0 || (size_t)n >= sizeof(ctx->socket_path)) {
+		flyd_log(FLYD_LOG_ERR, "socket_path_error",
+			 "err=\"longer than 107 bytes\"");
+		return -ENAMETOOLONG;
+	}
+	snprintf(ctx->db_path, sizeof(ctx->db_path), "%s%s",
+		 o->state_dir != NULL ? o->state_dir : DEFAULT_DB,
+		 o->state_dir != NULL ? "/tuning.db" : "");
+	return 0;
+}
+
+/* Settings that follow the config: log level, admin group. */
+static void apply_config(struct flyd_ctx *ctx)
+{
+	struct group *g = getgrnam(ctx->cfg.admin_group);
+
+	if (getenv("FLYTUNED_LOG_LEVEL") == NULL)
+		flyd_log_set_level(flyd_log_level_parse(ctx->cfg.log_level));
+	ctx->admin_gid = g != NULL ? g->gr_gid : (gid_t)-1;
+}
+
+/* Load the config file over the defaults into @p out. */
+static int load_config(const struct flyd_ctx *ctx, struct flyd_config *out)
+{
+	const char *path = ctx->config_path ? ctx->config_path : DEFAULT_CONFIG;
+	char err[512], q[600];
+	int rc;
+
+	flyd_config_defaults(out);
+	rc = flyd_config_load(path, ctx->config_path != NULL, out, err,
+			      sizeof(err));
+	if (rc < 0)
+		flyd_log(FLYD_LOG_ERR, "config_error", "path=%s msg=%s", path,
+			 flyd_log_q(err, q, sizeof(q)));
+	return rc;
+}
+
+static void on_loop_handle_closed(uv_handle_t *h)
+{
+	(void)h;
+}
+
+static void on_server_stopped(void *arg)
+{
+	struct flyd_ctx *ctx = arg;
+
+	uv_close((uv_handle_t *)&sig_term, on_loop_handle_closed);
+	uv_close((uv_handle_t *)&sig_int, on_loop_handle_closed);
+	uv_close((uv_handle_t *)&sig_hup, on_loop_handle_closed);
+	if (ctx->store != NULL)
+		flyd_store_close(ctx->store);
+	ctx->store = NULL;
+	flyd_log(FLYD_LOG_INFO, "stopped", "device=%d exit=%d", ctx->device,
+		 exit_code);
+}
+
+static void on_tuning_stopped(void *arg)
+{
+	struct flyd_ctx *ctx = arg;
+
+	flyd_handlers_stop(ctx);
+	flyd_server_stop(ctx, on_server_stopped, ctx);
+}
+
+/* SIGTERM/SIGINT or a failed start: stop accepting, stop tuning (the job
+ * in flight stays queued in the DB), close sessions, close the DB. */
+static void shutdown_begin(struct flyd_ctx *ctx, const char *why)
+{
+	if (ctx->stopping)
+		return;
+	ctx->stopping = 1;
+	flyd_notify_stopping();
+	flyd_log(FLYD_LOG_INFO, "stopping", "reason=%s", why);
+	flyd_notify_watchdog_stop();
+	flyd_server_stop_accepting(ctx);
+	if (ctx->tuning != NULL)
+		flyd_tuning_stop(ctx, on_tuning_stopped, ctx);
+	else
+		on_tuning_stopped(ctx);
+}
+
+static void reload(struct flyd_ctx *ctx)
+{
+	struct flyd_config c;
+
+	flyd_notify_reloading();
+	if (load_config(ctx, &c) < 0) {
+		flyd_log(FLYD_LOG_WARN, "reload_failed",
+			 "msg=\"keeping the old configuration\"");
+	} else {
+		if (strcmp(c.system_db, ctx->cfg.system_db) != 0)
+			flyd_log(FLYD_LOG_WARN, "reload_partial", "msg=\"a "
+				 "system_db change takes effect at restart\"");
+		snprintf(c.system_db, sizeof(c.system_db), "%s",
+			 ctx->cfg.system_db);
+		ctx->cfg = c;
+		apply_config(ctx);
+		flyd_server_reconfigure(ctx);
+		flyd_tuning_reconfigure(ctx);
+		flyd_log(FLYD_LOG_INFO, "reloaded", "path=%s",
+			 ctx->config_path ? ctx->config_path : DEFAULT_CONFIG);
+	}
+	flyd_notify_reloaded(ctx);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	struct flyd_ctx *ctx = h->data;
+
+	if (signum == SIGHUP)
+		reload(ctx);
+	else
+		shutdown_begin(ctx, signum == SIGTERM ? "sigterm" : "sigint");
+}
+
+static void banner(const struct flyd_ctx *ctx)
+{
+	printf("flytuned %s: device %d\n  socket %s\n  db     %s\n"
+	       "  config %s\n  (runs in the foreground; Ctrl-C or SIGTERM "
+	       "stops it)\n", FLYTUNED_VERSION, ctx->device, ctx->socket_path,
+	       ctx->db_path, ctx->config_path ? ctx->config_path :
+	       DEFAULT_CONFIG);
+	fflush(stdout);
+}
+
+/* Signals, store, tuning, listener.  @return 0 or an exit code. */
+static int daemon_start(struct flyd_ctx *ctx, int listen_fd)
+{
+	const char *sys = ctx->cfg.system_db[0] ? ctx->cfg.system_db : NULL;
+	int rc;
+
+	signal(SIGPIPE, SIG_IGN);
+	uv_signal_init(ctx->loop, &sig_term);
+	uv_signal_init(ctx->loop, &sig_int);
+	uv_signal_init(ctx->loop, &sig_hup);
+	sig_term.data = sig_int.data = sig_hup.data = ctx;
+	uv_signal_start(&sig_term, on_signal, SIGTERM);
+	uv_signal_start(&sig_int, on_signal, SIGINT);
+	uv_signal_start(&sig_hup, on_signal, SIGHUP);
+	ctx->started_ms = uv_now(ctx->loop);
+	rc = flyd_store_open(ctx->db_path, sys, &ctx->store);
+	if (rc < 0) {
+		flyd_log(FLYD_LOG_ERR, "db_error", "path=%s rc=%d", ctx->db_path,
+			 rc);
+		return 1;
+	}
+	rc = flyd_server_start(ctx, listen_fd);
+	if (rc == 0)
+		rc = flyd_tuning_start(ctx);
+	if (rc < 0) {
+		flyd_log(FLYD_LOG_ERR, "start_failed", "rc=%d", rc);
+		return 1;
+	}
+	flyd_notify_watchdog_start(ctx);
+	flyd_notify_status(ctx);
+	flyd_log(FLYD_LOG_INFO, "started", "device=%d socket=%s db=%s pid=%d",
+		 ctx->device, ctx->socket_path, ctx->db_path, (int)getpid());
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct flyd_ctx *ctx = &the_ctx;
+	struct opts o;
+	int rc, listen_fd;
+	ssize_t n;
+
+	if (argc > 1 && strcmp(argv[1], "--worker") == 0)
+		return flyd_worker_main(argc, argv);
+	rc = parse_args(argc, argv, &o);
+	if (rc != 0)
+		return rc > 0 ? 0 : EXIT_USAGE;
+	listen_fd = flyd_notify_init();
+	ctx->loop = uv_default_loop();
+	ctx->device = o.device;
+	ctx->config_path = o.config;
+	n = readlink("/proc/self/exe", exe_path, sizeof(exe_path) - 1);
+	ctx->exe = n > 0 ? (exe_path[n] = '\0', exe_path) : argv[0];
+	if (load_config(ctx, &ctx->cfg) < 0)
+		return EXIT_CONFIG;
+	apply_config(ctx);
+	if (listen_fd == -EINVAL || build_paths(ctx, &o) < 0)
+		return 1;
+	if (o.foreground)
+		banner(ctx);
+	exit_code = daemon_start(ctx, listen_fd);
+	if (exit_code != 0)
+		shutdown_begin(ctx, "start_failed");
+	uv_run(ctx->loop, UV_RUN_DEFAULT);
+	free(ctx->server);
+	uv_loop_close(ctx->loop);
+	return exit_code;
+}

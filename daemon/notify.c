@@ -1,0 +1,172 @@
+/*
+ * notify.c -- sd_notify, watchdog and socket activation (see notify.h).
+ *
+ * Owns: the notify address (process global, read once at start) and the
+ * watchdog timer.  Thread: loop thread.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "handlers.h"
+#include "log.h"
+#include "notify.h"
+#include "store.h"
+#include "tuning.h"
+
+static struct sockaddr_un notify_addr;
+static socklen_t notify_len;
+static uint64_t watchdog_usec;
+static uv_timer_t watchdog_timer;
+static int watchdog_on;
+
+int flyd_notify_init(void)
+{
+	const char *ns = getenv("NOTIFY_SOCKET");
+	const char *wu = getenv("WATCHDOG_USEC");
+	const char *wp = getenv("WATCHDOG_PID");
+	const char *lf = getenv("LISTEN_FDS");
+	const char *lp = getenv("LISTEN_PID");
+	int fd = -1;
+
+	if (ns != NULL && (ns[0] == '/' || ns[0] == '@') &&
+	    strlen(ns) < sizeof(notify_addr.sun_path)) {
+		size_t n = strlen(ns);
+
+		memset(&notify_addr, 0, sizeof(notify_addr));
+		notify_addr.sun_family = AF_UNIX;
+		memcpy(notify_addr.sun_path, ns, n);
+		if (ns[0] == '@')
+			notify_addr.sun_path[0] = '\0'; /* abstract */
+		notify_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+					 n + (ns[0] == '/'));
+	}
+	if (wu != NULL && (wp == NULL || atol(wp) == (long)getpid()))
+		watchdog_usec = strtoull(wu, NULL, 10);
+	if (lf != NULL && lp != NULL && atol(lp) == (long)getpid()) {
+		long n = atol(lf);
+
+		fd = n == 1 ? 3 : n > 1 ? -EINVAL : -1;
+	}
+	unsetenv("NOTIFY_SOCKET");
+	unsetenv("WATCHDOG_USEC");
+	unsetenv("WATCHDOG_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDNAMES");
+	return fd;
+}
+
+int flyd_notify_send(const char *msg)
+{
+	int fd, rc = 0;
+
+	if (notify_len == 0)
+		return 0;
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL,
+		   (struct sockaddr *)&notify_addr, notify_len) < 0) {
+		rc = -errno;
+		flyd_log(FLYD_LOG_WARN, "notify_error", "err=%s",
+			 strerror(errno));
+	}
+	close(fd);
+	return rc;
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+	struct flyd_ctx *ctx = t->data;
+
+	if (flyd_tuning_is_healthy(ctx) && ctx->store != NULL &&
+	    flyd_store_ping(ctx->store) == 0)
+		flyd_notify_send("WATCHDOG=1");
+	else
+		flyd_log(FLYD_LOG_WARN, "watchdog_skip", "healthy=%d",
+			 flyd_tuning_is_healthy(ctx));
+}
+
+int flyd_notify_watchdog_start(struct flyd_ctx *ctx)
+{
+	uint64_t ms = watchdog_usec / 2000;
+
+	if (watchdog_usec == 0 || watchdog_on)
+		return 0;
+	if (ms == 0)
+		ms = 1;
+	uv_timer_init(ctx->loop, &watchdog_timer);
+	watchdog_timer.data = ctx;
+	watchdog_on = 1;
+	flyd_log(FLYD_LOG_INFO, "watchdog", "interval_ms=%llu",
+		 (unsigned long long)ms);
+	return uv_timer_start(&watchdog_timer, on_watchdog, ms, ms);
+}
+
+void flyd_notify_watchdog_stop(void)
+{
+	if (!watchdog_on)
+		return;
+	watchdog_on = 0;
+	uv_close((uv_handle_t *)&watchdog_timer, NULL);
+}
+
+void flyd_notify_reloading(void)
+{
+	struct timespec ts;
+	char msg[64];
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	snprintf(msg, sizeof(msg), "RELOADING=1\nMONOTONIC_USEC=%llu",
+		 (unsigned long long)ts.tv_sec * 1000000ull +
+		 (unsigned long long)ts.tv_nsec / 1000ull);
+	flyd_notify_send(msg);
+}
+
+void flyd_notify_status(struct flyd_ctx *ctx)
+{
+	char msg[256];
+	int degraded = ctx->degraded || !flyd_tuning_is_healthy(ctx) ||
+		       (ctx->store != NULL &&
+			flyd_store_was_quarantined(ctx->store));
+
+	snprintf(msg, sizeof(msg), "STATUS=%s backend=%s device=%d",
+		 !ctx->ready ? "starting" : degraded ? "degraded" : "ready",
+		 ctx->backend[0] ? ctx->backend : "?", ctx->device);
+	flyd_notify_send(msg);
+}
+
+void flyd_notify_reloaded(struct flyd_ctx *ctx)
+{
+	if (ctx->ready)
+		flyd_notify_send("READY=1");
+	flyd_notify_status(ctx);
+}
+
+void flyd_notify_stopping(void)
+{
+	flyd_notify_send("STOPPING=1");
+}
+
+void flyd_daemon_ready(struct flyd_ctx *ctx)
+{
+	int first = !ctx->ready;
+
+	ctx->ready = 1;
+	if (first) {
+		flyd_notify_send("READY=1");
+		flyd_log(FLYD_LOG_INFO, "ready", "device=%d backend=%s id=%s "
+			 "libver=%s socket=%s", ctx->device, ctx->backend,
+			 ctx->device_id, ctx->libver, ctx->socket_path);
+	}
+	flyd_notify_status(ctx);
+	flyd_handlers_ready(ctx);
+}

@@ -1,0 +1,105 @@
+/*
+ * server.h -- the socket server: the listener (a Unix socket path or the
+ * socket-activated fd 3) and the sessions behind it.
+ *
+ * Owns: the listener, every session, the per-session input/output
+ * buffers.  Thread: loop thread only.
+ *
+ * Limits (from cfg, re-read on reconfigure): max clients = min(cfg,
+ * RLIMIT_NOFILE - 64); request frames over cfg.frame_cap are refused from
+ * their 4-byte header, before anything is allocated; at most
+ * FLYD_FRAMES_PER_READ frames of one client are handled per loop
+ * iteration; a client whose unsent output passes cfg.out_buf_cap is
+ * disconnected (stats.rejected_slow); a partial frame older than
+ * cfg.frame_timeout_ms or a connection idle for cfg.idle_timeout_ms is
+ * closed (stats.timeouts).  Unsolicited fds sent by a client are dropped by
+ * the kernel: the pipes are not ipc pipes, so libuv reads with read(2).
+ */
+#ifndef FLYD_SERVER_H
+#define FLYD_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "daemon.h"
+#include "session.h"
+
+#define FLYD_FRAMES_PER_READ 16
+#define FLYD_FD_RESERVE 64
+
+/* Listen on @p ctx->socket_path (or on the socket-activated @p listen_fd
+ * when >= 0).  A stale socket file is removed only when nothing answers on
+ * it; another live daemon on the path refuses the start (-EADDRINUSE).
+ * The parent directory is created 0755, the socket is chmod 0660.
+ * @return 0 or -errno. */
+int flyd_server_start(struct flyd_ctx *ctx, int listen_fd);
+/* Stop accepting (SIGTERM): the listener is closed, sessions stay. */
+void flyd_server_stop_accepting(struct flyd_ctx *ctx);
+/* Close every session and the listener; @p done runs when all handles are
+ * closed.  The socket file is unlinked (not when socket-activated). */
+void flyd_server_stop(struct flyd_ctx *ctx, void (*done)(void *), void *arg);
+/* cfg changed: recompute the client limit and timeouts. */
+void flyd_server_reconfigure(struct flyd_ctx *ctx);
+/* Sessions open now. */
+uint32_t flyd_server_connections(const struct flyd_ctx *ctx);
+/* The effective client limit. */
+uint32_t flyd_server_max_clients(const struct flyd_ctx *ctx);
+
+/* --- internals shared by server.c, session.c and handlers.c --- */
+
+struct flyd_server {
+	struct flyd_ctx *ctx;
+	uv_pipe_t listener;
+	uv_timer_t sweep;            /* frame/idle timeouts */
+	uv_timer_t kick;             /* backlogged frames, pending fd sends */
+	int listening;
+	int activated;               /* listener came from LISTEN_FDS */
+	uint32_t max_clients;
+	uint32_t nsessions;
+	struct flyd_session *head;   /* every open session */
+	uint64_t emfile_logged_ms;   /* rate limit of the EMFILE warning */
+	uint64_t emfile_count;
+	int open_handles;            /* for stop's done callback */
+	void (*done)(void *);
+	void *done_arg;
+	int rbuf_busy;
+	char rbuf[65536];            /* shared read buffer */
+};
+
+
+/* Accept a connection from @p listener into a new session (server.c
+ * checked the client limit).  @return 0 or -errno. */
+int flyd_session_accept(struct flyd_ctx *ctx, uv_stream_t *listener);
+/* Close a session (idempotent); freed once deferred tokens are released. */
+void flyd_session_close(struct flyd_session *s);
+/* Timers: close sessions whose partial frame or idleness is too old. */
+void flyd_session_sweep(struct flyd_ctx *ctx, uint64_t now_ms);
+/* Handle backlogged frames (fairness) and pending fd sends. */
+void flyd_session_kick(struct flyd_ctx *ctx);
+/* Whether any session has backlogged input or a pending fd send. */
+int flyd_session_has_work(const struct flyd_ctx *ctx);
+/* Close every session. */
+void flyd_session_close_all(struct flyd_ctx *ctx);
+
+/* Attach an fd (dup'd by the call; the caller keeps its own) to the
+ * response of the request being handled right now, or to a deferred
+ * token's reply.  It travels with SCM_RIGHTS on the frame's first byte.
+ * @return 0 or -errno. */
+int flyd_session_attach_fd(struct flyd_session *s, int fd);
+int flyd_reply_attach_fd(struct flyd_reply *r, int fd);
+
+/* Per-session import staging (handlers.c): rows staged while "more". */
+struct flyd_stage {
+	struct flyd_result *rows;
+	size_t n;
+	size_t cap;
+};
+struct flyd_stage *flyd_session_stage(struct flyd_session *s);
+/* A per-session buffer for an error message a handler formats (valid
+ * until the next request of the session). */
+char *flyd_session_errbuf(struct flyd_session *s, size_t *cap);
+void flyd_stage_clear(struct flyd_stage *st);
+
+#endif /* FLYD_SERVER_H */

@@ -1,0 +1,798 @@
+/*
+ * session.c -- one client connection: framing, dispatch, replies and the
+ * output queue (see session.h and server.h).
+ *
+ * Owns: each struct flyd_session, its decoder, its backlog of unhandled
+ * input, its queue of responses held behind an fd-carrying one, its
+ * import staging.  Thread: loop thread.
+ *
+ * Lifetime: a session is freed when its handle closed and no deferred
+ * token (struct flyd_reply) refers to it.  Responses go out with
+ * uv_write (a struct flyd_wreq owns the buffer until write_cb); a response
+ * that carries an fd is sent with sendmsg(SCM_RIGHTS) on the raw socket
+ * once libuv's write queue is empty, so byte order is kept.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "daemon.h"
+#include "fly_err.h"
+#include "fly_frame.h"
+#include "fly_msg.h"
+#include "handlers.h"
+#include "log.h"
+#include "server.h"
+#include "session.h"
+
+/* A response waiting behind an fd-carrying one (or being that one). */
+struct outmsg {
+	struct outmsg *next;
+	uint8_t *buf;
+	size_t len;
+	int fd;                    /* -1: none */
+};
+
+struct flyd_wreq {
+	uv_write_t req;
+	struct flyd_session *s;
+	uint8_t *buf;
+};
+
+struct flyd_reply {
+	struct flyd_session *s;
+	int has_id;
+	int64_t id;
+	int fd;                    /* attached fd (owned), -1: none */
+};
+
+struct flyd_session {
+	struct flyd_ctx *ctx;
+	struct flyd_server *srv;
+	uv_pipe_t pipe;
+	struct flyd_session *prev, *next;
+	uint64_t serial;           /* for log lines */
+	int refs;                  /* deferred tokens outstanding */
+	int closing;
+	int closed;                /* close_cb ran */
+	int close_after_flush;
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	struct fly_frame_dec dec;
+	uint64_t partial_since;    /* uv_now when the partial frame began */
+	uint64_t last_active;
+	uint32_t writes;           /* uv_write requests outstanding */
+	size_t held_bytes;
+	struct outmsg *held, **held_tail;
+	uint8_t *backlog;          /* input not handled yet (fairness) */
+	size_t blen, boff;
+	int cur_has_id;            /* the request being handled */
+	int64_t cur_id;
+	int cur_fd;
+	struct flyd_stage stage;
+	char errbuf[256];
+};
+
+static uint64_t next_serial = 1;
+
+uid_t flyd_session_uid(const struct flyd_session *s)
+{
+	return s->uid;
+}
+
+gid_t flyd_session_gid(const struct flyd_session *s)
+{
+	return s->gid;
+}
+
+pid_t flyd_session_pid(const struct flyd_session *s)
+{
+	return s->pid;
+}
+
+/* Whether /proc/PID/status lists @p gid among the supplementary groups. */
+static int proc_has_group(pid_t pid, gid_t gid)
+{
+	char path[64], line[4096];
+	int found = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return 0;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		char *p, *end;
+
+		if (strncmp(line, "Groups:", 7) != 0)
+			continue;
+		for (p = line + 7;; p = end) {
+			unsigned long g = strtoul(p, &end, 10);
+
+			if (end == p)
+				break;
+			if ((gid_t)g == gid)
+				found = 1;
+		}
+		break;
+	}
+	fclose(f);
+	return found;
+}
+
+int flyd_session_is_admin(const struct flyd_session *s)
+{
+	gid_t ag = s->ctx->admin_gid;
+
+	if (s->uid == 0 || s->uid == geteuid())
+		return 1;
+	if (ag == (gid_t)-1)
+		return 0;
+	return s->gid == ag || proc_has_group(s->pid, ag);
+}
+
+struct flyd_stage *flyd_session_stage(struct flyd_session *s)
+{
+	return &s->stage;
+}
+
+void flyd_stage_clear(struct flyd_stage *st)
+{
+	free(st->rows);
+	st->rows = NULL;
+	st->n = 0;
+	st->cap = 0;
+}
+
+char *flyd_session_errbuf(struct flyd_session *s, size_t *cap)
+{
+	*cap = sizeof(s->errbuf);
+	return s->errbuf;
+}
+
+static void session_unref_free(struct flyd_session *s)
+{
+	if (s->closed && s->refs == 0)
+		free(s);
+}
+
+static void on_close(uv_handle_t *h)
+{
+	struct flyd_session *s = h->data;
+	struct flyd_server *srv = s->srv;
+
+	s->closed = 1;
+	srv->open_handles--;
+	session_unref_free(s);
+	if (srv->done != NULL && srv->open_handles == 0) {
+		void (*done)(void *) = srv->done;
+
+		srv->done = NULL;
+		done(srv->done_arg);
+	}
+}
+
+static void session_close_why(struct flyd_session *s, const char *why)
+{
+	struct flyd_server *srv = s->srv;
+	struct outmsg *m;
+
+	if (s->closing)
+		return;
+	s->closing = 1;
+	flyd_log(FLYD_LOG_DEBUG, "close", "conn=%llu reason=%s",
+		 (unsigned long long)s->serial, why);
+	if (s->prev != NULL)
+		s->prev->next = s->next;
+	else
+		srv->head = s->next;
+	if (s->next != NULL)
+		s->next->prev = s->prev;
+	srv->nsessions--;
+	while ((m = s->held) != NULL) {
+		s->held = m->next;
+		if (m->fd >= 0)
+			close(m->fd);
+		free(m->buf);
+		free(m);
+	}
+	s->held_tail = &s->held;
+	free(s->backlog);
+	s->backlog = NULL;
+	fly_frame_dec_fini(&s->dec);
+	flyd_stage_clear(&s->stage);
+	uv_read_stop((uv_stream_t *)&s->pipe);
+	uv_close((uv_handle_t *)&s->pipe, on_close);
+}
+
+void flyd_session_close(struct flyd_session *s)
+{
+	session_close_why(s, "server");
+}
+
+static void flush_held(struct flyd_session *s);
+
+static void on_write(uv_write_t *req, int status)
+{
+	struct flyd_wreq *w = (struct flyd_wreq *)req;
+	struct flyd_session *s = w->s;
+
+	free(w->buf);
+	free(w);
+	s->writes--;
+	if (s->closing)
+		return;
+	if (status < 0) {
+		session_close_why(s, "write_error");
+		return;
+	}
+	if (s->held != NULL)
+		flush_held(s);
+	if (!s->closing && s->close_after_flush && s->writes == 0 &&
+	    s->held == NULL)
+		session_close_why(s, "protocol");
+}
+
+/* Queue @p buf (owned) with uv_write. */
+static void write_now(struct flyd_session *s, uint8_t *buf, size_t len)
+{
+	struct flyd_wreq *w = malloc(sizeof(*w));
+	uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
+
+	if (w == NULL) {
+		free(buf);
+		session_close_why(s, "enomem");
+		return;
+	}
+	w->s = s;
+	w->buf = buf;
+	if (uv_write(&w->req, (uv_stream_t *)&s->pipe, &b, 1, on_write) < 0) {
+		free(buf);
+		free(w);
+		session_close_why(s, "write_error");
+		return;
+	}
+	s->writes++;
+}
+
+static void on_kick(uv_timer_t *t)
+{
+	flyd_session_kick(t->data);
+}
+
+static void kick_arm(struct flyd_server *srv, uint64_t ms)
+{
+	srv->kick.data = srv->ctx;
+	uv_timer_start(&srv->kick, on_kick, ms, 0);
+}
+
+/* sendmsg() one frame with an fd.  @return bytes sent, 0 to retry
+ * later, or -errno. */
+static ssize_t send_with_fd(struct flyd_session *s, const uint8_t *buf,
+			    size_t len, int fd)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	struct msghdr mh;
+	struct cmsghdr *c;
+	uv_os_fd_t sfd;
+	ssize_t n;
+
+	if (uv_fileno((uv_handle_t *)&s->pipe, &sfd) < 0)
+		return -EBADF;
+	memset(&mh, 0, sizeof(mh));
+	memset(&u, 0, sizeof(u));
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = u.b;
+	mh.msg_controllen = sizeof(u.b);
+	c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	do
+		n = sendmsg(sfd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -errno;
+	return n;
+}
+
+/* Send held responses in order; an fd-carrying one waits until libuv's
+ * queue is empty. */
+static void flush_held(struct flyd_session *s)
+{
+	while (s->held != NULL && !s->closing) {
+		struct outmsg *m = s->held;
+		ssize_t n;
+
+		if (m->fd >= 0) {
+			if (uv_stream_get_write_queue_size(
+				    (uv_stream_t *)&s->pipe) > 0 || s->writes > 0)
+				return; /* on_write calls again */
+			n = send_with_fd(s, m->buf, m->len, m->fd);
+			if (n == 0) {
+				kick_arm(s->srv, 2);
+				return;
+			}
+			if (n < 0) {
+				session_close_why(s, "sendmsg_error");
+				return;
+			}
+			close(m->fd);
+			m->fd = -1;
+			if ((size_t)n < m->len) {
+				size_t rlen = m->len - (size_t)n;
+				uint8_t *rest = malloc(rlen);
+
+				if (rest == NULL) {
+					session_close_why(s, "enomem");
+					return;
+				}
+				memcpy(rest, m->buf + n, rlen);
+				s->held = m->next;
+				s->held_bytes -= m->len;
+				free(m->buf);
+				free(m);
+				write_now(s, rest, rlen);
+				continue;
+			}
+			free(m->buf);
+			m->buf = NULL;
+		}
+		s->held = m->next;
+		s->held_bytes -= m->len;
+		if (m->buf != NULL)
+			write_now(s, m->buf, m->len);
+		free(m);
+	}
+	if (s->held == NULL)
+		s->held_tail = &s->held;
+}
+
+/* Disconnect a client that stopped reading: more than one response
+ * outstanding and more than cfg.out_buf_cap bytes unsent. */
+static void check_slow(struct flyd_session *s)
+{
+	size_t q;
+
+	if (s->closing)
+		return;
+	q = uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe) +
+	    s->held_bytes;
+	if (q > s->ctx->cfg.out_buf_cap && s->writes + (s->held != NULL) > 1) {
+		s->ctx->stats.rejected_slow++;
+		flyd_log(FLYD_LOG_WARN, "slow_client",
+			 "conn=%llu pid=%d queued=%zu cap=%u",
+			 (unsigned long long)s->serial, (int)s->pid, q,
+			 s->ctx->cfg.out_buf_cap);
+		session_close_why(s, "slow");
+	}
+}
+
+/* Queue one frame (@p buf owned, @p fd owned or -1). */
+static void out_enqueue(struct flyd_session *s, uint8_t *buf, size_t len,
+			int fd)
+{
+	struct outmsg *m;
+
+	if (s->closing) {
+		free(buf);
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	if (fd < 0 && s->held == NULL) {
+		write_now(s, buf, len);
+		check_slow(s);
+		return;
+	}
+	m = malloc(sizeof(*m));
+	if (m == NULL) {
+		free(buf);
+		if (fd >= 0)
+			close(fd);
+		session_close_why(s, "enomem");
+		return;
+	}
+	m->next = NULL;
+	m->buf = buf;
+	m->len = len;
+	m->fd = fd;
+	*s->held_tail = m;
+	s->held_tail = &m->next;
+	s->held_bytes += len;
+	flush_held(s);
+	check_slow(s);
+}
+
+/* Serialize and send @p resp (consumed), adding "ok" and "id". */
+static void send_resp(struct flyd_session *s, cJSON *resp, int has_id,
+		      int64_t id, int fd)
+{
+	uint8_t *buf;
+	char *text;
+	size_t len;
+
+	if (resp == NULL)
+		resp = fly_msg_error(-ENOMEM, "out of memory");
+	if (resp != NULL && !cJSON_HasObjectItem(resp, "ok"))
+		cJSON_AddTrueToObject(resp, "ok");
+	if (resp != NULL && has_id && !cJSON_HasObjectItem(resp, "id"))
+		cJSON_AddNumberToObject(resp, "id", (double)id);
+	text = resp != NULL ? fly_msg_print(resp, &len) : NULL;
+	cJSON_Delete(resp);
+	if (text == NULL) {
+		if (fd >= 0)
+			close(fd);
+		session_close_why(s, "enomem");
+		return;
+	}
+	buf = malloc(FLY_FRAME_HDR + len);
+	if (buf == NULL) {
+		free(text);
+		if (fd >= 0)
+			close(fd);
+		session_close_why(s, "enomem");
+		return;
+	}
+	fly_frame_put_header(buf, (uint32_t)len);
+	memcpy(buf + FLY_FRAME_HDR, text, len);
+	free(text);
+	out_enqueue(s, buf, FLY_FRAME_HDR + len, fd);
+}
+
+struct flyd_reply *flyd_session_defer(struct flyd_session *s)
+{
+	struct flyd_reply *r = malloc(sizeof(*r));
+
+	if (r == NULL)
+		return NULL;
+	r->s = s;
+	r->has_id = s->cur_has_id;
+	r->id = s->cur_id;
+	r->fd = -1;
+	s->refs++;
+	return r;
+}
+
+int flyd_session_reply(struct flyd_reply *r, cJSON *resp)
+{
+	struct flyd_session *s = r->s;
+	int rc = 0;
+
+	if (s->closing) {
+		cJSON_Delete(resp);
+		if (r->fd >= 0)
+			close(r->fd);
+		rc = -ENOTCONN;
+	} else {
+		int code = fly_msg_get_error(resp, NULL);
+
+		if (code != 0)
+			s->ctx->stats.errors++;
+		send_resp(s, resp, r->has_id, r->id, r->fd);
+	}
+	s->refs--;
+	free(r);
+	session_unref_free(s);
+	return rc;
+}
+
+int flyd_session_attach_fd(struct flyd_session *s, int fd)
+{
+	int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+
+	if (d < 0)
+		return -errno;
+	if (s->cur_fd >= 0)
+		close(s->cur_fd);
+	s->cur_fd = d;
+	return 0;
+}
+
+int flyd_reply_attach_fd(struct flyd_reply *r, int fd)
+{
+	int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+
+	if (d < 0)
+		return -errno;
+	if (r->fd >= 0)
+		close(r->fd);
+	r->fd = d;
+	return 0;
+}
+
+/* Parse, dispatch and answer one request frame. */
+static void handle_frame(struct flyd_session *s, const uint8_t *frame,
+			 uint32_t len)
+{
+	struct flyd_ctx *ctx = s->ctx;
+	const char *msg = NULL;
+	cJSON *req = NULL, *resp = NULL, *id;
+	int rc;
+
+	ctx->stats.requests++;
+	s->cur_has_id = 0;
+	s->cur_id = 0;
+	s->cur_fd = -1;
+	if (fly_msg_parse(frame, len, &req) != 0) {
+		ctx->stats.protocol_errors++;
+		rc = FLY_E_PROTO;
+		msg = "request is not a valid JSON object (strict parse)";
+		goto reply;
+	}
+	id = cJSON_GetObjectItemCaseSensitive(req, "id");
+	if (id != NULL) {
+		if (!cJSON_IsNumber(id) || id->valuedouble != (double)(int64_t)
+		    id->valuedouble) {
+			rc = FLY_E_INVALID;
+			msg = "'id' must be an integer";
+			goto reply;
+		}
+		s->cur_has_id = 1;
+		s->cur_id = (int64_t)id->valuedouble;
+	}
+	resp = cJSON_CreateObject();
+	if (resp == NULL || cJSON_AddTrueToObject(resp, "ok") == NULL) {
+		rc = -ENOMEM;
+		goto reply;
+	}
+	rc = flyd_handlers_dispatch(ctx, s, req, resp, &msg);
+	if (rc == FLYD_DEFERRED) {
+		cJSON_Delete(resp);
+		cJSON_Delete(req);
+		if (s->cur_fd >= 0)
+			close(s->cur_fd);
+		s->cur_fd = -1;
+		return;
+	}
+reply:
+	if (rc < 0) {
+		ctx->stats.errors++;
+		cJSON_Delete(resp);
+		resp = fly_msg_error(rc, msg != NULL ? msg : fly_strerror(rc));
+		if (s->cur_fd >= 0)
+			close(s->cur_fd);
+		s->cur_fd = -1;
+	}
+	cJSON_Delete(req);
+	send_resp(s, resp, s->cur_has_id, s->cur_id, s->cur_fd);
+	s->cur_fd = -1;
+}
+
+/* A framing violation: answer "proto" and close once it is written. */
+static void framing_error(struct flyd_session *s, int64_t rc)
+{
+	char m[128];
+
+	s->ctx->stats.protocol_errors++;
+	s->ctx->stats.errors++;
+	flyd_log(FLYD_LOG_WARN, "framing_error", "conn=%llu pid=%d err=%s",
+		 (unsigned long long)s->serial, (int)s->pid,
+		 rc == FLY_E_TOOBIG ? "length" : "enomem");
+	snprintf(m, sizeof(m), "frame length is 0 or over the cap of %u bytes",
+		 s->dec.cap);
+	uv_read_stop((uv_stream_t *)&s->pipe);
+	s->close_after_flush = 1;
+	send_resp(s, fly_msg_error(FLY_E_PROTO, m), 0, 0, -1);
+	if (!s->closing && s->writes == 0 && s->held == NULL)
+		session_close_why(s, "protocol");
+}
+
+/* Handle up to FLYD_FRAMES_PER_READ frames from @p data.
+ * @return bytes consumed (less than @p len when the budget ran out). */
+static size_t process(struct flyd_session *s, const uint8_t *data, size_t len)
+{
+	uint64_t now = uv_now(s->ctx->loop);
+	int frames = 0;
+	size_t off = 0;
+
+	s->last_active = now;
+	while (off < len && !s->closing && !s->close_after_flush) {
+		uint8_t *frame = NULL;
+		uint32_t flen = 0;
+		int64_t n;
+
+		if (frames >= FLYD_FRAMES_PER_READ)
+			break;
+		n = fly_frame_dec_feed(&s->dec, data + off, len - off, &frame,
+				       &flen);
+		if (n < 0) {
+			framing_error(s, n);
+			return len;
+		}
+		off += (size_t)n;
+		if (frame != NULL) {
+			frames++;
+			handle_frame(s, frame, flen);
+			free(frame);
+		}
+		if (n == 0 && frame == NULL)
+			break; /* defensive: no progress */
+	}
+	if (s->closing)
+		return len;
+	if (fly_frame_dec_is_partial(&s->dec)) {
+		if (frames > 0 || s->partial_since == 0)
+			s->partial_since = now;
+	} else {
+		s->partial_since = 0;
+	}
+	return off;
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+	struct flyd_session *s = h->data;
+
+	buf->base = s->srv->rbuf;
+	buf->len = sizeof(s->srv->rbuf);
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+	struct flyd_session *s = st->data;
+	size_t used;
+
+	if (nread == 0 || s->closing)
+		return;
+	if (nread < 0) {
+		session_close_why(s, nread == UV_EOF ?
+				  (fly_frame_dec_is_partial(&s->dec) ?
+				   "eof_partial" : "eof") : "read_error");
+		return;
+	}
+	used = process(s, (const uint8_t *)buf->base, (size_t)nread);
+	if (s->closing || used >= (size_t)nread)
+		return;
+	/* Budget spent: keep the rest, stop reading until it is handled. */
+	s->blen = (size_t)nread - used;
+	s->boff = 0;
+	s->backlog = malloc(s->blen);
+	if (s->backlog == NULL) {
+		session_close_why(s, "enomem");
+		return;
+	}
+	memcpy(s->backlog, buf->base + used, s->blen);
+	uv_read_stop(st);
+	kick_arm(s->srv, 0);
+}
+
+int flyd_session_accept(struct flyd_ctx *ctx, uv_stream_t *listener)
+{
+	struct flyd_server *srv = ctx->server;
+	struct flyd_session *s = calloc(1, sizeof(*s));
+	struct ucred cr;
+	socklen_t crlen = sizeof(cr);
+	uv_os_fd_t fd;
+	int rc;
+
+	if (s == NULL)
+		return -ENOMEM;
+	s->ctx = ctx;
+	s->srv = srv;
+	s->held_tail = &s->held;
+	s->cur_fd = -1;
+	s->serial = next_serial++;
+	rc = uv_pipe_init(ctx->loop, &s->pipe, 0);
+	if (rc < 0) {
+		free(s);
+		return rc;
+	}
+	s->pipe.data = s;
+	srv->open_handles++;
+	s->closing = 1; /* not linked yet: on_close must only free */
+	rc = uv_accept(listener, (uv_stream_t *)&s->pipe);
+	if (rc < 0) {
+		uv_close((uv_handle_t *)&s->pipe, on_close);
+		return rc;
+	}
+	s->closing = 0;
+	if (uv_fileno((uv_handle_t *)&s->pipe, &fd) == 0 &&
+	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) == 0) {
+		s->uid = cr.uid;
+		s->gid = cr.gid;
+		s->pid = cr.pid;
+	} else {
+		s->uid = (uid_t)-1;
+		s->gid = (gid_t)-1;
+	}
+	fly_frame_dec_init(&s->dec, ctx->cfg.frame_cap);
+	s->last_active = uv_now(ctx->loop);
+	s->next = srv->head;
+	if (srv->head != NULL)
+		srv->head->prev = s;
+	srv->head = s;
+	srv->nsessions++;
+	ctx->stats.connections++;
+	flyd_log(FLYD_LOG_DEBUG, "accept", "conn=%llu uid=%d gid=%d pid=%d",
+		 (unsigned long long)s->serial, (int)s->uid, (int)s->gid,
+		 (int)s->pid);
+	rc = uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read);
+	if (rc < 0)
+		session_close_why(s, "read_start");
+	return 0;
+}
+
+void flyd_session_sweep(struct flyd_ctx *ctx, uint64_t now)
+{
+	struct flyd_session *s = ctx->server->head, *next;
+	uint64_t ft = ctx->cfg.frame_timeout_ms;
+	uint64_t it = ctx->cfg.idle_timeout_ms;
+
+	for (; s != NULL; s = next) {
+		next = s->next;
+		if (s->partial_since != 0 && now - s->partial_since >= ft) {
+			ctx->stats.timeouts++;
+			flyd_log(FLYD_LOG_WARN, "frame_timeout",
+				 "conn=%llu pid=%d timeout_ms=%llu",
+				 (unsigned long long)s->serial, (int)s->pid,
+				 (unsigned long long)ft);
+			session_close_why(s, "frame_timeout");
+		} else if (it > 0 && s->refs == 0 && s->writes == 0 &&
+			   s->held == NULL && s->backlog == NULL &&
+			   now - s->last_active >= it) {
+			ctx->stats.timeouts++;
+			session_close_why(s, "idle_timeout");
+		}
+	}
+}
+
+void flyd_session_kick(struct flyd_ctx *ctx)
+{
+	struct flyd_session *s = ctx->server->head, *next;
+	int more = 0;
+
+	for (; s != NULL; s = next) {
+		next = s->next;
+		if (s->held != NULL && s->writes == 0)
+			flush_held(s);
+		if (s->closing || s->backlog == NULL)
+			continue;
+		s->boff += process(s, s->backlog + s->boff, s->blen - s->boff);
+		if (s->closing)
+			continue;
+		if (s->boff >= s->blen) {
+			free(s->backlog);
+			s->backlog = NULL;
+			if (!s->close_after_flush &&
+			    uv_read_start((uv_stream_t *)&s->pipe, on_alloc,
+					  on_read) < 0)
+				session_close_why(s, "read_start");
+		} else {
+			more = 1;
+		}
+	}
+	if (more)
+		kick_arm(ctx->server, 0);
+	else if (flyd_session_has_work(ctx))
+		kick_arm(ctx->server, 2);
+}
+
+int flyd_session_has_work(const struct flyd_ctx *ctx)
+{
+	for (const struct flyd_session *s = ctx->server->head; s != NULL;
+	     s = s->next)
+		if (s->backlog != NULL || (s->held != NULL && s->writes == 0))
+			return 1;
+	return 0;
+}
+
+void flyd_session_close_all(struct flyd_ctx *ctx)
+{
+	while (ctx->server->head != NULL)
+		session_close_why(ctx->server->head, "shutdown");
+}
