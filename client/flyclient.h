@@ -23,6 +23,12 @@
 extern "C" {
 #endif
 
+/* Every function below is exported from libflyclient.so, which is built
+ * with -fvisibility=hidden (internals stay private). */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 typedef struct fly_client fly_client; /* opaque; defined in client.c */
 
 /* Options for fly_client_open_opts(); zero-initialise, then set. */
@@ -98,6 +104,10 @@ void fly_client_stats_get(const fly_client *c, struct fly_client_stats *out);
 const char *fly_client_errmsg(const fly_client *c);
 /* Text for any error code returned here.  Never NULL. */
 const char *fly_strerror(int err);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }
