@@ -5,6 +5,7 @@
 #ifndef FLY_ERR_H
 #define FLY_ERR_H
 
-const char *fly_strerror(int err);
+/* Exported from libflyclient.so (built -fvisibility=hidden). */
+__attribute__((visibility("default"))) const char *fly_strerror(int err);
 
 #endif /* FLY_ERR_H */
