@@ -1,0 +1,249 @@
+/*
+ * cpu_int.h -- internals shared by the CPU backend's files (kernels/cpu/).
+ * Not installed; not seen by the daemon.
+ *
+ * Shape of the backend: backend.c owns struct flyk_device (core count,
+ * cache sizes, the cache-cleaning buffer), the fingerprint and the variant
+ * table; each op file (rmsnorm.c, topk.c, gemm.c, grouped_gemm.c) exports
+ * its variants; case.c owns the benchmark cases.  Element conversions
+ * (bf16/fp16 <-> fp32, round-to-nearest-even) live here as inlines.
+ *
+ * Thread: a device and its cases belong to one thread at a time; launches
+ * may spread work over short-lived pthreads (flyk_cpu_parallel()).
+ */
+#ifndef FLYK_CPU_INT_H
+#define FLYK_CPU_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "flyk.h"
+
+struct flyk_device {
+	int index;            /* the "device" index served (any is fine) */
+	int cores;            /* online cores, >= 1 */
+	size_t l1d_bytes;     /* 0 when unknown */
+	size_t l2_bytes;      /* 0 when unknown */
+	size_t l3_bytes;      /* 0 when unknown */
+	float *flush;         /* >= 2x the last-level cache, read before reps */
+	size_t flush_n;       /* floats in flush; 0 until the first case */
+	volatile float sink;  /* keeps the flush read alive */
+};
+
+/* Cores of @p dev (1 when @p dev is NULL). */
+static inline int flyk_cpu_cores(const struct flyk_device *dev)
+{
+	return dev && dev->cores > 0 ? dev->cores : 1;
+}
+
+/* ---------------------------------------------------------- conversions */
+
+static inline float flyk_cpu_bits_f32(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+static inline uint32_t flyk_cpu_f32_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+static inline float flyk_cpu_bf16_to_f32(uint16_t b)
+{
+	return flyk_cpu_bits_f32((uint32_t)b << 16);
+}
+
+/* Round to nearest even; NaN stays a quiet NaN. */
+static inline uint16_t flyk_cpu_f32_to_bf16(float f)
+{
+	uint32_t x = flyk_cpu_f32_bits(f);
+
+	if ((x & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((x >> 16) | 0x0040u);
+	x += 0x7fffu + ((x >> 16) & 1u);
+	return (uint16_t)(x >> 16);
+}
+
+static inline float flyk_cpu_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t exp = (h >> 10) & 0x1fu;
+	uint32_t mant = h & 0x3ffu;
+
+	if (exp == 0) {
+		float v = (float)mant * 5.9604644775390625e-8f; /* 2^-24 */
+		return sign ? -v : v;
+	}
+	if (exp == 31)
+		return flyk_cpu_bits_f32(sign | 0x7f800000u | (mant << 13));
+	return flyk_cpu_bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+/* Round to nearest even (F. Giesen's float_to_half_fast3_rtne). */
+static inline uint16_t flyk_cpu_f32_to_f16(float f)
+{
+	uint32_t x = flyk_cpu_f32_bits(f);
+	uint32_t sign = (x >> 16) & 0x8000u;
+	uint32_t ax = x & 0x7fffffffu;
+
+	if (ax >= 0x47800000u) /* >= 65536, inf or NaN */
+		return (uint16_t)(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
+	if (ax < 0x38800000u) { /* result is a subnormal half or zero */
+		float r = flyk_cpu_bits_f32(ax) + 0.5f;
+		return (uint16_t)(sign | (flyk_cpu_f32_bits(r) - 0x3f000000u));
+	}
+	ax += 0xc8000fffu + ((ax >> 13) & 1u);
+	return (uint16_t)(sign | (ax >> 13));
+}
+
+/* Bytes per element of @p dtype (0 when unsupported here). */
+static inline size_t flyk_cpu_dtsize(uint32_t dtype)
+{
+	switch (dtype) {
+	case FLY_DT_FP32:
+		return 4;
+	case FLY_DT_FP16:
+	case FLY_DT_BF16:
+		return 2;
+	default:
+		return 0;
+	}
+}
+
+static inline float flyk_cpu_load(const void *p, size_t i, uint32_t dtype)
+{
+	switch (dtype) {
+	case FLY_DT_FP32:
+		return ((const float *)p)[i];
+	case FLY_DT_BF16:
+		return flyk_cpu_bf16_to_f32(((const uint16_t *)p)[i]);
+	default:
+		return flyk_cpu_f16_to_f32(((const uint16_t *)p)[i]);
+	}
+}
+
+static inline void flyk_cpu_store(void *p, size_t i, uint32_t dtype, float v)
+{
+	switch (dtype) {
+	case FLY_DT_FP32:
+		((float *)p)[i] = v;
+		break;
+	case FLY_DT_BF16:
+		((uint16_t *)p)[i] = flyk_cpu_f32_to_bf16(v);
+		break;
+	default:
+		((uint16_t *)p)[i] = flyk_cpu_f32_to_f16(v);
+		break;
+	}
+}
+
+/* Round @p v through @p dtype and back. */
+static inline float flyk_cpu_round(float v, uint32_t dtype)
+{
+	switch (dtype) {
+	case FLY_DT_BF16:
+		return flyk_cpu_bf16_to_f32(flyk_cpu_f32_to_bf16(v));
+	case FLY_DT_FP16:
+		return flyk_cpu_f16_to_f32(flyk_cpu_f32_to_f16(v));
+	default:
+		return v;
+	}
+}
+
+/* Convert @p n elements of @p dtype at @p src to fp32 at @p dst. */
+void flyk_cpu_to_f32(float *dst, const void *src, size_t n, uint32_t dtype);
+
+/* ---------------------------------------------------------- threads */
+
+typedef void (*flyk_cpu_work_fn)(void *ctx, int tid, int nthreads);
+
+/* Run fn(ctx, tid, n) for tid in [0, n): tid 0 on the calling thread, the
+ * others on fresh pthreads, and wait for all.  A thread that cannot be
+ * created has its share run on the caller, so the work always completes.
+ * @return 0. */
+int flyk_cpu_parallel(int n, flyk_cpu_work_fn fn, void *ctx);
+
+/* Split [0, total) into @p n near-equal ranges, aligned to @p grain;
+ * range @p tid is [*lo, *hi) (possibly empty). */
+void flyk_cpu_split(int64_t total, int n, int tid, int64_t grain,
+		    int64_t *lo, int64_t *hi);
+
+/* Common feasibility of a threads parameter: 1 <= t <= cores and enough
+ * @p work units (rows) for every thread.  @return 0 or -EINVAL. */
+int flyk_cpu_threads_ok(const struct flyk_device *dev, int64_t t,
+			int64_t work);
+
+/* ---------------------------------------------------------- op modules */
+
+extern const struct flyk_variant flyk_cpu_rmsnorm_variants[];
+extern const size_t flyk_cpu_rmsnorm_nvariants;
+extern const struct flyk_variant flyk_cpu_topk_variants[];
+extern const size_t flyk_cpu_topk_nvariants;
+extern const struct flyk_variant flyk_cpu_gemm_variants[];
+extern const size_t flyk_cpu_gemm_nvariants;
+extern const struct flyk_variant flyk_cpu_grouped_gemm_variants[];
+extern const size_t flyk_cpu_grouped_gemm_nvariants;
+
+/* The blocked GEMM core shared by gemm_blocked and ggemm_blocked:
+ * C[M,N] = alpha * A[M,K] . B (NT: B [N,K]; NN: B [K,N]) + bias, elements
+ * of @p dtype (fp32 or bf16), fp32 accumulation.  @return 0, -ENOMEM. */
+struct flyk_cpu_gemm_shape {
+	int64_t m;
+	int64_t n;
+	int64_t k;
+	uint32_t dtype;
+	uint32_t layout;     /* FLY_LAYOUT_NT or FLY_LAYOUT_NN */
+	float alpha;
+	const void *bias;    /* [N] of dtype, or NULL */
+};
+int flyk_cpu_gemm_blocked_run(const struct flyk_cpu_gemm_shape *s,
+			      const void *a, const void *b, void *c,
+			      int64_t mc, int64_t nc, int64_t kc, int64_t tile,
+			      int threads);
+/* Whether a blocked-GEMM tile point is sensible for the dims. */
+int flyk_cpu_gemm_blocks_ok(int64_t m, int64_t n, int64_t k, int64_t mc,
+			    int64_t nc, int64_t kc, int64_t tile);
+
+/* The backend's full variant table (CPU variants, then the test-only ones
+ * when linked in); built once. */
+const struct flyk_variant *flyk_cpu_variants(size_t *n);
+
+/* The first reference variant of @p op in the table, or NULL. */
+const struct flyk_variant *flyk_cpu_reference(uint32_t op);
+
+/* One benchmark case (case.c); visible here for the unit tests. */
+#define FLYK_CPU_CASE_BUFS 10
+
+struct flyk_case {
+	struct flyk_device *dev;
+	struct fly_problem p;
+	union flyk_args args;
+	void *bufs[FLYK_CPU_CASE_BUFS];   /* everything to free */
+	int nbufs;
+	void *out;               /* main output: y, c, values */
+	size_t out_bytes;
+	void *out2;              /* indices (topk), residual (rmsnorm) */
+	size_t out2_bytes;
+	void *ref;               /* reference of out */
+	void *ref2;              /* reference of out2 */
+	void *pristine;          /* residual input, restored before reps */
+	size_t pristine_bytes;
+};
+
+/* Case functions (case.c). */
+int flyk_cpu_case_new(struct flyk_device *dev, const struct fly_problem *p,
+		      uint64_t seed, struct flyk_case **out);
+void flyk_cpu_case_free(struct flyk_case *c);
+int flyk_cpu_case_poison(struct flyk_case *c);
+int flyk_cpu_case_time(struct flyk_case *c, const struct flyk_variant *v,
+		       const int64_t *params, double *us);
+int flyk_cpu_case_check(struct flyk_case *c, double *max_err);
+
+#endif /* FLYK_CPU_INT_H */

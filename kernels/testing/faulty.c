@@ -1,0 +1,115 @@
+/*
+ * faulty.c -- test-only rmsnorm variants that misbehave on demand, so the
+ * daemon's supervision (crash, timeout, wrong answer) runs in CI without a
+ * GPU.  Linked only into flytuned-test and the test binaries; the CPU
+ * backend picks them up through weak symbols (kernels/cpu/backend.c).
+ *
+ *   test_crash  raises SIGSEGV (a store through a NULL volatile pointer)
+ *   test_hang   spins forever on a volatile counter, no syscalls
+ *   test_wrong  writes y = x (plausible numbers, wrong)
+ *
+ * Each is feasible only when FLYK_TESTING_FAULTS (comma-separated) names
+ * it: "crash", "hang", "wrong"; otherwise feasible() returns -EINVAL.
+ * Owns: nothing.  Thread: any.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flyk.h"
+
+#define FAULTY_DTYPES ((1u << FLY_DT_FP32) | (1u << FLY_DT_BF16) | \
+		       (1u << FLY_DT_FP16))
+
+static const int64_t one_val[] = { 1 };
+
+/* Whether FLYK_TESTING_FAULTS lists @p name as one comma-separated item. */
+static int fault_enabled(const char *name)
+{
+	const char *env = getenv("FLYK_TESTING_FAULTS");
+	size_t len = strlen(name);
+
+	while (env && *env) {
+		size_t item = strcspn(env, ",");
+
+		if (item == len && strncmp(env, name, len) == 0)
+			return 1;
+		env += item;
+		if (*env == ',')
+			env++;
+	}
+	return 0;
+}
+
+static int problem_ok(const struct fly_problem *p)
+{
+	return p->op == FLY_OP_RMSNORM && (FAULTY_DTYPES & (1u << p->dtype)) &&
+	       p->dims[0] >= 1 && p->dims[1] >= 1;
+}
+
+static int crash_feasible(const struct flyk_device *dev,
+			  const struct fly_problem *p, const int64_t *params)
+{
+	return problem_ok(p) && fault_enabled("crash") ? 0 : -EINVAL;
+}
+
+static int hang_feasible(const struct flyk_device *dev,
+			 const struct fly_problem *p, const int64_t *params)
+{
+	return problem_ok(p) && fault_enabled("hang") ? 0 : -EINVAL;
+}
+
+static int wrong_feasible(const struct flyk_device *dev,
+			  const struct fly_problem *p, const int64_t *params)
+{
+	return problem_ok(p) && fault_enabled("wrong") ? 0 : -EINVAL;
+}
+
+static int crash_launch(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *params,
+			const union flyk_args *args, void *stream)
+{
+	int *volatile np = NULL;
+
+	*np = 1;
+	return -EFAULT;
+}
+
+static int hang_launch(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *params,
+		       const union flyk_args *args, void *stream)
+{
+	volatile uint64_t spin = 0;
+
+	for (;;)
+		spin++;
+	return 0;
+}
+
+/* y = x: the right shape and plausible magnitudes, the wrong numbers. */
+static int wrong_launch(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *params,
+			const union flyk_args *args, void *stream)
+{
+	size_t es = p->dtype == FLY_DT_FP32 ? 4 : 2;
+
+	memmove(args->rmsnorm.y, args->rmsnorm.x,
+		(size_t)(p->dims[0] * p->dims[1]) * es);
+	return 0;
+}
+
+#define FAULTY(nm, feas, fn)                                               \
+	{                                                                  \
+		.name = nm, .op = FLY_OP_RMSNORM, .dtypes = FAULTY_DTYPES, \
+		.flags = FLY_F_RESIDUAL, .nparams = 1,                     \
+		.params = { { "one", 1, one_val } },                       \
+		.feasible = feas, .launch = fn,                            \
+	}
+
+const struct flyk_variant flyk_testing_variants[] = {
+	FAULTY("test_crash", crash_feasible, crash_launch),
+	FAULTY("test_hang", hang_feasible, hang_launch),
+	FAULTY("test_wrong", wrong_feasible, wrong_launch),
+};
+const size_t flyk_testing_nvariants =
+	sizeof(flyk_testing_variants) / sizeof(flyk_testing_variants[0]);

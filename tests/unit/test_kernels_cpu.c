@@ -1,0 +1,619 @@
+/*
+ * test_kernels_cpu.c -- the CPU backend: every variant at every feasible
+ * point of its space against the reference on odd shapes (through the
+ * backend's own cases), conversions, fingerprint, the checker catching
+ * poisoned and wrong outputs, flyk_launch()'s errors and the test-only
+ * faulty variants' gating.  Never depends on which candidate is fastest.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flyk.h"
+#include "../../kernels/cpu/cpu_int.h"
+
+static const struct flyk_backend *B;
+
+static struct flyk_device *dev_open(void)
+{
+	struct flyk_device *dev = NULL;
+
+	B = flyk_cpu_backend();
+	assert_int_equal(B->open(0, &dev), 0);
+	assert_non_null(dev);
+	return dev;
+}
+
+static struct fly_problem prob(uint32_t op, uint32_t dt, uint32_t layout,
+			       uint32_t flags, int64_t d0, int64_t d1,
+			       int64_t d2, int64_t d3)
+{
+	struct fly_problem p = { op, dt, layout, flags, { d0, d1, d2, d3 } };
+
+	return p;
+}
+
+static int is_test_variant(const struct flyk_variant *v)
+{
+	return strncmp(v->name, "test_", 5) == 0;
+}
+
+/* Advance the odometer over a variant's space; 0 when wrapped. */
+static int next_point(const struct flyk_variant *v, uint32_t *pos,
+		      int64_t *pt)
+{
+	for (uint32_t i = v->nparams; i > 0; i--) {
+		if (++pos[i - 1] < v->params[i - 1].nvals) {
+			pt[i - 1] = v->params[i - 1].vals[pos[i - 1]];
+			return 1;
+		}
+		pos[i - 1] = 0;
+		pt[i - 1] = v->params[i - 1].vals[0];
+	}
+	return 0;
+}
+
+/* Time and check every feasible point of every (non-test) variant of the
+ * problem's op on one case.  @return the number of points run. */
+static int run_all_points(struct flyk_device *dev, const struct fly_problem *p,
+			  uint64_t seed)
+{
+	struct flyk_case *c = NULL;
+	int count = 0, nonref = 0;
+
+	assert_int_equal(B->case_new(dev, p, seed, &c), 0);
+	for (size_t i = 0; i < B->nvariants; i++) {
+		const struct flyk_variant *v = &B->variants[i];
+		uint32_t pos[FLY_PARAMS_MAX] = { 0 };
+		int64_t pt[FLY_PARAMS_MAX] = { 0 };
+
+		if (!flyk_variant_supports(v, p) || is_test_variant(v))
+			continue;
+		for (uint32_t j = 0; j < v->nparams; j++)
+			pt[j] = v->params[j].vals[0];
+		do {
+			double us = -1.0, err = -1.0;
+			int rc;
+
+			if (v->feasible(dev, p, pt) != 0)
+				continue;
+			assert_int_equal(B->case_poison(c), 0);
+			assert_int_equal(B->case_time(c, v, pt, &us), 0);
+			assert_true(us >= 0.0);
+			rc = B->case_check(c, &err);
+			if (rc != 0)
+				fprintf(stderr, "FAIL %s [%lld %lld %lld %lld "
+					"%lld] dims %lld %lld %lld %lld dt %u "
+					"flags %u err %g\n", v->name,
+					(long long)pt[0], (long long)pt[1],
+					(long long)pt[2], (long long)pt[3],
+					(long long)pt[4], (long long)p->dims[0],
+					(long long)p->dims[1],
+					(long long)p->dims[2],
+					(long long)p->dims[3], p->dtype,
+					p->flags, err);
+			assert_int_equal(rc, 0);
+			assert_true(err >= 0.0);
+			count++;
+			nonref += !v->is_reference;
+		} while (next_point(v, pos, pt));
+	}
+	B->case_free(c);
+	assert_true(nonref >= 1);
+	return count;
+}
+
+/* ---------------------------------------------------------- basics */
+
+static void test_backend_identity(void **state)
+{
+	struct flyk_device *dev = dev_open(), *dev3 = NULL, *bad = NULL;
+
+	assert_string_equal(B->name, "cpu");
+	assert_int_equal(B->kind, FLYK_BACKEND_CPU);
+	assert_true(B->nvariants >= 11);
+	assert_int_equal(B->open(3, &dev3), 0);
+	assert_int_equal(B->open(-1, &bad), -ENODEV);
+	assert_null(bad);
+	B->close(dev3);
+	B->close(dev);
+	B->close(NULL);
+}
+
+static void test_fingerprint_stable(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	char a[512], b[512], tiny[8];
+	int la = B->fingerprint(dev, a, sizeof(a));
+	int lb = B->fingerprint(dev, b, sizeof(b));
+
+	assert_true(la > 0);
+	assert_int_equal(la, lb);
+	assert_string_equal(a, b);
+	assert_int_equal((int)strlen(a), la);
+	assert_non_null(strstr(a, "arch="));
+	assert_non_null(strstr(a, " model=\""));
+	assert_non_null(strstr(a, " units="));
+	assert_non_null(strstr(a, " l1d_kb="));
+	assert_non_null(strstr(a, " l2_kb="));
+	assert_non_null(strstr(a, " l3_kb="));
+	assert_non_null(strstr(a, " lib=" FLYK_VERSION));
+	assert_null(strchr(a, '\n'));
+	assert_int_equal(B->fingerprint(dev, tiny, sizeof(tiny)), -ENOSPC);
+	B->close(dev);
+}
+
+static void test_conversions(void **state)
+{
+	/* bf16: ties to even */
+	assert_int_equal(flyk_cpu_f32_to_bf16(1.0f), 0x3f80);
+	assert_int_equal(flyk_cpu_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);
+	assert_int_equal(flyk_cpu_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);
+	assert_int_equal(flyk_cpu_f32_to_bf16(-2.0f), 0xc000);
+	assert_true(isnan(flyk_cpu_bf16_to_f32(flyk_cpu_f32_to_bf16(NAN))));
+	/* fp16: ties to even, overflow, subnormals */
+	assert_int_equal(flyk_cpu_f32_to_f16(1.0f), 0x3c00);
+	assert_int_equal(flyk_cpu_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);
+	assert_int_equal(flyk_cpu_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);
+	assert_int_equal(flyk_cpu_f32_to_f16(65504.0f), 0x7bff);
+	assert_int_equal(flyk_cpu_f32_to_f16(65520.0f), 0x7c00);
+	assert_int_equal(flyk_cpu_f32_to_f16(0x1p-24f), 0x0001);
+	assert_int_equal(flyk_cpu_f32_to_f16(0x1p-25f), 0x0000);
+	assert_int_equal(flyk_cpu_f32_to_f16(-0.5f), 0xb800);
+	/* every finite half survives a round trip */
+	for (uint32_t h = 0; h < 0x10000; h++) {
+		if ((h & 0x7c00) == 0x7c00)
+			continue;
+		assert_int_equal(flyk_cpu_f32_to_f16(flyk_cpu_f16_to_f32(
+					 (uint16_t)h)), h);
+		assert_int_equal(flyk_cpu_f32_to_bf16(flyk_cpu_bf16_to_f32(
+					 (uint16_t)h)), h);
+	}
+}
+
+/* ---------------------------------------------------------- per op */
+
+static const uint32_t all_dt[] = { FLY_DT_FP32, FLY_DT_BF16, FLY_DT_FP16 };
+
+static void test_rmsnorm_all_variants(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	static const int64_t ns[] = { 1, 7, 4097 }, ms[] = { 1, 3 };
+	uint64_t seed = 1;
+
+	for (int d = 0; d < 3; d++)
+		for (int fl = 0; fl < 2; fl++)
+			for (int i = 0; i < 3; i++)
+				for (int j = 0; j < 2; j++) {
+					struct fly_problem p = prob(
+						FLY_OP_RMSNORM, all_dt[d], 0,
+						fl ? FLY_F_RESIDUAL : 0, ms[j],
+						ns[i], 0, 0);
+
+					assert_true(run_all_points(dev, &p,
+								   seed++) >= 2);
+				}
+	/* a wider problem where threads and chunks all apply */
+	struct fly_problem big = prob(FLY_OP_RMSNORM, FLY_DT_BF16, 0,
+				      FLY_F_RESIDUAL, 130, 257, 0, 0);
+	assert_true(run_all_points(dev, &big, 99) >= 10);
+	B->close(dev);
+}
+
+static void test_topk_all_variants(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	static const int64_t shapes[][3] = {
+		{ 1, 1, 1 }, { 3, 7, 1 }, { 3, 7, 7 }, { 2, 100, 33 },
+		{ 2, 4097, 64 }, { 1, 4097, 2048 }, { 5, 300, 300 },
+	};
+	uint64_t seed = 7;
+
+	for (int d = 0; d < 3; d++)
+		for (int fl = 0; fl < 2; fl++)
+			for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]);
+			     s++) {
+				struct fly_problem p = prob(
+					FLY_OP_TOPK, all_dt[d], 0,
+					fl ? FLY_F_DETERMINISTIC : 0,
+					shapes[s][0], shapes[s][1],
+					shapes[s][2], 0);
+
+				assert_true(run_all_points(dev, &p, seed++) >= 4);
+			}
+	B->close(dev);
+}
+
+/* Many equal values: every variant, twice, bit-identical to the reference
+ * and ties ordered by index. */
+static void test_topk_ties_deterministic(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	enum { M = 3, N = 1000, K = 150 };
+	struct fly_problem p = prob(FLY_OP_TOPK, FLY_DT_BF16, 0,
+				    FLY_F_DETERMINISTIC, M, N, K, 0);
+	static uint16_t x[M * N], rv[M * K], v1[M * K], v2[M * K];
+	static int64_t ri[M * K], i1[M * K], i2[M * K];
+	const struct flyk_variant *ref = flyk_variant_find(B, FLY_OP_TOPK,
+							   "topk_ref");
+	static const float levels[] = { 0.5f, -0.25f, 1.0f, 0.125f };
+
+	for (int i = 0; i < M * N; i++)
+		x[i] = flyk_cpu_f32_to_bf16(levels[(i * 7 + i / 13) % 4]);
+	union flyk_args a = { .topk = { x, rv, ri } };
+	assert_int_equal(ref->launch(dev, &p, NULL, &a, NULL), 0);
+	for (int r = 0; r < M; r++)
+		for (int j = 1; j < K; j++) {
+			int64_t o = r * K + j;
+
+			assert_true(rv[o] == rv[o - 1] ? ri[o] > ri[o - 1]
+				    : flyk_cpu_bf16_to_f32(rv[o]) <
+				      flyk_cpu_bf16_to_f32(rv[o - 1]));
+		}
+	for (size_t i = 0; i < B->nvariants; i++) {
+		const struct flyk_variant *v = &B->variants[i];
+		int64_t pt[FLY_PARAMS_MAX] = { 1 };
+
+		if (v->op != FLY_OP_TOPK || v->is_reference)
+			continue;
+		union flyk_args a1 = { .topk = { x, v1, i1 } };
+		union flyk_args a2 = { .topk = { x, v2, i2 } };
+		assert_int_equal(v->feasible(dev, &p, pt), 0);
+		assert_int_equal(v->launch(dev, &p, pt, &a1, NULL), 0);
+		assert_int_equal(v->launch(dev, &p, pt, &a2, NULL), 0);
+		assert_memory_equal(v1, v2, sizeof(v1));
+		assert_memory_equal(i1, i2, sizeof(i1));
+		assert_memory_equal(v1, rv, sizeof(v1));
+		assert_memory_equal(i1, ri, sizeof(i1));
+	}
+	B->close(dev);
+}
+
+static void test_gemm_all_variants(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	static const int64_t shapes[][3] = {
+		{ 1, 7, 13 }, { 33, 65, 129 }, { 5, 3, 9 }, { 67, 131, 257 },
+		{ 1, 1, 1 },
+	};
+	static const uint32_t dts[] = { FLY_DT_FP32, FLY_DT_BF16 };
+	static const uint32_t lays[] = { FLY_LAYOUT_NT, FLY_LAYOUT_NN };
+	static const uint32_t fls[] = { 0, FLY_F_BIAS | FLY_F_SCALE,
+					FLY_F_BIAS };
+	uint64_t seed = 11;
+
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+		for (int d = 0; d < 2; d++)
+			for (int l = 0; l < 2; l++)
+				for (int f = 0; f < 3; f++) {
+					struct fly_problem p = prob(
+						FLY_OP_GEMM, dts[d], lays[l],
+						fls[f], shapes[s][0],
+						shapes[s][1], shapes[s][2], 0);
+
+					assert_true(run_all_points(dev, &p,
+								   seed++) >= 3);
+				}
+	B->close(dev);
+}
+
+static void test_grouped_cases(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	static const int64_t shapes[][4] = {
+		{ 4, 37, 19, 23 }, { 8, 3, 5, 7 }, { 1, 1, 1, 1 },
+		{ 3, 70, 33, 65 },
+	};
+	uint64_t seed = 21;
+
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+		for (int d = 0; d < 2; d++) {
+			struct fly_problem p = prob(
+				FLY_OP_GROUPED_GEMM,
+				d ? FLY_DT_BF16 : FLY_DT_FP32, FLY_LAYOUT_NT,
+				0, shapes[s][0], shapes[s][1], shapes[s][2],
+				shapes[s][3]);
+
+			assert_true(run_all_points(dev, &p, seed++) >= 2);
+		}
+	B->close(dev);
+}
+
+/* Explicit offsets: empty groups, single-row groups, one huge group. */
+static void test_grouped_uneven_offsets(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	enum { G = 6, M = 75, N = 17, K = 29 };
+	static const int64_t off[G + 1] = { 0, 0, 1, 1, 2, 74, 75 };
+	struct fly_problem p = prob(FLY_OP_GROUPED_GEMM, FLY_DT_FP32,
+				    FLY_LAYOUT_NT, 0, G, M, N, K);
+	static float a[M * K], b[G * N * K], cr[M * N], c[M * N];
+	const struct flyk_variant *ref = flyk_variant_find(
+		B, FLY_OP_GROUPED_GEMM, "ggemm_ref");
+	const struct flyk_variant *blk = flyk_variant_find(
+		B, FLY_OP_GROUPED_GEMM, "ggemm_blocked");
+	uint32_t s = 12345;
+
+	for (int i = 0; i < M * K; i++)
+		a[i] = (float)((s = s * 1103515245u + 12345u) >> 16) / 65536.0f - 0.5f;
+	for (int i = 0; i < G * N * K; i++)
+		b[i] = (float)((s = s * 1103515245u + 12345u) >> 16) / 65536.0f - 0.5f;
+	union flyk_args ar = { .grouped_gemm = { a, b, cr, off, NULL, 0 } };
+	assert_int_equal(ref->launch(dev, &p, NULL, &ar, NULL), 0);
+	/* spot-check the reference itself: row 1 is group 3's only row */
+	double acc = 0.0;
+	for (int q = 0; q < K; q++)
+		acc += (double)a[1 * K + q] * b[(3 * N + 3) * K + q];
+	assert_true(fabs(cr[1 * N + 3] - acc) < 1e-5);
+	for (int64_t t = 1; t <= 2; t++)
+		for (int64_t tile = 0; tile < 3; tile++) {
+			int64_t pt[2] = { t, tile };
+
+			if (blk->feasible(dev, &p, pt) != 0)
+				continue;
+			memset(c, 0xff, sizeof(c));
+			union flyk_args ac = { .grouped_gemm = { a, b, c, off,
+								 NULL, 0 } };
+			assert_int_equal(blk->launch(dev, &p, pt, &ac, NULL), 0);
+			for (int i = 0; i < M * N; i++)
+				assert_true(fabs(c[i] - cr[i]) <
+					    1e-4 * (1 + fabs(cr[i])));
+		}
+	/* bad offsets are refused */
+	static const int64_t bad[G + 1] = { 0, 5, 4, 10, 20, 30, 75 };
+	union flyk_args ab = { .grouped_gemm = { a, b, c, bad, NULL, 0 } };
+	int64_t pt[2] = { 1, 0 };
+	assert_int_equal(blk->launch(dev, &p, pt, &ab, NULL), -EINVAL);
+	B->close(dev);
+}
+
+/* ---------------------------------------------------------- checker */
+
+static void test_check_catches_poison_and_wrong(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	struct fly_problem ps[] = {
+		prob(FLY_OP_RMSNORM, FLY_DT_FP32, 0, 0, 3, 33, 0, 0),
+		prob(FLY_OP_RMSNORM, FLY_DT_FP16, 0, FLY_F_RESIDUAL, 3, 33, 0, 0),
+		prob(FLY_OP_TOPK, FLY_DT_FP32, 0, 0, 2, 50, 5, 0),
+		prob(FLY_OP_GEMM, FLY_DT_BF16, FLY_LAYOUT_NN, FLY_F_BIAS, 9, 10,
+		     11, 0),
+		prob(FLY_OP_GROUPED_GEMM, FLY_DT_FP32, FLY_LAYOUT_NT, 0, 2, 9,
+		     10, 11),
+	};
+
+	for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) {
+		struct flyk_case *c = NULL;
+		const struct flyk_variant *ref = NULL;
+		double err = 0, us;
+
+		for (size_t j = 0; j < B->nvariants; j++)
+			if (B->variants[j].op == ps[i].op &&
+			    B->variants[j].is_reference)
+				ref = &B->variants[j];
+		assert_non_null(ref);
+		assert_int_equal(B->case_new(dev, &ps[i], 5, &c), 0);
+		/* poisoned, never launched: NaN left */
+		assert_int_equal(B->case_poison(c), 0);
+		assert_int_equal(B->case_check(c, &err), -EDOM);
+		/* the reference passes */
+		assert_int_equal(B->case_time(c, ref, NULL, &us), 0);
+		assert_int_equal(B->case_check(c, &err), 0);
+		assert_true(err == 0.0);
+		/* a wrong number */
+		if (ps[i].op == FLY_OP_TOPK) {
+			int64_t *idx = c->args.topk.indices;
+			float *val = c->args.topk.values;
+
+			idx[0] = idx[1];
+			assert_int_equal(B->case_check(c, &err), -EDOM);
+			assert_int_equal(B->case_time(c, ref, NULL, &us), 0);
+			val[1] = val[0] * 2.0f;
+			assert_int_equal(B->case_check(c, &err), -EDOM);
+		} else {
+			void *out = ps[i].op == FLY_OP_RMSNORM ? c->args.rmsnorm.y
+				: ps[i].op == FLY_OP_GEMM ? c->args.gemm.c
+				: c->args.grouped_gemm.c;
+			float v = flyk_cpu_load(out, 4, ps[i].dtype);
+
+			flyk_cpu_store(out, 4, ps[i].dtype, v + 0.5f);
+			assert_int_equal(B->case_check(c, &err), -EDOM);
+			assert_true(err > 0.1);
+		}
+		B->case_free(c);
+	}
+	B->close(dev);
+}
+
+static void test_case_errors(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	struct flyk_case *c = NULL;
+	struct fly_problem p = prob(FLY_OP_ATTENTION, FLY_DT_FP16, 0, 0, 1, 2,
+				    3, 4);
+	struct fly_problem g = prob(FLY_OP_GEMM, FLY_DT_FP16, FLY_LAYOUT_NT, 0,
+				    2, 2, 2, 0);
+	struct fly_problem t = prob(FLY_OP_TOPK, FLY_DT_FP32, 0, 0, 1, 5, 6,
+				    0);
+
+	assert_int_equal(B->case_new(dev, &p, 1, &c), -EOPNOTSUPP);
+	assert_int_equal(B->case_new(dev, &g, 1, &c), -EOPNOTSUPP);
+	assert_int_equal(B->case_new(dev, &t, 1, &c), -EINVAL);
+	assert_null(c);
+	B->case_free(NULL);
+	B->close(dev);
+}
+
+/* ---------------------------------------------------------- launch */
+
+static void test_launch_and_default(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	enum { M = 3, N = 40 };
+	struct fly_problem p = prob(FLY_OP_RMSNORM, FLY_DT_FP32, 0, 0, M, N, 0,
+				    0);
+	static float x[M * N], w[N], y[M * N], yr[M * N];
+	struct fly_decision d;
+
+	for (int i = 0; i < M * N; i++)
+		x[i] = (float)(i % 11) / 11.0f - 0.4f;
+	for (int i = 0; i < N; i++)
+		w[i] = 1.0f + (float)i / 100.0f;
+	union flyk_args a = { .rmsnorm = { x, w, y, NULL, 1e-6f } };
+	union flyk_args ar = { .rmsnorm = { x, w, yr, NULL, 1e-6f } };
+	memset(&d, 0, sizeof(d));
+	snprintf(d.variant, sizeof(d.variant), "rms_ref");
+	d.status = FLY_STATUS_TUNED;
+	assert_int_equal(flyk_launch(B, dev, &p, &d, &ar, NULL), 0);
+	/* default: empty name, status DEFAULT */
+	memset(&d, 0, sizeof(d));
+	assert_int_equal(flyk_launch(B, dev, &p, &d, &a, NULL), 0);
+	for (int i = 0; i < M * N; i++)
+		assert_true(fabsf(y[i] - yr[i]) <= 1e-4f * (1 + fabsf(yr[i])));
+	/* unknown variant */
+	snprintf(d.variant, sizeof(d.variant), "rms_nope");
+	assert_int_equal(flyk_launch(B, dev, &p, &d, &a, NULL), -ENOENT);
+	d.status = FLY_STATUS_TUNED;
+	d.variant[0] = '\0';
+	assert_int_equal(flyk_launch(B, dev, &p, &d, &a, NULL), -ENOENT);
+	/* out of space, wrong count, infeasible */
+	snprintf(d.variant, sizeof(d.variant), "rms_vec");
+	d.nparams = 3;
+	d.params[0] = 3;
+	d.params[1] = 4;
+	d.params[2] = 1;
+	assert_int_equal(flyk_launch(B, dev, &p, &d, &a, NULL), -EINVAL);
+	d.params[0] = 4;
+	assert_int_equal(flyk_launch(B, dev, &p, &d, &a, NULL), 0);
+	d.nparams = 2;
+	assert_int_equal(flyk_launch(B, dev, &p, &d, &a, NULL), -EINVAL);
+	d.nparams = 3;
+	d.params[1] = 64; /* a chunk 16x larger than M */
+	assert_int_equal(flyk_launch(B, dev, &p, &d, &a, NULL), -EINVAL);
+	/* an op the variant is not for */
+	struct fly_problem t = prob(FLY_OP_TOPK, FLY_DT_FP32, 0, 0, 1, 4, 2, 0);
+	assert_int_equal(flyk_launch(B, dev, &t, &d, &a, NULL), -ENOENT);
+	B->close(dev);
+}
+
+static void test_default_per_op(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	struct fly_problem ps[] = {
+		prob(FLY_OP_RMSNORM, FLY_DT_BF16, 0, FLY_F_RESIDUAL, 1, 1, 0, 0),
+		prob(FLY_OP_RMSNORM, FLY_DT_FP32, 0, 0, 4096, 4096, 0, 0),
+		prob(FLY_OP_TOPK, FLY_DT_FP32, 0, 0, 1, 1, 1, 0),
+		prob(FLY_OP_TOPK, FLY_DT_FP16, 0, 0, 64, 4096, 64, 0),
+		prob(FLY_OP_TOPK, FLY_DT_FP16, 0, 0, 64, 4096, 65, 0),
+		prob(FLY_OP_GEMM, FLY_DT_FP32, FLY_LAYOUT_NT, 0, 1, 7, 13, 0),
+		prob(FLY_OP_GEMM, FLY_DT_BF16, FLY_LAYOUT_NN, FLY_F_BIAS, 1024,
+		     1024, 1024, 0),
+		prob(FLY_OP_GROUPED_GEMM, FLY_DT_FP32, FLY_LAYOUT_NT, 0, 8, 3,
+		     4, 5),
+	};
+	static const char *want[] = { "rms_vec", "rms_vec", "topk_heap",
+				      "topk_heap", "topk_select",
+				      "gemm_blocked", "gemm_blocked",
+				      "ggemm_blocked" };
+	struct fly_problem bad = prob(FLY_OP_ATTENTION, FLY_DT_FP16, 0, 0, 1,
+				      1, 1, 1);
+	struct fly_decision d;
+
+	for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) {
+		const struct flyk_variant *v;
+
+		assert_int_equal(flyk_default(B, dev, &ps[i], &d), 0);
+		assert_string_equal(d.variant, want[i]);
+		assert_int_equal(d.status, FLY_STATUS_DEFAULT);
+		v = flyk_variant_find(B, ps[i].op, d.variant);
+		assert_non_null(v);
+		assert_false(v->is_reference);
+		assert_int_equal(d.nparams, v->nparams);
+		assert_int_equal(v->feasible(dev, &ps[i], d.params), 0);
+	}
+	/* the big rmsnorm gets the documented mid point */
+	assert_int_equal(flyk_default(B, dev, &ps[1], &d), 0);
+	assert_int_equal(d.params[0], 8);
+	assert_int_equal(d.params[1], 16);
+	assert_int_equal(d.params[2], flyk_cpu_cores(dev) >= 4 ? 4 :
+			 flyk_cpu_cores(dev) >= 2 ? 2 : 1);
+	assert_int_equal(flyk_default(B, dev, &bad, &d), -EOPNOTSUPP);
+	B->close(dev);
+}
+
+/* ---------------------------------------------------------- faulty */
+
+static void test_faulty_gated(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	struct fly_problem p = prob(FLY_OP_RMSNORM, FLY_DT_FP32, 0, 0, 2, 9, 0,
+				    0);
+	const struct flyk_variant *crash, *hang, *wrong;
+	int64_t one[1] = { 1 };
+	struct flyk_case *c = NULL;
+	struct fly_decision d;
+	double us, err;
+
+	crash = flyk_variant_find(B, FLY_OP_RMSNORM, "test_crash");
+	hang = flyk_variant_find(B, FLY_OP_RMSNORM, "test_hang");
+	wrong = flyk_variant_find(B, FLY_OP_RMSNORM, "test_wrong");
+	assert_non_null(crash);
+	assert_non_null(hang);
+	assert_non_null(wrong);
+	unsetenv("FLYK_TESTING_FAULTS");
+	assert_int_equal(crash->feasible(dev, &p, one), -EINVAL);
+	assert_int_equal(hang->feasible(dev, &p, one), -EINVAL);
+	assert_int_equal(wrong->feasible(dev, &p, one), -EINVAL);
+	setenv("FLYK_TESTING_FAULTS", "crashy,hangover,wrong", 1);
+	assert_int_equal(crash->feasible(dev, &p, one), -EINVAL);
+	assert_int_equal(hang->feasible(dev, &p, one), -EINVAL);
+	assert_int_equal(wrong->feasible(dev, &p, one), 0);
+	setenv("FLYK_TESTING_FAULTS", "crash,hang", 1);
+	assert_int_equal(crash->feasible(dev, &p, one), 0);
+	assert_int_equal(hang->feasible(dev, &p, one), 0);
+	assert_int_equal(wrong->feasible(dev, &p, one), -EINVAL);
+	/* the default never picks a test variant */
+	assert_int_equal(flyk_default(B, dev, &p, &d), 0);
+	assert_int_not_equal(strncmp(d.variant, "test_", 5), 0);
+	/* a wrong answer is caught by the checker */
+	setenv("FLYK_TESTING_FAULTS", "wrong", 1);
+	assert_int_equal(B->case_new(dev, &p, 3, &c), 0);
+	assert_int_equal(B->case_poison(c), 0);
+	assert_int_equal(B->case_time(c, wrong, one, &us), 0);
+	assert_int_equal(B->case_check(c, &err), -EDOM);
+	unsetenv("FLYK_TESTING_FAULTS");
+	assert_int_equal(B->case_time(c, wrong, one, &us), -EINVAL);
+	B->case_free(c);
+	B->close(dev);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_backend_identity),
+		cmocka_unit_test(test_fingerprint_stable),
+		cmocka_unit_test(test_conversions),
+		cmocka_unit_test(test_rmsnorm_all_variants),
+		cmocka_unit_test(test_topk_all_variants),
+		cmocka_unit_test(test_topk_ties_deterministic),
+		cmocka_unit_test(test_gemm_all_variants),
+		cmocka_unit_test(test_grouped_cases),
+		cmocka_unit_test(test_grouped_uneven_offsets),
+		cmocka_unit_test(test_check_catches_poison_and_wrong),
+		cmocka_unit_test(test_case_errors),
+		cmocka_unit_test(test_launch_and_default),
+		cmocka_unit_test(test_default_per_op),
+		cmocka_unit_test(test_faulty_gated),
+	};
+
+	unsetenv("FLYK_TESTING_FAULTS");
+	return cmocka_run_group_tests_name("kernels_cpu", tests, NULL, NULL);
+}
