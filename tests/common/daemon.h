@@ -12,6 +12,9 @@
  * $FLY_TEST_TIMEOUT_MULTIPLIER (default 1).  With $FLY_TEST_DAEMON=/x.sock
  * no daemon is started: the tests use that socket (stop/kill/restart then
  * return -ENOTSUP).
+ *
+ * Include it as "../common/daemon.h": -Idaemon puts the daemon's own
+ * daemon.h first on the include path.
  */
 #ifndef FLY_TEST_DAEMON_H
 #define FLY_TEST_DAEMON_H

@@ -1,0 +1,603 @@
+/*
+ * test_protocol.c -- protocol robustness against a real flytuned-test:
+ * framing violations, malformed JSON, fragmentation, pipelining, client
+ * limits, slow readers, unsolicited fds, admin checks.  After every case
+ * a fresh client must still be answered.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "../common/daemon.h"
+#include "fly_abi.h"
+#include "fly_msg.h"
+
+static struct fly_test_daemon d;
+
+#define T_MS 5000
+
+static int setup(void **state)
+{
+	int rc = fly_test_daemon_start(&d, "{\"frame_timeout_ms\":500,"
+				       "\"max_clients\":8,"
+				       "\"output_buffer_cap\":65536}", NULL);
+
+	if (rc != 0) {
+		fprintf(stderr, "daemon start failed: %d\n", rc);
+		fly_test_daemon_cleanup(&d);
+	}
+	return rc == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	int rc = d.external ? 0 : fly_test_daemon_stop(&d);
+
+	fly_test_daemon_cleanup(&d);
+	return rc == 0 ? 0 : -1;
+}
+
+/* Parse a response; the caller frees. */
+static cJSON *parse(const char *resp)
+{
+	cJSON *o = cJSON_Parse(resp);
+
+	assert_non_null(o);
+	return o;
+}
+
+/* The error code of a response, or "" when it is ok:true. */
+static void expect_error(const char *resp, int code)
+{
+	cJSON *o = parse(resp);
+	cJSON *e = cJSON_GetObjectItem(o, "error");
+
+	assert_true(cJSON_IsFalse(cJSON_GetObjectItem(o, "ok")));
+	assert_non_null(e);
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e, "code")),
+			    fly_err_name(code));
+	assert_non_null(cJSON_GetStringValue(cJSON_GetObjectItem(e,
+								 "message")));
+	cJSON_Delete(o);
+}
+
+static void expect_ok(const char *resp)
+{
+	cJSON *o = parse(resp);
+
+	if (!cJSON_IsTrue(cJSON_GetObjectItem(o, "ok")))
+		fail_msg("expected ok:true, got %s", resp);
+	cJSON_Delete(o);
+}
+
+static int64_t stat_of(const char *name)
+{
+	char *resp = NULL;
+	int fd = fly_test_connect(d.sock);
+	int64_t v;
+	cJSON *o;
+
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"stats\"}", &resp,
+					  T_MS), 0);
+	o = parse(resp);
+	assert_true(cJSON_IsNumber(cJSON_GetObjectItem(o, name)));
+	v = (int64_t)cJSON_GetObjectItem(o, name)->valuedouble;
+	cJSON_Delete(o);
+	free(resp);
+	close(fd);
+	return v;
+}
+
+/* A fresh client gets a status answer (retrying while the daemon still
+ * counts just-closed clients against max_clients). */
+static void assert_alive(void)
+{
+	for (int i = 0; i < 100; i++) {
+		char *resp = NULL;
+		int fd = fly_test_connect(d.sock);
+
+		assert_true(fd >= 0);
+		assert_int_equal(fly_test_request(fd,
+			"{\"req\":\"status\",\"id\":42}", &resp, T_MS), 0);
+		close(fd);
+		if (strstr(resp, "max_clients") != NULL) {
+			free(resp);
+			usleep(50 * 1000);
+			continue;
+		}
+		expect_ok(resp);
+		assert_non_null(strstr(resp, "\"id\":42"));
+		free(resp);
+		return;
+	}
+	fail_msg("daemon never answered a fresh client");
+}
+
+static void put_hdr(uint8_t *h, uint32_t len)
+{
+	h[0] = (uint8_t)len;
+	h[1] = (uint8_t)(len >> 8);
+	h[2] = (uint8_t)(len >> 16);
+	h[3] = (uint8_t)(len >> 24);
+}
+
+static void test_truncated_then_eof(void **state)
+{
+	uint8_t buf[14];
+	int fd = fly_test_connect(d.sock);
+
+	assert_true(fd >= 0);
+	put_hdr(buf, 100);
+	memcpy(buf + 4, "{\"req\":\"st", 10);
+	assert_int_equal(fly_test_send_raw(fd, buf, sizeof(buf)), 0);
+	shutdown(fd, SHUT_WR);
+	assert_int_equal(fly_test_wait_closed(fd, T_MS), 0);
+	close(fd);
+	assert_alive();
+}
+
+static void test_truncated_then_silence(void **state)
+{
+	int64_t before = stat_of("timeouts");
+	uint8_t buf[14];
+	int fd = fly_test_connect(d.sock);
+
+	assert_true(fd >= 0);
+	put_hdr(buf, 100);
+	memcpy(buf + 4, "{\"req\":\"st", 10);
+	assert_int_equal(fly_test_send_raw(fd, buf, sizeof(buf)), 0);
+	/* frame_timeout_ms is 500: the daemon must close it by itself. */
+	assert_int_equal(fly_test_wait_closed(fd, fly_test_timeout(10000)), 0);
+	close(fd);
+	assert_true(stat_of("timeouts") > before);
+	assert_alive();
+}
+
+static void oversize(uint32_t len)
+{
+	int other = fly_test_connect(d.sock);
+	int fd = fly_test_connect(d.sock);
+	char *resp = NULL;
+	uint8_t h[4];
+
+	assert_true(other >= 0 && fd >= 0);
+	put_hdr(h, len);
+	/* Only the header: the daemon decides from it, allocating nothing. */
+	assert_int_equal(fly_test_send_raw(fd, h, 4), 0);
+	assert_int_equal(fly_test_wait_closed(fd, T_MS), 0);
+	close(fd);
+	assert_int_equal(fly_test_request(other, "{\"req\":\"list\"}", &resp,
+					  T_MS), 0);
+	expect_ok(resp);
+	free(resp);
+	close(other);
+	assert_alive();
+}
+
+static void test_oversize_cap_plus_one(void **state)
+{
+	oversize(64u * 1024u + 1u);
+}
+
+static void test_oversize_max(void **state)
+{
+	oversize(0xffffffffu);
+}
+
+static void test_length_zero(void **state)
+{
+	oversize(0);
+}
+
+/* Send @p payload as a frame, expect error @p code, then check the same
+ * connection still answers. */
+static void bad_request_keeps_conn(const char *payload, int code)
+{
+	int fd = fly_test_connect(d.sock);
+	char *resp = NULL;
+
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_request(fd, payload, &resp, T_MS), 0);
+	expect_error(resp, code);
+	free(resp);
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"list\",\"id\":3}",
+					  &resp, T_MS), 0);
+	expect_ok(resp);
+	assert_non_null(strstr(resp, "\"id\":3"));
+	free(resp);
+	close(fd);
+	assert_alive();
+}
+
+static void test_invalid_json(void **state)
+{
+	bad_request_keeps_conn("{not json", FLY_E_PROTO);
+	bad_request_keeps_conn("{\"req\":\"list\"} trailing", FLY_E_PROTO);
+}
+
+static void test_wrong_types(void **state)
+{
+	bad_request_keeps_conn("{\"req\":\"get\",\"key\":5}", FLY_E_INVALID);
+	bad_request_keeps_conn("{\"req\":\"list\",\"limit\":\"x\"}",
+			       FLY_E_INVALID);
+	bad_request_keeps_conn("{\"req\":\"list\",\"id\":\"x\"}",
+			       FLY_E_INVALID);
+	bad_request_keeps_conn("{\"req\":\"list\",\"limit\":0}",
+			       FLY_E_INVALID);
+}
+
+static void test_unknown_request(void **state)
+{
+	bad_request_keeps_conn("{\"req\":\"frobnicate\"}", FLY_E_PROTO);
+	bad_request_keeps_conn("{\"id\":1}", FLY_E_PROTO);
+	bad_request_keeps_conn("[1,2,3]", FLY_E_PROTO);
+	bad_request_keeps_conn("{\"req\":7}", FLY_E_PROTO);
+}
+
+static void test_deep_nesting(void **state)
+{
+	char buf[512];
+	size_t n = 0;
+
+	n += (size_t)snprintf(buf, sizeof(buf), "{\"req\":\"list\",\"x\":");
+	for (int i = 0; i < 100; i++)
+		buf[n++] = '[';
+	for (int i = 0; i < 100; i++)
+		buf[n++] = ']';
+	buf[n++] = '}';
+	buf[n] = '\0';
+	bad_request_keeps_conn(buf, FLY_E_PROTO);
+}
+
+static void test_duplicate_keys(void **state)
+{
+	bad_request_keeps_conn("{\"req\":\"list\",\"req\":\"stats\"}",
+			       FLY_E_PROTO);
+}
+
+static void test_unsolicited_fds(void **state)
+{
+	const char *json = "{\"req\":\"list\",\"id\":9}";
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(3 * sizeof(int))];
+	} u;
+	uint8_t frame[64];
+	struct iovec iov;
+	struct msghdr mh;
+	struct cmsghdr *c;
+	int fds[3], base, during = -1, fd, n;
+	char *resp = NULL;
+
+	if (d.external)
+		skip();
+	assert_alive();
+	usleep(200 * 1000);
+	base = fly_test_fd_count(d.pid);
+	assert_true(base > 0);
+	fd = fly_test_connect(d.sock);
+	assert_true(fd >= 0);
+	for (int i = 0; i < 3; i++) {
+		fds[i] = open("/dev/null", O_RDONLY);
+		assert_true(fds[i] >= 0);
+	}
+	put_hdr(frame, (uint32_t)strlen(json));
+	memcpy(frame + 4, json, strlen(json));
+	iov.iov_base = frame;
+	iov.iov_len = 4 + strlen(json);
+	memset(&mh, 0, sizeof(mh));
+	memset(&u, 0, sizeof(u));
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = u.b;
+	mh.msg_controllen = sizeof(u.b);
+	c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(3 * sizeof(int));
+	memcpy(CMSG_DATA(c), fds, sizeof(fds));
+	assert_true(sendmsg(fd, &mh, MSG_NOSIGNAL) == (ssize_t)iov.iov_len);
+	for (int i = 0; i < 3; i++)
+		close(fds[i]);
+	/* Closed or answered; either way the fds must not reach the daemon. */
+	n = fly_test_recv_frame(fd, &resp, T_MS);
+	if (n == 0) {
+		assert_non_null(strstr(resp, "\"id\":9"));
+		free(resp);
+		during = fly_test_fd_count(d.pid);
+		/* Only the connection itself is new. */
+		assert_true(during <= base + 1);
+	}
+	close(fd);
+	for (int i = 0; i < 100; i++) {
+		if (fly_test_fd_count(d.pid) <= base)
+			break;
+		usleep(50 * 1000);
+	}
+	assert_true(fly_test_fd_count(d.pid) <= base);
+	assert_alive();
+}
+
+static void test_fragmented(void **state)
+{
+	const char *json = "{\"req\":\"list\",\"op\":\"gemm\",\"id\":77}";
+	char *whole = NULL, *frag = NULL;
+	uint8_t frame[128];
+	size_t len = strlen(json);
+	int fd = fly_test_connect(d.sock);
+
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_request(fd, json, &whole, T_MS), 0);
+	put_hdr(frame, (uint32_t)len);
+	memcpy(frame + 4, json, len);
+	for (size_t i = 0; i < len + 4; i++) {
+		assert_int_equal(fly_test_send_raw(fd, frame + i, 1), 0);
+		usleep(1000);
+	}
+	assert_int_equal(fly_test_recv_frame(fd, &frag, T_MS), 0);
+	assert_string_equal(whole, frag);
+	free(whole);
+	free(frag);
+	close(fd);
+	assert_alive();
+}
+
+static void test_two_frames_one_write(void **state)
+{
+	const char *a = "{\"req\":\"list\",\"id\":1}";
+	const char *b = "{\"req\":\"frob\",\"id\":2}";
+	uint8_t buf[128];
+	size_t la = strlen(a), lb = strlen(b);
+	char *r1 = NULL, *r2 = NULL;
+	int fd = fly_test_connect(d.sock);
+
+	assert_true(fd >= 0);
+	put_hdr(buf, (uint32_t)la);
+	memcpy(buf + 4, a, la);
+	put_hdr(buf + 4 + la, (uint32_t)lb);
+	memcpy(buf + 8 + la, b, lb);
+	assert_int_equal(fly_test_send_raw(fd, buf, 8 + la + lb), 0);
+	assert_int_equal(fly_test_recv_frame(fd, &r1, T_MS), 0);
+	assert_int_equal(fly_test_recv_frame(fd, &r2, T_MS), 0);
+	expect_ok(r1);
+	assert_non_null(strstr(r1, "\"id\":1"));
+	expect_error(r2, FLY_E_PROTO);
+	assert_non_null(strstr(r2, "\"id\":2"));
+	free(r1);
+	free(r2);
+	close(fd);
+	assert_alive();
+}
+
+/* Connections the daemon counts now (seen from a probe connection). */
+static int64_t conns_now(int fd)
+{
+	char *resp = NULL;
+	int64_t v;
+	cJSON *o;
+
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"stats\"}", &resp,
+					  T_MS), 0);
+	o = parse(resp);
+	v = (int64_t)cJSON_GetObjectItem(o, "connections_now")->valuedouble;
+	cJSON_Delete(o);
+	free(resp);
+	return v;
+}
+
+static void test_max_clients(void **state)
+{
+	int fds[8], extra, i;
+	char *resp = NULL;
+
+	if (d.external)
+		skip();
+	fds[0] = fly_test_connect(d.sock);
+	assert_true(fds[0] >= 0);
+	for (i = 0; i < 100 && conns_now(fds[0]) != 1; i++)
+		usleep(50 * 1000);
+	assert_int_equal(conns_now(fds[0]), 1);
+	for (i = 1; i < 8; i++) {
+		fds[i] = fly_test_connect(d.sock);
+		assert_true(fds[i] >= 0);
+		assert_int_equal(fly_test_request(fds[i], "{\"req\":\"list\"}",
+						  &resp, T_MS), 0);
+		expect_ok(resp);
+		free(resp);
+	}
+	extra = fly_test_connect(d.sock);
+	assert_true(extra >= 0);
+	assert_int_equal(fly_test_recv_frame(extra, &resp, T_MS), 0);
+	expect_error(resp, FLY_E_MAXCLIENTS);
+	assert_non_null(strstr(resp, "\"code\":\"max_clients\""));
+	free(resp);
+	assert_int_equal(fly_test_wait_closed(extra, T_MS), 0);
+	close(extra);
+	/* The existing clients are unaffected. */
+	assert_int_equal(fly_test_request(fds[3], "{\"req\":\"list\"}", &resp,
+					  T_MS), 0);
+	expect_ok(resp);
+	free(resp);
+	for (i = 0; i < 8; i++)
+		close(fds[i]);
+	assert_true(stat_of("rejected_max_clients") >= 1);
+	assert_alive();
+}
+
+static void test_slow_reader(void **state)
+{
+	int64_t before = stat_of("rejected_slow");
+	const char *json = "{\"req\":\"status\"}";
+	size_t len = strlen(json), one = len + 4;
+	uint8_t *buf = malloc(one * 5000);
+	int fd = fly_test_connect(d.sock);
+	int flags;
+
+	assert_non_null(buf);
+	assert_true(fd >= 0);
+	for (int i = 0; i < 5000; i++) {
+		put_hdr(buf + i * one, (uint32_t)len);
+		memcpy(buf + i * one + 4, json, len);
+	}
+	/* Never read; the daemon may close on us mid-send (EPIPE/reset). */
+	flags = fcntl(fd, F_GETFL);
+	fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+	for (size_t off = 0, tries = 0; off < one * 5000 && tries < 20000;) {
+		ssize_t n = send(fd, buf + off, one * 5000 - off,
+				 MSG_NOSIGNAL);
+
+		if (n > 0) {
+			off += (size_t)n;
+		} else if (n < 0 && errno == EAGAIN) {
+			tries++;
+			usleep(1000);
+		} else {
+			break;
+		}
+	}
+	free(buf);
+	fcntl(fd, F_SETFL, flags);
+	assert_int_equal(fly_test_wait_closed(fd, fly_test_timeout(20000)), 0);
+	close(fd);
+	assert_true(stat_of("rejected_slow") > before);
+	assert_alive();
+}
+
+static void test_hello_version(void **state)
+{
+	int fd = fly_test_connect(d.sock);
+	char *resp = NULL;
+	cJSON *o;
+
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"hello\",\"version\":99}",
+					  &resp, T_MS), 0);
+	o = parse(resp);
+	assert_true(cJSON_IsTrue(cJSON_GetObjectItem(o, "ok")));
+	assert_int_equal((int)cJSON_GetObjectItem(o, "version")->valuedouble,
+			 FLY_PROTO_VERSION);
+	assert_non_null(cJSON_GetObjectItem(o, "device"));
+	assert_non_null(cJSON_GetObjectItem(o, "shm"));
+	cJSON_Delete(o);
+	free(resp);
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"hello\",\"version\":0}",
+					  &resp, T_MS), 0);
+	expect_error(resp, FLY_E_VERSION);
+	free(resp);
+	close(fd);
+	assert_alive();
+}
+
+static void test_admin_forget_as_root_or_self(void **state)
+{
+	int fd = fly_test_connect(d.sock);
+	char *resp = NULL;
+
+	assert_true(fd >= 0);
+	/* The daemon's own uid is an admin. */
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"forget\",\"all\":true}",
+					  &resp, T_MS), 0);
+	expect_ok(resp);
+	assert_non_null(strstr(resp, "\"forgotten\":0"));
+	free(resp);
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"forget\"}", &resp,
+					  T_MS), 0);
+	expect_error(resp, FLY_E_INVALID);
+	free(resp);
+	close(fd);
+}
+
+/* Child: as nobody, forget and forced tune must be refused. */
+static int nobody_child(void)
+{
+	char *resp = NULL;
+	int fd, ok = 1;
+
+	if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+		return 3;
+	fd = fly_test_connect(d.sock);
+	if (fd < 0)
+		return 4;
+	if (fly_test_request(fd, "{\"req\":\"forget\",\"all\":true}", &resp,
+			     T_MS) != 0)
+		return 5;
+	ok &= strstr(resp, "\"permission\"") != NULL;
+	free(resp);
+	if (fly_test_request(fd, "{\"req\":\"import\",\"results\":[]}", &resp,
+			     T_MS) != 0)
+		return 6;
+	ok &= strstr(resp, "\"permission\"") != NULL;
+	free(resp);
+	if (fly_test_request(fd, "{\"req\":\"status\"}", &resp, T_MS) != 0)
+		return 7;
+	ok &= strstr(resp, "\"ok\":true") != NULL;
+	free(resp);
+	close(fd);
+	return ok ? 0 : 1;
+}
+
+static void test_non_admin_peer(void **state)
+{
+	int st;
+	pid_t pid;
+
+	if (geteuid() != 0 || d.external)
+		skip();
+	/* Let nobody reach the socket for this test. */
+	assert_int_equal(chmod(d.dir, 0755), 0);
+	assert_int_equal(chmod(d.sock, 0666), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(nobody_child());
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	chmod(d.sock, 0660);
+	chmod(d.dir, 0700);
+	assert_alive();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_truncated_then_eof),
+		cmocka_unit_test(test_truncated_then_silence),
+		cmocka_unit_test(test_oversize_cap_plus_one),
+		cmocka_unit_test(test_oversize_max),
+		cmocka_unit_test(test_length_zero),
+		cmocka_unit_test(test_invalid_json),
+		cmocka_unit_test(test_wrong_types),
+		cmocka_unit_test(test_unknown_request),
+		cmocka_unit_test(test_deep_nesting),
+		cmocka_unit_test(test_duplicate_keys),
+		cmocka_unit_test(test_unsolicited_fds),
+		cmocka_unit_test(test_fragmented),
+		cmocka_unit_test(test_two_frames_one_write),
+		cmocka_unit_test(test_max_clients),
+		cmocka_unit_test(test_slow_reader),
+		cmocka_unit_test(test_hello_version),
+		cmocka_unit_test(test_admin_forget_as_root_or_self),
+		cmocka_unit_test(test_non_admin_peer),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	return cmocka_run_group_tests_name("protocol", tests, setup, teardown);
+}
