@@ -32,11 +32,11 @@
 #include "migrations.h"
 #include "store.h"
 
-#define STORE_BUSY_MS 5000
+#define STORE_BUSY_MS	    5000
 #define STORE_JOURNAL_LIMIT (16 * 1024 * 1024)
-#define STORE_CORRUPT 1     /* internal: open found a file to quarantine */
-#define STORE_PARAMS_TXT (FLY_PARAMS_MAX * 22 + 4)
-#define STORE_PATH_MAX 4096
+#define STORE_CORRUPT	    1 /* internal: open found a file to quarantine */
+#define STORE_PARAMS_TXT    (FLY_PARAMS_MAX * 22 + 4)
+#define STORE_PATH_MAX	    4096
 
 /* The cached (hot) statements, indexed by enum store_stmt. */
 enum store_stmt {
@@ -55,42 +55,42 @@ enum store_stmt {
 };
 
 static const char *const stmt_sql[S_COUNT] = {
-	[S_BEGIN] = "BEGIN IMMEDIATE",
-	[S_COMMIT] = "COMMIT",
-	[S_ROLLBACK] = "ROLLBACK",
-	[S_PING] = "SELECT 1",
-	[S_GET] = "SELECT variant, params, median_us, mad_us, status, tune_s,"
-		  " tuned_at FROM main.results"
+    [S_BEGIN] = "BEGIN IMMEDIATE",
+    [S_COMMIT] = "COMMIT",
+    [S_ROLLBACK] = "ROLLBACK",
+    [S_PING] = "SELECT 1",
+    [S_GET] = "SELECT variant, params, median_us, mad_us, status, tune_s,"
+	      " tuned_at FROM main.results"
+	      " WHERE key = ?1 AND device = ?2 AND libver = ?3",
+    [S_PUT] = "INSERT OR REPLACE INTO main.results (key, device, libver,"
+	      " variant, params, median_us, mad_us, status, tune_s,"
+	      " tuned_at, source)"
+	      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    [S_TRIAL] = "INSERT INTO main.trials (key, device, libver, variant,"
+		" params, median_us, mad_us, reps, outcome, reason, at)"
+		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    [S_JOB_PUT] = "INSERT OR REPLACE INTO main.jobs (key, device,"
+		  " priority, force, queued_at, state)"
+		  " VALUES (?1, ?2, ?3, ?4, ?5, 'queued')",
+    [S_JOB_DEL] = "DELETE FROM main.jobs WHERE key = ?1 AND device = ?2",
+    [S_FAULTED] = "SELECT 1 FROM main.trials WHERE key = ?1"
+		  " AND device = ?2 AND libver = ?3 AND variant = ?4"
+		  " AND params = ?5 AND outcome = 'faulted' LIMIT 1",
+    [S_GET_SYS] = "SELECT variant, params, median_us, mad_us, status,"
+		  " tune_s, tuned_at FROM sys.results"
 		  " WHERE key = ?1 AND device = ?2 AND libver = ?3",
-	[S_PUT] = "INSERT OR REPLACE INTO main.results (key, device, libver,"
-		  " variant, params, median_us, mad_us, status, tune_s,"
-		  " tuned_at, source)"
-		  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-	[S_TRIAL] = "INSERT INTO main.trials (key, device, libver, variant,"
-		    " params, median_us, mad_us, reps, outcome, reason, at)"
-		    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-	[S_JOB_PUT] = "INSERT OR REPLACE INTO main.jobs (key, device,"
-		      " priority, force, queued_at, state)"
-		      " VALUES (?1, ?2, ?3, ?4, ?5, 'queued')",
-	[S_JOB_DEL] = "DELETE FROM main.jobs WHERE key = ?1 AND device = ?2",
-	[S_FAULTED] = "SELECT 1 FROM main.trials WHERE key = ?1"
-		      " AND device = ?2 AND libver = ?3 AND variant = ?4"
-		      " AND params = ?5 AND outcome = 'faulted' LIMIT 1",
-	[S_GET_SYS] = "SELECT variant, params, median_us, mad_us, status,"
-		      " tune_s, tuned_at FROM sys.results"
-		      " WHERE key = ?1 AND device = ?2 AND libver = ?3",
 };
 
 struct flyd_store {
-	sqlite3 *db;                  /* the local DB (main) + sys if any */
-	sqlite3_stmt *stmt[S_COUNT];  /* hot statements, NULL if absent */
-	int has_sys;                  /* a system DB is attached as "sys" */
-	int quarantined;              /* the last open moved a file aside */
-	char path[STORE_PATH_MAX];    /* the local DB's path, for logs */
+	sqlite3 *db;		     /* the local DB (main) + sys if any */
+	sqlite3_stmt *stmt[S_COUNT]; /* hot statements, NULL if absent */
+	int has_sys;		     /* a system DB is attached as "sys" */
+	int quarantined;	     /* the last open moved a file aside */
+	char path[STORE_PATH_MAX];   /* the local DB's path, for logs */
 };
 
-static const char *const outcome_names[] = {
-	"ok", "rejected", "wrong", "faulted", "infeasible", "error"};
+static const char *const outcome_names[] = {"ok",      "rejected",   "wrong",
+					    "faulted", "infeasible", "error"};
 
 const char *flyd_outcome_name(int outcome)
 {
@@ -111,9 +111,9 @@ int flyd_outcome_parse(const char *s)
 
 static int latest_version(void)
 {
-	return flyd_nmigrations == 0 ?
-		       0 :
-		       flyd_migrations[flyd_nmigrations - 1].version;
+	return flyd_nmigrations == 0
+		   ? 0
+		   : flyd_migrations[flyd_nmigrations - 1].version;
 }
 
 /* Log a failed SQLite call (naming SQLite's error text) and map it to
@@ -122,8 +122,8 @@ static int store_err(struct flyd_store *st, int rc, const char *op)
 {
 	char q1[256], q2[128];
 
-	flyd_log(FLYD_LOG_ERR, "db_error", "op=%s code=%d sqlite=%s msg=%s",
-		 op, rc, flyd_log_q(sqlite3_errstr(rc), q2, sizeof(q2)),
+	flyd_log(FLYD_LOG_ERR, "db_error", "op=%s code=%d sqlite=%s msg=%s", op,
+		 rc, flyd_log_q(sqlite3_errstr(rc), q2, sizeof(q2)),
 		 flyd_log_q(sqlite3_errmsg(st->db), q1, sizeof(q1)));
 	return FLY_E_STORAGE;
 }
@@ -305,10 +305,10 @@ static int store_quarantine(const char *path, const char *reason)
 		if (rename(a, b) != 0 && errno != ENOENT)
 			(void)unlink(a); /* never replay a stale log */
 	}
-	flyd_log(FLYD_LOG_CRIT, "db_quarantined", "path=%s moved_to=%s reason=%s",
-		 flyd_log_q(path, q1, sizeof(q1)),
-		 flyd_log_q(dst, q2, sizeof(q2)),
-		 flyd_log_q(reason, q3, sizeof(q3)));
+	flyd_log(
+	    FLYD_LOG_CRIT, "db_quarantined", "path=%s moved_to=%s reason=%s",
+	    flyd_log_q(path, q1, sizeof(q1)), flyd_log_q(dst, q2, sizeof(q2)),
+	    flyd_log_q(reason, q3, sizeof(q3)));
 	return 0;
 }
 
@@ -322,7 +322,8 @@ static int store_probe(struct flyd_store *st, char *why, size_t cap)
 
 	if (rc != SQLITE_OK) {
 		snprintf(why, cap, "user_version: %s", sqlite3_errstr(rc));
-		return is_bad_file(rc) ? STORE_CORRUPT : store_err(st, rc, "probe");
+		return is_bad_file(rc) ? STORE_CORRUPT
+				       : store_err(st, rc, "probe");
 	}
 	if (v > latest_version()) {
 		flyd_log(FLYD_LOG_ERR, "db_schema_newer",
@@ -340,7 +341,8 @@ static int store_probe(struct flyd_store *st, char *why, size_t cap)
 		snprintf(why, cap, "quick_check: %s", t != NULL ? t : "?");
 	} else {
 		snprintf(why, cap, "quick_check: %s", sqlite3_errstr(rc));
-		rc = is_bad_file(rc) ? STORE_CORRUPT : store_err(st, rc, "probe");
+		rc = is_bad_file(rc) ? STORE_CORRUPT
+				     : store_err(st, rc, "probe");
 	}
 	sqlite3_finalize(s);
 	return rc;
@@ -393,10 +395,10 @@ static int store_migrate(struct flyd_store *st, int upto)
 static int store_pragmas(struct flyd_store *st)
 {
 	static const char *const sql =
-		"PRAGMA main.journal_mode = WAL;"
-		"PRAGMA main.synchronous = FULL;"
-		"PRAGMA foreign_keys = ON;"
-		"PRAGMA main.journal_size_limit = 16777216;";
+	    "PRAGMA main.journal_mode = WAL;"
+	    "PRAGMA main.synchronous = FULL;"
+	    "PRAGMA foreign_keys = ON;"
+	    "PRAGMA main.journal_size_limit = 16777216;";
 	int rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
 
 	return rc == SQLITE_OK ? 0 : store_err(st, rc, "pragmas");
@@ -408,15 +410,14 @@ static int store_open_local(struct flyd_store *st, int upto, char *why,
 			    size_t cap)
 {
 	struct stat sb;
-	int rc = sqlite3_open_v2(st->path, &st->db,
-				 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-					 SQLITE_OPEN_URI,
-				 NULL);
+	int rc = sqlite3_open_v2(
+	    st->path, &st->db,
+	    SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI, NULL);
 
 	if (rc != SQLITE_OK) {
 		snprintf(why, cap, "open: %s", sqlite3_errstr(rc));
-		rc = stat(st->path, &sb) == 0 ? STORE_CORRUPT :
-						store_err(st, rc, "open");
+		rc = stat(st->path, &sb) == 0 ? STORE_CORRUPT
+					      : store_err(st, rc, "open");
 		goto err_close;
 	}
 	sqlite3_extended_result_codes(st->db, 1);
@@ -474,15 +475,15 @@ static void store_attach_sys(struct flyd_store *st, const char *sys_path)
 {
 	char uri[3 * STORE_PATH_MAX + 32], q[512];
 	sqlite3_stmt *s = NULL;
-	int rc = sqlite3_prepare_v2(st->db, "ATTACH DATABASE ?1 AS sys", -1,
-				    &s, NULL);
+	int rc = sqlite3_prepare_v2(st->db, "ATTACH DATABASE ?1 AS sys", -1, &s,
+				    NULL);
 
 	uri_ro(uri, sizeof(uri), sys_path);
 	if (rc == SQLITE_OK)
 		rc = bind_str(s, 1, uri);
 	if (rc == SQLITE_OK)
-		rc = sqlite3_step(s) == SQLITE_DONE ? SQLITE_OK :
-						      sqlite3_errcode(st->db);
+		rc = sqlite3_step(s) == SQLITE_DONE ? SQLITE_OK
+						    : sqlite3_errcode(st->db);
 	sqlite3_finalize(s);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_prepare_v2(st->db, stmt_sql[S_GET_SYS], -1,
@@ -510,8 +511,8 @@ static int store_prepare(struct flyd_store *st)
 
 /* Open (create) and migrate @p path up to version @p upto, quarantining a
  * bad file once. */
-static int store_open_upto(const char *path, const char *system_path,
-			   int upto, struct flyd_store **out)
+static int store_open_upto(const char *path, const char *system_path, int upto,
+			   struct flyd_store **out)
 {
 	struct flyd_store *st;
 	char why[256] = "";
@@ -624,10 +625,10 @@ int flyd_store_device_put(struct flyd_store *st, const char *fingerprint,
 			  char id_out[FLYD_DEVID_MAX])
 {
 	static const char *const sql =
-		"INSERT INTO main.devices (id, fingerprint, first_seen,"
-		" last_seen) VALUES (?1, ?2, ?3, ?3) ON CONFLICT (id) DO UPDATE"
-		" SET fingerprint = excluded.fingerprint,"
-		" last_seen = excluded.last_seen";
+	    "INSERT INTO main.devices (id, fingerprint, first_seen,"
+	    " last_seen) VALUES (?1, ?2, ?3, ?3) ON CONFLICT (id) DO UPDATE"
+	    " SET fingerprint = excluded.fingerprint,"
+	    " last_seen = excluded.last_seen";
 	char id[FLYD_DEVID_MAX];
 	sqlite3_stmt *s = NULL;
 	int rc;
@@ -690,8 +691,8 @@ static int result_get_in(struct flyd_store *st, enum store_stmt i,
 			flyd_log(FLYD_LOG_ERR, "db_bad_row",
 				 "table=results key=%s", key);
 	} else {
-		rc = rc == SQLITE_DONE ? FLY_E_NOTFOUND :
-					 store_err(st, rc, "result_get");
+		rc = rc == SQLITE_DONE ? FLY_E_NOTFOUND
+				       : store_err(st, rc, "result_get");
 	}
 	sqlite3_reset(s);
 	sqlite3_clear_bindings(s);
@@ -757,7 +758,7 @@ static int result_insert(struct flyd_store *st, const struct flyd_result *r,
 	sqlite3_bind_double(s, 9, r->tune_s);
 	sqlite3_bind_int64(s, 10, r->tuned_at);
 	bind_str(s, 11, source);
-	return stmt_run(st, S_PUT, "result_put");
+	return stmt_run(st, S_PUT, source[0] == 'i' ? "import" : "result_put");
 }
 
 static int job_delete(struct flyd_store *st, const char *device,
@@ -844,13 +845,15 @@ int flyd_store_forget(struct flyd_store *st, const char *key,
 	rc = txn_begin(st);
 	if (rc != 0)
 		return rc;
-	rc = forget_in(st, "DELETE FROM main.results WHERE (?1 IS NULL OR"
-			   " key = ?1) AND device = ?2 AND libver = ?3",
+	rc = forget_in(st,
+		       "DELETE FROM main.results WHERE (?1 IS NULL OR"
+		       " key = ?1) AND device = ?2 AND libver = ?3",
 		       key, device, libver, &removed);
 	if (rc == 0)
-		rc = forget_in(st, "DELETE FROM main.trials WHERE (?1 IS NULL"
-				   " OR key = ?1) AND device = ?2 AND"
-				   " libver = ?3",
+		rc = forget_in(st,
+			       "DELETE FROM main.trials WHERE (?1 IS NULL"
+			       " OR key = ?1) AND device = ?2 AND"
+			       " libver = ?3",
 			       key, device, libver, NULL);
 	rc = txn_end(st, rc);
 	if (rc == 0 && n != NULL)
@@ -860,25 +863,25 @@ int flyd_store_forget(struct flyd_store *st, const char *key,
 
 /* The results of ?1 device / ?2 libver: local rows, plus (with a system
  * DB) the system rows no local row shadows.  %s is the select list. */
-#define RESULTS_LOCAL                                                      \
-	"SELECT key, variant, params, median_us, mad_us, status, tune_s,"  \
+#define RESULTS_LOCAL                                                          \
+	"SELECT key, variant, params, median_us, mad_us, status, tune_s,"      \
 	" tuned_at FROM main.results WHERE device = ?1 AND libver = ?2"
-#define RESULTS_MERGED                                                     \
-	"SELECT * FROM (" RESULTS_LOCAL " UNION ALL SELECT s.key,"         \
-	" s.variant, s.params, s.median_us, s.mad_us, s.status, s.tune_s," \
-	" s.tuned_at FROM sys.results s WHERE s.device = ?1 AND"           \
-	" s.libver = ?2 AND NOT EXISTS (SELECT 1 FROM main.results m"      \
-	" WHERE m.key = s.key AND m.device = s.device AND"                 \
+#define RESULTS_MERGED                                                         \
+	"SELECT * FROM (" RESULTS_LOCAL " UNION ALL SELECT s.key,"             \
+	" s.variant, s.params, s.median_us, s.mad_us, s.status, s.tune_s,"     \
+	" s.tuned_at FROM sys.results s WHERE s.device = ?1 AND"               \
+	" s.libver = ?2 AND NOT EXISTS (SELECT 1 FROM main.results m"          \
+	" WHERE m.key = s.key AND m.device = s.device AND"                     \
 	" m.libver = s.libver))"
 
 int flyd_store_result_iter(struct flyd_store *st, const char *device,
-			   const char *libver, const char *after,
-			   int64_t limit, flyd_result_cb cb, void *ctx)
+			   const char *libver, const char *after, int64_t limit,
+			   flyd_result_cb cb, void *ctx)
 {
-	const char *sql = st->has_sys ?
-		RESULTS_MERGED " WHERE key > ?3 ORDER BY key LIMIT ?4" :
-		"SELECT * FROM (" RESULTS_LOCAL ") WHERE key > ?3"
-		" ORDER BY key LIMIT ?4";
+	const char *sql =
+	    st->has_sys ? RESULTS_MERGED " WHERE key > ?3 ORDER BY key LIMIT ?4"
+			: "SELECT * FROM (" RESULTS_LOCAL ") WHERE key > ?3"
+			  " ORDER BY key LIMIT ?4";
 	struct flyd_result r;
 	sqlite3_stmt *s = NULL;
 	int rc, stop = 0;
@@ -913,10 +916,11 @@ int flyd_store_result_iter(struct flyd_store *st, const char *device,
 int64_t flyd_store_result_count(struct flyd_store *st, const char *device,
 				const char *libver)
 {
-	const char *sql = st->has_sys ?
-		"SELECT count(*) FROM (" RESULTS_MERGED ")" :
-		"SELECT count(*) FROM main.results WHERE device = ?1 AND"
-		" libver = ?2";
+	const char *sql =
+	    st->has_sys
+		? "SELECT count(*) FROM (" RESULTS_MERGED ")"
+		: "SELECT count(*) FROM main.results WHERE device = ?1 AND"
+		  " libver = ?2";
 	sqlite3_stmt *s = NULL;
 	int64_t n = FLY_E_STORAGE;
 	int rc;
@@ -966,9 +970,9 @@ int flyd_store_trial_iter(struct flyd_store *st, const char *key,
 			  flyd_trial_cb cb, void *ctx)
 {
 	static const char *const sql =
-		"SELECT variant, params, median_us, mad_us, reps, outcome,"
-		" reason FROM main.trials WHERE key = ?1 AND device = ?2 AND"
-		" libver = ?3 ORDER BY id";
+	    "SELECT variant, params, median_us, mad_us, reps, outcome,"
+	    " reason FROM main.trials WHERE key = ?1 AND device = ?2 AND"
+	    " libver = ?3 ORDER BY id";
 	struct flyd_trial t;
 	sqlite3_stmt *s = NULL;
 	int rc, stop = 0;
@@ -990,8 +994,8 @@ int flyd_store_trial_iter(struct flyd_store *st, const char *key,
 		t.median_us = sqlite3_column_double(s, 2);
 		t.mad_us = sqlite3_column_double(s, 3);
 		t.reps = (uint32_t)sqlite3_column_int64(s, 4);
-		t.outcome = flyd_outcome_parse(
-			(const char *)sqlite3_column_text(s, 5));
+		t.outcome =
+		    flyd_outcome_parse((const char *)sqlite3_column_text(s, 5));
 		if (t.outcome < 0)
 			t.outcome = FLYD_OUT_ERROR;
 		col_str(s, 6, t.reason, sizeof(t.reason));
@@ -1058,8 +1062,8 @@ int flyd_store_job_iter(struct flyd_store *st, const char *device,
 			flyd_job_cb cb, void *ctx)
 {
 	static const char *const sql =
-		"SELECT key, priority, force, queued_at FROM main.jobs"
-		" WHERE device = ?1 ORDER BY priority DESC, queued_at, key";
+	    "SELECT key, priority, force, queued_at FROM main.jobs"
+	    " WHERE device = ?1 ORDER BY priority DESC, queued_at, key";
 	struct flyd_job j;
 	sqlite3_stmt *s = NULL;
 	int rc, stop = 0;

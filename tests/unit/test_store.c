@@ -30,7 +30,7 @@
 #include "migrations.h"
 #include "store.h"
 
-#define DEV "0123456789abcdef"
+#define DEV    "0123456789abcdef"
 #define LIBVER "flyk-1.0"
 
 struct tdir {
@@ -122,8 +122,7 @@ static void raw_text(const char *path, const char *sql, char *out, size_t cap)
 	sqlite3_close(db);
 }
 
-static struct flyd_result mkres(const char *key, const char *variant,
-				double us)
+static struct flyd_result mkres(const char *key, const char *variant, double us)
 {
 	struct flyd_result r;
 
@@ -226,11 +225,12 @@ static void dump_schema(const char *path, char *out, size_t cap)
 	sqlite3_stmt *s = NULL;
 	size_t o = 0;
 
-	assert_int_equal(sqlite3_prepare_v2(db,
-					    "SELECT sql FROM sqlite_master WHERE"
-					    " sql IS NOT NULL ORDER BY rowid",
-					    -1, &s, NULL),
-			 SQLITE_OK);
+	assert_int_equal(
+	    sqlite3_prepare_v2(db,
+			       "SELECT sql FROM sqlite_master WHERE"
+			       " sql IS NOT NULL ORDER BY rowid",
+			       -1, &s, NULL),
+	    SQLITE_OK);
 	out[0] = '\0';
 	while (sqlite3_step(s) == SQLITE_ROW && o < cap)
 		o += snprintf(out + o, cap - o, "%s;\n",
@@ -249,7 +249,8 @@ static void assert_schema_current(const char *path)
 	normalize(flyd_schema_sql, b, sizeof(b));
 	if (strcmp(a, b) != 0)
 		fail_msg("schema differs from tuning-db/schema.sql:\n"
-			 "got:  %s\nwant: %s", a, b);
+			 "got:  %s\nwant: %s",
+			 a, b);
 }
 
 /* ------------------------------------------------------------ open */
@@ -390,6 +391,26 @@ static int count_quarantined(const char *dir)
 	return n;
 }
 
+/* Quarantined side files (PATH.corrupt-<ts>@p sfx) in @p dir. */
+static int count_side(const char *dir, const char *sfx)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	size_t ls = strlen(sfx);
+	int n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d)) != NULL) {
+		size_t len = strlen(e->d_name);
+
+		if (strncmp(e->d_name, "tuning.db.corrupt-", 18) == 0 &&
+		    len > 18 + ls && strcmp(e->d_name + len - ls, sfx) == 0)
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
 /* Open must move the bad file aside and start fresh and usable. */
 static void assert_quarantines(struct tdir *t)
 {
@@ -484,25 +505,7 @@ static void test_quarantine_garbage(void **state)
 	fputs("garbage wal", f);
 	fclose(f);
 	assert_quarantines(t);
-	{
-		char moved[400];
-		DIR *d = opendir(t->dir);
-		struct dirent *e;
-		int found = 0;
-
-		assert_non_null(d);
-		while ((e = readdir(d)) != NULL) {
-			size_t n = strlen(e->d_name);
-			if (strncmp(e->d_name, "tuning.db.corrupt-", 18) == 0 &&
-			    n > 4 && strcmp(e->d_name + n - 4, "-wal") == 0) {
-				snprintf(moved, sizeof(moved), "%s/%s", t->dir,
-					 e->d_name);
-				found = 1;
-			}
-		}
-		closedir(d);
-		assert_int_equal(found, 1);
-	}
+	assert_int_equal(count_side(t->dir, "-wal"), 1);
 }
 
 static void test_zero_length_is_fresh(void **state)
@@ -620,9 +623,9 @@ static void test_busy_is_storage_error(void **state)
 	assert_int_equal(flyd_store_result_put(st, &r, NULL, 0), FLY_E_STORAGE);
 	raw_exec(db, "ROLLBACK");
 	sqlite3_close(db);
-	assert_int_equal(flyd_store_result_get(st, "gemm/busy", DEV, LIBVER,
-					       &r),
-			 FLY_E_NOTFOUND);
+	assert_int_equal(
+	    flyd_store_result_get(st, "gemm/busy", DEV, LIBVER, &r),
+	    FLY_E_NOTFOUND);
 	assert_int_equal(flyd_store_result_put(st, &r, NULL, 0), 0);
 	flyd_store_close(st);
 }
@@ -678,9 +681,9 @@ static void test_result_put_get_forget(void **state)
 	/* The put removed the key's job. */
 	assert_int_equal(raw_int(t->db, "SELECT count(*) FROM jobs"), 0);
 	/* Other device or libver: not found. */
-	assert_int_equal(flyd_store_result_get(st, "gemm/a", "ffff", LIBVER,
-					       &g),
-			 FLY_E_NOTFOUND);
+	assert_int_equal(
+	    flyd_store_result_get(st, "gemm/a", "ffff", LIBVER, &g),
+	    FLY_E_NOTFOUND);
 	assert_int_equal(flyd_store_result_get(st, "gemm/a", DEV, "x", &g),
 			 FLY_E_NOTFOUND);
 	/* Replace. */
@@ -732,17 +735,17 @@ static void test_result_iter_pages(void **state)
 	assert_int_equal(flyd_store_result_put(st, &r, NULL, 0), 0);
 
 	memset(&c, 0, sizeof(c));
-	assert_int_equal(flyd_store_result_iter(st, DEV, LIBVER, NULL, 0,
-						collect_cb, &c),
-			 0);
+	assert_int_equal(
+	    flyd_store_result_iter(st, DEV, LIBVER, NULL, 0, collect_cb, &c),
+	    0);
 	assert_int_equal(c.n, 5);
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(c.keys[i][2], 'a' + i);
 	/* Pages of 2, each continuing after the last key seen. */
 	memset(&c, 0, sizeof(c));
-	assert_int_equal(flyd_store_result_iter(st, DEV, LIBVER, NULL, 2,
-						collect_cb, &c),
-			 0);
+	assert_int_equal(
+	    flyd_store_result_iter(st, DEV, LIBVER, NULL, 2, collect_cb, &c),
+	    0);
 	assert_int_equal(c.n, 2);
 	assert_string_equal(c.keys[1], "k/b");
 	assert_int_equal(flyd_store_result_iter(st, DEV, LIBVER, c.keys[1], 2,
@@ -759,14 +762,13 @@ static void test_result_iter_pages(void **state)
 	/* A callback returning non-zero stops; its value is returned. */
 	memset(&c, 0, sizeof(c));
 	c.stop_after = 3;
-	assert_int_equal(flyd_store_result_iter(st, DEV, LIBVER, NULL, 0,
-						collect_cb, &c),
-			 7);
+	assert_int_equal(
+	    flyd_store_result_iter(st, DEV, LIBVER, NULL, 0, collect_cb, &c),
+	    7);
 	assert_int_equal(c.n, 3);
 	assert_int_equal(flyd_store_result_count(st, DEV, LIBVER), 5);
-	assert_int_equal(flyd_store_result_count(st, "fedcba9876543210",
-						 LIBVER),
-			 1);
+	assert_int_equal(
+	    flyd_store_result_count(st, "fedcba9876543210", LIBVER), 1);
 	flyd_store_close(st);
 }
 
@@ -798,36 +800,28 @@ static void test_trials_and_faulted(void **state)
 	const int64_t p3[2] = {3, 4}, p9[2] = {9, 4};
 	struct tcollect c;
 
-	assert_int_equal(flyd_store_is_faulted(st, "gemm/t", DEV, LIBVER, "c",
-					       p3, 2),
-			 0);
-	assert_int_equal(flyd_store_trials_add(st, "gemm/t", DEV, LIBVER,
-					       &tr[2], 1),
-			 0);
-	assert_int_equal(flyd_store_is_faulted(st, "gemm/t", DEV, LIBVER, "c",
-					       p3, 2),
-			 1);
-	assert_int_equal(flyd_store_is_faulted(st, "gemm/t", DEV, LIBVER, "c",
-					       p9, 2),
-			 0);
-	assert_int_equal(flyd_store_is_faulted(st, "gemm/t", DEV, LIBVER, "c",
-					       p3, 1),
-			 0);
-	assert_int_equal(flyd_store_is_faulted(st, "gemm/t", DEV, LIBVER, "b",
-					       p3, 2),
-			 0);
-	assert_int_equal(flyd_store_is_faulted(st, "gemm/u", DEV, LIBVER, "c",
-					       p3, 2),
-			 0);
-	assert_int_equal(flyd_store_trials_add(st, "gemm/t", DEV, LIBVER, &bad,
-					       1),
-			 -EINVAL);
+	assert_int_equal(
+	    flyd_store_is_faulted(st, "gemm/t", DEV, LIBVER, "c", p3, 2), 0);
+	assert_int_equal(
+	    flyd_store_trials_add(st, "gemm/t", DEV, LIBVER, &tr[2], 1), 0);
+	assert_int_equal(
+	    flyd_store_is_faulted(st, "gemm/t", DEV, LIBVER, "c", p3, 2), 1);
+	assert_int_equal(
+	    flyd_store_is_faulted(st, "gemm/t", DEV, LIBVER, "c", p9, 2), 0);
+	assert_int_equal(
+	    flyd_store_is_faulted(st, "gemm/t", DEV, LIBVER, "c", p3, 1), 0);
+	assert_int_equal(
+	    flyd_store_is_faulted(st, "gemm/t", DEV, LIBVER, "b", p3, 2), 0);
+	assert_int_equal(
+	    flyd_store_is_faulted(st, "gemm/u", DEV, LIBVER, "c", p3, 2), 0);
+	assert_int_equal(
+	    flyd_store_trials_add(st, "gemm/t", DEV, LIBVER, &bad, 1), -EINVAL);
 	assert_int_equal(flyd_store_result_put(st, &r, tr, 2), 0);
 
 	memset(&c, 0, sizeof(c));
-	assert_int_equal(flyd_store_trial_iter(st, "gemm/t", DEV, LIBVER,
-					       tcollect_cb, &c),
-			 0);
+	assert_int_equal(
+	    flyd_store_trial_iter(st, "gemm/t", DEV, LIBVER, tcollect_cb, &c),
+	    0);
 	assert_int_equal(c.n, 3);
 	assert_string_equal(c.t[0].variant, "c");
 	assert_int_equal(c.t[0].outcome, FLYD_OUT_FAULTED);
@@ -844,13 +838,12 @@ static void test_trials_and_faulted(void **state)
 	/* Forgetting the key removes its trials too. */
 	assert_int_equal(flyd_store_forget(st, "gemm/t", DEV, LIBVER, NULL), 0);
 	memset(&c, 0, sizeof(c));
-	assert_int_equal(flyd_store_trial_iter(st, "gemm/t", DEV, LIBVER,
-					       tcollect_cb, &c),
-			 0);
+	assert_int_equal(
+	    flyd_store_trial_iter(st, "gemm/t", DEV, LIBVER, tcollect_cb, &c),
+	    0);
 	assert_int_equal(c.n, 0);
-	assert_int_equal(flyd_store_is_faulted(st, "gemm/t", DEV, LIBVER, "c",
-					       p3, 2),
-			 0);
+	assert_int_equal(
+	    flyd_store_is_faulted(st, "gemm/t", DEV, LIBVER, "c", p3, 2), 0);
 	flyd_store_close(st);
 }
 
@@ -962,6 +955,46 @@ static void test_import_all_or_nothing(void **state)
 	flyd_store_close(st);
 }
 
+/* A failure inside the transaction (forced by a trigger) leaves nothing:
+ * no result row, no trial, the job still queued; import likewise. */
+static void test_put_and_import_atomic(void **state)
+{
+	struct tdir *t = *state;
+	struct flyd_store *st = open_ok(t->db, NULL);
+	struct flyd_trial tr[2] = {mktrial("a", 1, FLYD_OUT_OK),
+				   mktrial("boom", 2, FLYD_OUT_OK)};
+	struct flyd_result r = mkres("gemm/atomic", "a", 1), g;
+	struct flyd_result rs[3] = {mkres("i/1", "v", 1),
+				    mkres("i/boom", "v", 2),
+				    mkres("i/3", "v", 3)};
+	struct flyd_job j;
+	sqlite3 *db = raw_open(t->db);
+
+	raw_exec(db, "CREATE TRIGGER boom_t BEFORE INSERT ON trials"
+		     " WHEN NEW.variant = 'boom' BEGIN"
+		     " SELECT RAISE(ABORT, 'boom'); END;"
+		     "CREATE TRIGGER boom_r BEFORE INSERT ON results"
+		     " WHEN NEW.key = 'i/boom' BEGIN"
+		     " SELECT RAISE(ABORT, 'boom'); END;");
+	sqlite3_close(db);
+	memset(&j, 0, sizeof(j));
+	snprintf(j.key, sizeof(j.key), "gemm/atomic");
+	assert_int_equal(flyd_store_job_put(st, DEV, &j), 0);
+	assert_int_equal(flyd_store_result_put(st, &r, tr, 2), FLY_E_STORAGE);
+	assert_int_equal(
+	    flyd_store_result_get(st, "gemm/atomic", DEV, LIBVER, &g),
+	    FLY_E_NOTFOUND);
+	assert_int_equal(raw_int(t->db, "SELECT count(*) FROM trials"), 0);
+	assert_int_equal(raw_int(t->db, "SELECT count(*) FROM jobs"), 1);
+	assert_int_equal(flyd_store_import(st, rs, 3), FLY_E_STORAGE);
+	assert_int_equal(flyd_store_result_count(st, DEV, LIBVER), 0);
+	/* The store is still usable afterwards. */
+	assert_int_equal(flyd_store_result_put(st, &r, tr, 1), 0);
+	assert_int_equal(raw_int(t->db, "SELECT count(*) FROM jobs"), 0);
+	assert_int_equal(flyd_store_ping(st), 0);
+	flyd_store_close(st);
+}
+
 /* ------------------------------------------------------------ system DB */
 
 static void test_system_db_layering(void **state)
@@ -1004,9 +1037,9 @@ static void test_system_db_layering(void **state)
 	assert_string_equal(g.d.variant, "local");
 	/* Iteration merges, ordered by key, local wins per key. */
 	memset(&c, 0, sizeof(c));
-	assert_int_equal(flyd_store_result_iter(st, DEV, LIBVER, NULL, 0,
-						collect_cb, &c),
-			 0);
+	assert_int_equal(
+	    flyd_store_result_iter(st, DEV, LIBVER, NULL, 0, collect_cb, &c),
+	    0);
 	assert_int_equal(c.n, 3);
 	assert_string_equal(c.keys[0], "s/a");
 	assert_true(c.us[0] == 1);
@@ -1014,9 +1047,9 @@ static void test_system_db_layering(void **state)
 	assert_true(c.us[1] == 20);
 	assert_string_equal(c.keys[2], "s/c");
 	memset(&c, 0, sizeof(c));
-	assert_int_equal(flyd_store_result_iter(st, DEV, LIBVER, "s/a", 1,
-						collect_cb, &c),
-			 0);
+	assert_int_equal(
+	    flyd_store_result_iter(st, DEV, LIBVER, "s/a", 1, collect_cb, &c),
+	    0);
 	assert_int_equal(c.n, 1);
 	assert_string_equal(c.keys[0], "s/b");
 	assert_int_equal(flyd_store_result_count(st, DEV, LIBVER), 3);
@@ -1077,27 +1110,28 @@ static void test_device_id(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		T(test_fresh_open_schema),
-		T(test_migrate_from_every_version),
-		T(test_newer_schema_refused),
-		T(test_quarantine_truncated),
-		T(test_quarantine_truncated_short),
-		T(test_quarantine_flipped),
-		T(test_quarantine_garbage),
-		T(test_zero_length_is_fresh),
-		T(test_quarantine_unreadable),
-		T(test_quarantine_directory),
-		T(test_open_missing_dir),
-		T(test_two_processes),
-		T(test_busy_is_storage_error),
-		T(test_result_put_get_forget),
-		T(test_result_iter_pages),
-		T(test_trials_and_faulted),
-		T(test_outcome_names),
-		T(test_jobs),
-		T(test_import_all_or_nothing),
-		T(test_system_db_layering),
-		T(test_device_id),
+	    T(test_fresh_open_schema),
+	    T(test_migrate_from_every_version),
+	    T(test_newer_schema_refused),
+	    T(test_quarantine_truncated),
+	    T(test_quarantine_truncated_short),
+	    T(test_quarantine_flipped),
+	    T(test_quarantine_garbage),
+	    T(test_zero_length_is_fresh),
+	    T(test_quarantine_unreadable),
+	    T(test_quarantine_directory),
+	    T(test_open_missing_dir),
+	    T(test_two_processes),
+	    T(test_busy_is_storage_error),
+	    T(test_result_put_get_forget),
+	    T(test_result_iter_pages),
+	    T(test_trials_and_faulted),
+	    T(test_outcome_names),
+	    T(test_jobs),
+	    T(test_import_all_or_nothing),
+	    T(test_put_and_import_atomic),
+	    T(test_system_db_layering),
+	    T(test_device_id),
 	};
 
 	return cmocka_run_group_tests_name("store", tests, NULL, NULL);
