@@ -279,21 +279,14 @@ static int write_config(struct fly_test_daemon *d, const char *extra)
 			return fclose(f) == 0 ? 0 : -EIO;
 		}
 	}
-	cfg = cJSON_CreateObject();
-	cJSON_AddStringToObject(cfg, "backend", "cpu");
-	cJSON_AddStringToObject(cfg, "policy", "on-request");
-	if (x != NULL) {
-		cJSON *it = x->child;
-
-		while (it != NULL) {
-			cJSON *next = it->next;
-
-			cJSON_DeleteItemFromObjectCaseSensitive(cfg, it->string);
-			cJSON_DetachItemViaPointer(x, it);
-			cJSON_AddItemToObject(cfg, it->string, it);
-			it = next;
-		}
-	}
+	/* The test's keys as given (duplicates kept), then the defaults it
+	 * did not set. */
+	cfg = x != NULL ? x : cJSON_CreateObject();
+	x = NULL;
+	if (!cJSON_HasObjectItem(cfg, "backend"))
+		cJSON_AddStringToObject(cfg, "backend", "cpu");
+	if (!cJSON_HasObjectItem(cfg, "policy"))
+		cJSON_AddStringToObject(cfg, "policy", "on-request");
 	text = cJSON_PrintUnformatted(cfg);
 	f = fopen(d->config, "w");
 	if (f == NULL || text == NULL) {

@@ -1,0 +1,245 @@
+/*
+ * test_config.c -- flytuned's configuration file and process contract
+ * against the real binary: bad files exit 6 naming the key, a valid file
+ * starts, SIGHUP with a bad file keeps serving the old config, SIGTERM
+ * exits 0; command-line errors and --help.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../common/daemon.h"
+
+#define T_MS 5000
+
+static int external(void)
+{
+	const char *e = getenv("FLY_TEST_DAEMON");
+
+	return e != NULL && *e != '\0';
+}
+
+/* Start with @p cfg, expect exit 6 and @p needle in the log. */
+static void expect_refused(const char *cfg, const char *needle)
+{
+	struct fly_test_daemon d;
+	int rc;
+
+	if (external())
+		skip();
+	rc = fly_test_daemon_start(&d, cfg, NULL);
+	if (rc != -ECHILD || d.exit_status != 6 ||
+	    !fly_test_daemon_log_has(&d, needle)) {
+		fly_test_daemon_print_log(&d);
+		fly_test_daemon_cleanup(&d);
+		fail_msg("config %s: rc=%d exit=%d, wanted exit 6 naming %s",
+			 cfg, rc, d.exit_status, needle);
+	}
+	fly_test_daemon_cleanup(&d);
+}
+
+static void test_unknown_key(void **state)
+{
+	expect_refused("{\"foo\":1}", "unknown key 'foo'");
+	expect_refused("{\"bucketing\":{\"gemm\":{\"pow2\":4}}}",
+		       "bucketing.gemm.pow2");
+	expect_refused("{\"bucketing\":{\"nosuchop\":{}}}", "nosuchop");
+}
+
+static void test_wrong_type(void **state)
+{
+	expect_refused("{\"queue_cap\":\"x\"}", "'queue_cap' must be an integer");
+	expect_refused("{\"policy\":5}", "'policy'");
+	expect_refused("{\"margin\":true}", "'margin'");
+	expect_refused("{\"bucketing\":[]}", "'bucketing'");
+}
+
+static void test_out_of_range(void **state)
+{
+	expect_refused("{\"queue_cap\":0}", "'queue_cap' must be an integer "
+		       "in 1..1000000");
+	expect_refused("{\"frame_cap\":1.5}", "'frame_cap'");
+	expect_refused("{\"policy\":\"sometimes\"}", "'policy'");
+	expect_refused("{\"job_budget_s\":-1}", "'job_budget_s'");
+}
+
+static void test_not_json_or_duplicates(void **state)
+{
+	expect_refused("this is not json", "config_error");
+	expect_refused("{\"policy\":\"idle\",\"policy\":\"always\"}",
+		       "config_error");
+}
+
+static void test_valid_config_and_sigterm(void **state)
+{
+	struct fly_test_daemon d;
+	char *resp = NULL;
+	int fd;
+
+	if (external())
+		skip();
+	assert_int_equal(fly_test_daemon_start(&d,
+		"{\"queue_cap\":10,\"margin\":0.05,\"log_level\":\"debug\","
+		"\"idle_timeout_ms\":60000,\"admin_group\":\"nosuchgroup\","
+		"\"bucketing\":{\"gemm\":{\"pow2_max\":512,\"step\":512}}}",
+		NULL), 0);
+	fd = fly_test_connect(d.sock);
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"status\"}", &resp,
+					  T_MS), 0);
+	assert_non_null(strstr(resp, "\"ok\":true"));
+	assert_non_null(strstr(resp, "\"state\":\"ready\""));
+	free(resp);
+	close(fd);
+	assert_int_equal(fly_test_daemon_stop(&d), 0);
+	/* A graceful stop removes its socket file. */
+	assert_int_equal(access(d.sock, F_OK), -1);
+	fly_test_daemon_cleanup(&d);
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* Wait (bounded) until the log has @p needle. */
+static int wait_log(const struct fly_test_daemon *d, const char *needle)
+{
+	for (int i = 0; i < 200; i++) {
+		if (fly_test_daemon_log_has(d, needle))
+			return 1;
+		usleep(50 * 1000);
+	}
+	return 0;
+}
+
+static int64_t max_clients_of(const struct fly_test_daemon *d)
+{
+	char *resp = NULL, *p;
+	int fd = fly_test_connect(d->sock);
+	int64_t v = -1;
+
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"stats\"}", &resp,
+					  T_MS), 0);
+	p = strstr(resp, "\"max_clients\":");
+	if (p != NULL)
+		v = strtoll(p + 14, NULL, 10);
+	free(resp);
+	close(fd);
+	return v;
+}
+
+static void test_sighup_reload(void **state)
+{
+	struct fly_test_daemon d;
+
+	if (external())
+		skip();
+	assert_int_equal(fly_test_daemon_start(&d, "{\"max_clients\":50}",
+					       NULL), 0);
+	assert_int_equal(max_clients_of(&d), 50);
+	/* A bad file: the old configuration stays and the daemon serves. */
+	write_file(d.config, "{\"max_clients\":40,\"bogus\":1}");
+	assert_int_equal(fly_test_daemon_kill(&d, SIGHUP), 0);
+	assert_true(wait_log(&d, "reload_failed"));
+	assert_true(fly_test_daemon_log_has(&d, "unknown key 'bogus'"));
+	assert_int_equal(max_clients_of(&d), 50);
+	/* A good file is applied. */
+	write_file(d.config, "{\"backend\":\"cpu\",\"policy\":\"on-request\","
+		   "\"max_clients\":40}");
+	assert_int_equal(fly_test_daemon_kill(&d, SIGHUP), 0);
+	assert_true(wait_log(&d, "info reloaded"));
+	assert_int_equal(max_clients_of(&d), 40);
+	assert_int_equal(fly_test_daemon_stop(&d), 0);
+	fly_test_daemon_cleanup(&d);
+}
+
+/* Run flytuned-test with @p argv; @return its exit status, output in
+ * @p out (cap bytes). */
+static int run_binary(const char *const *args, char *out, size_t cap)
+{
+	char exe[512];
+	int p[2], st;
+	size_t n = 0;
+	ssize_t r;
+	pid_t pid;
+
+	snprintf(exe, sizeof(exe), "%s/flytuned-test", FLY_BUILD_DIR);
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		const char *av[16];
+		int i = 0;
+
+		dup2(p[1], 1);
+		dup2(p[1], 2);
+		close(p[0]);
+		av[i++] = exe;
+		for (; *args != NULL && i < 15; args++)
+			av[i++] = *args;
+		av[i] = NULL;
+		execv(exe, (char *const *)av);
+		_exit(127);
+	}
+	close(p[1]);
+	while (n + 1 < cap && (r = read(p[0], out + n, cap - 1 - n)) > 0)
+		n += (size_t)r;
+	out[n] = '\0';
+	close(p[0]);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
+static void test_command_line(void **state)
+{
+	static const char *const help[] = {"--help", NULL};
+	static const char *const bad[] = {"--no-such-option", NULL};
+	static const char *const baddev[] = {"--device", "x", NULL};
+	static const char *const missing[] = {"--config",
+		"/nonexistent/flytuned.conf", "--state-dir",
+		"/tmp/flytuned-never-created", NULL};
+	char out[8192];
+
+	assert_int_equal(run_binary(help, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "--state-dir"));
+	assert_non_null(strstr(out, "never forks"));
+	assert_int_equal(run_binary(bad, out, sizeof(out)), 2);
+	assert_int_equal(run_binary(baddev, out, sizeof(out)), 2);
+	/* An explicit --config must exist. */
+	assert_int_equal(run_binary(missing, out, sizeof(out)), 6);
+	assert_non_null(strstr(out, "config_error"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_unknown_key),
+		cmocka_unit_test(test_wrong_type),
+		cmocka_unit_test(test_out_of_range),
+		cmocka_unit_test(test_not_json_or_duplicates),
+		cmocka_unit_test(test_valid_config_and_sigterm),
+		cmocka_unit_test(test_sighup_reload),
+		cmocka_unit_test(test_command_line),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+}
