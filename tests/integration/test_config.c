@@ -16,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -228,6 +231,180 @@ static void test_command_line(void **state)
 	assert_non_null(strstr(out, "config_error"));
 }
 
+/* A datagram socket at @p path playing systemd's notify socket. */
+static int notify_listen(const char *path)
+{
+	struct sockaddr_un sa;
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (path[0] == '@') {
+		/* Abstract: a leading NUL, length without a terminator. */
+		sa.sun_path[0] = '\0';
+		assert_int_equal(bind(fd, (struct sockaddr *)&sa,
+				      (socklen_t)(offsetof(struct sockaddr_un,
+							   sun_path) +
+						  strlen(path))), 0);
+		return fd;
+	}
+	unlink(path);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* Collect datagrams until one contains @p needle.  @return 1 found. */
+static int notify_wait(int fd, const char *needle, int timeout_ms)
+{
+	char buf[512];
+
+	for (int waited = 0; waited < timeout_ms;) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		ssize_t n;
+
+		if (poll(&pfd, 1, 50) <= 0) {
+			waited += 50;
+			continue;
+		}
+		n = recv(fd, buf, sizeof(buf) - 1, 0);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		if (strstr(buf, needle) != NULL)
+			return 1;
+	}
+	return 0;
+}
+
+static void test_sd_notify(void **state)
+{
+	char path[64], env_ns[96];
+	const char *env[3];
+	struct fly_test_daemon d;
+	int nfd;
+
+	if (external())
+		skip();
+	snprintf(path, sizeof(path), "/tmp/flytest-notify.%d", (int)getpid());
+	nfd = notify_listen(path);
+	snprintf(env_ns, sizeof(env_ns), "NOTIFY_SOCKET=%s", path);
+	env[0] = env_ns;
+	env[1] = "WATCHDOG_USEC=200000";
+	env[2] = NULL;
+	assert_int_equal(fly_test_daemon_start(&d, NULL, env), 0);
+	assert_true(notify_wait(nfd, "READY=1", fly_test_timeout(T_MS)));
+	assert_true(notify_wait(nfd, "WATCHDOG=1", fly_test_timeout(T_MS)));
+	assert_int_equal(fly_test_daemon_kill(&d, SIGHUP), 0);
+	assert_true(notify_wait(nfd, "RELOADING=1", fly_test_timeout(T_MS)));
+	assert_int_equal(fly_test_daemon_stop(&d), 0);
+	assert_true(notify_wait(nfd, "STOPPING=1", fly_test_timeout(T_MS)));
+	fly_test_daemon_cleanup(&d);
+	close(nfd);
+	unlink(path);
+}
+
+static void test_sd_notify_abstract(void **state)
+{
+	char path[64], env_ns[96];
+	const char *env[2];
+	struct fly_test_daemon d;
+	int nfd;
+
+	if (external())
+		skip();
+	snprintf(path, sizeof(path), "@flytest-notify.%d", (int)getpid());
+	nfd = notify_listen(path);
+	snprintf(env_ns, sizeof(env_ns), "NOTIFY_SOCKET=%s", path);
+	env[0] = env_ns;
+	env[1] = NULL;
+	assert_int_equal(fly_test_daemon_start(&d, NULL, env), 0);
+	assert_true(notify_wait(nfd, "READY=1", fly_test_timeout(T_MS)));
+	assert_int_equal(fly_test_daemon_stop(&d), 0);
+	fly_test_daemon_cleanup(&d);
+	close(nfd);
+}
+
+/* Socket activation: the listener arrives as fd 3 with LISTEN_FDS=1 and
+ * LISTEN_PID set to the daemon's pid (as systemd does after fork). */
+static void test_socket_activation(void **state)
+{
+	char dir[] = "/tmp/flytest-act.XXXXXX", sock[64], log[128], exe[512];
+	struct sockaddr_un sa;
+	int lfd, fd, st, ok = 0;
+	char *resp = NULL;
+	pid_t pid;
+
+	if (external())
+		skip();
+	assert_non_null(mkdtemp(dir));
+	snprintf(sock, sizeof(sock), "%s/act.sock", dir);
+	snprintf(log, sizeof(log), "%s/daemon.log", dir);
+	lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_true(lfd >= 0);
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 16), 0);
+	snprintf(exe, sizeof(exe), "%s/flytuned-test", FLY_BUILD_DIR);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char cfg[160], pidv[32];
+		FILE *f;
+		int lg = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		snprintf(cfg, sizeof(cfg), "%s/c.json", dir);
+		f = fopen(cfg, "w");
+		if (f == NULL)
+			_exit(126);
+		fputs("{\"backend\":\"cpu\",\"policy\":\"on-request\"}", f);
+		fclose(f);
+		dup2(lg, 2);
+		dup2(lfd, 3);
+		snprintf(pidv, sizeof(pidv), "%d", (int)getpid());
+		setenv("LISTEN_PID", pidv, 1);
+		setenv("LISTEN_FDS", "1", 1);
+		execl(exe, exe, "--state-dir", dir, "--socket",
+		      "/tmp/flytest-unused.sock", "--config", cfg,
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(lfd);
+	for (int i = 0; i < 200 && !ok; i++) {
+		fd = fly_test_connect(sock);
+		if (fd >= 0 && fly_test_request(fd, "{\"req\":\"hello\","
+				"\"version\":1}", &resp, 1000) == 0)
+			ok = strstr(resp, "\"ok\":true") != NULL;
+		free(resp);
+		resp = NULL;
+		if (fd >= 0)
+			close(fd);
+		if (!ok)
+			usleep(50 * 1000);
+	}
+	kill(pid, SIGTERM);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(ok);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	/* The activated socket is systemd's: not unlinked on stop. */
+	assert_int_equal(access(sock, F_OK), 0);
+	unlink(sock);
+	unlink(log);
+	snprintf(exe, sizeof(exe), "%s/c.json", dir);
+	unlink(exe);
+	snprintf(exe, sizeof(exe), "%s/tuning.db", dir);
+	unlink(exe);
+	snprintf(exe, sizeof(exe), "%s/tuning.db-wal", dir);
+	unlink(exe);
+	snprintf(exe, sizeof(exe), "%s/tuning.db-shm", dir);
+	unlink(exe);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -238,6 +415,9 @@ int main(void)
 		cmocka_unit_test(test_valid_config_and_sigterm),
 		cmocka_unit_test(test_sighup_reload),
 		cmocka_unit_test(test_command_line),
+		cmocka_unit_test(test_sd_notify),
+		cmocka_unit_test(test_sd_notify_abstract),
+		cmocka_unit_test(test_socket_activation),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
