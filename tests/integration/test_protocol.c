@@ -575,6 +575,217 @@ static void test_non_admin_peer(void **state)
 	assert_alive();
 }
 
+/* Device id and libver from hello. */
+static void identity(int fd, char *dev, size_t dcap, char *lv, size_t lcap)
+{
+	char *resp = NULL;
+	cJSON *o;
+
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"hello\",\"version\":1}",
+					  &resp, T_MS), 0);
+	o = parse(resp);
+	snprintf(dev, dcap, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(
+		cJSON_GetObjectItem(o, "device"), "id")));
+	snprintf(lv, lcap, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o,
+								   "libver")));
+	cJSON_Delete(o);
+	free(resp);
+	assert_true(dev[0] != '\0' && lv[0] != '\0');
+}
+
+/* Send @p fmt (printf) and return the parsed response. */
+static cJSON *ask(int fd, const char *fmt, ...)
+{
+	char buf[4096], *resp = NULL;
+	va_list ap;
+	cJSON *o;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	assert_int_equal(fly_test_request(fd, buf, &resp, T_MS), 0);
+	o = parse(resp);
+	free(resp);
+	return o;
+}
+
+static int is_ok(const cJSON *o)
+{
+	return cJSON_IsTrue(cJSON_GetObjectItem(o, "ok"));
+}
+
+static const char *err_code(const cJSON *o)
+{
+	return cJSON_GetStringValue(cJSON_GetObjectItem(
+		cJSON_GetObjectItem(o, "error"), "code"));
+}
+
+static double num(const cJSON *o, const char *name)
+{
+	const cJSON *it = cJSON_GetObjectItem(o, name);
+
+	assert_true(cJSON_IsNumber(it));
+	return it->valuedouble;
+}
+
+#define K1 "rmsnorm/fp32/m=32,n=4096"
+#define K2 "rmsnorm/fp32/m=64,n=4096"
+#define ROW "{\"key\":\"%s\",\"device\":\"%s\",\"libver\":\"%s\"," \
+	"\"variant\":\"%s\",\"params\":[%d],\"median_us\":%s}"
+
+static void test_import_export_roundtrip(void **state)
+{
+	char dev[64], lv[64], row1[512], row2[512];
+	int fd = fly_test_connect(d.sock);
+	cJSON *o, *r;
+
+	assert_true(fd >= 0);
+	identity(fd, dev, sizeof(dev), lv, sizeof(lv));
+	o = ask(fd, "{\"req\":\"forget\",\"all\":true}");
+	assert_true(is_ok(o));
+	cJSON_Delete(o);
+	snprintf(row1, sizeof(row1), ROW, K1, dev, lv, "imp_a", 4, "12.5");
+	snprintf(row2, sizeof(row2), ROW, K2, dev, lv, "imp_b", 8, "20");
+	/* Two chunks: staged, then committed together. */
+	o = ask(fd, "{\"req\":\"import\",\"more\":true,\"results\":[%s]}", row1);
+	assert_true(is_ok(o));
+	assert_int_equal((int)num(o, "staged"), 1);
+	assert_int_equal((int)num(o, "imported"), 0);
+	cJSON_Delete(o);
+	o = ask(fd, "{\"req\":\"get\",\"key\":\"" K1 "\"}");
+	assert_string_equal(err_code(o), fly_err_name(FLY_E_NOTFOUND));
+	cJSON_Delete(o);
+	o = ask(fd, "{\"req\":\"import\",\"results\":[%s]}", row2);
+	assert_true(is_ok(o));
+	assert_int_equal((int)num(o, "imported"), 2);
+	cJSON_Delete(o);
+	/* get / explain */
+	o = ask(fd, "{\"req\":\"get\",\"key\":\"" K1 "\",\"id\":5}");
+	assert_true(is_ok(o));
+	r = cJSON_GetObjectItem(o, "result");
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(r,
+						 "variant")), "imp_a");
+	assert_int_equal((int)cJSON_GetArrayItem(cJSON_GetObjectItem(r,
+				"params"), 0)->valuedouble, 4);
+	assert_true(num(r, "median_us") == 12.5);
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(r,
+						 "device")), dev);
+	assert_int_equal((int)num(o, "id"), 5);
+	cJSON_Delete(o);
+	o = ask(fd, "{\"req\":\"explain\",\"key\":\"" K2 "\"}");
+	assert_true(is_ok(o));
+	assert_true(cJSON_IsObject(cJSON_GetObjectItem(o, "result")));
+	assert_true(cJSON_IsArray(cJSON_GetObjectItem(o, "trials")));
+	cJSON_Delete(o);
+	/* list: filters and pagination */
+	o = ask(fd, "{\"req\":\"list\"}");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "results")),
+			 2);
+	assert_true(cJSON_IsNull(cJSON_GetObjectItem(o, "next")));
+	cJSON_Delete(o);
+	o = ask(fd, "{\"req\":\"list\",\"op\":\"gemm\"}");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "results")),
+			 0);
+	cJSON_Delete(o);
+	o = ask(fd, "{\"req\":\"list\",\"op\":\"rmsnorm\",\"dtype\":\"fp32\","
+		"\"status\":\"tuned\",\"limit\":1}");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "results")),
+			 1);
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(o,
+						 "next")), K1);
+	cJSON_Delete(o);
+	o = ask(fd, "{\"req\":\"export\",\"after\":\"" K1 "\",\"limit\":1}");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "results")),
+			 1);
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(
+		cJSON_GetArrayItem(cJSON_GetObjectItem(o, "results"), 0),
+		"key")), K2);
+	assert_true(cJSON_IsNull(cJSON_GetObjectItem(o, "next")));
+	cJSON_Delete(o);
+	o = ask(fd, "{\"req\":\"list\",\"limit\":10001}");
+	assert_string_equal(err_code(o), fly_err_name(FLY_E_INVALID));
+	cJSON_Delete(o);
+	/* forget one, then all */
+	o = ask(fd, "{\"req\":\"forget\",\"key\":\"" K1 "\"}");
+	assert_true(is_ok(o));
+	assert_int_equal((int)num(o, "forgotten"), 1);
+	cJSON_Delete(o);
+	o = ask(fd, "{\"req\":\"get\",\"key\":\"" K1 "\"}");
+	assert_string_equal(err_code(o), fly_err_name(FLY_E_NOTFOUND));
+	cJSON_Delete(o);
+	o = ask(fd, "{\"req\":\"forget\",\"all\":true}");
+	assert_int_equal((int)num(o, "forgotten"), 1);
+	cJSON_Delete(o);
+	close(fd);
+	assert_alive();
+}
+
+static void test_import_all_or_nothing(void **state)
+{
+	char dev[64], lv[64], good[512], bad[512];
+	int fd = fly_test_connect(d.sock);
+	cJSON *o;
+
+	assert_true(fd >= 0);
+	identity(fd, dev, sizeof(dev), lv, sizeof(lv));
+	snprintf(good, sizeof(good), ROW, K1, dev, lv, "imp_a", 1, "3");
+	/* An invalid row anywhere refuses the whole import. */
+	snprintf(bad, sizeof(bad), ROW, K2, dev, lv, "imp_b", 1, "-1");
+	o = ask(fd, "{\"req\":\"import\",\"results\":[%s,%s]}", good, bad);
+	assert_string_equal(err_code(o), fly_err_name(FLY_E_INVALID));
+	assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(
+		cJSON_GetObjectItem(o, "error"), "message")), "results[1]"));
+	cJSON_Delete(o);
+	/* Staged chunk, then a bad last chunk: nothing lands. */
+	o = ask(fd, "{\"req\":\"import\",\"more\":true,\"results\":[%s]}", good);
+	assert_true(is_ok(o));
+	cJSON_Delete(o);
+	snprintf(bad, sizeof(bad), ROW, "gemm/fp32/nonsense", dev, lv, "x", 1,
+		 "1");
+	o = ask(fd, "{\"req\":\"import\",\"results\":[%s]}", bad);
+	assert_string_equal(err_code(o), fly_err_name(FLY_E_INVALID));
+	cJSON_Delete(o);
+	o = ask(fd, "{\"req\":\"get\",\"key\":\"" K1 "\"}");
+	assert_string_equal(err_code(o), fly_err_name(FLY_E_NOTFOUND));
+	cJSON_Delete(o);
+	/* Another device's rows need retarget. */
+	snprintf(bad, sizeof(bad), ROW, K1, "00000000deadbeef", lv, "imp_a", 1,
+		 "3");
+	o = ask(fd, "{\"req\":\"import\",\"results\":[%s]}", bad);
+	assert_string_equal(err_code(o), fly_err_name(FLY_E_INVALID));
+	cJSON_Delete(o);
+	o = ask(fd, "{\"req\":\"import\",\"retarget\":true,\"results\":[%s]}",
+		bad);
+	assert_true(is_ok(o));
+	assert_int_equal((int)num(o, "imported"), 1);
+	cJSON_Delete(o);
+	o = ask(fd, "{\"req\":\"get\",\"key\":\"" K1 "\"}");
+	assert_true(is_ok(o));
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(
+		cJSON_GetObjectItem(o, "result"), "device")), dev);
+	cJSON_Delete(o);
+	/* Strict rows: unknown field, empty variant, too many params. */
+	o = ask(fd, "{\"req\":\"import\",\"retarget\":true,\"results\":[{\"key\":"
+		"\"" K2 "\",\"variant\":\"v\",\"params\":[],\"median_us\":1,"
+		"\"extra\":1}]}");
+	assert_string_equal(err_code(o), fly_err_name(FLY_E_INVALID));
+	cJSON_Delete(o);
+	o = ask(fd, "{\"req\":\"import\",\"retarget\":true,\"results\":[{\"key\":"
+		"\"" K2 "\",\"variant\":\"\",\"params\":[],\"median_us\":1}]}");
+	assert_string_equal(err_code(o), fly_err_name(FLY_E_INVALID));
+	cJSON_Delete(o);
+	o = ask(fd, "{\"req\":\"import\",\"retarget\":true,\"results\":[{\"key\":"
+		"\"" K2 "\",\"variant\":\"v\",\"params\":[1,2,3,4,5,6,7,8,9],"
+		"\"median_us\":1}]}");
+	assert_string_equal(err_code(o), fly_err_name(FLY_E_INVALID));
+	cJSON_Delete(o);
+	o = ask(fd, "{\"req\":\"forget\",\"all\":true}");
+	assert_true(is_ok(o));
+	cJSON_Delete(o);
+	close(fd);
+	assert_alive();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -596,6 +807,8 @@ int main(void)
 		cmocka_unit_test(test_hello_version),
 		cmocka_unit_test(test_admin_forget_as_root_or_self),
 		cmocka_unit_test(test_non_admin_peer),
+		cmocka_unit_test(test_import_export_roundtrip),
+		cmocka_unit_test(test_import_all_or_nothing),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
