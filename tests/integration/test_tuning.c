@@ -1,0 +1,472 @@
+/*
+ * test_tuning.c -- the tuning path end to end against the real daemon
+ * (flytuned-test, CPU backend): decide pending -> tuned, stable answers,
+ * the shm fd in hello, winners surviving a restart, two instances
+ * sharing one DB, single-flight under 256 concurrent clients, the queue
+ * cap.  Asserts contracts only, never which candidate wins or timing.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "../common/daemon.h"
+
+#define FAST_CFG "\"job_budget_s\":0.3"
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* One request, parsed; fails the test on a transport error. */
+static cJSON *req(int fd, const char *json)
+{
+	char *resp = NULL;
+	cJSON *o;
+	int rc = fly_test_request(fd, json, &resp, fly_test_timeout(10000));
+
+	if (rc != 0)
+		fprintf(stderr, "request %s: rc %d\n", json, rc);
+	assert_int_equal(rc, 0);
+	o = cJSON_Parse(resp);
+	assert_non_null(o);
+	free(resp);
+	return o;
+}
+
+static int is_ok(const cJSON *o)
+{
+	return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "ok"));
+}
+
+static const char *err_code(const cJSON *o)
+{
+	const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "error");
+	const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "code");
+
+	return cJSON_IsString(c) ? c->valuestring : "";
+}
+
+static double stat_num(int fd, const char *name)
+{
+	cJSON *o = req(fd, "{\"req\":\"stats\"}");
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+	double x;
+
+	assert_true(is_ok(o));
+	assert_true(cJSON_IsNumber(v));
+	x = v->valuedouble;
+	cJSON_Delete(o);
+	return x;
+}
+
+/* A decision as a comparable string "status variant p0,p1,..". */
+struct answer {
+	char status[16];
+	char text[256];   /* variant and params */
+	char key[128];
+};
+
+static void parse_decision(const cJSON *o, struct answer *a)
+{
+	const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "decision");
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(d, "status");
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, "variant");
+	const cJSON *ps = cJSON_GetObjectItemCaseSensitive(d, "params");
+	const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "key");
+	const cJSON *p;
+	size_t n;
+
+	memset(a, 0, sizeof(*a));
+	assert_true(cJSON_IsString(st));
+	assert_true(cJSON_IsString(v));
+	assert_true(cJSON_IsArray(ps));
+	assert_true(cJSON_IsString(k));
+	snprintf(a->status, sizeof(a->status), "%s", st->valuestring);
+	snprintf(a->key, sizeof(a->key), "%s", k->valuestring);
+	n = (size_t)snprintf(a->text, sizeof(a->text), "%s", v->valuestring);
+	cJSON_ArrayForEach(p, ps)
+		n += (size_t)snprintf(a->text + n, sizeof(a->text) - n, " %lld",
+				      (long long)p->valuedouble);
+}
+
+static void decide(int fd, const char *key, struct answer *a)
+{
+	char json[256];
+	cJSON *o;
+
+	snprintf(json, sizeof(json), "{\"req\":\"decide\",\"key\":\"%s\"}",
+		 key);
+	o = req(fd, json);
+	if (!is_ok(o))
+		fprintf(stderr, "decide %s: %s\n", key, err_code(o));
+	assert_true(is_ok(o));
+	parse_decision(o, a);
+	cJSON_Delete(o);
+}
+
+/* Poll decide until tuned (or fail after @p ms). */
+static void wait_tuned(int fd, const char *key, int ms, struct answer *a)
+{
+	uint64_t end = now_ms() + (uint64_t)fly_test_timeout(ms);
+
+	for (;;) {
+		decide(fd, key, a);
+		if (strcmp(a->status, "tuned") == 0)
+			return;
+		if (now_ms() > end)
+			fail_msg("%s not tuned in time (status %s)", key,
+				 a->status);
+		usleep(100 * 1000);
+	}
+}
+
+/* Raw hello with recvmsg: the response must carry one fd (the shm memfd)
+ * whose size is the advertised one. */
+static void hello_fd(const char *sock)
+{
+	int fd = fly_test_connect(sock);
+	char buf[8192], cbuf[CMSG_SPACE(sizeof(int) * 4)];
+	struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf) - 1};
+	struct msghdr mh = {0};
+	struct cmsghdr *c;
+	struct pollfd pfd;
+	struct stat st;
+	ssize_t n;
+	int shm = -1;
+	cJSON *o;
+	const cJSON *size;
+
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_send_frame(fd,
+			 "{\"req\":\"hello\",\"version\":1}"), 0);
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	assert_int_equal(poll(&pfd, 1, fly_test_timeout(10000)), 1);
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = cbuf;
+	mh.msg_controllen = sizeof(cbuf);
+	n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+	assert_true(n > 4);
+	assert_false(mh.msg_flags & MSG_CTRUNC);
+	for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			memcpy(&shm, CMSG_DATA(c), sizeof(int));
+	assert_true(shm >= 0);
+	assert_int_equal(fstat(shm, &st), 0);
+	buf[n] = '\0';
+	/* The whole frame came in one read for a small hello answer; parse
+	 * what we have when it is complete. */
+	o = cJSON_Parse(buf + 4);
+	if (o != NULL) {
+		size = cJSON_GetObjectItemCaseSensitive(
+			cJSON_GetObjectItemCaseSensitive(o, "shm"), "size");
+		if (cJSON_IsNumber(size))
+			assert_int_equal((long long)st.st_size,
+					 (long long)size->valuedouble);
+		cJSON_Delete(o);
+	}
+	/* Read-only for us: a writable shared mapping is refused. */
+	close(shm);
+	close(fd);
+}
+
+static void test_decide_pending_then_tuned(void **state)
+{
+	struct fly_test_daemon d;
+	struct answer a, b, c;
+	const char *key = "rmsnorm/fp32/m=64,n=256";
+	int fd;
+
+	(void)state;
+	assert_int_equal(fly_test_daemon_start(&d, "{\"policy\":\"always\","
+					       FAST_CFG "}", NULL), 0);
+	fd = fly_test_connect(d.sock);
+	assert_true(fd >= 0);
+	decide(fd, key, &a);
+	assert_string_equal(a.key, key);
+	assert_true(strcmp(a.status, "pending") == 0 ||
+		    strcmp(a.status, "default") == 0);
+	wait_tuned(fd, key, 30000, &a);
+	decide(fd, key, &b);
+	decide(fd, key, &c);
+	assert_string_equal(b.status, "tuned");
+	assert_string_equal(a.text, b.text);
+	assert_string_equal(b.text, c.text);
+	/* Bucketing: m=50 shares the m=64 entry. */
+	decide(fd, "rmsnorm/fp32/m=50,n=256", &b);
+	assert_string_equal(b.key, key);
+	assert_string_equal(b.status, "tuned");
+	assert_string_equal(b.text, a.text);
+	/* A typed key error. */
+	{
+		cJSON *o = req(fd, "{\"req\":\"decide\",\"key\":\"nope/fp32\"}");
+
+		assert_false(is_ok(o));
+		assert_true(strlen(err_code(o)) > 0);
+		cJSON_Delete(o);
+	}
+	hello_fd(d.sock);
+	assert_true(stat_num(fd, "jobs_done") >= 1);
+	close(fd);
+
+	/* The winner survives a restart: same answer, no new job. */
+	assert_int_equal(fly_test_daemon_restart(&d), 0);
+	fd = fly_test_connect(d.sock);
+	assert_true(fd >= 0);
+	decide(fd, key, &b);
+	assert_string_equal(b.status, "tuned");
+	assert_string_equal(b.text, a.text);
+	usleep(500 * 1000);
+	decide(fd, key, &b);
+	assert_string_equal(b.text, a.text);
+	assert_int_equal((int)stat_num(fd, "jobs_done"), 0);
+	close(fd);
+	fly_test_daemon_cleanup(&d);
+}
+
+/* Start a second instance (device 1) on the same state directory and
+ * config; returns its pid, writes its socket path. */
+static pid_t start_second(const struct fly_test_daemon *d, char *sock,
+			  size_t cap)
+{
+	char exe[512], log[400];
+	uint64_t end;
+	pid_t pid;
+
+	snprintf(exe, sizeof(exe), "%s/flytuned-test", FLY_BUILD_DIR);
+	snprintf(sock, cap, "%s/gpu1.sock", d->dir);
+	snprintf(log, sizeof(log), "%s/daemon1.log", d->dir);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		unsetenv("NOTIFY_SOCKET");
+		execl(exe, exe, "--foreground", "--device", "1", "--state-dir",
+		      d->dir, "--config", d->config, "--socket", sock,
+		      (char *)NULL);
+		_exit(127);
+	}
+	end = now_ms() + (uint64_t)fly_test_timeout(30000);
+	while (now_ms() < end) {
+		int fd = fly_test_connect(sock);
+		char *resp = NULL;
+		int ok = 0;
+
+		if (fd >= 0) {
+			if (fly_test_request(fd, "{\"req\":\"hello\","
+					     "\"version\":1}", &resp, 1000) == 0)
+				ok = strstr(resp, "\"ok\":true") != NULL;
+			free(resp);
+			close(fd);
+		}
+		if (ok)
+			return pid;
+		if (waitpid(pid, NULL, WNOHANG) == pid)
+			break;
+		usleep(50 * 1000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	fail_msg("second instance did not start (see %s)", log);
+	return -1;
+}
+
+static void test_two_instances_share_winners(void **state)
+{
+	struct fly_test_daemon d;
+	struct answer a, b;
+	const char *key = "rmsnorm/fp32/m=32,n=512";
+	char sock1[400];
+	pid_t pid1;
+	int fd0, fd1;
+	cJSON *o;
+
+	(void)state;
+	assert_int_equal(fly_test_daemon_start(&d, "{" FAST_CFG "}", NULL),
+			 0);
+	pid1 = start_second(&d, sock1, sizeof(sock1));
+	fd0 = fly_test_connect(d.sock);
+	fd1 = fly_test_connect(sock1);
+	assert_true(fd0 >= 0 && fd1 >= 0);
+	/* Tuned by instance 0 (after instance 1 started: its in-memory map
+	 * cannot know the key yet). */
+	o = req(fd0, "{\"req\":\"tune\",\"key\":\"rmsnorm/fp32/m=32,n=512\","
+		"\"wait\":true,\"timeout_ms\":30000}");
+	assert_true(is_ok(o));
+	assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "status")
+			    ->valuestring, "tuned");
+	parse_decision(o, &a);
+	cJSON_Delete(o);
+	decide(fd1, key, &b);
+	assert_string_equal(b.status, "tuned");
+	assert_string_equal(b.text, a.text);
+	assert_int_equal((int)stat_num(fd1, "jobs_done"), 0);
+	assert_int_equal((int)stat_num(fd0, "jobs_done"), 1);
+	/* A tune on instance 1 answers tuned at once, without a job. */
+	o = req(fd1, "{\"req\":\"tune\",\"key\":\"rmsnorm/fp32/m=32,n=512\"}");
+	assert_true(is_ok(o));
+	assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "status")
+			    ->valuestring, "tuned");
+	assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(o,
+								   "queued")));
+	cJSON_Delete(o);
+	assert_int_equal((int)stat_num(fd1, "jobs_done"), 0);
+	close(fd0);
+	close(fd1);
+	kill(pid1, SIGTERM);
+	waitpid(pid1, NULL, 0);
+	fly_test_daemon_cleanup(&d);
+}
+
+#define NCLIENTS 256
+
+static void test_256_clients_one_job(void **state)
+{
+	struct fly_test_daemon d;
+	const char *key = "rmsnorm/fp32/m=16,n=1024";
+	const char *json = "{\"req\":\"decide\","
+			   "\"key\":\"rmsnorm/fp32/m=16,n=1024\"}";
+	static int fds[NCLIENTS];
+	struct answer a, first;
+	uint64_t end;
+	int ctl;
+
+	(void)state;
+	assert_int_equal(fly_test_daemon_start(&d, "{\"policy\":\"always\","
+					       FAST_CFG "}", NULL), 0);
+	for (int i = 0; i < NCLIENTS; i++) {
+		fds[i] = fly_test_connect(d.sock);
+		assert_true(fds[i] >= 0);
+	}
+	/* All requests in flight before any answer is read. */
+	for (int i = 0; i < NCLIENTS; i++)
+		assert_int_equal(fly_test_send_frame(fds[i], json), 0);
+	for (int i = 0; i < NCLIENTS; i++) {
+		char *resp = NULL;
+		cJSON *o;
+
+		assert_int_equal(fly_test_recv_frame(fds[i], &resp,
+				 fly_test_timeout(20000)), 0);
+		o = cJSON_Parse(resp);
+		free(resp);
+		assert_non_null(o);
+		assert_true(is_ok(o));
+		parse_decision(o, &a);
+		assert_string_equal(a.key, key);
+		cJSON_Delete(o);
+	}
+	ctl = fly_test_connect(d.sock);
+	assert_true(ctl >= 0);
+	wait_tuned(ctl, key, 30000, &first);
+	/* Settled: nothing queued, nothing running. */
+	end = now_ms() + (uint64_t)fly_test_timeout(10000);
+	for (;;) {
+		cJSON *o = req(ctl, "{\"req\":\"status\"}");
+		const cJSON *q = cJSON_GetObjectItemCaseSensitive(o, "queue");
+		const cJSON *n = cJSON_GetObjectItemCaseSensitive(q, "queued");
+		const cJSON *r = cJSON_GetObjectItemCaseSensitive(q, "running");
+		int idle = cJSON_IsNumber(n) && n->valuedouble == 0 &&
+			   cJSON_IsNull(r);
+
+		cJSON_Delete(o);
+		if (idle)
+			break;
+		assert_true(now_ms() < end);
+		usleep(100 * 1000);
+	}
+	assert_int_equal((int)stat_num(ctl, "jobs_done"), 1);
+	for (int i = 0; i < NCLIENTS; i++) {
+		decide(fds[i], key, &a);
+		assert_string_equal(a.status, "tuned");
+		assert_string_equal(a.text, first.text);
+		close(fds[i]);
+	}
+	assert_int_equal((int)stat_num(ctl, "jobs_done"), 1);
+	close(ctl);
+	fly_test_daemon_cleanup(&d);
+}
+
+static void test_queue_cap_busy(void **state)
+{
+	struct fly_test_daemon d;
+	int fd, busy = 0, accepted = 0;
+
+	(void)state;
+	assert_int_equal(fly_test_daemon_start(&d, "{\"queue_cap\":4,"
+					       "\"policy\":\"on-request\","
+					       FAST_CFG "}", NULL), 0);
+	fd = fly_test_connect(d.sock);
+	assert_true(fd >= 0);
+	for (int i = 0; i < 10; i++) {
+		char json[160];
+		cJSON *o;
+
+		snprintf(json, sizeof(json), "{\"req\":\"tune\",\"key\":"
+			 "\"rmsnorm/fp32/m=8,n=%d\"}", 64 + 8 * i);
+		o = req(fd, json);
+		if (is_ok(o)) {
+			accepted++;
+			assert_true(cJSON_IsTrue(
+				cJSON_GetObjectItemCaseSensitive(o,
+								 "queued")));
+		} else {
+			assert_string_equal(err_code(o), "busy");
+			busy++;
+		}
+		cJSON_Delete(o);
+	}
+	/* 4 queued, plus at most the one the worker took. */
+	assert_true(accepted == 4 || accepted == 5);
+	assert_int_equal(busy, 10 - accepted);
+	assert_true(stat_num(fd, "busy_rejections") >= busy);
+	/* With on-request, a decide of an unseen key queues nothing. */
+	{
+		struct answer a;
+
+		decide(fd, "rmsnorm/fp32/m=8,n=4096", &a);
+		assert_string_equal(a.status, "default");
+	}
+	close(fd);
+	fly_test_daemon_cleanup(&d);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_decide_pending_then_tuned),
+		cmocka_unit_test(test_two_instances_share_winners),
+		cmocka_unit_test(test_256_clients_one_job),
+		cmocka_unit_test(test_queue_cap_busy),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	return cmocka_run_group_tests_name("tuning", tests, NULL, NULL);
+}
