@@ -69,7 +69,8 @@ static int crash_launch(const struct flyk_device *dev,
 			const struct fly_problem *p, const int64_t *params,
 			const union flyk_args *args, void *stream)
 {
-	int *volatile np = NULL;
+	/* The pointee volatile too: gcc -O2 drops a plain store. */
+	volatile int *volatile np = NULL;
 
 	*np = 1;
 	return -EFAULT;
