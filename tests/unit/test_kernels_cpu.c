@@ -74,6 +74,7 @@ static int run_all_points(struct flyk_device *dev, const struct fly_problem *p,
 		const struct flyk_variant *v = &B->variants[i];
 		uint32_t pos[FLY_PARAMS_MAX] = { 0 };
 		int64_t pt[FLY_PARAMS_MAX] = { 0 };
+		int npoint = 0;
 
 		if (!flyk_variant_supports(v, p) || is_test_variant(v))
 			continue;
@@ -86,8 +87,17 @@ static int run_all_points(struct flyk_device *dev, const struct fly_problem *p,
 			if (v->feasible(dev, p, pt) != 0)
 				continue;
 			assert_int_equal(B->case_poison(c), 0);
-			assert_int_equal(B->case_time(c, v, pt, &us), 0);
-			assert_true(us >= 0.0);
+			if (npoint++ % 8 == 0) {
+				/* the timed path (reads a big flush buffer) */
+				assert_int_equal(B->case_time(c, v, pt, &us), 0);
+				assert_true(us >= 0.0);
+			} else {
+				if (c->pristine)
+					memcpy(c->out2, c->pristine,
+					       c->pristine_bytes);
+				assert_int_equal(v->launch(dev, p, pt, &c->args,
+							   NULL), 0);
+			}
 			rc = B->case_check(c, &err);
 			if (rc != 0)
 				fprintf(stderr, "FAIL %s [%lld %lld %lld %lld "
