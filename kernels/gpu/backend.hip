@@ -1,0 +1,502 @@
+/*
+ * backend.hip -- the GPU backend: device open/close, fingerprint, the
+ * benchmark case (buffers, random fill, poisoning, L2 cleaning by READING a
+ * buffer of >= 4x the L2, event timing) and flyk_gpu_backend(), whose
+ * variant table is assembled from the op modules listed in gpu_ops[].
+ *
+ * Owns: struct flyk_device and struct flyk_case memory, the device's
+ * stream, events and flush buffer.  Thread: a device and its cases belong
+ * to one thread at a time; flyk_gpu_backend() may be called from any
+ * thread (the table is built once, under a C++ magic static).
+ *
+ * Adding an op module: it defines its `struct flyk_gpu_op`; gemm and
+ * grouped_gemm are already referenced weakly below, so they join the table
+ * by being linked in.  Any other op is one line in gpu_ops[].
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flyk_gpu.h"
+#include "gpu_int.h"
+
+/* Op modules not written yet resolve to NULL and are skipped. */
+#pragma weak flyk_gpu_gemm_op
+#pragma weak flyk_gpu_grouped_gemm_op
+
+static const struct flyk_gpu_op *const gpu_ops[] = {
+	&flyk_gpu_rmsnorm_op,
+	&flyk_gpu_topk_op,
+	&flyk_gpu_gemm_op,
+	&flyk_gpu_grouped_gemm_op,
+};
+#define NOPS (sizeof(gpu_ops) / sizeof(gpu_ops[0]))
+
+/* The L2 cleaner reads at least this much (4x a 60 MB L2 and then some). */
+#define FLUSH_MIN_BYTES ((size_t)256 << 20)
+
+static int hip_err(hipError_t e)
+{
+	if (e == hipSuccess)
+		return 0;
+	if (e == hipErrorInvalidValue)
+		return -EINVAL;
+	return -EIO;
+}
+
+/* ------------------------------------------------------------ kernels */
+
+/* Read the whole flush buffer (16-byte loads), fold it into one float and
+ * write that to *sink, so the reads cannot be optimised away. */
+__global__ void flyk_flush_kernel(const uint4 *buf, size_t n, float *sink)
+{
+	float acc = 0.f;
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		uint4 v = buf[i];
+		acc += (float)(v.x ^ v.y ^ v.z ^ v.w);
+	}
+	if (acc == 1.2345f) /* practically never: keeps the loads alive */
+		*sink = acc;
+	if (blockIdx.x == 0 && threadIdx.x == 0)
+		*sink = acc;
+}
+
+__device__ __forceinline__ uint64_t flyk_mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+__global__ void flyk_fill_kernel(void *buf, size_t n, uint32_t dtype,
+				 float lo, float hi, uint64_t seed)
+{
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		uint64_t r = flyk_mix64(seed * 0x9e3779b97f4a7c15ull + i);
+		float u = (float)(r >> 40) * (1.0f / 16777216.0f);
+		float f = lo + (hi - lo) * u;
+		if (dtype == FLY_DT_FP32)
+			((float *)buf)[i] = f;
+		else if (dtype == FLY_DT_FP16)
+			((uint16_t *)buf)[i] = flyk_df2h(f);
+		else
+			((uint16_t *)buf)[i] = flyk_df2b(f);
+	}
+}
+
+/* ------------------------------------------------------------ helpers */
+
+extern "C" int flyk_gpu_fill_random(struct flyk_device *dev, void *buf,
+				    size_t n, uint32_t dtype, float lo,
+				    float hi, uint64_t seed)
+{
+	if (!flyk_dtype_bytes(dtype))
+		return -EOPNOTSUPP;
+	if (n == 0)
+		return 0;
+	size_t blocks = (n + 255) / 256;
+	if (blocks > (size_t)dev->sms * 32)
+		blocks = (size_t)dev->sms * 32;
+	flyk_fill_kernel<<<(unsigned)blocks, 256, 0,
+			   (hipStream_t)dev->stream>>>(buf, n, dtype, lo, hi,
+						       seed);
+	return hip_err(hipGetLastError());
+}
+
+extern "C" int flyk_gpu_download(struct flyk_device *dev, void *host,
+				 const void *dbuf, size_t bytes)
+{
+	hipStream_t s = (hipStream_t)dev->stream;
+	hipError_t e = hipMemcpyAsync(host, dbuf, bytes, hipMemcpyDeviceToHost,
+				      s);
+	if (e == hipSuccess)
+		e = hipStreamSynchronize(s);
+	return hip_err(e);
+}
+
+extern "C" int flyk_gpu_upload(struct flyk_device *dev, void *dbuf,
+			       const void *host, size_t bytes)
+{
+	hipStream_t s = (hipStream_t)dev->stream;
+	hipError_t e = hipMemcpyAsync(dbuf, host, bytes, hipMemcpyHostToDevice,
+				      s);
+	if (e == hipSuccess)
+		e = hipStreamSynchronize(s);
+	return hip_err(e);
+}
+
+extern "C" int flyk_gpu_case_alloc(struct flyk_case *c, size_t bytes,
+				   int is_output, void **out)
+{
+	if (c->nbuf >= FLYK_CASE_BUFS)
+		return -ENOMEM;
+	void *p = NULL;
+	if (hipMalloc(&p, bytes ? bytes : 16) != hipSuccess)
+		return -ENOMEM;
+	int i = c->nbuf++;
+	c->buf[i] = p;
+	c->bytes[i] = bytes;
+	c->is_output[i] = is_output;
+	*out = p;
+	return i;
+}
+
+extern "C" float flyk_half_to_float(uint16_t h)
+{
+	uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f,
+		 m = h & 0x3ffu, u;
+	if (e == 0x1f) {
+		u = s | 0x7f800000u | (m << 13);
+	} else if (e == 0) {
+		if (m == 0) {
+			u = s;
+		} else { /* subnormal: normalise */
+			e = 113;
+			while (!(m & 0x400u)) {
+				m <<= 1;
+				e--;
+			}
+			u = s | (e << 23) | ((m & 0x3ffu) << 13);
+		}
+	} else {
+		u = s | ((e + 112) << 23) | (m << 13);
+	}
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+extern "C" float flyk_bf16_to_float(uint16_t b)
+{
+	uint32_t u = (uint32_t)b << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+extern "C" uint16_t flyk_float_to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40u);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+extern "C" uint16_t flyk_float_to_half(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	uint32_t s = (u >> 16) & 0x8000u;
+	int32_t e = (int32_t)((u >> 23) & 0xff) - 127 + 15;
+	uint32_t m = u & 0x7fffffu;
+	if (((u >> 23) & 0xff) == 0xff)
+		return (uint16_t)(s | 0x7c00u | (m ? 0x200u : 0));
+	if (e >= 0x1f)
+		return (uint16_t)(s | 0x7c00u);
+	if (e <= 0) {
+		if (e < -10)
+			return (uint16_t)s;
+		m |= 0x800000u;
+		uint32_t shift = (uint32_t)(14 - e);
+		uint32_t h = m >> shift, rem = m & ((1u << shift) - 1),
+			 half = 1u << (shift - 1);
+		if (rem > half || (rem == half && (h & 1)))
+			h++;
+		return (uint16_t)(s | h);
+	}
+	uint32_t h = s | ((uint32_t)e << 10) | (m >> 13), rem = m & 0x1fffu;
+	if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
+		h++;
+	return (uint16_t)h;
+}
+
+/* ------------------------------------------------------------ device */
+
+static void gpu_close(struct flyk_device *dev)
+{
+	if (!dev)
+		return;
+	if (dev->flush_buf)
+		hipFree(dev->flush_buf);
+	if (dev->flush_sink)
+		hipFree(dev->flush_sink);
+	if (dev->ev_start)
+		hipEventDestroy((hipEvent_t)dev->ev_start);
+	if (dev->ev_stop)
+		hipEventDestroy((hipEvent_t)dev->ev_stop);
+	if (dev->stream)
+		hipStreamDestroy((hipStream_t)dev->stream);
+	free(dev);
+}
+
+static void gpu_fill_props(struct flyk_device *dev,
+			   const hipDeviceProp_t *pr)
+{
+	int v = 0;
+	dev->sms = pr->multiProcessorCount;
+	dev->warp = pr->warpSize;
+	snprintf(dev->name, sizeof(dev->name), "%s", pr->name);
+#if FLYK_AMD
+	snprintf(dev->arch, sizeof(dev->arch), "%.*s",
+		 (int)strcspn(pr->gcnArchName, ":"), pr->gcnArchName);
+#else
+	dev->cc_major = pr->major;
+	dev->cc_minor = pr->minor;
+	snprintf(dev->arch, sizeof(dev->arch), "sm_%d%d", pr->major,
+		 pr->minor);
+#endif
+	if (hipDeviceGetAttribute(&v, hipDeviceAttributeClockRate,
+				  dev->index) == hipSuccess)
+		dev->clock_mhz = v / 1000;
+	if (hipDeviceGetAttribute(&v, hipDeviceAttributeMemoryClockRate,
+				  dev->index) == hipSuccess)
+		dev->mem_clock_mhz = v / 1000;
+	if (hipDeviceGetAttribute(&v, hipDeviceAttributeL2CacheSize,
+				  dev->index) == hipSuccess)
+		dev->l2_bytes = (size_t)v;
+	if (hipDeviceGetAttribute(&v,
+				  hipDeviceAttributeMaxSharedMemoryPerBlockOptin,
+				  dev->index) == hipSuccess && v > 0)
+		dev->smem_per_block_optin = (size_t)v;
+	else
+		dev->smem_per_block_optin = pr->sharedMemPerBlock;
+	hipDriverGetVersion(&dev->driver_version);
+	hipRuntimeGetVersion(&dev->runtime_version);
+}
+
+int flyk_gpu_device_query(int index, struct flyk_device *dev)
+{
+	int n = 0;
+	memset(dev, 0, sizeof(*dev));
+	if (hipGetDeviceCount(&n) != hipSuccess || index < 0 || index >= n)
+		return -ENODEV;
+	hipDeviceProp_t pr;
+	if (hipGetDeviceProperties(&pr, index) != hipSuccess)
+		return -ENODEV;
+	dev->index = index;
+	gpu_fill_props(dev, &pr);
+	return 0;
+}
+
+static int gpu_open(int index, struct flyk_device **out)
+{
+	int n = 0;
+	*out = NULL;
+	if (hipGetDeviceCount(&n) != hipSuccess || index < 0 || index >= n)
+		return -ENODEV;
+	if (hipSetDevice(index) != hipSuccess)
+		return -ENODEV;
+	struct flyk_device *dev =
+		(struct flyk_device *)calloc(1, sizeof(*dev));
+	if (!dev)
+		return -ENOMEM;
+	dev->index = index;
+	hipDeviceProp_t pr;
+	int rc = -ENODEV;
+	hipStream_t s;
+	hipEvent_t e0, e1;
+	if (hipGetDeviceProperties(&pr, index) != hipSuccess)
+		goto fail;
+	gpu_fill_props(dev, &pr);
+	rc = -ENOMEM;
+	if (hipStreamCreateWithFlags(&s, hipStreamNonBlocking) != hipSuccess)
+		goto fail;
+	dev->stream = s;
+	if (hipEventCreate(&e0) != hipSuccess)
+		goto fail;
+	dev->ev_start = e0;
+	if (hipEventCreate(&e1) != hipSuccess)
+		goto fail;
+	dev->ev_stop = e1;
+	dev->flush_bytes = 4 * dev->l2_bytes;
+	if (dev->flush_bytes < FLUSH_MIN_BYTES)
+		dev->flush_bytes = FLUSH_MIN_BYTES;
+	if (hipMalloc(&dev->flush_buf, dev->flush_bytes) != hipSuccess)
+		goto fail;
+	if (hipMalloc((void **)&dev->flush_sink, sizeof(float)) != hipSuccess)
+		goto fail;
+	/* Defined contents once; the flush only ever reads them. */
+	if (hipMemset(dev->flush_buf, 0x3c, dev->flush_bytes) != hipSuccess ||
+	    hipDeviceSynchronize() != hipSuccess)
+		goto fail;
+	*out = dev;
+	return 0;
+fail:
+	gpu_close(dev);
+	return rc;
+}
+
+static int gpu_fingerprint(const struct flyk_device *dev, char *buf,
+			   size_t cap)
+{
+	int n = snprintf(buf, cap,
+			 "arch=%s units=%d clock_mhz=%d mem_clock_mhz=%d "
+			 "driver=%d runtime=%d l2_kb=%zu lib=%s name=\"%s\"",
+			 dev->arch, dev->sms, dev->clock_mhz,
+			 dev->mem_clock_mhz, dev->driver_version,
+			 dev->runtime_version, dev->l2_bytes / 1024,
+			 FLYK_VERSION, dev->name);
+	if (n < 0 || (size_t)n >= cap)
+		return -ENOSPC;
+	return n;
+}
+
+/* ------------------------------------------------------------ cases */
+
+static const struct flyk_gpu_op *gpu_find_op(uint32_t op)
+{
+	for (size_t i = 0; i < NOPS; i++)
+		if (gpu_ops[i] && gpu_ops[i]->op == op)
+			return gpu_ops[i];
+	return NULL;
+}
+
+static void gpu_case_free(struct flyk_case *c)
+{
+	if (!c)
+		return;
+	if (c->op && c->op->fini)
+		c->op->fini(c);
+	for (int i = 0; i < c->nbuf; i++)
+		hipFree(c->buf[i]);
+	free(c);
+}
+
+static int gpu_case_new(struct flyk_device *dev, const struct fly_problem *p,
+			uint64_t seed, struct flyk_case **out)
+{
+	const struct flyk_gpu_op *op = gpu_find_op(p->op);
+	*out = NULL;
+	if (!op)
+		return -EOPNOTSUPP;
+	struct flyk_case *c = (struct flyk_case *)calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->dev = dev;
+	c->p = *p;
+	c->op = op;
+	int rc = op->setup(c, seed);
+	if (rc == 0)
+		rc = hip_err(hipStreamSynchronize((hipStream_t)dev->stream));
+	if (rc) {
+		gpu_case_free(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+static int gpu_case_poison(struct flyk_case *c)
+{
+	hipStream_t s = (hipStream_t)c->dev->stream;
+	for (int i = 0; i < c->nbuf; i++)
+		if (c->is_output[i] &&
+		    hipMemsetAsync(c->buf[i], 0xff, c->bytes[i], s) !=
+			    hipSuccess)
+			return -EIO;
+	return hip_err(hipStreamSynchronize(s));
+}
+
+/* Clean the L2 by reading the flush buffer (not a memset: dirty lines'
+ * write-back would land inside the timed region). */
+static int gpu_flush(struct flyk_device *dev)
+{
+	flyk_flush_kernel<<<(unsigned)dev->sms * 4, 512, 0,
+			    (hipStream_t)dev->stream>>>(
+		(const uint4 *)dev->flush_buf, dev->flush_bytes / 16,
+		dev->flush_sink);
+	return hip_err(hipGetLastError());
+}
+
+static int gpu_case_time(struct flyk_case *c, const struct flyk_variant *v,
+			 const int64_t *params, double *us)
+{
+	struct flyk_device *dev = c->dev;
+	hipStream_t s = (hipStream_t)dev->stream;
+	hipEvent_t e0 = (hipEvent_t)dev->ev_start, e1 = (hipEvent_t)dev->ev_stop;
+	*us = 0;
+	int rc = c->op->prepare ? c->op->prepare(c) : 0;
+	if (rc == 0)
+		rc = gpu_flush(dev);
+	if (rc)
+		return rc;
+	if (hipEventRecord(e0, s) != hipSuccess)
+		return -EIO;
+	rc = v->launch(dev, &c->p, params, &c->args, s);
+	if (rc == 0)
+		rc = hip_err(hipGetLastError());
+	if (hipEventRecord(e1, s) != hipSuccess && rc == 0)
+		rc = -EIO;
+	hipError_t e = hipEventSynchronize(e1);
+	if (rc)
+		return rc;
+	if (e != hipSuccess)
+		return -EIO;
+	float ms = 0;
+	if (hipEventElapsedTime(&ms, e0, e1) != hipSuccess)
+		return -EIO;
+	*us = (double)ms * 1000.0;
+	return 0;
+}
+
+static int gpu_case_check(struct flyk_case *c, double *max_err)
+{
+	int rc = hip_err(hipStreamSynchronize((hipStream_t)c->dev->stream));
+	if (rc)
+		return rc;
+	return c->op->check(c, max_err);
+}
+
+/* ------------------------------------------------------------ table */
+
+struct gpu_table {
+	struct flyk_variant *v;
+	size_t n;
+	struct flyk_backend b;
+};
+
+static struct gpu_table *gpu_table_build(void)
+{
+	static struct gpu_table t;
+	size_t n = 0;
+	for (size_t i = 0; i < NOPS; i++)
+		if (gpu_ops[i])
+			n += gpu_ops[i]->nvariants;
+	t.v = (struct flyk_variant *)calloc(n ? n : 1, sizeof(*t.v));
+	if (t.v) {
+		for (size_t i = 0; i < NOPS; i++) {
+			if (!gpu_ops[i])
+				continue;
+			memcpy(t.v + t.n, gpu_ops[i]->variants,
+			       gpu_ops[i]->nvariants * sizeof(*t.v));
+			t.n += gpu_ops[i]->nvariants;
+		}
+	}
+	t.b.name = FLYK_BACKEND_NAME;
+	t.b.kind = FLYK_BACKEND_KIND;
+	t.b.variants = t.v;
+	t.b.nvariants = t.n;
+	t.b.open = gpu_open;
+	t.b.close = gpu_close;
+	t.b.fingerprint = gpu_fingerprint;
+	t.b.case_new = gpu_case_new;
+	t.b.case_free = gpu_case_free;
+	t.b.case_poison = gpu_case_poison;
+	t.b.case_time = gpu_case_time;
+	t.b.case_check = gpu_case_check;
+	return &t;
+}
+
+extern "C" __attribute__((visibility("default"))) const struct flyk_backend *
+flyk_gpu_backend(void)
+{
+	static struct gpu_table *t = gpu_table_build();
+	return &t->b;
+}

@@ -1,0 +1,107 @@
+/*
+ * flyk_gpu.h -- the one runtime header of the kernels/gpu sources: picks
+ * <hip/hip_runtime.h> on AMD or hip_on_cuda.h under nvcc, and defines the
+ * wave size, target and conversion helpers the kernels are written against.
+ *
+ * Owns: nothing.  Thread: n/a.
+ * Warp-level code uses FLYK_WARP (32 on NVIDIA, 64 on AMD CDNA) and the
+ * FLYK_SHFL* macros, never a literal 32 or a *_sync name.
+ */
+#ifndef FLYK_GPU_H
+#define FLYK_GPU_H
+
+#if defined(__HIP_PLATFORM_AMD__) || defined(__HIP_PLATFORM_HCC__)
+#include <hip/hip_runtime.h>
+#include <hip/hip_fp16.h>
+#define FLYK_AMD 1
+#define FLYK_WARP 64
+#define FLYK_BACKEND_NAME "hip"
+#define FLYK_BACKEND_KIND FLYK_BACKEND_HIP
+#define FLYK_HAS_CLUSTERS 0
+#define FLYK_SHFL_XOR(v, m) __shfl_xor((v), (m))
+#define FLYK_SHFL(v, l) __shfl((v), (l))
+#define FLYK_BALLOT(p) __ballot(p)
+#elif defined(__CUDACC__)
+#include "hip_on_cuda.h"
+#define FLYK_AMD 0
+#define FLYK_WARP 32
+#define FLYK_BACKEND_NAME "cuda"
+#define FLYK_BACKEND_KIND FLYK_BACKEND_CUDA
+/* Thread-block clusters with distributed shared memory: sm_90+. */
+#define FLYK_HAS_CLUSTERS 1
+#else
+#error "kernels/gpu needs hipcc (AMD) or nvcc (NVIDIA)"
+#endif
+
+#include <stdint.h>
+
+/* Host-and-device conversions on raw 16-bit patterns (the kernels keep
+ * fp16/bf16 as uint16_t so both toolchains see one type). */
+__device__ __forceinline__ float flyk_dh2f(uint16_t h)
+{
+	return __half2float(__ushort_as_half(h));
+}
+
+__device__ __forceinline__ uint16_t flyk_df2h(float f)
+{
+	return __half_as_ushort(__float2half_rn(f));
+}
+
+__device__ __forceinline__ float flyk_db2f(uint16_t b)
+{
+	return __uint_as_float((uint32_t)b << 16);
+}
+
+/* Round to nearest even; NaN stays NaN (quiet). */
+__device__ __forceinline__ uint16_t flyk_df2b(float f)
+{
+	uint32_t u = __float_as_uint(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40u);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+/* Element access by dtype code: FLY_DT_FP32=1, FP16=2, BF16=3. */
+template <int DT> struct flyk_elem;
+template <> struct flyk_elem<1> {
+	typedef float T;
+	static __device__ __forceinline__ float load(float v) { return v; }
+	static __device__ __forceinline__ float store(float f) { return f; }
+};
+template <> struct flyk_elem<2> {
+	typedef uint16_t T;
+	static __device__ __forceinline__ float load(uint16_t v)
+	{
+		return flyk_dh2f(v);
+	}
+	static __device__ __forceinline__ uint16_t store(float f)
+	{
+		return flyk_df2h(f);
+	}
+};
+template <> struct flyk_elem<3> {
+	typedef uint16_t T;
+	static __device__ __forceinline__ float load(uint16_t v)
+	{
+		return flyk_db2f(v);
+	}
+	static __device__ __forceinline__ uint16_t store(float f)
+	{
+		return flyk_df2b(f);
+	}
+};
+
+/* Bytes of one element of a dtype (0 when unsupported by kernels/gpu). */
+static inline size_t flyk_dtype_bytes(uint32_t dt)
+{
+	return dt == 1 ? 4 : (dt == 2 || dt == 3) ? 2 : 0;
+}
+
+struct flyk_device;
+/* Fill @p dev with device @p index's properties only (no stream, events or
+ * flush buffer): enough for feasible() and launch(), as a client that only
+ * launches needs.  @return 0 or -ENODEV. */
+int flyk_gpu_device_query(int index, struct flyk_device *dev);
+
+#endif /* FLYK_GPU_H */

@@ -1,0 +1,129 @@
+/*
+ * launch_api.hip -- exported, ctypes-friendly C entry points of
+ * libflykernels_{cuda,hip}.so, so a Python or C engine launches exactly
+ * what the daemon decided (struct fly_decision) on its own tensors and
+ * stream.
+ *
+ * Owns: one lazily queried struct flyk_device for the calling process's
+ * current device (properties only: no stream, no flush buffer).  Thread:
+ * any; the device is queried once (C++ magic static).  A process that
+ * switches devices after its first launch keeps the first one's limits.
+ *
+ * Every function returns 0 or a negative errno: -ENODEV (no GPU), -ENOENT
+ * (variant unknown), -EINVAL (params out of space, infeasible, or
+ * misaligned pointers), -EIO (launch failed).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "flyk_gpu.h"
+#include "gpu_int.h"
+
+#define FLYK_EXPORT extern "C" __attribute__((visibility("default")))
+
+struct api_dev {
+	struct flyk_device dev;
+	int rc;
+};
+
+static struct api_dev *api_device(void)
+{
+	static struct api_dev d = [] {
+		struct api_dev a;
+		int idx = 0;
+		memset(&a, 0, sizeof(a));
+		if (hipGetDevice(&idx) != hipSuccess)
+			idx = 0;
+		a.rc = flyk_gpu_device_query(idx, &a.dev);
+		return a;
+	}();
+	return &d;
+}
+
+FLYK_EXPORT int flyk_gpu_rmsnorm(const struct fly_problem *p,
+				 const struct fly_decision *d, const void *x,
+				 const void *w, void *y, void *residual,
+				 float eps, void *stream)
+{
+	struct api_dev *a = api_device();
+	if (a->rc)
+		return a->rc;
+	if (!p || !d || p->op != FLY_OP_RMSNORM)
+		return -EINVAL;
+	union flyk_args args;
+	memset(&args, 0, sizeof(args));
+	args.rmsnorm.x = x;
+	args.rmsnorm.w = w;
+	args.rmsnorm.y = y;
+	args.rmsnorm.residual = residual;
+	args.rmsnorm.eps = eps;
+	return flyk_launch(flyk_gpu_backend(), &a->dev, p, d, &args, stream);
+}
+
+FLYK_EXPORT int flyk_gpu_topk(const struct fly_problem *p,
+			      const struct fly_decision *d, const void *x,
+			      void *values, int64_t *indices, void *stream)
+{
+	struct api_dev *a = api_device();
+	if (a->rc)
+		return a->rc;
+	if (!p || !d || p->op != FLY_OP_TOPK)
+		return -EINVAL;
+	union flyk_args args;
+	memset(&args, 0, sizeof(args));
+	args.topk.x = x;
+	args.topk.values = values;
+	args.topk.indices = indices;
+	return flyk_launch(flyk_gpu_backend(), &a->dev, p, d, &args, stream);
+}
+
+/* The heuristic default for @p p (flyk_default). */
+FLYK_EXPORT int flyk_gpu_default(const struct fly_problem *p,
+				 struct fly_decision *out)
+{
+	struct api_dev *a = api_device();
+	if (a->rc)
+		return a->rc;
+	return flyk_default(flyk_gpu_backend(), &a->dev, p, out);
+}
+
+/* Every feasible (variant, point) for @p p, reference included, in table
+ * and odometer order, into @p out (at most @p max).  For standalone sweeps
+ * (bench/gpu_kernels_standalone.py).  @return the count or an error. */
+FLYK_EXPORT int flyk_gpu_candidates(const struct fly_problem *p,
+				    struct fly_decision *out, int max)
+{
+	struct api_dev *a = api_device();
+	if (a->rc)
+		return a->rc;
+	const struct flyk_backend *b = flyk_gpu_backend();
+	int n = 0;
+	for (size_t i = 0; i < b->nvariants; i++) {
+		const struct flyk_variant *v = &b->variants[i];
+		if (!flyk_variant_supports(v, p))
+			continue;
+		uint32_t pos[FLY_PARAMS_MAX] = {0}, np = v->nparams;
+		for (;;) {
+			int64_t pt[FLY_PARAMS_MAX] = {0};
+			for (uint32_t j = 0; j < np; j++)
+				pt[j] = v->params[j].vals[pos[j]];
+			if (v->feasible(&a->dev, p, pt) == 0 && n < max) {
+				struct fly_decision *d = &out[n++];
+				memset(d, 0, sizeof(*d));
+				strncpy(d->variant, v->name,
+					sizeof(d->variant) - 1);
+				d->nparams = np;
+				memcpy(d->params, pt, sizeof(pt));
+			}
+			uint32_t j = np;
+			for (; j > 0; j--) {
+				if (++pos[j - 1] < v->params[j - 1].nvals)
+					break;
+				pos[j - 1] = 0;
+			}
+			if (j == 0)
+				break;
+		}
+	}
+	return n;
+}

@@ -1,0 +1,898 @@
+/*
+ * rmsnorm.hip -- RMSNorm on the GPU: y = x * rsqrt(mean(x^2) + eps) * w,
+ * optionally with a fused residual (s = x + r written back to r, then s is
+ * normalised).  fp32 math; fp32/fp16/bf16 in and out.
+ *
+ * Owns: the rmsnorm variants and flyk_gpu_rmsnorm_op.  Thread: tables are
+ * immutable; launches are asynchronous on the caller's stream.
+ *
+ * Variants (params in their stable order):
+ *   rmsnorm_ref      one block per row, scalar, two passes (the reference)
+ *   rmsnorm_rows     register-resident single pass: a group of `group`
+ *                    threads owns a row (group 32 = a row per warp; group =
+ *                    threads = a row per block), `rows` groups per block,
+ *                    `vec`-byte loads.  Each row's misaligned start is
+ *                    handled per row (scalar prologue to 16-byte alignment,
+ *                    vector body, scalar epilogue), so n = 4097 rows stay on
+ *                    vector loads.
+ *   rmsnorm_cluster  (CUDA sm_90) a row split over a thread-block cluster
+ *                    of `cluster` blocks, register-resident, the sum of
+ *                    squares reduced through distributed shared memory: for
+ *                    the long rows (32k..114688) a block cannot hold.
+ *   rmsnorm_twopass  one block per row, vector loads, a sum pass and a
+ *                    scale pass (the second read mostly from L2): any n.
+ * All variants need x, y, residual 16-byte aligned at their bases (true for
+ * every allocator we know); w is read with vector loads only where the row
+ * is aligned.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flyk_gpu.h"
+#include "gpu_int.h"
+
+#if FLYK_HAS_CLUSTERS
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+#endif
+
+#define DT_MASK ((1u << FLY_DT_FP32) | (1u << FLY_DT_FP16) | (1u << FLY_DT_BF16))
+#define MAX_WARPS (1024 / 32)
+/* Register budget: at 1024 threads a thread has 64 registers; rows of 64+
+ * bytes per thread (R * VB) spill there, so those instantiations are bound
+ * to 512 threads (feasible() knows, through rms_maxt()). */
+#define RMS_MAXT(R, VB) ((R) * (VB) >= 64 ? 512 : 1024)
+
+template <int BYTES, typename T> struct alignas(BYTES) rms_vec {
+	T e[BYTES / sizeof(T)];
+};
+
+/* Sum @p v over a group of @p G threads (G a multiple of the warp, the
+ * groups contiguous in threadIdx.x); every thread gets the group's sum.
+ * All threads of the block must call it when G > warp. */
+__device__ __forceinline__ float rms_group_sum(float v, int G, float *red)
+{
+#pragma unroll
+	for (int o = FLYK_WARP / 2; o > 0; o >>= 1)
+		v += FLYK_SHFL_XOR(v, o);
+	if (G <= FLYK_WARP)
+		return v;
+	int warp = threadIdx.x / FLYK_WARP, lane = threadIdx.x % FLYK_WARP;
+	if (lane == 0)
+		red[warp] = v;
+	__syncthreads();
+	int per = G / FLYK_WARP, first = (threadIdx.x / G) * per;
+	float s = 0.f;
+	for (int i = 0; i < per; i++)
+		s += red[first + i];
+	return s;
+}
+
+/* Elements before the first VB-aligned address of a row (<= n). */
+template <int VB, typename T>
+__device__ __forceinline__ int rms_prologue(const T *row, int n)
+{
+	int p = (int)(((VB - ((uintptr_t)row & (VB - 1))) & (VB - 1)) /
+		      sizeof(T));
+	return p < n ? p : n;
+}
+
+/*
+ * The register-resident row: the thread with virtual id vt of VG keeps R
+ * vectors (body vectors vt, vt + VG, ...) plus at most one prologue and one
+ * epilogue element; returns its partial sum of squares.  The row is read
+ * from memory once.
+ */
+template <int DT, int VB, int R, bool RES> struct rms_row {
+	typedef typename flyk_elem<DT>::T T;
+	typedef flyk_elem<DT> E;
+	enum { VEC = VB / sizeof(T) };
+	rms_vec<VB, T> v[R];
+	T s0, s1;
+	int p, nb, tail;
+
+	__device__ __forceinline__ float load(const T *xr, T *rr, int n, int vt,
+					      int VG)
+	{
+		p = rms_prologue<VB>(xr, n);
+		nb = (n - p) / VEC;
+		tail = n - p - nb * VEC;
+		const rms_vec<VB, T> *xv = (const rms_vec<VB, T> *)(xr + p);
+		rms_vec<VB, T> *rv = (rms_vec<VB, T> *)(rr + p);
+#pragma unroll
+		for (int i = 0; i < R; i++)
+			if (vt + i * VG < nb)
+				v[i] = xv[vt + i * VG];
+		if (vt < p)
+			s0 = xr[vt];
+		if (vt < tail)
+			s1 = xr[p + nb * VEC + vt];
+		if (RES) {
+			rms_vec<VB, T> r[R];
+#pragma unroll
+			for (int i = 0; i < R; i++)
+				if (vt + i * VG < nb)
+					r[i] = rv[vt + i * VG];
+#pragma unroll
+			for (int i = 0; i < R; i++) {
+				if (vt + i * VG >= nb)
+					continue;
+#pragma unroll
+				for (int e = 0; e < VEC; e++)
+					v[i].e[e] = E::store(E::load(v[i].e[e]) +
+							     E::load(r[i].e[e]));
+				rv[vt + i * VG] = v[i];
+			}
+			if (vt < p) {
+				s0 = E::store(E::load(s0) + E::load(rr[vt]));
+				rr[vt] = s0;
+			}
+			if (vt < tail) {
+				int j = p + nb * VEC + vt;
+				s1 = E::store(E::load(s1) + E::load(rr[j]));
+				rr[j] = s1;
+			}
+		}
+		float ss = 0.f;
+#pragma unroll
+		for (int i = 0; i < R; i++)
+			if (vt + i * VG < nb)
+#pragma unroll
+				for (int e = 0; e < VEC; e++) {
+					float f = E::load(v[i].e[e]);
+					ss += f * f;
+				}
+		if (vt < p) {
+			float f = E::load(s0);
+			ss += f * f;
+		}
+		if (vt < tail) {
+			float f = E::load(s1);
+			ss += f * f;
+		}
+		return ss;
+	}
+
+	__device__ __forceinline__ void store(const T *w, T *yr, float rstd,
+					      int vt, int VG)
+	{
+		rms_vec<VB, T> *yv = (rms_vec<VB, T> *)(yr + p);
+		if (p == 0) { /* aligned row: w aligned too */
+			const rms_vec<VB, T> *wv = (const rms_vec<VB, T> *)w;
+#pragma unroll
+			for (int i = 0; i < R; i++) {
+				int j = vt + i * VG;
+				if (j >= nb)
+					continue;
+				rms_vec<VB, T> wj = wv[j], o;
+#pragma unroll
+				for (int e = 0; e < VEC; e++)
+					o.e[e] = E::store(E::load(v[i].e[e]) *
+							  rstd *
+							  E::load(wj.e[e]));
+				yv[j] = o;
+			}
+		} else {
+#pragma unroll
+			for (int i = 0; i < R; i++) {
+				int j = vt + i * VG;
+				if (j >= nb)
+					continue;
+				const T *wj = w + p + j * VEC;
+				rms_vec<VB, T> o;
+#pragma unroll
+				for (int e = 0; e < VEC; e++)
+					o.e[e] = E::store(E::load(v[i].e[e]) *
+							  rstd * E::load(wj[e]));
+				yv[j] = o;
+			}
+			if (vt < p)
+				yr[vt] = E::store(E::load(s0) * rstd *
+						  E::load(w[vt]));
+		}
+		if (vt < tail) {
+			int j = p + nb * VEC + vt;
+			yr[j] = E::store(E::load(s1) * rstd * E::load(w[j]));
+		}
+	}
+};
+
+template <int DT, int VB, int R, bool RES>
+__global__ void __launch_bounds__(RMS_MAXT(R, VB))
+	rms_rows_kernel(const typename flyk_elem<DT>::T *x,
+			const typename flyk_elem<DT>::T *w,
+			typename flyk_elem<DT>::T *y,
+			typename flyk_elem<DT>::T *res, int64_t m, int n, int G,
+			float eps)
+{
+	__shared__ float red[MAX_WARPS];
+	int64_t row = (int64_t)blockIdx.x * (blockDim.x / G) + threadIdx.x / G;
+	int vt = threadIdx.x % G;
+	bool valid = row < m;
+	int64_t off = (valid ? row : 0) * (int64_t)n;
+	rms_row<DT, VB, R, RES> r;
+	float ss = 0.f;
+	if (valid)
+		ss = r.load(x + off, res + off, n, vt, G);
+	ss = rms_group_sum(ss, G, red);
+	if (valid)
+		r.store(w, y + off, rsqrtf(ss / (float)n + eps), vt, G);
+}
+
+#if FLYK_HAS_CLUSTERS
+/* A row over a cluster of blockDim.x-thread blocks (grid = m * cluster). */
+template <int DT, int VB, int R, bool RES>
+__global__ void __launch_bounds__(RMS_MAXT(R, VB))
+	rms_cluster_kernel(const typename flyk_elem<DT>::T *x,
+			   const typename flyk_elem<DT>::T *w,
+			   typename flyk_elem<DT>::T *y,
+			   typename flyk_elem<DT>::T *res, int64_t m, int n,
+			   float eps)
+{
+	__shared__ float red[MAX_WARPS];
+	__shared__ float part;
+	cg::cluster_group cl = cg::this_cluster();
+	int CL = (int)cl.num_blocks(), rank = (int)cl.block_rank();
+	int64_t row = blockIdx.x / CL;
+	int G = blockDim.x, VG = G * CL, vt = rank * G + threadIdx.x;
+	int64_t off = row * (int64_t)n;
+	rms_row<DT, VB, R, RES> r;
+	float ss = r.load(x + off, res + off, n, vt, VG);
+	ss = rms_group_sum(ss, G, red);
+	if (threadIdx.x == 0)
+		part = ss;
+	cl.sync();
+	float tot = 0.f;
+	for (int i = 0; i < CL; i++)
+		tot += *cl.map_shared_rank(&part, i);
+	cl.sync(); /* no block leaves while another reads its `part` */
+	r.store(w, y + off, rsqrtf(tot / (float)n + eps), vt, VG);
+}
+#endif
+
+/* Any n: one block per row, a sum pass then a scale pass. */
+template <int DT, bool RES>
+__global__ void __launch_bounds__(1024)
+	rms_twopass_kernel(const typename flyk_elem<DT>::T *x,
+			   const typename flyk_elem<DT>::T *w,
+			   typename flyk_elem<DT>::T *y,
+			   typename flyk_elem<DT>::T *res, int n, float eps)
+{
+	typedef typename flyk_elem<DT>::T T;
+	typedef flyk_elem<DT> E;
+	typedef rms_vec<16, T> V;
+	enum { VEC = 16 / sizeof(T), U = 4 };
+	__shared__ float red[MAX_WARPS];
+	int64_t off = (int64_t)blockIdx.x * n;
+	const T *xr = x + off;
+	T *rr = res + off, *yr = y + off;
+	const T *src = RES ? (const T *)rr : xr;
+	int p = rms_prologue<16>(xr, n), nb = (n - p) / VEC, t = threadIdx.x,
+	    G = blockDim.x;
+	int tail0 = p + nb * VEC;
+	float ss = 0.f;
+	for (int j0 = t; j0 < nb; j0 += G * U) {
+		V a[U];
+#pragma unroll
+		for (int u = 0; u < U; u++)
+			if (j0 + u * G < nb)
+				a[u] = ((const V *)(xr + p))[j0 + u * G];
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			int j = j0 + u * G;
+			if (j >= nb)
+				continue;
+			if (RES) {
+				V b = ((const V *)(rr + p))[j];
+#pragma unroll
+				for (int e = 0; e < VEC; e++)
+					a[u].e[e] = E::store(E::load(a[u].e[e]) +
+							     E::load(b.e[e]));
+				((V *)(rr + p))[j] = a[u];
+			}
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				float f = E::load(a[u].e[e]);
+				ss += f * f;
+			}
+		}
+	}
+	for (int j = t; j < p || (j >= p && tail0 + (j - p) < n && j - p < VEC);
+	     j += G) {
+		int i = j < p ? j : tail0 + (j - p);
+		T v = xr[i];
+		if (RES) {
+			v = E::store(E::load(v) + E::load(rr[i]));
+			rr[i] = v;
+		}
+		float f = E::load(v);
+		ss += f * f;
+		if (j >= p)
+			break;
+	}
+	ss = rms_group_sum(ss, G, red);
+	float rstd = rsqrtf(ss / (float)n + eps);
+	for (int j = t; j < nb; j += G) {
+		V a = ((const V *)(src + p))[j], o;
+#pragma unroll
+		for (int e = 0; e < VEC; e++)
+			o.e[e] = E::store(E::load(a.e[e]) * rstd *
+					  E::load(w[p + j * VEC + e]));
+		((V *)(yr + p))[j] = o;
+	}
+	for (int i = t; i < p; i += G)
+		yr[i] = E::store(E::load(src[i]) * rstd * E::load(w[i]));
+	for (int i = tail0 + t; i < n; i += G)
+		yr[i] = E::store(E::load(src[i]) * rstd * E::load(w[i]));
+}
+
+/* The reference: scalar, one block per row, obviously right. */
+template <int DT, bool RES>
+__global__ void rms_ref_kernel(const typename flyk_elem<DT>::T *x,
+			       const typename flyk_elem<DT>::T *w,
+			       typename flyk_elem<DT>::T *y,
+			       typename flyk_elem<DT>::T *res, int n, float eps)
+{
+	typedef typename flyk_elem<DT>::T T;
+	typedef flyk_elem<DT> E;
+	__shared__ float red[MAX_WARPS];
+	int64_t off = (int64_t)blockIdx.x * n;
+	float ss = 0.f;
+	for (int i = threadIdx.x; i < n; i += blockDim.x) {
+		T v = x[off + i];
+		if (RES) {
+			v = E::store(E::load(v) + E::load(res[off + i]));
+			res[off + i] = v;
+		}
+		float f = E::load(v);
+		ss += f * f;
+	}
+	ss = rms_group_sum(ss, blockDim.x, red);
+	float rstd = rsqrtf(ss / (float)n + eps);
+	for (int i = threadIdx.x; i < n; i += blockDim.x) {
+		T v = RES ? res[off + i] : x[off + i];
+		y[off + i] = E::store(E::load(v) * rstd * E::load(w[i]));
+	}
+}
+
+/* ------------------------------------------------------------ host */
+
+static int rms_dims(const struct fly_problem *p, int64_t *m, int *n)
+{
+	if (p->op != FLY_OP_RMSNORM || !(DT_MASK & (1u << p->dtype)))
+		return -EINVAL;
+	if (p->dims[0] <= 0 || p->dims[1] <= 0 || p->dims[1] > (1 << 30))
+		return -EINVAL;
+	*m = p->dims[0];
+	*n = (int)p->dims[1];
+	return 0;
+}
+
+static int rms_aligned(const struct flyk_rmsnorm_args *a, uint32_t flags)
+{
+	uintptr_t bits = (uintptr_t)a->x | (uintptr_t)a->y;
+	if (flags & FLY_F_RESIDUAL)
+		bits |= (uintptr_t)a->residual;
+	return (bits & 15) == 0;
+}
+
+/* Smallest instantiated R >= need (1, 2, 4, 8), or 0. */
+static int rms_pick_r(int64_t need)
+{
+	if (need <= 1)
+		return 1;
+	if (need <= 2)
+		return 2;
+	if (need <= 4)
+		return 4;
+	if (need <= 8)
+		return 8;
+	return 0;
+}
+
+static int rms_launch_err(void)
+{
+	return hipGetLastError() == hipSuccess ? 0 : -EIO;
+}
+
+#define RMS_ARGS(T)                                                         \
+	(const T *)a->x, (const T *)a->w, (T *)a->y, (T *)a->residual
+
+template <int DT, int VB, bool RES>
+static int rms_rows_go(const struct flyk_rmsnorm_args *a, int64_t m, int n,
+		       int G, int rows, int R, hipStream_t s)
+{
+	typedef typename flyk_elem<DT>::T T;
+	unsigned grid = (unsigned)((m + rows - 1) / rows);
+	unsigned th = (unsigned)(G * rows);
+	switch (R) {
+	case 1:
+		rms_rows_kernel<DT, VB, 1, RES><<<grid, th, 0, s>>>(
+			RMS_ARGS(T), m, n, G, a->eps);
+		break;
+	case 2:
+		rms_rows_kernel<DT, VB, 2, RES><<<grid, th, 0, s>>>(
+			RMS_ARGS(T), m, n, G, a->eps);
+		break;
+	case 4:
+		rms_rows_kernel<DT, VB, 4, RES><<<grid, th, 0, s>>>(
+			RMS_ARGS(T), m, n, G, a->eps);
+		break;
+	default:
+		rms_rows_kernel<DT, VB, 8, RES><<<grid, th, 0, s>>>(
+			RMS_ARGS(T), m, n, G, a->eps);
+		break;
+	}
+	return rms_launch_err();
+}
+
+template <int DT, int VB>
+static int rms_rows_res(const struct flyk_rmsnorm_args *a, uint32_t flags,
+			int64_t m, int n, int G, int rows, int R,
+			hipStream_t s)
+{
+	if (flags & FLY_F_RESIDUAL)
+		return rms_rows_go<DT, VB, true>(a, m, n, G, rows, R, s);
+	return rms_rows_go<DT, VB, false>(a, m, n, G, rows, R, s);
+}
+
+template <int DT>
+static int rms_rows_dt(const struct flyk_rmsnorm_args *a, uint32_t flags,
+		       int64_t m, int n, int G, int rows, int vb, int R,
+		       hipStream_t s)
+{
+	if (vb == 16)
+		return rms_rows_res<DT, 16>(a, flags, m, n, G, rows, R, s);
+	return rms_rows_res<DT, 8>(a, flags, m, n, G, rows, R, s);
+}
+
+static const int64_t rows_group[] = {32, 64, 128, 256, 512, 1024};
+static const int64_t rows_rows[] = {1, 2, 4, 8};
+static const int64_t rows_vec[] = {16, 8};
+
+/* Vectors per thread a row needs with group G and vb-byte vectors. */
+static int64_t rms_need(int n, uint32_t dt, int64_t G, int64_t vb)
+{
+	int64_t vec = vb / (int64_t)flyk_dtype_bytes(dt);
+	int64_t nvec = n / vec + 1;
+	return (nvec + G - 1) / G;
+}
+
+static int rows_feasible(const struct flyk_device *dev,
+			 const struct fly_problem *p, const int64_t *pr)
+{
+	int64_t m;
+	int n;
+	if (rms_dims(p, &m, &n))
+		return -EINVAL;
+	int64_t G = pr[0], rows = pr[1], vb = pr[2];
+	if (G % dev->warp || G * rows > 1024 || (vb != 8 && vb != 16))
+		return -EINVAL;
+	if ((int64_t)flyk_dtype_bytes(p->dtype) > vb)
+		return -EINVAL;
+	int64_t vec = vb / (int64_t)flyk_dtype_bytes(p->dtype);
+	/* A group more than twice as wide as the row: a narrower one does
+	 * the same with fewer idle threads. */
+	if (G > dev->warp && (G / 2) * vec >= n)
+		return -EINVAL;
+	/* Several rows per block only pay for short rows. */
+	if (rows > 1 && G * rows > 256 && rows * (int64_t)n > 65536)
+		return -EINVAL;
+	int R = rms_pick_r(rms_need(n, p->dtype, G, vb));
+	if (!R || G * rows > RMS_MAXT(R, vb))
+		return -ENOSPC;
+	return 0;
+}
+
+static int rows_launch(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *pr,
+		       const union flyk_args *args, void *stream)
+{
+	int64_t m = 0;
+	int n = 0;
+	int rc = rows_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	rms_dims(p, &m, &n);
+	const struct flyk_rmsnorm_args *a = &args->rmsnorm;
+	if (!rms_aligned(a, p->flags))
+		return -EINVAL;
+	int G = (int)pr[0], rows = (int)pr[1], vb = (int)pr[2];
+	int R = rms_pick_r(rms_need(n, p->dtype, G, vb));
+	hipStream_t s = (hipStream_t)stream;
+	switch (p->dtype) {
+	case FLY_DT_FP32:
+		return rms_rows_dt<FLY_DT_FP32>(a, p->flags, m, n, G, rows, vb,
+						R, s);
+	case FLY_DT_FP16:
+		return rms_rows_dt<FLY_DT_FP16>(a, p->flags, m, n, G, rows, vb,
+						R, s);
+	default:
+		return rms_rows_dt<FLY_DT_BF16>(a, p->flags, m, n, G, rows, vb,
+						R, s);
+	}
+}
+
+/* ---- cluster */
+
+static const int64_t cl_size[] = {2, 4, 8};
+static const int64_t cl_threads[] = {256, 512, 1024};
+
+static int cl_feasible(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *pr)
+{
+	int64_t m;
+	int n;
+	if (rms_dims(p, &m, &n))
+		return -EINVAL;
+	if (!FLYK_HAS_CLUSTERS || dev->cc_major < 9)
+		return -ENOSPC;
+	int64_t CL = pr[0], th = pr[1];
+	if (CL < 2 || CL > 8 || th < 64 || th > 1024 || th % dev->warp)
+		return -EINVAL;
+	int64_t vec = 16 / (int64_t)flyk_dtype_bytes(p->dtype);
+	if ((CL * th / 2) * vec >= n) /* a smaller cluster would do */
+		return -EINVAL;
+	if (m * CL > 0x7fffffff)
+		return -EINVAL;
+	int R = rms_pick_r(rms_need(n, p->dtype, CL * th, 16));
+	if (!R || th > RMS_MAXT(R, 16))
+		return -ENOSPC;
+	return 0;
+}
+
+#if FLYK_HAS_CLUSTERS
+template <int DT, int R, bool RES>
+static int cl_go(const struct flyk_rmsnorm_args *a, int64_t m, int n, int CL,
+		 int th, hipStream_t s)
+{
+	typedef typename flyk_elem<DT>::T T;
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute attr[1];
+	cfg.gridDim = dim3((unsigned)(m * CL));
+	cfg.blockDim = dim3((unsigned)th);
+	cfg.stream = s;
+	attr[0].id = cudaLaunchAttributeClusterDimension;
+	attr[0].val.clusterDim.x = CL;
+	attr[0].val.clusterDim.y = 1;
+	attr[0].val.clusterDim.z = 1;
+	cfg.attrs = attr;
+	cfg.numAttrs = 1;
+	cudaError_t e = cudaLaunchKernelEx(&cfg,
+					   rms_cluster_kernel<DT, 16, R, RES>,
+					   RMS_ARGS(T), m, n, a->eps);
+	return e == cudaSuccess ? 0 : -EIO;
+}
+
+template <int DT, bool RES>
+static int cl_r(const struct flyk_rmsnorm_args *a, int64_t m, int n, int CL,
+		int th, int R, hipStream_t s)
+{
+	switch (R) {
+	case 1:
+		return cl_go<DT, 1, RES>(a, m, n, CL, th, s);
+	case 2:
+		return cl_go<DT, 2, RES>(a, m, n, CL, th, s);
+	case 4:
+		return cl_go<DT, 4, RES>(a, m, n, CL, th, s);
+	default:
+		return cl_go<DT, 8, RES>(a, m, n, CL, th, s);
+	}
+}
+
+template <int DT>
+static int cl_dt(const struct flyk_rmsnorm_args *a, uint32_t flags,
+		 int64_t m, int n, int CL, int th, int R, hipStream_t s)
+{
+	if (flags & FLY_F_RESIDUAL)
+		return cl_r<DT, true>(a, m, n, CL, th, R, s);
+	return cl_r<DT, false>(a, m, n, CL, th, R, s);
+}
+#endif
+
+static int cl_launch(const struct flyk_device *dev,
+		     const struct fly_problem *p, const int64_t *pr,
+		     const union flyk_args *args, void *stream)
+{
+	int rc = cl_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+#if FLYK_HAS_CLUSTERS
+	int64_t m = 0;
+	int n = 0;
+	rms_dims(p, &m, &n);
+	const struct flyk_rmsnorm_args *a = &args->rmsnorm;
+	if (!rms_aligned(a, p->flags))
+		return -EINVAL;
+	int CL = (int)pr[0], th = (int)pr[1];
+	int R = rms_pick_r(rms_need(n, p->dtype, (int64_t)CL * th, 16));
+	hipStream_t s = (hipStream_t)stream;
+	switch (p->dtype) {
+	case FLY_DT_FP32:
+		return cl_dt<FLY_DT_FP32>(a, p->flags, m, n, CL, th, R, s);
+	case FLY_DT_FP16:
+		return cl_dt<FLY_DT_FP16>(a, p->flags, m, n, CL, th, R, s);
+	default:
+		return cl_dt<FLY_DT_BF16>(a, p->flags, m, n, CL, th, R, s);
+	}
+#else
+	return -EOPNOTSUPP;
+#endif
+}
+
+/* ---- twopass and reference */
+
+static const int64_t tp_threads[] = {256, 512, 1024};
+
+static int tp_feasible(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *pr)
+{
+	int64_t m;
+	int n;
+	if (rms_dims(p, &m, &n) || m > 0x7fffffff)
+		return -EINVAL;
+	if (pr[0] < 64 || pr[0] > 1024 || pr[0] % dev->warp)
+		return -EINVAL;
+	return 0;
+}
+
+template <int DT>
+static int tp_dt(const struct flyk_rmsnorm_args *a, uint32_t flags,
+		 int64_t m, int n, int th, hipStream_t s)
+{
+	typedef typename flyk_elem<DT>::T T;
+	if (flags & FLY_F_RESIDUAL)
+		rms_twopass_kernel<DT, true><<<(unsigned)m, th, 0, s>>>(
+			RMS_ARGS(T), n, a->eps);
+	else
+		rms_twopass_kernel<DT, false><<<(unsigned)m, th, 0, s>>>(
+			RMS_ARGS(T), n, a->eps);
+	return rms_launch_err();
+}
+
+static int tp_launch(const struct flyk_device *dev,
+		     const struct fly_problem *p, const int64_t *pr,
+		     const union flyk_args *args, void *stream)
+{
+	int64_t m = 0;
+	int n = 0;
+	int rc = tp_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	rms_dims(p, &m, &n);
+	const struct flyk_rmsnorm_args *a = &args->rmsnorm;
+	if (!rms_aligned(a, p->flags))
+		return -EINVAL;
+	hipStream_t s = (hipStream_t)stream;
+	switch (p->dtype) {
+	case FLY_DT_FP32:
+		return tp_dt<FLY_DT_FP32>(a, p->flags, m, n, (int)pr[0], s);
+	case FLY_DT_FP16:
+		return tp_dt<FLY_DT_FP16>(a, p->flags, m, n, (int)pr[0], s);
+	default:
+		return tp_dt<FLY_DT_BF16>(a, p->flags, m, n, (int)pr[0], s);
+	}
+}
+
+static int ref_feasible(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *pr)
+{
+	int64_t m;
+	int n;
+	if (rms_dims(p, &m, &n) || m > 0x7fffffff)
+		return -EINVAL;
+	return 0;
+}
+
+template <int DT>
+static int ref_dt(const struct flyk_rmsnorm_args *a, uint32_t flags,
+		  int64_t m, int n, hipStream_t s)
+{
+	typedef typename flyk_elem<DT>::T T;
+	if (flags & FLY_F_RESIDUAL)
+		rms_ref_kernel<DT, true><<<(unsigned)m, 256, 0, s>>>(
+			RMS_ARGS(T), n, a->eps);
+	else
+		rms_ref_kernel<DT, false><<<(unsigned)m, 256, 0, s>>>(
+			RMS_ARGS(T), n, a->eps);
+	return rms_launch_err();
+}
+
+static int ref_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *pr,
+		      const union flyk_args *args, void *stream)
+{
+	int64_t m = 0;
+	int n = 0;
+	int rc = ref_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	rms_dims(p, &m, &n);
+	hipStream_t s = (hipStream_t)stream;
+	switch (p->dtype) {
+	case FLY_DT_FP32:
+		return ref_dt<FLY_DT_FP32>(&args->rmsnorm, p->flags, m, n, s);
+	case FLY_DT_FP16:
+		return ref_dt<FLY_DT_FP16>(&args->rmsnorm, p->flags, m, n, s);
+	default:
+		return ref_dt<FLY_DT_BF16>(&args->rmsnorm, p->flags, m, n, s);
+	}
+}
+
+#define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
+
+static const struct flyk_variant rms_variants[] = {
+	{"rmsnorm_ref", FLY_OP_RMSNORM, DT_MASK, FLY_F_RESIDUAL, 1, 0, {},
+	 ref_feasible, NULL, ref_launch},
+	{"rmsnorm_rows", FLY_OP_RMSNORM, DT_MASK, FLY_F_RESIDUAL, 0, 3,
+	 {{"group", NV(rows_group)}, {"rows", NV(rows_rows)},
+	  {"vec", NV(rows_vec)}},
+	 rows_feasible, NULL, rows_launch},
+	{"rmsnorm_cluster", FLY_OP_RMSNORM, DT_MASK, FLY_F_RESIDUAL, 0, 2,
+	 {{"cluster", NV(cl_size)}, {"threads", NV(cl_threads)}},
+	 cl_feasible, NULL, cl_launch},
+	{"rmsnorm_twopass", FLY_OP_RMSNORM, DT_MASK, FLY_F_RESIDUAL, 0, 1,
+	 {{"threads", NV(tp_threads)}}, tp_feasible, NULL, tp_launch},
+};
+
+/* ------------------------------------------------------------ case */
+
+struct rms_state {
+	void *h_y;      /* reference y */
+	void *h_r;      /* reference residual after (RESIDUAL) */
+	void *d_r0;     /* pristine residual, restored before each rep */
+	size_t bytes;   /* m * n * elem */
+};
+
+static int rms_setup(struct flyk_case *c, uint64_t seed)
+{
+	int64_t m;
+	int n;
+	if (rms_dims(&c->p, &m, &n))
+		return -EOPNOTSUPP;
+	size_t es = flyk_dtype_bytes(c->p.dtype);
+	size_t bytes = (size_t)m * n * es;
+	struct rms_state *st = (struct rms_state *)calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	c->state = st;
+	st->bytes = bytes;
+	struct flyk_rmsnorm_args *a = &c->args.rmsnorm;
+	void *x, *w, *y, *r = NULL, *yref, *rref = NULL;
+	int res = (c->p.flags & FLY_F_RESIDUAL) != 0;
+	if (flyk_gpu_case_alloc(c, bytes, 0, &x) < 0 ||
+	    flyk_gpu_case_alloc(c, (size_t)n * es, 0, &w) < 0 ||
+	    flyk_gpu_case_alloc(c, bytes, 1, &y) < 0 ||
+	    flyk_gpu_case_alloc(c, bytes, 0, &yref) < 0)
+		return -ENOMEM;
+	if (res && (flyk_gpu_case_alloc(c, bytes, 0, &r) < 0 ||
+		    flyk_gpu_case_alloc(c, bytes, 0, &st->d_r0) < 0 ||
+		    flyk_gpu_case_alloc(c, bytes, 0, &rref) < 0))
+		return -ENOMEM;
+	struct flyk_device *dev = c->dev;
+	int rc = flyk_gpu_fill_random(dev, x, (size_t)m * n, c->p.dtype,
+				      -2.f, 2.f, seed);
+	if (!rc)
+		rc = flyk_gpu_fill_random(dev, w, (size_t)n, c->p.dtype, 0.5f,
+					  1.5f, seed + 1);
+	if (!rc && res)
+		rc = flyk_gpu_fill_random(dev, st->d_r0, (size_t)m * n,
+					  c->p.dtype, -1.f, 1.f, seed + 2);
+	if (rc)
+		return rc;
+	hipStream_t s = (hipStream_t)dev->stream;
+	if (res && (hipMemcpyAsync(rref, st->d_r0, bytes,
+				   hipMemcpyDeviceToDevice, s) != hipSuccess ||
+		    hipMemcpyAsync(r, st->d_r0, bytes,
+				   hipMemcpyDeviceToDevice, s) != hipSuccess))
+		return -EIO;
+	a->x = x;
+	a->w = w;
+	a->y = yref;
+	a->residual = rref;
+	a->eps = 1e-6f;
+	rc = ref_launch(dev, &c->p, NULL, &c->args, s);
+	a->y = y;
+	a->residual = r;
+	if (rc)
+		return rc;
+	st->h_y = malloc(bytes);
+	if (!st->h_y)
+		return -ENOMEM;
+	rc = flyk_gpu_download(dev, st->h_y, yref, bytes);
+	if (!rc && res) {
+		st->h_r = malloc(bytes);
+		if (!st->h_r)
+			return -ENOMEM;
+		rc = flyk_gpu_download(dev, st->h_r, rref, bytes);
+	}
+	return rc;
+}
+
+static int rms_prepare(struct flyk_case *c)
+{
+	struct rms_state *st = (struct rms_state *)c->state;
+	if (!st->d_r0)
+		return 0;
+	return hipMemcpyAsync(c->args.rmsnorm.residual, st->d_r0, st->bytes,
+			      hipMemcpyDeviceToDevice,
+			      (hipStream_t)c->dev->stream) == hipSuccess
+		       ? 0
+		       : -EIO;
+}
+
+static double rms_tol(uint32_t dt)
+{
+	return dt == FLY_DT_BF16 ? 2e-2 : dt == FLY_DT_FP16 ? 5e-3 : 1e-5;
+}
+
+static float rms_host_val(const void *b, size_t i, uint32_t dt)
+{
+	if (dt == FLY_DT_FP32)
+		return ((const float *)b)[i];
+	uint16_t h = ((const uint16_t *)b)[i];
+	return dt == FLY_DT_FP16 ? flyk_half_to_float(h)
+				 : flyk_bf16_to_float(h);
+}
+
+/* Max abs error; -EDOM when any element is NaN or over rel tolerance
+ * (relative to max(|ref|, 1)). */
+static int rms_compare(const void *got, const void *ref, size_t n,
+		       uint32_t dt, double *max_err)
+{
+	double tol = rms_tol(dt);
+	int bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		double g = rms_host_val(got, i, dt), r = rms_host_val(ref, i, dt);
+		double e = fabs(g - r);
+		if (e != e || g != g) {
+			*max_err = INFINITY;
+			return -EDOM;
+		}
+		if (e > *max_err)
+			*max_err = e;
+		if (e > tol * (fabs(r) > 1.0 ? fabs(r) : 1.0))
+			bad = 1;
+	}
+	return bad ? -EDOM : 0;
+}
+
+static int rms_check(struct flyk_case *c, double *max_err)
+{
+	struct rms_state *st = (struct rms_state *)c->state;
+	size_t n = st->bytes / flyk_dtype_bytes(c->p.dtype);
+	void *h = malloc(st->bytes);
+	*max_err = 0;
+	if (!h)
+		return -ENOMEM;
+	int rc = flyk_gpu_download(c->dev, h, c->args.rmsnorm.y, st->bytes);
+	if (!rc)
+		rc = rms_compare(h, st->h_y, n, c->p.dtype, max_err);
+	if (!rc && st->h_r) {
+		rc = flyk_gpu_download(c->dev, h, c->args.rmsnorm.residual,
+				       st->bytes);
+		if (!rc)
+			rc = rms_compare(h, st->h_r, n, c->p.dtype, max_err);
+	}
+	free(h);
+	return rc;
+}
+
+static void rms_fini(struct flyk_case *c)
+{
+	struct rms_state *st = (struct rms_state *)c->state;
+	if (!st)
+		return;
+	free(st->h_y);
+	free(st->h_r);
+	free(st);
+	c->state = NULL;
+}
+
+extern "C" const struct flyk_gpu_op flyk_gpu_rmsnorm_op = {
+	FLY_OP_RMSNORM,	 rms_variants, sizeof(rms_variants) / sizeof(rms_variants[0]),
+	rms_setup,	 rms_check,    rms_fini,
+	rms_prepare,
+};
