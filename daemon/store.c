@@ -391,16 +391,51 @@ static int store_migrate(struct flyd_store *st, int upto)
 	return 0;
 }
 
+/* Switch to WAL.  The switch upgrades a read lock, and SQLite does not
+ * call the busy handler for an upgrade, so a second process opening the
+ * same file at the same moment gets SQLITE_BUSY at once: retry here for
+ * up to the busy timeout (seen in test_two_processes under load). */
+static int store_wal(struct flyd_store *st)
+{
+	char mode[16] = "";
+	int rc;
+
+	for (int waited = 0;; waited += 10) {
+		sqlite3_stmt *s = NULL;
+
+		rc = sqlite3_prepare_v2(
+		    st->db, "PRAGMA main.journal_mode = WAL", -1, &s, NULL);
+		if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+			col_str(s, 0, mode, sizeof(mode));
+			rc = SQLITE_OK;
+		}
+		sqlite3_finalize(s);
+		if (((rc & 0xff) != SQLITE_BUSY &&
+		     (rc & 0xff) != SQLITE_LOCKED) ||
+		    waited >= STORE_BUSY_MS)
+			break;
+		usleep(10 * 1000);
+	}
+	if (rc != SQLITE_OK)
+		return store_err(st, rc, "journal_mode");
+	if (strcmp(mode, "wal") != 0)
+		flyd_log(FLYD_LOG_WARN, "db_not_wal", "path=%s journal_mode=%s",
+			 st->path, mode);
+	return 0;
+}
+
 /* The connection settings, applied only after store_probe() passed. */
 static int store_pragmas(struct flyd_store *st)
 {
 	static const char *const sql =
-	    "PRAGMA main.journal_mode = WAL;"
 	    "PRAGMA main.synchronous = FULL;"
 	    "PRAGMA foreign_keys = ON;"
 	    "PRAGMA main.journal_size_limit = 16777216;";
-	int rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
+	int rc = store_wal(st);
 
+	if (rc != 0)
+		return rc;
+	rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
 	return rc == SQLITE_OK ? 0 : store_err(st, rc, "pragmas");
 }
 
