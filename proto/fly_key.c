@@ -22,53 +22,51 @@ struct op_info {
 	const char *const *dims;
 	int has_layout;
 	uint32_t dtypes; /* bit (1 << dtype) per allowed dtype */
-	uint32_t flags;  /* allowed FLY_F_* */
-	int bucket_dim;  /* default bucketed dim */
+	uint32_t flags;	 /* allowed FLY_F_* */
+	int bucket_dim;	 /* default bucketed dim */
 };
 
-static const char *const dims_mnk[] = { "m", "n", "k", NULL };
-static const char *const dims_gmnk[] = { "g", "m", "n", "k", NULL };
-static const char *const dims_mn[] = { "m", "n", NULL };
-static const char *const dims_attn[] = { "b", "sq", "skv", "hq", "hkv", "d",
-					 NULL };
-static const char *const dims_mqa[] = { "sq", "skv", "h", "d", NULL };
+static const char *const dims_mnk[] = {"m", "n", "k", NULL};
+static const char *const dims_gmnk[] = {"g", "m", "n", "k", NULL};
+static const char *const dims_mn[] = {"m", "n", NULL};
+static const char *const dims_attn[] = {"b",   "sq", "skv", "hq",
+					"hkv", "d",  NULL};
+static const char *const dims_mqa[] = {"sq", "skv", "h", "d", NULL};
 
 static const struct op_info ops[FLY_OP_COUNT] = {
-	[FLY_OP_GEMM] = { "gemm", 3, dims_mnk, 1, DT(FP32) | DT(FP16) | DT(BF16),
-			  FLY_F_BIAS | FLY_F_SCALE, 0 },
-	[FLY_OP_GROUPED_GEMM] = { "grouped_gemm", 4, dims_gmnk, 1,
-				  DT(FP32) | DT(FP16) | DT(BF16), 0, 1 },
-	[FLY_OP_SCALED_GEMM] = { "scaled_gemm", 3, dims_mnk, 1,
-				 DT(FP8_E4M3) | DT(FP8_E5M2) | DT(MXFP8) |
-					 DT(MXFP4),
-				 0, 0 },
-	[FLY_OP_RMSNORM] = { "rmsnorm", 2, dims_mn, 0,
-			     DT(FP32) | DT(FP16) | DT(BF16), FLY_F_RESIDUAL, 0 },
-	[FLY_OP_TOPK] = { "topk", 3, dims_mnk, 0, DT(FP32) | DT(FP16) | DT(BF16),
-			  FLY_F_DETERMINISTIC, 0 },
-	[FLY_OP_ATTENTION] = { "attention", 6, dims_attn, 0,
-			       DT(FP16) | DT(BF16), FLY_F_CAUSAL, 1 },
-	[FLY_OP_MQA_LOGITS] = { "mqa_logits", 4, dims_mqa, 0, DT(FP8_E4M3), 0,
-				0 },
+    [FLY_OP_GEMM] = {"gemm", 3, dims_mnk, 1, DT(FP32) | DT(FP16) | DT(BF16),
+		     FLY_F_BIAS | FLY_F_SCALE, 0},
+    [FLY_OP_GROUPED_GEMM] = {"grouped_gemm", 4, dims_gmnk, 1,
+			     DT(FP32) | DT(FP16) | DT(BF16), 0, 1},
+    [FLY_OP_SCALED_GEMM] = {"scaled_gemm", 3, dims_mnk, 1,
+			    DT(FP8_E4M3) | DT(FP8_E5M2) | DT(MXFP8) | DT(MXFP4),
+			    0, 0},
+    [FLY_OP_RMSNORM] = {"rmsnorm", 2, dims_mn, 0,
+			DT(FP32) | DT(FP16) | DT(BF16), FLY_F_RESIDUAL, 0},
+    [FLY_OP_TOPK] = {"topk", 3, dims_mnk, 0, DT(FP32) | DT(FP16) | DT(BF16),
+		     FLY_F_DETERMINISTIC, 0},
+    [FLY_OP_ATTENTION] = {"attention", 6, dims_attn, 0, DT(FP16) | DT(BF16),
+			  FLY_F_CAUSAL, 1},
+    [FLY_OP_MQA_LOGITS] = {"mqa_logits", 4, dims_mqa, 0, DT(FP8_E4M3), 0, 0},
 };
 
 static const char *const dtype_names[FLY_DT_COUNT] = {
-	[FLY_DT_FP32] = "fp32",	    [FLY_DT_FP16] = "fp16",
-	[FLY_DT_BF16] = "bf16",	    [FLY_DT_FP8_E4M3] = "fp8_e4m3",
-	[FLY_DT_FP8_E5M2] = "fp8_e5m2", [FLY_DT_MXFP8] = "mxfp8",
-	[FLY_DT_MXFP4] = "mxfp4",
+    [FLY_DT_FP32] = "fp32",	    [FLY_DT_FP16] = "fp16",
+    [FLY_DT_BF16] = "bf16",	    [FLY_DT_FP8_E4M3] = "fp8_e4m3",
+    [FLY_DT_FP8_E5M2] = "fp8_e5m2", [FLY_DT_MXFP8] = "mxfp8",
+    [FLY_DT_MXFP4] = "mxfp4",
 };
 
 static const char *const layout_names[FLY_LAYOUT_COUNT] = {
-	[FLY_LAYOUT_NT] = "NT",
-	[FLY_LAYOUT_NN] = "NN",
-	[FLY_LAYOUT_TN] = "TN",
-	[FLY_LAYOUT_TT] = "TT",
+    [FLY_LAYOUT_NT] = "NT",
+    [FLY_LAYOUT_NN] = "NN",
+    [FLY_LAYOUT_TN] = "TN",
+    [FLY_LAYOUT_TT] = "TT",
 };
 
 /* Flag names by bit position (bit 0 = FLY_F_BIAS). */
-static const char *const flag_names[] = { "bias", "scale", "residual", "det",
-					  "causal" };
+static const char *const flag_names[] = {"bias", "scale", "residual", "det",
+					 "causal"};
 #define NFLAGS ((int)(sizeof(flag_names) / sizeof(flag_names[0])))
 
 static const struct op_info *op_get(uint32_t op)
@@ -289,8 +287,9 @@ static int parse_dims(const struct op_info *oi, const char *s, size_t len,
 			return FLY_E_BADKEY;
 		if (i >= oi->ndims || strlen(oi->dims[i]) != eq - start ||
 		    memcmp(oi->dims[i], s + start, eq - start))
-			return is_dim_name(s + start, eq - start) ? FLY_E_BADDIM
-								  : FLY_E_BADKEY;
+			return is_dim_name(s + start, eq - start)
+				   ? FLY_E_BADDIM
+				   : FLY_E_BADKEY;
 		rc = parse_int(s + eq + 1, pos - eq - 1, &p->dims[i]);
 		if (rc < 0)
 			return rc;
@@ -332,7 +331,7 @@ static int parse_flags(const char *s, size_t len, uint32_t *out)
 int fly_key_parse(const char *s, size_t len, struct fly_problem *out)
 {
 	struct fly_problem p;
-	struct cur c = { s, len, 0 };
+	struct cur c = {s, len, 0};
 	const struct op_info *oi;
 	const char *seg;
 	size_t n;

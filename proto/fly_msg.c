@@ -30,7 +30,7 @@ struct req_info {
 };
 
 static const struct req_info reqs[FLY_REQ_COUNT] = {
-#define FLY_MSG(name, id, flags) [id] = { #name, flags },
+#define FLY_MSG(name, id, flags) [id] = {#name, flags},
 #include "fly_msgs.def"
 #undef FLY_MSG
 };
@@ -358,27 +358,27 @@ char *fly_msg_print(const cJSON *msg, size_t *len)
 /* ---------------------------------------------------------------- errors */
 
 static const char *const err_names[] = {
-	[-(FLY_E_PROTO - FLY_E_BASE)] = "proto",
-	[-(FLY_E_NOGPU - FLY_E_BASE)] = "nogpu",
-	[-(FLY_E_SCHEMA - FLY_E_BASE)] = "schema",
-	[-(FLY_E_BADOP - FLY_E_BASE)] = "bad_op",
-	[-(FLY_E_BADDTYPE - FLY_E_BASE)] = "bad_dtype",
-	[-(FLY_E_BADDIM - FLY_E_BASE)] = "bad_dim",
-	[-(FLY_E_OVERFLOW - FLY_E_BASE)] = "overflow",
-	[-(FLY_E_KEYLEN - FLY_E_BASE)] = "key_too_long",
-	[-(FLY_E_BADKEY - FLY_E_BASE)] = "bad_key",
-	[-(FLY_E_BUSY - FLY_E_BASE)] = "busy",
-	[-(FLY_E_PERM - FLY_E_BASE)] = "permission",
-	[-(FLY_E_NOTFOUND - FLY_E_BASE)] = "not_found",
-	[-(FLY_E_TIMEOUT - FLY_E_BASE)] = "timeout",
-	[-(FLY_E_DOWN - FLY_E_BASE)] = "down",
-	[-(FLY_E_VERSION - FLY_E_BASE)] = "version",
-	[-(FLY_E_INVALID - FLY_E_BASE)] = "invalid",
-	[-(FLY_E_TOOBIG - FLY_E_BASE)] = "too_big",
-	[-(FLY_E_STORAGE - FLY_E_BASE)] = "storage",
-	[-(FLY_E_SHM - FLY_E_BASE)] = "shm",
-	[-(FLY_E_GPU - FLY_E_BASE)] = "gpu",
-	[-(FLY_E_MAXCLIENTS - FLY_E_BASE)] = "max_clients",
+    [-(FLY_E_PROTO - FLY_E_BASE)] = "proto",
+    [-(FLY_E_NOGPU - FLY_E_BASE)] = "nogpu",
+    [-(FLY_E_SCHEMA - FLY_E_BASE)] = "schema",
+    [-(FLY_E_BADOP - FLY_E_BASE)] = "bad_op",
+    [-(FLY_E_BADDTYPE - FLY_E_BASE)] = "bad_dtype",
+    [-(FLY_E_BADDIM - FLY_E_BASE)] = "bad_dim",
+    [-(FLY_E_OVERFLOW - FLY_E_BASE)] = "overflow",
+    [-(FLY_E_KEYLEN - FLY_E_BASE)] = "key_too_long",
+    [-(FLY_E_BADKEY - FLY_E_BASE)] = "bad_key",
+    [-(FLY_E_BUSY - FLY_E_BASE)] = "busy",
+    [-(FLY_E_PERM - FLY_E_BASE)] = "permission",
+    [-(FLY_E_NOTFOUND - FLY_E_BASE)] = "not_found",
+    [-(FLY_E_TIMEOUT - FLY_E_BASE)] = "timeout",
+    [-(FLY_E_DOWN - FLY_E_BASE)] = "down",
+    [-(FLY_E_VERSION - FLY_E_BASE)] = "version",
+    [-(FLY_E_INVALID - FLY_E_BASE)] = "invalid",
+    [-(FLY_E_TOOBIG - FLY_E_BASE)] = "too_big",
+    [-(FLY_E_STORAGE - FLY_E_BASE)] = "storage",
+    [-(FLY_E_SHM - FLY_E_BASE)] = "shm",
+    [-(FLY_E_GPU - FLY_E_BASE)] = "gpu",
+    [-(FLY_E_MAXCLIENTS - FLY_E_BASE)] = "max_clients",
 };
 #define NERR ((int)(sizeof(err_names) / sizeof(err_names[0])))
 
@@ -444,7 +444,7 @@ int fly_msg_get_error(const cJSON *resp, const char **msg)
 
 /* ---------------------------------------------------------------- decision */
 
-static const char *const status_names[] = { "default", "pending", "tuned" };
+static const char *const status_names[] = {"default", "pending", "tuned"};
 
 const char *fly_status_name(uint32_t status)
 {
@@ -521,7 +521,8 @@ int fly_msg_decision_from_json(const cJSON *o, struct fly_decision *out)
 	va = cJSON_GetObjectItemCaseSensitive(o, "variant");
 	pa = cJSON_GetObjectItemCaseSensitive(o, "params");
 	me = cJSON_GetObjectItemCaseSensitive(o, "median_us");
-	if (!cJSON_IsString(st) || (status = fly_status_parse(st->valuestring)) < 0)
+	if (!cJSON_IsString(st) ||
+	    (status = fly_status_parse(st->valuestring)) < 0)
 		return FLY_E_PROTO;
 	if (!cJSON_IsBool(pr) || !cJSON_IsString(va) || !cJSON_IsArray(pa) ||
 	    !cJSON_IsNumber(me) || !isfinite(me->valuedouble) ||
@@ -529,7 +530,8 @@ int fly_msg_decision_from_json(const cJSON *o, struct fly_decision *out)
 		return FLY_E_PROTO;
 	if (strlen(va->valuestring) >= FLY_VARIANT_MAX)
 		return FLY_E_PROTO;
-	cJSON_ArrayForEach(p, pa) {
+	cJSON_ArrayForEach(p, pa)
+	{
 		if (i >= FLY_PARAMS_MAX || num_to_i64(p, &d.params[i]) < 0)
 			return FLY_E_PROTO;
 		i++;

@@ -34,7 +34,7 @@
 #include "fly_key.h"
 #include "fly_shm.h"
 
-#define SHM_MAGIC 0x31304d4853594c46ull /* "FLYSHM01" little-endian */
+#define SHM_MAGIC  0x31304d4853594c46ull /* "FLYSHM01" little-endian */
 #define SLOT_WORDS (FLY_SHM_SLOT_SIZE / 8)
 
 /* TSan does not model fences (gcc -Wtsan); every shared access here is
@@ -49,27 +49,27 @@
 #endif
 
 struct shm_header {
-	uint64_t magic;       /* SHM_MAGIC */
-	uint32_t version;     /* FLY_SHM_LAYOUT_VERSION */
-	uint32_t header_size; /* FLY_SHM_HEADER_SIZE */
-	uint32_t slot_size;   /* FLY_SHM_SLOT_SIZE */
-	uint32_t capacity;    /* slots, power of two */
-	uint64_t total_size;  /* header_size + capacity * slot_size */
+	uint64_t magic;		     /* SHM_MAGIC */
+	uint32_t version;	     /* FLY_SHM_LAYOUT_VERSION */
+	uint32_t header_size;	     /* FLY_SHM_HEADER_SIZE */
+	uint32_t slot_size;	     /* FLY_SHM_SLOT_SIZE */
+	uint32_t capacity;	     /* slots, power of two */
+	uint64_t total_size;	     /* header_size + capacity * slot_size */
 	_Atomic uint64_t generation; /* bumps on forget/import/re-tune */
-	_Atomic uint32_t count;      /* live entries */
-	uint32_t max_probe;   /* longest probe the writer ever needs */
-	uint32_t checksum;    /* FNV-1a 32 over the constant fields */
+	_Atomic uint32_t count;	     /* live entries */
+	uint32_t max_probe;	     /* longest probe the writer ever needs */
+	uint32_t checksum;	     /* FNV-1a 32 over the constant fields */
 	uint8_t pad[204];
 };
 
 struct shm_slot {
-	_Atomic uint64_t seq;          /* odd while written; 0 never used */
-	uint64_t hash;                 /* fly_key_hash of the key */
-	uint16_t keylen;               /* 0: tombstone (when seq != 0) */
-	uint8_t status;                /* enum fly_status */
-	uint8_t nparams;               /* <= FLY_PARAMS_MAX */
-	uint32_t checksum;             /* see the file comment */
-	char key[FLY_KEY_MAX];         /* not NUL-terminated: keylen bytes */
+	_Atomic uint64_t seq;	       /* odd while written; 0 never used */
+	uint64_t hash;		       /* fly_key_hash of the key */
+	uint16_t keylen;	       /* 0: tombstone (when seq != 0) */
+	uint8_t status;		       /* enum fly_status */
+	uint8_t nparams;	       /* <= FLY_PARAMS_MAX */
+	uint32_t checksum;	       /* see the file comment */
+	char key[FLY_KEY_MAX];	       /* not NUL-terminated: keylen bytes */
 	char variant[FLY_VARIANT_MAX]; /* NUL-terminated */
 	int64_t params[FLY_PARAMS_MAX];
 	double median_us;
@@ -108,10 +108,10 @@ union slot_img {
 
 struct fly_shm_writer {
 	int fd;
-	uint8_t *base;  /* the one writable mapping */
+	uint8_t *base; /* the one writable mapping */
 	size_t size;
 	uint32_t capacity;
-	uint32_t probe; /* min(FLY_SHM_MAX_PROBE, capacity) */
+	uint32_t probe;	 /* min(FLY_SHM_MAX_PROBE, capacity) */
 	uint64_t seqctr; /* last even seq handed out */
 	int future_write_sealed;
 };
@@ -205,8 +205,8 @@ int fly__shm_writer_open(uint32_t capacity, struct fly_shm_writer **out)
 	if (w == NULL)
 		return -ENOMEM;
 	w->capacity = round_pow2(capacity);
-	w->probe = w->capacity < FLY_SHM_MAX_PROBE ? w->capacity
-						   : FLY_SHM_MAX_PROBE;
+	w->probe =
+	    w->capacity < FLY_SHM_MAX_PROBE ? w->capacity : FLY_SHM_MAX_PROBE;
 	w->size = FLY_SHM_HEADER_SIZE + (size_t)w->capacity * FLY_SHM_SLOT_SIZE;
 	w->fd = memfd_create("flytuned-table", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (w->fd < 0) {
@@ -217,8 +217,8 @@ int fly__shm_writer_open(uint32_t capacity, struct fly_shm_writer **out)
 		rc = -errno;
 		goto err_close;
 	}
-	w->base = mmap(NULL, w->size, PROT_READ | PROT_WRITE, MAP_SHARED,
-		       w->fd, 0);
+	w->base =
+	    mmap(NULL, w->size, PROT_READ | PROT_WRITE, MAP_SHARED, w->fd, 0);
 	if (w->base == MAP_FAILED) {
 		rc = -errno;
 		goto err_close;
@@ -236,7 +236,7 @@ int fly__shm_writer_open(uint32_t capacity, struct fly_shm_writer **out)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	atomic_store_explicit(&h->generation,
 			      (uint64_t)ts.tv_sec * 1000000000ull +
-				      (uint64_t)ts.tv_nsec,
+				  (uint64_t)ts.tv_nsec,
 			      memory_order_release);
 	rc = seal(w);
 	if (rc < 0)
@@ -465,8 +465,8 @@ static int check_header(const uint8_t *base, size_t size,
 	if (h.checksum != fly__shm_header_sum(base))
 		return FLY_E_SHM;
 	r->capacity = h.capacity;
-	r->probe = h.max_probe < FLY_SHM_MAX_PROBE ? h.max_probe
-						   : FLY_SHM_MAX_PROBE;
+	r->probe =
+	    h.max_probe < FLY_SHM_MAX_PROBE ? h.max_probe : FLY_SHM_MAX_PROBE;
 	if (r->probe > h.capacity)
 		r->probe = h.capacity;
 	return 0;
@@ -542,7 +542,8 @@ static int slot_read(const struct fly_shm_reader *r, uint32_t i,
 	_Atomic uint64_t *sw = slot_words(r->base, i);
 
 	for (int t = 0; t < FLY_SHM_RETRIES; t++) {
-		uint64_t s1 = atomic_load_explicit(&sw[0], memory_order_acquire);
+		uint64_t s1 =
+		    atomic_load_explicit(&sw[0], memory_order_acquire);
 
 		if (s1 & 1)
 			continue;
@@ -550,8 +551,8 @@ static int slot_read(const struct fly_shm_reader *r, uint32_t i,
 		if (s1 == 0)
 			return 0; /* never used: nothing else matters */
 		for (int k = 1; k < SLOT_WORDS; k++)
-			img->w[k] = atomic_load_explicit(&sw[k],
-							 memory_order_relaxed);
+			img->w[k] =
+			    atomic_load_explicit(&sw[k], memory_order_relaxed);
 		atomic_thread_fence(memory_order_acquire);
 		if (atomic_load_explicit(&sw[0], memory_order_relaxed) == s1)
 			return 0;
@@ -569,8 +570,8 @@ static int slot_valid(const union slot_img *img)
 	return memchr(img->s.variant, '\0', FLY_VARIANT_MAX) != NULL;
 }
 
-int fly_shm_lookup(const struct fly_shm_reader *r, const char *key,
-		   size_t len, struct fly_decision *out)
+int fly_shm_lookup(const struct fly_shm_reader *r, const char *key, size_t len,
+		   struct fly_decision *out)
 {
 	union slot_img img;
 	uint64_t hash, gen;

@@ -20,14 +20,14 @@
 #define MAX_DOCS 8
 
 struct vctx {
-	char dir[1024];          /* directory of the schema files */
+	char dir[1024]; /* directory of the schema files */
 	char names[MAX_DOCS][128];
 	cJSON *docs[MAX_DOCS];
 	int ndocs;
 	char *err;
 	size_t errcap;
-	int quiet;               /* inside oneOf/anyOf: no messages */
-	int fatal;               /* schema problem: -1 */
+	int quiet; /* inside oneOf/anyOf: no messages */
+	int fatal; /* schema problem: -1 */
 };
 
 static void verr(struct vctx *c, const char *path, const char *fmt, ...)
@@ -154,9 +154,10 @@ static int check_type(struct vctx *c, const cJSON *t, const cJSON *d,
 		r = type_is(t->valuestring, d);
 	} else if (cJSON_IsArray(t)) {
 		r = 0;
-		cJSON_ArrayForEach(e, t) {
-			int one = cJSON_IsString(e) ? type_is(e->valuestring, d)
-						    : -1;
+		cJSON_ArrayForEach(e, t)
+		{
+			int one =
+			    cJSON_IsString(e) ? type_is(e->valuestring, d) : -1;
 
 			if (one < 0) {
 				r = -1;
@@ -212,24 +213,27 @@ static int check_object(struct vctx *c, const cJSON *s, const cJSON *root,
 {
 	const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
 	const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
-	const cJSON *add = cJSON_GetObjectItemCaseSensitive(s,
-							    "additionalProperties");
+	const cJSON *add =
+	    cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
 	const cJSON *e;
 	char sub[512];
 
 	if (!cJSON_IsObject(d))
 		return 0;
-	cJSON_ArrayForEach(e, req) {
+	cJSON_ArrayForEach(e, req)
+	{
 		if (cJSON_IsString(e) &&
 		    !cJSON_GetObjectItemCaseSensitive(d, e->valuestring)) {
-			verr(c, path, "missing required \"%s\"", e->valuestring);
+			verr(c, path, "missing required \"%s\"",
+			     e->valuestring);
 			return 1;
 		}
 	}
-	cJSON_ArrayForEach(e, d) {
-		const cJSON *ps = props ? cJSON_GetObjectItemCaseSensitive(
-						  props, e->string)
-					: NULL;
+	cJSON_ArrayForEach(e, d)
+	{
+		const cJSON *ps =
+		    props ? cJSON_GetObjectItemCaseSensitive(props, e->string)
+			  : NULL;
 
 		snprintf(sub, sizeof(sub), "%s.%s", path, e->string);
 		if (ps) {
@@ -266,7 +270,8 @@ static int check_array(struct vctx *c, const cJSON *s, const cJSON *root,
 		verr(c, path, "more than %d items", mx->valueint);
 		return 1;
 	}
-	cJSON_ArrayForEach(e, d) {
+	cJSON_ArrayForEach(e, d)
+	{
 		snprintf(sub, sizeof(sub), "%s[%d]", path, n++);
 		if (items && validate(c, items, root, e, sub))
 			return 1;
@@ -324,7 +329,8 @@ static int check_enum_const(struct vctx *c, const cJSON *s, const cJSON *d,
 	k = cJSON_GetObjectItemCaseSensitive(s, "enum");
 	if (k == NULL)
 		return 0;
-	cJSON_ArrayForEach(e, k) {
+	cJSON_ArrayForEach(e, k)
+	{
 		if (cJSON_Compare(e, d, 1))
 			return 0;
 	}
@@ -340,7 +346,8 @@ static int check_of(struct vctx *c, const cJSON *list, int one,
 	int ok = 0, quiet = c->quiet;
 
 	c->quiet = 1;
-	cJSON_ArrayForEach(e, list) {
+	cJSON_ArrayForEach(e, list)
+	{
 		if (validate(c, e, root, d, path) == 0)
 			ok++;
 	}
@@ -352,17 +359,20 @@ static int check_of(struct vctx *c, const cJSON *list, int one,
 }
 
 static const char *const known[] = {
-	"type", "properties", "required", "additionalProperties", "enum",
-	"const", "items", "minItems", "maxItems", "minimum", "maximum",
-	"minLength", "maxLength", "pattern", "$ref", "oneOf", "anyOf",
-	"$schema", "$id", "title", "description", "$defs", "$comment",
-	"examples", "default", NULL };
+    "type",	   "properties", "required", "additionalProperties",
+    "enum",	   "const",	 "items",    "minItems",
+    "maxItems",	   "minimum",	 "maximum",  "minLength",
+    "maxLength",   "pattern",	 "$ref",     "oneOf",
+    "anyOf",	   "$schema",	 "$id",	     "title",
+    "description", "$defs",	 "$comment", "examples",
+    "default",	   NULL};
 
 static int check_keywords(struct vctx *c, const cJSON *s, const char *path)
 {
 	const cJSON *e;
 
-	cJSON_ArrayForEach(e, s) {
+	cJSON_ArrayForEach(e, s)
+	{
 		int ok = !strncmp(e->string, "x-", 2);
 
 		for (int i = 0; !ok && known[i]; i++)
@@ -424,8 +434,8 @@ int fly_test_schema_validate(const char *schema_path, const cJSON *doc,
 		err[0] = '\0';
 	slash = strrchr(schema_path, '/');
 	if (schema_path[0] == '/' && slash) {
-		snprintf(c.dir, sizeof(c.dir), "%.*s", (int)(slash - schema_path),
-			 schema_path);
+		snprintf(c.dir, sizeof(c.dir), "%.*s",
+			 (int)(slash - schema_path), schema_path);
 		schema_path = slash + 1;
 	} else {
 		snprintf(c.dir, sizeof(c.dir), "%s/schemas", FLY_SRC_DIR);

@@ -82,8 +82,8 @@ static void feed_chunks(const uint8_t *buf, size_t n, const char **want,
 
 static void test_fragmentation(void **state)
 {
-	const char *msgs[] = { "{\"req\":\"hello\",\"version\":1}", "{}",
-			       "{\"req\":\"status\"}" };
+	const char *msgs[] = {"{\"req\":\"hello\",\"version\":1}", "{}",
+			      "{\"req\":\"status\"}"};
 	uint8_t buf[256];
 	size_t n = 0;
 
@@ -96,7 +96,7 @@ static void test_fragmentation(void **state)
 
 static void test_several_in_one_feed(void **state)
 {
-	const char *msgs[] = { "{\"a\":1}", "{\"b\":2}", "{\"c\":3}" };
+	const char *msgs[] = {"{\"a\":1}", "{\"b\":2}", "{\"c\":3}"};
 	struct fly_frame_dec d;
 	uint8_t buf[128], *f;
 	uint32_t flen;
@@ -107,7 +107,8 @@ static void test_several_in_one_feed(void **state)
 		put_frame(buf, &n, msgs[i]);
 	fly_frame_dec_init(&d, 1024);
 	for (int i = 0; i < 3; i++) {
-		int64_t c = fly_frame_dec_feed(&d, buf + off, n - off, &f, &flen);
+		int64_t c =
+		    fly_frame_dec_feed(&d, buf + off, n - off, &f, &flen);
 
 		/* returns right after each frame */
 		assert_int_equal(c, FLY_FRAME_HDR + strlen(msgs[i]));
@@ -149,7 +150,8 @@ static void test_cap_before_alloc(void **state)
 	fly_frame_dec_init(&d, FLY_FRAME_CAP_DEFAULT);
 	fly_frame_put_header(h, 0xffffffffu);
 	for (int i = 0; i < 3; i++)
-		assert_int_equal(fly_frame_dec_feed(&d, h + i, 1, &f, &flen), 1);
+		assert_int_equal(fly_frame_dec_feed(&d, h + i, 1, &f, &flen),
+				 1);
 	assert_true(fly_frame_dec_is_partial(&d));
 	assert_int_equal(fly_frame_dec_feed(&d, h + 3, 1, &f, &flen),
 			 FLY_E_TOOBIG);
@@ -161,8 +163,9 @@ static void test_cap_before_alloc(void **state)
 	fly_frame_put_header(h, 8);
 	assert_int_equal(fly_frame_dec_feed(&d, h, 4, &f, &flen), 4);
 	assert_true(fly_frame_dec_is_partial(&d));
-	assert_int_equal(fly_frame_dec_feed(&d, (const uint8_t *)"{\"a\":12}", 8,
-					    &f, &flen), 8);
+	assert_int_equal(
+	    fly_frame_dec_feed(&d, (const uint8_t *)"{\"a\":12}", 8, &f, &flen),
+	    8);
 	assert_non_null(f);
 	assert_int_equal(flen, 8);
 	free(f);
@@ -190,11 +193,11 @@ static void test_fini_partial(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_header),
-		cmocka_unit_test(test_fragmentation),
-		cmocka_unit_test(test_several_in_one_feed),
-		cmocka_unit_test(test_cap_before_alloc),
-		cmocka_unit_test(test_fini_partial),
+	    cmocka_unit_test(test_header),
+	    cmocka_unit_test(test_fragmentation),
+	    cmocka_unit_test(test_several_in_one_feed),
+	    cmocka_unit_test(test_cap_before_alloc),
+	    cmocka_unit_test(test_fini_partial),
 	};
 
 	return cmocka_run_group_tests_name("frame", tests, NULL, NULL);

@@ -14,18 +14,18 @@
 
 /* One canonical key per op (and some flag combinations). */
 static const char *const good_keys[] = {
-	"gemm/bf16/NT/m=4096,n=6144,k=4096",
-	"gemm/fp32/TT/m=1,n=1,k=1/bias+scale",
-	"gemm/fp16/NN/m=7,n=8,k=9/scale",
-	"grouped_gemm/fp16/TN/g=8,m=1024,n=512,k=256",
-	"scaled_gemm/fp8_e4m3/NT/m=128,n=256,k=512",
-	"scaled_gemm/mxfp4/NT/m=128,n=256,k=512",
-	"rmsnorm/fp16/m=8192,n=4097/residual",
-	"rmsnorm/bf16/m=1,n=4096",
-	"topk/fp32/m=4096,n=1024,k=8/det",
-	"attention/bf16/b=2,sq=1024,skv=4096,hq=32,hkv=8,d=128/causal",
-	"attention/fp16/b=1,sq=1,skv=1,hq=1,hkv=1,d=64",
-	"mqa_logits/fp8_e4m3/sq=64,skv=8192,h=64,d=128",
+    "gemm/bf16/NT/m=4096,n=6144,k=4096",
+    "gemm/fp32/TT/m=1,n=1,k=1/bias+scale",
+    "gemm/fp16/NN/m=7,n=8,k=9/scale",
+    "grouped_gemm/fp16/TN/g=8,m=1024,n=512,k=256",
+    "scaled_gemm/fp8_e4m3/NT/m=128,n=256,k=512",
+    "scaled_gemm/mxfp4/NT/m=128,n=256,k=512",
+    "rmsnorm/fp16/m=8192,n=4097/residual",
+    "rmsnorm/bf16/m=1,n=4096",
+    "topk/fp32/m=4096,n=1024,k=8/det",
+    "attention/bf16/b=2,sq=1024,skv=4096,hq=32,hkv=8,d=128/causal",
+    "attention/fp16/b=1,sq=1,skv=1,hq=1,hkv=1,d=64",
+    "mqa_logits/fp8_e4m3/sq=64,skv=8192,h=64,d=128",
 };
 
 static void test_roundtrip(void **state)
@@ -49,12 +49,12 @@ static void test_roundtrip(void **state)
 static void test_every_op_roundtrips(void **state)
 {
 	static const uint32_t dt[FLY_OP_COUNT] = {
-		0, FLY_DT_FP16, FLY_DT_BF16, FLY_DT_FP8_E5M2, FLY_DT_FP32,
-		FLY_DT_BF16, FLY_DT_FP16, FLY_DT_FP8_E4M3 };
+	    0,		 FLY_DT_FP16, FLY_DT_BF16, FLY_DT_FP8_E5M2,
+	    FLY_DT_FP32, FLY_DT_BF16, FLY_DT_FP16, FLY_DT_FP8_E4M3};
 
 	(void)state;
 	for (uint32_t op = 1; op < FLY_OP_COUNT; op++) {
-		struct fly_problem p = { 0 }, q;
+		struct fly_problem p = {0}, q;
 		char buf[FLY_KEY_MAX];
 		int n;
 
@@ -79,47 +79,47 @@ struct bad {
 };
 
 static const struct bad bad_keys[] = {
-	/* unknown op */
-	{ "conv/fp16/m=1,n=1", FLY_E_BADOP },
-	{ "GEMM/bf16/NT/m=1,n=1,k=1", FLY_E_BADOP },
-	/* dtype unknown or not allowed for the op */
-	{ "gemm/fp64/NT/m=1,n=1,k=1", FLY_E_BADDTYPE },
-	{ "gemm/fp8_e4m3/NT/m=1,n=1,k=1", FLY_E_BADDTYPE },
-	{ "scaled_gemm/bf16/NT/m=1,n=1,k=1", FLY_E_BADDTYPE },
-	{ "attention/fp32/b=1,sq=1,skv=1,hq=1,hkv=1,d=1", FLY_E_BADDTYPE },
-	{ "mqa_logits/fp16/sq=1,skv=1,h=1,d=1", FLY_E_BADDTYPE },
-	/* dims: zero, negative, missing, extra, out of order */
-	{ "gemm/bf16/NT/m=0,n=1,k=1", FLY_E_BADDIM },
-	{ "gemm/bf16/NT/m=-4,n=1,k=1", FLY_E_BADDIM },
-	{ "gemm/bf16/NT/m=1,n=1", FLY_E_BADDIM },
-	{ "gemm/bf16/NT/m=1,n=1,k=1,g=2", FLY_E_BADDIM },
-	{ "gemm/bf16/NT/n=1,m=1,k=1", FLY_E_BADDIM },
-	{ "rmsnorm/fp16", FLY_E_BADDIM },
-	/* product overflow, and a dim that overflows by itself */
-	{ "gemm/bf16/NT/m=4294967296,n=4294967296,k=2", FLY_E_OVERFLOW },
-	{ "rmsnorm/fp16/m=99999999999999999999,n=1", FLY_E_OVERFLOW },
-	/* too long */
-	{ "attention/bf16/b=1,sq=1,skv=1,hq=1,hkv=1,d=1/causal"
-	  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
-	  FLY_E_KEYLEN },
-	/* syntax */
-	{ "", FLY_E_BADKEY },
-	{ "gemm/bf16/NT/m=01,n=1,k=1", FLY_E_BADKEY },
-	{ "gemm/bf16/NT/m=+1,n=1,k=1", FLY_E_BADKEY },
-	{ "gemm/bf16/NT/m=1,n=1,k=1/", FLY_E_BADKEY },
-	{ "gemm/bf16/NT/m=1,n=1,k=1/scale+bias", FLY_E_BADKEY },
-	{ "gemm/bf16/NT/m=1,n=1,k=1/bias+bias", FLY_E_BADKEY },
-	{ "gemm/bf16/NT/m=1,n=1,k=1/fast", FLY_E_BADKEY },
-	{ "gemm/bf16/nt/m=1,n=1,k=1", FLY_E_BADKEY },
-	{ "gemm/bf16/m=1,n=1,k=1", FLY_E_BADKEY },
-	{ "gemm/bf16/NT/m=1,n=1,k=1/bias/x", FLY_E_BADKEY },
-	{ "gemm/bf16/NT/m=1, n=1,k=1", FLY_E_BADKEY },
-	{ "gemm/bf16/NT/m=1,n=1,k=1x", FLY_E_BADKEY },
-	{ "gemm/bf16/NT/m1,n=1,k=1", FLY_E_BADKEY },
-	{ "gemm/bf16/NT/m=,n=1,k=1", FLY_E_BADKEY },
-	/* flag not allowed for the op */
-	{ "rmsnorm/fp16/m=1,n=1/causal", FLY_E_INVALID },
-	{ "topk/fp16/m=1,n=1,k=1/residual", FLY_E_INVALID },
+    /* unknown op */
+    {"conv/fp16/m=1,n=1", FLY_E_BADOP},
+    {"GEMM/bf16/NT/m=1,n=1,k=1", FLY_E_BADOP},
+    /* dtype unknown or not allowed for the op */
+    {"gemm/fp64/NT/m=1,n=1,k=1", FLY_E_BADDTYPE},
+    {"gemm/fp8_e4m3/NT/m=1,n=1,k=1", FLY_E_BADDTYPE},
+    {"scaled_gemm/bf16/NT/m=1,n=1,k=1", FLY_E_BADDTYPE},
+    {"attention/fp32/b=1,sq=1,skv=1,hq=1,hkv=1,d=1", FLY_E_BADDTYPE},
+    {"mqa_logits/fp16/sq=1,skv=1,h=1,d=1", FLY_E_BADDTYPE},
+    /* dims: zero, negative, missing, extra, out of order */
+    {"gemm/bf16/NT/m=0,n=1,k=1", FLY_E_BADDIM},
+    {"gemm/bf16/NT/m=-4,n=1,k=1", FLY_E_BADDIM},
+    {"gemm/bf16/NT/m=1,n=1", FLY_E_BADDIM},
+    {"gemm/bf16/NT/m=1,n=1,k=1,g=2", FLY_E_BADDIM},
+    {"gemm/bf16/NT/n=1,m=1,k=1", FLY_E_BADDIM},
+    {"rmsnorm/fp16", FLY_E_BADDIM},
+    /* product overflow, and a dim that overflows by itself */
+    {"gemm/bf16/NT/m=4294967296,n=4294967296,k=2", FLY_E_OVERFLOW},
+    {"rmsnorm/fp16/m=99999999999999999999,n=1", FLY_E_OVERFLOW},
+    /* too long */
+    {"attention/bf16/b=1,sq=1,skv=1,hq=1,hkv=1,d=1/causal"
+     "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+     FLY_E_KEYLEN},
+    /* syntax */
+    {"", FLY_E_BADKEY},
+    {"gemm/bf16/NT/m=01,n=1,k=1", FLY_E_BADKEY},
+    {"gemm/bf16/NT/m=+1,n=1,k=1", FLY_E_BADKEY},
+    {"gemm/bf16/NT/m=1,n=1,k=1/", FLY_E_BADKEY},
+    {"gemm/bf16/NT/m=1,n=1,k=1/scale+bias", FLY_E_BADKEY},
+    {"gemm/bf16/NT/m=1,n=1,k=1/bias+bias", FLY_E_BADKEY},
+    {"gemm/bf16/NT/m=1,n=1,k=1/fast", FLY_E_BADKEY},
+    {"gemm/bf16/nt/m=1,n=1,k=1", FLY_E_BADKEY},
+    {"gemm/bf16/m=1,n=1,k=1", FLY_E_BADKEY},
+    {"gemm/bf16/NT/m=1,n=1,k=1/bias/x", FLY_E_BADKEY},
+    {"gemm/bf16/NT/m=1, n=1,k=1", FLY_E_BADKEY},
+    {"gemm/bf16/NT/m=1,n=1,k=1x", FLY_E_BADKEY},
+    {"gemm/bf16/NT/m1,n=1,k=1", FLY_E_BADKEY},
+    {"gemm/bf16/NT/m=,n=1,k=1", FLY_E_BADKEY},
+    /* flag not allowed for the op */
+    {"rmsnorm/fp16/m=1,n=1/causal", FLY_E_INVALID},
+    {"topk/fp16/m=1,n=1,k=1/residual", FLY_E_INVALID},
 };
 
 static void test_rejections(void **state)
@@ -137,8 +137,8 @@ static void test_rejections(void **state)
 
 static void test_distinct_errors(void **state)
 {
-	int e[] = { FLY_E_BADOP, FLY_E_BADDTYPE, FLY_E_BADDIM, FLY_E_OVERFLOW,
-		    FLY_E_KEYLEN, FLY_E_BADKEY };
+	int e[] = {FLY_E_BADOP,	   FLY_E_BADDTYPE, FLY_E_BADDIM,
+		   FLY_E_OVERFLOW, FLY_E_KEYLEN,   FLY_E_BADKEY};
 
 	(void)state;
 	for (size_t i = 0; i < 6; i++)
@@ -148,8 +148,8 @@ static void test_distinct_errors(void **state)
 
 static void test_validate(void **state)
 {
-	struct fly_problem p = { FLY_OP_GEMM, FLY_DT_BF16, FLY_LAYOUT_NT, 0,
-				 { 16, 16, 16 } };
+	struct fly_problem p = {
+	    FLY_OP_GEMM, FLY_DT_BF16, FLY_LAYOUT_NT, 0, {16, 16, 16}};
 	struct fly_problem q;
 	char buf[FLY_KEY_MAX];
 
@@ -198,7 +198,7 @@ static void test_names(void **state)
 
 static int64_t bucket_m(uint32_t op, int64_t m)
 {
-	struct fly_problem p = { op, FLY_DT_FP16, 0, 0, { 0 } };
+	struct fly_problem p = {op, FLY_DT_FP16, 0, 0, {0}};
 	struct fly_bucket_policy pol;
 
 	if (fly_op_has_layout(op))
@@ -233,13 +233,14 @@ static void test_bucket_default(void **state)
 	fly_bucket_policy_default(FLY_OP_MQA_LOGITS, &pol);
 	assert_string_equal(fly_op_dim_names(FLY_OP_MQA_LOGITS)[pol.dim], "sq");
 	fly_bucket_policy_default(FLY_OP_GROUPED_GEMM, &pol);
-	assert_string_equal(fly_op_dim_names(FLY_OP_GROUPED_GEMM)[pol.dim], "m");
+	assert_string_equal(fly_op_dim_names(FLY_OP_GROUPED_GEMM)[pol.dim],
+			    "m");
 	fly_bucket_policy_default(FLY_OP_GEMM, &pol);
 	assert_string_equal(fly_op_dim_names(FLY_OP_GEMM)[pol.dim], "m");
 	/* only the bucketed dim changes */
 	{
-		struct fly_problem p = { FLY_OP_GEMM, FLY_DT_BF16,
-					 FLY_LAYOUT_NT, 0, { 17, 17, 17 } };
+		struct fly_problem p = {
+		    FLY_OP_GEMM, FLY_DT_BF16, FLY_LAYOUT_NT, 0, {17, 17, 17}};
 
 		fly_problem_bucket(&p, &pol);
 		assert_int_equal(p.dims[0], 32);
@@ -250,12 +251,12 @@ static void test_bucket_default(void **state)
 
 static void test_bucket_policy(void **state)
 {
-	struct fly_bucket_policy pol = { 1, 64, 100 };
-	struct fly_problem p = { FLY_OP_RMSNORM, FLY_DT_FP32, 0, 0, { 5, 65 } };
-	struct fly_problem big = { FLY_OP_RMSNORM, FLY_DT_FP32, 0, 0,
-				   { INT64_MAX / 2 + 1, 1 } };
-	struct fly_bucket_policy none = { -1, 1024, 1024 };
-	struct fly_bucket_policy m = { 0, 1024, 1024 };
+	struct fly_bucket_policy pol = {1, 64, 100};
+	struct fly_problem p = {FLY_OP_RMSNORM, FLY_DT_FP32, 0, 0, {5, 65}};
+	struct fly_problem big = {
+	    FLY_OP_RMSNORM, FLY_DT_FP32, 0, 0, {INT64_MAX / 2 + 1, 1}};
+	struct fly_bucket_policy none = {-1, 1024, 1024};
+	struct fly_bucket_policy m = {0, 1024, 1024};
 
 	(void)state;
 	fly_problem_bucket(&p, &pol); /* n: 65 > 64 -> multiple of 100 */
@@ -274,8 +275,11 @@ static void test_bucket_policy(void **state)
 	assert_int_equal(big.dims[0], INT64_MAX - 5);
 	/* product overflow after rounding: keep the original */
 	{
-		struct fly_problem q = { FLY_OP_RMSNORM, FLY_DT_FP32, 0, 0,
-					 { 1025, INT64_MAX / 1100 } };
+		struct fly_problem q = {FLY_OP_RMSNORM,
+					FLY_DT_FP32,
+					0,
+					0,
+					{1025, INT64_MAX / 1100}};
 
 		assert_int_equal(fly_problem_validate(&q), 0);
 		fly_problem_bucket(&q, &m);
@@ -299,15 +303,15 @@ static void test_hash(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_roundtrip),
-		cmocka_unit_test(test_every_op_roundtrips),
-		cmocka_unit_test(test_rejections),
-		cmocka_unit_test(test_distinct_errors),
-		cmocka_unit_test(test_validate),
-		cmocka_unit_test(test_names),
-		cmocka_unit_test(test_bucket_default),
-		cmocka_unit_test(test_bucket_policy),
-		cmocka_unit_test(test_hash),
+	    cmocka_unit_test(test_roundtrip),
+	    cmocka_unit_test(test_every_op_roundtrips),
+	    cmocka_unit_test(test_rejections),
+	    cmocka_unit_test(test_distinct_errors),
+	    cmocka_unit_test(test_validate),
+	    cmocka_unit_test(test_names),
+	    cmocka_unit_test(test_bucket_default),
+	    cmocka_unit_test(test_bucket_policy),
+	    cmocka_unit_test(test_hash),
 	};
 
 	return cmocka_run_group_tests_name("key", tests, NULL, NULL);

@@ -37,8 +37,10 @@ static void test_accepts(void **state)
 	assert_int_equal(PARSE("{}"), 0);
 	assert_int_equal(PARSE(" {\"req\":\"hello\",\"version\":1} \n"), 0);
 	assert_int_equal(PARSE("{\"a\":[1,-2.5e3,0,0.5,true,false,null],"
-			       "\"b\":{\"c\":\"\\u00e9\\n\\\"\"}}"), 0);
-	assert_int_equal(PARSE("{\"s\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}"), 0);
+			       "\"b\":{\"c\":\"\\u00e9\\n\\\"\"}}"),
+			 0);
+	assert_int_equal(
+	    PARSE("{\"s\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}"), 0);
 	assert_int_equal(PARSE("{\"s\":\"\\ud83d\\ude00\"}"), 0);
 	assert_int_equal(PARSE("{\"x\":1e300}"), 0);
 	/* same key in different objects is fine */
@@ -85,7 +87,8 @@ static void test_rejects(void **state)
 	(void)state;
 	/* duplicate keys, at top level and nested */
 	assert_int_equal(PARSE("{\"a\":1,\"a\":2}"), FLY_E_PROTO);
-	assert_int_equal(PARSE("{\"o\":{\"b\":1,\"c\":2,\"b\":3}}"), FLY_E_PROTO);
+	assert_int_equal(PARSE("{\"o\":{\"b\":1,\"c\":2,\"b\":3}}"),
+			 FLY_E_PROTO);
 	assert_int_equal(PARSE("{\"l\":[{\"x\":1,\"x\":1}]}"), FLY_E_PROTO);
 	/* escapes */
 	assert_int_equal(PARSE("{\"s\":\"a\\u0000b\"}"), FLY_E_PROTO);
@@ -101,8 +104,10 @@ static void test_rejects(void **state)
 	assert_int_equal(PARSE("{\"s\":\"a\tb\"}"), FLY_E_PROTO);
 	assert_int_equal(PARSE("{\"s\":\"\xff\"}"), FLY_E_PROTO);
 	assert_int_equal(PARSE("{\"s\":\"\xc3\"}"), FLY_E_PROTO);
-	assert_int_equal(PARSE("{\"s\":\"\xc0\xaf\"}"), FLY_E_PROTO);    /* overlong */
-	assert_int_equal(PARSE("{\"s\":\"\xed\xa0\x80\"}"), FLY_E_PROTO); /* surrogate */
+	assert_int_equal(PARSE("{\"s\":\"\xc0\xaf\"}"),
+			 FLY_E_PROTO); /* overlong */
+	assert_int_equal(PARSE("{\"s\":\"\xed\xa0\x80\"}"),
+			 FLY_E_PROTO); /* surrogate */
 	assert_int_equal(PARSE("{\"s\":\"\xf4\x90\x80\x80\"}"), FLY_E_PROTO);
 	assert_int_equal(PARSE("\xef\xbb\xbf{}"), FLY_E_PROTO); /* BOM */
 	/* numbers */
@@ -138,8 +143,8 @@ static void test_print(void **state)
 
 	(void)state;
 	assert_int_equal(PARSE("{}"), 0);
-	assert_int_equal(fly_msg_parse((const uint8_t *)"{ \"a\" : [ 1 ] }", 15,
-				       &j), 0);
+	assert_int_equal(
+	    fly_msg_parse((const uint8_t *)"{ \"a\" : [ 1 ] }", 15, &j), 0);
 	s = fly_msg_print(j, &len);
 	assert_string_equal(s, "{\"a\":[1]}");
 	assert_int_equal(len, 9);
@@ -169,10 +174,11 @@ static void test_req_table(void **state)
 static void test_err_names(void **state)
 {
 	static const char *const names[] = {
-		"proto", "nogpu", "schema", "bad_op", "bad_dtype", "bad_dim",
-		"overflow", "key_too_long", "bad_key", "busy", "permission",
-		"not_found", "timeout", "down", "version", "invalid",
-		"too_big", "storage", "shm", "gpu", "max_clients" };
+	    "proto",	  "nogpu",     "schema",       "bad_op",  "bad_dtype",
+	    "bad_dim",	  "overflow",  "key_too_long", "bad_key", "busy",
+	    "permission", "not_found", "timeout",      "down",	  "version",
+	    "invalid",	  "too_big",   "storage",      "shm",	  "gpu",
+	    "max_clients"};
 
 	(void)state;
 	for (int i = 0; i < 21; i++) {
@@ -228,7 +234,7 @@ static void test_error_msg(void **state)
 
 static void test_decision_roundtrip(void **state)
 {
-	struct fly_decision d = { 0 }, back;
+	struct fly_decision d = {0}, back;
 	cJSON *j;
 	char *s;
 	cJSON *p = NULL;
@@ -278,32 +284,49 @@ static int from_text(const char *s)
 static void test_decision_rejects(void **state)
 {
 	(void)state;
-	assert_int_equal(from_text("{\"status\":\"tuned\",\"provisional\":false,"
-				   "\"variant\":\"v\",\"params\":[],"
-				   "\"median_us\":0}"), 0);
+	assert_int_equal(
+	    from_text("{\"status\":\"tuned\",\"provisional\":false,"
+		      "\"variant\":\"v\",\"params\":[],"
+		      "\"median_us\":0}"),
+	    0);
 	assert_int_equal(from_text("{\"status\":\"nope\",\"provisional\":false,"
 				   "\"variant\":\"v\",\"params\":[],"
-				   "\"median_us\":0}"), FLY_E_PROTO);
+				   "\"median_us\":0}"),
+			 FLY_E_PROTO);
 	assert_int_equal(from_text("{\"status\":\"tuned\",\"variant\":\"v\","
-				   "\"params\":[],\"median_us\":0}"), FLY_E_PROTO);
-	assert_int_equal(from_text("{\"status\":\"tuned\",\"provisional\":false,"
-				   "\"variant\":\"v\",\"params\":[1.5],"
-				   "\"median_us\":0}"), FLY_E_PROTO);
-	assert_int_equal(from_text("{\"status\":\"tuned\",\"provisional\":false,"
-				   "\"variant\":\"v\",\"params\":[1,2,3,4,5,6,7,8,9],"
-				   "\"median_us\":0}"), FLY_E_PROTO);
-	assert_int_equal(from_text("{\"status\":\"tuned\",\"provisional\":false,"
-				   "\"variant\":\"0123456789012345678901234567890123456789\","
-				   "\"params\":[],\"median_us\":0}"), FLY_E_PROTO);
-	assert_int_equal(from_text("{\"status\":\"tuned\",\"provisional\":false,"
-				   "\"variant\":\"v\",\"params\":[\"1\"],"
-				   "\"median_us\":0}"), FLY_E_PROTO);
-	assert_int_equal(from_text("{\"status\":\"tuned\",\"provisional\":false,"
-				   "\"variant\":\"v\",\"params\":[],"
-				   "\"median_us\":-1}"), FLY_E_PROTO);
-	assert_int_equal(from_text("{\"status\":\"tuned\",\"provisional\":false,"
-				   "\"variant\":\"v\",\"params\":[1e19],"
-				   "\"median_us\":0}"), FLY_E_PROTO);
+				   "\"params\":[],\"median_us\":0}"),
+			 FLY_E_PROTO);
+	assert_int_equal(
+	    from_text("{\"status\":\"tuned\",\"provisional\":false,"
+		      "\"variant\":\"v\",\"params\":[1.5],"
+		      "\"median_us\":0}"),
+	    FLY_E_PROTO);
+	assert_int_equal(
+	    from_text("{\"status\":\"tuned\",\"provisional\":false,"
+		      "\"variant\":\"v\",\"params\":[1,2,3,4,5,6,7,8,9],"
+		      "\"median_us\":0}"),
+	    FLY_E_PROTO);
+	assert_int_equal(
+	    from_text(
+		"{\"status\":\"tuned\",\"provisional\":false,"
+		"\"variant\":\"0123456789012345678901234567890123456789\","
+		"\"params\":[],\"median_us\":0}"),
+	    FLY_E_PROTO);
+	assert_int_equal(
+	    from_text("{\"status\":\"tuned\",\"provisional\":false,"
+		      "\"variant\":\"v\",\"params\":[\"1\"],"
+		      "\"median_us\":0}"),
+	    FLY_E_PROTO);
+	assert_int_equal(
+	    from_text("{\"status\":\"tuned\",\"provisional\":false,"
+		      "\"variant\":\"v\",\"params\":[],"
+		      "\"median_us\":-1}"),
+	    FLY_E_PROTO);
+	assert_int_equal(
+	    from_text("{\"status\":\"tuned\",\"provisional\":false,"
+		      "\"variant\":\"v\",\"params\":[1e19],"
+		      "\"median_us\":0}"),
+	    FLY_E_PROTO);
 }
 
 static void test_fields(void **state)
@@ -338,16 +361,16 @@ static void test_fields(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_accepts),
-		cmocka_unit_test(test_depth),
-		cmocka_unit_test(test_rejects),
-		cmocka_unit_test(test_print),
-		cmocka_unit_test(test_req_table),
-		cmocka_unit_test(test_err_names),
-		cmocka_unit_test(test_error_msg),
-		cmocka_unit_test(test_decision_roundtrip),
-		cmocka_unit_test(test_decision_rejects),
-		cmocka_unit_test(test_fields),
+	    cmocka_unit_test(test_accepts),
+	    cmocka_unit_test(test_depth),
+	    cmocka_unit_test(test_rejects),
+	    cmocka_unit_test(test_print),
+	    cmocka_unit_test(test_req_table),
+	    cmocka_unit_test(test_err_names),
+	    cmocka_unit_test(test_error_msg),
+	    cmocka_unit_test(test_decision_roundtrip),
+	    cmocka_unit_test(test_decision_rejects),
+	    cmocka_unit_test(test_fields),
 	};
 
 	return cmocka_run_group_tests_name("msg", tests, NULL, NULL);

@@ -17,17 +17,22 @@
 #include "fly_msg.h"
 #include "jsonschema.h"
 
-#define RESULT "{\"key\":\"gemm/bf16/NT/m=4096,n=6144,k=4096\"," \
-	"\"device\":\"9f3a77c01b2d4e11\",\"libver\":\"flyk-1\"," \
-	"\"variant\":\"tile_128x64\",\"params\":[128,64,2]," \
-	"\"median_us\":41.5,\"mad_us\":0.4,\"tune_s\":3.2," \
+#define RESULT                                                                 \
+	"{\"key\":\"gemm/bf16/NT/m=4096,n=6144,k=4096\","                      \
+	"\"device\":\"9f3a77c01b2d4e11\",\"libver\":\"flyk-1\","               \
+	"\"variant\":\"tile_128x64\",\"params\":[128,64,2],"                   \
+	"\"median_us\":41.5,\"mad_us\":0.4,\"tune_s\":3.2,"                    \
 	"\"tuned_at\":1764614400}"
-#define DECISION "{\"status\":\"tuned\",\"provisional\":false," \
-	"\"variant\":\"tile_128x64\",\"params\":[128,64,2],\"median_us\":41.5}"
-#define DEVICE "{\"index\":0,\"backend\":\"cpu\"," \
+#define DECISION                                                               \
+	"{\"status\":\"tuned\",\"provisional\":false,"                         \
+	"\"variant\":\"tile_128x64\",\"params\":[128,64,2],\"median_us\":41."  \
+	"5}"
+#define DEVICE                                                                 \
+	"{\"index\":0,\"backend\":\"cpu\","                                    \
 	"\"fingerprint\":\"cpu x86_64 avx2 2c\",\"id\":\"9f3a77c01b2d4e11\"}"
-#define TRIAL "{\"variant\":\"naive\",\"params\":[],\"median_us\":0," \
-	"\"mad_us\":0,\"reps\":0,\"outcome\":\"faulted\"," \
+#define TRIAL                                                                  \
+	"{\"variant\":\"naive\",\"params\":[],\"median_us\":0,"                \
+	"\"mad_us\":0,\"reps\":0,\"outcome\":\"faulted\","                     \
 	"\"reason\":\"worker killed by SIGSEGV\"}"
 
 struct sample {
@@ -36,132 +41,143 @@ struct sample {
 };
 
 static const struct sample good[] = {
-	{ "hello.request.json", "{\"req\":\"hello\",\"id\":1,\"version\":1,"
-				"\"client\":\"vllm\"}" },
-	{ "hello.response.json", "{\"ok\":true,\"id\":1,\"version\":1,"
-				 "\"device\":" DEVICE ",\"libver\":\"flyk-1\","
-				 "\"shm\":{\"capacity\":4096,\"size\":1048832}}" },
-	{ "decide.request.json", "{\"req\":\"decide\",\"key\":"
-				 "\"rmsnorm/fp16/m=8192,n=4097/residual\"}" },
-	{ "decide.response.json", "{\"ok\":true,\"key\":"
-				  "\"rmsnorm/fp16/m=8192,n=4097/residual\","
-				  "\"decision\":" DECISION "}" },
-	{ "tune.request.json", "{\"req\":\"tune\",\"key\":"
-			       "\"topk/fp32/m=4096,n=1024,k=8/det\","
-			       "\"force\":true,\"wait\":false}" },
-	{ "tune.response.json", "{\"ok\":true,\"key\":"
-				"\"topk/fp32/m=4096,n=1024,k=8/det\","
-				"\"status\":\"pending\",\"queued\":true}" },
-	{ "get.request.json", "{\"req\":\"get\",\"id\":7,\"key\":"
-			      "\"gemm/bf16/NT/m=4096,n=6144,k=4096\"}" },
-	{ "get.response.json", "{\"ok\":true,\"id\":7,\"key\":"
-			       "\"gemm/bf16/NT/m=4096,n=6144,k=4096\","
-			       "\"result\":" RESULT "}" },
-	{ "explain.request.json", "{\"req\":\"explain\",\"key\":"
-				  "\"gemm/bf16/NT/m=4096,n=6144,k=4096\"}" },
-	{ "explain.response.json", "{\"ok\":true,\"key\":"
-				   "\"gemm/bf16/NT/m=4096,n=6144,k=4096\","
-				   "\"result\":" RESULT ",\"trials\":[" TRIAL
-				   "]}" },
-	{ "explain.response.json", "{\"ok\":true,\"key\":"
-				   "\"gemm/bf16/NT/m=1,n=1,k=1\","
-				   "\"result\":null,\"trials\":[]}" },
-	{ "list.request.json", "{\"req\":\"list\",\"op\":\"gemm\","
-			       "\"dtype\":\"bf16\",\"status\":\"tuned\","
-			       "\"after\":\"gemm/bf16/NT/m=1,n=1,k=1\","
-			       "\"limit\":100}" },
-	{ "list.request.json", "{\"req\":\"list\"}" },
-	{ "list.response.json", "{\"ok\":true,\"results\":[" RESULT "],"
-				"\"next\":\"gemm/bf16/NT/m=4096,n=6144,k=4096\"}" },
-	{ "list.response.json", "{\"ok\":true,\"results\":[],\"next\":null}" },
-	{ "export.request.json", "{\"req\":\"export\",\"limit\":500}" },
-	{ "export.response.json", "{\"ok\":true,\"results\":[" RESULT "],"
-				  "\"next\":null}" },
-	{ "import.request.json", "{\"req\":\"import\",\"results\":[" RESULT
-				 "],\"more\":true}" },
-	{ "import.response.json", "{\"ok\":true,\"imported\":1}" },
-	{ "forget.request.json", "{\"req\":\"forget\",\"key\":"
-				 "\"gemm/bf16/NT/m=1,n=1,k=1\"}" },
-	{ "forget.request.json", "{\"req\":\"forget\",\"all\":true}" },
-	{ "forget.response.json", "{\"ok\":true,\"forgotten\":3}" },
-	{ "stats.request.json", "{\"req\":\"stats\"}" },
-	{ "stats.response.json", "{\"ok\":true,\"counters\":{\"requests\":10,"
-				 "\"decides\":4,\"errors\":0}}" },
-	{ "status.request.json", "{\"req\":\"status\",\"id\":2}" },
-	{ "status.response.json", "{\"ok\":true,\"state\":\"ready\","
-				  "\"backend\":\"cpu\",\"device\":" DEVICE ","
-				  "\"queue\":{\"depth\":0,\"cap\":1024},"
-				  "\"worker\":{\"pid\":1234,\"restarts\":0},"
-				  "\"uptime_s\":12.5,\"results\":3}" },
-	{ "error.response.json", "{\"ok\":false,\"id\":3,\"error\":{\"code\":"
-				 "\"not_found\",\"message\":\"no result\"}}" },
-	{ "export-file.json", "{\"format\":\"flytuned-export\",\"version\":1,"
-			      "\"device\":{\"backend\":\"cpu\",\"fingerprint\":"
-			      "\"cpu x86_64\",\"id\":\"9f3a77c01b2d4e11\"},"
-			      "\"libver\":\"flyk-1\",\"results\":[" RESULT "]}" },
+    {"hello.request.json", "{\"req\":\"hello\",\"id\":1,\"version\":1,"
+			   "\"client\":\"vllm\"}"},
+    {"hello.response.json", "{\"ok\":true,\"id\":1,\"version\":1,"
+			    "\"device\":" DEVICE ",\"libver\":\"flyk-1\","
+			    "\"shm\":{\"capacity\":4096,\"size\":1048832}}"},
+    {"decide.request.json", "{\"req\":\"decide\",\"key\":"
+			    "\"rmsnorm/fp16/m=8192,n=4097/residual\"}"},
+    {"decide.response.json", "{\"ok\":true,\"key\":"
+			     "\"rmsnorm/fp16/m=8192,n=4097/residual\","
+			     "\"decision\":" DECISION "}"},
+    {"tune.request.json", "{\"req\":\"tune\",\"key\":"
+			  "\"topk/fp32/m=4096,n=1024,k=8/det\","
+			  "\"force\":true,\"wait\":false}"},
+    {"tune.response.json", "{\"ok\":true,\"key\":"
+			   "\"topk/fp32/m=4096,n=1024,k=8/det\","
+			   "\"status\":\"pending\",\"queued\":true}"},
+    {"get.request.json", "{\"req\":\"get\",\"id\":7,\"key\":"
+			 "\"gemm/bf16/NT/m=4096,n=6144,k=4096\"}"},
+    {"get.response.json", "{\"ok\":true,\"id\":7,\"key\":"
+			  "\"gemm/bf16/NT/m=4096,n=6144,k=4096\","
+			  "\"result\":" RESULT "}"},
+    {"explain.request.json", "{\"req\":\"explain\",\"key\":"
+			     "\"gemm/bf16/NT/m=4096,n=6144,k=4096\"}"},
+    {"explain.response.json", "{\"ok\":true,\"key\":"
+			      "\"gemm/bf16/NT/m=4096,n=6144,k=4096\","
+			      "\"result\":" RESULT ",\"trials\":[" TRIAL "]}"},
+    {"explain.response.json", "{\"ok\":true,\"key\":"
+			      "\"gemm/bf16/NT/m=1,n=1,k=1\","
+			      "\"result\":null,\"trials\":[]}"},
+    {"list.request.json", "{\"req\":\"list\",\"op\":\"gemm\","
+			  "\"dtype\":\"bf16\",\"status\":\"tuned\","
+			  "\"after\":\"gemm/bf16/NT/m=1,n=1,k=1\","
+			  "\"limit\":100}"},
+    {"list.request.json", "{\"req\":\"list\"}"},
+    {"list.response.json", "{\"ok\":true,\"results\":[" RESULT "],"
+			   "\"next\":\"gemm/bf16/NT/m=4096,n=6144,k=4096\"}"},
+    {"list.response.json", "{\"ok\":true,\"results\":[],\"next\":null}"},
+    {"export.request.json", "{\"req\":\"export\",\"limit\":500}"},
+    {"export.response.json", "{\"ok\":true,\"results\":[" RESULT "],"
+			     "\"next\":null}"},
+    {"import.request.json",
+     "{\"req\":\"import\",\"results\":[" RESULT "],\"more\":true}"},
+    {"import.response.json", "{\"ok\":true,\"imported\":1}"},
+    {"forget.request.json", "{\"req\":\"forget\",\"key\":"
+			    "\"gemm/bf16/NT/m=1,n=1,k=1\"}"},
+    {"forget.request.json", "{\"req\":\"forget\",\"all\":true}"},
+    {"forget.response.json", "{\"ok\":true,\"forgotten\":3}"},
+    {"stats.request.json", "{\"req\":\"stats\"}"},
+    {"stats.response.json", "{\"ok\":true,\"counters\":{\"requests\":10,"
+			    "\"decides\":4,\"errors\":0}}"},
+    {"status.request.json", "{\"req\":\"status\",\"id\":2}"},
+    {"status.response.json", "{\"ok\":true,\"state\":\"ready\","
+			     "\"backend\":\"cpu\",\"device\":" DEVICE ","
+			     "\"queue\":{\"depth\":0,\"cap\":1024},"
+			     "\"worker\":{\"pid\":1234,\"restarts\":0},"
+			     "\"uptime_s\":12.5,\"results\":3}"},
+    {"error.response.json", "{\"ok\":false,\"id\":3,\"error\":{\"code\":"
+			    "\"not_found\",\"message\":\"no result\"}}"},
+    {"export-file.json", "{\"format\":\"flytuned-export\",\"version\":1,"
+			 "\"device\":{\"backend\":\"cpu\",\"fingerprint\":"
+			 "\"cpu x86_64\",\"id\":\"9f3a77c01b2d4e11\"},"
+			 "\"libver\":\"flyk-1\",\"results\":[" RESULT "]}"},
 };
 
 static const struct sample bad[] = {
-	/* wrong req const, missing required, additional property */
-	{ "decide.request.json", "{\"req\":\"tune\",\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\"}" },
-	{ "decide.request.json", "{\"req\":\"decide\"}" },
-	{ "decide.request.json", "{\"req\":\"decide\",\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\",\"x\":1}" },
-	/* pattern: non-canonical key */
-	{ "decide.request.json", "{\"req\":\"decide\",\"key\":\"gemm/bf16/NT/m=01,n=1,k=1\"}" },
-	{ "decide.request.json", "{\"req\":\"decide\",\"key\":\"GEMM\"}" },
-	/* type: id not an integer */
-	{ "status.request.json", "{\"req\":\"status\",\"id\":1.5}" },
-	{ "status.request.json", "{\"req\":\"status\",\"id\":\"1\"}" },
-	/* minimum / maximum */
-	{ "hello.request.json", "{\"req\":\"hello\",\"version\":0}" },
-	{ "list.request.json", "{\"req\":\"list\",\"limit\":100000}" },
-	/* enum */
-	{ "list.request.json", "{\"req\":\"list\",\"op\":\"conv\"}" },
-	{ "error.response.json", "{\"ok\":false,\"error\":{\"code\":\"oops\",\"message\":\"\"}}" },
-	/* const */
-	{ "import.response.json", "{\"ok\":false,\"imported\":1}" },
-	{ "forget.request.json", "{\"req\":\"forget\",\"all\":false}" },
-	/* oneOf: both or neither */
-	{ "forget.request.json", "{\"req\":\"forget\"}" },
-	{ "forget.request.json", "{\"req\":\"forget\",\"all\":true,\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\"}" },
-	/* $ref into common.json: bad decision / result / trial */
-	{ "decide.response.json", "{\"ok\":true,\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\","
-				  "\"decision\":{\"status\":\"tuned\",\"provisional\":false,"
-				  "\"variant\":\"v\",\"params\":[1.5],\"median_us\":1}}" },
-	{ "decide.response.json", "{\"ok\":true,\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\","
-				  "\"decision\":{\"status\":\"tuned\",\"provisional\":false,"
-				  "\"variant\":\"v\",\"params\":[1,2,3,4,5,6,7,8,9],\"median_us\":1}}" },
-	{ "decide.response.json", "{\"ok\":true,\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\","
-				  "\"decision\":{\"status\":\"tuned\",\"provisional\":false,"
-				  "\"variant\":\"\",\"params\":[],\"median_us\":1}}" },
-	{ "explain.response.json", "{\"ok\":true,\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\","
-				   "\"result\":null,\"trials\":[{\"variant\":\"v\",\"params\":[],"
-				   "\"median_us\":0,\"mad_us\":0,\"reps\":0,\"outcome\":\"great\"}]}" },
-	{ "get.response.json", "{\"ok\":true,\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\","
-			       "\"result\":{\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\"}}" },
-	/* additionalProperties schema: counters must be integers */
-	{ "stats.response.json", "{\"ok\":true,\"counters\":{\"requests\":\"many\"}}" },
-	/* maxLength */
-	{ "hello.request.json", "{\"req\":\"hello\",\"version\":1,\"client\":"
-				"\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}" },
-	/* export file */
-	{ "export-file.json", "{\"format\":\"flytuned-export\",\"version\":2,"
-			      "\"device\":{\"backend\":\"cpu\",\"fingerprint\":\"f\",\"id\":\"i\"},"
-			      "\"libver\":\"l\",\"results\":[]}" },
-	/* top level of the wrong type */
-	{ "stats.request.json", "[]" },
+    /* wrong req const, missing required, additional property */
+    {"decide.request.json",
+     "{\"req\":\"tune\",\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\"}"},
+    {"decide.request.json", "{\"req\":\"decide\"}"},
+    {"decide.request.json",
+     "{\"req\":\"decide\",\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\",\"x\":1}"},
+    /* pattern: non-canonical key */
+    {"decide.request.json",
+     "{\"req\":\"decide\",\"key\":\"gemm/bf16/NT/m=01,n=1,k=1\"}"},
+    {"decide.request.json", "{\"req\":\"decide\",\"key\":\"GEMM\"}"},
+    /* type: id not an integer */
+    {"status.request.json", "{\"req\":\"status\",\"id\":1.5}"},
+    {"status.request.json", "{\"req\":\"status\",\"id\":\"1\"}"},
+    /* minimum / maximum */
+    {"hello.request.json", "{\"req\":\"hello\",\"version\":0}"},
+    {"list.request.json", "{\"req\":\"list\",\"limit\":100000}"},
+    /* enum */
+    {"list.request.json", "{\"req\":\"list\",\"op\":\"conv\"}"},
+    {"error.response.json",
+     "{\"ok\":false,\"error\":{\"code\":\"oops\",\"message\":\"\"}}"},
+    /* const */
+    {"import.response.json", "{\"ok\":false,\"imported\":1}"},
+    {"forget.request.json", "{\"req\":\"forget\",\"all\":false}"},
+    /* oneOf: both or neither */
+    {"forget.request.json", "{\"req\":\"forget\"}"},
+    {"forget.request.json",
+     "{\"req\":\"forget\",\"all\":true,\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\"}"},
+    /* $ref into common.json: bad decision / result / trial */
+    {"decide.response.json",
+     "{\"ok\":true,\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\","
+     "\"decision\":{\"status\":\"tuned\",\"provisional\":false,"
+     "\"variant\":\"v\",\"params\":[1.5],\"median_us\":1}}"},
+    {"decide.response.json",
+     "{\"ok\":true,\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\","
+     "\"decision\":{\"status\":\"tuned\",\"provisional\":false,"
+     "\"variant\":\"v\",\"params\":[1,2,3,4,5,6,7,8,9],\"median_us\":1}}"},
+    {"decide.response.json",
+     "{\"ok\":true,\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\","
+     "\"decision\":{\"status\":\"tuned\",\"provisional\":false,"
+     "\"variant\":\"\",\"params\":[],\"median_us\":1}}"},
+    {"explain.response.json",
+     "{\"ok\":true,\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\","
+     "\"result\":null,\"trials\":[{\"variant\":\"v\",\"params\":[],"
+     "\"median_us\":0,\"mad_us\":0,\"reps\":0,\"outcome\":\"great\"}]}"},
+    {"get.response.json", "{\"ok\":true,\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\","
+			  "\"result\":{\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\"}}"},
+    /* additionalProperties schema: counters must be integers */
+    {"stats.response.json",
+     "{\"ok\":true,\"counters\":{\"requests\":\"many\"}}"},
+    /* maxLength */
+    {"hello.request.json", "{\"req\":\"hello\",\"version\":1,\"client\":"
+			   "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+			   "xxxxxxxxxxxxxxxxxxxxx\"}"},
+    /* export file */
+    {"export-file.json",
+     "{\"format\":\"flytuned-export\",\"version\":2,"
+     "\"device\":{\"backend\":\"cpu\",\"fingerprint\":\"f\",\"id\":\"i\"},"
+     "\"libver\":\"l\",\"results\":[]}"},
+    /* top level of the wrong type */
+    {"stats.request.json", "[]"},
 };
 
 static const char *const all_schemas[] = {
-	"common.json", "error.response.json", "export-file.json",
-	"hello.request.json", "hello.response.json", "decide.request.json",
-	"decide.response.json", "tune.request.json", "tune.response.json",
-	"get.request.json", "get.response.json", "explain.request.json",
-	"explain.response.json", "list.request.json", "list.response.json",
-	"export.request.json", "export.response.json", "import.request.json",
-	"import.response.json", "forget.request.json", "forget.response.json",
-	"stats.request.json", "stats.response.json", "status.request.json",
-	"status.response.json",
+    "common.json",	     "error.response.json",  "export-file.json",
+    "hello.request.json",    "hello.response.json",  "decide.request.json",
+    "decide.response.json",  "tune.request.json",    "tune.response.json",
+    "get.request.json",	     "get.response.json",    "explain.request.json",
+    "explain.response.json", "list.request.json",    "list.response.json",
+    "export.request.json",   "export.response.json", "import.request.json",
+    "import.response.json",  "forget.request.json",  "forget.response.json",
+    "stats.request.json",    "stats.response.json",  "status.request.json",
+    "status.response.json",
 };
 
 static void test_good_samples(void **state)
@@ -170,9 +186,8 @@ static void test_good_samples(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
-		int rc = fly_test_schema_validate_text(good[i].schema,
-						       good[i].json, err,
-						       sizeof(err));
+		int rc = fly_test_schema_validate_text(
+		    good[i].schema, good[i].json, err, sizeof(err));
 
 		if (rc != 0)
 			fail_msg("%s: sample %zu rejected (%d): %s",
@@ -186,13 +201,12 @@ static void test_bad_samples(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		int rc = fly_test_schema_validate_text(bad[i].schema,
-						       bad[i].json, err,
-						       sizeof(err));
+		int rc = fly_test_schema_validate_text(
+		    bad[i].schema, bad[i].json, err, sizeof(err));
 
 		if (rc != 1)
-			fail_msg("%s: bad sample %zu gave %d", bad[i].schema,
-				 i, rc);
+			fail_msg("%s: bad sample %zu gave %d", bad[i].schema, i,
+				 rc);
 		assert_true(err[0] != '\0');
 	}
 }
@@ -201,7 +215,8 @@ static void test_bad_samples(void **state)
 static void test_every_schema_sampled(void **state)
 {
 	(void)state;
-	for (size_t i = 1; i < sizeof(all_schemas) / sizeof(all_schemas[0]); i++) {
+	for (size_t i = 1; i < sizeof(all_schemas) / sizeof(all_schemas[0]);
+	     i++) {
 		int found = 0;
 
 		for (size_t j = 0; j < sizeof(good) / sizeof(good[0]); j++)
@@ -217,20 +232,21 @@ static void test_validator_refuses_bad_schemas(void **state)
 	cJSON *d = cJSON_Parse("{}");
 
 	(void)state;
-	assert_int_equal(fly_test_schema_validate("no-such.json", d, err,
-						  sizeof(err)), -1);
+	assert_int_equal(
+	    fly_test_schema_validate("no-such.json", d, err, sizeof(err)), -1);
 	assert_int_equal(fly_test_schema_validate(FLY_SRC_DIR "/Makefile", d,
-						  err, sizeof(err)), -1);
+						  err, sizeof(err)),
+			 -1);
 	cJSON_Delete(d);
 }
 
 static void test_encoder_output(void **state)
 {
-	struct fly_decision dec = { 0 };
+	struct fly_decision dec = {0};
 	cJSON *e, *resp;
 	char err[512];
-	int codes[] = { FLY_E_PROTO, FLY_E_BUSY, FLY_E_MAXCLIENTS, FLY_E_BADKEY,
-			-12 /* -ENOMEM: "internal" */ };
+	int codes[] = {FLY_E_PROTO, FLY_E_BUSY, FLY_E_MAXCLIENTS, FLY_E_BADKEY,
+		       -12 /* -ENOMEM: "internal" */};
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
@@ -259,7 +275,8 @@ static void test_encoder_output(void **state)
 	/* the same response without "ok" is rejected */
 	cJSON_DeleteItemFromObject(resp, "ok");
 	assert_int_equal(fly_test_schema_validate("decide.response.json", resp,
-						  err, sizeof(err)), 1);
+						  err, sizeof(err)),
+			 1);
 	cJSON_Delete(resp);
 }
 
@@ -300,7 +317,8 @@ static void test_table_matches_schemas(void **state)
 
 		assert_true(cJSON_IsNumber(id));
 		assert_int_equal(id->valueint, r);
-		cJSON_ArrayForEach(e, fl) {
+		cJSON_ArrayForEach(e, fl)
+		{
 			if (!strcmp(e->valuestring, "admin"))
 				flags |= FLY_MSGF_ADMIN;
 			else if (!strcmp(e->valuestring, "fd"))
@@ -316,12 +334,12 @@ static void test_table_matches_schemas(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_good_samples),
-		cmocka_unit_test(test_bad_samples),
-		cmocka_unit_test(test_every_schema_sampled),
-		cmocka_unit_test(test_validator_refuses_bad_schemas),
-		cmocka_unit_test(test_encoder_output),
-		cmocka_unit_test(test_table_matches_schemas),
+	    cmocka_unit_test(test_good_samples),
+	    cmocka_unit_test(test_bad_samples),
+	    cmocka_unit_test(test_every_schema_sampled),
+	    cmocka_unit_test(test_validator_refuses_bad_schemas),
+	    cmocka_unit_test(test_encoder_output),
+	    cmocka_unit_test(test_table_matches_schemas),
 	};
 
 	return cmocka_run_group_tests_name("schemas", tests, NULL, NULL);

@@ -26,13 +26,13 @@
 #include "fly_key.h"
 #include "fly_shm.h"
 
-#define OFF_MAGIC 0
-#define OFF_VERSION 8
+#define OFF_MAGIC    0
+#define OFF_VERSION  8
 #define OFF_CAPACITY 20
-#define OFF_TOTAL 24
+#define OFF_TOTAL    24
 #define OFF_MAXPROBE 44
-#define OFF_SUM 48
-#define SLOT(i) (FLY_SHM_HEADER_SIZE + (size_t)(i) * FLY_SHM_SLOT_SIZE)
+#define OFF_SUM	     48
+#define SLOT(i)	     (FLY_SHM_HEADER_SIZE + (size_t)(i)*FLY_SHM_SLOT_SIZE)
 
 static void mkdec(const char *key, uint64_t round, struct fly_decision *d)
 {
@@ -200,14 +200,16 @@ static void test_tombstone_keeps_probe(void **state)
 	assert_int_equal(fly__shm_del(w, keys[0], strlen(keys[0])), 0);
 	/* the tombstone of keys[0] must not end the probe for the others */
 	for (int i = 1; i < 3; i++) {
-		assert_int_equal(fly_shm_lookup(r, keys[i], strlen(keys[i]), &d), 0);
+		assert_int_equal(
+		    fly_shm_lookup(r, keys[i], strlen(keys[i]), &d), 0);
 		assert_true(dec_ok(keys[i], &d));
 	}
 	/* reinsert reuses the tombstone; all still found */
 	assert_int_equal(put(w, keys[0], 9), 0);
 	assert_int_equal(fly__shm_writer_count(w), 3);
 	for (int i = 0; i < 3; i++)
-		assert_int_equal(fly_shm_lookup(r, keys[i], strlen(keys[i]), &d), 0);
+		assert_int_equal(
+		    fly_shm_lookup(r, keys[i], strlen(keys[i]), &d), 0);
 	fly__shm_reader_close(r);
 	fly__shm_writer_close(w);
 }
@@ -230,7 +232,8 @@ static void test_probe_window_full(void **state)
 					strlen(keys[FLY_SHM_MAX_PROBE]), &d),
 			 FLY_E_NOTFOUND);
 	assert_int_equal(fly_shm_lookup(r, keys[FLY_SHM_MAX_PROBE - 1],
-					strlen(keys[FLY_SHM_MAX_PROBE - 1]), &d),
+					strlen(keys[FLY_SHM_MAX_PROBE - 1]),
+					&d),
 			 0);
 	fly__shm_reader_close(r);
 	fly__shm_writer_close(w);
@@ -281,17 +284,23 @@ static void test_refuse_seals_and_size(void **state)
 	(void)state;
 	/* a faithful sealed copy is accepted: the refusals below are due to
 	 * the one thing each changes */
-	assert_int_equal(fly__shm_reader_open(copy_table(w, sz, ALLSEALS), &r), 0);
+	assert_int_equal(fly__shm_reader_open(copy_table(w, sz, ALLSEALS), &r),
+			 0);
 	fly__shm_reader_close(r);
 	r = NULL;
 	assert_int_equal(fly__shm_reader_open(copy_table(w, sz, 0), &r),
 			 FLY_E_SHM);
-	assert_int_equal(fly__shm_reader_open(copy_table(w, sz,
-				F_SEAL_SHRINK | F_SEAL_GROW), &r), FLY_E_SHM);
-	assert_int_equal(fly__shm_reader_open(copy_table(w, sz,
-				F_SEAL_SHRINK | F_SEAL_WRITE), &r), FLY_E_SHM);
-	assert_int_equal(fly__shm_reader_open(copy_table(w, sz + 4096,
-				ALLSEALS), &r), FLY_E_SHM);
+	assert_int_equal(
+	    fly__shm_reader_open(copy_table(w, sz, F_SEAL_SHRINK | F_SEAL_GROW),
+				 &r),
+	    FLY_E_SHM);
+	assert_int_equal(
+	    fly__shm_reader_open(
+		copy_table(w, sz, F_SEAL_SHRINK | F_SEAL_WRITE), &r),
+	    FLY_E_SHM);
+	assert_int_equal(
+	    fly__shm_reader_open(copy_table(w, sz + 4096, ALLSEALS), &r),
+	    FLY_E_SHM);
 	assert_int_equal(fly__shm_reader_open(copy_table(w, 100, ALLSEALS), &r),
 			 FLY_E_SHM);
 	assert_null(r);
@@ -379,14 +388,15 @@ static void test_refuse_non_pow2(void **state)
 	 * the power-of-two rule is broken */
 	memcpy(b + OFF_TOTAL, &total, 8);
 	set32(w, OFF_CAPACITY, 3, 1);
-	assert_int_equal(fly__shm_reader_open(copy_table(w, total, ALLSEALS), &r),
-			 FLY_E_SHM);
+	assert_int_equal(
+	    fly__shm_reader_open(copy_table(w, total, ALLSEALS), &r),
+	    FLY_E_SHM);
 	/* the same with capacity 4 is accepted (control) */
 	total = FLY_SHM_HEADER_SIZE + 4 * FLY_SHM_SLOT_SIZE;
 	memcpy(b + OFF_TOTAL, &total, 8);
 	set32(w, OFF_CAPACITY, 4, 1);
-	assert_int_equal(fly__shm_reader_open(copy_table(w, total, ALLSEALS), &r),
-			 0);
+	assert_int_equal(
+	    fly__shm_reader_open(copy_table(w, total, ALLSEALS), &r), 0);
 	fly__shm_reader_close(r);
 	fly__shm_writer_close(w);
 }
@@ -485,9 +495,10 @@ static void test_client_cannot_write(void **state)
 	fly__shm_writer_close(w);
 }
 
-/* ---------------------------------------------------------------- concurrency */
+/* ---------------------------------------------------------------- concurrency
+ */
 
-#define NKEYS 32
+#define NKEYS	32
 #define LOOKUPS 100000
 
 struct conc {
@@ -499,7 +510,6 @@ struct conc {
 	long torn[2];
 	long bad_r[2];
 };
-
 
 static void *writer_main(void *arg)
 {
@@ -562,7 +572,8 @@ static void test_concurrent(void **state)
 	for (int i = 0; i < 2; i++) {
 		ra[i].c = &c;
 		ra[i].id = i;
-		assert_int_equal(pthread_create(&rt[i], NULL, reader_main, &ra[i]), 0);
+		assert_int_equal(
+		    pthread_create(&rt[i], NULL, reader_main, &ra[i]), 0);
 	}
 	for (int i = 0; i < 2; i++)
 		pthread_join(rt[i], NULL);
@@ -581,18 +592,18 @@ static void test_concurrent(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_roundtrip),
-		cmocka_unit_test(test_overwrite_delete_clear),
-		cmocka_unit_test(test_tombstone_keeps_probe),
-		cmocka_unit_test(test_probe_window_full),
-		cmocka_unit_test(test_generation),
-		cmocka_unit_test(test_refuse_seals_and_size),
-		cmocka_unit_test(test_refuse_header),
-		cmocka_unit_test(test_refuse_non_pow2),
-		cmocka_unit_test(test_bad_slot),
-		cmocka_unit_test(test_hostile_max_probe),
-		cmocka_unit_test(test_client_cannot_write),
-		cmocka_unit_test(test_concurrent),
+	    cmocka_unit_test(test_roundtrip),
+	    cmocka_unit_test(test_overwrite_delete_clear),
+	    cmocka_unit_test(test_tombstone_keeps_probe),
+	    cmocka_unit_test(test_probe_window_full),
+	    cmocka_unit_test(test_generation),
+	    cmocka_unit_test(test_refuse_seals_and_size),
+	    cmocka_unit_test(test_refuse_header),
+	    cmocka_unit_test(test_refuse_non_pow2),
+	    cmocka_unit_test(test_bad_slot),
+	    cmocka_unit_test(test_hostile_max_probe),
+	    cmocka_unit_test(test_client_cannot_write),
+	    cmocka_unit_test(test_concurrent),
 	};
 
 	return cmocka_run_group_tests_name("shm", tests, NULL, NULL);
