@@ -1,18 +1,109 @@
 /*
  * main.c -- flytune-ctl: the admin CLI of flytuned.  Parses the global
- * options, opens a client, dispatches to a subcommand (cmd_*.c); also the
- * shared request/response and printing helpers.
+ * options, opens a client, dispatches to a subcommand: status, stats,
+ * get, explain (the trial leaderboard), list (paged), tune (with the
+ * --wait progress line), forget, export and import.
  *
- * Owns: the fly_client of the run.  Thread: main.
+ * One file on purpose: ctl/ may include only flyclient.h from the
+ * project (STYLE.md R2, tools/check-layering.sh), so it has no private
+ * header to share between files.  Requests are built as JSON with cJSON
+ * and sent through fly_request().
+ *
+ * Owns: the fly_client of the run, the files it opens.  Thread: main,
+ * plus the progress thread of a waiting tune, which only writes to stderr
+ * until told to stop.
+ *
+ * Export file (schemas/export-file.json):
+ *   {"format":"flytuned-export","version":1,"device":..,"libver":..,
+ *    "results":[result...]}
+ * CSV: a header line, then one row per result.  Import validates the
+ * whole file first (size cap checked before reading, then the shape:
+ * format/version, every result's fields and types), then sends it in
+ * chunks with "more": true until the last, so the daemon commits all or
+ * nothing.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
-#include "ctl.h"
+#include <cjson/cJSON.h>
+
+#include "flyclient.h"
+
+/* Documented exit codes (--help, man/flytune-ctl.1). */
+#define CTL_OK 0
+#define CTL_ERR 1
+#define CTL_USAGE 2
+#define CTL_DOWN 3
+#define CTL_NOTFOUND 4
+#define CTL_PERM 7
+#define CTL_INVALID 8
+#define CTL_BUSY 9
+#define CTL_TIMEOUT 10
+
+#define CTL_IMPORT_CAP (64u * 1024u * 1024u) /* import file size cap */
+#define CTL_CHUNK_BYTES 48000 /* import/... request payload budget */
+#define CTL_PAGE 500          /* list/export page size */
+
+struct ctl {
+	fly_client *c;        /* the connection */
+	int json;             /* --json: one JSON document on stdout */
+	uint32_t timeout_ms;  /* per-request timeout (--timeout MS) */
+	const char *cmd;      /* subcommand name, for messages */
+};
+
+/* One subcommand: argc/argv start at the subcommand's own arguments
+ * (argv[0] is the subcommand name).  Returns an exit code. */
+static int ctl_status(struct ctl *x, int argc, char **argv);
+static int ctl_stats(struct ctl *x, int argc, char **argv);
+static int ctl_get(struct ctl *x, int argc, char **argv);
+static int ctl_explain(struct ctl *x, int argc, char **argv);
+static int ctl_list(struct ctl *x, int argc, char **argv);
+static int ctl_tune(struct ctl *x, int argc, char **argv);
+static int ctl_forget(struct ctl *x, int argc, char **argv);
+static int ctl_export(struct ctl *x, int argc, char **argv);
+static int ctl_import(struct ctl *x, int argc, char **argv);
+
+/* Print the help of a subcommand (NULL: the general help) to @p f. */
+static void ctl_help(FILE *f, const char *cmd);
+/* "usage" error: message + hint on stderr; returns CTL_USAGE. */
+static int ctl_usage(struct ctl *x, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Send @p req (takes ownership, even on failure); on success *resp is the
+ * parsed reply with "ok": true (caller owns; cJSON_Delete).  On a daemon
+ * error, prints "<cmd> failed: MESSAGE (code)" (and, with --json, the
+ * reply on stdout) and returns its exit code; *resp is NULL.
+ * @p timeout_ms 0: x->timeout_ms.  @return CTL_OK or an exit code. */
+static int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp);
+/* Validate a canonical key; prints the error with an example.
+ * @return CTL_OK or CTL_INVALID. */
+static int ctl_check_key(struct ctl *x, const char *key);
+/* Exit code for a wire error code name ("not_found", ...). */
+static int ctl_exit_for_code(const char *code);
+/* Print a JSON document on stdout (unformatted, one line). */
+static void ctl_print_json(const cJSON *o);
+/* Print an object as "name: value" lines, nested names dotted. */
+static void ctl_print_flat(const char *prefix, const cJSON *o);
+/* Page through a request (list, export): @p base holds the filters; each
+ * page adds after/limit.  @param[out] all every result, in order (caller
+ * owns; cJSON_Delete).  @return exit code. */
+static int ctl_page_all(struct ctl *x, const cJSON *base, cJSON **all);
+/* A new request object {"req": name}; NULL on ENOMEM. */
+static cJSON *ctl_req(const char *name);
+
+
+/* ================================================================ main, helpers */
 
 #define CTL_VERSION "0.1.0"
 
@@ -66,7 +157,7 @@ static const struct cmd *cmd_find(const char *name)
 	return NULL;
 }
 
-void ctl_help(FILE *f, const char *name)
+static void ctl_help(FILE *f, const char *name)
 {
 	const struct cmd *c = name ? cmd_find(name) : NULL;
 
@@ -91,7 +182,7 @@ void ctl_help(FILE *f, const char *name)
 		exit_codes);
 }
 
-int ctl_usage(struct ctl *x, const char *fmt, ...)
+static int ctl_usage(struct ctl *x, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -106,7 +197,7 @@ int ctl_usage(struct ctl *x, const char *fmt, ...)
 	return CTL_USAGE;
 }
 
-int ctl_exit_for_code(const char *code)
+static int ctl_exit_for_code(const char *code)
 {
 	static const struct {
 		const char *name;
@@ -142,7 +233,7 @@ static int exit_for_err(int err)
 	}
 }
 
-cJSON *ctl_req(const char *name)
+static cJSON *ctl_req(const char *name)
 {
 	cJSON *o = cJSON_CreateObject();
 
@@ -153,7 +244,7 @@ cJSON *ctl_req(const char *name)
 	return o;
 }
 
-void ctl_print_json(const cJSON *o)
+static void ctl_print_json(const cJSON *o)
 {
 	char *s = cJSON_PrintUnformatted(o);
 
@@ -177,7 +268,7 @@ static int reply_error(struct ctl *x, const cJSON *o)
 	return ctl_exit_for_code(cs);
 }
 
-int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp)
+static int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp)
 {
 	char *text, *out = NULL;
 	size_t out_len = 0;
@@ -220,7 +311,7 @@ int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp)
 	return CTL_OK;
 }
 
-int ctl_check_key(struct ctl *x, const char *key)
+static int ctl_check_key(struct ctl *x, const char *key)
 {
 	struct fly_problem p;
 	int rc = fly_problem_from_key(key, &p);
@@ -235,7 +326,7 @@ int ctl_check_key(struct ctl *x, const char *key)
 	return CTL_INVALID;
 }
 
-void ctl_print_flat(const char *prefix, const cJSON *o)
+static void ctl_print_flat(const char *prefix, const cJSON *o)
 {
 	const cJSON *it;
 	char name[256];
@@ -368,5 +459,941 @@ int main(int argc, char **argv)
 	optind = 1;
 	rc = c->fn(&x, argc, argv);
 	fly_client_close(x.c);
+	return rc;
+}
+
+/* ================================================================ status, stats, get, explain, list */
+
+/* Parse a subcommand's options: only --json (and --help, handled by
+ * main).  Positional arguments are left at argv[optind..]; @p npos is the
+ * number required.  @return -1 to go on, else an exit code. */
+static int parse_simple(struct ctl *x, int argc, char **argv, int npos)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int ch;
+
+	opterr = 0;
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (ch != 'j')
+			return ctl_usage(x, "unknown option '%s'",
+					 argv[optind - 1]);
+		x->json = 1;
+	}
+	if (argc - optind != npos)
+		return ctl_usage(x, npos ? "%s needs exactly one KEY" :
+					   "%s takes no arguments", x->cmd);
+	return -1;
+}
+
+/* A request with no arguments, printed flat or as JSON. */
+static int simple(struct ctl *x, int argc, char **argv, const char *req)
+{
+	cJSON *resp;
+	int rc = parse_simple(x, argc, argv, 0);
+
+	if (rc >= 0)
+		return rc;
+	rc = ctl_call(x, ctl_req(req), 0, &resp);
+	if (rc != CTL_OK)
+		return rc;
+	if (x->json)
+		ctl_print_json(resp);
+	else
+		ctl_print_flat(NULL, resp);
+	cJSON_Delete(resp);
+	return CTL_OK;
+}
+
+static int ctl_status(struct ctl *x, int argc, char **argv)
+{
+	return simple(x, argc, argv, "status");
+}
+
+static int ctl_stats(struct ctl *x, int argc, char **argv)
+{
+	return simple(x, argc, argv, "stats");
+}
+
+/* {"req": name, "key": KEY} after validating KEY.  *req NULL on error. */
+static int key_req(struct ctl *x, int argc, char **argv, const char *name,
+		   cJSON **req)
+{
+	int rc = parse_simple(x, argc, argv, 1);
+
+	*req = NULL;
+	if (rc >= 0)
+		return rc;
+	rc = ctl_check_key(x, argv[optind]);
+	if (rc != CTL_OK)
+		return rc;
+	*req = ctl_req(name);
+	if (*req != NULL)
+		cJSON_AddStringToObject(*req, "key", argv[optind]);
+	return CTL_OK;
+}
+
+static int ctl_get(struct ctl *x, int argc, char **argv)
+{
+	cJSON *req, *resp;
+	int rc = key_req(x, argc, argv, "get", &req);
+
+	if (rc != CTL_OK)
+		return rc;
+	rc = ctl_call(x, req, 0, &resp);
+	if (rc != CTL_OK)
+		return rc;
+	if (x->json)
+		ctl_print_json(resp);
+	else
+		ctl_print_flat(NULL, resp);
+	cJSON_Delete(resp);
+	return CTL_OK;
+}
+
+/* ---------------------------------------------------------------- explain */
+
+static double num_field(const cJSON *o, const char *name)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+
+	return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static const char *str_field(const cJSON *o, const char *name)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* Order trials by median; trials without one (faulted, wrong) last. */
+static int trial_cmp(const void *a, const void *b)
+{
+	double ma = num_field(*(const cJSON *const *)a, "median_us");
+	double mb = num_field(*(const cJSON *const *)b, "median_us");
+
+	if (isnan(ma) || isnan(mb))
+		return isnan(ma) - isnan(mb);
+	return (ma > mb) - (ma < mb);
+}
+
+/* The "why" column of one trial. */
+static void trial_note(const cJSON *t, double win, double best, int is_win,
+		       char *buf, size_t cap)
+{
+	const char *out = str_field(t, "outcome");
+	const char *why = str_field(t, "reason");
+	double med = num_field(t, "median_us");
+	double reps = num_field(t, "reps");
+
+	if (why == NULL)
+		why = str_field(t, "error");
+	if (out == NULL)
+		out = "ok";
+	if (is_win)
+		snprintf(buf, cap, "winner");
+	else if (strcmp(out, "rejected") == 0 && !isnan(med) && best > 0)
+		snprintf(buf, cap, "rejected after %.0f reps: %.2fx best",
+			 isnan(reps) ? 0.0 : reps, med / best);
+	else if (strcmp(out, "ok") == 0 && !isnan(med) && win > 0)
+		snprintf(buf, cap, "%.2fx slower than winner", med / win);
+	else
+		snprintf(buf, cap, "%s%s%s", out, why ? ": " : "",
+			 why ? why : "");
+}
+
+/* Print the params array of a trial as "[a,b]". */
+static void params_text(const cJSON *t, char *buf, size_t cap)
+{
+	char *s = cJSON_PrintUnformatted(
+		cJSON_GetObjectItemCaseSensitive(t, "params"));
+
+	snprintf(buf, cap, "%s", s ? s : "[]");
+	free(s);
+}
+
+static void print_leaderboard(const cJSON *resp)
+{
+	const cJSON *trials = cJSON_GetObjectItemCaseSensitive(resp, "trials");
+	const cJSON *res = cJSON_GetObjectItemCaseSensitive(resp, "result");
+	const char *wv = str_field(res, "variant");
+	int n = cJSON_GetArraySize(trials), i = 0;
+	const cJSON **v = calloc((size_t)n + 1, sizeof(*v));
+	const cJSON *t;
+	double win = num_field(res, "median_us"), best = NAN;
+	char note[160], params[128];
+
+	printf("key: %s\n", str_field(resp, "key") ? str_field(resp, "key")
+						   : "?");
+	printf("winner: %s\n", wv ? wv : "(none)");
+	if (v == NULL)
+		return;
+	cJSON_ArrayForEach(t, trials) v[i++] = t;
+	qsort(v, (size_t)n, sizeof(*v), trial_cmp);
+	for (i = 0; i < n; i++)
+		if (!isnan(num_field(v[i], "median_us")) && isnan(best))
+			best = num_field(v[i], "median_us");
+	printf("%-4s %-24s %-20s %12s %10s %6s  %s\n", "#", "variant",
+	       "params", "median_us", "mad_us", "reps", "outcome");
+	for (i = 0; i < n; i++) {
+		const char *var = str_field(v[i], "variant");
+		int is_win = wv && var && strcmp(var, wv) == 0 &&
+			     !isnan(win) &&
+			     num_field(v[i], "median_us") == win;
+
+		trial_note(v[i], win, best, is_win, note, sizeof(note));
+		params_text(v[i], params, sizeof(params));
+		printf("%-4d %-24s %-20s %12.3f %10.3f %6.0f  %s\n", i + 1,
+		       var ? var : "?", params, num_field(v[i], "median_us"),
+		       num_field(v[i], "mad_us"), num_field(v[i], "reps"),
+		       note);
+	}
+	free(v);
+}
+
+static int ctl_explain(struct ctl *x, int argc, char **argv)
+{
+	cJSON *req, *resp;
+	int rc = key_req(x, argc, argv, "explain", &req);
+
+	if (rc != CTL_OK)
+		return rc;
+	rc = ctl_call(x, req, 0, &resp);
+	if (rc != CTL_OK)
+		return rc;
+	if (x->json)
+		ctl_print_json(resp);
+	else
+		print_leaderboard(resp);
+	cJSON_Delete(resp);
+	return CTL_OK;
+}
+
+/* ---------------------------------------------------------------- list */
+
+static int ctl_page_all(struct ctl *x, const cJSON *base, cJSON **all)
+{
+	cJSON *acc = cJSON_CreateArray(), *req, *resp, *res, *next;
+	char *after = NULL;
+	int rc = CTL_OK;
+
+	*all = NULL;
+	while (acc != NULL) {
+		req = cJSON_Duplicate(base, 1);
+		if (req && after)
+			cJSON_AddStringToObject(req, "after", after);
+		if (req)
+			cJSON_AddNumberToObject(req, "limit", CTL_PAGE);
+		rc = ctl_call(x, req, 0, &resp);
+		if (rc != CTL_OK)
+			break;
+		res = cJSON_DetachItemFromObjectCaseSensitive(resp, "results");
+		next = cJSON_GetObjectItemCaseSensitive(resp, "next");
+		free(after);
+		after = cJSON_IsString(next) && next->valuestring[0] ?
+				strdup(next->valuestring) : NULL;
+		while (cJSON_IsArray(res) && cJSON_GetArraySize(res) > 0)
+			cJSON_AddItemToArray(acc,
+					     cJSON_DetachItemFromArray(res, 0));
+		cJSON_Delete(res);
+		cJSON_Delete(resp);
+		if (after == NULL) {
+			*all = acc;
+			return CTL_OK;
+		}
+	}
+	free(after);
+	cJSON_Delete(acc);
+	return rc == CTL_OK ? CTL_ERR : rc;
+}
+
+static int ctl_list(struct ctl *x, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "op", required_argument, NULL, 'o' },
+		{ "dtype", required_argument, NULL, 'd' },
+		{ "status", required_argument, NULL, 's' },
+		{ NULL, 0, NULL, 0 },
+	};
+	cJSON *base = ctl_req("list"), *all, *doc, *r;
+	int ch, rc;
+
+	opterr = 0;
+	optind = 1;
+	while (base && (ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (ch == 'j') {
+			x->json = 1;
+			continue;
+		}
+		if (ch == '?' || ch == ':') {
+			cJSON_Delete(base);
+			return ctl_usage(x, "bad option '%s'",
+					 argv[optind - 1]);
+		}
+		cJSON_AddStringToObject(base, ch == 'o' ? "op" :
+					ch == 'd' ? "dtype" : "status", optarg);
+	}
+	if (base == NULL || optind != argc) {
+		cJSON_Delete(base);
+		return ctl_usage(x, "list takes no positional arguments");
+	}
+	rc = ctl_page_all(x, base, &all);
+	cJSON_Delete(base);
+	if (rc != CTL_OK)
+		return rc;
+	if (x->json) {
+		doc = cJSON_CreateObject();
+		cJSON_AddTrueToObject(doc, "ok");
+		cJSON_AddItemToObject(doc, "results", all);
+		cJSON_AddNullToObject(doc, "next");
+		ctl_print_json(doc);
+		cJSON_Delete(doc);
+		return CTL_OK;
+	}
+	cJSON_ArrayForEach(r, all) {
+		printf("%-48s %-24s %12.3f\n",
+		       str_field(r, "key") ? str_field(r, "key") : "?",
+		       str_field(r, "variant") ? str_field(r, "variant") : "",
+		       num_field(r, "median_us"));
+	}
+	cJSON_Delete(all);
+	return CTL_OK;
+}
+
+/* ================================================================ tune, forget */
+
+struct progress {
+	const char *key;
+	struct timespec start;
+	atomic_int stop;
+};
+
+static double elapsed_s(const struct timespec *t0)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double)(now.tv_sec - t0->tv_sec) +
+	       (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* "tuning KEY ... 3.2 s", rewritten in place every 100 ms. */
+static void *progress_main(void *arg)
+{
+	struct progress *p = arg;
+
+	while (!atomic_load(&p->stop)) {
+		fprintf(stderr, "\rtuning %s ... %.1f s", p->key,
+			elapsed_s(&p->start));
+		fflush(stderr);
+		usleep(100000);
+	}
+	fprintf(stderr, "\rtuning %s ... %.1f s\n", p->key,
+		elapsed_s(&p->start));
+	return NULL;
+}
+
+/* Print a tune reply: status, and the winner when the reply has one. */
+static void print_tune(const cJSON *resp, const char *key)
+{
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(resp, "status");
+	const cJSON *d = cJSON_GetObjectItemCaseSensitive(resp, "decision");
+	const cJSON *q = cJSON_GetObjectItemCaseSensitive(resp, "queued");
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, "variant");
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(d, "median_us");
+
+	if (d == NULL)
+		d = cJSON_GetObjectItemCaseSensitive(resp, "result");
+	v = cJSON_GetObjectItemCaseSensitive(d, "variant");
+	m = cJSON_GetObjectItemCaseSensitive(d, "median_us");
+	printf("%s: %s%s", key, cJSON_IsString(st) ? st->valuestring : "ok",
+	       cJSON_IsTrue(q) ? " (queued)" : "");
+	if (cJSON_IsString(v) && v->valuestring[0])
+		printf(" %s", v->valuestring);
+	if (cJSON_IsNumber(m) && m->valuedouble > 0)
+		printf(" %.3f us", m->valuedouble);
+	printf("\n");
+}
+
+/* Send the tune request, with the progress line when asked for. */
+static int tune_send(struct ctl *x, cJSON *req, const char *key, int wait,
+		     long secs, cJSON **resp)
+{
+	struct progress p = { .key = key };
+	pthread_t th;
+	int show = wait && !x->json && isatty(STDERR_FILENO);
+	int rc;
+
+	clock_gettime(CLOCK_MONOTONIC, &p.start);
+	atomic_init(&p.stop, 0);
+	if (show && pthread_create(&th, NULL, progress_main, &p) != 0)
+		show = 0;
+	rc = ctl_call(x, req,
+		      wait ? (uint32_t)(secs * 1000 + 5000) : 0, resp);
+	if (show) {
+		atomic_store(&p.stop, 1);
+		pthread_join(th, NULL);
+	}
+	return rc;
+}
+
+static int ctl_tune(struct ctl *x, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "wait", no_argument, NULL, 'w' },
+		{ "force", no_argument, NULL, 'f' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int ch, rc, wait = 0, force = 0;
+	long secs = 600;
+	cJSON *req, *resp;
+	char *end;
+
+	opterr = 0;
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'j':
+			x->json = 1;
+			break;
+		case 'w':
+			wait = 1;
+			break;
+		case 'f':
+			force = 1;
+			break;
+		case 't':
+			errno = 0;
+			secs = strtol(optarg, &end, 10);
+			if (errno || *end || end == optarg || secs <= 0 ||
+			    secs > 86400)
+				return ctl_usage(x, "bad --timeout '%s' "
+						 "(seconds, 1..86400)", optarg);
+			break;
+		default:
+			return ctl_usage(x, "bad option '%s'",
+					 argv[optind - 1]);
+		}
+	}
+	if (argc - optind != 1)
+		return ctl_usage(x, "tune needs exactly one KEY");
+	rc = ctl_check_key(x, argv[optind]);
+	if (rc != CTL_OK)
+		return rc;
+	req = ctl_req("tune");
+	if (req != NULL) {
+		cJSON_AddStringToObject(req, "key", argv[optind]);
+		cJSON_AddBoolToObject(req, "force", force);
+		cJSON_AddBoolToObject(req, "wait", wait);
+		if (wait)
+			cJSON_AddNumberToObject(req, "timeout_ms",
+						(double)secs * 1000);
+	}
+	rc = tune_send(x, req, argv[optind], wait, secs, &resp);
+	if (rc != CTL_OK)
+		return rc;
+	if (x->json)
+		ctl_print_json(resp);
+	else
+		print_tune(resp, argv[optind]);
+	cJSON_Delete(resp);
+	return CTL_OK;
+}
+
+static int ctl_forget(struct ctl *x, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "all", no_argument, NULL, 'a' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int ch, rc, all = 0;
+	cJSON *req, *resp, *n;
+
+	opterr = 0;
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (ch == 'j')
+			x->json = 1;
+		else if (ch == 'a')
+			all = 1;
+		else
+			return ctl_usage(x, "bad option '%s'",
+					 argv[optind - 1]);
+	}
+	if (all ? argc != optind : argc - optind != 1)
+		return ctl_usage(x, "forget needs exactly one KEY, or --all");
+	if (!all && (rc = ctl_check_key(x, argv[optind])) != CTL_OK)
+		return rc;
+	req = ctl_req("forget");
+	if (req != NULL && all)
+		cJSON_AddTrueToObject(req, "all");
+	else if (req != NULL)
+		cJSON_AddStringToObject(req, "key", argv[optind]);
+	rc = ctl_call(x, req, 0, &resp);
+	if (rc != CTL_OK)
+		return rc;
+	n = cJSON_GetObjectItemCaseSensitive(resp, "forgotten");
+	if (x->json)
+		ctl_print_json(resp);
+	else
+		printf("forgot %.0f result(s)\n",
+		       cJSON_IsNumber(n) ? n->valuedouble : 0.0);
+	cJSON_Delete(resp);
+	return CTL_OK;
+}
+
+/* ================================================================ export, import */
+
+#define EXPORT_FORMAT "flytuned-export"
+#define EXPORT_VERSION 1
+
+static const char *const csv_cols[] = {
+	"key", "device", "libver", "variant", "params",
+	"median_us", "mad_us", "tune_s", "tuned_at", NULL,
+};
+
+/* Device and libver from a hello (the export file's header fields). */
+static int identity(struct ctl *x, cJSON **device, cJSON **libver)
+{
+	cJSON *req = ctl_req("hello"), *resp;
+	int rc;
+
+	*device = *libver = NULL;
+	if (req != NULL) {
+		cJSON_AddNumberToObject(req, "version", FLY_PROTO_VERSION);
+		cJSON_AddStringToObject(req, "client", "flytune-ctl");
+	}
+	rc = ctl_call(x, req, 0, &resp);
+	if (rc != CTL_OK)
+		return rc;
+	*device = cJSON_DetachItemFromObjectCaseSensitive(resp, "device");
+	*libver = cJSON_DetachItemFromObjectCaseSensitive(resp, "libver");
+	cJSON_Delete(resp);
+	if (*device == NULL)
+		*device = cJSON_CreateNull();
+	if (*libver == NULL)
+		*libver = cJSON_CreateNull();
+	return CTL_OK;
+}
+
+/* Write one CSV field: quoted when it holds a comma, quote or newline. */
+static void csv_field(FILE *f, const cJSON *v)
+{
+	char *s = cJSON_IsString(v) ? NULL : cJSON_PrintUnformatted(v);
+	const char *t = cJSON_IsString(v) ? v->valuestring : s ? s : "";
+
+	if (v == NULL)
+		t = "";
+	if (strpbrk(t, ",\"\n") == NULL) {
+		fputs(t, f);
+	} else {
+		fputc('"', f);
+		for (; *t; t++) {
+			if (*t == '"')
+				fputc('"', f);
+			fputc(*t, f);
+		}
+		fputc('"', f);
+	}
+	free(s);
+}
+
+static void write_csv(FILE *f, const cJSON *results)
+{
+	const cJSON *r;
+
+	for (int i = 0; csv_cols[i]; i++)
+		fprintf(f, "%s%s", i ? "," : "", csv_cols[i]);
+	fputc('\n', f);
+	cJSON_ArrayForEach(r, results) {
+		for (int i = 0; csv_cols[i]; i++) {
+			if (i)
+				fputc(',', f);
+			csv_field(f, cJSON_GetObjectItemCaseSensitive(
+					     r, csv_cols[i]));
+		}
+		fputc('\n', f);
+	}
+}
+
+/* Parse export's options.  @return -1 to go on, else an exit code. */
+static int export_opts(struct ctl *x, int argc, char **argv, int *csv,
+		       const char **file)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "format", required_argument, NULL, 'f' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int ch;
+
+	opterr = 0;
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (ch == 'j') {
+			x->json = 1;
+		} else if (ch == 'f' && strcmp(optarg, "json") == 0) {
+			*csv = 0;
+		} else if (ch == 'f' && strcmp(optarg, "csv") == 0) {
+			*csv = 1;
+		} else {
+			return ctl_usage(x, "bad option '%s' (--format json|csv)",
+					 argv[optind - 1]);
+		}
+	}
+	if (argc - optind > 1)
+		return ctl_usage(x, "export takes at most one FILE");
+	*file = argc > optind ? argv[optind] : "-";
+	return -1;
+}
+
+/* Write @p doc (json) or its results (csv) to @p file ("-": stdout). */
+static int export_write(struct ctl *x, const char *file, int csv,
+			const cJSON *doc)
+{
+	int to_stdout = strcmp(file, "-") == 0;
+	FILE *f = to_stdout ? stdout : fopen(file, "w");
+	char *text;
+	int bad;
+
+	if (f == NULL) {
+		fprintf(stderr, "export failed: %s: %s\n", file,
+			strerror(errno));
+		return CTL_ERR;
+	}
+	if (csv) {
+		write_csv(f, cJSON_GetObjectItemCaseSensitive(doc, "results"));
+	} else {
+		text = cJSON_Print(doc);
+		if (text != NULL)
+			fprintf(f, "%s\n", text);
+		free(text);
+	}
+	bad = ferror(f);
+	if (!to_stdout)
+		bad |= fclose(f) != 0;
+	else
+		bad |= fflush(f) != 0;
+	if (bad) {
+		fprintf(stderr, "export failed: %s: write error\n", file);
+		return CTL_ERR;
+	}
+	return CTL_OK;
+}
+
+static int ctl_export(struct ctl *x, int argc, char **argv)
+{
+	cJSON *doc, *results, *device, *libver, *base;
+	const char *file = "-";
+	int csv = 0, rc;
+
+	rc = export_opts(x, argc, argv, &csv, &file);
+	if (rc >= 0)
+		return rc;
+	rc = identity(x, &device, &libver);
+	if (rc != CTL_OK)
+		return rc;
+	base = ctl_req("export");
+	rc = ctl_page_all(x, base, &results);
+	cJSON_Delete(base);
+	if (rc != CTL_OK) {
+		cJSON_Delete(device);
+		cJSON_Delete(libver);
+		return rc;
+	}
+	doc = cJSON_CreateObject();
+	cJSON_AddStringToObject(doc, "format", EXPORT_FORMAT);
+	cJSON_AddNumberToObject(doc, "version", EXPORT_VERSION);
+	cJSON_AddItemToObject(doc, "device", device);
+	cJSON_AddItemToObject(doc, "libver", libver);
+	cJSON_AddItemToObject(doc, "results", results);
+	rc = export_write(x, file, csv, doc);
+	if (rc == CTL_OK && strcmp(file, "-") != 0 && !x->json)
+		fprintf(stderr, "exported %d result(s) to %s\n",
+			cJSON_GetArraySize(results), file);
+	cJSON_Delete(doc);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- import */
+
+/* Read a whole file ("-": stdin) of at most CTL_IMPORT_CAP bytes; the
+ * size of a regular file is checked before reading anything.
+ * @return CTL_OK (caller frees *buf), CTL_INVALID (too big), CTL_ERR. */
+static int read_capped(const char *file, char **buf, size_t *len)
+{
+	int fd = strcmp(file, "-") == 0 ? STDIN_FILENO :
+					   open(file, O_RDONLY | O_CLOEXEC);
+	size_t cap = CTL_IMPORT_CAP, n = 0, size = 65536;
+	struct stat st;
+	char *p = NULL, *q;
+	ssize_t r;
+
+	*buf = NULL;
+	if (fd < 0) {
+		fprintf(stderr, "import failed: %s: %s\n", file,
+			strerror(errno));
+		return CTL_ERR;
+	}
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	    (uint64_t)st.st_size > cap) {
+		fprintf(stderr, "import failed: %s: %lld bytes, over the "
+			"%zu-byte cap\n", file, (long long)st.st_size, cap);
+		goto err_too_big;
+	}
+	for (;;) {
+		if (n == size || p == NULL) {
+			size = p == NULL ? size : size * 2;
+			q = realloc(p, size + 1);
+			if (q == NULL)
+				goto err_io;
+			p = q;
+		}
+		r = read(fd, p + n, size - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			goto err_io;
+		if (r == 0)
+			break;
+		n += (size_t)r;
+		if (n > cap) {
+			fprintf(stderr, "import failed: %s: over the %zu-byte "
+				"cap\n", file, cap);
+			goto err_too_big;
+		}
+	}
+	if (fd != STDIN_FILENO)
+		close(fd);
+	p[n] = '\0';
+	*buf = p;
+	*len = n;
+	return CTL_OK;
+
+err_io:
+	fprintf(stderr, "import failed: %s: %s\n", file, strerror(errno));
+	free(p);
+	if (fd != STDIN_FILENO)
+		close(fd);
+	return CTL_ERR;
+err_too_big:
+	free(p);
+	if (fd != STDIN_FILENO)
+		close(fd);
+	return CTL_INVALID;
+}
+
+static int is_int(const cJSON *v)
+{
+	return cJSON_IsNumber(v) && isfinite(v->valuedouble) &&
+	       v->valuedouble == floor(v->valuedouble) &&
+	       fabs(v->valuedouble) <= 9007199254740992.0;
+}
+
+static int is_nonneg(const cJSON *v)
+{
+	return cJSON_IsNumber(v) && isfinite(v->valuedouble) &&
+	       v->valuedouble >= 0;
+}
+
+/* Check one result's fields and types.  @return NULL or what is wrong. */
+static const char *check_result(const cJSON *r, char *why, size_t cap)
+{
+	static const char *const known[] = {
+		"key", "device", "libver", "variant", "params", "median_us",
+		"mad_us", "tune_s", "tuned_at", NULL,
+	};
+	const cJSON *it, *v;
+	struct fly_problem p;
+	int n = 0, i;
+
+	if (!cJSON_IsObject(r))
+		return "not an object";
+	cJSON_ArrayForEach(it, r) {
+		for (i = 0; known[i] && strcmp(known[i], it->string); i++)
+			;
+		if (known[i] == NULL) {
+			snprintf(why, cap, "unknown field \"%s\"", it->string);
+			return why;
+		}
+	}
+	v = cJSON_GetObjectItemCaseSensitive(r, "key");
+	if (!cJSON_IsString(v) || fly_problem_from_key(v->valuestring, &p))
+		return "key: not a canonical key";
+	v = cJSON_GetObjectItemCaseSensitive(r, "variant");
+	if (!cJSON_IsString(v) || v->valuestring[0] == '\0' ||
+	    strlen(v->valuestring) >= FLY_VARIANT_MAX)
+		return "variant: expected a non-empty name";
+	v = cJSON_GetObjectItemCaseSensitive(r, "params");
+	if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > FLY_PARAMS_MAX)
+		return "params: expected an array of at most 8 integers";
+	cJSON_ArrayForEach(it, v) if (!is_int(it)) n++;
+	if (n)
+		return "params: expected integers";
+	if (!is_nonneg(cJSON_GetObjectItemCaseSensitive(r, "median_us")))
+		return "median_us: expected a number >= 0";
+	if (!is_nonneg(cJSON_GetObjectItemCaseSensitive(r, "mad_us")))
+		return "mad_us: expected a number >= 0";
+	v = cJSON_GetObjectItemCaseSensitive(r, "tune_s");
+	if (v != NULL && !is_nonneg(v))
+		return "tune_s: expected a number >= 0";
+	v = cJSON_GetObjectItemCaseSensitive(r, "tuned_at");
+	if (v != NULL && !cJSON_IsString(v) && !is_nonneg(v))
+		return "tuned_at: expected a time";
+	v = cJSON_GetObjectItemCaseSensitive(r, "device");
+	if (v != NULL && !cJSON_IsString(v) && !cJSON_IsObject(v))
+		return "device: expected a string";
+	v = cJSON_GetObjectItemCaseSensitive(r, "libver");
+	if (v != NULL && !cJSON_IsString(v))
+		return "libver: expected a string";
+	return NULL;
+}
+
+/* Validate the export-file shape.  @return CTL_OK or CTL_INVALID. */
+static int check_export(const char *file, const cJSON *doc)
+{
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(doc, "format");
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(doc, "version");
+	const cJSON *res = cJSON_GetObjectItemCaseSensitive(doc, "results");
+	const cJSON *r;
+	const char *bad = NULL;
+	char why[128];
+	int i = 0;
+
+	if (!cJSON_IsObject(doc))
+		bad = "not a JSON object";
+	else if (!cJSON_IsString(f) || strcmp(f->valuestring, EXPORT_FORMAT))
+		bad = "format: expected \"" EXPORT_FORMAT "\"";
+	else if (!is_int(v) || v->valuedouble != EXPORT_VERSION)
+		bad = "version: expected 1";
+	else if (!cJSON_IsArray(res))
+		bad = "results: expected an array";
+	if (bad != NULL) {
+		fprintf(stderr, "import failed: %s: %s\n", file, bad);
+		return CTL_INVALID;
+	}
+	cJSON_ArrayForEach(r, res) {
+		bad = check_result(r, why, sizeof(why));
+		if (bad != NULL) {
+			fprintf(stderr, "import failed: %s: results[%d]: %s\n",
+				file, i, bad);
+			return CTL_INVALID;
+		}
+		i++;
+	}
+	return CTL_OK;
+}
+
+/* Send one chunk {"req":"import","results":chunk,"more":more} (takes
+ * ownership of @p chunk).  *imported accumulates the reply's count. */
+static int import_chunk(struct ctl *x, cJSON *chunk, int more,
+			double *imported, cJSON **last)
+{
+	cJSON *req = ctl_req("import"), *resp, *n;
+	int rc;
+
+	if (req == NULL) {
+		cJSON_Delete(chunk);
+		return CTL_ERR;
+	}
+	cJSON_AddItemToObject(req, "results", chunk);
+	cJSON_AddBoolToObject(req, "more", more);
+	rc = ctl_call(x, req, 0, &resp);
+	if (rc != CTL_OK)
+		return rc;
+	n = cJSON_GetObjectItemCaseSensitive(resp, "imported");
+	if (cJSON_IsNumber(n))
+		*imported = more ? *imported : n->valuedouble;
+	cJSON_Delete(*last);
+	*last = resp;
+	return CTL_OK;
+}
+
+/* Send every result in chunks of at most CTL_CHUNK_BYTES of JSON. */
+static int import_send(struct ctl *x, cJSON *res, double *imported,
+		       cJSON **last)
+{
+	cJSON *chunk = cJSON_CreateArray(), *r;
+	size_t bytes = 0;
+	int rc;
+
+	while (chunk != NULL && cJSON_GetArraySize(res) > 0) {
+		char *s;
+		size_t n;
+
+		r = cJSON_DetachItemFromArray(res, 0);
+		s = cJSON_PrintUnformatted(r);
+		n = s ? strlen(s) + 1 : 0;
+		free(s);
+		if (bytes + n > CTL_CHUNK_BYTES &&
+		    cJSON_GetArraySize(chunk) > 0) {
+			rc = import_chunk(x, chunk, 1, imported, last);
+			chunk = cJSON_CreateArray();
+			bytes = 0;
+			if (rc != CTL_OK) {
+				cJSON_Delete(r);
+				cJSON_Delete(chunk);
+				return rc;
+			}
+		}
+		cJSON_AddItemToArray(chunk, r);
+		bytes += n;
+	}
+	if (chunk == NULL)
+		return CTL_ERR;
+	return import_chunk(x, chunk, 0, imported, last);
+}
+
+static int ctl_import(struct ctl *x, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	cJSON *doc, *last = NULL;
+	double imported = 0;
+	size_t len;
+	char *buf;
+	int ch, rc;
+
+	opterr = 0;
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (ch != 'j')
+			return ctl_usage(x, "bad option '%s'",
+					 argv[optind - 1]);
+		x->json = 1;
+	}
+	if (argc - optind != 1)
+		return ctl_usage(x, "import needs exactly one FILE");
+	rc = read_capped(argv[optind], &buf, &len);
+	if (rc != CTL_OK)
+		return rc;
+	doc = cJSON_ParseWithLength(buf, len);
+	free(buf);
+	if (doc == NULL) {
+		fprintf(stderr, "import failed: %s: not valid JSON\n",
+			argv[optind]);
+		return CTL_INVALID;
+	}
+	rc = check_export(argv[optind], doc);
+	if (rc == CTL_OK)
+		rc = import_send(x, cJSON_GetObjectItemCaseSensitive(doc,
+								     "results"),
+				 &imported, &last);
+	cJSON_Delete(doc);
+	if (rc == CTL_OK && x->json)
+		ctl_print_json(last);
+	else if (rc == CTL_OK)
+		printf("imported %.0f result(s)\n", imported);
+	cJSON_Delete(last);
 	return rc;
 }
