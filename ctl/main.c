@@ -190,10 +190,10 @@ static int ctl_usage(struct ctl *x, const char *fmt, ...)
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\nTry 'flytune-ctl %s--help'.\n",
-		x && x->cmd ? x->cmd : "");
 	if (x && x->cmd)
-		fprintf(stderr, "(that is: flytune-ctl help %s)\n", x->cmd);
+		fprintf(stderr, "\nTry 'flytune-ctl help %s'.\n", x->cmd);
+	else
+		fprintf(stderr, "\nTry 'flytune-ctl --help'.\n");
 	return CTL_USAGE;
 }
 
@@ -456,7 +456,7 @@ int main(int argc, char **argv)
 			fly_strerror(rc), rc);
 		return rc == -EINVAL ? CTL_USAGE : CTL_ERR;
 	}
-	optind = 1;
+	optind = 0; /* 0: glibc re-initialises (permuting again) */
 	rc = c->fn(&x, argc, argv);
 	fly_client_close(x.c);
 	return rc;
@@ -476,7 +476,7 @@ static int parse_simple(struct ctl *x, int argc, char **argv, int npos)
 	int ch;
 
 	opterr = 0;
-	optind = 1;
+	optind = 0; /* 0: glibc re-initialises (permuting again) */
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		if (ch != 'j')
 			return ctl_usage(x, "unknown option '%s'",
@@ -724,7 +724,7 @@ static int ctl_list(struct ctl *x, int argc, char **argv)
 	int ch, rc;
 
 	opterr = 0;
-	optind = 1;
+	optind = 0; /* 0: glibc re-initialises (permuting again) */
 	while (base && (ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		if (ch == 'j') {
 			x->json = 1;
@@ -857,7 +857,7 @@ static int ctl_tune(struct ctl *x, int argc, char **argv)
 	char *end;
 
 	opterr = 0;
-	optind = 1;
+	optind = 0; /* 0: glibc re-initialises (permuting again) */
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'j':
@@ -918,7 +918,7 @@ static int ctl_forget(struct ctl *x, int argc, char **argv)
 	cJSON *req, *resp, *n;
 
 	opterr = 0;
-	optind = 1;
+	optind = 0; /* 0: glibc re-initialises (permuting again) */
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		if (ch == 'j')
 			x->json = 1;
@@ -1036,7 +1036,7 @@ static int export_opts(struct ctl *x, int argc, char **argv, int *csv,
 	int ch;
 
 	opterr = 0;
-	optind = 1;
+	optind = 0; /* 0: glibc re-initialises (permuting again) */
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		if (ch == 'j') {
 			x->json = 1;
@@ -1365,7 +1365,7 @@ static int ctl_import(struct ctl *x, int argc, char **argv)
 	int ch, rc;
 
 	opterr = 0;
-	optind = 1;
+	optind = 0; /* 0: glibc re-initialises (permuting again) */
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		if (ch != 'j')
 			return ctl_usage(x, "bad option '%s'",
