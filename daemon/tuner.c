@@ -97,19 +97,6 @@ void flyd_tune_result_fini(struct flyd_tune_result *r)
 
 /* ---------------------------------------------------------- candidates */
 
-/* Same test as flyk_variant_supports(): the op, the dtype bit and every
- * flag of the problem; kept local so the method has no link dependency
- * beyond the backend table it is given. */
-static int variant_fits(const struct flyk_variant *v,
-			const struct fly_problem *p)
-{
-	if (v->op != p->op || p->dtype >= 32)
-		return 0;
-	if ((v->dtypes & (1u << p->dtype)) == 0)
-		return 0;
-	return (p->flags & ~v->flags) == 0;
-}
-
 static int is_excluded(const struct flyd_tune_job *j, const char *variant,
 		       const int64_t *params, uint32_t nparams)
 {
@@ -198,11 +185,11 @@ static int cands_build(struct tstate *st)
 	if (st->cands == NULL)
 		return -ENOMEM;
 	for (size_t i = 0; i < st->b->nvariants; i++)
-		nfit += variant_fits(&st->b->variants[i], p);
+		nfit += flyk_variant_supports(&st->b->variants[i], p);
 	for (size_t i = 0; i < st->b->nvariants; i++) {
 		const struct flyk_variant *v = &st->b->variants[i];
 
-		if (!variant_fits(v, p) || (v->is_reference && nfit > 1))
+		if (!flyk_variant_supports(v, p) || (v->is_reference && nfit > 1))
 			continue;
 		if (v->enumerate != NULL) {
 			rc = cands_explicit(st, v);
@@ -340,6 +327,7 @@ static void cand_check(struct tstate *st, struct cand *c)
 		return;
 	}
 	for (int i = 0; i < st->o.warmup; i++) {
+		notify_start(st, c);
 		rc = st->b->case_time(st->c, c->v, c->params, &us);
 		if (rc < 0) {
 			emit_error(st, c, "launch failed", rc);
@@ -359,10 +347,10 @@ static void cand_time_to(struct tstate *st, struct cand *c, uint32_t reps)
 		reps = (uint32_t)st->o.max_reps;
 	if (c->n >= reps || (c->n >= 1 && over_budget(st)))
 		return;
-	notify_start(st, c);
 	while (c->n < reps) {
 		if (c->n >= 1 && over_budget(st))
 			break;
+		notify_start(st, c);
 		rc = st->b->case_time(st->c, c->v, c->params, &us);
 		if (rc < 0) {
 			emit_error(st, c, "launch failed", rc);
@@ -486,8 +474,14 @@ static void decide(struct tstate *st)
 
 static void measure(struct tstate *st)
 {
-	for (uint32_t i = 0; i < st->ncands; i++)
+	for (uint32_t i = 0; i < st->ncands; i++) {
+		if (i > 0 && over_budget(st)) {
+			st->cands[i].alive = 0; /* never run: no trial */
+			st->r->nunmeasured++;
+			continue;
+		}
 		cand_check(st, &st->cands[i]);
+	}
 	round_reject(st, REJECT1_REPS, REJECT1_X);
 	round_reject(st, REJECT2_REPS, REJECT2_X);
 	rounds_halving(st);

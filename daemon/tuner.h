@@ -23,9 +23,10 @@
  *      of the top two is small against max(gap, margin * best) or
  *      opts->max_reps is reached.
  *   4. Budget: once job->budget_s of wall time (opts->now) has passed, no
- *      more reps are added (every correct candidate still gets one timed
- *      rep); the decision is made among what was measured and
- *      result->budget_hit is set.
+ *      more reps are added (every checked, correct candidate still gets
+ *      one timed rep) and candidates not yet checked are not run (counted
+ *      in result->nunmeasured, no trial); the decision is made among what
+ *      was measured and result->budget_hit is set.
  *   5. Decision: best = lowest median among OK trials; the winner is the
  *      earliest candidate (stable order) whose median is within
  *      job->margin of best.  With an incumbent among the OK trials, the
@@ -50,8 +51,9 @@ struct flyd_tuner_opts {
 	/* Clock in seconds (monotonic); NULL: CLOCK_MONOTONIC. */
 	double (*now)(void *ctx);
 	void *now_ctx;
-	/* Called BEFORE a candidate runs (its check, or a block of reps), so
-	 * a crash or hang can be attributed; @p t has variant and params. */
+	/* Called BEFORE every run of a candidate (check, warm-up, each rep),
+	 * so a crash or hang is attributed to it and a per-run timeout can be
+	 * re-armed; @p t has variant and params. */
 	void (*on_start)(void *ctx, const struct flyd_trial *t);
 	/* Called once per candidate when its trial is final. */
 	void (*on_trial)(void *ctx, const struct flyd_trial *t);

@@ -33,6 +33,7 @@
 #define RESTART_HIST 64
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
+#define SETUP_MIN_S 30.0 /* guard on case setup before the first START */
 
 struct wproc {
 	struct flyd_worker *w;
@@ -227,12 +228,22 @@ static void cand_timeout_cb(uv_timer_t *t)
 	wproc_kill(w->wp);
 }
 
-static void arm_cand_timer(struct flyd_worker *w)
+/* Arm the hang guard for @p s seconds (<= 0: off). */
+static void arm_cand_timer(struct flyd_worker *w, double s)
 {
-	uint64_t ms = (uint64_t)(w->cand_timeout_s * 1000.0);
+	uint64_t ms = (uint64_t)(s * 1000.0);
 
-	if (w->cand_timeout_s > 0)
+	if (s > 0)
 		uv_timer_start(&w->cand_timer, cand_timeout_cb, ms ? ms : 1, 0);
+}
+
+/* The job's setup (the case: inputs, reference output) is no candidate:
+ * it gets a longer guard than one launch. */
+static double setup_timeout_s(const struct flyd_worker *w)
+{
+	double s = 10 * w->cand_timeout_s;
+
+	return w->cand_timeout_s <= 0 ? 0 : s > SETUP_MIN_S ? s : SETUP_MIN_S;
 }
 
 static void write_cb(uv_write_t *req, int status)
@@ -266,7 +277,7 @@ static void send_job(struct flyd_worker *w)
 	}
 	w->job_sent = 1;
 	w->timed_out = 0;
-	arm_cand_timer(w);
+	arm_cand_timer(w, setup_timeout_s(w));
 }
 
 /* The job ends: done() with the collected trials. */
@@ -287,7 +298,10 @@ static void death_reason(const struct flyd_worker *w, const struct wproc *wp,
 {
 	const char *sig;
 
-	if (w->timed_out) {
+	if (w->timed_out && !w->has_cur) {
+		snprintf(buf, cap, "setup timed out after %.1f s",
+			 setup_timeout_s(w));
+	} else if (w->timed_out) {
 		snprintf(buf, cap, "timed out after %.1f s", w->cand_timeout_s);
 	} else if (wp->term_signal != 0) {
 		sig = sigabbrev_np(wp->term_signal);
@@ -371,9 +385,20 @@ static void on_result(struct flyd_worker *w, const struct flyd_wp_result *m)
 	r.ncandidates = m->ncandidates;
 	r.ninfeasible = m->ninfeasible;
 	r.nexcluded = m->nexcluded;
+	r.nunmeasured = m->nunmeasured;
 	r.budget_hit = m->budget_hit;
 	w->nbackoff = 0;
 	job_finish(w, &r);
+}
+
+/* A candidate's final trial; it is no longer the one in flight. */
+static void on_trial(struct flyd_worker *w, const struct flyd_trial *t)
+{
+	if (trial_push(w, t) < 0)
+		flyd_log(FLYD_LOG_ERR, "worker_oom", "trials=%zu", w->ntrials);
+	if (w->has_cur &&
+	    flyd_trial_same(&w->cur, t->variant, t->params, t->nparams))
+		w->has_cur = 0;
 }
 
 /* Dispatch one record.  @return 0, or FLY_E_PROTO (kill the child). */
@@ -389,17 +414,12 @@ static int on_record(struct flyd_worker *w, struct wproc *wp,
 			return FLY_E_PROTO;
 		memcpy(&w->cur, p, sizeof(w->cur));
 		w->has_cur = 1;
-		arm_cand_timer(w);
+		arm_cand_timer(w, w->cand_timeout_s);
 		return 0;
 	case FLYD_WP_TRIAL:
 		if (!w->job_sent)
 			return FLY_E_PROTO;
-		trial_push(w, p);
-		if (w->has_cur &&
-		    flyd_trial_same(&w->cur, ((const struct flyd_trial *)p)->variant,
-				    ((const struct flyd_trial *)p)->params,
-				    ((const struct flyd_trial *)p)->nparams))
-			w->has_cur = 0;
+		on_trial(w, p);
 		return 0;
 	case FLYD_WP_RESULT:
 		if (!w->job_sent)
@@ -607,6 +627,8 @@ int flyd_worker_start(uv_loop_t *loop, const struct flyd_worker_opts *o,
 
 int flyd_worker_submit(struct flyd_worker *w, const struct flyd_tune_job *j)
 {
+	if (w == NULL || j == NULL)
+		return -EINVAL;
 	if (w->busy || w->stopping)
 		return -EBUSY;
 	w->job = *j;

@@ -58,6 +58,7 @@ struct flyd_tune_result {
 	uint32_t ninfeasible;        /* points skipped: feasible() != 0 */
 	uint32_t nexcluded;          /* points skipped: in job->exclude */
 	int budget_hit;              /* 1: budget_s ran out, reps were cut */
+	uint32_t nunmeasured;        /* candidates never run (budget) */
 };
 
 struct flyd_worker;

@@ -83,6 +83,7 @@ static void send_result(const struct flyd_tune_result *r)
 	m.ncandidates = r->ncandidates;
 	m.ninfeasible = r->ninfeasible;
 	m.nexcluded = r->nexcluded;
+	m.nunmeasured = r->nunmeasured;
 	send_or_exit(FLYD_WP_RESULT, &m, sizeof(m));
 }
 

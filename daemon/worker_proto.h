@@ -23,8 +23,9 @@
  *                then the worker exits)
  *   d->w JOB     struct flyd_tune_job; one at a time
  *   w->d START   struct flyd_trial (variant, params): the candidate about
- *                to run; sent BEFORE each check or block of reps, so a
- *                crash or hang is attributed to it
+ *                to run; sent BEFORE each of its runs (check, warm-up,
+ *                rep), so a crash or hang is attributed to it and the
+ *                per-candidate timeout bounds one launch
  *   w->d TRIAL   struct flyd_trial: a candidate's final trial
  *   w->d RESULT  struct flyd_wp_result: the job's end; the trials are the
  *                TRIAL records since the JOB (ntrials of them)
@@ -82,6 +83,8 @@ struct flyd_wp_result {
 	uint32_t ncandidates;
 	uint32_t ninfeasible;
 	uint32_t nexcluded;
+	uint32_t nunmeasured;
+	uint32_t reserved;
 };
 
 /* Payload size of a type, 0 for an unknown type. */

@@ -443,19 +443,25 @@ static void test_budget_respected(void **state)
 	j.budget_s = 5;
 	assert_int_equal(run(&j, &r), 0);
 	assert_int_equal(r.budget_hit, 1);
-	assert_int_equal(r.ntrials, 4);
+	/* Checks (check + warm-up: 2 s each) start at 0, 2, 4 s; at 6 s the
+	 * budget is gone: bs=4 is never run, the others get one rep. */
+	assert_int_equal(r.ncandidates, 4);
+	assert_int_equal(r.nunmeasured, 1);
+	assert_int_equal(r.ntrials, 3);
+	assert_null(find_trial(&r, "a", 4));
 	for (size_t i = 0; i < r.ntrials; i++) {
 		assert_int_equal(r.trials[i].outcome, FLYD_OUT_OK);
 		assert_int_equal(r.trials[i].reps, 1);
 	}
-	/* check + warm-up + 1 rep for each of 4: 12 fake seconds. */
-	assert_true(r.tune_s > 11.5 && r.tune_s < 12.5);
+	assert_true(r.tune_s > 8.5 && r.tune_s < 9.5);
 	flyd_tune_result_fini(&r);
 
 	job_init(&j, 1);
 	j.budget_s = 1e6;
 	assert_int_equal(run(&j, &r), 0);
 	assert_int_equal(r.budget_hit, 0);
+	assert_int_equal(r.nunmeasured, 0);
+	assert_int_equal(r.ntrials, 4);
 	flyd_tune_result_fini(&r);
 }
 

@@ -101,7 +101,7 @@ static void job_init(struct flyd_tune_job *j)
 	j->problem.dtype = FLY_DT_FP32;
 	j->problem.dims[0] = 64;
 	j->problem.dims[1] = 256;
-	j->budget_s = 5;
+	j->budget_s = 20; /* generous: the faulty variants come last */
 	j->margin = 0.03;
 }
 
@@ -152,7 +152,7 @@ static void assert_completed(const struct tctx *t)
 	assert_true(strlen(t->r.winner.variant) > 0);
 	assert_true(t->r.winner.median_us > 0);
 	assert_true(t->r.ncandidates > 0);
-	assert_int_equal(t->r.ntrials, t->r.ncandidates);
+	assert_int_equal(t->r.ntrials + t->r.nunmeasured, t->r.ncandidates);
 	assert_string_equal(t->r.key, "rmsnorm/fp32/m=64,n=256");
 }
 
