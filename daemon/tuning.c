@@ -1022,6 +1022,7 @@ void flyd_tuning_status(const struct flyd_ctx *ctx, cJSON *resp)
 	const struct flyd_tuning *t = ctx->tuning;
 	struct flyd_qjob *run;
 	cJSON *q, *w, *shm;
+	char gen[24];
 
 	if (t == NULL)
 		return;
@@ -1044,8 +1045,11 @@ void flyd_tuning_status(const struct flyd_ctx *ctx, cJSON *resp)
 	cJSON_AddNumberToObject(shm, "count", flyd_publish_count(t->pub));
 	cJSON_AddNumberToObject(shm, "capacity",
 				flyd_publish_capacity(t->pub));
-	cJSON_AddNumberToObject(shm, "generation",
-				(double)flyd_publish_generation(t->pub));
+	/* An exact integer literal: the generation is seeded from the clock
+	 * (~2^60), beyond a double's 53 bits. */
+	snprintf(gen, sizeof(gen), "%llu",
+		 (unsigned long long)flyd_publish_generation(t->pub));
+	cJSON_AddRawToObject(shm, "generation", gen);
 }
 
 void flyd_tuning_forgotten(struct flyd_ctx *ctx, const char *key)

@@ -222,7 +222,8 @@ static void test_decide_pending_then_tuned(void **state)
 	assert_string_equal(b.text, a.text);
 	/* A typed key error. */
 	{
-		cJSON *o = req(fd, "{\"req\":\"decide\",\"key\":\"nope/fp32\"}");
+		cJSON *o = req(fd, "{\"req\":\"decide\","
+			       "\"key\":\"nope/fp32\"}");
 
 		assert_false(is_ok(o));
 		assert_true(strlen(err_code(o)) > 0);
@@ -282,7 +283,8 @@ static pid_t start_second(const struct fly_test_daemon *d, char *sock,
 
 		if (fd >= 0) {
 			if (fly_test_request(fd, "{\"req\":\"hello\","
-					     "\"version\":1}", &resp, 1000) == 0)
+					     "\"version\":1}", &resp,
+					     1000) == 0)
 				ok = strstr(resp, "\"ok\":true") != NULL;
 			free(resp);
 			close(fd);
@@ -458,6 +460,125 @@ static void test_queue_cap_busy(void **state)
 	fly_test_daemon_cleanup(&d);
 }
 
+/* {"req":"tune","key":K,"wait":true,...}: the response, tuned. */
+static void tune_wait(int fd, const char *key, int force, struct answer *a)
+{
+	char json[256];
+	cJSON *o;
+
+	snprintf(json, sizeof(json), "{\"req\":\"tune\",\"key\":\"%s\","
+		 "\"wait\":true,\"force\":%s,\"timeout_ms\":30000}", key,
+		 force ? "true" : "false");
+	o = req(fd, json);
+	assert_true(is_ok(o));
+	assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "status")
+			    ->valuestring, "tuned");
+	parse_decision(o, a);
+	cJSON_Delete(o);
+}
+
+/* The exact shm generation from `status` (a u64 literal: parsed from
+ * the text, a double would round it). */
+static unsigned long long shm_generation(int fd)
+{
+	char *resp = NULL;
+	const char *g;
+	unsigned long long x;
+
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"status\"}", &resp,
+					  fly_test_timeout(10000)), 0);
+	g = strstr(resp, "\"generation\":");
+	assert_non_null(g);
+	x = strtoull(g + strlen("\"generation\":"), NULL, 10);
+	free(resp);
+	return x;
+}
+
+/* Policy idle: a background job waits while requests keep coming, an
+ * explicit tune does not; force re-tunes and bumps the generation. */
+static void test_policy_idle_and_force(void **state)
+{
+	struct fly_test_daemon d;
+	const char *bg = "rmsnorm/fp32/m=4,n=128";
+	const char *ex = "rmsnorm/fp32/m=4,n=192";
+	struct answer a, b;
+	uint64_t end;
+	unsigned long long gen;
+	int fd;
+
+	(void)state;
+	assert_int_equal(fly_test_daemon_start(&d, "{\"policy\":\"idle\","
+					       "\"idle_ms\":2000,"
+					       FAST_CFG "}", NULL), 0);
+	fd = fly_test_connect(d.sock);
+	assert_true(fd >= 0);
+	decide(fd, bg, &a);
+	assert_string_equal(a.status, "pending");
+	/* Requests every 100 ms for 1.5 s: never 2 s of quiet. */
+	for (int i = 0; i < 15; i++) {
+		decide(fd, bg, &a);
+		assert_string_equal(a.status, "pending");
+		usleep(100 * 1000);
+	}
+	assert_int_equal((int)stat_num(fd, "jobs_done"), 0);
+	/* Explicit requests bypass the policy. */
+	tune_wait(fd, ex, 0, &a);
+	assert_int_equal((int)stat_num(fd, "jobs_done"), 1);
+	/* Quiet periods of 3 s let the background job run. */
+	end = now_ms() + (uint64_t)fly_test_timeout(40000);
+	for (;;) {
+		sleep(3);
+		decide(fd, bg, &b);
+		if (strcmp(b.status, "tuned") == 0)
+			break;
+		assert_true(now_ms() < end);
+	}
+	assert_int_equal((int)stat_num(fd, "jobs_done"), 2);
+	/* Force: a new job on a tuned key; the generation moves. */
+	gen = shm_generation(fd);
+	tune_wait(fd, ex, 1, &b);
+	assert_int_equal((int)stat_num(fd, "jobs_done"), 3);
+	assert_true(shm_generation(fd) > gen);
+	/* Without force, a tuned key is answered at once, no job. */
+	tune_wait(fd, ex, 0, &b);
+	assert_int_equal((int)stat_num(fd, "jobs_done"), 3);
+	close(fd);
+	fly_test_daemon_cleanup(&d);
+}
+
+/* The GPU-time cap: once the window holds more benchmark time than the
+ * cap, background jobs wait; explicit ones still run. */
+static void test_bench_cap(void **state)
+{
+	struct fly_test_daemon d;
+	const char *k1 = "rmsnorm/fp32/m=2,n=128";
+	const char *k2 = "rmsnorm/fp32/m=2,n=192";
+	struct answer a;
+	int fd;
+
+	(void)state;
+	assert_int_equal(fly_test_daemon_start(&d, "{\"policy\":\"always\","
+					       "\"bench_seconds_per_minute\":"
+					       "0.01," FAST_CFG "}", NULL), 0);
+	fd = fly_test_connect(d.sock);
+	assert_true(fd >= 0);
+	decide(fd, k1, &a);
+	wait_tuned(fd, k1, 30000, &a);
+	/* The first job used more than 10 ms of the minute. */
+	decide(fd, k2, &a);
+	assert_string_equal(a.status, "pending");
+	for (int i = 0; i < 10; i++) {
+		usleep(200 * 1000);
+		decide(fd, k2, &a);
+		assert_string_equal(a.status, "pending");
+	}
+	assert_int_equal((int)stat_num(fd, "jobs_done"), 1);
+	tune_wait(fd, k2, 0, &a);
+	assert_int_equal((int)stat_num(fd, "jobs_done"), 2);
+	close(fd);
+	fly_test_daemon_cleanup(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -465,6 +586,8 @@ int main(void)
 		cmocka_unit_test(test_two_instances_share_winners),
 		cmocka_unit_test(test_256_clients_one_job),
 		cmocka_unit_test(test_queue_cap_busy),
+		cmocka_unit_test(test_policy_idle_and_force),
+		cmocka_unit_test(test_bench_cap),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
