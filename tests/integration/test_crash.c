@@ -205,11 +205,9 @@ static void fault_case(const char *fault, const char *variant,
 	cJSON *o;
 
 	snprintf(env, sizeof(env), "FLYK_TESTING_FAULTS=%s", fault);
-	/* A timeout of 3 s, not 1: the CPU backend's case set-up (the
-	 * cache-cleaning buffer) runs under the first candidate's timer and
-	 * takes ~0.8 s on a loaded 2-core box.  A budget of 5 s so the
-	 * faulty variants, last in the table, are reached before it ends. */
-	assert_int_equal(fly_test_daemon_start(&d, "{\"candidate_timeout_s\":3,"
+	/* A budget of 5 s so the faulty variants, last in the table, are
+	 * reached before it ends. */
+	assert_int_equal(fly_test_daemon_start(&d, "{\"candidate_timeout_s\":1,"
 					       "\"job_budget_s\":5}", envv),
 			 0);
 	fd = fly_test_connect(d.sock);
