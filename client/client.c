@@ -521,6 +521,14 @@ static void decide_socket(fly_client *c, const char *key, size_t len,
 	if (lock_until(c, deadline_ns) < 0)
 		return;
 	rc = connect_locked(c, deadline_ns, 0);
+	/* a fresh connection may have brought a table that answers */
+	r = atomic_load_explicit(&c->shm, memory_order_acquire);
+	stamp = stamp_of(c, r, &gen);
+	if (rc == 0 && try_shm(c, r, key, len, hash, stamp, d) &&
+	    d->status == FLY_STATUS_TUNED) {
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
 	if (rc == 0)
 		rc = socket_decide_locked(c, key, deadline_ns, d);
 	pthread_mutex_unlock(&c->mu);

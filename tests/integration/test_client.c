@@ -1,0 +1,328 @@
+/*
+ * test_client.c -- libflyclient against the real daemon (flytuned-test,
+ * CPU backend): pending -> tuned, then served from the cache or the shm
+ * table without a socket request; surviving SIGKILL and restart of the
+ * daemon; fork (the child decides on its own connection and leaves the
+ * parent's alone); no fd leak over 1000 failed decides; the decide
+ * timeout holding against a SIGSTOPped daemon.
+ *
+ * Contracts only: nothing here depends on which candidate wins, and the
+ * only time bounds are "returns within timeout + generous slack".
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/daemon.h"
+#include "flyclient.h"
+
+#define TUNE_MS 120000 /* generous: a noisy 2-core box */
+#define SLACK_MS 750   /* allowed on top of a decide timeout */
+
+static const char *key_a = "rmsnorm/fp32/m=8,n=64";
+static const char *key_b = "rmsnorm/fp32/m=16,n=128";
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static struct fly_problem prob(const char *key)
+{
+	struct fly_problem p;
+
+	assert_int_equal(fly_problem_from_key(key, &p), 0);
+	return p;
+}
+
+/* A problem whose key is unique per @p i (never tuned). */
+static struct fly_problem prob_n(int i)
+{
+	struct fly_problem p = prob(key_a);
+
+	p.dims[1] = 1000 + i; /* n is not bucketed */
+	return p;
+}
+
+static fly_client *client(const char *sock, uint32_t timeout_ms)
+{
+	struct fly_client_opts o = { .socket_path = sock,
+				     .timeout_ms = timeout_ms };
+	fly_client *c;
+
+	assert_int_equal(fly_client_open_opts(&o, &c), 0);
+	return c;
+}
+
+static void start(struct fly_test_daemon *d)
+{
+	int rc = fly_test_daemon_start(d, NULL, NULL);
+
+	if (rc < 0)
+		fly_test_daemon_print_log(d);
+	assert_int_equal(rc, 0);
+}
+
+static void test_pending_then_tuned_via_shm(void **state)
+{
+	struct fly_test_daemon dm;
+	struct fly_client_stats s1, s2;
+	struct fly_problem p = prob(key_a);
+	struct fly_decision d, t, e;
+	fly_client *c, *c2;
+
+	(void)state;
+	start(&dm);
+	c = client(dm.sock, fly_test_timeout(2000));
+	assert_int_equal(fly_decide(c, &p, &d), 0);
+	assert_int_not_equal(d.status, FLY_STATUS_TUNED);
+	assert_int_equal(fly_decide_wait(c, &p, fly_test_timeout(TUNE_MS), &t),
+			 0);
+	assert_int_equal(t.status, FLY_STATUS_TUNED);
+	assert_true(t.variant[0] != '\0');
+	assert_true(t.median_us > 0);
+
+	fly_client_stats_get(c, &s1);
+	assert_int_equal(fly_decide(c, &p, &e), 0);
+	fly_client_stats_get(c, &s2);
+	assert_int_equal(e.status, FLY_STATUS_TUNED);
+	assert_string_equal(e.variant, t.variant);
+	assert_int_equal(e.nparams, t.nparams);
+	assert_memory_equal(e.params, t.params, sizeof(e.params));
+	assert_int_equal(s2.socket_requests, s1.socket_requests);
+	assert_true(s2.cache_hits + s2.shm_hits > s1.cache_hits + s1.shm_hits);
+
+	/* a second client (empty process cache): once connected, the tuned
+	 * key comes from the shm table, not from a decide request */
+	c2 = client(dm.sock, fly_test_timeout(2000));
+	p = prob(key_b);
+	assert_int_equal(fly_decide(c2, &p, &d), 0); /* connects, maps */
+	fly_client_stats_get(c2, &s1);
+	p = prob(key_a);
+	assert_int_equal(fly_decide(c2, &p, &e), 0);
+	fly_client_stats_get(c2, &s2);
+	assert_int_equal(s1.shm_refused, 0);
+	assert_int_equal(e.status, FLY_STATUS_TUNED);
+	assert_string_equal(e.variant, t.variant);
+	assert_int_equal(s2.shm_hits, s1.shm_hits + 1);
+	assert_int_equal(s2.socket_requests, s1.socket_requests);
+	fly_client_close(c2);
+	fly_client_close(c);
+	fly_test_daemon_cleanup(&dm);
+}
+
+static void test_survives_kill_and_restart(void **state)
+{
+	struct fly_test_daemon dm;
+	struct fly_client_stats st;
+	struct fly_problem p = prob(key_a), q;
+	struct fly_decision d;
+	uint32_t tmo = 50;
+	fly_client *c;
+	uint64_t t0;
+	int rc = -1;
+
+	(void)state;
+	start(&dm);
+	c = client(dm.sock, tmo);
+	assert_int_equal(fly_decide_wait(c, &p, fly_test_timeout(TUNE_MS), &d),
+			 0);
+	assert_int_equal(fly_test_daemon_kill(&dm, SIGKILL), 0);
+	for (int i = 0; i < 50; i++) {
+		q = prob_n(i);
+		t0 = now_ms();
+		assert_int_equal(fly_decide(c, &q, &d), 0);
+		assert_true(now_ms() - t0 <= tmo + SLACK_MS);
+		assert_int_equal(d.status, FLY_STATUS_DEFAULT);
+		assert_string_equal(d.variant, "");
+		/* the tuned key is still answered (cache / old table) */
+		assert_int_equal(fly_decide(c, &p, &d), 0);
+		assert_int_equal(d.status, FLY_STATUS_TUNED);
+	}
+	assert_int_equal(fly_test_daemon_restart(&dm), 0);
+	/* back on the new daemon: tuned again (from its DB), reconnected */
+	t0 = now_ms();
+	while (now_ms() - t0 < (uint64_t)fly_test_timeout(20000)) {
+		rc = fly_decide_wait(c, &p, fly_test_timeout(5000), &d);
+		if (rc == 0)
+			break;
+		usleep(100000);
+	}
+	assert_int_equal(rc, 0);
+	assert_int_equal(d.status, FLY_STATUS_TUNED);
+	fly_client_stats_get(c, &st);
+	assert_true(st.reconnects >= 1);
+	fly_client_close(c);
+	fly_test_daemon_cleanup(&dm);
+}
+
+static void test_fork_child_own_connection(void **state)
+{
+	struct fly_test_daemon dm;
+	struct fly_problem p = prob(key_a), q = prob(key_b);
+	struct fly_decision d;
+	char *resp = NULL;
+	size_t len;
+	fly_client *c;
+	pid_t pid;
+	int st;
+
+	(void)state;
+	start(&dm);
+	c = client(dm.sock, fly_test_timeout(2000));
+	assert_int_equal(fly_decide(c, &p, &d), 0); /* parent connected */
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct fly_client_stats s;
+		int ok;
+
+		ok = fly_decide_wait(c, &q, fly_test_timeout(TUNE_MS), &d) == 0 &&
+		     d.status == FLY_STATUS_TUNED;
+		fly_client_stats_get(c, &s);
+		/* a new session was made in the child */
+		ok = ok && s.reconnects >= 1;
+		_exit(ok ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	/* the parent's own session is intact: a request still works on it */
+	assert_int_equal(fly_request(c, "{\"req\":\"status\"}", 16, 5000,
+				     &resp, &len), 0);
+	assert_non_null(strstr(resp, "\"ok\":true"));
+	fly_free(resp);
+	/* the child's tuning is visible to the parent */
+	assert_int_equal(fly_decide_wait(c, &q, fly_test_timeout(TUNE_MS), &d),
+			 0);
+	fly_client_close(c);
+	fly_test_daemon_cleanup(&dm);
+}
+
+static void test_no_fd_leak(void **state)
+{
+	struct fly_test_daemon dm;
+	struct fly_problem q;
+	struct fly_decision d;
+	char *resp;
+	size_t len;
+	fly_client *c;
+	int before;
+
+	(void)state;
+	/* daemon never started: every decide fails */
+	c = client("/nonexistent/flytuned.sock", 5);
+	before = fly_test_fd_count(getpid());
+	for (int i = 0; i < 1000; i++) {
+		q = prob_n(i);
+		assert_int_equal(fly_decide(c, &q, &d), 0);
+		assert_int_equal(d.status, FLY_STATUS_DEFAULT);
+	}
+	for (int i = 0; i < 50; i++) /* forced connects, no backoff */
+		assert_int_equal(fly_request(c, "{\"req\":\"status\"}", 16, 50,
+					     &resp, &len), FLY_E_DOWN);
+	assert_int_equal(fly_test_fd_count(getpid()), before);
+	fly_client_close(c);
+
+	/* a SIGSTOPped daemon: connections open, then time out */
+	start(&dm);
+	c = client(dm.sock, 5);
+	before = fly_test_fd_count(getpid());
+	assert_int_equal(fly_test_daemon_kill(&dm, SIGSTOP), 0);
+	for (int i = 0; i < 1000; i++) {
+		q = prob_n(i);
+		fly_decide(c, &q, &d);
+	}
+	for (int i = 0; i < 20; i++)
+		assert_int_equal(fly_request(c, "{\"req\":\"status\"}", 16, 20,
+					     &resp, &len), FLY_E_TIMEOUT);
+	/* every timed-out session was dropped and its fd closed */
+	assert_int_equal(fly_test_fd_count(getpid()), before);
+	fly_client_close(c);
+	assert_int_equal(fly_test_daemon_kill(&dm, SIGCONT), 0);
+	fly_test_daemon_cleanup(&dm);
+}
+
+static void test_timeout_against_sigstop(void **state)
+{
+	struct fly_test_daemon dm;
+	struct fly_problem q = prob_n(1);
+	struct fly_decision d;
+	uint32_t tmo = 20;
+	char *resp = NULL;
+	size_t len;
+	fly_client *c;
+	uint64_t t0;
+
+	(void)state;
+	start(&dm);
+	c = client(dm.sock, tmo);
+	/* connect first (with a roomy budget, through a wait call) */
+	fly_decide_wait(c, &q, 100, &d);
+	assert_int_equal(fly_test_daemon_kill(&dm, SIGSTOP), 0);
+	for (int i = 0; i < 20; i++) {
+		q = prob_n(100 + i);
+		t0 = now_ms();
+		assert_int_equal(fly_decide(c, &q, &d), 0);
+		assert_true(now_ms() - t0 <= tmo + SLACK_MS);
+		assert_int_equal(d.status, FLY_STATUS_DEFAULT);
+	}
+	t0 = now_ms();
+	assert_int_equal(fly_request(c, "{\"req\":\"status\"}", 16, 200, &resp,
+				     &len), FLY_E_TIMEOUT);
+	assert_true(now_ms() - t0 <= 200 + SLACK_MS);
+	assert_null(resp);
+	t0 = now_ms();
+	assert_int_equal(fly_decide_wait(c, &q, 200, &d), FLY_E_TIMEOUT);
+	assert_true(now_ms() - t0 <= 200 + 500 + SLACK_MS);
+	assert_int_equal(fly_test_daemon_kill(&dm, SIGCONT), 0);
+	fly_client_close(c);
+	fly_test_daemon_cleanup(&dm);
+}
+
+static void test_bad_problems(void **state)
+{
+	struct fly_problem p = prob(key_a);
+	struct fly_decision d;
+	fly_client *c = client("/nonexistent/x.sock", 5);
+
+	(void)state;
+	p.op = 99;
+	assert_int_equal(fly_decide(c, &p, &d), FLY_E_BADOP);
+	assert_int_equal(d.status, FLY_STATUS_DEFAULT);
+	p = prob(key_a);
+	p.dims[0] = -1;
+	assert_int_equal(fly_decide(c, &p, &d), FLY_E_BADDIM);
+	assert_int_equal(fly_decide(c, NULL, &d), FLY_E_INVALID);
+	assert_int_equal(fly_decide_wait(c, &p, 10, &d), FLY_E_BADDIM);
+	fly_client_close(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_bad_problems),
+		cmocka_unit_test(test_pending_then_tuned_via_shm),
+		cmocka_unit_test(test_survives_kill_and_restart),
+		cmocka_unit_test(test_fork_child_own_connection),
+		cmocka_unit_test(test_no_fd_leak),
+		cmocka_unit_test(test_timeout_against_sigstop),
+	};
+
+	signal(SIGPIPE, SIG_DFL); /* the library must never raise it */
+	return cmocka_run_group_tests_name("client", tests, NULL, NULL);
+}
