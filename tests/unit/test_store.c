@@ -436,6 +436,29 @@ static void assert_quarantines(struct tdir *t)
 	flyd_store_close(st);
 }
 
+/* assert_quarantines(), checking the crit line on stderr too. */
+static void assert_quarantines_logged(struct tdir *t)
+{
+	char logp[320], *text;
+	size_t n;
+	int fd, saved = dup(STDERR_FILENO);
+
+	snprintf(logp, sizeof(logp), "%s/stderr.log", t->dir);
+	fd = open(logp, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+	assert_true(fd >= 0 && saved >= 0);
+	dup2(fd, STDERR_FILENO);
+	close(fd);
+	assert_quarantines(t);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	text = slurp(logp, &n);
+	text[n] = '\0';
+	assert_non_null(strstr(text, "crit db_quarantined path="));
+	assert_non_null(strstr(text, " moved_to="));
+	assert_non_null(strstr(text, " reason="));
+	free(text);
+}
+
 static void flip_at(const char *path, long off)
 {
 	int fd = open(path, O_RDWR);
@@ -510,7 +533,7 @@ static void test_quarantine_garbage(void **state)
 	assert_non_null(f);
 	fputs("garbage wal", f);
 	fclose(f);
-	assert_quarantines(t);
+	assert_quarantines_logged(t);
 	assert_int_equal(count_side(t->dir, "-wal"), 1);
 }
 
