@@ -1198,6 +1198,13 @@ static int is_int(const cJSON *v)
 	       fabs(v->valuedouble) <= 9007199254740992.0;
 }
 
+/* A string of 1..@p max bytes. */
+static int is_str(const cJSON *v, size_t max)
+{
+	return cJSON_IsString(v) && v->valuestring[0] != '\0' &&
+	       strlen(v->valuestring) <= max;
+}
+
 static int is_nonneg(const cJSON *v)
 {
 	return cJSON_IsNumber(v) && isfinite(v->valuedouble) &&
@@ -1242,18 +1249,51 @@ static const char *check_result(const cJSON *r, char *why, size_t cap)
 		return "median_us: expected a number >= 0";
 	if (!is_nonneg(cJSON_GetObjectItemCaseSensitive(r, "mad_us")))
 		return "mad_us: expected a number >= 0";
-	v = cJSON_GetObjectItemCaseSensitive(r, "tune_s");
-	if (v != NULL && !is_nonneg(v))
+	if (!is_nonneg(cJSON_GetObjectItemCaseSensitive(r, "tune_s")))
 		return "tune_s: expected a number >= 0";
 	v = cJSON_GetObjectItemCaseSensitive(r, "tuned_at");
-	if (v != NULL && !cJSON_IsString(v) && !is_nonneg(v))
-		return "tuned_at: expected a time";
-	v = cJSON_GetObjectItemCaseSensitive(r, "device");
-	if (v != NULL && !cJSON_IsString(v) && !cJSON_IsObject(v))
-		return "device: expected a string";
-	v = cJSON_GetObjectItemCaseSensitive(r, "libver");
-	if (v != NULL && !cJSON_IsString(v))
-		return "libver: expected a string";
+	if (!is_int(v) || v->valuedouble < 0)
+		return "tuned_at: expected Unix seconds (an integer >= 0)";
+	if (!is_str(cJSON_GetObjectItemCaseSensitive(r, "device"), 63))
+		return "device: expected a device id (1..63 characters)";
+	if (!is_str(cJSON_GetObjectItemCaseSensitive(r, "libver"), 31))
+		return "libver: expected a version (1..31 characters)";
+	return NULL;
+}
+
+/* The export file's top level: only the five fields; device an object
+ * with backend, fingerprint, id (and index).  @return NULL or why not. */
+static const char *check_header_device(const cJSON *doc)
+{
+	static const char *const top[] = { "format", "version", "device",
+					   "libver", "results", NULL };
+	static const char *const dev[] = { "index", "backend", "fingerprint",
+					   "id", NULL };
+	const cJSON *d = cJSON_GetObjectItemCaseSensitive(doc, "device");
+	const cJSON *it, *ix;
+	int i;
+
+	cJSON_ArrayForEach(it, doc) {
+		for (i = 0; top[i] && strcmp(top[i], it->string); i++)
+			;
+		if (top[i] == NULL)
+			return "unknown top-level field";
+	}
+	if (!cJSON_IsObject(d))
+		return "device: expected an object";
+	cJSON_ArrayForEach(it, d) {
+		for (i = 0; dev[i] && strcmp(dev[i], it->string); i++)
+			;
+		if (dev[i] == NULL)
+			return "device: unknown field";
+	}
+	ix = cJSON_GetObjectItemCaseSensitive(d, "index");
+	if (ix != NULL && (!is_int(ix) || ix->valuedouble < 0))
+		return "device.index: expected an integer >= 0";
+	if (!is_str(cJSON_GetObjectItemCaseSensitive(d, "backend"), 15) ||
+	    !is_str(cJSON_GetObjectItemCaseSensitive(d, "fingerprint"), 4096) ||
+	    !is_str(cJSON_GetObjectItemCaseSensitive(d, "id"), 63))
+		return "device: expected backend, fingerprint and id strings";
 	return NULL;
 }
 
@@ -1276,6 +1316,10 @@ static int check_export(const char *file, const cJSON *doc)
 		bad = "version: expected 1";
 	else if (!cJSON_IsArray(res))
 		bad = "results: expected an array";
+	else if (!is_str(cJSON_GetObjectItemCaseSensitive(doc, "libver"), 31))
+		bad = "libver: expected a version (1..31 characters)";
+	else
+		bad = check_header_device(doc);
 	if (bad != NULL) {
 		fprintf(stderr, "import failed: %s: %s\n", file, bad);
 		return CTL_INVALID;
