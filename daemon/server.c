@@ -2,23 +2,28 @@
  * server.c -- the listener: a Unix socket (or the socket-activated fd),
  * the client limit, EMFILE handling, the timeout sweep (see server.h).
  *
- * Owns: struct flyd_server, the listener handle and two timers.
+ * Owns: struct flyd_server, the listening fd, its poll handle, three
+ * timers and the spare fd.
  * Thread: loop thread.
  *
- * EMFILE: libuv keeps a reserve fd per loop and, when accept() fails with
- * EMFILE/ENFILE, closes it, accepts and closes the pending connections and
- * reopens it (the classic trick, uv__emfile_trick), then reports UV_EMFILE
- * to us; we only log, at most once per second, so there is no accept
- * busy-loop.  The client limit keeps FLYD_FD_RESERVE fds below
- * RLIMIT_NOFILE for the DB, the worker and the shm.
+ * Accept is ours (uv_poll on the listening fd, at most 64 per wake-up),
+ * not uv_listen: libuv's own EMFILE handling spins inside its accept loop
+ * once its reserve fd cannot be reopened.  On EMFILE/ENFILE we close our
+ * spare fd, accept and close the pending connections (clients see EOF),
+ * reopen the spare; if nothing could be accepted, accepting pauses for
+ * 100 ms.  The warning is logged at most once per second.  The client
+ * limit keeps FLYD_FD_RESERVE fds below RLIMIT_NOFILE for the DB, the
+ * worker and the shm.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -62,73 +67,113 @@ void flyd_server_reconfigure(struct flyd_ctx *ctx)
 		ctx->server->max_clients = client_limit(ctx);
 }
 
-static void on_closed_plain(uv_handle_t *h)
+/* Over the limit: answer max_clients on the raw fd and close it. */
+static void reject_client(struct flyd_ctx *ctx, int fd)
 {
-	free(h);
-}
-
-/* Over the limit: accept, answer max_clients, close. */
-static void reject_client(struct flyd_ctx *ctx, uv_stream_t *listener)
-{
-	uv_pipe_t *p = malloc(sizeof(*p));
-	cJSON *e;
-	char *text;
-	size_t len;
-
-	if (p == NULL || uv_pipe_init(ctx->loop, p, 0) < 0) {
-		free(p);
-		return;
-	}
-	if (uv_accept(listener, (uv_stream_t *)p) == 0) {
-		e = fly_msg_error(FLY_E_MAXCLIENTS, "server at its client limit");
-		text = e != NULL ? fly_msg_print(e, &len) : NULL;
-		if (text != NULL) {
-			uint8_t hdr[FLY_FRAME_HDR];
-			uv_buf_t b[2];
-
-			fly_frame_put_header(hdr, (uint32_t)len);
-			b[0] = uv_buf_init((char *)hdr, sizeof(hdr));
-			b[1] = uv_buf_init(text, (unsigned)len);
-			(void)uv_try_write((uv_stream_t *)p, b, 2);
-		}
-		free(text);
-		cJSON_Delete(e);
-	}
-	ctx->stats.rejected_max_clients++;
-	flyd_log(FLYD_LOG_WARN, "max_clients", "limit=%u",
-		 ctx->server->max_clients);
-	uv_close((uv_handle_t *)p, on_closed_plain);
-}
-
-static void on_connection(uv_stream_t *listener, int status)
-{
-	struct flyd_ctx *ctx = listener->data;
 	struct flyd_server *srv = ctx->server;
-	int rc;
+	cJSON *e = fly_msg_error(FLY_E_MAXCLIENTS, "server at its client limit");
+	size_t len = 0;
+	char *text = e != NULL ? fly_msg_print(e, &len) : NULL;
 
-	if (status < 0) {
-		uint64_t now = uv_now(ctx->loop);
+	if (text != NULL) {
+		uint8_t hdr[FLY_FRAME_HDR];
+		struct iovec iov[2] = {{hdr, sizeof(hdr)}, {text, len}};
+		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
 
-		srv->emfile_count++;
-		if (now - srv->emfile_logged_ms >= 1000 ||
-		    srv->emfile_logged_ms == 0) {
-			flyd_log(FLYD_LOG_WARN, "accept_error",
-				 "err=%s count=%llu", uv_err_name(status),
-				 (unsigned long long)srv->emfile_count);
-			srv->emfile_logged_ms = now;
+		fly_frame_put_header(hdr, (uint32_t)len);
+		/* A fresh socket's buffer takes a small frame at once. */
+		(void)sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	}
+	free(text);
+	cJSON_Delete(e);
+	close(fd);
+	ctx->stats.rejected_max_clients++;
+	if (srv->maxc_logged_ms == 0 ||
+	    uv_now(ctx->loop) - srv->maxc_logged_ms >= 1000) {
+		srv->maxc_logged_ms = uv_now(ctx->loop);
+		flyd_log(FLYD_LOG_WARN, "max_clients", "limit=%u rejected=%llu",
+			 srv->max_clients,
+			 (unsigned long long)ctx->stats.rejected_max_clients);
+	}
+}
+
+static void on_poll(uv_poll_t *h, int status, int events);
+
+static void on_pause_done(uv_timer_t *t)
+{
+	struct flyd_ctx *ctx = t->data;
+	struct flyd_server *srv = ctx->server;
+
+	if (srv->listening && !ctx->stopping)
+		uv_poll_start(&srv->poll, UV_READABLE, on_poll);
+}
+
+/* Out of fds: close the spare, accept and close what is pending (the
+ * clients see EOF: overloaded), reopen the spare.  When even that cannot
+ * accept, pause accepting for 100 ms instead of spinning. */
+static void shed_load(struct flyd_ctx *ctx, int err)
+{
+	struct flyd_server *srv = ctx->server;
+	uint64_t now = uv_now(ctx->loop);
+	int shed = 0, fd;
+
+	if (srv->spare_fd >= 0) {
+		close(srv->spare_fd);
+		srv->spare_fd = -1;
+		while ((fd = accept4(srv->lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0 ||
+		       errno == EINTR) {
+			if (fd >= 0) {
+				close(fd);
+				shed++;
+			}
 		}
-		return;
+		srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	}
-	if (ctx->stopping)
-		return;
-	if (srv->nsessions >= srv->max_clients) {
-		reject_client(ctx, listener);
-		return;
+	srv->emfile_count++;
+	if (srv->emfile_logged_ms == 0 || now - srv->emfile_logged_ms >= 1000) {
+		srv->emfile_logged_ms = now;
+		flyd_log(FLYD_LOG_WARN, "accept_error", "err=%s count=%llu "
+			 "shed=%d spare=%d", strerror(err),
+			 (unsigned long long)srv->emfile_count, shed,
+			 srv->spare_fd >= 0);
 	}
-	rc = flyd_session_accept(ctx, listener);
-	if (rc < 0)
-		flyd_log(FLYD_LOG_WARN, "accept_error", "err=%s",
-			 uv_err_name(rc));
+	if (shed == 0) {
+		uv_poll_stop(&srv->poll);
+		uv_timer_start(&srv->pause, on_pause_done, 100, 0);
+	}
+}
+
+/* Connections are pending: accept a bounded batch. */
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+	struct flyd_ctx *ctx = h->data;
+	struct flyd_server *srv = ctx->server;
+
+	for (int i = 0; i < 64 && srv->listening && !ctx->stopping; i++) {
+		int fd = accept4(srv->lfd, NULL, NULL,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int rc;
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno == EMFILE || errno == ENFILE ||
+			    errno == ENOBUFS || errno == ENOMEM)
+				shed_load(ctx, errno);
+			else if (errno != EAGAIN && errno != EWOULDBLOCK)
+				flyd_log(FLYD_LOG_WARN, "accept_error",
+					 "err=%s", strerror(errno));
+			return;
+		}
+		if (srv->nsessions >= srv->max_clients) {
+			reject_client(ctx, fd);
+			continue;
+		}
+		rc = flyd_session_open(ctx, fd);
+		if (rc < 0)
+			flyd_log(FLYD_LOG_WARN, "accept_error", "err=%s",
+				 uv_err_name(rc));
+	}
 }
 
 static void on_sweep(uv_timer_t *t)
@@ -171,9 +216,29 @@ static int socket_is_live(const char *path)
 	return live;
 }
 
+/* A listening socket bound to @p path, mode 0660.  @return fd or -errno. */
+static int bind_path(const char *path)
+{
+	struct sockaddr_un sa;
+	int fd, rc;
+
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    chmod(path, 0660) < 0 || listen(fd, 511) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
 static int listen_path(struct flyd_ctx *ctx)
 {
-	struct flyd_server *srv = ctx->server;
 	const char *path = ctx->socket_path;
 	struct stat st;
 	int rc;
@@ -200,15 +265,10 @@ static int listen_path(struct flyd_ctx *ctx)
 		unlink(path);
 		flyd_log(FLYD_LOG_INFO, "stale_socket", "path=%s", path);
 	}
-	rc = uv_pipe_bind(&srv->listener, path);
-	if (rc == 0 && chmod(path, 0660) < 0)
-		rc = -errno;
-	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&srv->listener, 511,
-			       on_connection);
+	rc = bind_path(path);
 	if (rc < 0)
 		flyd_log(FLYD_LOG_ERR, "listen_error", "path=%s err=%s", path,
-			 uv_strerror(rc));
+			 strerror(-rc));
 	return rc;
 }
 
@@ -220,31 +280,35 @@ int flyd_server_start(struct flyd_ctx *ctx, int listen_fd)
 	if (srv == NULL)
 		return -ENOMEM;
 	srv->ctx = ctx;
+	srv->lfd = -1;
 	ctx->server = srv;
 	srv->max_clients = client_limit(ctx);
+	srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	uv_timer_init(ctx->loop, &srv->sweep);
 	uv_timer_init(ctx->loop, &srv->kick);
-	srv->sweep.data = ctx;
-	srv->kick.data = ctx;
-	srv->open_handles = 2;
-	uv_pipe_init(ctx->loop, &srv->listener, 0);
-	srv->listener.data = ctx;
-	srv->open_handles++;
+	uv_timer_init(ctx->loop, &srv->pause);
+	srv->sweep.data = srv->kick.data = srv->pause.data = ctx;
+	srv->open_handles = 3;
 	if (listen_fd >= 0) {
 		srv->activated = 1;
-		rc = uv_pipe_open(&srv->listener, listen_fd);
+		rc = fcntl(listen_fd, F_SETFL,
+			   fcntl(listen_fd, F_GETFL) | O_NONBLOCK);
 		if (rc == 0)
-			rc = uv_listen((uv_stream_t *)&srv->listener, 511,
-				       on_connection);
-		if (rc < 0)
-			flyd_log(FLYD_LOG_ERR, "listen_error",
-				 "fd=%d err=%s", listen_fd, uv_strerror(rc));
+			rc = fcntl(listen_fd, F_SETFD, FD_CLOEXEC);
+		rc = rc < 0 ? -errno : listen_fd;
 	} else {
 		rc = listen_path(ctx);
 	}
 	if (rc < 0)
 		return rc; /* flyd_server_stop() closes the handles */
+	srv->lfd = rc;
+	rc = uv_poll_init(ctx->loop, &srv->poll, srv->lfd);
+	if (rc < 0)
+		return rc;
+	srv->poll.data = ctx;
+	srv->open_handles++;
 	srv->listening = 1;
+	uv_poll_start(&srv->poll, UV_READABLE, on_poll);
 	uv_timer_start(&srv->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
 	flyd_log(FLYD_LOG_INFO, "listening", "socket=%s activated=%d "
 		 "max_clients=%u", ctx->socket_path, srv->activated,
@@ -271,10 +335,16 @@ void flyd_server_stop_accepting(struct flyd_ctx *ctx)
 {
 	struct flyd_server *srv = ctx->server;
 
-	if (srv == NULL || uv_is_closing((uv_handle_t *)&srv->listener))
+	if (srv == NULL || srv->lfd < 0)
 		return;
-	uv_close((uv_handle_t *)&srv->listener, on_own_closed);
-	if (srv->listening && !srv->activated)
+	if (srv->listening) {
+		uv_poll_stop(&srv->poll);
+		uv_close((uv_handle_t *)&srv->poll, on_own_closed);
+	}
+	uv_timer_stop(&srv->pause);
+	close(srv->lfd);
+	srv->lfd = -1;
+	if (!srv->activated)
 		unlink(ctx->socket_path);
 	srv->listening = 0;
 }
@@ -295,4 +365,9 @@ void flyd_server_stop(struct flyd_ctx *ctx, void (*done)(void *), void *arg)
 		uv_close((uv_handle_t *)&srv->sweep, on_own_closed);
 	if (!uv_is_closing((uv_handle_t *)&srv->kick))
 		uv_close((uv_handle_t *)&srv->kick, on_own_closed);
+	if (!uv_is_closing((uv_handle_t *)&srv->pause))
+		uv_close((uv_handle_t *)&srv->pause, on_own_closed);
+	if (srv->spare_fd >= 0)
+		close(srv->spare_fd);
+	srv->spare_fd = -1;
 }

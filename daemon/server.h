@@ -14,6 +14,9 @@
  * cfg.frame_timeout_ms or a connection idle for cfg.idle_timeout_ms is
  * closed (stats.timeouts).  Unsolicited fds sent by a client are dropped by
  * the kernel: the pipes are not ipc pipes, so libuv reads with read(2).
+ * Accepting is done here (uv_poll on the listening fd), not by uv_listen,
+ * so that EMFILE is handled with a spare fd and, when even that cannot
+ * shed the backlog, by pausing accept for a moment: never a busy loop.
  */
 #ifndef FLYD_SERVER_H
 #define FLYD_SERVER_H
@@ -51,9 +54,12 @@ uint32_t flyd_server_max_clients(const struct flyd_ctx *ctx);
 
 struct flyd_server {
 	struct flyd_ctx *ctx;
-	uv_pipe_t listener;
+	int lfd;                     /* listening socket, -1 when closed */
+	uv_poll_t poll;              /* readable lfd: connections pending */
+	uv_timer_t pause;            /* accept paused after EMFILE */
 	uv_timer_t sweep;            /* frame/idle timeouts */
 	uv_timer_t kick;             /* backlogged frames, pending fd sends */
+	int spare_fd;                /* reserve fd for the EMFILE trick */
 	int listening;
 	int activated;               /* listener came from LISTEN_FDS */
 	uint32_t max_clients;
@@ -61,17 +67,18 @@ struct flyd_server {
 	struct flyd_session *head;   /* every open session */
 	uint64_t emfile_logged_ms;   /* rate limit of the EMFILE warning */
 	uint64_t emfile_count;
+	uint64_t maxc_logged_ms;     /* rate limit of the max_clients warning */
 	int open_handles;            /* for stop's done callback */
 	void (*done)(void *);
 	void *done_arg;
-	int rbuf_busy;
 	char rbuf[65536];            /* shared read buffer */
 };
 
 
-/* Accept a connection from @p listener into a new session (server.c
- * checked the client limit).  @return 0 or -errno. */
-int flyd_session_accept(struct flyd_ctx *ctx, uv_stream_t *listener);
+/* Make a session of an accepted connection @p fd (server.c checked the
+ * client limit); the fd is owned by the call, even on failure.
+ * @return 0 or -errno. */
+int flyd_session_open(struct flyd_ctx *ctx, int fd);
 /* Close a session (idempotent); freed once deferred tokens are released. */
 void flyd_session_close(struct flyd_session *s);
 /* Timers: close sessions whose partial frame or idleness is too old. */

@@ -671,7 +671,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 	kick_arm(s->srv, 0);
 }
 
-int flyd_session_accept(struct flyd_ctx *ctx, uv_stream_t *listener)
+int flyd_session_open(struct flyd_ctx *ctx, int sfd)
 {
 	struct flyd_server *srv = ctx->server;
 	struct flyd_session *s = calloc(1, sizeof(*s));
@@ -680,8 +680,10 @@ int flyd_session_accept(struct flyd_ctx *ctx, uv_stream_t *listener)
 	uv_os_fd_t fd;
 	int rc;
 
-	if (s == NULL)
+	if (s == NULL) {
+		close(sfd);
 		return -ENOMEM;
+	}
 	s->ctx = ctx;
 	s->srv = srv;
 	s->held_tail = &s->held;
@@ -689,14 +691,16 @@ int flyd_session_accept(struct flyd_ctx *ctx, uv_stream_t *listener)
 	s->serial = next_serial++;
 	rc = uv_pipe_init(ctx->loop, &s->pipe, 0);
 	if (rc < 0) {
+		close(sfd);
 		free(s);
 		return rc;
 	}
 	s->pipe.data = s;
 	srv->open_handles++;
 	s->closing = 1; /* not linked yet: on_close must only free */
-	rc = uv_accept(listener, (uv_stream_t *)&s->pipe);
+	rc = uv_pipe_open(&s->pipe, sfd);
 	if (rc < 0) {
+		close(sfd);
 		uv_close((uv_handle_t *)&s->pipe, on_close);
 		return rc;
 	}

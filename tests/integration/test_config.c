@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -405,6 +406,138 @@ static void test_socket_activation(void **state)
 	rmdir(dir);
 }
 
+/* fd exhaustion (RLIMIT_NOFILE just above what the daemon holds) and a
+ * storm of connects: extra clients are shed (EOF) with the spare-fd
+ * trick, the existing client is served, the log is rate-limited. */
+static void test_emfile_storm(void **state)
+{
+	struct fly_test_daemon d;
+	struct rlimit old, low;
+	int keep, storm[100], closed = 0, lines;
+	char *resp = NULL;
+
+	if (external())
+		skip();
+	assert_int_equal(fly_test_daemon_start(&d, NULL, NULL), 0);
+	keep = fly_test_connect(d.sock);
+	assert_true(keep >= 0);
+	assert_int_equal(fly_test_request(keep, "{\"req\":\"list\"}", &resp,
+					  T_MS), 0);
+	free(resp);
+	assert_int_equal(prlimit(d.pid, RLIMIT_NOFILE, NULL, &old), 0);
+	low = old;
+	/* A few fds more than it holds (the spare fd is among the low ones:
+	 * fds are allocated lowest first). */
+	low.rlim_cur = (rlim_t)fly_test_fd_count(d.pid) + 3;
+	assert_int_equal(prlimit(d.pid, RLIMIT_NOFILE, &low, NULL), 0);
+	for (int i = 0; i < 100; i++)
+		storm[i] = fly_test_connect(d.sock);
+	for (int i = 0; i < 100; i++) {
+		int rc;
+
+		if (storm[i] < 0)
+			continue;
+		rc = fly_test_request(storm[i], "{\"req\":\"list\"}", &resp,
+				      T_MS);
+		if (rc == -ECONNRESET || rc == -EPIPE)
+			closed++;
+		else
+			assert_int_equal(rc, 0);
+		free(resp);
+		resp = NULL;
+	}
+	assert_true(closed >= 1);
+	assert_int_equal(fly_test_request(keep, "{\"req\":\"list\",\"id\":1}",
+					  &resp, T_MS), 0);
+	assert_non_null(strstr(resp, "\"ok\":true"));
+	free(resp);
+	for (int i = 0; i < 100; i++)
+		if (storm[i] >= 0)
+			close(storm[i]);
+	assert_int_equal(prlimit(d.pid, RLIMIT_NOFILE, &old, NULL), 0);
+	lines = 0;
+	{
+		char line[2048];
+		FILE *f = fopen(d.log, "r");
+
+		assert_non_null(f);
+		while (fgets(line, sizeof(line), f) != NULL)
+			lines += strstr(line, "accept_error") != NULL;
+		fclose(f);
+	}
+	assert_true(lines >= 1 && lines < 10);
+	close(keep);
+	assert_int_equal(fly_test_daemon_stop(&d), 0);
+	fly_test_daemon_cleanup(&d);
+}
+
+/* A second daemon on a live socket refuses to start; a stale socket file
+ * (nothing listening) is replaced. */
+static void test_socket_in_use_and_stale(void **state)
+{
+	struct fly_test_daemon d;
+	char out[8192], cfg[320], *resp = NULL;
+	const char *args[8];
+	struct sockaddr_un sa;
+	int fd;
+
+	if (external())
+		skip();
+	assert_int_equal(fly_test_daemon_start(&d, NULL, NULL), 0);
+	snprintf(cfg, sizeof(cfg), "%s", d.config);
+	args[0] = "--state-dir";
+	args[1] = d.dir;
+	args[2] = "--config";
+	args[3] = cfg;
+	args[4] = NULL;
+	assert_int_equal(run_binary(args, out, sizeof(out)), 1);
+	assert_non_null(strstr(out, "another daemon answers"));
+	fd = fly_test_connect(d.sock);
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"list\"}", &resp,
+					  T_MS), 0);
+	assert_non_null(strstr(resp, "\"ok\":true"));
+	free(resp);
+	close(fd);
+	assert_int_equal(fly_test_daemon_stop(&d), 0);
+	/* Leave a dead socket file behind, then restart over it. */
+	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	assert_true(strlen(d.sock) < sizeof(sa.sun_path));
+	memcpy(sa.sun_path, d.sock, strlen(d.sock));
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(fd);
+	assert_int_equal(access(d.sock, F_OK), 0);
+	assert_int_equal(fly_test_daemon_restart(&d), 0);
+	assert_true(fly_test_daemon_log_has(&d, "stale_socket"));
+	assert_int_equal(fly_test_daemon_stop(&d), 0);
+	fly_test_daemon_cleanup(&d);
+}
+
+/* idle_timeout_ms closes a silent connection. */
+static void test_idle_timeout(void **state)
+{
+	struct fly_test_daemon d;
+	char *resp = NULL;
+	int fd;
+
+	if (external())
+		skip();
+	assert_int_equal(fly_test_daemon_start(&d, "{\"idle_timeout_ms\":300}",
+					       NULL), 0);
+	fd = fly_test_connect(d.sock);
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"list\"}", &resp,
+					  T_MS), 0);
+	free(resp);
+	assert_int_equal(fly_test_wait_closed(fd, fly_test_timeout(10000)), 0);
+	close(fd);
+	assert_true(fly_test_daemon_log_has(&d, "reason=idle_timeout"));
+	assert_int_equal(fly_test_daemon_stop(&d), 0);
+	fly_test_daemon_cleanup(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -418,6 +551,9 @@ int main(void)
 		cmocka_unit_test(test_sd_notify),
 		cmocka_unit_test(test_sd_notify_abstract),
 		cmocka_unit_test(test_socket_activation),
+		cmocka_unit_test(test_emfile_storm),
+		cmocka_unit_test(test_socket_in_use_and_stale),
+		cmocka_unit_test(test_idle_timeout),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
