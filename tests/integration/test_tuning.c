@@ -579,6 +579,63 @@ static void test_bench_cap(void **state)
 	fly_test_daemon_cleanup(&d);
 }
 
+static int shm_count(int fd)
+{
+	cJSON *o = req(fd, "{\"req\":\"status\"}");
+	const cJSON *c = cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(o, "shm"), "count");
+	int n;
+
+	assert_true(cJSON_IsNumber(c));
+	n = (int)c->valuedouble;
+	cJSON_Delete(o);
+	return n;
+}
+
+/* forget keeps the map and the shm table coherent; a `tune wait` that
+ * times out answers pending, not an error. */
+static void test_forget_and_wait_timeout(void **state)
+{
+	struct fly_test_daemon d;
+	const char *key = "rmsnorm/fp32/m=2,n=320";
+	struct answer a;
+	unsigned long long gen;
+	cJSON *o;
+	const char *st;
+	int fd;
+
+	(void)state;
+	assert_int_equal(fly_test_daemon_start(&d, "{" FAST_CFG "}", NULL),
+			 0);
+	fd = fly_test_connect(d.sock);
+	assert_true(fd >= 0);
+	tune_wait(fd, key, 0, &a);
+	assert_int_equal(shm_count(fd), 1);
+	gen = shm_generation(fd);
+	o = req(fd, "{\"req\":\"forget\",\"key\":\"rmsnorm/fp32/m=2,n=320\"}");
+	assert_true(is_ok(o));
+	cJSON_Delete(o);
+	assert_int_equal(shm_count(fd), 0);
+	assert_true(shm_generation(fd) > gen);
+	/* on-request: forgotten and not queued -> default. */
+	decide(fd, key, &a);
+	assert_string_equal(a.status, "default");
+	o = req(fd, "{\"req\":\"tune\",\"key\":\"rmsnorm/fp32/m=2,n=384\","
+		"\"wait\":true,\"timeout_ms\":0}");
+	assert_true(is_ok(o));
+	st = cJSON_GetObjectItemCaseSensitive(o, "status")->valuestring;
+	if (strcmp(st, "pending") == 0)
+		assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+			o, "queued")));
+	else
+		assert_string_equal(st, "tuned");
+	cJSON_Delete(o);
+	/* The job goes on after the waiter left. */
+	wait_tuned(fd, "rmsnorm/fp32/m=2,n=384", 30000, &a);
+	close(fd);
+	fly_test_daemon_cleanup(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -588,6 +645,7 @@ int main(void)
 		cmocka_unit_test(test_queue_cap_busy),
 		cmocka_unit_test(test_policy_idle_and_force),
 		cmocka_unit_test(test_bench_cap),
+		cmocka_unit_test(test_forget_and_wait_timeout),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
