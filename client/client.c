@@ -497,20 +497,47 @@ static void from_entry(const struct fly_cache_entry *e, uint64_t gen,
 	d->generation = gen;
 }
 
+/* The process cache is keyed by the problem's raw bytes, so a hit needs
+ * neither validation nor key formatting (a problem only gets an entry
+ * after it validated).  A canonical key has no NUL byte, a problem has
+ * several, so the two can never be confused.  Hash: 64-bit multiply-mix
+ * over the ten words. */
+static uint64_t problem_hash(const struct fly_problem *p)
+{
+	uint64_t w[sizeof(*p) / 8], h = 0x9e3779b97f4a7c15ull;
+
+	memcpy(w, p, sizeof(w));
+	for (size_t i = 0; i < sizeof(w) / 8; i++) {
+		h ^= w[i];
+		h *= 0xff51afd7ed558ccdull;
+		h ^= h >> 33;
+	}
+	return h;
+}
+
+static void cache_put(fly_client *c, const struct fly_problem *p,
+		      uint64_t hash, const struct fly_decision *d,
+		      uint64_t stamp)
+{
+	fly__cache_put(&c->cache, (const char *)p, sizeof(*p), hash, d, stamp,
+		       fly__now_ns());
+}
+
 /* Try the shm table.  @return 1 on a hit (d filled, cached), else 0. */
-static int try_shm(fly_client *c, struct fly_shm_reader *r, const char *key,
-		   size_t len, uint64_t hash, uint64_t stamp,
-		   struct fly_decision *d)
+static int try_shm(fly_client *c, struct fly_shm_reader *r,
+		   const struct fly_problem *p, const char *key, size_t len,
+		   uint64_t hash, uint64_t stamp, struct fly_decision *d)
 {
 	if (r == NULL || fly_shm_lookup(r, key, len, d) != 0)
 		return 0;
 	bump(&c->n_shm_hits);
-	fly__cache_put(&c->cache, key, len, hash, d, stamp, fly__now_ns());
+	cache_put(c, p, hash, d, stamp);
 	return 1;
 }
 
 /* The socket step of fly_decide: bounded by @p deadline_ns. */
-static void decide_socket(fly_client *c, const char *key, size_t len,
+static void decide_socket(fly_client *c, const struct fly_problem *p,
+			  const char *key, size_t len,
 			  uint64_t hash, uint64_t deadline_ns,
 			  struct fly_decision *d)
 {
@@ -524,7 +551,7 @@ static void decide_socket(fly_client *c, const char *key, size_t len,
 	/* a fresh connection may have brought a table that answers */
 	r = atomic_load_explicit(&c->shm, memory_order_acquire);
 	stamp = stamp_of(c, r, &gen);
-	if (rc == 0 && try_shm(c, r, key, len, hash, stamp, d) &&
+	if (rc == 0 && try_shm(c, r, p, key, len, hash, stamp, d) &&
 	    d->status == FLY_STATUS_TUNED) {
 		pthread_mutex_unlock(&c->mu);
 		return;
@@ -539,7 +566,21 @@ static void decide_socket(fly_client *c, const char *key, size_t len,
 	r = atomic_load_explicit(&c->shm, memory_order_acquire);
 	stamp = stamp_of(c, r, &gen);
 	d->generation = gen;
-	fly__cache_put(&c->cache, key, len, hash, d, stamp, fly__now_ns());
+	cache_put(c, p, hash, d, stamp);
+}
+
+/* Whether a cached pending/default answer is still fresh enough to serve
+ * (only one thread re-asks the socket: the one whose CAS wins). */
+static int pending_fresh(fly_client *c, const struct fly_cache_entry *e,
+			 uint64_t now)
+{
+	uint64_t checked = atomic_load_explicit(&e->checked_ns,
+						memory_order_relaxed);
+
+	if (now - checked < c->recheck_ms * 1000000ull)
+		return 1;
+	return !atomic_compare_exchange_strong(
+		&((struct fly_cache_entry *)e)->checked_ns, &checked, now);
 }
 
 int fly_decide(fly_client *c, const struct fly_problem *p,
@@ -548,21 +589,20 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 	char key[FLY_KEY_MAX];
 	const struct fly_cache_entry *e;
 	struct fly_shm_reader *r;
-	uint64_t start = fly__now_ns(), hash, gen, stamp, checked;
+	uint64_t start, hash, gen, stamp;
 	int n;
 
 	if (d == NULL)
 		return FLY_E_INVALID;
-	decision_default(d);
-	if (c == NULL || p == NULL)
+	if (c == NULL || p == NULL) {
+		decision_default(d);
 		return FLY_E_INVALID;
-	n = fly_problem_key(p, key, sizeof(key));
-	if (n < 0)
-		return n;
-	hash = fly_key_hash(key, (size_t)n);
+	}
+	/* hot path: no validation, no formatting, no lock, no syscall */
+	hash = problem_hash(p);
 	r = atomic_load_explicit(&c->shm, memory_order_acquire);
 	stamp = stamp_of(c, r, &gen);
-	e = fly__cache_lookup(&c->cache, key, (size_t)n, hash);
+	e = fly__cache_lookup(&c->cache, (const char *)p, sizeof(*p), hash);
 	if (e != NULL && e->dec.status == FLY_STATUS_TUNED &&
 	    atomic_load_explicit(&e->generation, memory_order_relaxed) ==
 		    stamp) {
@@ -570,24 +610,21 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 		from_entry(e, gen, d);
 		return 0;
 	}
-	if (try_shm(c, r, key, (size_t)n, hash, stamp, d) &&
+	start = fly__now_ns();
+	decision_default(d);
+	n = fly_problem_key(p, key, sizeof(key));
+	if (n < 0)
+		return n;
+	if (try_shm(c, r, p, key, (size_t)n, hash, stamp, d) &&
 	    d->status == FLY_STATUS_TUNED)
 		return 0;
-	if (e != NULL && e->dec.status != FLY_STATUS_TUNED) {
-		/* pending/default: the socket at most every recheck_ms, and
-		 * only one thread re-asks (the one whose CAS wins) */
-		checked = atomic_load_explicit(&e->checked_ns,
-					       memory_order_relaxed);
-		if (start - checked < c->recheck_ms * 1000000ull ||
-		    !atomic_compare_exchange_strong(
-			    &((struct fly_cache_entry *)e)->checked_ns,
-			    &checked, start)) {
-			bump(&c->n_cache_hits);
-			from_entry(e, gen, d);
-			return 0;
-		}
+	if (e != NULL && e->dec.status != FLY_STATUS_TUNED &&
+	    pending_fresh(c, e, start)) {
+		bump(&c->n_cache_hits);
+		from_entry(e, gen, d);
+		return 0;
 	}
-	decide_socket(c, key, (size_t)n, hash,
+	decide_socket(c, p, key, (size_t)n, hash,
 		      start + c->timeout_ms * 1000000ull, d);
 	return 0;
 }
@@ -662,9 +699,7 @@ int fly_decide_wait(fly_client *c, const struct fly_problem *p,
 		r = atomic_load_explicit(&c->shm, memory_order_acquire);
 		stamp = stamp_of(c, r, &gen);
 		d->generation = gen;
-		fly__cache_put(&c->cache, key, (size_t)n,
-			       fly_key_hash(key, (size_t)n), d, stamp,
-			       fly__now_ns());
+		cache_put(c, p, problem_hash(p), d, stamp);
 	}
 	if (rc == 0 && d->status != FLY_STATUS_TUNED)
 		rc = FLY_E_TIMEOUT;

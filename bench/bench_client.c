@@ -1,0 +1,184 @@
+/*
+ * bench_client.c -- libflyclient hot-path latency.
+ *
+ *   bench_client SOCKET [KEY]
+ *
+ * 1. fly_decide on a hot (tuned, cached) key: p50/p99 per call, one
+ *    thread and two threads (throughput per thread).  Calls are timed in
+ *    batches of BATCH (the clock costs about as much as a hit), so the
+ *    percentiles are of the per-call mean within a batch.
+ * 2. first call of a fresh client on a tuned key (connect, hello, map the
+ *    table, shm lookup): p50/p99 over FRESH clients.
+ * 3. a socket round trip: fly_request of a decide.
+ * Prints "name value" lines (ns) that run_service_bench.sh tabulates.
+ * Owns: its clients.  Thread: main + 2 bench threads.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "flyclient.h"
+
+#define BATCH 16
+#define HOT_SAMPLES 200000
+#define FRESH 200
+#define RTT_SAMPLES 20000
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+static uint64_t pct(uint64_t *v, size_t n, double p)
+{
+	size_t i = (size_t)(p * (double)(n - 1));
+
+	qsort(v, n, sizeof(*v), cmp_u64);
+	return v[i];
+}
+
+struct hot {
+	fly_client *c;
+	struct fly_problem p;
+	uint64_t *samples;
+	double secs;
+	uint64_t bad;
+};
+
+static void *hot_main(void *arg)
+{
+	struct hot *h = arg;
+	struct fly_decision d;
+	uint64_t t0 = now_ns();
+
+	for (size_t i = 0; i < HOT_SAMPLES; i++) {
+		uint64_t s = now_ns();
+
+		for (int k = 0; k < BATCH; k++)
+			fly_decide(h->c, &h->p, &d);
+		h->samples[i] = (now_ns() - s) / BATCH;
+		h->bad += d.status != FLY_STATUS_TUNED;
+	}
+	h->secs = (double)(now_ns() - t0) / 1e9;
+	return NULL;
+}
+
+static void bench_hot(fly_client *c, const struct fly_problem *p, int nth)
+{
+	struct hot h[2];
+	pthread_t th[2];
+
+	for (int i = 0; i < nth; i++) {
+		h[i] = (struct hot){ .c = c, .p = *p };
+		h[i].samples = malloc(sizeof(uint64_t) * HOT_SAMPLES);
+		pthread_create(&th[i], NULL, hot_main, &h[i]);
+	}
+	for (int i = 0; i < nth; i++) {
+		pthread_join(th[i], NULL);
+		printf("hot_t%d_p50_ns %llu\nhot_t%d_p99_ns %llu\n"
+		       "hot_t%d_mops_per_thread %.2f\n", nth,
+		       (unsigned long long)pct(h[i].samples, HOT_SAMPLES, 0.5),
+		       nth,
+		       (unsigned long long)pct(h[i].samples, HOT_SAMPLES, 0.99),
+		       nth, (double)HOT_SAMPLES * BATCH / h[i].secs / 1e6);
+		if (h[i].bad)
+			printf("warning: %llu hot batches not tuned\n",
+			       (unsigned long long)h[i].bad);
+		free(h[i].samples);
+		if (nth == 2)
+			break; /* one line per thread count is enough */
+	}
+	for (int i = 1; i < nth; i++)
+		pthread_join(th[i], NULL), free(h[i].samples);
+}
+
+static void bench_fresh(const char *sock, const struct fly_problem *p)
+{
+	uint64_t v[FRESH];
+	int shm = 0;
+
+	for (int i = 0; i < FRESH; i++) {
+		struct fly_client_opts o = { .socket_path = sock,
+					     .timeout_ms = 1000 };
+		struct fly_client_stats st;
+		struct fly_decision d;
+		fly_client *c;
+		uint64_t s;
+
+		if (fly_client_open_opts(&o, &c) < 0)
+			exit(1);
+		s = now_ns();
+		fly_decide(c, p, &d);
+		v[i] = now_ns() - s;
+		fly_client_stats_get(c, &st);
+		shm += st.shm_hits > 0;
+		fly_client_close(c);
+	}
+	printf("fresh_first_call_p50_ns %llu\nfresh_first_call_p99_ns %llu\n"
+	       "fresh_first_call_via_shm %d/%d\n",
+	       (unsigned long long)pct(v, FRESH, 0.5),
+	       (unsigned long long)pct(v, FRESH, 0.99), shm, FRESH);
+}
+
+static void bench_rtt(fly_client *c, const char *key)
+{
+	uint64_t *v = malloc(sizeof(uint64_t) * RTT_SAMPLES);
+	char req[160];
+
+	snprintf(req, sizeof(req), "{\"req\":\"decide\",\"key\":\"%s\"}", key);
+	for (int i = 0; i < RTT_SAMPLES; i++) {
+		char *resp = NULL;
+		size_t len;
+		uint64_t s = now_ns();
+
+		if (fly_request(c, req, strlen(req), 1000, &resp, &len) < 0)
+			exit(1);
+		v[i] = now_ns() - s;
+		fly_free(resp);
+	}
+	printf("socket_rtt_p50_ns %llu\nsocket_rtt_p99_ns %llu\n",
+	       (unsigned long long)pct(v, RTT_SAMPLES, 0.5),
+	       (unsigned long long)pct(v, RTT_SAMPLES, 0.99));
+	free(v);
+}
+
+int main(int argc, char **argv)
+{
+	const char *key = argc > 2 ? argv[2] : "rmsnorm/fp32/m=8,n=64";
+	struct fly_client_opts o = { .timeout_ms = 1000 };
+	struct fly_problem p;
+	struct fly_decision d;
+	fly_client *c;
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: bench_client SOCKET [KEY]\n");
+		return 2;
+	}
+	o.socket_path = argv[1];
+	if (fly_problem_from_key(key, &p) < 0 ||
+	    fly_client_open_opts(&o, &c) < 0)
+		return 1;
+	if (fly_decide_wait(c, &p, 600000, &d) < 0) {
+		fprintf(stderr, "bench_client: %s not tuned\n", key);
+		return 1;
+	}
+	bench_hot(c, &p, 1);
+	bench_hot(c, &p, 2);
+	bench_fresh(argv[1], &p);
+	bench_rtt(c, key);
+	fly_client_close(c);
+	return 0;
+}
