@@ -715,6 +715,14 @@ struct handler {
 	uint32_t flags;
 };
 
+/* Requests answered from the DB need the device id and libver, known
+ * only once the worker reported its fingerprint (ctx->ready). */
+static int needs_identity(flyd_handler_fn fn)
+{
+	return fn == h_get || fn == h_explain || fn == h_list ||
+	       fn == h_export || fn == h_import || fn == h_forget;
+}
+
 static const struct handler table[] = {
 #define FLY_MSG(name, id, flags) {#name, h_##name, flags},
 #include "fly_msgs.def"
@@ -744,6 +752,10 @@ int flyd_handlers_dispatch(struct flyd_ctx *ctx, struct flyd_session *s,
 				 ctx->cfg.admin_group);
 			*msg = b;
 			return FLY_E_PERM;
+		}
+		if (!ctx->ready && needs_identity(table[i].fn)) {
+			*msg = "daemon is starting (device not identified yet)";
+			return FLY_E_DOWN;
 		}
 		return table[i].fn(ctx, s, req, resp, msg);
 	}
