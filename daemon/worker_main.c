@@ -4,7 +4,8 @@
  * then runs one job at a time, streaming START/TRIAL records and the
  * RESULT (worker_proto.h), until EOF on fd 3.
  *
- * Owns: the backend, its device and the job's benchmark case.
+ * Owns: the backend, its device and the job's benchmark case.  Dies with
+ * the daemon (PR_SET_PDEATHSIG), so a hung candidate never lingers.
  * Thread: single-threaded process.  A candidate that crashes or hangs
  * takes this process down; the supervisor (worker.c) attributes it to the
  * last START record.
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -168,6 +170,8 @@ int flyd_worker_main(int argc, char **argv)
 	flyd_log_set_source("worker");
 	unsetenv("NOTIFY_SOCKET");
 	signal(SIGPIPE, SIG_IGN);
+	/* A hanging candidate must not outlive a daemon that died. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (parse_args(argc, argv, &a) < 0) {
 		flyd_log(FLYD_LOG_ERR, "worker_usage",
 			 "usage=\"--worker --device N --backend B\"");
