@@ -104,11 +104,13 @@ static void pack_a(const struct blk_ctx *x, float *dst, int64_t ic,
 	for (int64_t ir = 0; ir < mb; ir += mr) {
 		float *d = dst + ir * kb;
 
-		for (int64_t p = 0; p < kb; p++)
-			for (int i = 0; i < mr; i++)
+		for (int i = 0; i < mr; i++) {
+			size_t row = (size_t)((ic + ir + i) * k + pc);
+
+			for (int64_t p = 0; p < kb; p++)
 				d[p * mr + i] = ir + i < mb ?
-					flyk_cpu_load(x->a, (size_t)((ic + ir + i) * k + pc + p), dt) :
-					0.0f;
+					flyk_cpu_load(x->a, row + p, dt) : 0.0f;
+		}
 	}
 }
 
@@ -314,8 +316,9 @@ static int ref_launch(const struct flyk_device *dev,
 				size_t bi = s.layout == FLY_LAYOUT_NN ?
 					(size_t)(q * s.n + j) :
 					(size_t)(j * s.k + q);
+				size_t ai = (size_t)(i * s.k + q);
 
-				acc += (double)flyk_cpu_load(g->a, (size_t)(i * s.k + q), s.dtype) *
+				acc += (double)flyk_cpu_load(g->a, ai, s.dtype) *
 				       flyk_cpu_load(g->b, bi, s.dtype);
 			}
 			acc *= s.alpha;

@@ -76,9 +76,12 @@ static int ref_launch(const struct flyk_device *dev,
 			for (int64_t j = 0; j < n; j++) {
 				double acc = 0.0;
 
+				size_t ai = (size_t)(i * k);
+				size_t bi = (size_t)((g * n + j) * k);
+
 				for (int64_t q = 0; q < k; q++)
-					acc += (double)flyk_cpu_load(a->a, (size_t)(i * k + q), dt) *
-					       flyk_cpu_load(a->b, (size_t)((g * n + j) * k + q), dt);
+					acc += (double)flyk_cpu_load(a->a, ai + q, dt) *
+					       flyk_cpu_load(a->b, bi + q, dt);
 				flyk_cpu_store(a->c, (size_t)(i * n + j), dt,
 					       (float)acc);
 			}
