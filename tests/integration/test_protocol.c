@@ -890,6 +890,69 @@ static void test_emfile_below_spare(void **state)
 	assert_alive();
 }
 
+/* hello's response carries the shm memfd (SCM_RIGHTS on its first byte):
+ * one fd, as large as "shm.size" says, sealed against growing. */
+static void test_hello_passes_memfd(void **state)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(4 * sizeof(int))];
+	} u;
+	char buf[8192];
+	struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf) - 1};
+	struct msghdr mh;
+	struct cmsghdr *c;
+	struct stat st;
+	int fd = fly_test_connect(d.sock), mfd = -1, nfds = 0;
+	ssize_t n;
+	cJSON *o;
+
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_send_frame(fd, "{\"req\":\"hello\","
+					     "\"version\":1}"), 0);
+	memset(&mh, 0, sizeof(mh));
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = u.b;
+	mh.msg_controllen = sizeof(u.b);
+	n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+	assert_true(n > 4);
+	assert_false(mh.msg_flags & MSG_CTRUNC);
+	for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			nfds += (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			memcpy(&mfd, CMSG_DATA(c), sizeof(int));
+		}
+	}
+	assert_int_equal(nfds, 1);
+	assert_true(mfd >= 0);
+	/* The rest of the frame, then compare the size. */
+	{
+		uint32_t len = (uint32_t)(uint8_t)buf[0] |
+			       (uint32_t)(uint8_t)buf[1] << 8 |
+			       (uint32_t)(uint8_t)buf[2] << 16 |
+			       (uint32_t)(uint8_t)buf[3] << 24;
+
+		assert_true(len + 4 < sizeof(buf));
+		while ((size_t)n < len + 4) {
+			ssize_t m = read(fd, buf + n, len + 4 - (size_t)n);
+
+			assert_true(m > 0);
+			n += m;
+		}
+		buf[n] = '\0';
+	}
+	o = parse(buf + 4);
+	assert_int_equal(fstat(mfd, &st), 0);
+	assert_true((double)st.st_size == cJSON_GetObjectItem(
+		cJSON_GetObjectItem(o, "shm"), "size")->valuedouble);
+	assert_true(fcntl(mfd, F_GET_SEALS) & F_SEAL_GROW);
+	cJSON_Delete(o);
+	close(mfd);
+	close(fd);
+	assert_alive();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -909,6 +972,7 @@ int main(void)
 		cmocka_unit_test(test_max_clients),
 		cmocka_unit_test(test_slow_reader),
 		cmocka_unit_test(test_hello_version),
+		cmocka_unit_test(test_hello_passes_memfd),
 		cmocka_unit_test(test_admin_forget_as_root_or_self),
 		cmocka_unit_test(test_non_admin_peer),
 		cmocka_unit_test(test_import_export_roundtrip),
