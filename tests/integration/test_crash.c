@@ -95,7 +95,7 @@ static void assert_integrity(const char *db)
 
 static void test_kill_during_tuning_and_commit(void **state)
 {
-	struct fly_test_daemon d;
+	struct fly_test_daemon *d = *state;
 	char keys[NITER][96];
 	int acked[NITER] = {0};
 	char status[16];
@@ -104,10 +104,10 @@ static void test_kill_during_tuning_and_commit(void **state)
 	(void)state;
 	fprintf(stderr, "seed %u\n", seed);
 	srand(seed);
-	assert_int_equal(fly_test_daemon_start(&d, "{\"job_budget_s\":0.2}",
+	assert_int_equal(fly_test_daemon_start(d, "{\"job_budget_s\":0.2}",
 					       NULL), 0);
 	for (int i = 0; i < NITER; i++) {
-		int fd = fly_test_connect(d.sock);
+		int fd = fly_test_connect(d->sock);
 		char json[1200];
 		cJSON *o;
 
@@ -127,9 +127,9 @@ static void test_kill_during_tuning_and_commit(void **state)
 				acked[k] = 1;
 		}
 		close(fd);
-		assert_int_equal(fly_test_daemon_kill(&d, SIGKILL), 0);
-		assert_int_equal(fly_test_daemon_restart(&d), 0);
-		fd = fly_test_connect(d.sock);
+		assert_int_equal(fly_test_daemon_kill(d, SIGKILL), 0);
+		assert_int_equal(fly_test_daemon_restart(d), 0);
+		fd = fly_test_connect(d->sock);
 		assert_true(fd >= 0);
 		for (int k = 0; k <= i; k++) {
 			if (!acked[k])
@@ -144,7 +144,7 @@ static void test_kill_during_tuning_and_commit(void **state)
 	/* The interrupted jobs resumed from the jobs table: every key ends
 	 * up tuned even though policy on-request queues nothing by itself. */
 	{
-		int fd = fly_test_connect(d.sock);
+		int fd = fly_test_connect(d->sock);
 		uint64_t end = now_ms() + (uint64_t)fly_test_timeout(60000);
 
 		assert_true(fd >= 0);
@@ -161,9 +161,9 @@ static void test_kill_during_tuning_and_commit(void **state)
 		}
 		close(fd);
 	}
-	assert_int_equal(fly_test_daemon_stop(&d), 0);
-	assert_integrity(d.db);
-	fly_test_daemon_cleanup(&d);
+	assert_int_equal(fly_test_daemon_stop(d), 0);
+	assert_integrity(d->db);
+	fly_test_daemon_cleanup(d);
 }
 
 /* Wait for a frame on @p fd, answering nothing; meanwhile check that the
@@ -193,10 +193,9 @@ static cJSON *wait_reply_serving(int fd, int other, int ms)
 	return o;
 }
 
-static void fault_case(const char *fault, const char *variant,
-		       const char *outcome)
+static void fault_case(struct fly_test_daemon *d, const char *fault,
+		       const char *variant, const char *outcome)
 {
-	struct fly_test_daemon d;
 	char env[64];
 	const char *envv[] = {env, NULL};
 	const char *key = "rmsnorm/fp32/m=16,n=256";
@@ -207,18 +206,18 @@ static void fault_case(const char *fault, const char *variant,
 	snprintf(env, sizeof(env), "FLYK_TESTING_FAULTS=%s", fault);
 	/* A budget of 5 s so the faulty variants, last in the table, are
 	 * reached before it ends. */
-	assert_int_equal(fly_test_daemon_start(&d, "{\"candidate_timeout_s\":1,"
+	assert_int_equal(fly_test_daemon_start(d, "{\"candidate_timeout_s\":1,"
 					       "\"job_budget_s\":5}", envv),
 			 0);
-	fd = fly_test_connect(d.sock);
-	other = fly_test_connect(d.sock);
+	fd = fly_test_connect(d->sock);
+	other = fly_test_connect(d->sock);
 	assert_true(fd >= 0 && other >= 0);
 	assert_int_equal(fly_test_send_frame(fd, "{\"req\":\"tune\","
 			 "\"key\":\"rmsnorm/fp32/m=16,n=256\",\"wait\":true,"
 			 "\"timeout_ms\":40000}"), 0);
 	o = wait_reply_serving(fd, other, 50000);
 	if (!is_ok(o) || strcmp(str_at(o, "status", NULL), "tuned") != 0)
-		fly_test_daemon_print_log(&d);
+		fly_test_daemon_print_log(d);
 	assert_true(is_ok(o));
 	assert_string_equal(str_at(o, "status", NULL), "tuned");
 	/* The culprit never wins. */
@@ -240,40 +239,101 @@ static void fault_case(const char *fault, const char *variant,
 		fprintf(stderr, "explain %s: no %s trial with outcome %s: "
 			"%s\n", key, variant, outcome, txt);
 		free(txt);
-		fly_test_daemon_print_log(&d);
+		fly_test_daemon_print_log(d);
 	}
 	assert_true(found);
 	cJSON_Delete(o);
 	close(fd);
 	close(other);
-	fly_test_daemon_cleanup(&d);
+	fly_test_daemon_cleanup(d);
 }
 
 static void test_fault_crash(void **state)
 {
-	(void)state;
-	fault_case("crash", "test_crash", "faulted");
+	fault_case(*state, "crash", "test_crash", "faulted");
 }
 
 static void test_fault_hang(void **state)
 {
-	(void)state;
-	fault_case("hang", "test_hang", "faulted");
+	fault_case(*state, "hang", "test_hang", "faulted");
 }
 
 static void test_fault_wrong(void **state)
 {
-	(void)state;
-	fault_case("wrong", "test_wrong", "wrong");
+	fault_case(*state, "wrong", "test_wrong", "wrong");
 }
+
+/* SIGTERM with a job in flight and a waiter: the waiter gets an answer,
+ * the daemon exits 0, and the job resumes at the next start (policy
+ * on-request: nothing else would tune the key). */
+static void test_stop_resumes_job(void **state)
+{
+	struct fly_test_daemon *d = *state;
+	const char *key = "rmsnorm/fp32/m=8,n=2048";
+	char status[16];
+	char *resp = NULL;
+	uint64_t end;
+	int fd;
+
+	(void)state;
+	assert_int_equal(fly_test_daemon_start(d, "{\"job_budget_s\":1}",
+					       NULL), 0);
+	fd = fly_test_connect(d->sock);
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_send_frame(fd, "{\"req\":\"tune\","
+			 "\"key\":\"rmsnorm/fp32/m=8,n=2048\",\"wait\":true}"),
+			 0);
+	usleep(100 * 1000);
+	assert_int_equal(fly_test_daemon_stop(d), 0);
+	/* Answered (tuned, or an error naming the stop), or closed. */
+	if (fly_test_recv_frame(fd, &resp, fly_test_timeout(5000)) == 0)
+		assert_non_null(strstr(resp, "\"ok\""));
+	free(resp);
+	close(fd);
+	assert_int_equal(fly_test_daemon_restart(d), 0);
+	fd = fly_test_connect(d->sock);
+	assert_true(fd >= 0);
+	end = now_ms() + (uint64_t)fly_test_timeout(30000);
+	for (;;) {
+		decide_status(fd, key, status, sizeof(status));
+		if (strcmp(status, "tuned") == 0)
+			break;
+		if (now_ms() > end)
+			fail_msg("%s not resumed after a stop", key);
+		usleep(100 * 1000);
+	}
+	close(fd);
+	fly_test_daemon_cleanup(d);
+}
+
+/* Each test gets a zeroed harness record; teardown stops and removes
+ * whatever the test started, also when an assertion cut it short. */
+static int setup(void **state)
+{
+	*state = calloc(1, sizeof(struct fly_test_daemon));
+	return *state != NULL ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	struct fly_test_daemon *d = *state;
+
+	if (d->pid > 0 || d->dir[0] != '\0')
+		fly_test_daemon_cleanup(d);
+	free(d);
+	return 0;
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_kill_during_tuning_and_commit),
-		cmocka_unit_test(test_fault_crash),
-		cmocka_unit_test(test_fault_hang),
-		cmocka_unit_test(test_fault_wrong),
+		T(test_kill_during_tuning_and_commit),
+		T(test_stop_resumes_job),
+		T(test_fault_crash),
+		T(test_fault_hang),
+		T(test_fault_wrong),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

@@ -195,15 +195,15 @@ static void hello_fd(const char *sock)
 
 static void test_decide_pending_then_tuned(void **state)
 {
-	struct fly_test_daemon d;
+	struct fly_test_daemon *d = *state;
 	struct answer a, b, c;
 	const char *key = "rmsnorm/fp32/m=64,n=256";
 	int fd;
 
 	(void)state;
-	assert_int_equal(fly_test_daemon_start(&d, "{\"policy\":\"always\","
+	assert_int_equal(fly_test_daemon_start(d, "{\"policy\":\"always\","
 					       FAST_CFG "}", NULL), 0);
-	fd = fly_test_connect(d.sock);
+	fd = fly_test_connect(d->sock);
 	assert_true(fd >= 0);
 	decide(fd, key, &a);
 	assert_string_equal(a.key, key);
@@ -229,13 +229,13 @@ static void test_decide_pending_then_tuned(void **state)
 		assert_true(strlen(err_code(o)) > 0);
 		cJSON_Delete(o);
 	}
-	hello_fd(d.sock);
+	hello_fd(d->sock);
 	assert_true(stat_num(fd, "jobs_done") >= 1);
 	close(fd);
 
 	/* The winner survives a restart: same answer, no new job. */
-	assert_int_equal(fly_test_daemon_restart(&d), 0);
-	fd = fly_test_connect(d.sock);
+	assert_int_equal(fly_test_daemon_restart(d), 0);
+	fd = fly_test_connect(d->sock);
 	assert_true(fd >= 0);
 	decide(fd, key, &b);
 	assert_string_equal(b.status, "tuned");
@@ -245,8 +245,10 @@ static void test_decide_pending_then_tuned(void **state)
 	assert_string_equal(b.text, a.text);
 	assert_int_equal((int)stat_num(fd, "jobs_done"), 0);
 	close(fd);
-	fly_test_daemon_cleanup(&d);
+	fly_test_daemon_cleanup(d);
 }
+
+static pid_t second_pid; /* a second instance, killed by teardown */
 
 /* Start a second instance (device 1) on the same state directory and
  * config; returns its pid, writes its socket path. */
@@ -303,7 +305,7 @@ static pid_t start_second(const struct fly_test_daemon *d, char *sock,
 
 static void test_two_instances_share_winners(void **state)
 {
-	struct fly_test_daemon d;
+	struct fly_test_daemon *d = *state;
 	struct answer a, b;
 	const char *key = "rmsnorm/fp32/m=32,n=512";
 	char sock1[400];
@@ -312,10 +314,11 @@ static void test_two_instances_share_winners(void **state)
 	cJSON *o;
 
 	(void)state;
-	assert_int_equal(fly_test_daemon_start(&d, "{" FAST_CFG "}", NULL),
+	assert_int_equal(fly_test_daemon_start(d, "{" FAST_CFG "}", NULL),
 			 0);
-	pid1 = start_second(&d, sock1, sizeof(sock1));
-	fd0 = fly_test_connect(d.sock);
+	pid1 = start_second(d, sock1, sizeof(sock1));
+	second_pid = pid1;
+	fd0 = fly_test_connect(d->sock);
 	fd1 = fly_test_connect(sock1);
 	assert_true(fd0 >= 0 && fd1 >= 0);
 	/* Tuned by instance 0 (after instance 1 started: its in-memory map
@@ -345,14 +348,15 @@ static void test_two_instances_share_winners(void **state)
 	close(fd1);
 	kill(pid1, SIGTERM);
 	waitpid(pid1, NULL, 0);
-	fly_test_daemon_cleanup(&d);
+	second_pid = 0;
+	fly_test_daemon_cleanup(d);
 }
 
 #define NCLIENTS 256
 
 static void test_256_clients_one_job(void **state)
 {
-	struct fly_test_daemon d;
+	struct fly_test_daemon *d = *state;
 	const char *key = "rmsnorm/fp32/m=16,n=1024";
 	const char *json = "{\"req\":\"decide\","
 			   "\"key\":\"rmsnorm/fp32/m=16,n=1024\"}";
@@ -362,10 +366,10 @@ static void test_256_clients_one_job(void **state)
 	int ctl;
 
 	(void)state;
-	assert_int_equal(fly_test_daemon_start(&d, "{\"policy\":\"always\","
+	assert_int_equal(fly_test_daemon_start(d, "{\"policy\":\"always\","
 					       FAST_CFG "}", NULL), 0);
 	for (int i = 0; i < NCLIENTS; i++) {
-		fds[i] = fly_test_connect(d.sock);
+		fds[i] = fly_test_connect(d->sock);
 		assert_true(fds[i] >= 0);
 	}
 	/* All requests in flight before any answer is read. */
@@ -385,7 +389,7 @@ static void test_256_clients_one_job(void **state)
 		assert_string_equal(a.key, key);
 		cJSON_Delete(o);
 	}
-	ctl = fly_test_connect(d.sock);
+	ctl = fly_test_connect(d->sock);
 	assert_true(ctl >= 0);
 	wait_tuned(ctl, key, 30000, &first);
 	/* Settled: nothing queued, nothing running. */
@@ -413,19 +417,19 @@ static void test_256_clients_one_job(void **state)
 	}
 	assert_int_equal((int)stat_num(ctl, "jobs_done"), 1);
 	close(ctl);
-	fly_test_daemon_cleanup(&d);
+	fly_test_daemon_cleanup(d);
 }
 
 static void test_queue_cap_busy(void **state)
 {
-	struct fly_test_daemon d;
+	struct fly_test_daemon *d = *state;
 	int fd, busy = 0, accepted = 0;
 
 	(void)state;
-	assert_int_equal(fly_test_daemon_start(&d, "{\"queue_cap\":4,"
+	assert_int_equal(fly_test_daemon_start(d, "{\"queue_cap\":4,"
 					       "\"policy\":\"on-request\","
 					       FAST_CFG "}", NULL), 0);
-	fd = fly_test_connect(d.sock);
+	fd = fly_test_connect(d->sock);
 	assert_true(fd >= 0);
 	for (int i = 0; i < 10; i++) {
 		char json[160];
@@ -457,7 +461,7 @@ static void test_queue_cap_busy(void **state)
 		assert_string_equal(a.status, "default");
 	}
 	close(fd);
-	fly_test_daemon_cleanup(&d);
+	fly_test_daemon_cleanup(d);
 }
 
 /* {"req":"tune","key":K,"wait":true,...}: the response, tuned. */
@@ -498,7 +502,7 @@ static unsigned long long shm_generation(int fd)
  * explicit tune does not; force re-tunes and bumps the generation. */
 static void test_policy_idle_and_force(void **state)
 {
-	struct fly_test_daemon d;
+	struct fly_test_daemon *d = *state;
 	const char *bg = "rmsnorm/fp32/m=4,n=128";
 	const char *ex = "rmsnorm/fp32/m=4,n=192";
 	struct answer a, b;
@@ -507,10 +511,10 @@ static void test_policy_idle_and_force(void **state)
 	int fd;
 
 	(void)state;
-	assert_int_equal(fly_test_daemon_start(&d, "{\"policy\":\"idle\","
+	assert_int_equal(fly_test_daemon_start(d, "{\"policy\":\"idle\","
 					       "\"idle_ms\":2000,"
 					       FAST_CFG "}", NULL), 0);
-	fd = fly_test_connect(d.sock);
+	fd = fly_test_connect(d->sock);
 	assert_true(fd >= 0);
 	decide(fd, bg, &a);
 	assert_string_equal(a.status, "pending");
@@ -543,24 +547,24 @@ static void test_policy_idle_and_force(void **state)
 	tune_wait(fd, ex, 0, &b);
 	assert_int_equal((int)stat_num(fd, "jobs_done"), 3);
 	close(fd);
-	fly_test_daemon_cleanup(&d);
+	fly_test_daemon_cleanup(d);
 }
 
 /* The GPU-time cap: once the window holds more benchmark time than the
  * cap, background jobs wait; explicit ones still run. */
 static void test_bench_cap(void **state)
 {
-	struct fly_test_daemon d;
+	struct fly_test_daemon *d = *state;
 	const char *k1 = "rmsnorm/fp32/m=2,n=128";
 	const char *k2 = "rmsnorm/fp32/m=2,n=192";
 	struct answer a;
 	int fd;
 
 	(void)state;
-	assert_int_equal(fly_test_daemon_start(&d, "{\"policy\":\"always\","
+	assert_int_equal(fly_test_daemon_start(d, "{\"policy\":\"always\","
 					       "\"bench_seconds_per_minute\":"
 					       "0.01," FAST_CFG "}", NULL), 0);
-	fd = fly_test_connect(d.sock);
+	fd = fly_test_connect(d->sock);
 	assert_true(fd >= 0);
 	decide(fd, k1, &a);
 	wait_tuned(fd, k1, 30000, &a);
@@ -576,7 +580,7 @@ static void test_bench_cap(void **state)
 	tune_wait(fd, k2, 0, &a);
 	assert_int_equal((int)stat_num(fd, "jobs_done"), 2);
 	close(fd);
-	fly_test_daemon_cleanup(&d);
+	fly_test_daemon_cleanup(d);
 }
 
 static int shm_count(int fd)
@@ -596,7 +600,7 @@ static int shm_count(int fd)
  * times out answers pending, not an error. */
 static void test_forget_and_wait_timeout(void **state)
 {
-	struct fly_test_daemon d;
+	struct fly_test_daemon *d = *state;
 	const char *key = "rmsnorm/fp32/m=2,n=320";
 	struct answer a;
 	unsigned long long gen;
@@ -605,9 +609,9 @@ static void test_forget_and_wait_timeout(void **state)
 	int fd;
 
 	(void)state;
-	assert_int_equal(fly_test_daemon_start(&d, "{" FAST_CFG "}", NULL),
+	assert_int_equal(fly_test_daemon_start(d, "{" FAST_CFG "}", NULL),
 			 0);
-	fd = fly_test_connect(d.sock);
+	fd = fly_test_connect(d->sock);
 	assert_true(fd >= 0);
 	tune_wait(fd, key, 0, &a);
 	assert_int_equal(shm_count(fd), 1);
@@ -633,19 +637,44 @@ static void test_forget_and_wait_timeout(void **state)
 	/* The job goes on after the waiter left. */
 	wait_tuned(fd, "rmsnorm/fp32/m=2,n=384", 30000, &a);
 	close(fd);
-	fly_test_daemon_cleanup(&d);
+	fly_test_daemon_cleanup(d);
 }
+
+/* Each test gets a zeroed harness record; teardown stops and removes
+ * whatever the test started, also when an assertion cut it short. */
+static int setup(void **state)
+{
+	*state = calloc(1, sizeof(struct fly_test_daemon));
+	return *state != NULL ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	struct fly_test_daemon *d = *state;
+
+	if (d->pid > 0 || d->dir[0] != '\0')
+		fly_test_daemon_cleanup(d);
+	if (second_pid > 0) {
+		kill(second_pid, SIGKILL);
+		waitpid(second_pid, NULL, 0);
+		second_pid = 0;
+	}
+	free(d);
+	return 0;
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_decide_pending_then_tuned),
-		cmocka_unit_test(test_two_instances_share_winners),
-		cmocka_unit_test(test_256_clients_one_job),
-		cmocka_unit_test(test_queue_cap_busy),
-		cmocka_unit_test(test_policy_idle_and_force),
-		cmocka_unit_test(test_bench_cap),
-		cmocka_unit_test(test_forget_and_wait_timeout),
+		T(test_decide_pending_then_tuned),
+		T(test_two_instances_share_winners),
+		T(test_256_clients_one_job),
+		T(test_queue_cap_busy),
+		T(test_policy_idle_and_force),
+		T(test_bench_cap),
+		T(test_forget_and_wait_timeout),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
