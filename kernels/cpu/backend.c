@@ -135,6 +135,16 @@ void flyk_cpu_split(int64_t total, int n, int tid, int64_t grain,
 	*hi = u1 * grain < total ? u1 * grain : total;
 }
 
+int flyk_cpu_cores(const struct flyk_device *dev)
+{
+	long n;
+
+	if (dev && dev->cores > 0)
+		return dev->cores;
+	n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (int)n : 1;
+}
+
 int flyk_cpu_threads_ok(const struct flyk_device *dev, int64_t t,
 			int64_t work)
 {

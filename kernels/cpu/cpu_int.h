@@ -31,11 +31,9 @@ struct flyk_device {
 	volatile float sink;  /* keeps the flush read alive */
 };
 
-/* Cores of @p dev (1 when @p dev is NULL). */
-static inline int flyk_cpu_cores(const struct flyk_device *dev)
-{
-	return dev && dev->cores > 0 ? dev->cores : 1;
-}
+/* Cores of @p dev; with NULL (the daemon's flyk_default() decides without
+ * a device) the host's online cores, which is what any device would say. */
+int flyk_cpu_cores(const struct flyk_device *dev);
 
 /* ---------------------------------------------------------- conversions */
 

@@ -555,6 +555,12 @@ static void test_default_per_op(void **state)
 	assert_int_equal(d.params[1], 16);
 	assert_int_equal(d.params[2], flyk_cpu_cores(dev) >= 4 ? 4 :
 			 flyk_cpu_cores(dev) >= 2 ? 2 : 1);
+	/* without a device (the daemon's decide path): the host's cores */
+	assert_int_equal(flyk_cpu_cores(NULL), flyk_cpu_cores(dev));
+	assert_int_equal(flyk_default(B, NULL, &ps[1], &d), 0);
+	assert_string_equal(d.variant, "rms_vec");
+	assert_int_equal(d.params[2], flyk_cpu_cores(dev) >= 4 ? 4 :
+			 flyk_cpu_cores(dev) >= 2 ? 2 : 1);
 	assert_int_equal(flyk_default(B, dev, &bad, &d), -EOPNOTSUPP);
 	B->close(dev);
 }
