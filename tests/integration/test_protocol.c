@@ -953,6 +953,100 @@ static void test_hello_passes_memfd(void **state)
 	assert_alive();
 }
 
+/* A hello answered while earlier responses are still queued: the answers
+ * keep request order and the memfd arrives with the first byte of the
+ * hello frame. */
+static void test_fd_after_queued_output(void **state)
+{
+	const size_t cap = 1u << 20;
+	uint8_t *out = malloc(128 * 1024), *in = malloc(cap);
+	size_t n = 0, have = 0, pos = 0, hello_at = 0;
+	size_t fd_from = (size_t)-1, fd_to = 0;
+	int fd = fly_test_connect(d.sock), nfds = 0, frames = 0;
+	char json[96];
+
+	assert_non_null(out);
+	assert_non_null(in);
+	assert_true(fd >= 0);
+	for (int i = 0; i <= 1001; i++) {
+		int len = i == 1000 ?
+			snprintf(json, sizeof(json),
+				 "{\"req\":\"hello\",\"version\":1,\"id\":%d}", i) :
+			snprintf(json, sizeof(json),
+				 "{\"req\":\"list\",\"limit\":1,\"id\":%d}", i);
+
+		put_hdr(out + n, (uint32_t)len);
+		memcpy(out + n + 4, json, (size_t)len);
+		n += 4 + (size_t)len;
+	}
+	assert_int_equal(fly_test_send_raw(fd, out, n), 0);
+	free(out);
+	usleep(200 * 1000); /* let the daemon queue what the socket won't take */
+	while (frames < 1002) {
+		union {
+			struct cmsghdr h;
+			char b[CMSG_SPACE(4 * sizeof(int))];
+		} u;
+		struct iovec iov = {.iov_base = in + have, .iov_len = cap - have};
+		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
+				    .msg_control = u.b,
+				    .msg_controllen = sizeof(u.b)};
+		struct cmsghdr *c;
+		ssize_t r;
+
+		assert_true(have < cap);
+		r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+		assert_true(r > 0);
+		for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
+			int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+
+			for (int j = 0; j < k; j++) {
+				int x;
+
+				memcpy(&x, CMSG_DATA(c) + j * sizeof(int),
+				       sizeof(int));
+				close(x);
+			}
+			nfds += k;
+			fd_from = have;
+			fd_to = have + (size_t)r;
+		}
+		have += (size_t)r;
+		/* Parse the complete frames so far, checking their order. */
+		while (have - pos >= 4) {
+			uint32_t len = (uint32_t)in[pos] |
+				       (uint32_t)in[pos + 1] << 8 |
+				       (uint32_t)in[pos + 2] << 16 |
+				       (uint32_t)in[pos + 3] << 24;
+			char want[32], *body;
+
+			if (have - pos < 4 + (size_t)len)
+				break;
+			body = malloc(len + 1);
+			assert_non_null(body);
+			memcpy(body, in + pos + 4, len);
+			body[len] = '\0';
+			snprintf(want, sizeof(want), "\"id\":%d}", frames);
+			if (strstr(body, want) == NULL)
+				fail_msg("frame %d out of order: %.200s", frames,
+					 body);
+			expect_ok(body);
+			free(body);
+			if (frames == 1000)
+				hello_at = pos;
+			pos += 4 + (size_t)len;
+			frames++;
+		}
+	}
+	/* The kernel may glue earlier bytes in front of the fd's segment but
+	 * ends the read with it: the hello's first byte is in that read. */
+	assert_int_equal(nfds, 1);
+	assert_true(fd_from <= hello_at && hello_at < fd_to);
+	free(in);
+	close(fd);
+	assert_alive();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -973,6 +1067,7 @@ int main(void)
 		cmocka_unit_test(test_slow_reader),
 		cmocka_unit_test(test_hello_version),
 		cmocka_unit_test(test_hello_passes_memfd),
+		cmocka_unit_test(test_fd_after_queued_output),
 		cmocka_unit_test(test_admin_forget_as_root_or_self),
 		cmocka_unit_test(test_non_admin_peer),
 		cmocka_unit_test(test_import_export_roundtrip),
