@@ -387,6 +387,10 @@ static void on_result(struct flyd_worker *w, const struct flyd_wp_result *m)
 	r.nexcluded = m->nexcluded;
 	r.nunmeasured = m->nunmeasured;
 	r.budget_hit = m->budget_hit;
+	if (m->ntrials != w->ntrials)
+		flyd_log(FLYD_LOG_WARN, "worker_trials_mismatch",
+			 "key=%s sent=%u got=%zu", r.key, m->ntrials,
+			 w->ntrials);
 	w->nbackoff = 0;
 	job_finish(w, &r);
 }

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -331,6 +332,75 @@ static void test_stop_while_busy(void **state)
 	unsetenv("FLYK_TESTING_FAULTS");
 }
 
+/* A job submitted before READY waits for it; a peer that writes garbage
+ * on the pipe is killed and restarted, never trusted. */
+static void test_submit_before_ready(void **state)
+{
+	uv_loop_t loop;
+	struct tctx t;
+	struct flyd_tune_job j;
+	struct flyd_worker *w = NULL;
+	struct flyd_worker_opts o = {
+		.exe = worker_exe(), .backend = "cpu", .cand_timeout_s = 10,
+		.max_restarts = 5,
+	};
+
+	unsetenv("FLYK_TESTING_FAULTS");
+	memset(&t, 0, sizeof(t));
+	uv_loop_init(&loop);
+	assert_int_equal(flyd_worker_start(&loop, &o, on_ready, on_done, &t,
+					   &w), 0);
+	job_init(&j);
+	exclude_all_but_one(&j);
+	assert_int_equal(t.nready, 0);
+	assert_int_equal(flyd_worker_submit(w, &j), 0);
+	assert_true(wait_for(&loop, &t.ndone, 1));
+	assert_int_equal(t.nready, 1);
+	assert_completed(&t);
+	assert_int_equal(t.r.ncandidates, 1);
+	stop(&loop, w, &t);
+}
+
+static void test_garbage_peer_killed(void **state)
+{
+	uv_loop_t loop;
+	struct tctx t;
+	struct flyd_worker *w = NULL;
+	char exe[] = "/tmp/flyd-garbage-XXXXXX";
+	struct flyd_worker_opts o = {
+		.exe = exe, .backend = "cpu", .cand_timeout_s = 1,
+		.max_restarts = 5,
+	};
+	uv_timer_t tick;
+	uint64_t end;
+	FILE *f;
+	int fd;
+
+	fd = mkstemp(exe);
+	assert_true(fd >= 0);
+	f = fdopen(fd, "w");
+	assert_non_null(f);
+	/* Garbage on fd 3, then a long sleep: only a kill ends it. */
+	fputs("#!/bin/sh\necho 'not a record, not at all' >&3\n"
+	      "exec sleep 300\n", f);
+	fclose(f);
+	assert_int_equal(chmod(exe, 0700), 0);
+	memset(&t, 0, sizeof(t));
+	uv_loop_init(&loop);
+	assert_int_equal(flyd_worker_start(&loop, &o, on_ready, on_done, &t,
+					   &w), 0);
+	uv_timer_init(&loop, &tick);
+	uv_timer_start(&tick, tick_cb, 20, 20);
+	end = uv_now(&loop) + (uint64_t)(WAIT_S * 1000);
+	while (flyd_worker_restarts(w) < 1 && uv_now(&loop) < end)
+		uv_run(&loop, UV_RUN_ONCE);
+	uv_close((uv_handle_t *)&tick, NULL);
+	assert_true(flyd_worker_restarts(w) >= 1);
+	assert_int_equal(t.nready, 0);
+	stop(&loop, w, &t);
+	unlink(exe);
+}
+
 /* A worker that dies at once, every time: restarts back off, and after
  * max_restarts within 60 s the worker is degraded. */
 static void test_crash_loop_degraded(void **state)
@@ -478,6 +548,8 @@ int main(void)
 		cmocka_unit_test(test_hang_timed_out_and_restarted),
 		cmocka_unit_test(test_wrong_recorded),
 		cmocka_unit_test(test_stop_while_busy),
+		cmocka_unit_test(test_submit_before_ready),
+		cmocka_unit_test(test_garbage_peer_killed),
 		cmocka_unit_test(test_crash_loop_degraded),
 		cmocka_unit_test(test_spawn_failure),
 	};
