@@ -229,6 +229,21 @@ static void test_decide_pending_then_tuned(void **state)
 		assert_true(strlen(err_code(o)) > 0);
 		cJSON_Delete(o);
 	}
+	/* An op the CPU backend does not implement: the empty default,
+	 * status default, and no job (it would only fail). */
+	decide(fd, "attention/bf16/b=1,sq=128,skv=128,hq=8,hkv=8,d=64", &b);
+	assert_string_equal(b.status, "default");
+	assert_string_equal(b.text, "");
+	{
+		cJSON *o = req(fd, "{\"req\":\"status\"}");
+		const cJSON *q = cJSON_GetObjectItemCaseSensitive(o, "queue");
+
+		assert_int_equal((int)cJSON_GetObjectItemCaseSensitive(
+					 q, "queued")->valuedouble, 0);
+		assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(
+			q, "running")));
+		cJSON_Delete(o);
+	}
 	hello_fd(d->sock);
 	assert_true(stat_num(fd, "jobs_done") >= 1);
 	close(fd);
