@@ -25,7 +25,8 @@
 #pragma weak flyk_gpu_gemm_op
 #pragma weak flyk_gpu_grouped_gemm_op
 
-static const struct flyk_gpu_op *const gpu_ops[] = {
+/* Not const: hipcc would place a const table on the device too. */
+static const struct flyk_gpu_op *gpu_ops[] = {
 	&flyk_gpu_rmsnorm_op,
 	&flyk_gpu_topk_op,
 	&flyk_gpu_gemm_op,
@@ -224,15 +225,15 @@ static void gpu_close(struct flyk_device *dev)
 	if (!dev)
 		return;
 	if (dev->flush_buf)
-		hipFree(dev->flush_buf);
+		(void)hipFree(dev->flush_buf);
 	if (dev->flush_sink)
-		hipFree(dev->flush_sink);
+		(void)hipFree(dev->flush_sink);
 	if (dev->ev_start)
-		hipEventDestroy((hipEvent_t)dev->ev_start);
+		(void)hipEventDestroy((hipEvent_t)dev->ev_start);
 	if (dev->ev_stop)
-		hipEventDestroy((hipEvent_t)dev->ev_stop);
+		(void)hipEventDestroy((hipEvent_t)dev->ev_stop);
 	if (dev->stream)
-		hipStreamDestroy((hipStream_t)dev->stream);
+		(void)hipStreamDestroy((hipStream_t)dev->stream);
 	free(dev);
 }
 
@@ -242,7 +243,8 @@ static void gpu_fill_props(struct flyk_device *dev,
 	int v = 0;
 	dev->sms = pr->multiProcessorCount;
 	dev->warp = pr->warpSize;
-	snprintf(dev->name, sizeof(dev->name), "%s", pr->name);
+	snprintf(dev->name, sizeof(dev->name), "%.*s",
+		 (int)sizeof(dev->name) - 1, pr->name);
 #if FLYK_AMD
 	snprintf(dev->arch, sizeof(dev->arch), "%.*s",
 		 (int)strcspn(pr->gcnArchName, ":"), pr->gcnArchName);
@@ -262,13 +264,13 @@ static void gpu_fill_props(struct flyk_device *dev,
 				  dev->index) == hipSuccess)
 		dev->l2_bytes = (size_t)v;
 	if (hipDeviceGetAttribute(&v,
-				  hipDeviceAttributeMaxSharedMemoryPerBlockOptin,
+				  hipDeviceAttributeSharedMemPerBlockOptin,
 				  dev->index) == hipSuccess && v > 0)
 		dev->smem_per_block_optin = (size_t)v;
 	else
 		dev->smem_per_block_optin = pr->sharedMemPerBlock;
-	hipDriverGetVersion(&dev->driver_version);
-	hipRuntimeGetVersion(&dev->runtime_version);
+	(void)hipDriverGetVersion(&dev->driver_version);
+	(void)hipRuntimeGetVersion(&dev->runtime_version);
 }
 
 int flyk_gpu_device_query(int index, struct flyk_device *dev)
@@ -365,7 +367,7 @@ static void gpu_case_free(struct flyk_case *c)
 	if (c->op && c->op->fini)
 		c->op->fini(c);
 	for (int i = 0; i < c->nbuf; i++)
-		hipFree(c->buf[i]);
+		(void)hipFree(c->buf[i]);
 	free(c);
 }
 

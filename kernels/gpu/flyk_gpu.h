@@ -10,7 +10,8 @@
 #ifndef FLYK_GPU_H
 #define FLYK_GPU_H
 
-#if defined(__HIP_PLATFORM_AMD__) || defined(__HIP_PLATFORM_HCC__)
+#if defined(__HIP_PLATFORM_AMD__) || defined(__HIP_PLATFORM_HCC__) || \
+	defined(__HIP__)
 #include <hip/hip_runtime.h>
 #include <hip/hip_fp16.h>
 #define FLYK_AMD 1
@@ -34,6 +35,19 @@
 #endif
 
 #include <stdint.h>
+
+/* 1 in hipcc's device pass: clang would emit the const host tables
+ * (variants, op modules) for the device too and fail to link their host
+ * function pointers there, so those tables are compiled on the host pass
+ * only (#if !FLYK_DEVICE_PASS).  nvcc needs no such care. */
+#if defined(__HIP_DEVICE_COMPILE__)
+#define FLYK_DEVICE_PASS 1
+/* ...which leaves the host helpers those tables use unused there. */
+#pragma clang diagnostic ignored "-Wunused-function"
+#pragma clang diagnostic ignored "-Wunused-const-variable"
+#else
+#define FLYK_DEVICE_PASS 0
+#endif
 
 /* Host-and-device conversions on raw 16-bit patterns (the kernels keep
  * fp16/bf16 as uint16_t so both toolchains see one type). */

@@ -41,7 +41,7 @@ typedef cudaFuncAttribute hipFuncAttribute;
 #define hipDeviceAttributeClockRate cudaDevAttrClockRate
 #define hipDeviceAttributeMemoryClockRate cudaDevAttrMemoryClockRate
 #define hipDeviceAttributeL2CacheSize cudaDevAttrL2CacheSize
-#define hipDeviceAttributeMaxSharedMemoryPerBlockOptin \
+#define hipDeviceAttributeSharedMemPerBlockOptin \
 	cudaDevAttrMaxSharedMemoryPerBlockOptin
 #define hipFuncAttributeMaxDynamicSharedMemorySize \
 	cudaFuncAttributeMaxDynamicSharedMemorySize

@@ -299,18 +299,19 @@ __global__ void __launch_bounds__(1024)
 			}
 		}
 	}
-	for (int j = t; j < p || (j >= p && tail0 + (j - p) < n && j - p < VEC);
-	     j += G) {
-		int i = j < p ? j : tail0 + (j - p);
-		T v = xr[i];
+	/* Scalar prologue (threads [0, p)) and epilogue (threads [p, p +
+	 * tail)); p + tail < 2 * VEC <= blockDim.  The same threads scale
+	 * them below. */
+	int ti = t < p ? t : tail0 + (t - p);
+	bool has_s = t < p || ti < n;
+	if (has_s) {
+		T v = xr[ti];
 		if (RES) {
-			v = E::store(E::load(v) + E::load(rr[i]));
-			rr[i] = v;
+			v = E::store(E::load(v) + E::load(rr[ti]));
+			rr[ti] = v;
 		}
 		float f = E::load(v);
 		ss += f * f;
-		if (j >= p)
-			break;
 	}
 	ss = rms_group_sum(ss, G, red);
 	float rstd = rsqrtf(ss / (float)n + eps);
@@ -322,10 +323,8 @@ __global__ void __launch_bounds__(1024)
 					  E::load(w[p + j * VEC + e]));
 		((V *)(yr + p))[j] = o;
 	}
-	for (int i = t; i < p; i += G)
-		yr[i] = E::store(E::load(src[i]) * rstd * E::load(w[i]));
-	for (int i = tail0 + t; i < n; i += G)
-		yr[i] = E::store(E::load(src[i]) * rstd * E::load(w[i]));
+	if (has_s)
+		yr[ti] = E::store(E::load(src[ti]) * rstd * E::load(w[ti]));
 }
 
 /* The reference: scalar, one block per row, obviously right. */
@@ -372,7 +371,7 @@ static int rms_dims(const struct fly_problem *p, int64_t *m, int *n)
 
 static int rms_aligned(const struct flyk_rmsnorm_args *a, uint32_t flags)
 {
-	uintptr_t bits = (uintptr_t)a->x | (uintptr_t)a->y;
+	uintptr_t bits = (uintptr_t)a->x | (uintptr_t)a->y | (uintptr_t)a->w;
 	if (flags & FLY_F_RESIDUAL)
 		bits |= (uintptr_t)a->residual;
 	return (bits & 15) == 0;
@@ -456,7 +455,7 @@ static const int64_t rows_vec[] = {16, 8};
 static int64_t rms_need(int n, uint32_t dt, int64_t G, int64_t vb)
 {
 	int64_t vec = vb / (int64_t)flyk_dtype_bytes(dt);
-	int64_t nvec = n / vec + 1;
+	int64_t nvec = n / vec > 0 ? n / vec : 1; /* >= body vectors */
 	return (nvec + G - 1) / G;
 }
 
@@ -721,6 +720,7 @@ static int ref_launch(const struct flyk_device *dev,
 	}
 }
 
+#if !FLYK_DEVICE_PASS
 #define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
 
 static const struct flyk_variant rms_variants[] = {
@@ -736,6 +736,7 @@ static const struct flyk_variant rms_variants[] = {
 	{"rmsnorm_twopass", FLY_OP_RMSNORM, DT_MASK, FLY_F_RESIDUAL, 0, 1,
 	 {{"threads", NV(tp_threads)}}, tp_feasible, NULL, tp_launch},
 };
+#endif
 
 /* ------------------------------------------------------------ case */
 
@@ -891,8 +892,10 @@ static void rms_fini(struct flyk_case *c)
 	c->state = NULL;
 }
 
+#if !FLYK_DEVICE_PASS
 extern "C" const struct flyk_gpu_op flyk_gpu_rmsnorm_op = {
 	FLY_OP_RMSNORM,	 rms_variants, sizeof(rms_variants) / sizeof(rms_variants[0]),
 	rms_setup,	 rms_check,    rms_fini,
 	rms_prepare,
 };
+#endif

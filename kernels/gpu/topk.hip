@@ -570,6 +570,7 @@ static int ref_launch(const struct flyk_device *dev,
 	return tk_err();
 }
 
+#if !FLYK_DEVICE_PASS
 #define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
 
 static const struct flyk_variant tk_variants[] = {
@@ -581,6 +582,7 @@ static const struct flyk_variant tk_variants[] = {
 	{"topk_radix", FLY_OP_TOPK, DT_MASK, FLY_F_DETERMINISTIC, 0, 1,
 	 {{"threads", NV(radix_threads)}}, radix_feasible, NULL, radix_launch},
 };
+#endif
 
 /* ------------------------------------------------------------ case */
 
@@ -703,8 +705,10 @@ static void tk_fini(struct flyk_case *c)
 	c->state = NULL;
 }
 
+#if !FLYK_DEVICE_PASS
 extern "C" const struct flyk_gpu_op flyk_gpu_topk_op = {
 	FLY_OP_TOPK, tk_variants, sizeof(tk_variants) / sizeof(tk_variants[0]),
 	tk_setup,    tk_check,	  tk_fini,
 	NULL,
 };
+#endif
