@@ -1,6 +1,6 @@
 /*
- * gpu_int.h -- internals shared by the GPU backend's files (kernels/gpu/*.hip
- * and kernels/vendor/*.c).  Not installed; not seen by the daemon.
+ * gpu_int.h -- internals shared by the GPU backend's files (kernels/gpu/NAME.hip
+ * and kernels/vendor/NAME.c).  Not installed; not seen by the daemon.
  *
  * Shape of the backend: backend.hip owns struct flyk_device, the benchmark
  * case (allocation, poisoning, L2 cleaning by *reading* a buffer of >= 4x
@@ -40,7 +40,7 @@ struct flyk_device {
 	void *flush_buf;         /* >= 4x L2, read (not written) before reps */
 	size_t flush_bytes;
 	float *flush_sink;       /* 1 float written by the flush kernel */
-	void *vendor;            /* vendor BLAS handles (vendor/*.c) */
+	void *vendor;            /* vendor BLAS handles (kernels/vendor) */
 };
 
 #define FLYK_CASE_BUFS 8
@@ -74,6 +74,11 @@ struct flyk_gpu_op {
 	 * tolerance).  @return 0, -EDOM (wrong or NaN left). */
 	int (*check)(struct flyk_case *c, double *max_err);
 	void (*fini)(struct flyk_case *c);
+	/* Optional (NULL: none): restore in/out operands (a residual) to
+	 * their pristine contents before each timed rep; called by case_time
+	 * before the L2 clean, outside the timed region.  @return 0 or an
+	 * error. */
+	int (*prepare)(struct flyk_case *c);
 };
 
 /* Op modules (each defined in its own file; a module that is not built
