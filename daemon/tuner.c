@@ -128,8 +128,8 @@ static void cand_add(struct tstate *st, const struct flyk_variant *v,
 		return;
 	c = &st->cands[st->ncands++];
 	c->v = v;
-	c->nparams = v->nparams;
-	memcpy(c->params, params, sizeof(c->params[0]) * v->nparams);
+	c->nparams = v->nparams < FLY_PARAMS_MAX ? v->nparams : FLY_PARAMS_MAX;
+	memcpy(c->params, params, sizeof(c->params[0]) * c->nparams);
 	c->alive = 1;
 }
 
