@@ -79,7 +79,8 @@ static void *case_alloc(struct flyk_case *c, size_t n, size_t es)
 	return p;
 }
 
-/* Product of dims with overflow check; 0 on overflow. */
+/* Product of dims with overflow check; 0 on overflow (the setups turn a
+ * zero count into -ENOMEM: dims >= 1 were checked by feasible()). */
 static size_t elems(int64_t a, int64_t b)
 {
 	int64_t r;
@@ -121,7 +122,7 @@ static int setup_rmsnorm(struct flyk_case *c, uint64_t *s)
 	c->out = case_alloc(c, mn, es);
 	c->ref = case_alloc(c, mn, es);
 	c->out_bytes = mn * es;
-	if (!x || !w || !c->out || !c->ref)
+	if (!mn || !x || !w || !c->out || !c->ref)
 		return -ENOMEM;
 	fill(x, mn, dt, -1.0f, 1.0f, s);
 	fill(w, n, dt, 0.5f, 1.5f, s);
@@ -161,7 +162,7 @@ static int setup_topk(struct flyk_case *c, uint64_t *s)
 	c->ref2 = case_alloc(c, mk, sizeof(int64_t));
 	c->out_bytes = mk * es;
 	c->out2_bytes = mk * sizeof(int64_t);
-	if (!x || !c->out || !c->ref || !c->out2 || !c->ref2)
+	if (!mn || !mk || !x || !c->out || !c->ref || !c->out2 || !c->ref2)
 		return -ENOMEM;
 	fill(x, mn, dt, -1.0f, 1.0f, s);
 	*a = (struct flyk_topk_args){ x, c->ref, c->ref2 };

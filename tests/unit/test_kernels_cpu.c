@@ -457,6 +457,13 @@ static void test_case_errors(void **state)
 	assert_int_equal(B->case_new(dev, &p, 1, &c), -EOPNOTSUPP);
 	assert_int_equal(B->case_new(dev, &g, 1, &c), -EOPNOTSUPP);
 	assert_int_equal(B->case_new(dev, &t, 1, &c), -EINVAL);
+	/* dims whose product overflows are refused, not allocated short */
+	struct fly_problem huge = prob(FLY_OP_RMSNORM, FLY_DT_FP32, 0, 0,
+				       INT64_MAX / 2, 4, 0, 0);
+	assert_int_equal(B->case_new(dev, &huge, 1, &c), -ENOMEM);
+	struct fly_problem hg = prob(FLY_OP_GEMM, FLY_DT_FP32, FLY_LAYOUT_NT,
+				     0, INT64_MAX / 2, 4, 4, 0);
+	assert_int_equal(B->case_new(dev, &hg, 1, &c), -ENOMEM);
 	assert_null(c);
 	B->case_free(NULL);
 	B->close(dev);
