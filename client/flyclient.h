@@ -59,13 +59,23 @@ void fly_client_close(fly_client *c);
  * round trip bounded by the timeout; if the daemon is down, slow or
  * misbehaving, answers the `default` status (variant "" means "use your
  * own default").  Dims are bucketed by the shared policy.
+ * A cached tuned answer costs no lock and no syscall; it is re-checked
+ * in the shm table when the table's generation changes.  Pending and
+ * default answers are re-checked in shm on every call and on the socket
+ * at most every recheck_ms.  While the daemon is down, connects are
+ * attempted at most every 100 ms, doubling to 2 s.  A socket timeout
+ * drops the connection (a late reply would be out of sync).
+ * Thread-safe; fork-safe (see the file comment).
  * @param[out] d always filled, even on error (status default).
  * @return 0; FLY_E_BADOP, FLY_E_BADDTYPE, FLY_E_BADDIM, FLY_E_OVERFLOW,
  *         FLY_E_KEYLEN, FLY_E_INVALID for a bad problem (d is default). */
 int fly_decide(fly_client *c, const struct fly_problem *p,
 	       struct fly_decision *d);
 /* Like fly_decide, but waits up to @p timeout_ms for the key to be tuned
- * (asking the daemon to tune it now).
+ * (sends `tune` with wait:true; the reply may take up to timeout_ms +
+ * 500 ms).  Connects at once (ignores the backoff).  Thread-safe; blocks
+ * the calling thread, never fly_decide callers on other threads' cache
+ * or shm hits.
  * @return 0 (d->status TUNED), FLY_E_TIMEOUT (d holds the best so far),
  *         FLY_E_DOWN, FLY_E_BUSY, or a problem error. */
 int fly_decide_wait(fly_client *c, const struct fly_problem *p,
@@ -73,8 +83,11 @@ int fly_decide_wait(fly_client *c, const struct fly_problem *p,
 
 /* Send one raw request object (JSON text, one frame) and receive the
  * response text, waiting up to @p timeout_ms (0: 30 s).  Used by
- * flytune-ctl for admin requests.  If @p fd_out is not NULL, an fd
- * passed with the response is stored there (else closed).
+ * flytune-ctl for admin requests.  Connects at once (ignores the
+ * reconnect backoff).  Any fd passed with the response is closed.
+ * Responses are capped at 16 MiB.  Thread-safe: requests on one client
+ * are serialized (a caller that cannot get the connection before its
+ * deadline gets FLY_E_TIMEOUT).
  * @param[out] resp caller owns result; free with fly_free().
  * @return 0 (the daemon answered; the response may be an error object),
  *         FLY_E_DOWN, FLY_E_TIMEOUT, FLY_E_PROTO, FLY_E_TOOBIG, -ENOMEM. */
@@ -88,7 +101,7 @@ int fly_problem_key(const struct fly_problem *p, char *buf, size_t cap);
 /* Parse a canonical key (as printed by fly_problem_key). */
 int fly_problem_from_key(const char *key, struct fly_problem *out);
 
-/* Counters for benchmarks and tests. */
+/* Counters for benchmarks and tests (relaxed atomics; any thread). */
 struct fly_client_stats {
 	uint64_t cache_hits;
 	uint64_t shm_hits;
@@ -98,6 +111,11 @@ struct fly_client_stats {
 	uint64_t shm_refused;
 };
 void fly_client_stats_get(const fly_client *c, struct fly_client_stats *out);
+/* cache_hits: answers from the process cache; shm_hits: from the table;
+ * socket_requests: frames sent (hello included); socket_errors: failed
+ * round trips; reconnects: sessions after the first (a fork child's
+ * counts too); shm_refused: tables that failed validation (the client
+ * then uses the socket only). */
 
 /* Last error message from the daemon or the library, for this thread and
  * client; borrowed, valid until the next call on @p c from this thread. */
