@@ -232,23 +232,21 @@ int fly_problem_from_key(const char *key, struct fly_problem *out)
 
 /* ------------------------------------------------------------ connection */
 
-/* Take c->mu, waiting no later than @p deadline_ns (monotonic).
+/* Take c->mu, waiting no later than @p deadline_ns (monotonic clock, so
+ * a wall-clock jump cannot stretch the wait).
  * @return 0 or FLY_E_TIMEOUT. */
 static int lock_until(fly_client *c, uint64_t deadline_ns)
 {
 	struct timespec ts;
-	uint64_t now = fly__now_ns(), left, rt;
 
 	if (pthread_mutex_trylock(&c->mu) == 0)
 		return 0;
-	if (now >= deadline_ns)
+	if (fly__now_ns() >= deadline_ns)
 		return FLY_E_TIMEOUT;
-	left = deadline_ns - now;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	rt = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + left;
-	ts.tv_sec = (time_t)(rt / 1000000000ull);
-	ts.tv_nsec = (long)(rt % 1000000000ull);
-	return pthread_mutex_timedlock(&c->mu, &ts) == 0 ? 0 : FLY_E_TIMEOUT;
+	ts.tv_sec = (time_t)(deadline_ns / 1000000000ull);
+	ts.tv_nsec = (long)(deadline_ns % 1000000000ull);
+	return pthread_mutex_clocklock(&c->mu, CLOCK_MONOTONIC, &ts) == 0 ?
+		       0 : FLY_E_TIMEOUT;
 }
 
 /* Install a new current table; the old one is retired, not unmapped:
