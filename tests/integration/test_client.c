@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,6 +295,69 @@ static void test_timeout_against_sigstop(void **state)
 	fly_test_daemon_cleanup(&dm);
 }
 
+struct racer {
+	fly_client *c;
+	int base;
+	uint32_t tmo;
+	uint64_t worst_ms;
+	int bad;
+};
+
+/* Decide on keys of its own; record the slowest call. */
+static void *racer_main(void *arg)
+{
+	struct racer *r = arg;
+
+	for (int i = 0; i < 200; i++) {
+		struct fly_problem q = prob_n(r->base + i % 50);
+		struct fly_decision d;
+		uint64_t t0 = now_ms();
+
+		if (fly_decide(r->c, &q, &d) != 0 ||
+		    d.status > FLY_STATUS_TUNED)
+			r->bad++;
+		if (now_ms() - t0 > r->worst_ms)
+			r->worst_ms = now_ms() - t0;
+	}
+	return NULL;
+}
+
+/* Threads sharing one client: against a live daemon every call answers;
+ * against a stopped one a thread waiting for the socket gives up at its
+ * own deadline instead of queueing behind another's. */
+static void test_threads_share_client(void **state)
+{
+	struct fly_test_daemon dm;
+	struct racer r[4];
+	pthread_t th[4];
+	fly_client *c;
+
+	(void)state;
+	start(&dm);
+	for (int round = 0; round < 2; round++) {
+		uint32_t tmo = round ? 20 : (uint32_t)fly_test_timeout(2000);
+
+		c = client(dm.sock, tmo);
+		if (round)
+			assert_int_equal(fly_test_daemon_kill(&dm, SIGSTOP), 0);
+		for (int i = 0; i < 4; i++) {
+			r[i] = (struct racer){ .c = c, .base = 1000 * i,
+					       .tmo = tmo };
+			assert_int_equal(pthread_create(&th[i], NULL,
+							racer_main, &r[i]), 0);
+		}
+		for (int i = 0; i < 4; i++) {
+			pthread_join(th[i], NULL);
+			assert_int_equal(r[i].bad, 0);
+			if (round)
+				assert_true(r[i].worst_ms <= tmo + SLACK_MS);
+		}
+		fly_client_close(c);
+	}
+	assert_int_equal(fly_test_daemon_kill(&dm, SIGCONT), 0);
+	fly_test_daemon_cleanup(&dm);
+}
+
 static void test_bad_problems(void **state)
 {
 	struct fly_problem p = prob(key_a);
@@ -321,6 +385,7 @@ int main(void)
 		cmocka_unit_test(test_fork_child_own_connection),
 		cmocka_unit_test(test_no_fd_leak),
 		cmocka_unit_test(test_timeout_against_sigstop),
+		cmocka_unit_test(test_threads_share_client),
 	};
 
 	signal(SIGPIPE, SIG_DFL); /* the library must never raise it */
