@@ -30,8 +30,20 @@
 #define FLYK_BACKEND_KIND FLYK_BACKEND_CUDA
 /* Thread-block clusters with distributed shared memory: sm_90+. */
 #define FLYK_HAS_CLUSTERS 1
+#elif defined(FLYK_EMU)
+/* tests/gpu/emu: the kernels run on the CPU, one coroutine per thread, to
+ * check their logic on a machine without a GPU (never a shipped build). */
+#include "flyk_emu.h"
 #else
 #error "kernels/gpu needs hipcc (AMD) or nvcc (NVIDIA)"
+#endif
+
+#ifndef FLYK_GO
+/* Launch: FLYK_GO(grid, block, smem, stream, kernel<...>)(args...).  The
+ * kernel comes last so its template commas need no parentheses. */
+#define FLYK_GO(g, b, s, st, ...) __VA_ARGS__<<<(g), (b), (s), (st)>>>
+/* The kernel's dynamic shared memory, as an array of T. */
+#define FLYK_DYN_SMEM(T, name) extern __shared__ T name[]
 #endif
 
 #include <stdint.h>

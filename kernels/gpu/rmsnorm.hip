@@ -408,19 +408,19 @@ static int rms_rows_go(const struct flyk_rmsnorm_args *a, int64_t m, int n,
 	unsigned th = (unsigned)(G * rows);
 	switch (R) {
 	case 1:
-		rms_rows_kernel<DT, VB, 1, RES><<<grid, th, 0, s>>>(
+		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 1, RES>)(
 			RMS_ARGS(T), m, n, G, a->eps);
 		break;
 	case 2:
-		rms_rows_kernel<DT, VB, 2, RES><<<grid, th, 0, s>>>(
+		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 2, RES>)(
 			RMS_ARGS(T), m, n, G, a->eps);
 		break;
 	case 4:
-		rms_rows_kernel<DT, VB, 4, RES><<<grid, th, 0, s>>>(
+		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 4, RES>)(
 			RMS_ARGS(T), m, n, G, a->eps);
 		break;
 	default:
-		rms_rows_kernel<DT, VB, 8, RES><<<grid, th, 0, s>>>(
+		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 8, RES>)(
 			RMS_ARGS(T), m, n, G, a->eps);
 		break;
 	}
@@ -643,10 +643,10 @@ static int tp_dt(const struct flyk_rmsnorm_args *a, uint32_t flags,
 {
 	typedef typename flyk_elem<DT>::T T;
 	if (flags & FLY_F_RESIDUAL)
-		rms_twopass_kernel<DT, true><<<(unsigned)m, th, 0, s>>>(
+		FLYK_GO((unsigned)m, th, 0, s, rms_twopass_kernel<DT, true>)(
 			RMS_ARGS(T), n, a->eps);
 	else
-		rms_twopass_kernel<DT, false><<<(unsigned)m, th, 0, s>>>(
+		FLYK_GO((unsigned)m, th, 0, s, rms_twopass_kernel<DT, false>)(
 			RMS_ARGS(T), n, a->eps);
 	return rms_launch_err();
 }
@@ -691,10 +691,10 @@ static int ref_dt(const struct flyk_rmsnorm_args *a, uint32_t flags,
 {
 	typedef typename flyk_elem<DT>::T T;
 	if (flags & FLY_F_RESIDUAL)
-		rms_ref_kernel<DT, true><<<(unsigned)m, 256, 0, s>>>(
+		FLYK_GO((unsigned)m, 256, 0, s, rms_ref_kernel<DT, true>)(
 			RMS_ARGS(T), n, a->eps);
 	else
-		rms_ref_kernel<DT, false><<<(unsigned)m, 256, 0, s>>>(
+		FLYK_GO((unsigned)m, 256, 0, s, rms_ref_kernel<DT, false>)(
 			RMS_ARGS(T), n, a->eps);
 	return rms_launch_err();
 }

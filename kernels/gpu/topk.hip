@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(TK_MAXT(KM))
 	struct alignas(16) V {
 		T e[VEC];
 	};
-	extern __shared__ u64 tk_smem[];
+	FLYK_DYN_SMEM(u64, tk_smem);
 	int warp = threadIdx.x / FLYK_WARP, lane = threadIdx.x % FLYK_WARP;
 	int rib = warp / wpr, wir = warp % wpr; /* row in block, warp in row */
 	int64_t row = (int64_t)blockIdx.x * (blockDim.x / FLYK_WARP / wpr) + rib;
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(1024)
 			int k, int ks)
 {
 	typedef typename flyk_elem<DT>::T T;
-	extern __shared__ u64 tk_smem[]; /* ks words: the candidates */
+	FLYK_DYN_SMEM(u64, tk_smem); /* ks words: the candidates */
 	__shared__ uint32_t hist[256];
 	__shared__ uint32_t s_prefix, s_kk, s_cnt, s_eq, s_wsum[32];
 	const T *xr = x + (int64_t)blockIdx.x * n;
@@ -422,7 +422,7 @@ static int warp_go(const struct flyk_topk_args *a, int64_t m, int n, int k,
 				hipFuncAttributeMaxDynamicSharedMemorySize,
 				(int)smem) != hipSuccess)
 		return -ENOSPC;
-	tk_warp_kernel<DT, KM><<<grid, th, smem, s>>>(TK_ARGS(T), m, n, k, wpr);
+	FLYK_GO(grid, th, smem, s, tk_warp_kernel<DT, KM>)(TK_ARGS(T), m, n, k, wpr);
 	return tk_err();
 }
 
@@ -503,7 +503,7 @@ static int radix_dt(const struct flyk_topk_args *a, int64_t m, int n, int k,
 				hipFuncAttributeMaxDynamicSharedMemorySize,
 				(int)smem) != hipSuccess)
 		return -ENOSPC;
-	tk_radix_kernel<DT><<<(unsigned)m, th, smem, s>>>(TK_ARGS(T), n, k, ks);
+	FLYK_GO((unsigned)m, th, smem, s, tk_radix_kernel<DT>)(TK_ARGS(T), n, k, ks);
 	return tk_err();
 }
 
@@ -555,15 +555,15 @@ static int ref_launch(const struct flyk_device *dev,
 	hipStream_t s = (hipStream_t)stream;
 	switch (p->dtype) {
 	case FLY_DT_FP32:
-		tk_ref_kernel<FLY_DT_FP32><<<(unsigned)m, 512, 0, s>>>(
+		FLYK_GO((unsigned)m, 512, 0, s, tk_ref_kernel<FLY_DT_FP32>)(
 			TK_ARGS(float), n, k);
 		break;
 	case FLY_DT_FP16:
-		tk_ref_kernel<FLY_DT_FP16><<<(unsigned)m, 512, 0, s>>>(
+		FLYK_GO((unsigned)m, 512, 0, s, tk_ref_kernel<FLY_DT_FP16>)(
 			TK_ARGS(uint16_t), n, k);
 		break;
 	default:
-		tk_ref_kernel<FLY_DT_BF16><<<(unsigned)m, 512, 0, s>>>(
+		FLYK_GO((unsigned)m, 512, 0, s, tk_ref_kernel<FLY_DT_BF16>)(
 			TK_ARGS(uint16_t), n, k);
 		break;
 	}
@@ -643,8 +643,8 @@ static void tk_gather(struct flyk_case *c, int64_t m, int n, int k)
 	typedef typename flyk_elem<DT>::T T;
 	struct tk_state *st = (struct tk_state *)c->state;
 	int64_t mk = m * k;
-	tk_gather_kernel<DT><<<(unsigned)((mk + 255) / 256), 256, 0,
-			       (hipStream_t)c->dev->stream>>>(
+	FLYK_GO((unsigned)((mk + 255) / 256), 256, 0,
+		(hipStream_t)c->dev->stream, tk_gather_kernel<DT>)(
 		(const T *)c->args.topk.x, c->args.topk.indices,
 		(T *)st->d_gather, m, n, k);
 }

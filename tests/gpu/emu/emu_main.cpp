@@ -1,0 +1,487 @@
+/*
+ * emu_main.cpp -- runs every rmsnorm and topk variant of kernels/gpu at
+ * every feasible point on the CPU emulator (flyk_emu.h) against a host
+ * reference (double-precision sums for rmsnorm; a full sort by (value desc,
+ * index asc) for topk), on odd shapes, outputs poisoned.  For checking the
+ * kernels' logic on a machine without a GPU; tests/gpu/test_gpu_kernels.c
+ * is the real test on hardware.
+ *
+ *   g++ -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu \
+ *       -Itests/gpu/emu -x c++ tests/gpu/emu/emu_main.cpp \
+ *       kernels/gpu/rmsnorm.hip kernels/gpu/topk.hip -o /tmp/flyk_emu
+ *
+ * Prints failures and "N passed, N failed"; exit status 1 on a failure.
+ */
+#include <errno.h>
+#include <stdio.h>
+
+#include <algorithm>
+
+#include "flyk_gpu.h"
+#include "gpu_int.h"
+
+dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+/* ------------------------------------------------------------ scheduler */
+
+enum { RUN, WAIT_WARP, WAIT_BLOCK, DONE };
+#define STACK (64 * 1024)
+
+struct emu_thread {
+	ucontext_t ctx;
+	int state;
+	char *stack;
+};
+
+static std::vector<emu_thread> thr;
+static ucontext_t sched;
+static int cur;
+static std::vector<unsigned> slots;
+static std::vector<unsigned char> dyn;
+static const std::function<void()> *body_fn;
+
+static void emu_yield(int state)
+{
+	thr[cur].state = state;
+	swapcontext(&thr[cur].ctx, &sched);
+}
+
+void flyk_emu_syncthreads(void) { emu_yield(WAIT_BLOCK); }
+void flyk_emu_syncwarp(void) { emu_yield(WAIT_WARP); }
+unsigned *flyk_emu_warp_slots(void) { return &slots[(cur / 32) * 32]; }
+void *flyk_emu_dyn_smem(void) { return dyn.data(); }
+
+static void emu_tramp(void)
+{
+	(*body_fn)();
+	emu_yield(DONE);
+}
+
+/* Release a barrier when every live thread of its scope waits on it. */
+static bool emu_release(int n)
+{
+	bool any = false;
+	for (int w = 0; w * 32 < n; w++) {
+		int live = 0, wait = 0;
+		for (int t = w * 32; t < n && t < w * 32 + 32; t++) {
+			live += thr[t].state != DONE;
+			wait += thr[t].state == WAIT_WARP;
+		}
+		if (wait && wait == live) {
+			for (int t = w * 32; t < n && t < w * 32 + 32; t++)
+				thr[t].state = RUN;
+			any = true;
+		}
+	}
+	if (any)
+		return true;
+	int live = 0, wait = 0;
+	for (int t = 0; t < n; t++) {
+		live += thr[t].state != DONE;
+		wait += thr[t].state == WAIT_BLOCK;
+	}
+	if (wait && wait == live) {
+		for (int t = 0; t < n; t++)
+			if (thr[t].state == WAIT_BLOCK)
+				thr[t].state = RUN;
+		return true;
+	}
+	return false;
+}
+
+void flyk_emu_run(dim3 grid, dim3 block, size_t smem,
+		  const std::function<void()> &body)
+{
+	int n = (int)block.x;
+	if (n < 1 || n > 1024 || block.y != 1 || grid.y != 1) {
+		fprintf(stderr, "emu: bad launch %u x %u\n", grid.x, block.x);
+		abort();
+	}
+	if ((int)thr.size() < n) {
+		size_t old = thr.size();
+		thr.resize(n);
+		for (size_t i = old; i < thr.size(); i++)
+			thr[i].stack = (char *)malloc(STACK);
+	}
+	slots.assign(1024, 0xdeadbeefu);
+	dyn.assign(smem + 16, 0xcd); /* garbage, as on a GPU */
+	body_fn = &body;
+	blockDim = block;
+	gridDim = grid;
+	for (unsigned b = 0; b < grid.x; b++) {
+		blockIdx = dim3(b);
+		for (int t = 0; t < n; t++) {
+			getcontext(&thr[t].ctx);
+			thr[t].ctx.uc_stack.ss_sp = thr[t].stack;
+			thr[t].ctx.uc_stack.ss_size = STACK;
+			thr[t].ctx.uc_link = NULL;
+			makecontext(&thr[t].ctx, emu_tramp, 0);
+			thr[t].state = RUN;
+		}
+		for (;;) {
+			for (int t = 0; t < n; t++) {
+				if (thr[t].state != RUN)
+					continue;
+				cur = t;
+				threadIdx = dim3(t);
+				swapcontext(&sched, &thr[t].ctx);
+			}
+			bool done = true;
+			for (int t = 0; t < n; t++)
+				done = done && thr[t].state == DONE;
+			if (done)
+				break;
+			if (!emu_release(n)) {
+				fprintf(stderr, "emu: deadlock (mixed barriers)\n");
+				abort();
+			}
+		}
+	}
+}
+
+/* ------------------------------------------------------------ conversions
+ * (copies of backend.hip's host versions: the emulator links no runtime) */
+
+extern "C" float flyk_half_to_float(uint16_t h)
+{
+	uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f,
+		 m = h & 0x3ffu, u;
+	if (e == 0x1f) {
+		u = s | 0x7f800000u | (m << 13);
+	} else if (e == 0) {
+		if (m == 0) {
+			u = s;
+		} else {
+			e = 113;
+			while (!(m & 0x400u)) {
+				m <<= 1;
+				e--;
+			}
+			u = s | (e << 23) | ((m & 0x3ffu) << 13);
+		}
+	} else {
+		u = s | ((e + 112) << 23) | (m << 13);
+	}
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+extern "C" uint16_t flyk_float_to_half(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	uint32_t s = (u >> 16) & 0x8000u;
+	int32_t e = (int32_t)((u >> 23) & 0xff) - 127 + 15;
+	uint32_t m = u & 0x7fffffu;
+	if (((u >> 23) & 0xff) == 0xff)
+		return (uint16_t)(s | 0x7c00u | (m ? 0x200u : 0));
+	if (e >= 0x1f)
+		return (uint16_t)(s | 0x7c00u);
+	if (e <= 0) {
+		if (e < -10)
+			return (uint16_t)s;
+		m |= 0x800000u;
+		uint32_t shift = (uint32_t)(14 - e);
+		uint32_t h = m >> shift, rem = m & ((1u << shift) - 1),
+			 half = 1u << (shift - 1);
+		if (rem > half || (rem == half && (h & 1)))
+			h++;
+		return (uint16_t)(s | h);
+	}
+	uint32_t h = s | ((uint32_t)e << 10) | (m >> 13), rem = m & 0x1fffu;
+	if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
+		h++;
+	return (uint16_t)h;
+}
+
+static float bf2f(uint16_t b)
+{
+	uint32_t u = (uint32_t)b << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint16_t f2bf(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+static float hval(const void *b, size_t i, uint32_t dt)
+{
+	if (dt == FLY_DT_FP32)
+		return ((const float *)b)[i];
+	uint16_t h = ((const uint16_t *)b)[i];
+	return dt == FLY_DT_FP16 ? flyk_half_to_float(h) : bf2f(h);
+}
+
+static void hset(void *b, size_t i, uint32_t dt, float v)
+{
+	if (dt == FLY_DT_FP32)
+		((float *)b)[i] = v;
+	else if (dt == FLY_DT_FP16)
+		((uint16_t *)b)[i] = flyk_float_to_half(v);
+	else
+		((uint16_t *)b)[i] = f2bf(v);
+}
+
+/* The case helpers, on host memory (the op modules' setup/check paths
+ * are not driven here, but they link). */
+extern "C" int flyk_gpu_case_alloc(struct flyk_case *c, size_t bytes,
+				   int is_output, void **out)
+{
+	if (c->nbuf >= FLYK_CASE_BUFS || !(*out = aligned_alloc(64, bytes + 64)))
+		return -ENOMEM;
+	c->buf[c->nbuf] = *out;
+	c->bytes[c->nbuf] = bytes;
+	c->is_output[c->nbuf] = is_output;
+	return c->nbuf++;
+}
+
+extern "C" int flyk_gpu_fill_random(struct flyk_device *, void *buf, size_t n,
+				    uint32_t dt, float lo, float hi, uint64_t)
+{
+	for (size_t i = 0; i < n; i++)
+		hset(buf, i, dt, lo + (hi - lo) * (float)(i % 977) / 977.f);
+	return 0;
+}
+
+extern "C" int flyk_gpu_download(struct flyk_device *, void *h, const void *d,
+				 size_t n)
+{
+	memcpy(h, d, n);
+	return 0;
+}
+
+extern "C" float flyk_bf16_to_float(uint16_t b) { return bf2f(b); }
+
+/* ------------------------------------------------------------ checks */
+
+static int npass, nfail;
+static uint64_t rng = 0x1234567;
+
+static float frand(float lo, float hi)
+{
+	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+	return lo + (hi - lo) * (float)((rng >> 40) & 0xffffff) / 16777216.f;
+}
+
+static struct flyk_device emu_dev(void)
+{
+	struct flyk_device d;
+	memset(&d, 0, sizeof(d));
+	d.sms = 132;
+	d.warp = 32;
+	d.cc_major = 9;
+	d.smem_per_block_optin = 227 * 1024;
+	return d;
+}
+
+template <typename F>
+static void each_point(const struct flyk_variant *v, F f)
+{
+	uint32_t pos[FLY_PARAMS_MAX] = {0}, np = v->nparams;
+	for (;;) {
+		int64_t pt[FLY_PARAMS_MAX] = {0};
+		for (uint32_t j = 0; j < np; j++)
+			pt[j] = v->params[j].vals[pos[j]];
+		f(pt);
+		uint32_t j = np;
+		for (; j > 0; j--) {
+			if (++pos[j - 1] < v->params[j - 1].nvals)
+				break;
+			pos[j - 1] = 0;
+		}
+		if (j == 0)
+			break;
+	}
+}
+
+static void report(bool ok, const struct fly_problem *p, const char *v,
+		   const int64_t *pt, uint32_t np, const char *why)
+{
+	if (ok) {
+		npass++;
+		return;
+	}
+	nfail++;
+	printf("FAIL dt=%u flags=%u dims=%lld,%lld,%lld %s(", p->dtype,
+	       p->flags, (long long)p->dims[0], (long long)p->dims[1],
+	       (long long)p->dims[2], v);
+	for (uint32_t i = 0; i < np; i++)
+		printf("%s%lld", i ? "," : "", (long long)pt[i]);
+	printf("): %s\n", why);
+}
+
+static void rms_case(uint32_t dt, int res, int64_t m, int64_t n)
+{
+	struct fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = FLY_OP_RMSNORM;
+	p.dtype = dt;
+	p.flags = res ? FLY_F_RESIDUAL : 0;
+	p.dims[0] = m;
+	p.dims[1] = n;
+	size_t es = flyk_dtype_bytes(dt), mn = (size_t)(m * n);
+	void *x = aligned_alloc(64, mn * es + 64), *w = aligned_alloc(64, n * es + 64),
+	     *y = aligned_alloc(64, mn * es + 64), *r0 = aligned_alloc(64, mn * es + 64),
+	     *r = aligned_alloc(64, mn * es + 64);
+	std::vector<float> ry(mn), rr(mn);
+	for (size_t i = 0; i < mn; i++) {
+		hset(x, i, dt, frand(-2, 2));
+		hset(r0, i, dt, frand(-1, 1));
+	}
+	for (int64_t j = 0; j < n; j++)
+		hset(w, j, dt, frand(0.5f, 1.5f));
+	for (int64_t i = 0; i < m; i++) { /* host reference */
+		double ss = 0;
+		for (int64_t j = 0; j < n; j++) {
+			size_t o = i * n + j;
+			float v = hval(x, o, dt);
+			if (res) {
+				float s[1];
+				hset(s, 0, FLY_DT_FP32, 0);
+				uint16_t tmp[2];
+				hset(dt == FLY_DT_FP32 ? (void *)s : (void *)tmp, 0, dt,
+				     v + hval(r0, o, dt));
+				v = hval(dt == FLY_DT_FP32 ? (void *)s : (void *)tmp, 0, dt);
+				rr[o] = v;
+			}
+			ss += (double)v * v;
+		}
+		float rstd = (float)(1.0 / sqrt(ss / n + 1e-6));
+		for (int64_t j = 0; j < n; j++) {
+			size_t o = i * n + j;
+			float v = res ? rr[o] : hval(x, o, dt);
+			ry[o] = v * rstd * hval(w, j, dt);
+		}
+	}
+	double tol = dt == FLY_DT_BF16 ? 2e-2 : dt == FLY_DT_FP16 ? 5e-3 : 1e-5;
+	struct flyk_device dev = emu_dev();
+	const struct flyk_gpu_op *op = &flyk_gpu_rmsnorm_op;
+	for (size_t vi = 0; vi < op->nvariants; vi++) {
+		const struct flyk_variant *v = &op->variants[vi];
+		each_point(v, [&](const int64_t *pt) {
+			if (v->feasible(&dev, &p, pt))
+				return;
+			memset(y, 0xff, mn * es);
+			memcpy(r, r0, mn * es);
+			union flyk_args a;
+			memset(&a, 0, sizeof(a));
+			a.rmsnorm.x = x;
+			a.rmsnorm.w = w;
+			a.rmsnorm.y = y;
+			a.rmsnorm.residual = res ? r : NULL;
+			a.rmsnorm.eps = 1e-6f;
+			int rc = v->launch(&dev, &p, pt, &a, NULL);
+			const char *why = rc ? "launch failed" : NULL;
+			for (size_t i = 0; i < mn && !why; i++) {
+				double g = hval(y, i, dt), e = fabs(g - ry[i]);
+				double lim = tol * std::max(1.0, fabs((double)ry[i])) +
+					     (dt == FLY_DT_FP32 ? 0 : 1e-3);
+				if (!(e <= lim))
+					why = "y wrong or unwritten";
+				if (res && hval(r, i, dt) != rr[i])
+					why = "residual wrong";
+			}
+			report(!why, &p, v->name, pt, v->nparams, why);
+		});
+	}
+	free(x);
+	free(w);
+	free(y);
+	free(r0);
+	free(r);
+}
+
+static void topk_case(uint32_t dt, int det, int64_t m, int64_t n, int64_t k,
+		      int dups)
+{
+	struct fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = FLY_OP_TOPK;
+	p.dtype = dt;
+	p.flags = det ? FLY_F_DETERMINISTIC : 0;
+	p.dims[0] = m;
+	p.dims[1] = n;
+	p.dims[2] = k;
+	size_t es = flyk_dtype_bytes(dt), mn = (size_t)(m * n), mk = (size_t)(m * k);
+	void *x = aligned_alloc(64, mn * es + 64), *vals = aligned_alloc(64, mk * es + 64);
+	int64_t *idx = (int64_t *)aligned_alloc(64, mk * 8 + 64);
+	for (size_t i = 0; i < mn; i++) /* dups: few distinct values: ties */
+		hset(x, i, dt, dups ? (float)(int)frand(-4, 4) : frand(-4, 4));
+	std::vector<int64_t> ri(mk);
+	for (int64_t i = 0; i < m; i++) {
+		std::vector<int64_t> o(n);
+		for (int64_t j = 0; j < n; j++)
+			o[j] = j;
+		const float *dummy = NULL;
+		(void)dummy;
+		std::stable_sort(o.begin(), o.end(), [&](int64_t a, int64_t b) {
+			float fa = hval(x, i * n + a, dt), fb = hval(x, i * n + b, dt);
+			return fa > fb;
+		});
+		for (int64_t j = 0; j < k; j++)
+			ri[i * k + j] = o[j];
+	}
+	struct flyk_device dev = emu_dev();
+	const struct flyk_gpu_op *op = &flyk_gpu_topk_op;
+	for (size_t vi = 0; vi < op->nvariants; vi++) {
+		const struct flyk_variant *v = &op->variants[vi];
+		each_point(v, [&](const int64_t *pt) {
+			if (v->feasible(&dev, &p, pt))
+				return;
+			memset(vals, 0xff, mk * es);
+			memset(idx, 0xff, mk * 8);
+			union flyk_args a;
+			memset(&a, 0, sizeof(a));
+			a.topk.x = x;
+			a.topk.values = vals;
+			a.topk.indices = idx;
+			int rc = v->launch(&dev, &p, pt, &a, NULL);
+			const char *why = rc ? "launch failed" : NULL;
+			for (size_t i = 0; i < mk && !why; i++) {
+				int64_t row = i / k;
+				if (idx[i] != ri[i])
+					why = "index differs from (value desc, index asc)";
+				else if (hval(vals, i, dt) != hval(x, row * n + ri[i], dt))
+					why = "value wrong";
+			}
+			report(!why, &p, v->name, pt, v->nparams, why);
+		});
+	}
+	free(x);
+	free(vals);
+	free(idx);
+}
+
+int main(int argc, char **argv)
+{
+	static const uint32_t dts[] = {FLY_DT_FP32, FLY_DT_FP16, FLY_DT_BF16};
+	static const int64_t rs[][2] = {{1, 1}, {3, 7}, {5, 100}, {3, 4097},
+					{2, 8193}, {2, 16385}, {1, 32769},
+					{9, 130}, {1, 65536}};
+	static const int64_t ts[][3] = {{1, 1, 1},    {3, 5, 2},    {5, 129, 8},
+					{3, 1000, 16}, {2, 4097, 32}, {2, 8193, 3},
+					{2, 3001, 50}, {1, 2048, 128}, {3, 64, 64},
+					{9, 256, 8}};
+	int quick = argc > 1;
+	for (size_t s = 0; s < sizeof(rs) / sizeof(rs[0]); s++)
+		for (int d = 0; d < 3; d++)
+			for (int res = 0; res < 2; res++)
+				if (!quick || (s < 4 && d == 0))
+					rms_case(dts[d], res, rs[s][0], rs[s][1]);
+	printf("rmsnorm: %d passed, %d failed\n", npass, nfail);
+	for (size_t s = 0; s < sizeof(ts) / sizeof(ts[0]); s++)
+		for (int d = 0; d < 3; d++)
+			for (int dup = 0; dup < 2; dup++)
+				if (!quick || (s < 5 && d == 0))
+					topk_case(dts[d], dup, ts[s][0], ts[s][1],
+						  ts[s][2], dup);
+	printf("%d passed, %d failed\n", npass, nfail);
+	return nfail ? 1 : 0;
+}
