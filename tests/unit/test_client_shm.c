@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "flyclient.h"
@@ -266,6 +267,8 @@ struct fake {
 	int sealed;      /* pass the real (sealed) table instead */
 	struct fly_shm_writer *w;
 	pthread_t th;
+	int hangup;      /* close every connection at once */
+	int accepts;     /* connections accepted */
 };
 
 static int read_full(int fd, void *buf, size_t n)
@@ -324,6 +327,11 @@ static void *fake_main(void *arg)
 		uint8_t hdr[4];
 		char buf[4096];
 
+		__atomic_add_fetch(&f->accepts, 1, __ATOMIC_RELAXED);
+		if (f->hangup) {
+			close(s);
+			continue;
+		}
 		while (read_full(s, hdr, 4) == 0) {
 			uint32_t n = hdr[0] | hdr[1] << 8 | hdr[2] << 16 |
 				     (uint32_t)hdr[3] << 24;
@@ -476,6 +484,41 @@ static void test_client_ctrunc_no_leak(void **state)
 	fake_stop(&f);
 }
 
+/* A daemon that hangs up at once: the client backs off (100 ms doubling
+ * to 2 s) instead of reconnecting on every call. */
+static void test_client_backoff(void **state)
+{
+	struct fly_client_opts o = { .timeout_ms = 50 };
+	struct fly_problem p = problem_k1();
+	struct fly_decision d;
+	struct fake f;
+	fly_client *c;
+	struct timespec t0, t;
+	double el = 0;
+	long calls = 0;
+
+	(void)state;
+	fake_start(&f, 0, 0);
+	f.hangup = 1;
+	o.socket_path = f.sock;
+	assert_int_equal(fly_client_open_opts(&o, &c), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (el < 1.0) {
+		assert_int_equal(fly_decide(c, &p, &d), 0);
+		assert_int_equal(d.status, FLY_STATUS_DEFAULT);
+		calls++;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		el = (double)(t.tv_sec - t0.tv_sec) +
+		     (double)(t.tv_nsec - t0.tv_nsec) / 1e9;
+	}
+	fly_client_close(c);
+	fake_stop(&f);
+	/* attempts at ~0, 0.1, 0.3, 0.7 s: never more than 1 s / 100 ms */
+	assert_true(f.accepts >= 1);
+	assert_true(f.accepts <= 10);
+	assert_true(calls > f.accepts * 10);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -489,6 +532,7 @@ int main(void)
 		cmocka_unit_test(test_client_refused_table_uses_socket),
 		cmocka_unit_test(test_client_sealed_table_hits),
 		cmocka_unit_test(test_client_ctrunc_no_leak),
+		cmocka_unit_test(test_client_backoff),
 	};
 
 	return cmocka_run_group_tests_name("client_shm", tests, NULL, NULL);
