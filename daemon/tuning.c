@@ -402,6 +402,10 @@ int flyd_handle_decide(struct flyd_ctx *ctx, struct flyd_session *s,
 
 	(void)s;
 	ctx->stats.decides++;
+	if (t == NULL || t->closing) {
+		*msg = "tuning is stopped";
+		return FLY_E_DOWN;
+	}
 	t->last_request_ms = uv_now(ctx->loop);
 	rc = request_key(ctx, req, &p, key, msg);
 	if (rc < 0)
@@ -494,6 +498,10 @@ int flyd_handle_tune(struct flyd_ctx *ctx, struct flyd_session *s,
 	int force = 0, wait = 0, rc;
 	int64_t timeout_ms = WAIT_DEFAULT_MS;
 
+	if (t == NULL || t->closing) {
+		*msg = "tuning is stopped";
+		return FLY_E_DOWN;
+	}
 	t->last_request_ms = uv_now(ctx->loop);
 	rc = request_key(ctx, req, &p, key, msg);
 	if (rc < 0)
