@@ -16,7 +16,7 @@ SECS=${SECS:-5}
 KEY=${KEY:-rmsnorm/fp32/m=8,n=64}
 NKEYS=${NKEYS:-100000}
 
-make -s BUILD="$B" GPU=none all "$B/bench/bench_client" "$B/bench/bench_socket" >/dev/null
+${MAKE:-make} -s BUILD="$B" GPU=none all "$B/bench/bench_client" "$B/bench/bench_socket" >/dev/null
 DIR=$(mktemp -d /tmp/flybench.XXXXXX)
 CTL="$B/flytune-ctl --socket $DIR/gpu0.sock"
 DPID= RPID=
