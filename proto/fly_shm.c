@@ -232,11 +232,15 @@ int fly__shm_writer_open(uint32_t capacity, struct fly_shm_writer **out)
 	h->total_size = w->size;
 	h->max_probe = w->probe;
 	h->checksum = fly__shm_header_sum(h);
-	/* A restart must look like a new generation to every client. */
+	/* A restart must look like a new generation to every client.  The
+	 * start value is microseconds since the epoch: below 2^53 (about
+	 * 1.8e15 today), so the generation survives a trip through JSON
+	 * numbers (doubles) exactly, and a daemon restarted within the same
+	 * microsecond is not a case that exists. */
 	clock_gettime(CLOCK_REALTIME, &ts);
 	atomic_store_explicit(&h->generation,
-			      (uint64_t)ts.tv_sec * 1000000000ull +
-				  (uint64_t)ts.tv_nsec,
+			      (uint64_t)ts.tv_sec * 1000000ull +
+				  (uint64_t)ts.tv_nsec / 1000u,
 			      memory_order_release);
 	rc = seal(w);
 	if (rc < 0)

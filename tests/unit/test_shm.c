@@ -248,6 +248,11 @@ static void test_generation(void **state)
 	(void)state;
 	assert_int_equal(ropen(w, &r), 0);
 	g = fly__shm_reader_generation(r);
+	/* Regression: the start value was nanoseconds since the epoch
+	 * (~1.8e18), which status/stats JSON (doubles) rounded; it must
+	 * stay exactly representable as a JSON number. */
+	assert_true(g > 0);
+	assert_true(g < (1ull << 53));
 	assert_true(fly__shm_bump(w) == g + 1);
 	assert_true(fly__shm_reader_generation(r) == g + 1);
 	assert_true(fly__shm_bump(w) == g + 2);
