@@ -11,7 +11,9 @@
  * past its timeout.
  * Invariants: c->fd >= 0 only after a successful hello; a reader once
  * published stays mapped until fly_client_close (other threads may hold
- * it), so replaced readers go to c->retired_shm.
+ * it), so replaced readers go to c->retired_shm.  Fork: an atfork child
+ * handler resets every open client (registry below) while the child is
+ * single-threaded; getpid() in connect_locked is the fallback.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -58,6 +60,8 @@ struct fly_client {
 	int fd;                    /* connected socket or -1 */
 	pid_t pid;                 /* process that opened fd */
 	int ever_connected;        /* for the reconnects counter */
+	struct fly_client *reg_next; /* registry of open clients (reg_mu) */
+	struct fly_client *reg_prev;
 	uint64_t next_connect_ns;  /* backoff: no attempt before this */
 	uint32_t backoff_ms;       /* current backoff step */
 	int64_t next_id;           /* request ids */
@@ -94,6 +98,87 @@ const char *fly_client_errmsg(const fly_client *c)
 static void bump(_Atomic uint64_t *ctr)
 {
 	atomic_fetch_add_explicit(ctr, 1, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------ fork */
+
+/* Every open client, so the atfork child handler can reset them while the
+ * child is still single-threaded: close the inherited socket (sending
+ * nothing on it), unmap the tables (no other thread can be reading them
+ * yet), and re-initialise the mutexes (a parent thread may have held
+ * one at fork time; it does not exist in the child). */
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fly_client *reg_head;
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&reg_mu);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&reg_mu);
+}
+
+/* Unmap every table of @p c.  Only when no other thread can read them. */
+static void shm_unmap_all(fly_client *c)
+{
+	struct fly_shm_reader *r = atomic_exchange(&c->shm, NULL);
+	struct retired_shm *rs, *next;
+
+	if (r != NULL)
+		fly__shm_reader_close(r);
+	for (rs = c->retired_shm; rs != NULL; rs = next) {
+		next = rs->next;
+		fly__shm_reader_close(rs->r);
+		free(rs);
+	}
+	c->retired_shm = NULL;
+	atomic_fetch_add(&c->epoch, 1);
+}
+
+static void fork_child(void)
+{
+	for (fly_client *c = reg_head; c != NULL; c = c->reg_next) {
+		if (c->fd >= 0)
+			close(c->fd);
+		c->fd = -1;
+		c->next_connect_ns = 0;
+		c->backoff_ms = BACKOFF_MIN_MS;
+		shm_unmap_all(c);
+		pthread_mutex_init(&c->mu, NULL);
+		pthread_mutex_init(&c->cache.mu, NULL);
+	}
+	pthread_mutex_unlock(&reg_mu);
+}
+
+static void reg_init(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+static void reg_add(fly_client *c)
+{
+	pthread_once(&reg_once, reg_init);
+	pthread_mutex_lock(&reg_mu);
+	c->reg_next = reg_head;
+	if (reg_head != NULL)
+		reg_head->reg_prev = c;
+	reg_head = c;
+	pthread_mutex_unlock(&reg_mu);
+}
+
+static void reg_del(fly_client *c)
+{
+	pthread_mutex_lock(&reg_mu);
+	if (c->reg_prev != NULL)
+		c->reg_prev->reg_next = c->reg_next;
+	else
+		reg_head = c->reg_next;
+	if (c->reg_next != NULL)
+		c->reg_next->reg_prev = c->reg_prev;
+	pthread_mutex_unlock(&reg_mu);
 }
 
 /* ------------------------------------------------------------ open/close */
@@ -152,6 +237,7 @@ int fly_client_open_opts(const struct fly_client_opts *o, fly_client **out)
 	c->backoff_ms = BACKOFF_MIN_MS;
 	c->next_id = 1;
 	atomic_init(&c->shm, NULL);
+	reg_add(c);
 	*out = c;
 	return 0;
 
@@ -164,21 +250,12 @@ err_free:
 
 void fly_client_close(fly_client *c)
 {
-	struct retired_shm *rs, *next;
-	struct fly_shm_reader *r;
-
 	if (c == NULL)
 		return;
+	reg_del(c);
 	if (c->fd >= 0)
 		close(c->fd);
-	r = atomic_load(&c->shm);
-	if (r != NULL)
-		fly__shm_reader_close(r);
-	for (rs = c->retired_shm; rs != NULL; rs = next) {
-		next = rs->next;
-		fly__shm_reader_close(rs->r);
-		free(rs);
-	}
+	shm_unmap_all(c);
 	fly__cache_fini(&c->cache);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
@@ -399,9 +476,10 @@ static int hello_locked(fly_client *c, uint64_t deadline_ns)
 	return rc;
 }
 
-/* After fork: the inherited socket belongs to the parent's session.
- * Close our copy without sending anything and forget the table (kept
- * mapped: see the file comment).  Caller holds c->mu. */
+/* After fork without the atfork handler having run (a raw clone()): the
+ * inherited socket belongs to the parent's session.  Close our copy
+ * without sending anything and forget the table (kept mapped: other
+ * threads of this process may be reading it).  Caller holds c->mu. */
 static void forked_locked(fly_client *c)
 {
 	if (c->fd >= 0)

@@ -214,6 +214,57 @@ static void test_fork_child_own_connection(void **state)
 	fly_test_daemon_cleanup(&dm);
 }
 
+struct waiter {
+	fly_client *c;
+	struct fly_problem p;
+	int rc;
+};
+
+static void *waiter_main(void *arg)
+{
+	struct waiter *w = arg;
+	struct fly_decision d;
+
+	w->rc = fly_decide_wait(w->c, &w->p, fly_test_timeout(TUNE_MS), &d);
+	return NULL;
+}
+
+/* fork while another thread holds the client's socket (waiting for a
+ * tune): the child still gets a connection of its own at once. */
+static void test_fork_while_socket_busy(void **state)
+{
+	struct fly_test_daemon dm;
+	struct waiter w;
+	pthread_t th;
+	fly_client *c;
+	pid_t pid;
+	int st;
+
+	(void)state;
+	start(&dm);
+	c = client(dm.sock, fly_test_timeout(2000));
+	w = (struct waiter){ .c = c, .p = prob("rmsnorm/fp32/m=64,n=512") };
+	assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
+	usleep(200000); /* let it send tune{wait} and block on the reply */
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char *resp = NULL;
+		size_t len;
+		int rc = fly_request(c, "{\"req\":\"status\"}", 16, 5000,
+				     &resp, &len);
+
+		_exit(rc == 0 && strstr(resp, "\"ok\":true") ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(w.rc, 0);
+	fly_client_close(c);
+	fly_test_daemon_cleanup(&dm);
+}
+
 static void test_no_fd_leak(void **state)
 {
 	struct fly_test_daemon dm;
@@ -383,6 +434,7 @@ int main(void)
 		cmocka_unit_test(test_pending_then_tuned_via_shm),
 		cmocka_unit_test(test_survives_kill_and_restart),
 		cmocka_unit_test(test_fork_child_own_connection),
+		cmocka_unit_test(test_fork_while_socket_busy),
 		cmocka_unit_test(test_no_fd_leak),
 		cmocka_unit_test(test_timeout_against_sigstop),
 		cmocka_unit_test(test_threads_share_client),
