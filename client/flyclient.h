@@ -6,8 +6,10 @@
  * nothing else.  No GPU dependency.
  *
  * Thread safety: a fly_client may be used from any number of threads at
- * once.  Fork safety: a child notices the pid change on its next call and
- * reconnects and remaps; it never uses the parent's socket.
+ * once.  Fork safety: in the child (pthread_atfork), every open client
+ * closes its inherited socket without sending on it, unmaps its tables
+ * and re-initialises its locks; its next call reconnects and remaps.  The
+ * child never uses the parent's session; its process cache is kept.
  * The library never aborts, never exit()s, never raises SIGPIPE in the
  * host process, and never blocks past the timeouts configured here.
  */
