@@ -30,6 +30,7 @@
 #define LIST_LIMIT_DEFAULT 1000
 #define LIST_LIMIT_MAX 10000
 #define IMPORT_STAGE_MAX 1000000
+#define IMPORT_CHUNK_MAX 10000
 #define HELLO_PENDING_MAX 4096
 
 /* ---------------------------------------------------------------- fields */
@@ -189,6 +190,8 @@ static int h_hello(struct flyd_ctx *ctx, struct flyd_session *s,
 	int shm_fd, rc;
 
 	rc = opt_int(s, req, "version", &v, msg);
+	if (rc == 1)
+		return bad_field(s, msg, "version", "present (an integer >= 1)");
 	if (rc < 0)
 		return rc;
 	if (v < 1) {
@@ -485,28 +488,28 @@ static const char *import_row(struct flyd_ctx *ctx, const cJSON *o,
 	}
 	if (num_field(o, "median_us", 1, 1, &r->d.median_us) < 0)
 		return "'median_us' must be a finite number > 0";
-	if (num_field(o, "mad_us", 0, 0, &r->mad_us) < 0)
+	if (num_field(o, "mad_us", 1, 0, &r->mad_us) < 0)
 		return "'mad_us' must be a finite number >= 0";
-	if (num_field(o, "tune_s", 0, 0, &r->tune_s) < 0)
+	if (num_field(o, "tune_s", 1, 0, &r->tune_s) < 0)
 		return "'tune_s' must be a finite number >= 0";
-	t = (double)time(NULL);
-	if (num_field(o, "tuned_at", 0, 0, &t) < 0 || t != floor(t))
+	if (num_field(o, "tuned_at", 1, 0, &t) < 0 || t != floor(t) ||
+	    t > 9.0e15)
 		return "'tuned_at' must be an integer >= 0";
 	r->tuned_at = (int64_t)t;
 	dev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o,
 								    "device"));
 	lv = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o,
 								   "libver"));
+	if (dev == NULL || dev[0] == '\0' || strlen(dev) > 63 || lv == NULL ||
+	    lv[0] == '\0' || strlen(lv) >= FLYD_LIBVER_MAX)
+		return "'device' and 'libver' must be non-empty strings";
 	if (!retarget) {
-		if (dev == NULL || strcmp(dev, ctx->device_id) != 0)
+		if (strcmp(dev, ctx->device_id) != 0)
 			return "'device' is not this instance's device id "
 			       "(use retarget)";
-		if (lv == NULL || strcmp(lv, ctx->libver) != 0)
+		if (strcmp(lv, ctx->libver) != 0)
 			return "'libver' is not this instance's kernel library "
 			       "version (use retarget)";
-	} else if ((cJSON_HasObjectItem(o, "device") && dev == NULL) ||
-		   (cJSON_HasObjectItem(o, "libver") && lv == NULL)) {
-		return "'device' and 'libver' must be strings";
 	}
 	snprintf(r->device, sizeof(r->device), "%s", ctx->device_id);
 	snprintf(r->libver, sizeof(r->libver), "%s", ctx->libver);
@@ -548,6 +551,11 @@ static int h_import(struct flyd_ctx *ctx, struct flyd_session *s,
 		goto drop;
 	}
 	n = (size_t)cJSON_GetArraySize(rs);
+	if (n > IMPORT_CHUNK_MAX) {
+		*msg = "an import request carries at most 10000 results";
+		rc = FLY_E_TOOBIG;
+		goto drop;
+	}
 	if (st->n + n > IMPORT_STAGE_MAX) {
 		*msg = "import is over 1000000 rows";
 		rc = FLY_E_TOOBIG;
@@ -572,8 +580,8 @@ static int h_import(struct flyd_ctx *ctx, struct flyd_session *s,
 		i++;
 	}
 	if (more) {
-		cJSON_AddNumberToObject(resp, "staged", (double)st->n);
-		cJSON_AddNumberToObject(resp, "imported", 0);
+		/* schemas/import.response.json: staged so far. */
+		cJSON_AddNumberToObject(resp, "imported", (double)st->n);
 		return 0;
 	}
 	n = st->n;
@@ -629,11 +637,15 @@ static double uptime_s(const struct flyd_ctx *ctx)
 	return (double)(uv_now(ctx->loop) - ctx->started_ms) / 1000.0;
 }
 
+/* schemas/stats.response.json: integer counters under "counters". */
 static int h_stats(struct flyd_ctx *ctx, struct flyd_session *s,
 		   const cJSON *req, cJSON *resp, const char **msg)
 {
-#define STAT(name) \
-	cJSON_AddNumberToObject(resp, #name, (double)ctx->stats.name)
+	cJSON *c = cJSON_AddObjectToObject(resp, "counters");
+
+	if (c == NULL)
+		return -ENOMEM;
+#define STAT(name) cJSON_AddNumberToObject(c, #name, (double)ctx->stats.name)
 	STAT(requests);
 	STAT(errors);
 	STAT(protocol_errors);
@@ -650,38 +662,64 @@ static int h_stats(struct flyd_ctx *ctx, struct flyd_session *s,
 	STAT(candidates_faulted);
 	STAT(busy_rejections);
 #undef STAT
-	cJSON_AddNumberToObject(resp, "connections_now",
+	cJSON_AddNumberToObject(c, "connections_now",
 				flyd_server_connections(ctx));
-	cJSON_AddNumberToObject(resp, "max_clients",
-				flyd_server_max_clients(ctx));
-	cJSON_AddNumberToObject(resp, "uptime_s", uptime_s(ctx));
+	cJSON_AddNumberToObject(c, "max_clients", flyd_server_max_clients(ctx));
+	cJSON_AddNumberToObject(c, "uptime_s", floor(uptime_s(ctx)));
 	return 0;
 }
 
+/* Move member @p name of @p from (if any) into @p to. */
+static void move_item(cJSON *from, const char *name, cJSON *to)
+{
+	cJSON *it = cJSON_DetachItemFromObjectCaseSensitive(from, name);
+
+	if (it != NULL && to != NULL)
+		cJSON_AddItemToObject(to, name, it);
+	else
+		cJSON_Delete(it);
+}
+
+/* schemas/status.response.json (no other top-level members): tuning's
+ * extra members ("policy", "shm") go inside "queue". */
 static int h_status(struct flyd_ctx *ctx, struct flyd_session *s,
 		    const cJSON *req, cJSON *resp, const char **msg)
 {
 	int degraded = ctx->degraded || !flyd_tuning_is_healthy(ctx) ||
 		       flyd_store_was_quarantined(ctx->store);
-	cJSON *dev = cJSON_CreateObject();
+	const char *backend = ctx->backend[0] ? ctx->backend : ctx->cfg.backend;
+	cJSON *dev = cJSON_CreateObject(), *t = cJSON_CreateObject(), *q;
+	int64_t n;
 
-	cJSON_AddStringToObject(resp, "state", !ctx->ready ? "starting" :
+	if (dev == NULL || t == NULL) {
+		cJSON_Delete(dev);
+		cJSON_Delete(t);
+		return -ENOMEM;
+	}
+	cJSON_AddStringToObject(resp, "state", ctx->stopping ? "stopping" :
+				!ctx->ready ? "starting" :
 				degraded ? "degraded" : "ready");
-	cJSON_AddStringToObject(resp, "backend", ctx->backend);
+	cJSON_AddStringToObject(resp, "backend", backend);
 	cJSON_AddNumberToObject(dev, "index", ctx->device);
-	cJSON_AddStringToObject(dev, "id", ctx->device_id);
+	cJSON_AddStringToObject(dev, "backend", backend);
 	cJSON_AddStringToObject(dev, "fingerprint", ctx->fingerprint);
+	cJSON_AddStringToObject(dev, "id", ctx->device_id);
 	cJSON_AddItemToObject(resp, "device", dev);
-	cJSON_AddStringToObject(resp, "libver", ctx->libver);
-	cJSON_AddStringToObject(resp, "socket", ctx->socket_path);
-	cJSON_AddStringToObject(resp, "db", ctx->db_path);
-	cJSON_AddNumberToObject(resp, "results", (double)(ctx->ready ?
-		flyd_store_result_count(ctx->store, ctx->device_id,
-					ctx->libver) : 0));
+	flyd_tuning_status(ctx, t);
+	q = cJSON_DetachItemFromObjectCaseSensitive(t, "queue");
+	if (q == NULL)
+		q = cJSON_CreateObject();
+	move_item(t, "policy", q);
+	move_item(t, "shm", q);
+	cJSON_AddItemToObject(resp, "queue", q);
+	move_item(t, "worker", resp);
+	if (!cJSON_HasObjectItem(resp, "worker"))
+		cJSON_AddObjectToObject(resp, "worker");
+	cJSON_Delete(t);
 	cJSON_AddNumberToObject(resp, "uptime_s", uptime_s(ctx));
-	cJSON_AddNumberToObject(resp, "connections",
-				flyd_server_connections(ctx));
-	flyd_tuning_status(ctx, resp);
+	n = ctx->ready ? flyd_store_result_count(ctx->store, ctx->device_id,
+						 ctx->libver) : 0;
+	cJSON_AddNumberToObject(resp, "results", (double)(n > 0 ? n : 0));
 	return 0;
 }
 
