@@ -1119,6 +1119,9 @@ static int ctl_export(struct ctl *x, int argc, char **argv)
 	if (rc == CTL_OK && strcmp(file, "-") != 0 && !x->json)
 		fprintf(stderr, "exported %d result(s) to %s\n",
 			cJSON_GetArraySize(results), file);
+	else if (rc == CTL_OK && strcmp(file, "-") != 0)
+		printf("{\"ok\":true,\"exported\":%d}\n",
+		       cJSON_GetArraySize(results));
 	cJSON_Delete(doc);
 	return rc;
 }
