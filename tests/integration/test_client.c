@@ -69,9 +69,33 @@ static fly_client *client(const char *sock, uint32_t timeout_ms)
 	return c;
 }
 
+/* The daemon of the running test; file-scope so the per-test teardown
+ * can stop it when an assertion ended the test early. */
+static struct fly_test_daemon dm;
+
+static void cleanup_dm(void)
+{
+	if (dm.dir[0] == '\0')
+		return;
+	if (dm.pid > 0)
+		fly_test_daemon_kill(&dm, SIGCONT); /* if left stopped */
+	fly_test_daemon_cleanup(&dm);
+	memset(&dm, 0, sizeof(dm));
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	cleanup_dm();
+	return 0;
+}
+
 static void start(struct fly_test_daemon *d)
 {
-	int rc = fly_test_daemon_start(d, NULL, NULL);
+	int rc;
+
+	memset(d, 0, sizeof(*d));
+	rc = fly_test_daemon_start(d, NULL, NULL);
 
 	if (rc < 0)
 		fly_test_daemon_print_log(d);
@@ -80,7 +104,6 @@ static void start(struct fly_test_daemon *d)
 
 static void test_pending_then_tuned_via_shm(void **state)
 {
-	struct fly_test_daemon dm;
 	struct fly_client_stats s1, s2;
 	struct fly_problem p = prob(key_a);
 	struct fly_decision d, t, e;
@@ -123,12 +146,11 @@ static void test_pending_then_tuned_via_shm(void **state)
 	assert_int_equal(s2.socket_requests, s1.socket_requests);
 	fly_client_close(c2);
 	fly_client_close(c);
-	fly_test_daemon_cleanup(&dm);
+	cleanup_dm();
 }
 
 static void test_survives_kill_and_restart(void **state)
 {
-	struct fly_test_daemon dm;
 	struct fly_client_stats st;
 	struct fly_problem p = prob(key_a), q;
 	struct fly_decision d;
@@ -168,12 +190,11 @@ static void test_survives_kill_and_restart(void **state)
 	fly_client_stats_get(c, &st);
 	assert_true(st.reconnects >= 1);
 	fly_client_close(c);
-	fly_test_daemon_cleanup(&dm);
+	cleanup_dm();
 }
 
 static void test_fork_child_own_connection(void **state)
 {
-	struct fly_test_daemon dm;
 	struct fly_problem p = prob(key_a), q = prob(key_b);
 	struct fly_decision d;
 	char *resp = NULL;
@@ -211,7 +232,7 @@ static void test_fork_child_own_connection(void **state)
 	assert_int_equal(fly_decide_wait(c, &q, fly_test_timeout(TUNE_MS), &d),
 			 0);
 	fly_client_close(c);
-	fly_test_daemon_cleanup(&dm);
+	cleanup_dm();
 }
 
 struct waiter {
@@ -233,7 +254,6 @@ static void *waiter_main(void *arg)
  * tune): the child still gets a connection of its own at once. */
 static void test_fork_while_socket_busy(void **state)
 {
-	struct fly_test_daemon dm;
 	struct waiter w;
 	pthread_t th;
 	fly_client *c;
@@ -262,12 +282,11 @@ static void test_fork_while_socket_busy(void **state)
 	pthread_join(th, NULL);
 	assert_int_equal(w.rc, 0);
 	fly_client_close(c);
-	fly_test_daemon_cleanup(&dm);
+	cleanup_dm();
 }
 
 static void test_no_fd_leak(void **state)
 {
-	struct fly_test_daemon dm;
 	struct fly_problem q;
 	struct fly_decision d;
 	char *resp;
@@ -306,12 +325,11 @@ static void test_no_fd_leak(void **state)
 	assert_int_equal(fly_test_fd_count(getpid()), before);
 	fly_client_close(c);
 	assert_int_equal(fly_test_daemon_kill(&dm, SIGCONT), 0);
-	fly_test_daemon_cleanup(&dm);
+	cleanup_dm();
 }
 
 static void test_timeout_against_sigstop(void **state)
 {
-	struct fly_test_daemon dm;
 	struct fly_problem q = prob_n(1);
 	struct fly_decision d;
 	uint32_t tmo = 20;
@@ -343,7 +361,7 @@ static void test_timeout_against_sigstop(void **state)
 	assert_true(now_ms() - t0 <= 200 + 500 + SLACK_MS);
 	assert_int_equal(fly_test_daemon_kill(&dm, SIGCONT), 0);
 	fly_client_close(c);
-	fly_test_daemon_cleanup(&dm);
+	cleanup_dm();
 }
 
 struct racer {
@@ -378,7 +396,6 @@ static void *racer_main(void *arg)
  * own deadline instead of queueing behind another's. */
 static void test_threads_share_client(void **state)
 {
-	struct fly_test_daemon dm;
 	struct racer r[4];
 	pthread_t th[4];
 	fly_client *c;
@@ -406,7 +423,7 @@ static void test_threads_share_client(void **state)
 		fly_client_close(c);
 	}
 	assert_int_equal(fly_test_daemon_kill(&dm, SIGCONT), 0);
-	fly_test_daemon_cleanup(&dm);
+	cleanup_dm();
 }
 
 static void test_bad_problems(void **state)
@@ -430,14 +447,14 @@ static void test_bad_problems(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_bad_problems),
-		cmocka_unit_test(test_pending_then_tuned_via_shm),
-		cmocka_unit_test(test_survives_kill_and_restart),
-		cmocka_unit_test(test_fork_child_own_connection),
-		cmocka_unit_test(test_fork_while_socket_busy),
-		cmocka_unit_test(test_no_fd_leak),
-		cmocka_unit_test(test_timeout_against_sigstop),
-		cmocka_unit_test(test_threads_share_client),
+		cmocka_unit_test_teardown(test_bad_problems, teardown),
+		cmocka_unit_test_teardown(test_pending_then_tuned_via_shm, teardown),
+		cmocka_unit_test_teardown(test_survives_kill_and_restart, teardown),
+		cmocka_unit_test_teardown(test_fork_child_own_connection, teardown),
+		cmocka_unit_test_teardown(test_fork_while_socket_busy, teardown),
+		cmocka_unit_test_teardown(test_no_fd_leak, teardown),
+		cmocka_unit_test_teardown(test_timeout_against_sigstop, teardown),
+		cmocka_unit_test_teardown(test_threads_share_client, teardown),
 	};
 
 	signal(SIGPIPE, SIG_DFL); /* the library must never raise it */
