@@ -268,6 +268,7 @@ struct fake {
 	struct fly_shm_writer *w;
 	pthread_t th;
 	int hangup;      /* close every connection at once */
+	int garbage;     /* decide replies: 0 good, else a hostile kind */
 	int accepts;     /* connections accepted */
 };
 
@@ -316,6 +317,46 @@ static void send_frame(int s, const char *json, int fd, int nfd)
 		return;
 }
 
+/* Hostile decide replies, by kind. */
+static void send_garbage(int s, int kind, const char *req)
+{
+	static const uint8_t huge[4] = { 0xff, 0xff, 0xff, 0x7f };
+	static const uint8_t zero[4] = { 0, 0, 0, 0 };
+	char long_variant[400];
+
+	(void)req;
+	switch (kind) {
+	case 1:
+		send_frame(s, "{\"ok\":true,\"decision\":{", -1, 0);
+		break;
+	case 2: /* 2 GiB announced: over the 16 MiB cap */
+		send(s, huge, 4, MSG_NOSIGNAL);
+		break;
+	case 3:
+		send(s, zero, 4, MSG_NOSIGNAL);
+		break;
+	case 4: /* an answer to some other request */
+		send_frame(s, "{\"ok\":true,\"id\":999999,\"decision\":"
+			   "{\"status\":\"tuned\",\"provisional\":false,"
+			   "\"variant\":\"evil\",\"params\":[],"
+			   "\"median_us\":1}}", -1, 0);
+		break;
+	case 5:
+		snprintf(long_variant, sizeof(long_variant),
+			 "{\"ok\":true,\"decision\":{\"status\":\"tuned\","
+			 "\"provisional\":false,\"variant\":\"%0200d\","
+			 "\"params\":[],\"median_us\":1}}", 7);
+		send_frame(s, long_variant, -1, 0);
+		break;
+	case 6: /* duplicate keys, trailing bytes */
+		send_frame(s, "{\"ok\":true,\"ok\":true} x", -1, 0);
+		break;
+	default: /* half a frame, then silence until the client gives up */
+		send(s, zero, 2, MSG_NOSIGNAL);
+		break;
+	}
+}
+
 /* Serve connections: hello (with the configured fds), then decide
  * answers "pending/fake". */
 static void *fake_main(void *arg)
@@ -349,6 +390,8 @@ static void *fake_main(void *arg)
 					   f->hello_fds);
 				if (!f->sealed)
 					close(mfd);
+			} else if (f->garbage) {
+				send_garbage(s, f->garbage, buf);
 			} else {
 				send_frame(s, "{\"ok\":true,\"key\":\"k\","
 					   "\"decision\":{\"status\":\"pending\","
@@ -365,8 +408,11 @@ static void *fake_main(void *arg)
 static void fake_start(struct fake *f, int hello_fds, int sealed)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int hangup = f->hangup, garbage = f->garbage; /* set by the caller */
 
 	memset(f, 0, sizeof(*f));
+	f->hangup = hangup;
+	f->garbage = garbage;
 	strcpy(f->dir, "/tmp/fly-fake-XXXXXX");
 	assert_non_null(mkdtemp(f->dir));
 	snprintf(f->sock, sizeof(f->sock), "%s/s.sock", f->dir);
@@ -416,7 +462,7 @@ static void test_client_refused_table_uses_socket(void **state)
 	struct fly_client_stats st;
 	struct fly_problem p = problem_k1();
 	struct fly_decision d;
-	struct fake f;
+	struct fake f = { 0 };
 	fly_client *c;
 
 	(void)state;
@@ -440,7 +486,7 @@ static void test_client_sealed_table_hits(void **state)
 	struct fly_client_stats st;
 	struct fly_problem p = problem_k1();
 	struct fly_decision d;
-	struct fake f;
+	struct fake f = { 0 };
 	fly_client *c;
 
 	(void)state;
@@ -464,7 +510,7 @@ static void test_client_ctrunc_no_leak(void **state)
 	struct fly_client_opts o = { .timeout_ms = 2000 };
 	struct fly_problem p = problem_k1();
 	struct fly_decision d;
-	struct fake f;
+	struct fake f = { 0 };
 	fly_client *c;
 	int before;
 
@@ -491,15 +537,15 @@ static void test_client_backoff(void **state)
 	struct fly_client_opts o = { .timeout_ms = 50 };
 	struct fly_problem p = problem_k1();
 	struct fly_decision d;
-	struct fake f;
+	struct fake f = { 0 };
 	fly_client *c;
 	struct timespec t0, t;
 	double el = 0;
 	long calls = 0;
 
 	(void)state;
-	fake_start(&f, 0, 0);
 	f.hangup = 1;
+	fake_start(&f, 0, 0);
 	o.socket_path = f.sock;
 	assert_int_equal(fly_client_open_opts(&o, &c), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -519,6 +565,40 @@ static void test_client_backoff(void **state)
 	assert_true(calls > f.accepts * 10);
 }
 
+/* Every byte from the daemon is untrusted: garbage replies give the
+ * default answer, count a socket error, and leak nothing. */
+static void test_client_hostile_replies(void **state)
+{
+	struct fly_problem p = problem_k1();
+	struct fly_decision d;
+	struct fake f = { 0 };
+	int before;
+
+	(void)state;
+	for (int kind = 1; kind <= 7; kind++) {
+		struct fly_client_opts o = { .timeout_ms = 100, .no_shm = 1 };
+		struct fly_client_stats st;
+		fly_client *c;
+
+		before = fd_count();
+		memset(&f, 0, sizeof(f));
+		f.garbage = kind;
+		fake_start(&f, 0, 0);
+		o.socket_path = f.sock;
+		assert_int_equal(fly_client_open_opts(&o, &c), 0);
+		assert_int_equal(fly_decide(c, &p, &d), 0);
+		assert_int_equal(d.status, FLY_STATUS_DEFAULT);
+		assert_string_equal(d.variant, "");
+		fly_client_stats_get(c, &st);
+		assert_true(st.socket_errors >= 1);
+		fly_client_close(c);
+		fake_stop(&f);
+		for (int i = 0; i < 2000 && fd_count() != before; i++)
+			usleep(1000);
+		assert_int_equal(fd_count(), before);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -533,6 +613,7 @@ int main(void)
 		cmocka_unit_test(test_client_sealed_table_hits),
 		cmocka_unit_test(test_client_ctrunc_no_leak),
 		cmocka_unit_test(test_client_backoff),
+		cmocka_unit_test(test_client_hostile_replies),
 	};
 
 	return cmocka_run_group_tests_name("client_shm", tests, NULL, NULL);
