@@ -201,11 +201,12 @@ class Client(object):
                  1 if no_shm else 0)
         h = ctypes.c_void_p()
         _check(lib.fly_client_open_opts(ctypes.byref(o), ctypes.byref(h)))
+        self._lib = lib  # kept: module globals may be gone in __del__
         self._h = h
 
     def close(self):
         if getattr(self, "_h", None):
-            _load().fly_client_close(self._h)
+            self._lib.fly_client_close(self._h)
             self._h = None
 
     def __del__(self):
