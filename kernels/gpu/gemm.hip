@@ -1,0 +1,577 @@
+/*
+ * gemm.hip -- BF16 GEMM on the GPU: C[M,N] = alpha * A[M,K] x op(B) + bias,
+ * NT (B [N,K]) and NN (B [K,N]), fp32 accumulation, bf16 out; and the gemm
+ * op module (flyk_gpu_gemm_op), whose variant table also lists the vendor
+ * candidates of kernels/vendor/cublaslt.c under nvcc.
+ *
+ * Owns: the gemm variants and flyk_gpu_gemm_op; the case state (the
+ * reference output, host side).  Thread: tables are immutable; launches
+ * are asynchronous on the caller's stream.
+ *
+ * Variants, in default-search order (flyk_default takes the first one
+ * that is feasible):
+ *   cublas_default  (CUDA) cublasGemmEx, CUBLAS_GEMM_DEFAULT
+ *   cublaslt        (CUDA) a cuBLASLt algorithm from the heuristic top-N
+ *   gemm_mma        (NVIDIA sm_80+) our tiled mma.sync kernel: params
+ *                   tile_m, tile_n, tile_k, warps, stages (cp.async
+ *                   buffers), split_k (fp32 partials in the workspace, then
+ *                   a reduce kernel; grids of <= 8 waves), swizzle
+ *                   (CTA rasterisation in groups of `swizzle` tile rows,
+ *                   for L2 reuse).  Only the tile
+ *                   shapes of GEMM_CFGS are built; other points are
+ *                   infeasible.  K % 8 == 0 (NN: N % 8 == 0), A and B
+ *                   16-byte aligned.
+ *   gemm_fma        64x64 FMA tiles: any shape, the portable (AMD) path
+ *   gemm_ref        one thread per output (the reference)
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flyk_gpu.h"
+#include "gpu_int.h"
+#include "gemm_tile.h"
+#if !FLYK_AMD
+#include "gemm_vendor.h"
+#else
+#define FLYK_GEMM_WS_BYTES ((size_t)32 << 20)
+#endif
+
+#define GEMM_DT_MASK (1u << FLY_DT_BF16)
+#define GEMM_FLAGS (FLY_F_BIAS | FLY_F_SCALE)
+/* alpha of the benchmark case when FLY_F_SCALE (as the CPU backend). */
+#define GEMM_CASE_ALPHA 0.75f
+
+static int gemm_launch_err(void)
+{
+	hipError_t e = hipGetLastError();
+	return e == hipSuccess ? 0 : e == hipErrorInvalidValue ? -EINVAL : -EIO;
+}
+
+static int gemm_problem_ok(const struct fly_problem *p)
+{
+	if (p->op != FLY_OP_GEMM || p->dtype != FLY_DT_BF16)
+		return -EINVAL;
+	if (p->layout != FLY_LAYOUT_NT && p->layout != FLY_LAYOUT_NN)
+		return -EINVAL;
+	if (p->flags & ~GEMM_FLAGS)
+		return -EINVAL;
+	if (p->dims[0] < 1 || p->dims[1] < 1 || p->dims[2] < 1)
+		return -EINVAL;
+	if (p->dims[0] > ((int64_t)1 << 31) || p->dims[1] > ((int64_t)1 << 31))
+		return -EINVAL;
+	return 0;
+}
+
+static float gemm_alpha(const struct fly_problem *p,
+			const struct flyk_gemm_args *a)
+{
+	return (p->flags & FLY_F_SCALE) ? a->alpha : 1.0f;
+}
+
+static const uint16_t *gemm_bias(const struct fly_problem *p,
+				 const struct flyk_gemm_args *a)
+{
+	return (p->flags & FLY_F_BIAS) ? (const uint16_t *)a->bias : NULL;
+}
+
+/* ------------------------------------------------------------ kernels */
+
+extern __shared__ uint4 gemm_dsmem[];
+
+template <class C>
+__global__ void __launch_bounds__(C::THREADS)
+	gemm_mma_kernel(const uint16_t *A, const uint16_t *B, uint16_t *Cm,
+			float *ws, const uint16_t *bias, float alpha,
+			int64_t M, int64_t N, int64_t K, int tiles_m,
+			int tiles_n, int swz, int64_t kps)
+{
+	int pid = blockIdx.x, per = swz * tiles_n, first = (pid / per) * swz;
+	int gs = tiles_m - first < swz ? tiles_m - first : swz;
+	int local = pid % per, tm = first + local % gs, tn = local / gs;
+	gemm_opnd o;
+	o.a = A;
+	o.b = B;
+	o.lda = K;
+	o.ldb = C::NN ? N : K;
+	o.m0 = (int64_t)tm * C::BM;
+	o.m_end = M;
+	o.n0 = (int64_t)tn * C::BN;
+	o.n_end = N;
+	int64_t kb = (int64_t)blockIdx.y * kps;
+	int64_t ke = kb + kps < K ? kb + kps : K;
+	gemm_out out;
+	out.ldc = N;
+	out.m_end = M;
+	out.n_end = N;
+	out.alpha = alpha;
+	out.bias = bias;
+	out.c = gridDim.y > 1 ? NULL : Cm;
+	out.ws = ws ? ws + (size_t)blockIdx.y * M * N : NULL;
+	gemm_mma_tile<C>(o, kb, ke, out, (uint16_t *)gemm_dsmem);
+}
+
+/* C = alpha * sum of the split partials + bias. */
+__global__ void gemm_splitk_reduce(const float *ws, int splits, int64_t M,
+				   int64_t N, uint16_t *Cm,
+				   const uint16_t *bias, float alpha)
+{
+	int64_t n = M * N, stride = (int64_t)gridDim.x * blockDim.x;
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     i < n; i += stride) {
+		float v = 0.f;
+		for (int s = 0; s < splits; s++)
+			v += ws[(size_t)s * n + i];
+		v *= alpha;
+		if (bias)
+			v += flyk_db2f(bias[i % N]);
+		Cm[i] = flyk_df2b(v);
+	}
+}
+
+__global__ void __launch_bounds__(GEMM_FMA_THREADS)
+	gemm_fma_kernel(const uint16_t *A, const uint16_t *B, uint16_t *Cm,
+			const uint16_t *bias, float alpha, int64_t M,
+			int64_t N, int64_t K, int nn, int tiles_n)
+{
+	gemm_opnd o;
+	o.a = A;
+	o.b = B;
+	o.lda = K;
+	o.ldb = nn ? N : K;
+	o.m0 = (int64_t)(blockIdx.x / tiles_n) * GEMM_FMA_BM;
+	o.m_end = M;
+	o.n0 = (int64_t)(blockIdx.x % tiles_n) * GEMM_FMA_BN;
+	o.n_end = N;
+	gemm_out out;
+	out.c = Cm;
+	out.ws = NULL;
+	out.ldc = N;
+	out.m_end = M;
+	out.n_end = N;
+	out.alpha = alpha;
+	out.bias = bias;
+	gemm_fma_tile(o, nn != 0, K, out);
+}
+
+__global__ void gemm_ref_kernel(const uint16_t *A, const uint16_t *B,
+				uint16_t *Cm, const uint16_t *bias,
+				float alpha, int64_t M, int64_t N, int64_t K,
+				int nn)
+{
+	int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (j >= N)
+		return;
+	for (int64_t i = blockIdx.y; i < M; i += gridDim.y) {
+		float acc = 0.f;
+		for (int64_t q = 0; q < K; q++)
+			acc += flyk_db2f(A[i * K + q]) *
+			       flyk_db2f(nn ? B[q * N + j] : B[j * K + q]);
+		acc *= alpha;
+		if (bias)
+			acc += flyk_db2f(bias[j]);
+		Cm[i * N + j] = flyk_df2b(acc);
+	}
+}
+
+/* ------------------------------------------------------------ mma host */
+
+struct mma_job {
+	const struct flyk_gemm_args *a;
+	int64_t m, n, k;
+	int split, swz;
+	float alpha;
+	const uint16_t *bias;
+	hipStream_t s;
+};
+
+typedef int (*mma_go_fn)(const struct mma_job *j);
+
+template <class C> static int mma_go(const struct mma_job *j)
+{
+	{ /* always: static + dynamic may pass 48 KiB */
+		/* Once per device; a race only repeats the call. */
+		static int done[16];
+		int d = 0;
+		(void)hipGetDevice(&d);
+		if (d < 0 || d >= 16 || !done[d]) {
+			if (hipFuncSetAttribute(
+				    gemm_mma_kernel<C>,
+				    hipFuncAttributeMaxDynamicSharedMemorySize,
+				    C::SMEM) != hipSuccess)
+				return -ENOSPC;
+			if (d >= 0 && d < 16)
+				done[d] = 1;
+		}
+	}
+	int tiles_m = (int)((j->m + C::BM - 1) / C::BM);
+	int tiles_n = (int)((j->n + C::BN - 1) / C::BN);
+	int64_t kc = (j->k + j->split - 1) / j->split;
+	int64_t kps = (kc + C::BK - 1) / C::BK * C::BK;
+	int split = (int)((j->k + kps - 1) / kps);
+	float *ws = split > 1 ? (float *)j->a->workspace : NULL;
+	dim3 grid((unsigned)tiles_m * tiles_n, (unsigned)split);
+	gemm_mma_kernel<C><<<grid, C::THREADS, C::SMEM, j->s>>>(
+		(const uint16_t *)j->a->a, (const uint16_t *)j->a->b,
+		(uint16_t *)j->a->c, ws, j->bias, j->alpha, j->m, j->n, j->k,
+		tiles_m, tiles_n, j->swz < tiles_m ? j->swz : tiles_m, kps);
+	int rc = gemm_launch_err();
+	if (rc || split == 1)
+		return rc;
+	int64_t n = j->m * j->n;
+	int64_t blocks = (n + 255) / 256;
+	if (blocks > 65536)
+		blocks = 65536;
+	gemm_splitk_reduce<<<(unsigned)blocks, 256, 0, j->s>>>(
+		ws, split, j->m, j->n, (uint16_t *)j->a->c, j->bias, j->alpha);
+	return gemm_launch_err();
+}
+
+struct mma_ent {
+	int bm, bn, bk, warps, st;
+	int smem[2];   /* NT, NN */
+	mma_go_fn go[2];
+};
+
+#define GEMM_ENT(BM, BN, BK, WM, WN, ST)                                   \
+	{BM,                                                               \
+	 BN,                                                               \
+	 BK,                                                               \
+	 WM * WN,                                                          \
+	 ST,                                                               \
+	 {gemm_cfg<BM, BN, BK, WM, WN, ST, false>::SMEM,                   \
+	  gemm_cfg<BM, BN, BK, WM, WN, ST, true>::SMEM},                   \
+	 {mma_go<gemm_cfg<BM, BN, BK, WM, WN, ST, false> >,                \
+	  mma_go<gemm_cfg<BM, BN, BK, WM, WN, ST, true> >}},
+
+#if !FLYK_AMD
+static const struct mma_ent mma_ents[] = {GEMM_CFGS(GEMM_ENT)};
+#define NMMA (sizeof(mma_ents) / sizeof(mma_ents[0]))
+#endif
+
+static const int64_t mma_tile_m[] = {16, 32, 64, 128, 256};
+static const int64_t mma_tile_n[] = {64, 128, 256};
+static const int64_t mma_tile_k[] = {32, 64, 128};
+static const int64_t mma_warps[] = {4, 8};
+static const int64_t mma_stages[] = {2, 3, 4};
+static const int64_t mma_split[] = {1, 2, 4, 8};
+static const int64_t mma_swz[] = {1, 8};
+
+#if !FLYK_AMD
+static const struct mma_ent *mma_find(const int64_t *pr)
+{
+	for (size_t i = 0; i < NMMA; i++) {
+		const struct mma_ent *e = &mma_ents[i];
+		if (e->bm == pr[0] && e->bn == pr[1] && e->bk == pr[2] &&
+		    e->warps == pr[3] && e->st == pr[4])
+			return e;
+	}
+	return NULL;
+}
+#endif
+
+static int mma_feasible(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *pr)
+{
+	if (gemm_problem_ok(p))
+		return -EINVAL;
+#if FLYK_AMD
+	(void)dev;
+	(void)pr;
+	return -ENOSPC;
+#else
+	if (dev->cc_major < 8)
+		return -ENOSPC;
+	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
+	int nn = p->layout == FLY_LAYOUT_NN;
+	if (k % 8 || (nn && n % 8))
+		return -EINVAL;
+	const struct mma_ent *e = mma_find(pr);
+	if (!e)
+		return -EINVAL;
+	if ((size_t)e->smem[nn] > dev->smem_per_block_optin)
+		return -ENOSPC;
+	if (((m + e->bm - 1) / e->bm) * ((n + e->bn - 1) / e->bn) > 0x7fffffff)
+		return -EINVAL;
+	/* Pruning (on the bucketed M, see flyk_gemm_bucket_m): a tile over
+	 * twice the problem does what a smaller one does. */
+	m = flyk_gemm_bucket_m(m);
+	if ((e->bm > 16 && e->bm / 2 >= m) || (e->bn > 64 && e->bn / 2 >= n))
+		return -EINVAL;
+	int64_t tiles = ((m + e->bm - 1) / e->bm) * ((n + e->bn - 1) / e->bn);
+	int64_t split = pr[5], swz = pr[6];
+	if (split > 1) {
+		/* Only for a grid of a few waves at most (split-K then fills
+		 * the last wave), with >= 2 k-tiles a split. */
+		if (tiles * split > 8 * (int64_t)dev->sms ||
+		    k / split < 2 * e->bk)
+			return -EINVAL;
+		if ((uint64_t)split * m * n * 4 > FLYK_GEMM_WS_BYTES)
+			return -EINVAL;
+	}
+	/* Rasterisation groups need several tile rows and columns. */
+	if (swz > 1 && ((m + e->bm - 1) / e->bm < 2 * swz ||
+			(n + e->bn - 1) / e->bn < 2))
+		return -EINVAL;
+	return 0;
+#endif
+}
+
+#if !FLYK_AMD
+/* Whether @p ptr is aligned to @p al bytes. */
+static int gemm_al(const void *ptr, uintptr_t al)
+{
+	return ((uintptr_t)ptr & (al - 1)) == 0;
+}
+#endif
+
+static int mma_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *pr,
+		      const union flyk_args *args, void *stream)
+{
+	int rc = mma_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+#if FLYK_AMD
+	(void)args;
+	(void)stream;
+	return -EOPNOTSUPP;
+#else
+	const struct flyk_gemm_args *a = &args->gemm;
+	if (!a->a || !a->b || !a->c || !gemm_al(a->a, 16) ||
+	    !gemm_al(a->b, 16) || !gemm_al(a->c, 4))
+		return -EINVAL;
+	if ((p->flags & FLY_F_BIAS) && !a->bias)
+		return -EINVAL;
+	struct mma_job j;
+	j.a = a;
+	j.m = p->dims[0];
+	j.n = p->dims[1];
+	j.k = p->dims[2];
+	j.split = (int)pr[5];
+	j.swz = (int)pr[6];
+	j.alpha = gemm_alpha(p, a);
+	j.bias = gemm_bias(p, a);
+	j.s = (hipStream_t)stream;
+	if (j.split > 1 &&
+	    (!a->workspace || !gemm_al(a->workspace, 16) ||
+	     a->workspace_size < (size_t)j.split * j.m * j.n * 4))
+		return -EINVAL;
+	return mma_find(pr)->go[p->layout == FLY_LAYOUT_NN](&j);
+#endif
+}
+
+/* ------------------------------------------------------------ fma, ref */
+
+static int simple_feasible(const struct flyk_device *dev,
+			   const struct fly_problem *p, const int64_t *pr)
+{
+	(void)dev;
+	(void)pr;
+	return gemm_problem_ok(p);
+}
+
+static int fma_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *pr,
+		      const union flyk_args *args, void *stream)
+{
+	int rc = simple_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	const struct flyk_gemm_args *a = &args->gemm;
+	if (!a->a || !a->b || !a->c || ((p->flags & FLY_F_BIAS) && !a->bias))
+		return -EINVAL;
+	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
+	int64_t tm = (m + GEMM_FMA_BM - 1) / GEMM_FMA_BM;
+	int64_t tn = (n + GEMM_FMA_BN - 1) / GEMM_FMA_BN;
+	if (tm * tn > 0x7fffffff)
+		return -EINVAL;
+	gemm_fma_kernel<<<(unsigned)(tm * tn), GEMM_FMA_THREADS, 0,
+			  (hipStream_t)stream>>>(
+		(const uint16_t *)a->a, (const uint16_t *)a->b,
+		(uint16_t *)a->c, gemm_bias(p, a), gemm_alpha(p, a), m, n, k,
+		p->layout == FLY_LAYOUT_NN, (int)tn);
+	return gemm_launch_err();
+}
+
+static int ref_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *pr,
+		      const union flyk_args *args, void *stream)
+{
+	int rc = simple_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	const struct flyk_gemm_args *a = &args->gemm;
+	if (!a->a || !a->b || !a->c || ((p->flags & FLY_F_BIAS) && !a->bias))
+		return -EINVAL;
+	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
+	dim3 grid((unsigned)((n + 127) / 128),
+		  (unsigned)(m < 65535 ? m : 65535));
+	gemm_ref_kernel<<<grid, 128, 0, (hipStream_t)stream>>>(
+		(const uint16_t *)a->a, (const uint16_t *)a->b,
+		(uint16_t *)a->c, gemm_bias(p, a), gemm_alpha(p, a), m, n, k,
+		p->layout == FLY_LAYOUT_NN);
+	return gemm_launch_err();
+}
+
+/* ------------------------------------------------------------ table */
+
+#if !FLYK_DEVICE_PASS
+#define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
+
+#if !FLYK_AMD
+/* cuBLASLt's points come from enumerate(); this placeholder is never
+ * feasible (see gemm_vendor.h). */
+static const int64_t lt_none[] = {-1};
+#endif
+
+static const struct flyk_variant gemm_variants[] = {
+#if !FLYK_AMD
+	{"cublas_default", FLY_OP_GEMM, GEMM_DT_MASK, FLY_F_SCALE, 0, 0, {},
+	 flyk_cublas_default_feasible, NULL, flyk_cublas_default_launch},
+	{"cublaslt", FLY_OP_GEMM, GEMM_DT_MASK, GEMM_FLAGS, 0,
+	 FLYK_CUBLASLT_NPARAMS,
+	 {{"algo", NV(lt_none)},
+	  {"tile", NV(lt_none)},
+	  {"stages", NV(lt_none)},
+	  {"splitk", NV(lt_none)},
+	  {"reduction", NV(lt_none)},
+	  {"swizzle", NV(lt_none)},
+	  {"custom", NV(lt_none)},
+	  {"shape", NV(lt_none)}},
+	 flyk_cublaslt_feasible, flyk_cublaslt_enumerate,
+	 flyk_cublaslt_launch},
+#endif
+	{"gemm_mma", FLY_OP_GEMM, GEMM_DT_MASK, GEMM_FLAGS, 0, 7,
+	 {{"tile_m", NV(mma_tile_m)},
+	  {"tile_n", NV(mma_tile_n)},
+	  {"tile_k", NV(mma_tile_k)},
+	  {"warps", NV(mma_warps)},
+	  {"stages", NV(mma_stages)},
+	  {"split_k", NV(mma_split)},
+	  {"swizzle", NV(mma_swz)}},
+	 mma_feasible, NULL, mma_launch},
+	{"gemm_fma", FLY_OP_GEMM, GEMM_DT_MASK, GEMM_FLAGS, 0, 0, {},
+	 simple_feasible, NULL, fma_launch},
+	{"gemm_ref", FLY_OP_GEMM, GEMM_DT_MASK, GEMM_FLAGS, 1, 0, {},
+	 simple_feasible, NULL, ref_launch},
+};
+#endif
+
+/* ------------------------------------------------------------ case */
+
+struct gemm_state {
+	uint16_t *h_ref;  /* reference C, host */
+	size_t n;         /* M * N */
+};
+
+static int gemm_setup(struct flyk_case *c, uint64_t seed)
+{
+	const struct fly_problem *p = &c->p;
+	if (gemm_problem_ok(p))
+		return -EOPNOTSUPP;
+	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
+	struct gemm_state *st = (struct gemm_state *)calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	c->state = st;
+	st->n = (size_t)m * n;
+	struct flyk_gemm_args *a = &c->args.gemm;
+	void *x, *y, *out, *ref, *bias = NULL, *ws;
+	if (flyk_gpu_case_alloc(c, (size_t)m * k * 2, 0, &x) < 0 ||
+	    flyk_gpu_case_alloc(c, (size_t)n * k * 2, 0, &y) < 0 ||
+	    flyk_gpu_case_alloc(c, st->n * 2, 1, &out) < 0 ||
+	    flyk_gpu_case_alloc(c, st->n * 2, 0, &ref) < 0 ||
+	    flyk_gpu_case_alloc(c, FLYK_GEMM_WS_BYTES, 0, &ws) < 0)
+		return -ENOMEM;
+	if ((p->flags & FLY_F_BIAS) &&
+	    flyk_gpu_case_alloc(c, (size_t)n * 2, 0, &bias) < 0)
+		return -ENOMEM;
+	struct flyk_device *dev = c->dev;
+	int rc = flyk_gpu_fill_random(dev, x, (size_t)m * k, FLY_DT_BF16,
+				      -1.f, 1.f, seed);
+	if (!rc)
+		rc = flyk_gpu_fill_random(dev, y, (size_t)n * k, FLY_DT_BF16,
+					  -1.f, 1.f, seed + 1);
+	if (!rc && bias)
+		rc = flyk_gpu_fill_random(dev, bias, (size_t)n, FLY_DT_BF16,
+					  -1.f, 1.f, seed + 2);
+	if (rc)
+		return rc;
+	a->a = x;
+	a->b = y;
+	a->c = ref;
+	a->bias = bias;
+	a->alpha = (p->flags & FLY_F_SCALE) ? GEMM_CASE_ALPHA : 1.0f;
+	a->workspace = ws;
+	a->workspace_size = FLYK_GEMM_WS_BYTES;
+	rc = ref_launch(dev, p, NULL, &c->args, dev->stream);
+	a->c = out;
+	if (rc)
+		return rc;
+	st->h_ref = (uint16_t *)malloc(st->n * 2);
+	if (!st->h_ref)
+		return -ENOMEM;
+	return flyk_gpu_download(dev, st->h_ref, ref, st->n * 2);
+}
+
+/* Max abs error of bf16 @p got against @p ref; -EDOM on NaN or when an
+ * element is off by more than 1/64 of |ref| plus 2e-3 * sqrt(k) (one bf16
+ * rounding each side, and fp32 summation order). */
+extern "C" int flyk_gpu_gemm_compare(const uint16_t *got,
+				     const uint16_t *ref, size_t n,
+				     int64_t k, double *max_err)
+{
+	double slack = 2e-3 * sqrt((double)k);
+	int bad = 0;
+	*max_err = 0;
+	for (size_t i = 0; i < n; i++) {
+		double g = flyk_bf16_to_float(got[i]);
+		double r = flyk_bf16_to_float(ref[i]);
+		double e = fabs(g - r);
+		if (e != e) {
+			*max_err = INFINITY;
+			return -EDOM;
+		}
+		if (e > *max_err)
+			*max_err = e;
+		if (e > fabs(r) / 64 + slack)
+			bad = 1;
+	}
+	return bad ? -EDOM : 0;
+}
+
+static int gemm_check(struct flyk_case *c, double *max_err)
+{
+	struct gemm_state *st = (struct gemm_state *)c->state;
+	uint16_t *h = (uint16_t *)malloc(st->n * 2);
+	*max_err = 0;
+	if (!h)
+		return -ENOMEM;
+	int rc = flyk_gpu_download(c->dev, h, c->args.gemm.c, st->n * 2);
+	if (!rc)
+		rc = flyk_gpu_gemm_compare(h, st->h_ref, st->n, c->p.dims[2],
+					   max_err);
+	free(h);
+	return rc;
+}
+
+static void gemm_fini(struct flyk_case *c)
+{
+	struct gemm_state *st = (struct gemm_state *)c->state;
+	if (!st)
+		return;
+	free(st->h_ref);
+	free(st);
+	c->state = NULL;
+}
+
+#if !FLYK_DEVICE_PASS
+extern "C" const struct flyk_gpu_op flyk_gpu_gemm_op = {
+	FLY_OP_GEMM, gemm_variants,
+	sizeof(gemm_variants) / sizeof(gemm_variants[0]),
+	gemm_setup,  gemm_check,
+	gemm_fini,   NULL,
+};
+#endif

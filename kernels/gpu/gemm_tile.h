@@ -1,0 +1,437 @@
+/*
+ * gemm_tile.h -- the bf16 GEMM tile engines shared by gemm.hip and
+ * grouped_gemm.hip: one output tile C[m0:m0+BM, n0:n0+BN] of
+ * A[M,K] x B (NT: B[N,K]; NN: B[K,N]) over a K range, fp32 accumulation,
+ * and the epilogues (alpha, bias, bf16 store; fp32 split-K partials).
+ *
+ * Owns: nothing (device templates).  Thread: device code only.
+ *
+ * Two engines:
+ *   mma  (NVIDIA sm_80+)  multistage cp.async pipeline (STAGES buffers,
+ *        zero-filled out of bounds), ldmatrix (.trans for NN's B) and
+ *        mma.sync.m16n8k16 bf16 -> fp32 via inline PTX.  Needs K % 8 == 0
+ *        (NN: N % 8 == 0 too) and 16-byte aligned A and B bases, so every
+ *        16-byte chunk is either wholly inside or wholly outside.
+ *   fma  (anywhere, AMD's portable path)  64x64x16 shared-memory tiles,
+ *        256 threads, a 4x4 register micro-tile each; any shape, any
+ *        alignment.
+ * Shared memory rows are padded by 8 halves: every ldmatrix phase (8 rows
+ * of 16 bytes) then hits 8 distinct 16-byte bank groups.
+ */
+#ifndef FLYK_GEMM_TILE_H
+#define FLYK_GEMM_TILE_H
+
+#include <stdint.h>
+
+#include "flyk_gpu.h"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define FLYK_MMA_DEVICE 1
+#else
+#define FLYK_MMA_DEVICE 0
+#endif
+
+/* The mma tile shapes built (gemm_mma and ggemm_mma): BM, BN, BK, warps
+ * along M, warps along N, stages. */
+#define GEMM_CFGS(X)                                                       \
+	X(16, 64, 64, 1, 4, 4)                                             \
+	X(16, 64, 128, 1, 4, 3)                                            \
+	X(16, 128, 64, 1, 4, 4)                                            \
+	X(16, 256, 64, 1, 4, 3)                                            \
+	X(32, 64, 64, 2, 2, 4)                                             \
+	X(32, 128, 64, 2, 2, 4)                                            \
+	X(64, 64, 32, 2, 2, 2)                                             \
+	X(64, 64, 64, 2, 2, 3)                                             \
+	X(64, 128, 32, 2, 2, 4)                                            \
+	X(64, 128, 64, 2, 2, 3)                                            \
+	X(64, 256, 32, 2, 4, 3)                                            \
+	X(128, 64, 32, 2, 2, 4)                                            \
+	X(128, 128, 32, 2, 2, 3)                                           \
+	X(128, 128, 32, 2, 2, 4)                                           \
+	X(128, 128, 64, 2, 2, 3)                                           \
+	X(128, 128, 32, 2, 4, 4)                                           \
+	X(128, 256, 32, 2, 4, 3)                                           \
+	X(256, 128, 32, 4, 2, 3)
+
+/* One tile shape: BMxBN block tile, BK deep, WMxWN warps, ST stages. */
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int ST_, bool NN_>
+struct gemm_cfg {
+	enum {
+		BM = BM_,
+		BN = BN_,
+		BK = BK_,
+		WM = WM_,
+		WN = WN_,
+		ST = ST_,
+		THREADS = WM_ * WN_ * 32,
+		WTM = BM_ / WM_,      /* warp tile rows */
+		WTN = BN_ / WN_,      /* warp tile cols */
+		MI = WTM / 16,        /* m16 fragments per warp */
+		NI = WTN / 8,         /* n8 fragments per warp */
+		LDA = BK_ + 8,        /* smem row stride of A (halves) */
+		LDB = NN_ ? BN_ + 8 : BK_ + 8,
+		A_ST = BM_ * (BK_ + 8),
+		B_ST = NN_ ? BK_ * (BN_ + 8) : BN_ * (BK_ + 8),
+		SMEM = (A_ST + B_ST) * ST_ * 2 /* bytes */
+	};
+	static const bool NN = NN_;
+	static_assert(WTM % 16 == 0 && WTN % 16 == 0, "warp tile");
+	static_assert(BK_ % 16 == 0, "BK");
+};
+
+/* The epilogue's view of the output. */
+struct gemm_out {
+	uint16_t *c;        /* bf16 C (NULL: write fp32 partials to ws) */
+	float *ws;          /* fp32 partials [M, N] of this split */
+	int64_t ldc;        /* N */
+	int64_t m_end;      /* rows valid: row < m_end */
+	int64_t n_end;      /* cols valid: col < n_end */
+	float alpha;
+	const uint16_t *bias; /* [N] or NULL */
+};
+
+__device__ __forceinline__ float gemm_fin(const gemm_out &o, int64_t col,
+					  float v)
+{
+	v *= o.alpha;
+	if (o.bias)
+		v += flyk_db2f(o.bias[col]);
+	return v;
+}
+
+/* Store two adjacent outputs (row, col) and (row, col + 1). */
+__device__ __forceinline__ void gemm_store2(const gemm_out &o, int64_t row,
+					    int64_t col, float v0, float v1)
+{
+	if (row >= o.m_end || col >= o.n_end)
+		return;
+	int64_t i = row * o.ldc + col;
+	bool two = col + 1 < o.n_end;
+	if (!o.c) {
+		if (two && !(i & 1)) {
+			*(float2 *)(o.ws + i) = make_float2(v0, v1);
+		} else {
+			o.ws[i] = v0;
+			if (two)
+				o.ws[i + 1] = v1;
+		}
+		return;
+	}
+	uint16_t h0 = flyk_df2b(gemm_fin(o, col, v0));
+	if (two) {
+		uint16_t h1 = flyk_df2b(gemm_fin(o, col + 1, v1));
+		if (!(i & 1)) {
+			*(uint32_t *)(o.c + i) =
+				(uint32_t)h0 | ((uint32_t)h1 << 16);
+			return;
+		}
+		o.c[i + 1] = h1;
+	}
+	o.c[i] = h0;
+}
+
+/* ------------------------------------------------------------ mma engine */
+
+__device__ __forceinline__ void gemm_cp16(void *smem, const void *g,
+					  bool pred)
+{
+#if FLYK_MMA_DEVICE
+	unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+	int sz = pred ? 16 : 0;
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s),
+		     "l"(g), "r"(sz));
+#endif
+}
+
+__device__ __forceinline__ void gemm_cp_commit(void)
+{
+#if FLYK_MMA_DEVICE
+	asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+template <int N> __device__ __forceinline__ void gemm_cp_wait(void)
+{
+#if FLYK_MMA_DEVICE
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+__device__ __forceinline__ void gemm_ldm4(uint32_t *r, const uint16_t *p)
+{
+#if FLYK_MMA_DEVICE
+	unsigned s = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+		     "{%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(s));
+#endif
+}
+
+__device__ __forceinline__ void gemm_ldm4t(uint32_t *r, const uint16_t *p)
+{
+#if FLYK_MMA_DEVICE
+	unsigned s = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+		     "{%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(s));
+#endif
+}
+
+__device__ __forceinline__ void gemm_mma16816(float *c, const uint32_t *a,
+					      const uint32_t *b)
+{
+#if FLYK_MMA_DEVICE
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		     "{%0,%1,%2,%3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+		       "r"(b[1]));
+#endif
+}
+
+/* Operands of one tile: A rows from m0 (row-major, lda = K), B from the
+ * tile's n0 (NT: rows of B[N,K]; NN: columns of B[K,N], ldb = N). */
+struct gemm_opnd {
+	const uint16_t *a;
+	const uint16_t *b;
+	int64_t lda, ldb;
+	int64_t m0, m_end; /* rows [m0, m_end) are valid in A */
+	int64_t n0, n_end; /* cols [n0, n_end) are valid */
+};
+
+/* Issue the cp.async copies of k-tile @p kt into stage buffers sa/sb. */
+template <class C>
+__device__ __forceinline__ void gemm_load_stage(const gemm_opnd &o,
+						uint16_t *sa, uint16_t *sb,
+						int64_t k0, int64_t k_end)
+{
+	const int tid = threadIdx.x;
+	const int KC = C::BK / 8;
+	for (int c = tid; c < C::BM * KC; c += C::THREADS) {
+		int r = c / KC, kc = (c % KC) * 8;
+		int64_t gr = o.m0 + r, gk = k0 + kc;
+		bool ok = gr < o.m_end && gk < k_end;
+		const uint16_t *src = ok ? o.a + gr * o.lda + gk : o.a;
+		gemm_cp16(sa + r * C::LDA + kc, src, ok);
+	}
+	if (!C::NN) {
+		for (int c = tid; c < C::BN * KC; c += C::THREADS) {
+			int r = c / KC, kc = (c % KC) * 8;
+			int64_t gn = o.n0 + r, gk = k0 + kc;
+			bool ok = gn < o.n_end && gk < k_end;
+			const uint16_t *src = ok ? o.b + gn * o.ldb + gk : o.b;
+			gemm_cp16(sb + r * C::LDB + kc, src, ok);
+		}
+	} else {
+		const int NC = C::BN / 8;
+		for (int c = tid; c < C::BK * NC; c += C::THREADS) {
+			int r = c / NC, nc = (c % NC) * 8;
+			int64_t gk = k0 + r, gn = o.n0 + nc;
+			bool ok = gk < k_end && gn < o.n_end;
+			const uint16_t *src = ok ? o.b + gk * o.ldb + gn : o.b;
+			gemm_cp16(sb + r * C::LDB + nc, src, ok);
+		}
+	}
+}
+
+/* acc += the tile products of one stage. */
+template <class C>
+__device__ __forceinline__ void gemm_compute_stage(const uint16_t *sa,
+						   const uint16_t *sb,
+						   float (*acc)[C::NI][4])
+{
+	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+	const int wm = warp / C::WN, wn = warp % C::WN;
+#pragma unroll
+	for (int kk = 0; kk < C::BK / 16; kk++) {
+		uint32_t af[C::MI][4], bf[C::NI][2];
+#pragma unroll
+		for (int mi = 0; mi < C::MI; mi++) {
+			int r = wm * C::WTM + mi * 16 + (lane % 8) +
+				((lane / 8) % 2) * 8;
+			int k = kk * 16 + (lane / 16) * 8;
+			gemm_ldm4(af[mi], sa + r * C::LDA + k);
+		}
+#pragma unroll
+		for (int nj = 0; nj < C::NI / 2; nj++) {
+			uint32_t t[4];
+			if (!C::NN) {
+				int n = wn * C::WTN + nj * 16 + (lane % 8) +
+					(lane / 16) * 8;
+				int k = kk * 16 + ((lane / 8) % 2) * 8;
+				gemm_ldm4(t, sb + n * C::LDB + k);
+			} else {
+				int k = kk * 16 + (lane % 8) +
+					((lane / 8) % 2) * 8;
+				int n = wn * C::WTN + nj * 16 + (lane / 16) * 8;
+				gemm_ldm4t(t, sb + k * C::LDB + n);
+			}
+			bf[2 * nj][0] = t[0];
+			bf[2 * nj][1] = t[1];
+			bf[2 * nj + 1][0] = t[2];
+			bf[2 * nj + 1][1] = t[3];
+		}
+#pragma unroll
+		for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+			for (int ni = 0; ni < C::NI; ni++)
+				gemm_mma16816(acc[mi][ni], af[mi], bf[ni]);
+	}
+}
+
+/*
+ * One output tile over k in [k_begin, k_end) (k_begin a multiple of BK),
+ * then the epilogue.  All threads of the block must call it; @p smem is
+ * C::SMEM bytes of dynamic shared memory.  Safe to call again for another
+ * tile (it synchronises before reusing the buffers).
+ */
+template <class C>
+__device__ __forceinline__ void gemm_mma_tile(const gemm_opnd &o,
+					      int64_t k_begin, int64_t k_end,
+					      const gemm_out &out,
+					      uint16_t *smem)
+{
+	float acc[C::MI][C::NI][4];
+#pragma unroll
+	for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+		for (int ni = 0; ni < C::NI; ni++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				acc[mi][ni][e] = 0.f;
+	uint16_t *sa = smem, *sb = smem + C::A_ST * C::ST;
+	int64_t nk = (k_end - k_begin + C::BK - 1) / C::BK;
+	if (nk < 0)
+		nk = 0;
+	__syncthreads(); /* a previous tile may still read the buffers */
+#pragma unroll
+	for (int s = 0; s < C::ST - 1; s++) {
+		if (s < nk)
+			gemm_load_stage<C>(o, sa + s * C::A_ST, sb + s * C::B_ST,
+					   k_begin + (int64_t)s * C::BK, k_end);
+		gemm_cp_commit();
+	}
+	for (int64_t kt = 0; kt < nk; kt++) {
+		gemm_cp_wait<C::ST - 2>();
+		__syncthreads();
+		int64_t pf = kt + C::ST - 1;
+		if (pf < nk) {
+			int ps = (int)(pf % C::ST);
+			gemm_load_stage<C>(o, sa + ps * C::A_ST,
+					   sb + ps * C::B_ST,
+					   k_begin + pf * C::BK, k_end);
+		}
+		gemm_cp_commit();
+		int cs = (int)(kt % C::ST);
+		gemm_compute_stage<C>(sa + cs * C::A_ST, sb + cs * C::B_ST,
+				      acc);
+	}
+	gemm_cp_wait<0>();
+	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+	const int wm = warp / C::WN, wn = warp % C::WN;
+	const int g = lane / 4, t = lane % 4;
+#pragma unroll
+	for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+		for (int ni = 0; ni < C::NI; ni++) {
+			int64_t r = o.m0 + wm * C::WTM + mi * 16 + g;
+			int64_t c = o.n0 + wn * C::WTN + ni * 8 + 2 * t;
+			gemm_store2(out, r, c, acc[mi][ni][0], acc[mi][ni][1]);
+			gemm_store2(out, r + 8, c, acc[mi][ni][2],
+				    acc[mi][ni][3]);
+		}
+}
+
+/* ------------------------------------------------------------ fma engine */
+
+#define GEMM_FMA_BM 64
+#define GEMM_FMA_BN 64
+#define GEMM_FMA_BK 16
+#define GEMM_FMA_THREADS 256
+
+/* One 64x64 tile with plain FMAs; any shape and alignment.  All 256
+ * threads of the block must call it. */
+__device__ __forceinline__ void gemm_fma_tile(const gemm_opnd &o, bool nn,
+					      int64_t k_end,
+					      const gemm_out &out)
+{
+	__shared__ float sa[GEMM_FMA_BK][GEMM_FMA_BM + 4];
+	__shared__ float sb[GEMM_FMA_BK][GEMM_FMA_BN + 4];
+	const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+	float acc[4][4];
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 4; j++)
+			acc[i][j] = 0.f;
+	for (int64_t k0 = 0; k0 < k_end; k0 += GEMM_FMA_BK) {
+		__syncthreads();
+		for (int e = tid; e < GEMM_FMA_BK * GEMM_FMA_BM;
+		     e += GEMM_FMA_THREADS) {
+			int r = e / GEMM_FMA_BK, k = e % GEMM_FMA_BK;
+			int64_t gr = o.m0 + r, gk = k0 + k;
+			sa[k][r] = gr < o.m_end && gk < k_end
+					   ? flyk_db2f(o.a[gr * o.lda + gk])
+					   : 0.f;
+		}
+		for (int e = tid; e < GEMM_FMA_BK * GEMM_FMA_BN;
+		     e += GEMM_FMA_THREADS) {
+			int n, k;
+			if (nn) {
+				k = e / GEMM_FMA_BN;
+				n = e % GEMM_FMA_BN;
+			} else {
+				n = e / GEMM_FMA_BK;
+				k = e % GEMM_FMA_BK;
+			}
+			int64_t gn = o.n0 + n, gk = k0 + k;
+			float v = 0.f;
+			if (gn < o.n_end && gk < k_end)
+				v = flyk_db2f(nn ? o.b[gk * o.ldb + gn]
+						 : o.b[gn * o.ldb + gk]);
+			sb[k][n] = v;
+		}
+		__syncthreads();
+#pragma unroll
+		for (int k = 0; k < GEMM_FMA_BK; k++) {
+			float av[4], bv[4];
+			for (int i = 0; i < 4; i++)
+				av[i] = sa[k][ty * 4 + i];
+			for (int j = 0; j < 4; j++)
+				bv[j] = sb[k][tx * 4 + j];
+			for (int i = 0; i < 4; i++)
+				for (int j = 0; j < 4; j++)
+					acc[i][j] += av[i] * bv[j];
+		}
+	}
+	for (int i = 0; i < 4; i++) {
+		int64_t r = o.m0 + ty * 4 + i, c = o.n0 + tx * 4;
+		gemm_store2(out, r, c, acc[i][0], acc[i][1]);
+		gemm_store2(out, r, c + 2, acc[i][2], acc[i][3]);
+	}
+}
+
+/* Host: M as the daemon's default key bucketing rounds it (a power of two
+ * up to 1024, then a multiple of 1024: fly_bucket_policy_default).  The
+ * feasible() rules that only prune the search use it, so a decision tuned
+ * on a bucket stays feasible on every M of the bucket. */
+static inline int64_t flyk_gemm_bucket_m(int64_t m)
+{
+	if (m <= 1024) {
+		int64_t r = 1;
+		while (r < m)
+			r *= 2;
+		return r;
+	}
+	return (m + 1023) / 1024 * 1024;
+}
+
+/* Host: max abs error of bf16 @p got against @p ref over @p n elements;
+ * -EDOM on NaN or an element off by more than |ref| / 64 + 2e-3 * sqrt(k)
+ * (defined in gemm.hip, shared with grouped_gemm.hip). */
+extern "C" int flyk_gpu_gemm_compare(const uint16_t *got,
+				     const uint16_t *ref, size_t n,
+				     int64_t k, double *max_err);
+
+#endif /* FLYK_GEMM_TILE_H */

@@ -1,0 +1,551 @@
+/*
+ * grouped_gemm.hip -- grouped (MoE) BF16 GEMM on the GPU in one launch: for
+ * each expert g, rows [offsets[g], offsets[g+1]) of A [sum rows, K] times
+ * B[g]^T (B [G, N, K], NT per expert) into the same rows of C [sum rows,
+ * N]; fp32 accumulation, bf16 out.  Semantics as kernels/cpu/grouped_gemm.c.
+ *
+ * Owns: the grouped_gemm variants and flyk_gpu_grouped_gemm_op; the case
+ * state (host reference).  Thread: tables immutable; launches asynchronous.
+ *
+ * Tile scheduler: the work is the list of (expert, m-tile, n-tile), experts
+ * in order, n fastest.  Every block reads the device offsets (the host never
+ * does: launches stay asynchronous and capturable), builds the prefix of
+ * per-expert tile counts in shared memory (one warp, a shuffle scan), and
+ * finds its expert by binary search over that prefix.  Empty experts have
+ * no tiles; offsets are clamped to [0, M] and made monotonic, so bad
+ * offsets cannot make a block read out of bounds.  The grid is the upper
+ * bound (M / tile_m + G) * tiles_n, the blocks past the real count exit
+ * at once; the persistent variant (persist = blocks per SM) instead loops
+ * a grid of sms * persist blocks over the tiles.
+ *
+ * Variants: ggemm_mma (NVIDIA sm_80+: the mma engine of gemm_tile.h;
+ * params tile_m, tile_n, tile_k, warps, stages, persist), ggemm_fma (64x64
+ * FMA tiles, any shape: the portable path; param persist), ggemm_ref
+ * (one thread per output, the reference).  G <= GG_MAX_G.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flyk_gpu.h"
+#include "gpu_int.h"
+#include "gemm_tile.h"
+
+#define GG_MAX_G 1024
+
+#if FLYK_AMD
+#define GG_SHFL_UP(v, o) __shfl_up((v), (o))
+#else
+#define GG_SHFL_UP(v, o) __shfl_up_sync(0xffffffffu, (v), (o))
+#endif
+
+static int gg_launch_err(void)
+{
+	hipError_t e = hipGetLastError();
+	return e == hipSuccess ? 0 : e == hipErrorInvalidValue ? -EINVAL : -EIO;
+}
+
+static int gg_problem_ok(const struct fly_problem *p)
+{
+	if (p->op != FLY_OP_GROUPED_GEMM || p->dtype != FLY_DT_BF16)
+		return -EINVAL;
+	if (p->layout != FLY_LAYOUT_NT && p->layout != FLY_LAYOUT_NONE)
+		return -EINVAL;
+	if (p->flags)
+		return -EINVAL;
+	for (int i = 0; i < 4; i++)
+		if (p->dims[i] < 1)
+			return -EINVAL;
+	if (p->dims[0] > GG_MAX_G || p->dims[1] > 0x7fffffff ||
+	    p->dims[2] > 0x7fffffff)
+		return -EINVAL;
+	return 0;
+}
+
+/* ------------------------------------------------------------ scheduler */
+
+/* Row range of expert @p g, clamped to [0, M] and monotonic. */
+__device__ __forceinline__ void gg_rows(const int64_t *off, int g, int64_t M,
+					int64_t *r0, int64_t *r1)
+{
+	int64_t a = off[g], b = off[g + 1];
+	a = a < 0 ? 0 : a > M ? M : a;
+	b = b < a ? a : b > M ? M : b;
+	*r0 = a;
+	*r1 = b;
+}
+
+/* pre[g] = tiles of experts < g (pre[0] = 0, pre[G] = total).  All threads
+ * call it; returns after a barrier. */
+__device__ void gg_prefix(const int64_t *off, int G, int64_t M, int bm,
+			  int tiles_n, int *pre)
+{
+	const int lane = threadIdx.x % FLYK_WARP;
+	if (threadIdx.x < FLYK_WARP) {
+		int carry = 0;
+		for (int base = 0; base < G; base += FLYK_WARP) {
+			int g = base + lane, v = 0;
+			if (g < G) {
+				int64_t r0, r1;
+				gg_rows(off, g, M, &r0, &r1);
+				v = (int)((r1 - r0 + bm - 1) / bm) * tiles_n;
+			}
+			for (int o = 1; o < FLYK_WARP; o <<= 1) {
+				int y = GG_SHFL_UP(v, o);
+				if (lane >= o)
+					v += y;
+			}
+			if (g < G)
+				pre[g + 1] = carry + v;
+			carry += FLYK_SHFL(v, FLYK_WARP - 1);
+		}
+		if (lane == 0)
+			pre[0] = 0;
+	}
+	__syncthreads();
+}
+
+/* The expert e with pre[e] <= t < pre[e + 1]. */
+__device__ __forceinline__ int gg_find(const int *pre, int G, int t)
+{
+	int lo = 0, hi = G;
+	while (hi - lo > 1) {
+		int mid = (lo + hi) / 2;
+		if (pre[mid] <= t)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+struct gg_job {
+	const uint16_t *a, *b;
+	uint16_t *c;
+	const int64_t *off;
+	int g;
+	int64_t m, n, k;
+	int tiles_n;
+};
+
+/* Operands and output of tile @p t (after gg_prefix). */
+__device__ __forceinline__ void gg_tile(const gg_job &j, const int *pre,
+					int t, int bm, int bn, gemm_opnd *o,
+					gemm_out *out)
+{
+	int e = gg_find(pre, j.g, t), local = t - pre[e];
+	int64_t r0, r1;
+	gg_rows(j.off, e, j.m, &r0, &r1);
+	o->a = j.a;
+	o->b = j.b + (size_t)e * j.n * j.k;
+	o->lda = j.k;
+	o->ldb = j.k;
+	o->m0 = r0 + (int64_t)(local / j.tiles_n) * bm;
+	o->m_end = r1;
+	o->n0 = (int64_t)(local % j.tiles_n) * bn;
+	o->n_end = j.n;
+	out->c = j.c;
+	out->ws = NULL;
+	out->ldc = j.n;
+	out->m_end = r1;
+	out->n_end = j.n;
+	out->alpha = 1.f;
+	out->bias = NULL;
+}
+
+extern __shared__ uint4 gg_dsmem[];
+
+template <class C>
+__global__ void __launch_bounds__(C::THREADS) gg_mma_kernel(gg_job j)
+{
+	__shared__ int pre[GG_MAX_G + 1];
+	gg_prefix(j.off, j.g, j.m, C::BM, j.tiles_n, pre);
+	int total = pre[j.g];
+	for (int t = blockIdx.x; t < total; t += gridDim.x) {
+		gemm_opnd o;
+		gemm_out out;
+		gg_tile(j, pre, t, C::BM, C::BN, &o, &out);
+		gemm_mma_tile<C>(o, 0, j.k, out, (uint16_t *)gg_dsmem);
+	}
+}
+
+__global__ void __launch_bounds__(GEMM_FMA_THREADS) gg_fma_kernel(gg_job j)
+{
+	__shared__ int pre[GG_MAX_G + 1];
+	gg_prefix(j.off, j.g, j.m, GEMM_FMA_BM, j.tiles_n, pre);
+	int total = pre[j.g];
+	for (int t = blockIdx.x; t < total; t += gridDim.x) {
+		gemm_opnd o;
+		gemm_out out;
+		gg_tile(j, pre, t, GEMM_FMA_BM, GEMM_FMA_BN, &o, &out);
+		gemm_fma_tile(o, false, j.k, out);
+	}
+}
+
+/* One thread per output; the expert of a row by binary search over the
+ * (clamped) offsets; rows outside every expert are left alone. */
+__global__ void gg_ref_kernel(gg_job j)
+{
+	int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (col >= j.n)
+		return;
+	for (int64_t row = blockIdx.y; row < j.m; row += gridDim.y) {
+		int lo = 0, hi = j.g;
+		while (hi - lo > 1) {
+			int mid = (lo + hi) / 2;
+			int64_t r0, r1;
+			gg_rows(j.off, mid, j.m, &r0, &r1);
+			if (r0 <= row)
+				lo = mid;
+			else
+				hi = mid;
+		}
+		int64_t r0, r1;
+		gg_rows(j.off, lo, j.m, &r0, &r1);
+		if (row < r0 || row >= r1)
+			continue;
+		const uint16_t *ar = j.a + row * j.k;
+		const uint16_t *br = j.b + ((size_t)lo * j.n + col) * j.k;
+		float acc = 0.f;
+		for (int64_t q = 0; q < j.k; q++)
+			acc += flyk_db2f(ar[q]) * flyk_db2f(br[q]);
+		j.c[row * j.n + col] = flyk_df2b(acc);
+	}
+}
+
+/* ------------------------------------------------------------ host */
+
+static int gg_job_of(const struct fly_problem *p, const union flyk_args *args,
+		     int bn, struct gg_job *j)
+{
+	const struct flyk_grouped_gemm_args *a = &args->grouped_gemm;
+	if (!a->a || !a->b || !a->c || !a->offsets)
+		return -EINVAL;
+	j->a = (const uint16_t *)a->a;
+	j->b = (const uint16_t *)a->b;
+	j->c = (uint16_t *)a->c;
+	j->off = a->offsets;
+	j->g = (int)p->dims[0];
+	j->m = p->dims[1];
+	j->n = p->dims[2];
+	j->k = p->dims[3];
+	j->tiles_n = (int)((j->n + bn - 1) / bn);
+	return 0;
+}
+
+/* Blocks to launch: the tile count's upper bound, or the persistent grid. */
+static int64_t gg_grid(const struct flyk_device *dev,
+		       const struct fly_problem *p, int bm, int bn,
+		       int64_t persist)
+{
+	int64_t tn = (p->dims[2] + bn - 1) / bn;
+	int64_t ub = (p->dims[1] / bm + p->dims[0]) * tn;
+	if (persist > 0 && (int64_t)dev->sms * persist < ub)
+		return (int64_t)dev->sms * persist;
+	return ub;
+}
+
+typedef int (*gg_go_fn)(const struct gg_job *j, unsigned grid, hipStream_t s);
+
+template <class C>
+static int gg_go(const struct gg_job *j, unsigned grid, hipStream_t s)
+{
+	{ /* always: static + dynamic may pass 48 KiB */
+		static int done[16];
+		int d = 0;
+		(void)hipGetDevice(&d);
+		if (d < 0 || d >= 16 || !done[d]) {
+			if (hipFuncSetAttribute(
+				    gg_mma_kernel<C>,
+				    hipFuncAttributeMaxDynamicSharedMemorySize,
+				    C::SMEM) != hipSuccess)
+				return -ENOSPC;
+			if (d >= 0 && d < 16)
+				done[d] = 1;
+		}
+	}
+	gg_mma_kernel<C><<<grid, C::THREADS, C::SMEM, s>>>(*j);
+	return gg_launch_err();
+}
+
+struct gg_ent {
+	int bm, bn, bk, warps, st, smem;
+	gg_go_fn go;
+};
+
+#define GG_ENT(BM, BN, BK, WM, WN, ST)                                     \
+	{BM,                                                               \
+	 BN,                                                               \
+	 BK,                                                               \
+	 WM * WN,                                                          \
+	 ST,                                                               \
+	 gemm_cfg<BM, BN, BK, WM, WN, ST, false>::SMEM,                    \
+	 gg_go<gemm_cfg<BM, BN, BK, WM, WN, ST, false> >},
+
+#if !FLYK_AMD
+static const struct gg_ent gg_ents[] = {GEMM_CFGS(GG_ENT)};
+#define NGG (sizeof(gg_ents) / sizeof(gg_ents[0]))
+
+static const struct gg_ent *gg_find_ent(const int64_t *pr)
+{
+	for (size_t i = 0; i < NGG; i++) {
+		const struct gg_ent *e = &gg_ents[i];
+		if (e->bm == pr[0] && e->bn == pr[1] && e->bk == pr[2] &&
+		    e->warps == pr[3] && e->st == pr[4])
+			return e;
+	}
+	return NULL;
+}
+#endif
+
+static const int64_t gg_tile_m[] = {16, 32, 64, 128, 256};
+static const int64_t gg_tile_n[] = {64, 128, 256};
+static const int64_t gg_tile_k[] = {32, 64, 128};
+static const int64_t gg_warps[] = {4, 8};
+static const int64_t gg_stages[] = {2, 3, 4};
+static const int64_t gg_persist[] = {0, 1, 2};
+
+/* persist > 0 only where it shrinks the grid. */
+static int gg_persist_ok(const struct flyk_device *dev,
+			 const struct fly_problem *p, int bm, int bn,
+			 int64_t persist)
+{
+	if (persist < 0 || persist > 2)
+		return 0;
+	int64_t tn = (p->dims[2] + bn - 1) / bn;
+	int64_t mb = flyk_gemm_bucket_m(p->dims[1]);
+	if ((mb / bm + p->dims[0]) * tn > 0x7fffffff)
+		return 0;
+	/* pruning, on the bucketed M: persistent only where it shrinks */
+	return persist == 0 || (int64_t)dev->sms * persist <
+				       (mb / bm + p->dims[0]) * tn;
+}
+
+static int mma_feasible(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *pr)
+{
+	if (gg_problem_ok(p))
+		return -EINVAL;
+#if FLYK_AMD
+	(void)dev;
+	(void)pr;
+	return -ENOSPC;
+#else
+	if (dev->cc_major < 8)
+		return -ENOSPC;
+	if (p->dims[3] % 8)
+		return -EINVAL;
+	const struct gg_ent *e = gg_find_ent(pr);
+	if (!e)
+		return -EINVAL;
+	if ((size_t)e->smem + (GG_MAX_G + 1) * sizeof(int) >
+	    dev->smem_per_block_optin)
+		return -ENOSPC;
+	/* Pruning on the bucketed M (flyk_gemm_bucket_m). */
+	int64_t avg = flyk_gemm_bucket_m(p->dims[1]) / p->dims[0];
+	if ((e->bm > 16 && e->bm / 2 >= avg) ||
+	    (e->bn > 64 && e->bn / 2 >= p->dims[2]))
+		return -EINVAL;
+	if (!gg_persist_ok(dev, p, e->bm, e->bn, pr[5]))
+		return -EINVAL;
+	return 0;
+#endif
+}
+
+static int mma_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *pr,
+		      const union flyk_args *args, void *stream)
+{
+	int rc = mma_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+#if FLYK_AMD
+	(void)args;
+	(void)stream;
+	return -EOPNOTSUPP;
+#else
+	const struct gg_ent *e = gg_find_ent(pr);
+	struct gg_job j;
+	rc = gg_job_of(p, args, e->bn, &j);
+	if (rc)
+		return rc;
+	if (((uintptr_t)j.a | (uintptr_t)j.b) & 15 || (uintptr_t)j.c & 3)
+		return -EINVAL;
+	int64_t grid = gg_grid(dev, p, e->bm, e->bn, pr[5]);
+	return e->go(&j, (unsigned)grid, (hipStream_t)stream);
+#endif
+}
+
+static int fma_feasible(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *pr)
+{
+	if (gg_problem_ok(p))
+		return -EINVAL;
+	if (!gg_persist_ok(dev, p, GEMM_FMA_BM, GEMM_FMA_BN, pr[0]))
+		return -EINVAL;
+	return 0;
+}
+
+static int fma_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *pr,
+		      const union flyk_args *args, void *stream)
+{
+	int rc = fma_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	struct gg_job j;
+	rc = gg_job_of(p, args, GEMM_FMA_BN, &j);
+	if (rc)
+		return rc;
+	int64_t grid = gg_grid(dev, p, GEMM_FMA_BM, GEMM_FMA_BN, pr[0]);
+	gg_fma_kernel<<<(unsigned)grid, GEMM_FMA_THREADS, 0,
+			(hipStream_t)stream>>>(j);
+	return gg_launch_err();
+}
+
+static int ref_feasible(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *pr)
+{
+	(void)dev;
+	(void)pr;
+	return gg_problem_ok(p);
+}
+
+static int ref_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *pr,
+		      const union flyk_args *args, void *stream)
+{
+	int rc = ref_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	struct gg_job j;
+	rc = gg_job_of(p, args, 128, &j);
+	if (rc)
+		return rc;
+	dim3 grid((unsigned)((j.n + 127) / 128),
+		  (unsigned)(j.m < 65535 ? j.m : 65535));
+	gg_ref_kernel<<<grid, 128, 0, (hipStream_t)stream>>>(j);
+	return gg_launch_err();
+}
+
+/* ------------------------------------------------------------ table */
+
+#if !FLYK_DEVICE_PASS
+#define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
+
+static const struct flyk_variant gg_variants[] = {
+	{"ggemm_mma", FLY_OP_GROUPED_GEMM, 1u << FLY_DT_BF16, 0, 0, 6,
+	 {{"tile_m", NV(gg_tile_m)},
+	  {"tile_n", NV(gg_tile_n)},
+	  {"tile_k", NV(gg_tile_k)},
+	  {"warps", NV(gg_warps)},
+	  {"stages", NV(gg_stages)},
+	  {"persist", NV(gg_persist)}},
+	 mma_feasible, NULL, mma_launch},
+	{"ggemm_fma", FLY_OP_GROUPED_GEMM, 1u << FLY_DT_BF16, 0, 0, 1,
+	 {{"persist", NV(gg_persist)}}, fma_feasible, NULL, fma_launch},
+	{"ggemm_ref", FLY_OP_GROUPED_GEMM, 1u << FLY_DT_BF16, 0, 1, 0, {},
+	 ref_feasible, NULL, ref_launch},
+};
+#endif
+
+/* ------------------------------------------------------------ case */
+
+struct gg_state {
+	uint16_t *h_ref;
+	size_t n;
+};
+
+/* The benchmark case's experts: M split evenly (the key carries no
+ * distribution; the serving router balances experts on average). */
+static void gg_even_offsets(int64_t g, int64_t m, int64_t *off)
+{
+	for (int64_t i = 0; i <= g; i++)
+		off[i] = m * i / g;
+}
+
+static int gg_setup(struct flyk_case *c, uint64_t seed)
+{
+	const struct fly_problem *p = &c->p;
+	if (gg_problem_ok(p))
+		return -EOPNOTSUPP;
+	int64_t g = p->dims[0], m = p->dims[1], n = p->dims[2], k = p->dims[3];
+	struct gg_state *st = (struct gg_state *)calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	c->state = st;
+	st->n = (size_t)m * n;
+	void *x, *y, *out, *ref, *doff;
+	if (flyk_gpu_case_alloc(c, (size_t)m * k * 2, 0, &x) < 0 ||
+	    flyk_gpu_case_alloc(c, (size_t)g * n * k * 2, 0, &y) < 0 ||
+	    flyk_gpu_case_alloc(c, st->n * 2, 1, &out) < 0 ||
+	    flyk_gpu_case_alloc(c, st->n * 2, 0, &ref) < 0 ||
+	    flyk_gpu_case_alloc(c, (size_t)(g + 1) * 8, 0, &doff) < 0)
+		return -ENOMEM;
+	int64_t *off = (int64_t *)malloc((size_t)(g + 1) * 8);
+	if (!off)
+		return -ENOMEM;
+	gg_even_offsets(g, m, off);
+	struct flyk_device *dev = c->dev;
+	int rc = flyk_gpu_upload(dev, doff, off, (size_t)(g + 1) * 8);
+	free(off);
+	if (!rc)
+		rc = flyk_gpu_fill_random(dev, x, (size_t)m * k, FLY_DT_BF16,
+					  -1.f, 1.f, seed);
+	if (!rc)
+		rc = flyk_gpu_fill_random(dev, y, (size_t)g * n * k,
+					  FLY_DT_BF16, -1.f, 1.f, seed + 1);
+	if (rc)
+		return rc;
+	struct flyk_grouped_gemm_args *a = &c->args.grouped_gemm;
+	a->a = x;
+	a->b = y;
+	a->c = ref;
+	a->offsets = (const int64_t *)doff;
+	a->workspace = NULL;
+	a->workspace_size = 0;
+	rc = ref_launch(dev, p, NULL, &c->args, dev->stream);
+	a->c = out;
+	if (rc)
+		return rc;
+	st->h_ref = (uint16_t *)malloc(st->n * 2);
+	if (!st->h_ref)
+		return -ENOMEM;
+	return flyk_gpu_download(dev, st->h_ref, ref, st->n * 2);
+}
+
+static int gg_check(struct flyk_case *c, double *max_err)
+{
+	struct gg_state *st = (struct gg_state *)c->state;
+	uint16_t *h = (uint16_t *)malloc(st->n * 2);
+	*max_err = 0;
+	if (!h)
+		return -ENOMEM;
+	int rc = flyk_gpu_download(c->dev, h, c->args.grouped_gemm.c,
+				   st->n * 2);
+	if (!rc)
+		rc = flyk_gpu_gemm_compare(h, st->h_ref, st->n, c->p.dims[3],
+					   max_err);
+	free(h);
+	return rc;
+}
+
+static void gg_fini(struct flyk_case *c)
+{
+	struct gg_state *st = (struct gg_state *)c->state;
+	if (!st)
+		return;
+	free(st->h_ref);
+	free(st);
+	c->state = NULL;
+}
+
+#if !FLYK_DEVICE_PASS
+extern "C" const struct flyk_gpu_op flyk_gpu_grouped_gemm_op = {
+	FLY_OP_GROUPED_GEMM, gg_variants,
+	sizeof(gg_variants) / sizeof(gg_variants[0]),
+	gg_setup,	     gg_check,
+	gg_fini,	     NULL,
+};
+#endif

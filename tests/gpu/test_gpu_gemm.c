@@ -1,0 +1,556 @@
+/*
+ * test_gpu_gemm.c -- the GPU gemm and grouped_gemm variants against their
+ * references: every variant at every feasible point (cuBLASLt: every
+ * heuristic point) on odd shapes, NT and NN, with bias and scale, outputs
+ * poisoned (NaN) before each run; grouped GEMM with even, uneven and empty
+ * experts through the exported launchers (flyk_gpu_gemm,
+ * flyk_gpu_grouped_gemm) on the test's own buffers, checked against a host
+ * double-precision reference; the launchers' error contract.
+ *
+ * Runs on a machine with a GPU (make test-gpu); links libflykernels_cuda.so
+ * and cudart.  Prints one line per failure and "N passed, N failed"; exits
+ * non-zero on any failure or when no GPU is found.  Contracts only: no
+ * timing is asserted, and nothing depends on which candidate is fastest.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "flyk.h"
+
+/* Exported by libflykernels_cuda.so (kernels/gpu/gemm_api.hip). */
+int flyk_gpu_gemm(const struct fly_problem *p, const struct fly_decision *d,
+		  const void *a, const void *b, void *c, const void *bias,
+		  float alpha, void *workspace, size_t ws_size, void *stream);
+int flyk_gpu_grouped_gemm(const struct fly_problem *p,
+			  const struct fly_decision *d, const void *a,
+			  const void *b, void *c, const int64_t *offsets,
+			  void *stream);
+int flyk_gpu_gemm_vendor_candidates(const struct fly_problem *p,
+				    struct fly_decision *out, int max);
+
+static int npass, nfail;
+
+static void result(int ok, const char *what, const char *key, int rc)
+{
+	if (ok) {
+		npass++;
+		return;
+	}
+	nfail++;
+	printf("FAIL %s %s (rc %d)\n", what, key, rc);
+}
+
+static void pkey(const struct fly_problem *p, const char *vname,
+		 const int64_t *pt, uint32_t np, char *buf, size_t cap)
+{
+	int n = snprintf(buf, cap,
+			 "op=%u layout=%u flags=%u dims=%lld,%lld,%lld,%lld "
+			 "%s(",
+			 p->op, p->layout, p->flags, (long long)p->dims[0],
+			 (long long)p->dims[1], (long long)p->dims[2],
+			 (long long)p->dims[3], vname);
+	for (uint32_t i = 0; i < np && n > 0 && (size_t)n < cap; i++)
+		n += snprintf(buf + n, cap - n, "%s%lld", i ? "," : "",
+			      (long long)pt[i]);
+	if (n > 0 && (size_t)n < cap)
+		snprintf(buf + n, cap - n, ")");
+}
+
+/* ------------------------------------------------------------ cases */
+
+static int run_point(const struct flyk_backend *b, struct flyk_case *c,
+		     const struct flyk_variant *v, const int64_t *pt)
+{
+	double us = 0, err = 0;
+	int rc = b->case_poison(c);
+	if (!rc)
+		rc = b->case_time(c, v, pt, &us);
+	if (!rc)
+		rc = b->case_check(c, &err);
+	if (!rc && !(us > 0))
+		rc = -ERANGE;
+	return rc;
+}
+
+/* Every feasible point of @p v (enumerated or the odometer); returns how
+ * many ran. */
+static int test_variant(const struct flyk_backend *b, struct flyk_device *dev,
+			struct flyk_case *c, const struct fly_problem *p,
+			const struct flyk_variant *v)
+{
+	char key[320];
+	int ran = 0;
+	if (v->enumerate) {
+		int64_t pts[64][FLY_PARAMS_MAX];
+		int n = v->enumerate(dev, p, pts, 64);
+		pkey(p, v->name, NULL, 0, key, sizeof(key));
+		result(n > 0, "enumerate", key, n);
+		for (int i = 0; i < n; i++) {
+			if (v->feasible(dev, p, pts[i]) != 0) {
+				pkey(p, v->name, pts[i], v->nparams, key,
+				     sizeof(key));
+				result(0, "enumerated-infeasible", key, 0);
+				continue;
+			}
+			int rc = run_point(b, c, v, pts[i]);
+			pkey(p, v->name, pts[i], v->nparams, key, sizeof(key));
+			result(rc == 0, "variant", key, rc);
+			ran++;
+		}
+		return ran;
+	}
+	uint32_t pos[FLY_PARAMS_MAX] = {0}, np = v->nparams;
+	for (;;) {
+		int64_t pt[FLY_PARAMS_MAX] = {0};
+		for (uint32_t j = 0; j < np; j++)
+			pt[j] = v->params[j].vals[pos[j]];
+		if (v->feasible(dev, p, pt) == 0) {
+			int rc = run_point(b, c, v, pt);
+			pkey(p, v->name, pt, np, key, sizeof(key));
+			result(rc == 0, "variant", key, rc);
+			ran++;
+		}
+		uint32_t j = np;
+		for (; j > 0; j--) {
+			if (++pos[j - 1] < v->params[j - 1].nvals)
+				break;
+			pos[j - 1] = 0;
+		}
+		if (j == 0)
+			break;
+	}
+	return ran;
+}
+
+/* All variants on @p p; @return the number of candidates that ran. */
+static int test_problem(const struct flyk_backend *b, struct flyk_device *dev,
+			const struct fly_problem *p, uint64_t seed)
+{
+	struct flyk_case *c = NULL;
+	char key[320];
+	int total = 0;
+	pkey(p, "case", NULL, 0, key, sizeof(key));
+	int rc = b->case_new(dev, p, seed, &c);
+	result(rc == 0, "case_new", key, rc);
+	if (rc)
+		return 0;
+	for (size_t i = 0; i < b->nvariants; i++)
+		if (flyk_variant_supports(&b->variants[i], p))
+			total += test_variant(b, dev, c, p, &b->variants[i]);
+	struct fly_decision d;
+	rc = flyk_default(b, dev, p, &d);
+	result(rc == 0, "default", key, rc);
+	if (rc == 0) {
+		const struct flyk_variant *v =
+		    flyk_variant_find(b, p->op, d.variant);
+		rc = v ? run_point(b, c, v, d.params) : -ENOENT;
+		result(rc == 0 && !v->is_reference, "default-runs", key, rc);
+	}
+	b->case_free(c);
+	return total;
+}
+
+static void test_gemm_cases(const struct flyk_backend *b,
+			    struct flyk_device *dev)
+{
+	static const int64_t shapes[][3] = {
+	    {1, 8, 8},	      {3, 17, 40},     {37, 100, 72},
+	    {5, 33, 13},      {8, 4096, 256},  {129, 257, 520},
+	    {64, 192, 128},   {300, 64, 1024}, {1000, 136, 2056},
+	    {16, 2048, 4096}, {2, 24, 8},      {255, 255, 264},
+	};
+	static const uint32_t flags[] = {0, FLY_F_BIAS, FLY_F_SCALE,
+					 FLY_F_BIAS | FLY_F_SCALE};
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+		for (int l = 0; l < 2; l++)
+			for (int f = 0; f < 4; f++) {
+				struct fly_problem p;
+				memset(&p, 0, sizeof(p));
+				p.op = FLY_OP_GEMM;
+				p.dtype = FLY_DT_BF16;
+				p.layout = l ? FLY_LAYOUT_NN : FLY_LAYOUT_NT;
+				p.flags = flags[f];
+				memcpy(p.dims, shapes[s], sizeof(shapes[s]));
+				/* every flag set on odd shapes, all layouts
+				 * on all shapes */
+				if (f && s % 3 != 1 && f != 3)
+					continue;
+				test_problem(b, dev, &p, 300 + s * 7 + f);
+			}
+	/* A primary shape: the tuner's candidate count (>= 30 asked). */
+	struct fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = FLY_OP_GEMM;
+	p.dtype = FLY_DT_BF16;
+	p.layout = FLY_LAYOUT_NT;
+	p.dims[0] = 4096;
+	p.dims[1] = 256;
+	p.dims[2] = 4096;
+	int n = test_problem(b, dev, &p, 999);
+	char key[64];
+	snprintf(key, sizeof(key), "M4096 N256 K4096: %d candidates", n);
+	printf("# %s\n", key);
+	result(n >= 30, "candidates>=30", key, n);
+}
+
+static void test_grouped_cases(const struct flyk_backend *b,
+			       struct flyk_device *dev)
+{
+	static const int64_t shapes[][4] = {
+	    {1, 1, 8, 8},      {3, 100, 72, 64},   {8, 1000, 256, 128},
+	    {4, 37, 130, 24},  {5, 3, 64, 16},	   {16, 4096, 128, 256},
+	    {2, 700, 520, 40}, {8, 16, 2048, 512},
+	};
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		struct fly_problem p;
+		memset(&p, 0, sizeof(p));
+		p.op = FLY_OP_GROUPED_GEMM;
+		p.dtype = FLY_DT_BF16;
+		p.layout = FLY_LAYOUT_NT;
+		memcpy(p.dims, shapes[s], sizeof(shapes[s]));
+		test_problem(b, dev, &p, 500 + s);
+	}
+}
+
+/* ------------------------------------------------------------ host ref */
+
+static float bf2f(uint16_t b)
+{
+	uint32_t u = (uint32_t)b << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint16_t f2bf(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+static uint64_t rng = 88172645463325252ull;
+
+static float frand(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.f - 1.f;
+}
+
+static uint16_t *host_rand(size_t n)
+{
+	uint16_t *h = malloc(n * 2 + 2);
+	for (size_t i = 0; h && i < n; i++)
+		h[i] = f2bf(frand());
+	return h;
+}
+
+/* Same rule as the backend's check: |got - ref| <= |ref|/64 + 2e-3*sqrt(k)
+ * and no NaN. */
+static int compare(const uint16_t *got, const double *ref, size_t n, int64_t k,
+		   double *max_err)
+{
+	double slack = 2e-3 * sqrt((double)k);
+	int bad = 0;
+	*max_err = 0;
+	for (size_t i = 0; i < n; i++) {
+		double g = bf2f(got[i]), e = fabs(g - ref[i]);
+		if (e != e)
+			return -EDOM;
+		if (e > *max_err)
+			*max_err = e;
+		if (e > fabs(ref[i]) / 64 + slack)
+			bad = 1;
+	}
+	return bad ? -EDOM : 0;
+}
+
+static void *dev_copy(const void *h, size_t bytes)
+{
+	void *d = NULL;
+	if (cudaMalloc(&d, bytes ? bytes : 16) != cudaSuccess)
+		return NULL;
+	if (bytes &&
+	    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+		cudaFree(d);
+		return NULL;
+	}
+	return d;
+}
+
+/* ------------------------------------------------------------ launchers */
+
+struct ggcase {
+	int g;
+	int64_t n, k;
+	int64_t rows[10];
+};
+
+/* The decisions to try on a grouped key: the empty one (the default) and
+ * every feasible point of every grouped variant.  @return the count. */
+static int grouped_decisions(struct flyk_device *dev,
+			     const struct fly_problem *p,
+			     struct fly_decision *out, int max)
+{
+	const struct flyk_backend *b = flyk_gpu_backend();
+	int n = 0;
+	memset(&out[n++], 0, sizeof(out[0]));
+	for (size_t v = 0; v < b->nvariants; v++) {
+		const struct flyk_variant *var = &b->variants[v];
+		if (!flyk_variant_supports(var, p) || var->enumerate)
+			continue;
+		uint32_t pos[FLY_PARAMS_MAX] = {0}, np = var->nparams;
+		for (;;) {
+			struct fly_decision *d = &out[n];
+			memset(d, 0, sizeof(*d));
+			snprintf(d->variant, sizeof(d->variant), "%s",
+				 var->name);
+			d->nparams = np;
+			d->status = FLY_STATUS_TUNED;
+			for (uint32_t j = 0; j < np; j++)
+				d->params[j] = var->params[j].vals[pos[j]];
+			if (n < max && var->feasible(dev, p, d->params) == 0)
+				n++;
+			uint32_t j = np;
+			for (; j > 0; j--) {
+				if (++pos[j - 1] < var->params[j - 1].nvals)
+					break;
+				pos[j - 1] = 0;
+			}
+			if (j == 0)
+				break;
+		}
+	}
+	return n;
+}
+
+/* One grouped key with explicit expert sizes, every decision, through
+ * flyk_gpu_grouped_gemm on the test's own buffers. */
+static void grouped_api_one(struct flyk_device *dev, const struct ggcase *gc)
+{
+	int64_t off[11] = {0};
+	for (int i = 0; i < gc->g; i++)
+		off[i + 1] = off[i] + gc->rows[i];
+	int64_t m = off[gc->g], n = gc->n, k = gc->k;
+	size_t mn = (size_t)m * n;
+	uint16_t *ha = host_rand((size_t)m * k),
+		 *hb = host_rand((size_t)gc->g * n * k);
+	uint16_t *hc = malloc(mn * 2);
+	double *ref = calloc(mn, sizeof(double));
+	struct fly_decision *ds = calloc(512, sizeof(*ds));
+	void *da = dev_copy(ha, (size_t)m * k * 2),
+	     *db = dev_copy(hb, (size_t)gc->g * n * k * 2),
+	     *dc = dev_copy(NULL, mn * 2), *doff = dev_copy(off, sizeof(off));
+	char key[320];
+	snprintf(key, sizeof(key), "g=%d m=%lld n=%lld k=%lld", gc->g,
+		 (long long)m, (long long)n, (long long)k);
+	if (!ha || !hb || !hc || !ref || !ds || !da || !db || !dc || !doff) {
+		result(0, "grouped-alloc", key, -ENOMEM);
+		goto out;
+	}
+	for (int e = 0; e < gc->g; e++)
+		for (int64_t i = off[e]; i < off[e + 1]; i++)
+			for (int64_t j = 0; j < n; j++) {
+				double acc = 0;
+				const uint16_t *br =
+				    hb + ((size_t)e * n + j) * k;
+				for (int64_t q = 0; q < k; q++)
+					acc += (double)bf2f(ha[i * k + q]) *
+					       bf2f(br[q]);
+				ref[i * n + j] = acc;
+			}
+	struct fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = FLY_OP_GROUPED_GEMM;
+	p.dtype = FLY_DT_BF16;
+	p.layout = FLY_LAYOUT_NT;
+	p.dims[0] = gc->g;
+	p.dims[1] = m;
+	p.dims[2] = n;
+	p.dims[3] = k;
+	int nd = grouped_decisions(dev, &p, ds, 512);
+	for (int i = 0; i < nd; i++) {
+		char dkey[400];
+		pkey(&p, i ? ds[i].variant : "default", ds[i].params,
+		     ds[i].nparams, dkey, sizeof(dkey));
+		cudaMemset(dc, 0xff, mn * 2);
+		int rc =
+		    flyk_gpu_grouped_gemm(&p, &ds[i], da, db, dc, doff, NULL);
+		if (!rc && cudaDeviceSynchronize() != cudaSuccess)
+			rc = -EIO;
+		if (!rc && cudaMemcpy(hc, dc, mn * 2, cudaMemcpyDeviceToHost) !=
+			       cudaSuccess)
+			rc = -EIO;
+		double err = 0;
+		if (!rc)
+			rc = compare(hc, ref, mn, k, &err);
+		result(rc == 0, "grouped-api", dkey, rc);
+	}
+	result(nd > 2, "grouped-decisions", key, nd);
+out:
+	cudaFree(da);
+	cudaFree(db);
+	cudaFree(dc);
+	cudaFree(doff);
+	free(ha);
+	free(hb);
+	free(hc);
+	free(ref);
+	free(ds);
+}
+
+/* Even, uneven, empty experts (first, middle, last, all but one), a single
+ * row, very uneven sizes; offsets[G] = M always (dims must be >= 1). */
+static void test_grouped_api(struct flyk_device *dev)
+{
+	static const struct ggcase cases[] = {
+	    {4, 128, 64, {64, 64, 64, 64}},
+	    {8, 256, 128, {0, 300, 0, 17, 129, 1, 0, 0}},
+	    {5, 72, 40, {1, 0, 0, 0, 0}},
+	    {6, 136, 256, {333, 1, 2, 3, 64, 200}},
+	    {10, 520, 72, {1, 3, 7, 15, 31, 63, 127, 255, 0, 511}},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		grouped_api_one(dev, &cases[i]);
+}
+
+/* flyk_gpu_gemm: default, each cuBLASLt heuristic point replayed from its
+ * params, and the error contract. */
+static void test_gemm_api(void)
+{
+	const int64_t m = 96, n = 200, k = 264;
+	uint16_t *ha = host_rand((size_t)m * k), *hb = host_rand((size_t)n * k);
+	uint16_t *hbias = host_rand((size_t)n), *hc = malloc((size_t)m * n * 2);
+	double *ref = malloc(sizeof(double) * m * n);
+	size_t ws_size = (size_t)32 << 20;
+	void *da = dev_copy(ha, (size_t)m * k * 2),
+	     *db = dev_copy(hb, (size_t)n * k * 2),
+	     *dbias = dev_copy(hbias, (size_t)n * 2),
+	     *dc = dev_copy(NULL, (size_t)m * n * 2),
+	     *ws = dev_copy(NULL, ws_size);
+	if (!ha || !hb || !hbias || !hc || !ref || !da || !db || !dbias ||
+	    !dc || !ws) {
+		result(0, "gemm-api-alloc", "", -ENOMEM);
+		goto out;
+	}
+	const float alpha = 0.5f;
+	for (int64_t i = 0; i < m; i++)
+		for (int64_t j = 0; j < n; j++) {
+			double acc = 0;
+			for (int64_t q = 0; q < k; q++)
+				acc += (double)bf2f(ha[i * k + q]) *
+				       bf2f(hb[j * k + q]);
+			ref[i * n + j] = acc * alpha + bf2f(hbias[j]);
+		}
+	struct fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = FLY_OP_GEMM;
+	p.dtype = FLY_DT_BF16;
+	p.layout = FLY_LAYOUT_NT;
+	p.flags = FLY_F_BIAS | FLY_F_SCALE;
+	p.dims[0] = m;
+	p.dims[1] = n;
+	p.dims[2] = k;
+	struct fly_decision cand[17];
+	memset(cand, 0, sizeof(cand));
+	int nc = flyk_gpu_gemm_vendor_candidates(&p, cand + 1, 16);
+	result(nc > 0, "vendor-candidates", "m96 n200 k264 bias scale", nc);
+	if (nc < 0)
+		nc = 0;
+	for (int i = 0; i <= nc; i++) { /* [0]: the empty decision */
+		char key[200];
+		double err = 0;
+		pkey(&p, i ? cand[i].variant : "default", cand[i].params,
+		     i ? cand[i].nparams : 0, key, sizeof(key));
+		cudaMemset(dc, 0xff, (size_t)m * n * 2);
+		int rc = flyk_gpu_gemm(&p, &cand[i], da, db, dc, dbias, alpha,
+				       ws, ws_size, NULL);
+		if (!rc && cudaDeviceSynchronize() != cudaSuccess)
+			rc = -EIO;
+		if (!rc)
+			cudaMemcpy(hc, dc, (size_t)m * n * 2,
+				   cudaMemcpyDeviceToHost);
+		if (!rc)
+			rc = compare(hc, ref, (size_t)m * n, k, &err);
+		result(rc == 0, "gemm-api", key, rc);
+	}
+	/* distinct points from the heuristic */
+	int dup = 0;
+	for (int i = 1; i <= nc; i++)
+		for (int j = 1; j < i; j++)
+			dup += !memcmp(cand[i].params, cand[j].params,
+				       sizeof(cand[i].params));
+	result(dup == 0, "vendor-distinct", "", dup);
+	/* errors: unknown variant, out of space, misaligned, no workspace */
+	struct fly_decision bad;
+	memset(&bad, 0, sizeof(bad));
+	bad.status = FLY_STATUS_TUNED;
+	snprintf(bad.variant, sizeof(bad.variant), "no_such_gemm");
+	int rc = flyk_gpu_gemm(&p, &bad, da, db, dc, dbias, alpha, ws, ws_size,
+			       NULL);
+	result(rc == -ENOENT, "api-enoent", "", rc);
+	snprintf(bad.variant, sizeof(bad.variant), "gemm_mma");
+	bad.nparams = 7;
+	int64_t oob[7] = {24, 64, 32, 4, 3, 1, 1}; /* tile_m 24: not built */
+	memcpy(bad.params, oob, sizeof(oob));
+	rc = flyk_gpu_gemm(&p, &bad, da, db, dc, dbias, alpha, ws, ws_size,
+			   NULL);
+	result(rc == -EINVAL, "api-out-of-space", "", rc);
+	int64_t ok[7] = {64, 64, 32, 4, 2, 1, 1};
+	memcpy(bad.params, ok, sizeof(ok));
+	rc = flyk_gpu_gemm(&p, &bad, (const char *)da + 2, db, dc, dbias, alpha,
+			   ws, ws_size, NULL);
+	result(rc == -EINVAL, "api-misaligned", "", rc);
+	struct fly_problem p2 = p;
+	p2.dims[0] = 8; /* under-filled: split_k allowed */
+	int64_t sp[7] = {16, 64, 64, 4, 4, 4, 1};
+	memcpy(bad.params, sp, sizeof(sp));
+	rc = flyk_gpu_gemm(&p2, &bad, da, db, dc, dbias, alpha, NULL, 0, NULL);
+	result(rc == -EINVAL, "api-split-needs-workspace", "", rc);
+	rc = flyk_gpu_gemm(&p2, &bad, da, db, dc, dbias, alpha, ws, ws_size,
+			   NULL);
+	result(rc == 0, "api-split-with-workspace", "", rc);
+out:
+	cudaFree(da);
+	cudaFree(db);
+	cudaFree(dbias);
+	cudaFree(dc);
+	cudaFree(ws);
+	free(ha);
+	free(hb);
+	free(hbias);
+	free(hc);
+	free(ref);
+}
+
+int main(void)
+{
+	const struct flyk_backend *b = flyk_gpu_backend();
+	struct flyk_device *dev = NULL;
+	int rc = b->open(0, &dev);
+	if (rc) {
+		printf("no GPU: open failed (%d)\n0 passed, 1 failed\n", rc);
+		return 1;
+	}
+	printf("# %s backend, %zu variants\n", b->name, b->nvariants);
+	result(flyk_variant_find(b, FLY_OP_GEMM, "cublaslt") != NULL &&
+		   flyk_variant_find(b, FLY_OP_GEMM, "cublas_default") &&
+		   flyk_variant_find(b, FLY_OP_GEMM, "gemm_mma") &&
+		   flyk_variant_find(b, FLY_OP_GROUPED_GEMM, "ggemm_mma"),
+	       "variants-listed", b->name, 0);
+	test_gemm_cases(b, dev);
+	test_grouped_cases(b, dev);
+	test_grouped_api(dev);
+	test_gemm_api();
+	b->close(dev);
+	printf("%d passed, %d failed\n", npass, nfail);
+	return nfail ? 1 : 0;
+}
