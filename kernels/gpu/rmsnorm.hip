@@ -447,9 +447,11 @@ static int rms_rows_dt(const struct flyk_rmsnorm_args *a, uint32_t flags,
 	return rms_rows_res<DT, 8>(a, flags, m, n, G, rows, R, s);
 }
 
+/* Value orders put a sensible untuned default in the middle, where
+ * flyk_default() starts (group 256, rows 1, vec 16). */
 static const int64_t rows_group[] = {32, 64, 128, 256, 512, 1024};
-static const int64_t rows_rows[] = {1, 2, 4, 8};
-static const int64_t rows_vec[] = {16, 8};
+static const int64_t rows_rows[] = {4, 2, 1, 8};
+static const int64_t rows_vec[] = {8, 16};
 
 /* Vectors per thread a row needs with group G and vb-byte vectors. */
 static int64_t rms_need(int n, uint32_t dt, int64_t G, int64_t vb)

@@ -386,7 +386,8 @@ static int tk_err(void)
 
 /* ---- warp */
 
-static const int64_t warp_wpr[] = {1, 2, 4, 8, 16, 32};
+/* 1 warp per row in the middle: flyk_default() starts there. */
+static const int64_t warp_wpr[] = {2, 4, 8, 1, 16, 32};
 static const int64_t warp_rpb[] = {1, 2, 4, 8};
 
 static int warp_feasible(const struct flyk_device *dev,
