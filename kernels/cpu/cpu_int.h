@@ -9,7 +9,7 @@
  * (bf16/fp16 <-> fp32, round-to-nearest-even) live here as inlines.
  *
  * Thread: a device and its cases belong to one thread at a time; launches
- * may spread work over short-lived pthreads (flyk_cpu_parallel()).
+ * may spread work over a small persistent pool (flyk_cpu_parallel()).
  */
 #ifndef FLYK_CPU_INT_H
 #define FLYK_CPU_INT_H
@@ -163,9 +163,11 @@ void flyk_cpu_to_f32(float *dst, const void *src, size_t n, uint32_t dtype);
 typedef void (*flyk_cpu_work_fn)(void *ctx, int tid, int nthreads);
 
 /* Run fn(ctx, tid, n) for tid in [0, n): tid 0 on the calling thread, the
- * others on fresh pthreads, and wait for all.  A thread that cannot be
- * created has its share run on the caller, so the work always completes.
- * @return 0. */
+ * others on the persistent pool's workers (started on first use, up to
+ * 15), and wait for all.  When the pool is busy with another caller's run,
+ * or a worker cannot be started, fresh pthreads are used instead, and a
+ * share whose thread cannot be created runs on the caller: the work always
+ * completes.  Thread: any; reentrant.  @return 0. */
 int flyk_cpu_parallel(int n, flyk_cpu_work_fn fn, void *ctx);
 
 /* Split [0, total) into @p n near-equal ranges, aligned to @p grain;

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,6 +188,70 @@ static void test_conversions(void **state)
 		assert_int_equal(flyk_cpu_f32_to_bf16(flyk_cpu_bf16_to_f32(
 					 (uint16_t)h)), h);
 	}
+}
+
+/* ---------------------------------------------------------- threads */
+
+struct par_count {
+	int hits[32];
+	int nseen;
+};
+
+static void count_work(void *arg, int tid, int n)
+{
+	struct par_count *pc = arg;
+
+	__atomic_add_fetch(&pc->hits[tid], 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&pc->nseen, n, __ATOMIC_RELAXED);
+}
+
+/* Every tid in [0, n) runs exactly once per call, with the right n.
+ * @return NULL, or non-NULL on a violation (no cmocka asserts off the
+ * main thread). */
+static void *par_runs(void *arg)
+{
+	int base = *(int *)arg;
+
+	for (int r = 0; r < 200; r++) {
+		int n = 1 + (r + base) % 20;
+		struct par_count pc;
+
+		memset(&pc, 0, sizeof(pc));
+		if (flyk_cpu_parallel(n, count_work, &pc) != 0 ||
+		    pc.nseen != n)
+			return arg;
+		for (int t = 0; t < 32; t++)
+			if (pc.hits[t] != (t < n ? 1 : 0))
+				return arg;
+	}
+	return NULL;
+}
+
+static void test_parallel_pool(void **state)
+{
+	pthread_t th[3];
+	int base[4] = { 0, 5, 11, 17 };
+	int64_t lo, hi, sum = 0;
+
+	assert_null(par_runs(&base[0]));
+	/* concurrent callers: one gets the pool, the others fresh threads */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, par_runs,
+						&base[i + 1]), 0);
+	assert_null(par_runs(&base[0]));
+	for (int i = 0; i < 3; i++) {
+		void *bad = &base[0];
+
+		pthread_join(th[i], &bad);
+		assert_null(bad);
+	}
+	/* split covers [0, total) exactly, aligned to the grain */
+	for (int t = 0; t < 3; t++) {
+		flyk_cpu_split(37, 3, t, 4, &lo, &hi);
+		assert_true(lo % 4 == 0 && lo <= hi);
+		sum += hi - lo;
+	}
+	assert_int_equal(sum, 37);
 }
 
 /* ---------------------------------------------------------- per op */
@@ -624,6 +689,7 @@ int main(void)
 		cmocka_unit_test(test_backend_identity),
 		cmocka_unit_test(test_fingerprint_stable),
 		cmocka_unit_test(test_conversions),
+		cmocka_unit_test(test_parallel_pool),
 		cmocka_unit_test(test_rmsnorm_all_variants),
 		cmocka_unit_test(test_topk_all_variants),
 		cmocka_unit_test(test_topk_ties_deterministic),
