@@ -206,6 +206,7 @@ $(LIBCLIENT_SO): $(CLIENT_OBJ) $(PROTO_OBJ) client/libflyclient.map
 	$(Q)$(CC) -shared -Wl,-soname,libflyclient.so.0 \
 		-Wl,--version-script=client/libflyclient.map $(LDFLAGS_ALL) \
 		-o $@ $(CLIENT_OBJ) $(PROTO_OBJ) -lcjson -lpthread
+	$(Q)ln -sf libflyclient.so $(BUILD)/libflyclient.so.0
 $(LIBKCPU): $(KCOMMON_OBJ) $(KCPU_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^
 $(LIBKTEST): $(KTEST_OBJ)
