@@ -109,6 +109,22 @@ static int is_excluded(const struct flyd_tune_job *j, const char *variant,
 	return 0;
 }
 
+/* Whether the point also runs at the smallest M of the key's bucket: an
+ * engine launches the winner for every M that buckets to this key, so a
+ * point feasible only at the bucket's top would be refused at launch.  A
+ * job without problem_lo (op 0) has no bucket to honour. */
+static int feasible_at_floor(const struct tstate *st,
+			     const struct flyk_variant *v,
+			     const int64_t *params)
+{
+	const struct fly_problem *lo = &st->j->problem_lo;
+
+	if (lo->op == FLY_OP_NONE ||
+	    memcmp(lo, &st->j->problem, sizeof(*lo)) == 0)
+		return 1;
+	return v->feasible(st->dev, lo, params) == 0;
+}
+
 /* Append one point unless excluded or infeasible (those are counted). */
 static void cand_add(struct tstate *st, const struct flyk_variant *v,
 		     const int64_t *params)
@@ -120,7 +136,8 @@ static void cand_add(struct tstate *st, const struct flyk_variant *v,
 		return;
 	}
 	if (v->feasible != NULL &&
-	    v->feasible(st->dev, &st->j->problem, params) != 0) {
+	    (v->feasible(st->dev, &st->j->problem, params) != 0 ||
+	     !feasible_at_floor(st, v, params))) {
 		st->r->ninfeasible++;
 		return;
 	}

@@ -577,6 +577,9 @@ static int build_job(struct flyd_tuning *t, const struct flyd_qjob *j)
 	rc = fly_key_parse(j->key, strlen(j->key), &job->problem);
 	if (rc < 0)
 		return rc;
+	fly_problem_bucket_floor(&job->problem,
+				 &ctx->cfg.bucket[job->problem.op],
+				 &job->problem_lo);
 	job->budget_s = ctx->cfg.job_budget_s;
 	job->margin = ctx->cfg.margin;
 	inc = flyd_rmap_get(t->rmap, j->key);

@@ -37,6 +37,10 @@ struct flyd_worker_opts {
 struct flyd_tune_job {
 	char key[FLY_KEY_MAX];
 	struct fly_problem problem;
+	/* The smallest problem of the key's bucket (problem itself when
+	 * nothing is bucketed): candidates must be feasible on both, since
+	 * the winner is launched for every M in the bucket. */
+	struct fly_problem problem_lo;
 	double budget_s;             /* wall budget for the job */
 	double margin;               /* e.g. 0.03 */
 	int has_incumbent;

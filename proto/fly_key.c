@@ -442,6 +442,34 @@ void fly_problem_bucket(struct fly_problem *p,
 	}
 }
 
+void fly_problem_bucket_floor(const struct fly_problem *bucketed,
+			      const struct fly_bucket_policy *pol,
+			      struct fly_problem *lo)
+{
+	const struct op_info *oi;
+	int64_t b, lo_v = 1, hi_v;
+
+	*lo = *bucketed;
+	oi = op_get(bucketed->op);
+	if (oi == NULL || pol == NULL || pol->dim < 0 || pol->dim >= oi->ndims)
+		return;
+	b = bucketed->dims[pol->dim];
+	if (b <= 1)
+		return;
+	/* bucket_value is monotone: binary search the least v in [1, b]
+	 * with bucket_value(v) == b. */
+	hi_v = b;
+	while (lo_v < hi_v) {
+		int64_t mid = lo_v + (hi_v - lo_v) / 2;
+
+		if (bucket_value(mid, pol) >= b)
+			hi_v = mid;
+		else
+			lo_v = mid + 1;
+	}
+	lo->dims[pol->dim] = lo_v;
+}
+
 uint64_t fly_key_hash(const char *s, size_t len)
 {
 	uint64_t h = 14695981039346656037ull;

@@ -80,6 +80,14 @@ void fly_bucket_policy_default(uint32_t op, struct fly_bucket_policy *out);
 void fly_problem_bucket(struct fly_problem *p,
 			const struct fly_bucket_policy *pol);
 
+/* The smallest problem that buckets to the same key as @p bucketed under
+ * @p pol (only the policy's dim differs): a winner tuned on the bucketed
+ * problem must also be feasible there, since an engine launches it for
+ * every M in the bucket.  Without a varying dim, *lo = *bucketed. */
+void fly_problem_bucket_floor(const struct fly_problem *bucketed,
+			      const struct fly_bucket_policy *pol,
+			      struct fly_problem *lo);
+
 /* 64-bit FNV-1a of a key's bytes; used by the shm table. */
 uint64_t fly_key_hash(const char *s, size_t len);
 

@@ -249,6 +249,45 @@ static void test_bucket_default(void **state)
 	}
 }
 
+static int64_t floor_of(uint32_t op, int64_t m)
+{
+	struct fly_problem p = { .op = op, .dtype = FLY_DT_FP32 }, lo;
+	struct fly_bucket_policy pol;
+
+	p.dims[0] = m;
+	p.dims[1] = 4096;
+	fly_bucket_policy_default(op, &pol);
+	fly_problem_bucket_floor(&p, &pol, &lo);
+	assert_int_equal(lo.dims[1], 4096);
+	return lo.dims[0];
+}
+
+static void test_bucket_floor(void **state)
+{
+	(void)state;
+	assert_int_equal(floor_of(FLY_OP_RMSNORM, 1), 1);
+	assert_int_equal(floor_of(FLY_OP_RMSNORM, 2), 2);
+	assert_int_equal(floor_of(FLY_OP_RMSNORM, 32), 17);
+	assert_int_equal(floor_of(FLY_OP_RMSNORM, 1024), 513);
+	assert_int_equal(floor_of(FLY_OP_RMSNORM, 2048), 1025);
+	assert_int_equal(floor_of(FLY_OP_RMSNORM, 5120), 4097);
+	/* every member of a bucket maps back to it */
+	for (int64_t m = 1; m <= 5000; m += 7) {
+		struct fly_problem p = { .op = FLY_OP_RMSNORM,
+					 .dtype = FLY_DT_FP32 }, lo;
+		struct fly_bucket_policy pol;
+
+		p.dims[0] = m;
+		p.dims[1] = 64;
+		fly_bucket_policy_default(FLY_OP_RMSNORM, &pol);
+		fly_problem_bucket(&p, &pol);
+		fly_problem_bucket_floor(&p, &pol, &lo);
+		assert_true(lo.dims[0] <= m);
+		fly_problem_bucket(&lo, &pol);
+		assert_int_equal(lo.dims[0], p.dims[0]);
+	}
+}
+
 static void test_bucket_policy(void **state)
 {
 	struct fly_bucket_policy pol = {1, 64, 100};
@@ -310,7 +349,8 @@ int main(void)
 	    cmocka_unit_test(test_validate),
 	    cmocka_unit_test(test_names),
 	    cmocka_unit_test(test_bucket_default),
-	    cmocka_unit_test(test_bucket_policy),
+	    cmocka_unit_test(test_bucket_floor),
+		cmocka_unit_test(test_bucket_policy),
 	    cmocka_unit_test(test_hash),
 	};
 

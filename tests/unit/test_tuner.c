@@ -57,7 +57,11 @@ static const int64_t y_vals[] = { 10, 20 };
 static int b_feasible(const struct flyk_device *dev,
 		      const struct fly_problem *p, const int64_t *params)
 {
-	return params[0] == 2 ? -ENOSPC : 0;
+	if (params[0] == 2)
+		return -ENOSPC;
+	/* x == 3 needs at least 40 rows (only the bucket-floor test makes
+	 * a problem that small). */
+	return params[0] == 3 && p->dims[0] < 40 ? -EINVAL : 0;
 }
 
 static struct flyk_variant fake_variants[] = {
@@ -380,6 +384,26 @@ static void test_infeasible_and_product_order(void **state)
 	flyd_tune_result_fini(&r);
 }
 
+/* Regression: a winner tuned at the bucket's M (64) was refused at launch
+ * for smaller M of the same bucket (33..63) when its feasibility depended
+ * on M.  Points infeasible at the bucket's floor are not candidates. */
+static void test_feasible_across_bucket(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 0);
+	j.problem_lo = j.problem;
+	j.problem_lo.dims[0] = 33;
+	assert_int_equal(run(&j, &r), 0);
+	/* x == 2 (both y) as before, and x == 3 (both y) at m = 33. */
+	assert_int_equal(r.ninfeasible, 4);
+	for (size_t i = 0; i < r.ntrials; i++)
+		assert_false(strcmp(r.trials[i].variant, "b") == 0 &&
+			     r.trials[i].params[0] == 3);
+	flyd_tune_result_fini(&r);
+}
+
 static void test_excluded_skipped(void **state)
 {
 	struct flyd_tune_job j;
@@ -514,6 +538,7 @@ int main(void)
 		cmocka_unit_test_setup(test_wrong_and_error, setup),
 		cmocka_unit_test_setup(test_no_correct_candidate, setup),
 		cmocka_unit_test_setup(test_infeasible_and_product_order, setup),
+		cmocka_unit_test_setup(test_feasible_across_bucket, setup),
 		cmocka_unit_test_setup(test_excluded_skipped, setup),
 		cmocka_unit_test_setup(test_reference_only_when_alone, setup),
 		cmocka_unit_test_setup(test_budget_respected, setup),
