@@ -10,6 +10,12 @@
  * 2. first call of a fresh client on a tuned key (connect, hello, map the
  *    table, shm lookup): p50/p99 over FRESH clients.
  * 3. a socket round trip: fly_request of a decide.
+ *
+ *   bench_client SOCKET KEY --shm FORMAT N
+ *
+ * 4. a connected client whose process cache is cold: the first fly_decide
+ *    of each of N distinct tuned keys (FORMAT with one %d, 1..N), each a
+ *    process-cache miss answered from the shm table; p50/p99 per call.
  * Prints "name value" lines (ns) that run_service_bench.sh tabulates.
  * Owns: its clients.  Thread: main + 2 bench threads.
  */
@@ -133,6 +139,43 @@ static void bench_fresh(const char *sock, const struct fly_problem *p)
 	       (unsigned long long)pct(v, FRESH, 0.99), shm, FRESH);
 }
 
+static void bench_shm(const char *sock, const char *fmt, int n)
+{
+	struct fly_client_opts o = { .socket_path = sock, .timeout_ms = 1000 };
+	struct fly_client_stats st0, st1;
+	uint64_t *v = calloc((size_t)n, sizeof(uint64_t));
+	struct fly_problem p;
+	struct fly_decision d;
+	fly_client *c;
+	char key[FLY_KEY_MAX];
+
+	if (v == NULL || fly_client_open_opts(&o, &c) < 0)
+		exit(1);
+	/* connect, hello, map: with a key outside the measured set */
+	snprintf(key, sizeof(key), fmt, n + 1);
+	if (fly_problem_from_key(key, &p) == 0)
+		fly_decide(c, &p, &d);
+	fly_client_stats_get(c, &st0);
+	for (int i = 0; i < n; i++) {
+		uint64_t s;
+
+		snprintf(key, sizeof(key), fmt, i + 1);
+		if (fly_problem_from_key(key, &p) < 0)
+			exit(1);
+		s = now_ns();
+		fly_decide(c, &p, &d);
+		v[i] = now_ns() - s;
+	}
+	fly_client_stats_get(c, &st1);
+	printf("shm_first_call_p50_ns %llu\nshm_first_call_p99_ns %llu\n"
+	       "shm_first_call_hits %llu/%d\n",
+	       (unsigned long long)pct(v, (size_t)n, 0.5),
+	       (unsigned long long)pct(v, (size_t)n, 0.99),
+	       (unsigned long long)(st1.shm_hits - st0.shm_hits), n);
+	fly_client_close(c);
+	free(v);
+}
+
 static void bench_rtt(fly_client *c, const char *key)
 {
 	uint64_t *v = malloc(sizeof(uint64_t) * RTT_SAMPLES);
@@ -168,6 +211,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	o.socket_path = argv[1];
+	if (argc == 6 && strcmp(argv[3], "--shm") == 0) {
+		bench_shm(argv[1], argv[4], atoi(argv[5]));
+		return 0;
+	}
 	if (fly_problem_from_key(key, &p) < 0 ||
 	    fly_client_open_opts(&o, &c) < 0)
 		return 1;

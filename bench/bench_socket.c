@@ -3,7 +3,7 @@
  *
  *   bench_socket SOCKET SECONDS [KEY]
  *
- * For N = 1, 16, 64 clients (threads, each its own fly_client and
+ * For N = 1, 16, 50, 64 clients (threads, each its own fly_client and
  * connection) doing decide request/response in a loop for SECONDS:
  * total requests/s and p50/p99 latency.  Prints one line per N:
  *   clients N rps R p50_us P p99_us Q errors E
@@ -109,7 +109,7 @@ static void run(const char *sock, const char *req, int nclients, double secs)
 
 int main(int argc, char **argv)
 {
-	static const int ns[] = { 1, 16, 64 };
+	static const int ns[] = { 1, 16, 50, 64 };
 	char req[160];
 	double secs;
 

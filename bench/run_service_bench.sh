@@ -77,6 +77,8 @@ PY
 $CTL import "$DIR/many.json" >/dev/null
 NRES=$($CTL --json status | python3 -c 'import json,sys; print(json.load(sys.stdin)["results"])')
 RSS1=$(rss)
+# cold process cache, warm shm: the first decide of 10,000 imported keys
+"$B/bench/bench_client" "$DIR/gpu0.sock" "$KEY" --shm 'rmsnorm/fp32/m=4,n=%d' 10000 >> "$DIR/client.txt"
 
 v() { awk -v k="$1" '$1 == k {print $2}' "$DIR/client.txt"; }
 echo "| Measurement | Value |"
@@ -84,6 +86,7 @@ echo "| --- | --- |"
 echo "| fly_decide, hot key, 1 thread: p50 / p99 | $(v hot_t1_p50_ns) ns / $(v hot_t1_p99_ns) ns |"
 echo "| fly_decide, hot key, 2 threads: p50 / p99, throughput per thread | $(v hot_t2_p50_ns) ns / $(v hot_t2_p99_ns) ns, $(v hot_t2_mops_per_thread) M/s |"
 echo "| first fly_decide of a fresh client on a tuned key (connect + hello + shm): p50 / p99 | $(( $(v fresh_first_call_p50_ns) / 1000 )) us / $(( $(v fresh_first_call_p99_ns) / 1000 )) us ($(v fresh_first_call_via_shm) via shm) |"
+echo "| first fly_decide of a tuned key in a connected client, process cache cold (shm lookup): p50 / p99 | $(v shm_first_call_p50_ns) ns / $(v shm_first_call_p99_ns) ns ($(v shm_first_call_hits) from shm) |"
 echo "| socket round trip (fly_request decide): p50 / p99 | $(( $(v socket_rtt_p50_ns) / 1000 )) us / $(( $(v socket_rtt_p99_ns) / 1000 )) us |"
 while read -r _ n _ rps _ p50 _ p99 _ err; do
 	echo "| flytuned decide, $n clients x ${SECS} s: throughput, p50 / p99 | $rps req/s, $p50 us / $p99 us ($err errors) |"
