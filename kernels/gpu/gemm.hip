@@ -39,7 +39,7 @@
 #endif
 
 #define GEMM_DT_MASK (1u << FLY_DT_BF16)
-#define GEMM_FLAGS (FLY_F_BIAS | FLY_F_SCALE)
+#define GEMM_FLAGS   (FLY_F_BIAS | FLY_F_SCALE)
 /* alpha of the benchmark case when FLY_F_SCALE (as the CPU backend). */
 #define GEMM_CASE_ALPHA 0.75f
 
@@ -82,10 +82,10 @@ extern __shared__ uint4 gemm_dsmem[];
 
 template <class C>
 __global__ void __launch_bounds__(C::THREADS)
-	gemm_mma_kernel(const uint16_t *A, const uint16_t *B, uint16_t *Cm,
-			float *ws, const uint16_t *bias, float alpha,
-			int64_t M, int64_t N, int64_t K, int tiles_m,
-			int tiles_n, int swz, int64_t kps)
+    gemm_mma_kernel(const uint16_t *A, const uint16_t *B, uint16_t *Cm,
+		    float *ws, const uint16_t *bias, float alpha, int64_t M,
+		    int64_t N, int64_t K, int tiles_m, int tiles_n, int swz,
+		    int64_t kps)
 {
 	int pid = blockIdx.x, per = swz * tiles_n, first = (pid / per) * swz;
 	int gs = tiles_m - first < swz ? tiles_m - first : swz;
@@ -118,8 +118,8 @@ __global__ void gemm_splitk_reduce(const float *ws, int splits, int64_t M,
 				   const uint16_t *bias, float alpha)
 {
 	int64_t n = M * N, stride = (int64_t)gridDim.x * blockDim.x;
-	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	     i < n; i += stride) {
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
 		float v = 0.f;
 		for (int s = 0; s < splits; s++)
 			v += ws[(size_t)s * n + i];
@@ -131,9 +131,9 @@ __global__ void gemm_splitk_reduce(const float *ws, int splits, int64_t M,
 }
 
 __global__ void __launch_bounds__(GEMM_FMA_THREADS)
-	gemm_fma_kernel(const uint16_t *A, const uint16_t *B, uint16_t *Cm,
-			const uint16_t *bias, float alpha, int64_t M,
-			int64_t N, int64_t K, int nn, int tiles_n)
+    gemm_fma_kernel(const uint16_t *A, const uint16_t *B, uint16_t *Cm,
+		    const uint16_t *bias, float alpha, int64_t M, int64_t N,
+		    int64_t K, int nn, int tiles_n)
 {
 	gemm_opnd o;
 	o.a = A;
@@ -156,9 +156,8 @@ __global__ void __launch_bounds__(GEMM_FMA_THREADS)
 }
 
 __global__ void gemm_ref_kernel(const uint16_t *A, const uint16_t *B,
-				uint16_t *Cm, const uint16_t *bias,
-				float alpha, int64_t M, int64_t N, int64_t K,
-				int nn)
+				uint16_t *Cm, const uint16_t *bias, float alpha,
+				int64_t M, int64_t N, int64_t K, int nn)
 {
 	int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (j >= N)
@@ -197,9 +196,9 @@ template <class C> static int mma_go(const struct mma_job *j)
 		(void)hipGetDevice(&d);
 		if (d < 0 || d >= 16 || !done[d]) {
 			if (hipFuncSetAttribute(
-				    gemm_mma_kernel<C>,
-				    hipFuncAttributeMaxDynamicSharedMemorySize,
-				    C::SMEM) != hipSuccess)
+				gemm_mma_kernel<C>,
+				hipFuncAttributeMaxDynamicSharedMemorySize,
+				C::SMEM) != hipSuccess)
 				return -ENOSPC;
 			if (d >= 0 && d < 16)
 				done[d] = 1;
@@ -213,9 +212,9 @@ template <class C> static int mma_go(const struct mma_job *j)
 	float *ws = split > 1 ? (float *)j->a->workspace : NULL;
 	dim3 grid((unsigned)tiles_m * tiles_n, (unsigned)split);
 	gemm_mma_kernel<C><<<grid, C::THREADS, C::SMEM, j->s>>>(
-		(const uint16_t *)j->a->a, (const uint16_t *)j->a->b,
-		(uint16_t *)j->a->c, ws, j->bias, j->alpha, j->m, j->n, j->k,
-		tiles_m, tiles_n, j->swz < tiles_m ? j->swz : tiles_m, kps);
+	    (const uint16_t *)j->a->a, (const uint16_t *)j->a->b,
+	    (uint16_t *)j->a->c, ws, j->bias, j->alpha, j->m, j->n, j->k,
+	    tiles_m, tiles_n, j->swz < tiles_m ? j->swz : tiles_m, kps);
 	int rc = gemm_launch_err();
 	if (rc || split == 1)
 		return rc;
@@ -224,26 +223,26 @@ template <class C> static int mma_go(const struct mma_job *j)
 	if (blocks > 65536)
 		blocks = 65536;
 	gemm_splitk_reduce<<<(unsigned)blocks, 256, 0, j->s>>>(
-		ws, split, j->m, j->n, (uint16_t *)j->a->c, j->bias, j->alpha);
+	    ws, split, j->m, j->n, (uint16_t *)j->a->c, j->bias, j->alpha);
 	return gemm_launch_err();
 }
 
 struct mma_ent {
 	int bm, bn, bk, warps, st;
-	int smem[2];   /* NT, NN */
+	int smem[2]; /* NT, NN */
 	mma_go_fn go[2];
 };
 
-#define GEMM_ENT(BM, BN, BK, WM, WN, ST)                                   \
-	{BM,                                                               \
-	 BN,                                                               \
-	 BK,                                                               \
-	 WM * WN,                                                          \
-	 ST,                                                               \
-	 {gemm_cfg<BM, BN, BK, WM, WN, ST, false>::SMEM,                   \
-	  gemm_cfg<BM, BN, BK, WM, WN, ST, true>::SMEM},                   \
-	 {mma_go<gemm_cfg<BM, BN, BK, WM, WN, ST, false> >,                \
-	  mma_go<gemm_cfg<BM, BN, BK, WM, WN, ST, true> >}},
+#define GEMM_ENT(BM, BN, BK, WM, WN, ST)                                       \
+	{BM,                                                                   \
+	 BN,                                                                   \
+	 BK,                                                                   \
+	 WM * WN,                                                              \
+	 ST,                                                                   \
+	 {gemm_cfg<BM, BN, BK, WM, WN, ST, false>::SMEM,                       \
+	  gemm_cfg<BM, BN, BK, WM, WN, ST, true>::SMEM},                       \
+	 {mma_go<gemm_cfg<BM, BN, BK, WM, WN, ST, false>>,                     \
+	  mma_go<gemm_cfg<BM, BN, BK, WM, WN, ST, true>>}},
 
 #if !FLYK_AMD
 static const struct mma_ent mma_ents[] = {GEMM_CFGS(GEMM_ENT)};
@@ -311,8 +310,8 @@ static int mma_feasible(const struct flyk_device *dev,
 			return -EINVAL;
 	}
 	/* Rasterisation groups need several tile rows and columns. */
-	if (swz > 1 && ((m + e->bm - 1) / e->bm < 2 * swz ||
-			(n + e->bn - 1) / e->bn < 2))
+	if (swz > 1 &&
+	    ((m + e->bm - 1) / e->bm < 2 * swz || (n + e->bn - 1) / e->bn < 2))
 		return -EINVAL;
 	return 0;
 #endif
@@ -389,9 +388,9 @@ static int fma_launch(const struct flyk_device *dev,
 		return -EINVAL;
 	gemm_fma_kernel<<<(unsigned)(tm * tn), GEMM_FMA_THREADS, 0,
 			  (hipStream_t)stream>>>(
-		(const uint16_t *)a->a, (const uint16_t *)a->b,
-		(uint16_t *)a->c, gemm_bias(p, a), gemm_alpha(p, a), m, n, k,
-		p->layout == FLY_LAYOUT_NN, (int)tn);
+	    (const uint16_t *)a->a, (const uint16_t *)a->b, (uint16_t *)a->c,
+	    gemm_bias(p, a), gemm_alpha(p, a), m, n, k,
+	    p->layout == FLY_LAYOUT_NN, (int)tn);
 	return gemm_launch_err();
 }
 
@@ -409,9 +408,9 @@ static int ref_launch(const struct flyk_device *dev,
 	dim3 grid((unsigned)((n + 127) / 128),
 		  (unsigned)(m < 65535 ? m : 65535));
 	gemm_ref_kernel<<<grid, 128, 0, (hipStream_t)stream>>>(
-		(const uint16_t *)a->a, (const uint16_t *)a->b,
-		(uint16_t *)a->c, gemm_bias(p, a), gemm_alpha(p, a), m, n, k,
-		p->layout == FLY_LAYOUT_NN);
+	    (const uint16_t *)a->a, (const uint16_t *)a->b, (uint16_t *)a->c,
+	    gemm_bias(p, a), gemm_alpha(p, a), m, n, k,
+	    p->layout == FLY_LAYOUT_NN);
 	return gemm_launch_err();
 }
 
@@ -428,42 +427,78 @@ static const int64_t lt_none[] = {-1};
 
 static const struct flyk_variant gemm_variants[] = {
 #if !FLYK_AMD
-	{"cublas_default", FLY_OP_GEMM, GEMM_DT_MASK, FLY_F_SCALE, 0, 0, {},
-	 flyk_cublas_default_feasible, NULL, flyk_cublas_default_launch},
-	{"cublaslt", FLY_OP_GEMM, GEMM_DT_MASK, GEMM_FLAGS, 0,
-	 FLYK_CUBLASLT_NPARAMS,
-	 {{"algo", NV(lt_none)},
-	  {"tile", NV(lt_none)},
-	  {"stages", NV(lt_none)},
-	  {"splitk", NV(lt_none)},
-	  {"reduction", NV(lt_none)},
-	  {"swizzle", NV(lt_none)},
-	  {"custom", NV(lt_none)},
-	  {"shape", NV(lt_none)}},
-	 flyk_cublaslt_feasible, flyk_cublaslt_enumerate,
-	 flyk_cublaslt_launch},
+    {"cublas_default",
+     FLY_OP_GEMM,
+     GEMM_DT_MASK,
+     FLY_F_SCALE,
+     0,
+     0,
+     {},
+     flyk_cublas_default_feasible,
+     NULL,
+     flyk_cublas_default_launch},
+    {"cublaslt",
+     FLY_OP_GEMM,
+     GEMM_DT_MASK,
+     GEMM_FLAGS,
+     0,
+     FLYK_CUBLASLT_NPARAMS,
+     {{"algo", NV(lt_none)},
+      {"tile", NV(lt_none)},
+      {"stages", NV(lt_none)},
+      {"splitk", NV(lt_none)},
+      {"reduction", NV(lt_none)},
+      {"swizzle", NV(lt_none)},
+      {"custom", NV(lt_none)},
+      {"shape", NV(lt_none)}},
+     flyk_cublaslt_feasible,
+     flyk_cublaslt_enumerate,
+     flyk_cublaslt_launch},
 #endif
-	{"gemm_mma", FLY_OP_GEMM, GEMM_DT_MASK, GEMM_FLAGS, 0, 7,
-	 {{"tile_m", NV(mma_tile_m)},
-	  {"tile_n", NV(mma_tile_n)},
-	  {"tile_k", NV(mma_tile_k)},
-	  {"warps", NV(mma_warps)},
-	  {"stages", NV(mma_stages)},
-	  {"split_k", NV(mma_split)},
-	  {"swizzle", NV(mma_swz)}},
-	 mma_feasible, NULL, mma_launch},
-	{"gemm_fma", FLY_OP_GEMM, GEMM_DT_MASK, GEMM_FLAGS, 0, 0, {},
-	 simple_feasible, NULL, fma_launch},
-	{"gemm_ref", FLY_OP_GEMM, GEMM_DT_MASK, GEMM_FLAGS, 1, 0, {},
-	 simple_feasible, NULL, ref_launch},
+    {"gemm_mma",
+     FLY_OP_GEMM,
+     GEMM_DT_MASK,
+     GEMM_FLAGS,
+     0,
+     7,
+     {{"tile_m", NV(mma_tile_m)},
+      {"tile_n", NV(mma_tile_n)},
+      {"tile_k", NV(mma_tile_k)},
+      {"warps", NV(mma_warps)},
+      {"stages", NV(mma_stages)},
+      {"split_k", NV(mma_split)},
+      {"swizzle", NV(mma_swz)}},
+     mma_feasible,
+     NULL,
+     mma_launch},
+    {"gemm_fma",
+     FLY_OP_GEMM,
+     GEMM_DT_MASK,
+     GEMM_FLAGS,
+     0,
+     0,
+     {},
+     simple_feasible,
+     NULL,
+     fma_launch},
+    {"gemm_ref",
+     FLY_OP_GEMM,
+     GEMM_DT_MASK,
+     GEMM_FLAGS,
+     1,
+     0,
+     {},
+     simple_feasible,
+     NULL,
+     ref_launch},
 };
 #endif
 
 /* ------------------------------------------------------------ case */
 
 struct gemm_state {
-	uint16_t *h_ref;  /* reference C, host */
-	size_t n;         /* M * N */
+	uint16_t *h_ref; /* reference C, host */
+	size_t n;	 /* M * N */
 };
 
 static int gemm_setup(struct flyk_case *c, uint64_t seed)
@@ -489,8 +524,8 @@ static int gemm_setup(struct flyk_case *c, uint64_t seed)
 	    flyk_gpu_case_alloc(c, (size_t)n * 2, 0, &bias) < 0)
 		return -ENOMEM;
 	struct flyk_device *dev = c->dev;
-	int rc = flyk_gpu_fill_random(dev, x, (size_t)m * k, FLY_DT_BF16,
-				      -1.f, 1.f, seed);
+	int rc = flyk_gpu_fill_random(dev, x, (size_t)m * k, FLY_DT_BF16, -1.f,
+				      1.f, seed);
 	if (!rc)
 		rc = flyk_gpu_fill_random(dev, y, (size_t)n * k, FLY_DT_BF16,
 					  -1.f, 1.f, seed + 1);
@@ -519,9 +554,8 @@ static int gemm_setup(struct flyk_case *c, uint64_t seed)
 /* Max abs error of bf16 @p got against @p ref; -EDOM on NaN or when an
  * element is off by more than 1/64 of |ref| plus 2e-3 * sqrt(k) (one bf16
  * rounding each side, and fp32 summation order). */
-extern "C" int flyk_gpu_gemm_compare(const uint16_t *got,
-				     const uint16_t *ref, size_t n,
-				     int64_t k, double *max_err)
+extern "C" int flyk_gpu_gemm_compare(const uint16_t *got, const uint16_t *ref,
+				     size_t n, int64_t k, double *max_err)
 {
 	double slack = 2e-3 * sqrt((double)k);
 	int bad = 0;
@@ -569,9 +603,12 @@ static void gemm_fini(struct flyk_case *c)
 
 #if !FLYK_DEVICE_PASS
 extern "C" const struct flyk_gpu_op flyk_gpu_gemm_op = {
-	FLY_OP_GEMM, gemm_variants,
-	sizeof(gemm_variants) / sizeof(gemm_variants[0]),
-	gemm_setup,  gemm_check,
-	gemm_fini,   NULL,
+    FLY_OP_GEMM,
+    gemm_variants,
+    sizeof(gemm_variants) / sizeof(gemm_variants[0]),
+    gemm_setup,
+    gemm_check,
+    gemm_fini,
+    NULL,
 };
 #endif

@@ -98,7 +98,7 @@ FLYK_EXPORT int flyk_gpu_gemm_vendor_candidates(const struct fly_problem *p,
 	if (g->rc)
 		return g->rc;
 	const struct flyk_variant *v =
-		flyk_variant_find(flyk_gpu_backend(), FLY_OP_GEMM, "cublaslt");
+	    flyk_variant_find(flyk_gpu_backend(), FLY_OP_GEMM, "cublaslt");
 	if (!p || !out || max < 0 || !v || !v->enumerate)
 		return -ENOENT;
 	int64_t pts[16][FLY_PARAMS_MAX];

@@ -33,24 +33,24 @@
 
 /* The mma tile shapes built (gemm_mma and ggemm_mma): BM, BN, BK, warps
  * along M, warps along N, stages. */
-#define GEMM_CFGS(X)                                                       \
-	X(16, 64, 64, 1, 4, 4)                                             \
-	X(16, 64, 128, 1, 4, 3)                                            \
-	X(16, 128, 64, 1, 4, 4)                                            \
-	X(16, 256, 64, 1, 4, 3)                                            \
-	X(32, 64, 64, 2, 2, 4)                                             \
-	X(32, 128, 64, 2, 2, 4)                                            \
-	X(64, 64, 32, 2, 2, 2)                                             \
-	X(64, 64, 64, 2, 2, 3)                                             \
-	X(64, 128, 32, 2, 2, 4)                                            \
-	X(64, 128, 64, 2, 2, 3)                                            \
-	X(64, 256, 32, 2, 4, 3)                                            \
-	X(128, 64, 32, 2, 2, 4)                                            \
-	X(128, 128, 32, 2, 2, 3)                                           \
-	X(128, 128, 32, 2, 2, 4)                                           \
-	X(128, 128, 64, 2, 2, 3)                                           \
-	X(128, 128, 32, 2, 4, 4)                                           \
-	X(128, 256, 32, 2, 4, 3)                                           \
+#define GEMM_CFGS(X)                                                           \
+	X(16, 64, 64, 1, 4, 4)                                                 \
+	X(16, 64, 128, 1, 4, 3)                                                \
+	X(16, 128, 64, 1, 4, 4)                                                \
+	X(16, 256, 64, 1, 4, 3)                                                \
+	X(32, 64, 64, 2, 2, 4)                                                 \
+	X(32, 128, 64, 2, 2, 4)                                                \
+	X(64, 64, 32, 2, 2, 2)                                                 \
+	X(64, 64, 64, 2, 2, 3)                                                 \
+	X(64, 128, 32, 2, 2, 4)                                                \
+	X(64, 128, 64, 2, 2, 3)                                                \
+	X(64, 256, 32, 2, 4, 3)                                                \
+	X(128, 64, 32, 2, 2, 4)                                                \
+	X(128, 128, 32, 2, 2, 3)                                               \
+	X(128, 128, 32, 2, 2, 4)                                               \
+	X(128, 128, 64, 2, 2, 3)                                               \
+	X(128, 128, 32, 2, 4, 4)                                               \
+	X(128, 256, 32, 2, 4, 3)                                               \
 	X(256, 128, 32, 4, 2, 3)
 
 /* One tile shape: BMxBN block tile, BK deep, WMxWN warps, ST stages. */
@@ -64,11 +64,11 @@ struct gemm_cfg {
 		WN = WN_,
 		ST = ST_,
 		THREADS = WM_ * WN_ * 32,
-		WTM = BM_ / WM_,      /* warp tile rows */
-		WTN = BN_ / WN_,      /* warp tile cols */
-		MI = WTM / 16,        /* m16 fragments per warp */
-		NI = WTN / 8,         /* n8 fragments per warp */
-		LDA = BK_ + 8,        /* smem row stride of A (halves) */
+		WTM = BM_ / WM_, /* warp tile rows */
+		WTN = BN_ / WN_, /* warp tile cols */
+		MI = WTM / 16,	 /* m16 fragments per warp */
+		NI = WTN / 8,	 /* n8 fragments per warp */
+		LDA = BK_ + 8,	 /* smem row stride of A (halves) */
 		LDB = NN_ ? BN_ + 8 : BK_ + 8,
 		A_ST = BM_ * (BK_ + 8),
 		B_ST = NN_ ? BK_ * (BN_ + 8) : BN_ * (BK_ + 8),
@@ -81,11 +81,11 @@ struct gemm_cfg {
 
 /* The epilogue's view of the output. */
 struct gemm_out {
-	uint16_t *c;        /* bf16 C (NULL: write fp32 partials to ws) */
-	float *ws;          /* fp32 partials [M, N] of this split */
-	int64_t ldc;        /* N */
-	int64_t m_end;      /* rows valid: row < m_end */
-	int64_t n_end;      /* cols valid: col < n_end */
+	uint16_t *c;   /* bf16 C (NULL: write fp32 partials to ws) */
+	float *ws;     /* fp32 partials [M, N] of this split */
+	int64_t ldc;   /* N */
+	int64_t m_end; /* rows valid: row < m_end */
+	int64_t n_end; /* cols valid: col < n_end */
 	float alpha;
 	const uint16_t *bias; /* [N] or NULL */
 };
@@ -122,7 +122,7 @@ __device__ __forceinline__ void gemm_store2(const gemm_out &o, int64_t row,
 		uint16_t h1 = flyk_df2b(gemm_fin(o, col + 1, v1));
 		if (!(i & 1)) {
 			*(uint32_t *)(o.c + i) =
-				(uint32_t)h0 | ((uint32_t)h1 << 16);
+			    (uint32_t)h0 | ((uint32_t)h1 << 16);
 			return;
 		}
 		o.c[i + 1] = h1;
@@ -132,8 +132,7 @@ __device__ __forceinline__ void gemm_store2(const gemm_out &o, int64_t row,
 
 /* ------------------------------------------------------------ mma engine */
 
-__device__ __forceinline__ void gemm_cp16(void *smem, const void *g,
-					  bool pred)
+__device__ __forceinline__ void gemm_cp16(void *smem, const void *g, bool pred)
 {
 #if FLYK_MMA_DEVICE
 	unsigned s = (unsigned)__cvta_generic_to_shared(smem);
@@ -264,8 +263,8 @@ __device__ __forceinline__ void gemm_compute_stage(const uint16_t *sa,
 				int k = kk * 16 + ((lane / 8) % 2) * 8;
 				gemm_ldm4(t, sb + n * C::LDB + k);
 			} else {
-				int k = kk * 16 + (lane % 8) +
-					((lane / 8) % 2) * 8;
+				int k =
+				    kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
 				int n = wn * C::WTN + nj * 16 + (lane / 16) * 8;
 				gemm_ldm4t(t, sb + k * C::LDB + n);
 			}
@@ -289,10 +288,9 @@ __device__ __forceinline__ void gemm_compute_stage(const uint16_t *sa,
  * tile (it synchronises before reusing the buffers).
  */
 template <class C>
-__device__ __forceinline__ void gemm_mma_tile(const gemm_opnd &o,
-					      int64_t k_begin, int64_t k_end,
-					      const gemm_out &out,
-					      uint16_t *smem)
+__device__ __forceinline__ void
+gemm_mma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
+	      const gemm_out &out, uint16_t *smem)
 {
 	float acc[C::MI][C::NI][4];
 #pragma unroll
@@ -310,7 +308,8 @@ __device__ __forceinline__ void gemm_mma_tile(const gemm_opnd &o,
 #pragma unroll
 	for (int s = 0; s < C::ST - 1; s++) {
 		if (s < nk)
-			gemm_load_stage<C>(o, sa + s * C::A_ST, sb + s * C::B_ST,
+			gemm_load_stage<C>(o, sa + s * C::A_ST,
+					   sb + s * C::B_ST,
 					   k_begin + (int64_t)s * C::BK, k_end);
 		gemm_cp_commit();
 	}
@@ -347,16 +346,15 @@ __device__ __forceinline__ void gemm_mma_tile(const gemm_opnd &o,
 
 /* ------------------------------------------------------------ fma engine */
 
-#define GEMM_FMA_BM 64
-#define GEMM_FMA_BN 64
-#define GEMM_FMA_BK 16
+#define GEMM_FMA_BM	 64
+#define GEMM_FMA_BN	 64
+#define GEMM_FMA_BK	 16
 #define GEMM_FMA_THREADS 256
 
 /* One 64x64 tile with plain FMAs; any shape and alignment.  All 256
  * threads of the block must call it. */
-__device__ __forceinline__ void gemm_fma_tile(const gemm_opnd &o, bool nn,
-					      int64_t k_end,
-					      const gemm_out &out)
+__device__ __forceinline__ void
+gemm_fma_tile(const gemm_opnd &o, bool nn, int64_t k_end, const gemm_out &out)
 {
 	__shared__ float sa[GEMM_FMA_BK][GEMM_FMA_BM + 4];
 	__shared__ float sb[GEMM_FMA_BK][GEMM_FMA_BN + 4];
@@ -372,8 +370,8 @@ __device__ __forceinline__ void gemm_fma_tile(const gemm_opnd &o, bool nn,
 			int r = e / GEMM_FMA_BK, k = e % GEMM_FMA_BK;
 			int64_t gr = o.m0 + r, gk = k0 + k;
 			sa[k][r] = gr < o.m_end && gk < k_end
-					   ? flyk_db2f(o.a[gr * o.lda + gk])
-					   : 0.f;
+				       ? flyk_db2f(o.a[gr * o.lda + gk])
+				       : 0.f;
 		}
 		for (int e = tid; e < GEMM_FMA_BK * GEMM_FMA_BN;
 		     e += GEMM_FMA_THREADS) {
@@ -430,8 +428,7 @@ static inline int64_t flyk_gemm_bucket_m(int64_t m)
 /* Host: max abs error of bf16 @p got against @p ref over @p n elements;
  * -EDOM on NaN or an element off by more than |ref| / 64 + 2e-3 * sqrt(k)
  * (defined in gemm.hip, shared with grouped_gemm.hip). */
-extern "C" int flyk_gpu_gemm_compare(const uint16_t *got,
-				     const uint16_t *ref, size_t n,
-				     int64_t k, double *max_err);
+extern "C" int flyk_gpu_gemm_compare(const uint16_t *got, const uint16_t *ref,
+				     size_t n, int64_t k, double *max_err);
 
 #endif /* FLYK_GEMM_TILE_H */

@@ -42,7 +42,7 @@ extern "C" {
 /* Workspace the heuristic may assume, and the case provides (32 MiB). */
 #define FLYK_GEMM_WS_BYTES ((size_t)32 << 20)
 /* How many heuristic results enumerate() asks for. */
-#define FLYK_CUBLASLT_TOPN 16
+#define FLYK_CUBLASLT_TOPN    16
 #define FLYK_CUBLASLT_NPARAMS 8
 
 int flyk_cublaslt_feasible(const struct flyk_device *dev,

@@ -130,8 +130,8 @@ struct gg_job {
 };
 
 /* Operands and output of tile @p t (after gg_prefix). */
-__device__ __forceinline__ void gg_tile(const gg_job &j, const int *pre,
-					int t, int bm, int bn, gemm_opnd *o,
+__device__ __forceinline__ void gg_tile(const gg_job &j, const int *pre, int t,
+					int bm, int bn, gemm_opnd *o,
 					gemm_out *out)
 {
 	int e = gg_find(pre, j.g, t), local = t - pre[e];
@@ -257,9 +257,9 @@ static int gg_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 		(void)hipGetDevice(&d);
 		if (d < 0 || d >= 16 || !done[d]) {
 			if (hipFuncSetAttribute(
-				    gg_mma_kernel<C>,
-				    hipFuncAttributeMaxDynamicSharedMemorySize,
-				    C::SMEM) != hipSuccess)
+				gg_mma_kernel<C>,
+				hipFuncAttributeMaxDynamicSharedMemorySize,
+				C::SMEM) != hipSuccess)
 				return -ENOSPC;
 			if (d >= 0 && d < 16)
 				done[d] = 1;
@@ -274,14 +274,14 @@ struct gg_ent {
 	gg_go_fn go;
 };
 
-#define GG_ENT(BM, BN, BK, WM, WN, ST)                                     \
-	{BM,                                                               \
-	 BN,                                                               \
-	 BK,                                                               \
-	 WM * WN,                                                          \
-	 ST,                                                               \
-	 gemm_cfg<BM, BN, BK, WM, WN, ST, false>::SMEM,                    \
-	 gg_go<gemm_cfg<BM, BN, BK, WM, WN, ST, false> >},
+#define GG_ENT(BM, BN, BK, WM, WN, ST)                                         \
+	{BM,                                                                   \
+	 BN,                                                                   \
+	 BK,                                                                   \
+	 WM * WN,                                                              \
+	 ST,                                                                   \
+	 gemm_cfg<BM, BN, BK, WM, WN, ST, false>::SMEM,                        \
+	 gg_go<gemm_cfg<BM, BN, BK, WM, WN, ST, false>>},
 
 #if !FLYK_AMD
 static const struct gg_ent gg_ents[] = {GEMM_CFGS(GG_ENT)};
@@ -318,8 +318,8 @@ static int gg_persist_ok(const struct flyk_device *dev,
 	if ((mb / bm + p->dims[0]) * tn > 0x7fffffff)
 		return 0;
 	/* pruning, on the bucketed M: persistent only where it shrinks */
-	return persist == 0 || (int64_t)dev->sms * persist <
-				       (mb / bm + p->dims[0]) * tn;
+	return persist == 0 ||
+	       (int64_t)dev->sms * persist < (mb / bm + p->dims[0]) * tn;
 }
 
 static int mma_feasible(const struct flyk_device *dev,
@@ -435,18 +435,41 @@ static int ref_launch(const struct flyk_device *dev,
 #define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
 
 static const struct flyk_variant gg_variants[] = {
-	{"ggemm_mma", FLY_OP_GROUPED_GEMM, 1u << FLY_DT_BF16, 0, 0, 6,
-	 {{"tile_m", NV(gg_tile_m)},
-	  {"tile_n", NV(gg_tile_n)},
-	  {"tile_k", NV(gg_tile_k)},
-	  {"warps", NV(gg_warps)},
-	  {"stages", NV(gg_stages)},
-	  {"persist", NV(gg_persist)}},
-	 mma_feasible, NULL, mma_launch},
-	{"ggemm_fma", FLY_OP_GROUPED_GEMM, 1u << FLY_DT_BF16, 0, 0, 1,
-	 {{"persist", NV(gg_persist)}}, fma_feasible, NULL, fma_launch},
-	{"ggemm_ref", FLY_OP_GROUPED_GEMM, 1u << FLY_DT_BF16, 0, 1, 0, {},
-	 ref_feasible, NULL, ref_launch},
+    {"ggemm_mma",
+     FLY_OP_GROUPED_GEMM,
+     1u << FLY_DT_BF16,
+     0,
+     0,
+     6,
+     {{"tile_m", NV(gg_tile_m)},
+      {"tile_n", NV(gg_tile_n)},
+      {"tile_k", NV(gg_tile_k)},
+      {"warps", NV(gg_warps)},
+      {"stages", NV(gg_stages)},
+      {"persist", NV(gg_persist)}},
+     mma_feasible,
+     NULL,
+     mma_launch},
+    {"ggemm_fma",
+     FLY_OP_GROUPED_GEMM,
+     1u << FLY_DT_BF16,
+     0,
+     0,
+     1,
+     {{"persist", NV(gg_persist)}},
+     fma_feasible,
+     NULL,
+     fma_launch},
+    {"ggemm_ref",
+     FLY_OP_GROUPED_GEMM,
+     1u << FLY_DT_BF16,
+     0,
+     1,
+     0,
+     {},
+     ref_feasible,
+     NULL,
+     ref_launch},
 };
 #endif
 
@@ -522,8 +545,8 @@ static int gg_check(struct flyk_case *c, double *max_err)
 	*max_err = 0;
 	if (!h)
 		return -ENOMEM;
-	int rc = flyk_gpu_download(c->dev, h, c->args.grouped_gemm.c,
-				   st->n * 2);
+	int rc =
+	    flyk_gpu_download(c->dev, h, c->args.grouped_gemm.c, st->n * 2);
 	if (!rc)
 		rc = flyk_gpu_gemm_compare(h, st->h_ref, st->n, c->p.dims[3],
 					   max_err);
@@ -543,9 +566,12 @@ static void gg_fini(struct flyk_case *c)
 
 #if !FLYK_DEVICE_PASS
 extern "C" const struct flyk_gpu_op flyk_gpu_grouped_gemm_op = {
-	FLY_OP_GROUPED_GEMM, gg_variants,
-	sizeof(gg_variants) / sizeof(gg_variants[0]),
-	gg_setup,	     gg_check,
-	gg_fini,	     NULL,
+    FLY_OP_GROUPED_GEMM,
+    gg_variants,
+    sizeof(gg_variants) / sizeof(gg_variants[0]),
+    gg_setup,
+    gg_check,
+    gg_fini,
+    NULL,
 };
 #endif
