@@ -147,6 +147,8 @@ ALL_TARGETS := $(LAYERING) $(HEADER) $(LIBCLIENT_A) $(LIBCLIENT_SO) \
 	deps asan ubsan tsan coverage install uninstall clean gen gen-check \
 	test-gpu bench systemd-verify
 .DEFAULT_GOAL := all
+# Keep every intermediate object (no rebuilds of objects make deleted).
+.SECONDARY:
 
 all: $(ALL_TARGETS)
 

@@ -23,36 +23,9 @@
 #include <sqlite3.h>
 
 #include "../common/daemon.h"
+#include "../common/jreq.h"
 
 #define NITER 10
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static cJSON *req(int fd, const char *json)
-{
-	char *resp = NULL;
-	cJSON *o;
-	int rc = fly_test_request(fd, json, &resp, fly_test_timeout(10000));
-
-	if (rc != 0)
-		fprintf(stderr, "request %s: rc %d\n", json, rc);
-	assert_int_equal(rc, 0);
-	o = cJSON_Parse(resp);
-	assert_non_null(o);
-	free(resp);
-	return o;
-}
-
-static int is_ok(const cJSON *o)
-{
-	return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "ok"));
-}
 
 static const char *str_at(const cJSON *o, const char *a, const char *b)
 {
@@ -71,8 +44,8 @@ static void decide_status(int fd, const char *key, char *out, size_t cap)
 
 	snprintf(json, sizeof(json), "{\"req\":\"decide\",\"key\":\"%s\"}",
 		 key);
-	o = req(fd, json);
-	assert_true(is_ok(o));
+	o = fly_test_req(fd, json);
+	assert_true(fly_test_is_ok(o));
 	snprintf(out, cap, "%s", str_at(o, "decision", "status"));
 	cJSON_Delete(o);
 }
@@ -116,8 +89,8 @@ static void test_kill_during_tuning_and_commit(void **state)
 			 4 << (i % 4), 128 + 64 * i);
 		snprintf(json, sizeof(json),
 			 "{\"req\":\"tune\",\"key\":\"%s\"}", keys[i]);
-		o = req(fd, json);
-		assert_true(is_ok(o));
+		o = fly_test_req(fd, json);
+		assert_true(fly_test_is_ok(o));
 		cJSON_Delete(o);
 		usleep((useconds_t)(rand() % 301) * 1000);
 		/* Every key reported tuned so far, this one included. */
@@ -145,7 +118,7 @@ static void test_kill_during_tuning_and_commit(void **state)
 	 * up tuned even though policy on-request queues nothing by itself. */
 	{
 		int fd = fly_test_connect(d->sock);
-		uint64_t end = now_ms() + (uint64_t)fly_test_timeout(60000);
+		uint64_t end = fly_test_now_ms() + (uint64_t)fly_test_timeout(60000);
 
 		assert_true(fd >= 0);
 		for (int k = 0; k < NITER; k++) {
@@ -154,7 +127,7 @@ static void test_kill_during_tuning_and_commit(void **state)
 					      sizeof(status));
 				if (strcmp(status, "tuned") == 0)
 					break;
-				if (now_ms() > end)
+				if (fly_test_now_ms() > end)
 					fail_msg("%s never tuned", keys[k]);
 				usleep(100 * 1000);
 			}
@@ -170,7 +143,7 @@ static void test_kill_during_tuning_and_commit(void **state)
  * daemon serves `status` on @p other.  @return the parsed response. */
 static cJSON *wait_reply_serving(int fd, int other, int ms)
 {
-	uint64_t end = now_ms() + (uint64_t)fly_test_timeout(ms);
+	uint64_t end = fly_test_now_ms() + (uint64_t)fly_test_timeout(ms);
 	char *resp = NULL;
 	cJSON *o;
 
@@ -179,10 +152,10 @@ static cJSON *wait_reply_serving(int fd, int other, int ms)
 
 		if (poll(&pfd, 1, 200) == 1)
 			break;
-		o = req(other, "{\"req\":\"status\"}");
-		assert_true(is_ok(o));
+		o = fly_test_req(other, "{\"req\":\"status\"}");
+		assert_true(fly_test_is_ok(o));
 		cJSON_Delete(o);
-		if (now_ms() > end)
+		if (fly_test_now_ms() > end)
 			fail_msg("no reply to tune wait in time");
 	}
 	assert_int_equal(fly_test_recv_frame(fd, &resp,
@@ -219,19 +192,19 @@ static void fault_case(struct fly_test_daemon *d, const char *fault,
 		 fly_test_timeout(40000));
 	assert_int_equal(fly_test_send_frame(fd, json), 0);
 	o = wait_reply_serving(fd, other, 50000);
-	if (!is_ok(o) || strcmp(str_at(o, "status", NULL), "tuned") != 0)
+	if (!fly_test_is_ok(o) || strcmp(str_at(o, "status", NULL), "tuned") != 0)
 		fly_test_daemon_print_log(d);
-	assert_true(is_ok(o));
+	assert_true(fly_test_is_ok(o));
 	assert_string_equal(str_at(o, "status", NULL), "tuned");
 	/* The culprit never wins. */
 	assert_string_not_equal(str_at(o, "decision", "variant"), variant);
 	cJSON_Delete(o);
-	o = req(other, "{\"req\":\"status\"}");
-	assert_true(is_ok(o));
+	o = fly_test_req(other, "{\"req\":\"status\"}");
+	assert_true(fly_test_is_ok(o));
 	cJSON_Delete(o);
-	o = req(other, "{\"req\":\"explain\","
+	o = fly_test_req(other, "{\"req\":\"explain\","
 		"\"key\":\"rmsnorm/fp32/m=16,n=256\"}");
-	assert_true(is_ok(o));
+	assert_true(fly_test_is_ok(o));
 	cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(o, "trials"))
 		if (strcmp(str_at(t, "variant", NULL), variant) == 0 &&
 		    strcmp(str_at(t, "outcome", NULL), outcome) == 0)
@@ -296,12 +269,12 @@ static void test_stop_resumes_job(void **state)
 	assert_int_equal(fly_test_daemon_restart(d), 0);
 	fd = fly_test_connect(d->sock);
 	assert_true(fd >= 0);
-	end = now_ms() + (uint64_t)fly_test_timeout(30000);
+	end = fly_test_now_ms() + (uint64_t)fly_test_timeout(30000);
 	for (;;) {
 		decide_status(fd, key, status, sizeof(status));
 		if (strcmp(status, "tuned") == 0)
 			break;
-		if (now_ms() > end)
+		if (fly_test_now_ms() > end)
 			fail_msg("%s not resumed after a stop", key);
 		usleep(100 * 1000);
 	}

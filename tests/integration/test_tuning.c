@@ -28,37 +28,9 @@
 #include <cjson/cJSON.h>
 
 #include "../common/daemon.h"
+#include "../common/jreq.h"
 
 #define FAST_CFG "\"job_budget_s\":0.3"
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-/* One request, parsed; fails the test on a transport error. */
-static cJSON *req(int fd, const char *json)
-{
-	char *resp = NULL;
-	cJSON *o;
-	int rc = fly_test_request(fd, json, &resp, fly_test_timeout(10000));
-
-	if (rc != 0)
-		fprintf(stderr, "request %s: rc %d\n", json, rc);
-	assert_int_equal(rc, 0);
-	o = cJSON_Parse(resp);
-	assert_non_null(o);
-	free(resp);
-	return o;
-}
-
-static int is_ok(const cJSON *o)
-{
-	return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "ok"));
-}
 
 static const char *err_code(const cJSON *o)
 {
@@ -70,13 +42,13 @@ static const char *err_code(const cJSON *o)
 
 static double stat_num(int fd, const char *name)
 {
-	cJSON *o = req(fd, "{\"req\":\"stats\"}");
+	cJSON *o = fly_test_req(fd, "{\"req\":\"stats\"}");
 	/* schemas/stats.response.json: the counters are under "counters". */
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(
 		cJSON_GetObjectItemCaseSensitive(o, "counters"), name);
 	double x;
 
-	assert_true(is_ok(o));
+	assert_true(fly_test_is_ok(o));
 	assert_true(cJSON_IsNumber(v));
 	x = v->valuedouble;
 	cJSON_Delete(o);
@@ -120,10 +92,10 @@ static void decide(int fd, const char *key, struct answer *a)
 
 	snprintf(json, sizeof(json), "{\"req\":\"decide\",\"key\":\"%s\"}",
 		 key);
-	o = req(fd, json);
-	if (!is_ok(o))
+	o = fly_test_req(fd, json);
+	if (!fly_test_is_ok(o))
 		fprintf(stderr, "decide %s: %s\n", key, err_code(o));
-	assert_true(is_ok(o));
+	assert_true(fly_test_is_ok(o));
 	parse_decision(o, a);
 	cJSON_Delete(o);
 }
@@ -131,13 +103,13 @@ static void decide(int fd, const char *key, struct answer *a)
 /* Poll decide until tuned (or fail after @p ms). */
 static void wait_tuned(int fd, const char *key, int ms, struct answer *a)
 {
-	uint64_t end = now_ms() + (uint64_t)fly_test_timeout(ms);
+	uint64_t end = fly_test_now_ms() + (uint64_t)fly_test_timeout(ms);
 
 	for (;;) {
 		decide(fd, key, a);
 		if (strcmp(a->status, "tuned") == 0)
 			return;
-		if (now_ms() > end)
+		if (fly_test_now_ms() > end)
 			fail_msg("%s not tuned in time (status %s)", key,
 				 a->status);
 		usleep(100 * 1000);
@@ -224,10 +196,10 @@ static void test_decide_pending_then_tuned(void **state)
 	assert_string_equal(b.text, a.text);
 	/* A typed key error. */
 	{
-		cJSON *o = req(fd, "{\"req\":\"decide\","
+		cJSON *o = fly_test_req(fd, "{\"req\":\"decide\","
 			       "\"key\":\"nope/fp32\"}");
 
-		assert_false(is_ok(o));
+		assert_false(fly_test_is_ok(o));
 		assert_true(strlen(err_code(o)) > 0);
 		cJSON_Delete(o);
 	}
@@ -237,7 +209,7 @@ static void test_decide_pending_then_tuned(void **state)
 	assert_string_equal(b.status, "default");
 	assert_string_equal(b.text, "");
 	{
-		cJSON *o = req(fd, "{\"req\":\"status\"}");
+		cJSON *o = fly_test_req(fd, "{\"req\":\"status\"}");
 		const cJSON *q = cJSON_GetObjectItemCaseSensitive(o, "queue");
 
 		assert_int_equal((int)cJSON_GetObjectItemCaseSensitive(
@@ -294,8 +266,8 @@ static pid_t start_second(const struct fly_test_daemon *d, char *sock,
 		      (char *)NULL);
 		_exit(127);
 	}
-	end = now_ms() + (uint64_t)fly_test_timeout(30000);
-	while (now_ms() < end) {
+	end = fly_test_now_ms() + (uint64_t)fly_test_timeout(30000);
+	while (fly_test_now_ms() < end) {
 		int fd = fly_test_connect(sock);
 		char *resp = NULL;
 		int ok = 0;
@@ -340,9 +312,9 @@ static void test_two_instances_share_winners(void **state)
 	assert_true(fd0 >= 0 && fd1 >= 0);
 	/* Tuned by instance 0 (after instance 1 started: its in-memory map
 	 * cannot know the key yet). */
-	o = req(fd0, "{\"req\":\"tune\",\"key\":\"rmsnorm/fp32/m=32,n=512\","
+	o = fly_test_req(fd0, "{\"req\":\"tune\",\"key\":\"rmsnorm/fp32/m=32,n=512\","
 		"\"wait\":true,\"timeout_ms\":30000}");
-	assert_true(is_ok(o));
+	assert_true(fly_test_is_ok(o));
 	assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "status")
 			    ->valuestring, "tuned");
 	parse_decision(o, &a);
@@ -353,8 +325,8 @@ static void test_two_instances_share_winners(void **state)
 	assert_int_equal((int)stat_num(fd1, "jobs_done"), 0);
 	assert_int_equal((int)stat_num(fd0, "jobs_done"), 1);
 	/* A tune on instance 1 answers tuned at once, without a job. */
-	o = req(fd1, "{\"req\":\"tune\",\"key\":\"rmsnorm/fp32/m=32,n=512\"}");
-	assert_true(is_ok(o));
+	o = fly_test_req(fd1, "{\"req\":\"tune\",\"key\":\"rmsnorm/fp32/m=32,n=512\"}");
+	assert_true(fly_test_is_ok(o));
 	assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "status")
 			    ->valuestring, "tuned");
 	assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(o,
@@ -401,7 +373,7 @@ static void test_256_clients_one_job(void **state)
 		o = cJSON_Parse(resp);
 		free(resp);
 		assert_non_null(o);
-		assert_true(is_ok(o));
+		assert_true(fly_test_is_ok(o));
 		parse_decision(o, &a);
 		assert_string_equal(a.key, key);
 		cJSON_Delete(o);
@@ -410,9 +382,9 @@ static void test_256_clients_one_job(void **state)
 	assert_true(ctl >= 0);
 	wait_tuned(ctl, key, 30000, &first);
 	/* Settled: nothing queued, nothing running. */
-	end = now_ms() + (uint64_t)fly_test_timeout(10000);
+	end = fly_test_now_ms() + (uint64_t)fly_test_timeout(10000);
 	for (;;) {
-		cJSON *o = req(ctl, "{\"req\":\"status\"}");
+		cJSON *o = fly_test_req(ctl, "{\"req\":\"status\"}");
 		const cJSON *q = cJSON_GetObjectItemCaseSensitive(o, "queue");
 		const cJSON *n = cJSON_GetObjectItemCaseSensitive(q, "queued");
 		const cJSON *r = cJSON_GetObjectItemCaseSensitive(q, "running");
@@ -422,7 +394,7 @@ static void test_256_clients_one_job(void **state)
 		cJSON_Delete(o);
 		if (idle)
 			break;
-		assert_true(now_ms() < end);
+		assert_true(fly_test_now_ms() < end);
 		usleep(100 * 1000);
 	}
 	assert_int_equal((int)stat_num(ctl, "jobs_done"), 1);
@@ -454,8 +426,8 @@ static void test_queue_cap_busy(void **state)
 
 		snprintf(json, sizeof(json), "{\"req\":\"tune\",\"key\":"
 			 "\"rmsnorm/fp32/m=8,n=%d\"}", 64 + 8 * i);
-		o = req(fd, json);
-		if (is_ok(o)) {
+		o = fly_test_req(fd, json);
+		if (fly_test_is_ok(o)) {
 			accepted++;
 			assert_true(cJSON_IsTrue(
 				cJSON_GetObjectItemCaseSensitive(o,
@@ -490,8 +462,8 @@ static void tune_wait(int fd, const char *key, int force, struct answer *a)
 	snprintf(json, sizeof(json), "{\"req\":\"tune\",\"key\":\"%s\","
 		 "\"wait\":true,\"force\":%s,\"timeout_ms\":30000}", key,
 		 force ? "true" : "false");
-	o = req(fd, json);
-	assert_true(is_ok(o));
+	o = fly_test_req(fd, json);
+	assert_true(fly_test_is_ok(o));
 	assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "status")
 			    ->valuestring, "tuned");
 	parse_decision(o, a);
@@ -546,13 +518,13 @@ static void test_policy_idle_and_force(void **state)
 	tune_wait(fd, ex, 0, &a);
 	assert_int_equal((int)stat_num(fd, "jobs_done"), 1);
 	/* Quiet periods of 3 s let the background job run. */
-	end = now_ms() + (uint64_t)fly_test_timeout(40000);
+	end = fly_test_now_ms() + (uint64_t)fly_test_timeout(40000);
 	for (;;) {
 		sleep(3);
 		decide(fd, bg, &b);
 		if (strcmp(b.status, "tuned") == 0)
 			break;
-		assert_true(now_ms() < end);
+		assert_true(fly_test_now_ms() < end);
 	}
 	assert_int_equal((int)stat_num(fd, "jobs_done"), 2);
 	/* Force: a new job on a tuned key; the generation moves. */
@@ -602,7 +574,7 @@ static void test_bench_cap(void **state)
 
 static int shm_count(int fd)
 {
-	cJSON *o = req(fd, "{\"req\":\"status\"}");
+	cJSON *o = fly_test_req(fd, "{\"req\":\"status\"}");
 	/* schemas/status.response.json allows no extra top-level members:
 	 * the shm summary is inside "queue". */
 	const cJSON *c = cJSON_GetObjectItemCaseSensitive(
@@ -637,17 +609,17 @@ static void test_forget_and_wait_timeout(void **state)
 	tune_wait(fd, key, 0, &a);
 	assert_int_equal(shm_count(fd), 1);
 	gen = shm_generation(fd);
-	o = req(fd, "{\"req\":\"forget\",\"key\":\"rmsnorm/fp32/m=2,n=320\"}");
-	assert_true(is_ok(o));
+	o = fly_test_req(fd, "{\"req\":\"forget\",\"key\":\"rmsnorm/fp32/m=2,n=320\"}");
+	assert_true(fly_test_is_ok(o));
 	cJSON_Delete(o);
 	assert_int_equal(shm_count(fd), 0);
 	assert_true(shm_generation(fd) > gen);
 	/* on-request: forgotten and not queued -> default. */
 	decide(fd, key, &a);
 	assert_string_equal(a.status, "default");
-	o = req(fd, "{\"req\":\"tune\",\"key\":\"rmsnorm/fp32/m=2,n=384\","
+	o = fly_test_req(fd, "{\"req\":\"tune\",\"key\":\"rmsnorm/fp32/m=2,n=384\","
 		"\"wait\":true,\"timeout_ms\":0}");
-	assert_true(is_ok(o));
+	assert_true(fly_test_is_ok(o));
 	st = cJSON_GetObjectItemCaseSensitive(o, "status")->valuestring;
 	if (strcmp(st, "pending") == 0)
 		assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
