@@ -235,6 +235,21 @@ static void lt_algo_to_params(const cublasLtMatmulAlgo_t *a, int hidx,
 	     << 32);
 }
 
+/* Whether out[n] replays like an earlier out[j] (every attribute equal;
+ * the heuristic index in the low 16 bits of params[7] aside): such a
+ * point would measure the same kernel twice. */
+static int lt_params_seen(int64_t (*out)[FLY_PARAMS_MAX], int n)
+{
+	for (int j = 0; j < n; j++) {
+		int same = (out[j][7] >> 16) == (out[n][7] >> 16);
+		for (int i = 0; same && i < 7; i++)
+			same = out[j][i] == out[n][i];
+		if (same)
+			return 1;
+	}
+	return 0;
+}
+
 /* Rebuild the algorithm of @p pr on @p e (AlgoInit + config attributes +
  * AlgoCheck for its workspace).  @return 0 or -EINVAL. */
 static int lt_algo_replay(struct lt_dev *ld, struct lt_entry *e,
@@ -309,9 +324,13 @@ int flyk_cublaslt_enumerate(const struct flyk_device *dev,
 					   e->lc, pref, want, res,
 					   &got) != CUBLAS_STATUS_SUCCESS)
 		goto out;
-	for (int i = 0; i < got; i++)
-		if (res[i].state == CUBLAS_STATUS_SUCCESS)
-			lt_algo_to_params(&res[i].algo, i, out[n++]);
+	for (int i = 0; i < got; i++) {
+		if (res[i].state != CUBLAS_STATUS_SUCCESS)
+			continue;
+		lt_algo_to_params(&res[i].algo, i, out[n]);
+		if (!lt_params_seen(out, n))
+			n++;
+	}
 	rc = n;
 out:
 	if (pref)
