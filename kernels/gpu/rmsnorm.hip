@@ -742,10 +742,41 @@ static const struct flyk_variant rms_variants[] = {
 
 /* ------------------------------------------------------------ case */
 
+/* Compare @p got with @p ref on the device: out[0] = max |got - ref| as
+ * float bits (+inf for NaN), out[1] = elements over tolerance (relative
+ * to max(|ref|, 1)) or NaN.  Keeps the check off the host: a 2 GB case is
+ * compared in a few hundred microseconds, not downloaded. */
+template <int DT>
+__global__ void rms_cmp_kernel(const typename flyk_elem<DT>::T *got,
+			       const typename flyk_elem<DT>::T *ref, size_t n,
+			       float tol, unsigned *out)
+{
+	typedef flyk_elem<DT> E;
+	float mx = 0.f;
+	unsigned bad = 0;
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		float g = E::load(got[i]), r = E::load(ref[i]);
+		float e = fabsf(g - r);
+		if (!(e == e)) {
+			e = INFINITY;
+			bad++;
+		} else if (e > tol * fmaxf(fabsf(r), 1.f)) {
+			bad++;
+		}
+		mx = fmaxf(mx, e);
+	}
+	atomicMax(&out[0], __float_as_uint(mx));
+	if (bad)
+		atomicAdd(&out[1], bad);
+}
+
 struct rms_state {
-	void *h_y;      /* reference y */
-	void *h_r;      /* reference residual after (RESIDUAL) */
+	void *d_yref;   /* reference y */
+	void *d_rref;   /* reference residual after (RESIDUAL) */
 	void *d_r0;     /* pristine residual, restored before each rep */
+	unsigned *d_cmp; /* rms_cmp_kernel's two words */
 	size_t bytes;   /* m * n * elem */
 };
 
@@ -763,16 +794,18 @@ static int rms_setup(struct flyk_case *c, uint64_t seed)
 	c->state = st;
 	st->bytes = bytes;
 	struct flyk_rmsnorm_args *a = &c->args.rmsnorm;
-	void *x, *w, *y, *r = NULL, *yref, *rref = NULL;
+	void *x, *w, *y, *r = NULL, *cmp;
 	int res = (c->p.flags & FLY_F_RESIDUAL) != 0;
 	if (flyk_gpu_case_alloc(c, bytes, 0, &x) < 0 ||
 	    flyk_gpu_case_alloc(c, (size_t)n * es, 0, &w) < 0 ||
 	    flyk_gpu_case_alloc(c, bytes, 1, &y) < 0 ||
-	    flyk_gpu_case_alloc(c, bytes, 0, &yref) < 0)
+	    flyk_gpu_case_alloc(c, bytes, 0, &st->d_yref) < 0 ||
+	    flyk_gpu_case_alloc(c, 2 * sizeof(unsigned), 0, &cmp) < 0)
 		return -ENOMEM;
+	st->d_cmp = (unsigned *)cmp;
 	if (res && (flyk_gpu_case_alloc(c, bytes, 0, &r) < 0 ||
 		    flyk_gpu_case_alloc(c, bytes, 0, &st->d_r0) < 0 ||
-		    flyk_gpu_case_alloc(c, bytes, 0, &rref) < 0))
+		    flyk_gpu_case_alloc(c, bytes, 0, &st->d_rref) < 0))
 		return -ENOMEM;
 	struct flyk_device *dev = c->dev;
 	int rc = flyk_gpu_fill_random(dev, x, (size_t)m * n, c->p.dtype,
@@ -786,31 +819,19 @@ static int rms_setup(struct flyk_case *c, uint64_t seed)
 	if (rc)
 		return rc;
 	hipStream_t s = (hipStream_t)dev->stream;
-	if (res && (hipMemcpyAsync(rref, st->d_r0, bytes,
+	if (res && (hipMemcpyAsync(st->d_rref, st->d_r0, bytes,
 				   hipMemcpyDeviceToDevice, s) != hipSuccess ||
 		    hipMemcpyAsync(r, st->d_r0, bytes,
 				   hipMemcpyDeviceToDevice, s) != hipSuccess))
 		return -EIO;
 	a->x = x;
 	a->w = w;
-	a->y = yref;
-	a->residual = rref;
+	a->y = st->d_yref;
+	a->residual = st->d_rref;
 	a->eps = 1e-6f;
 	rc = ref_launch(dev, &c->p, NULL, &c->args, s);
 	a->y = y;
 	a->residual = r;
-	if (rc)
-		return rc;
-	st->h_y = malloc(bytes);
-	if (!st->h_y)
-		return -ENOMEM;
-	rc = flyk_gpu_download(dev, st->h_y, yref, bytes);
-	if (!rc && res) {
-		st->h_r = malloc(bytes);
-		if (!st->h_r)
-			return -ENOMEM;
-		rc = flyk_gpu_download(dev, st->h_r, rref, bytes);
-	}
 	return rc;
 }
 
@@ -826,71 +847,69 @@ static int rms_prepare(struct flyk_case *c)
 		       : -EIO;
 }
 
-static double rms_tol(uint32_t dt)
+static float rms_tol(uint32_t dt)
 {
-	return dt == FLY_DT_BF16 ? 2e-2 : dt == FLY_DT_FP16 ? 5e-3 : 1e-5;
+	return dt == FLY_DT_BF16 ? 2e-2f : dt == FLY_DT_FP16 ? 5e-3f : 1e-5f;
 }
 
-static float rms_host_val(const void *b, size_t i, uint32_t dt)
+template <int DT>
+static void rms_cmp_go(struct flyk_case *c, const void *got, const void *ref)
 {
-	if (dt == FLY_DT_FP32)
-		return ((const float *)b)[i];
-	uint16_t h = ((const uint16_t *)b)[i];
-	return dt == FLY_DT_FP16 ? flyk_half_to_float(h)
-				 : flyk_bf16_to_float(h);
+	typedef typename flyk_elem<DT>::T T;
+	struct rms_state *st = (struct rms_state *)c->state;
+	size_t n = st->bytes / sizeof(T);
+	size_t blocks = (n + 255) / 256;
+	if (blocks > (size_t)c->dev->sms * 8)
+		blocks = (size_t)c->dev->sms * 8;
+	if (blocks < 1)
+		blocks = 1;
+	FLYK_GO((unsigned)blocks, 256, 0, (hipStream_t)c->dev->stream,
+		rms_cmp_kernel<DT>)((const T *)got, (const T *)ref, n,
+				    rms_tol(DT), st->d_cmp);
 }
 
-/* Max abs error; -EDOM when any element is NaN or over rel tolerance
- * (relative to max(|ref|, 1)). */
-static int rms_compare(const void *got, const void *ref, size_t n,
-		       uint32_t dt, double *max_err)
+/* Max abs error of @p got vs @p ref into *max_err (kept if larger);
+ * -EDOM when any element is NaN or over tolerance. */
+static int rms_compare(struct flyk_case *c, const void *got, const void *ref,
+		       double *max_err)
 {
-	double tol = rms_tol(dt);
-	int bad = 0;
-	for (size_t i = 0; i < n; i++) {
-		double g = rms_host_val(got, i, dt), r = rms_host_val(ref, i, dt);
-		double e = fabs(g - r);
-		if (e != e || g != g) {
-			*max_err = INFINITY;
-			return -EDOM;
-		}
-		if (e > *max_err)
-			*max_err = e;
-		if (e > tol * (fabs(r) > 1.0 ? fabs(r) : 1.0))
-			bad = 1;
-	}
-	return bad ? -EDOM : 0;
+	struct rms_state *st = (struct rms_state *)c->state;
+	unsigned h[2] = {0, 0};
+	int rc = flyk_gpu_upload(c->dev, st->d_cmp, h, sizeof(h));
+	if (rc)
+		return rc;
+	if (c->p.dtype == FLY_DT_FP32)
+		rms_cmp_go<FLY_DT_FP32>(c, got, ref);
+	else if (c->p.dtype == FLY_DT_FP16)
+		rms_cmp_go<FLY_DT_FP16>(c, got, ref);
+	else
+		rms_cmp_go<FLY_DT_BF16>(c, got, ref);
+	if (hipGetLastError() != hipSuccess)
+		return -EIO;
+	rc = flyk_gpu_download(c->dev, h, st->d_cmp, sizeof(h));
+	if (rc)
+		return rc;
+	float e;
+	memcpy(&e, &h[0], sizeof(e));
+	if ((double)e > *max_err)
+		*max_err = e;
+	return h[1] ? -EDOM : 0;
 }
 
 static int rms_check(struct flyk_case *c, double *max_err)
 {
 	struct rms_state *st = (struct rms_state *)c->state;
-	size_t n = st->bytes / flyk_dtype_bytes(c->p.dtype);
-	void *h = malloc(st->bytes);
 	*max_err = 0;
-	if (!h)
-		return -ENOMEM;
-	int rc = flyk_gpu_download(c->dev, h, c->args.rmsnorm.y, st->bytes);
-	if (!rc)
-		rc = rms_compare(h, st->h_y, n, c->p.dtype, max_err);
-	if (!rc && st->h_r) {
-		rc = flyk_gpu_download(c->dev, h, c->args.rmsnorm.residual,
-				       st->bytes);
-		if (!rc)
-			rc = rms_compare(h, st->h_r, n, c->p.dtype, max_err);
-	}
-	free(h);
+	int rc = rms_compare(c, c->args.rmsnorm.y, st->d_yref, max_err);
+	if (!rc && st->d_rref)
+		rc = rms_compare(c, c->args.rmsnorm.residual, st->d_rref,
+				 max_err);
 	return rc;
 }
 
 static void rms_fini(struct flyk_case *c)
 {
-	struct rms_state *st = (struct rms_state *)c->state;
-	if (!st)
-		return;
-	free(st->h_y);
-	free(st->h_r);
-	free(st);
+	free(c->state);
 	c->state = NULL;
 }
 

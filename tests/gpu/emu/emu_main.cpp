@@ -10,6 +10,8 @@
  *       -Itests/gpu/emu -x c++ tests/gpu/emu/emu_main.cpp \
  *       kernels/gpu/rmsnorm.hip kernels/gpu/topk.hip -o /tmp/flyk_emu
  *
+ *   /tmp/flyk_emu [quick|cases]   (cases: only the op modules' case paths)
+ *
  * Prints failures and "N passed, N failed"; exit status 1 on a failure.
  */
 #include <errno.h>
@@ -257,6 +259,13 @@ extern "C" int flyk_gpu_download(struct flyk_device *, void *h, const void *d,
 	return 0;
 }
 
+extern "C" int flyk_gpu_upload(struct flyk_device *, void *d, const void *h,
+			       size_t n)
+{
+	memcpy(d, h, n);
+	return 0;
+}
+
 extern "C" float flyk_bf16_to_float(uint16_t b) { return bf2f(b); }
 
 /* ------------------------------------------------------------ checks */
@@ -459,6 +468,59 @@ static void topk_case(uint32_t dt, int det, int64_t m, int64_t n, int64_t k,
 	free(idx);
 }
 
+/* The op module's own case path (setup, reference, check) on host memory:
+ * a correct variant passes, a poisoned or corrupted output is refused. */
+static void case_path(const struct flyk_gpu_op *op, struct fly_problem p)
+{
+	struct flyk_device dev = emu_dev();
+	struct flyk_case c;
+	memset(&c, 0, sizeof(c));
+	c.dev = &dev;
+	c.p = p;
+	c.op = op;
+	int rc = op->setup(&c, 7);
+	report(rc == 0, &p, "setup", NULL, 0, "setup failed");
+	const struct flyk_variant *v = NULL;
+	int64_t pt[FLY_PARAMS_MAX] = {0};
+	for (size_t i = 0; i < op->nvariants && !v; i++) {
+		const struct flyk_variant *cand = &op->variants[i];
+		if (cand->is_reference)
+			continue;
+		each_point(cand, [&](const int64_t *q) {
+			if (!v && cand->feasible(&dev, &p, q) == 0) {
+				v = cand;
+				memcpy(pt, q, sizeof(pt));
+			}
+		});
+	}
+	if (rc == 0 && v) {
+		double err = 0;
+		for (int i = 0; i < c.nbuf; i++)
+			if (c.is_output[i])
+				memset(c.buf[i], 0xff, c.bytes[i]);
+		report(op->check(&c, &err) == -EDOM, &p, "check-poisoned", NULL,
+		       0, "poisoned output passed");
+		if (op->prepare)
+			op->prepare(&c);
+		rc = v->launch(&dev, &p, pt, &c.args, NULL);
+		report(rc == 0 && op->check(&c, &err) == 0, &p, v->name, pt,
+		       v->nparams, "check refused a correct output");
+		/* corrupt one output element */
+		for (int i = 0; i < c.nbuf; i++)
+			if (c.is_output[i]) {
+				size_t es = flyk_dtype_bytes(p.dtype);
+				size_t at = c.bytes[i] / 2 / es * es + es - 1;
+				((unsigned char *)c.buf[i])[at] ^= 0x40; /* exp */
+				break;
+			}
+		report(op->check(&c, &err) == -EDOM, &p, "check-corrupt", NULL,
+		       0, "corrupted output passed");
+	}
+	op->fini(&c);
+	for (int i = 0; i < c.nbuf; i++)
+		free(c.buf[i]);
+}
+
 int main(int argc, char **argv)
 {
 	static const uint32_t dts[] = {FLY_DT_FP32, FLY_DT_FP16, FLY_DT_BF16};
@@ -470,6 +532,28 @@ int main(int argc, char **argv)
 					{2, 3001, 50}, {1, 2048, 128}, {3, 64, 64},
 					{9, 256, 8}};
 	int quick = argc > 1;
+	for (int d = 0; d < 3; d++)
+		for (uint32_t f = 0; f <= FLY_F_RESIDUAL; f += FLY_F_RESIDUAL) {
+			struct fly_problem p;
+			memset(&p, 0, sizeof(p));
+			p.op = FLY_OP_RMSNORM;
+			p.dtype = dts[d];
+			p.flags = f;
+			p.dims[0] = 3;
+			p.dims[1] = 1000 + d;
+			case_path(&flyk_gpu_rmsnorm_op, p);
+			memset(&p, 0, sizeof(p));
+			p.op = FLY_OP_TOPK;
+			p.dtype = dts[d];
+			p.flags = f ? FLY_F_DETERMINISTIC : 0;
+			p.dims[0] = 3;
+			p.dims[1] = 1500 + d;
+			p.dims[2] = 8;
+			case_path(&flyk_gpu_topk_op, p);
+		}
+	printf("case paths: %d passed, %d failed\n", npass, nfail);
+	if (argc > 1 && strcmp(argv[1], "cases") == 0)
+		return nfail ? 1 : 0;
 	for (size_t s = 0; s < sizeof(rs) / sizeof(rs[0]); s++)
 		for (int d = 0; d < 3; d++)
 			for (int res = 0; res < 2; res++)

@@ -155,6 +155,12 @@ static inline unsigned atomicAdd(unsigned *p, unsigned v)
 	*p = o + v;
 	return o;
 }
+static inline unsigned atomicMax(unsigned *p, unsigned v)
+{
+	unsigned o = *p;
+	*p = o > v ? o : v;
+	return o;
+}
 extern "C" float flyk_half_to_float(uint16_t h);
 extern "C" uint16_t flyk_float_to_half(float f);
 typedef uint16_t __half;
