@@ -163,7 +163,7 @@ class Daemon(object):
     def decide(self, op, dtype, dims, flags):
         t0 = time.time()
         d = self.client.decide_wait(op, dtype, dims, flags=flags,
-                                    timeout_ms=60000)
+                                    timeout_ms=20000)
         return d, time.time() - t0
 
     def stop(self):
@@ -433,7 +433,10 @@ def main(argv=None):
             if op not in args.ops.split(","):
                 continue
             res, sweeps = [], []
-            fn(args, lib, daemon, cases, res, sweeps)
+            try:
+                fn(args, lib, daemon, cases, res, sweeps)
+            except Exception as e:  # keep what was measured so far
+                print("%s: stopped: %r" % (op, e), flush=True)
             allres += res
             with open(os.path.join(args.out, "h200-%s.json" % op), "w") as f:
                 json.dump(dict(head, cases=res), f, indent=1)
