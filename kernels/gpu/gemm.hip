@@ -78,8 +78,6 @@ static const uint16_t *gemm_bias(const struct fly_problem *p,
 
 /* ------------------------------------------------------------ kernels */
 
-extern __shared__ uint4 gemm_dsmem[];
-
 template <class C>
 __global__ void __launch_bounds__(C::THREADS)
     gemm_mma_kernel(const uint16_t *A, const uint16_t *B, uint16_t *Cm,
@@ -90,6 +88,7 @@ __global__ void __launch_bounds__(C::THREADS)
 	int pid = blockIdx.x, per = swz * tiles_n, first = (pid / per) * swz;
 	int gs = tiles_m - first < swz ? tiles_m - first : swz;
 	int local = pid % per, tm = first + local % gs, tn = local / gs;
+	FLYK_DYN_SMEM(uint4, gemm_dsmem);
 	gemm_opnd o;
 	o.a = A;
 	o.b = B;
@@ -196,7 +195,7 @@ template <class C> static int mma_go(const struct mma_job *j)
 		(void)hipGetDevice(&d);
 		if (d < 0 || d >= 16 || !done[d]) {
 			if (hipFuncSetAttribute(
-				gemm_mma_kernel<C>,
+				(const void *)gemm_mma_kernel<C>,
 				hipFuncAttributeMaxDynamicSharedMemorySize,
 				C::SMEM) != hipSuccess)
 				return -ENOSPC;
@@ -211,10 +210,10 @@ template <class C> static int mma_go(const struct mma_job *j)
 	int split = (int)((j->k + kps - 1) / kps);
 	float *ws = split > 1 ? (float *)j->a->workspace : NULL;
 	dim3 grid((unsigned)tiles_m * tiles_n, (unsigned)split);
-	gemm_mma_kernel<C><<<grid, C::THREADS, C::SMEM, j->s>>>(
-	    (const uint16_t *)j->a->a, (const uint16_t *)j->a->b,
-	    (uint16_t *)j->a->c, ws, j->bias, j->alpha, j->m, j->n, j->k,
-	    tiles_m, tiles_n, j->swz < tiles_m ? j->swz : tiles_m, kps);
+	FLYK_GO(grid, C::THREADS, C::SMEM, j->s, gemm_mma_kernel<C>)
+	((const uint16_t *)j->a->a, (const uint16_t *)j->a->b,
+	 (uint16_t *)j->a->c, ws, j->bias, j->alpha, j->m, j->n, j->k, tiles_m,
+	 tiles_n, j->swz < tiles_m ? j->swz : tiles_m, kps);
 	int rc = gemm_launch_err();
 	if (rc || split == 1)
 		return rc;
@@ -222,8 +221,8 @@ template <class C> static int mma_go(const struct mma_job *j)
 	int64_t blocks = (n + 255) / 256;
 	if (blocks > 65536)
 		blocks = 65536;
-	gemm_splitk_reduce<<<(unsigned)blocks, 256, 0, j->s>>>(
-	    ws, split, j->m, j->n, (uint16_t *)j->a->c, j->bias, j->alpha);
+	FLYK_GO((unsigned)blocks, 256, 0, j->s, gemm_splitk_reduce)
+	(ws, split, j->m, j->n, (uint16_t *)j->a->c, j->bias, j->alpha);
 	return gemm_launch_err();
 }
 
@@ -386,11 +385,11 @@ static int fma_launch(const struct flyk_device *dev,
 	int64_t tn = (n + GEMM_FMA_BN - 1) / GEMM_FMA_BN;
 	if (tm * tn > 0x7fffffff)
 		return -EINVAL;
-	gemm_fma_kernel<<<(unsigned)(tm * tn), GEMM_FMA_THREADS, 0,
-			  (hipStream_t)stream>>>(
-	    (const uint16_t *)a->a, (const uint16_t *)a->b, (uint16_t *)a->c,
-	    gemm_bias(p, a), gemm_alpha(p, a), m, n, k,
-	    p->layout == FLY_LAYOUT_NN, (int)tn);
+	FLYK_GO((unsigned)(tm * tn), GEMM_FMA_THREADS, 0, (hipStream_t)stream,
+		gemm_fma_kernel)
+	((const uint16_t *)a->a, (const uint16_t *)a->b, (uint16_t *)a->c,
+	 gemm_bias(p, a), gemm_alpha(p, a), m, n, k, p->layout == FLY_LAYOUT_NN,
+	 (int)tn);
 	return gemm_launch_err();
 }
 
@@ -407,10 +406,10 @@ static int ref_launch(const struct flyk_device *dev,
 	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
 	dim3 grid((unsigned)((n + 127) / 128),
 		  (unsigned)(m < 65535 ? m : 65535));
-	gemm_ref_kernel<<<grid, 128, 0, (hipStream_t)stream>>>(
-	    (const uint16_t *)a->a, (const uint16_t *)a->b, (uint16_t *)a->c,
-	    gemm_bias(p, a), gemm_alpha(p, a), m, n, k,
-	    p->layout == FLY_LAYOUT_NN);
+	FLYK_GO(grid, 128, 0, (hipStream_t)stream, gemm_ref_kernel)
+	((const uint16_t *)a->a, (const uint16_t *)a->b, (uint16_t *)a->c,
+	 gemm_bias(p, a), gemm_alpha(p, a), m, n, k,
+	 p->layout == FLY_LAYOUT_NN);
 	return gemm_launch_err();
 }
 

@@ -15,6 +15,8 @@
  *   fma  (anywhere, AMD's portable path)  64x64x16 shared-memory tiles,
  *        256 threads, a 4x4 register micro-tile each; any shape, any
  *        alignment.
+ * Under FLYK_EMU (tests/gpu/emu/emu_gemm.cpp) the PTX is replaced by
+ * lane-by-lane emulations, so the same code runs on the CPU.
  * Shared memory rows are padded by 8 halves: every ldmatrix phase (8 rows
  * of 16 bytes) then hits 8 distinct 16-byte bank groups.
  */
@@ -132,6 +134,13 @@ __device__ __forceinline__ void gemm_store2(const gemm_out &o, int64_t row,
 
 /* ------------------------------------------------------------ mma engine */
 
+#ifdef FLYK_EMU
+/* tests/gpu/emu/emu_gemm.cpp: the PTX below, emulated lane by lane. */
+void flyk_emu_cp16(void *smem, const void *g, bool pred);
+void flyk_emu_ldmatrix(uint32_t *r, const uint16_t *p, bool trans);
+void flyk_emu_mma16816(float *c, const uint32_t *a, const uint32_t *b);
+#endif
+
 __device__ __forceinline__ void gemm_cp16(void *smem, const void *g, bool pred)
 {
 #if FLYK_MMA_DEVICE
@@ -139,6 +148,8 @@ __device__ __forceinline__ void gemm_cp16(void *smem, const void *g, bool pred)
 	int sz = pred ? 16 : 0;
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s),
 		     "l"(g), "r"(sz));
+#elif defined(FLYK_EMU)
+	flyk_emu_cp16(smem, g, pred);
 #endif
 }
 
@@ -164,6 +175,8 @@ __device__ __forceinline__ void gemm_ldm4(uint32_t *r, const uint16_t *p)
 		     "{%0,%1,%2,%3}, [%4];\n"
 		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
 		     : "r"(s));
+#elif defined(FLYK_EMU)
+	flyk_emu_ldmatrix(r, p, false);
 #endif
 }
 
@@ -175,6 +188,8 @@ __device__ __forceinline__ void gemm_ldm4t(uint32_t *r, const uint16_t *p)
 		     "{%0,%1,%2,%3}, [%4];\n"
 		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
 		     : "r"(s));
+#elif defined(FLYK_EMU)
+	flyk_emu_ldmatrix(r, p, true);
 #endif
 }
 
@@ -188,6 +203,8 @@ __device__ __forceinline__ void gemm_mma16816(float *c, const uint32_t *a,
 		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
 		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
 		       "r"(b[1]));
+#elif defined(FLYK_EMU)
+	flyk_emu_mma16816(c, a, b);
 #endif
 }
 

@@ -154,11 +154,10 @@ __device__ __forceinline__ void gg_tile(const gg_job &j, const int *pre, int t,
 	out->bias = NULL;
 }
 
-extern __shared__ uint4 gg_dsmem[];
-
 template <class C>
 __global__ void __launch_bounds__(C::THREADS) gg_mma_kernel(gg_job j)
 {
+	FLYK_DYN_SMEM(uint4, gg_dsmem);
 	__shared__ int pre[GG_MAX_G + 1];
 	gg_prefix(j.off, j.g, j.m, C::BM, j.tiles_n, pre);
 	int total = pre[j.g];
@@ -257,7 +256,7 @@ static int gg_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 		(void)hipGetDevice(&d);
 		if (d < 0 || d >= 16 || !done[d]) {
 			if (hipFuncSetAttribute(
-				gg_mma_kernel<C>,
+				(const void *)gg_mma_kernel<C>,
 				hipFuncAttributeMaxDynamicSharedMemorySize,
 				C::SMEM) != hipSuccess)
 				return -ENOSPC;
@@ -265,7 +264,7 @@ static int gg_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 				done[d] = 1;
 		}
 	}
-	gg_mma_kernel<C><<<grid, C::THREADS, C::SMEM, s>>>(*j);
+	FLYK_GO(grid, C::THREADS, C::SMEM, s, gg_mma_kernel<C>)(*j);
 	return gg_launch_err();
 }
 
@@ -399,8 +398,9 @@ static int fma_launch(const struct flyk_device *dev,
 	if (rc)
 		return rc;
 	int64_t grid = gg_grid(dev, p, GEMM_FMA_BM, GEMM_FMA_BN, pr[0]);
-	gg_fma_kernel<<<(unsigned)grid, GEMM_FMA_THREADS, 0,
-			(hipStream_t)stream>>>(j);
+	FLYK_GO((unsigned)grid, GEMM_FMA_THREADS, 0, (hipStream_t)stream,
+		gg_fma_kernel)
+	(j);
 	return gg_launch_err();
 }
 
@@ -425,7 +425,7 @@ static int ref_launch(const struct flyk_device *dev,
 		return rc;
 	dim3 grid((unsigned)((j.n + 127) / 128),
 		  (unsigned)(j.m < 65535 ? j.m : 65535));
-	gg_ref_kernel<<<grid, 128, 0, (hipStream_t)stream>>>(j);
+	FLYK_GO(grid, 128, 0, (hipStream_t)stream, gg_ref_kernel)(j);
 	return gg_launch_err();
 }
 

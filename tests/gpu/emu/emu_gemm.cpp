@@ -1,0 +1,554 @@
+/*
+ * emu_gemm.cpp -- runs the gemm and grouped_gemm kernels of kernels/gpu on
+ * the CPU emulator (flyk_emu.h: one coroutine per GPU thread) against a
+ * double-precision host reference, with the PTX of gemm_tile.h (cp.async,
+ * ldmatrix, mma.sync m16n8k16) emulated lane by lane from the PTX ISA's
+ * fragment layouts.  For checking the kernels' index logic, pipelines,
+ * split-K, swizzle, NN, bias/scale and the grouped tile scheduler (uneven
+ * and empty experts, persistent grids) on a machine without a GPU;
+ * tests/gpu/test_gpu_gemm.c is the real test on hardware.
+ *
+ *   g++ -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu \
+ *       -Itests/gpu/emu -include tests/gpu/emu/emu_gemm.h \
+ *       -x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm.hip \
+ *       kernels/gpu/grouped_gemm.hip -o /tmp/flyk_emu_gemm
+ *   /tmp/flyk_emu_gemm [quick]
+ *
+ * Own scheduler (a copy of emu_main.cpp's, with 2-D grids).  Not emulated:
+ * the asynchrony of cp.async (copies complete at once), timing, the
+ * vendor candidates (stubbed: they need cuBLAS).
+ * Prints failures and "N passed, N failed"; exit status 1 on a failure.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "flyk_gpu.h"
+#include "gpu_int.h"
+#include "gemm_vendor.h"
+
+dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+/* ------------------------------------------------------------ scheduler */
+
+enum { RUN, WAIT_WARP, WAIT_BLOCK, DONE };
+#define STACK (64 * 1024)
+
+struct emu_thread {
+	ucontext_t ctx;
+	int state;
+	char *stack;
+};
+
+static std::vector<emu_thread> thr;
+static ucontext_t sched;
+static int cur;
+static std::vector<unsigned> slots;
+static std::vector<unsigned char> dyn;
+static const std::function<void()> *body_fn;
+
+static void emu_yield(int state)
+{
+	thr[cur].state = state;
+	swapcontext(&thr[cur].ctx, &sched);
+}
+
+void flyk_emu_syncthreads(void)
+{
+	emu_yield(WAIT_BLOCK);
+}
+void flyk_emu_syncwarp(void)
+{
+	emu_yield(WAIT_WARP);
+}
+unsigned *flyk_emu_warp_slots(void)
+{
+	return &slots[(cur / 32) * 32];
+}
+void *flyk_emu_dyn_smem(void)
+{
+	return dyn.data();
+}
+
+static void emu_tramp(void)
+{
+	(*body_fn)();
+	emu_yield(DONE);
+}
+
+static bool emu_release(int n)
+{
+	bool any = false;
+	for (int w = 0; w * 32 < n; w++) {
+		int live = 0, wait = 0;
+		for (int t = w * 32; t < n && t < w * 32 + 32; t++) {
+			live += thr[t].state != DONE;
+			wait += thr[t].state == WAIT_WARP;
+		}
+		if (wait && wait == live) {
+			for (int t = w * 32; t < n && t < w * 32 + 32; t++)
+				thr[t].state = RUN;
+			any = true;
+		}
+	}
+	if (any)
+		return true;
+	int live = 0, wait = 0;
+	for (int t = 0; t < n; t++) {
+		live += thr[t].state != DONE;
+		wait += thr[t].state == WAIT_BLOCK;
+	}
+	if (wait && wait == live) {
+		for (int t = 0; t < n; t++)
+			if (thr[t].state == WAIT_BLOCK)
+				thr[t].state = RUN;
+		return true;
+	}
+	return false;
+}
+
+static void emu_block(int n)
+{
+	for (int t = 0; t < n; t++) {
+		getcontext(&thr[t].ctx);
+		thr[t].ctx.uc_stack.ss_sp = thr[t].stack;
+		thr[t].ctx.uc_stack.ss_size = STACK;
+		thr[t].ctx.uc_link = NULL;
+		makecontext(&thr[t].ctx, emu_tramp, 0);
+		thr[t].state = RUN;
+	}
+	for (;;) {
+		for (int t = 0; t < n; t++) {
+			if (thr[t].state != RUN)
+				continue;
+			cur = t;
+			threadIdx = dim3(t);
+			swapcontext(&sched, &thr[t].ctx);
+		}
+		bool done = true;
+		for (int t = 0; t < n; t++)
+			done = done && thr[t].state == DONE;
+		if (done)
+			return;
+		if (!emu_release(n)) {
+			fprintf(stderr, "emu: deadlock (mixed barriers)\n");
+			abort();
+		}
+	}
+}
+
+void flyk_emu_run(dim3 grid, dim3 block, size_t smem,
+		  const std::function<void()> &body)
+{
+	int n = (int)block.x;
+	if (n < 1 || n > 1024 || block.y != 1 || grid.z != 1) {
+		fprintf(stderr, "emu: bad launch\n");
+		abort();
+	}
+	if ((int)thr.size() < n) {
+		size_t old = thr.size();
+		thr.resize(n);
+		for (size_t i = old; i < thr.size(); i++)
+			thr[i].stack = (char *)malloc(STACK);
+	}
+	slots.assign(1024, 0xdeadbeefu);
+	dyn.assign(smem + 16, 0xcd); /* garbage, as on a GPU */
+	body_fn = &body;
+	blockDim = block;
+	gridDim = grid;
+	for (unsigned y = 0; y < grid.y; y++)
+		for (unsigned x = 0; x < grid.x; x++) {
+			blockIdx = dim3(x, y);
+			emu_block(n);
+		}
+}
+
+/* ------------------------------------------------------------ PTX */
+
+void flyk_emu_cp16(void *smem, const void *g, bool pred)
+{
+	if (pred)
+		memcpy(smem, g, 16);
+	else
+		memset(smem, 0, 16);
+}
+
+/* Per-warp exchange buffers (threads switch only at warp barriers). */
+static const uint16_t *ldm_addr[32][32];
+static uint32_t mma_a[32][32][4], mma_b[32][32][2];
+
+static uint32_t pack2(uint16_t lo, uint16_t hi)
+{
+	return (uint32_t)lo | ((uint32_t)hi << 16);
+}
+
+/* ldmatrix.x4: lanes 8i..8i+7 give the rows of matrix i; lane l gets, of
+ * each matrix, row l/4 elements 2(l%4), +1 (.trans: column l/4, rows
+ * 2(l%4), +1). */
+void flyk_emu_ldmatrix(uint32_t *r, const uint16_t *p, bool trans)
+{
+	int w = threadIdx.x / 32, l = threadIdx.x % 32, g = l / 4, q = l % 4;
+	ldm_addr[w][l] = p;
+	flyk_emu_syncwarp();
+	for (int i = 0; i < 4; i++) {
+		if (!trans) {
+			const uint16_t *row = ldm_addr[w][8 * i + g];
+			r[i] = pack2(row[2 * q], row[2 * q + 1]);
+		} else {
+			r[i] = pack2(ldm_addr[w][8 * i + 2 * q][g],
+				     ldm_addr[w][8 * i + 2 * q + 1][g]);
+		}
+	}
+	flyk_emu_syncwarp();
+}
+
+static float bfh(uint32_t v, int hi)
+{
+	uint32_t u = (hi ? v >> 16 : v & 0xffffu) << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* A[r][k] of the warp's 16x16 A fragment (a0: rows g, k 2q..; a1: rows
+ * g+8; a2: rows g, k 2q+8..; a3: rows g+8, k 2q+8..). */
+static float frag_a(int w, int r, int k)
+{
+	int g = r % 8, hi8 = r >= 8, kq = (k % 8) / 2, k8 = k >= 8;
+	return bfh(mma_a[w][4 * g + kq][hi8 + 2 * k8], k & 1);
+}
+
+/* B[k][n] of the 16x8 B fragment (b0: k 2q.., n g; b1: k 2q+8..). */
+static float frag_b(int w, int k, int n)
+{
+	int kq = (k % 8) / 2, k8 = k >= 8;
+	return bfh(mma_b[w][4 * n + kq][k8], k & 1);
+}
+
+void flyk_emu_mma16816(float *c, const uint32_t *a, const uint32_t *b)
+{
+	int w = threadIdx.x / 32, l = threadIdx.x % 32, g = l / 4, q = l % 4;
+	memcpy(mma_a[w][l], a, 16);
+	memcpy(mma_b[w][l], b, 8);
+	flyk_emu_syncwarp();
+	for (int e = 0; e < 4; e++) {
+		int r = g + (e >= 2 ? 8 : 0), n = 2 * q + (e & 1);
+		float s = 0.f;
+		for (int k = 0; k < 16; k++)
+			s += frag_a(w, r, k) * frag_b(w, k, n);
+		c[e] += s;
+	}
+	flyk_emu_syncwarp();
+}
+
+/* ------------------------------------------------------------ links */
+
+extern "C" float flyk_bf16_to_float(uint16_t b)
+{
+	return bfh(b, 0);
+}
+
+extern "C" uint16_t flyk_float_to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+extern "C" float flyk_half_to_float(uint16_t h)
+{
+	return (float)h;
+}
+extern "C" uint16_t flyk_float_to_half(float f)
+{
+	return (uint16_t)f;
+}
+
+extern "C" int flyk_gpu_case_alloc(struct flyk_case *, size_t, int, void **)
+{
+	return -ENOMEM;
+}
+extern "C" int flyk_gpu_fill_random(struct flyk_device *, void *, size_t,
+				    uint32_t, float, float, uint64_t)
+{
+	return -ENOMEM;
+}
+extern "C" int flyk_gpu_download(struct flyk_device *, void *, const void *,
+				 size_t)
+{
+	return -EIO;
+}
+extern "C" int flyk_gpu_upload(struct flyk_device *, void *, const void *,
+			       size_t)
+{
+	return -EIO;
+}
+
+/* The vendor candidates need cuBLAS: never feasible here. */
+int flyk_cublaslt_feasible(const struct flyk_device *,
+			   const struct fly_problem *, const int64_t *)
+{
+	return -ENOSPC;
+}
+int flyk_cublaslt_enumerate(const struct flyk_device *,
+			    const struct fly_problem *,
+			    int64_t (*)[FLY_PARAMS_MAX], int)
+{
+	return 0;
+}
+int flyk_cublaslt_launch(const struct flyk_device *, const struct fly_problem *,
+			 const int64_t *, const union flyk_args *, void *)
+{
+	return -EOPNOTSUPP;
+}
+int flyk_cublas_default_feasible(const struct flyk_device *,
+				 const struct fly_problem *, const int64_t *)
+{
+	return -ENOSPC;
+}
+int flyk_cublas_default_launch(const struct flyk_device *,
+			       const struct fly_problem *, const int64_t *,
+			       const union flyk_args *, void *)
+{
+	return -EOPNOTSUPP;
+}
+
+/* ------------------------------------------------------------ checks */
+
+static int npass, nfail;
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint16_t rnd_bf16(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return flyk_float_to_bf16((float)((rng >> 40) / 16777216.0) * 2.f -
+				  1.f);
+}
+
+static void result(int ok, const char *what, const char *key, int rc)
+{
+	if (ok) {
+		npass++;
+		return;
+	}
+	nfail++;
+	printf("FAIL %s %s (rc %d)\n", what, key, rc);
+}
+
+static int cmp(const uint16_t *got, const double *ref, size_t n, int64_t k)
+{
+	double slack = 2e-3 * sqrt((double)k);
+	for (size_t i = 0; i < n; i++) {
+		double g = flyk_bf16_to_float(got[i]), e = fabs(g - ref[i]);
+		if (e != e || e > fabs(ref[i]) / 64 + slack)
+			return -EDOM;
+	}
+	return 0;
+}
+
+static void key_of(const char *v, const struct fly_problem *p,
+		   const int64_t *pt, uint32_t np, char *buf, size_t cap)
+{
+	int n =
+	    snprintf(buf, cap, "%s l%u f%u %lld,%lld,%lld,%lld (", v, p->layout,
+		     p->flags, (long long)p->dims[0], (long long)p->dims[1],
+		     (long long)p->dims[2], (long long)p->dims[3]);
+	for (uint32_t i = 0; i < np && n > 0 && (size_t)n < cap; i++)
+		n += snprintf(buf + n, cap - n, "%s%lld", i ? "," : "",
+			      (long long)pt[i]);
+	if (n > 0 && (size_t)n < cap)
+		snprintf(buf + n, cap - n, ")");
+}
+
+/* Every point of @p v (odometer) that is feasible and passes @p pick. */
+template <typename F>
+static void each_point(const struct flyk_variant *v,
+		       const struct flyk_device *dev,
+		       const struct fly_problem *p, F fn)
+{
+	uint32_t pos[FLY_PARAMS_MAX] = {0}, np = v->nparams;
+	for (;;) {
+		int64_t pt[FLY_PARAMS_MAX] = {0};
+		for (uint32_t j = 0; j < np; j++)
+			pt[j] = v->params[j].vals[pos[j]];
+		if (v->feasible(dev, p, pt) == 0)
+			fn(pt);
+		uint32_t j = np;
+		for (; j > 0; j--) {
+			if (++pos[j - 1] < v->params[j - 1].nvals)
+				break;
+			pos[j - 1] = 0;
+		}
+		if (j == 0)
+			break;
+	}
+}
+
+static struct flyk_device emu_dev(void)
+{
+	struct flyk_device d;
+	memset(&d, 0, sizeof(d));
+	d.sms = 4; /* small: split-K and persistent grids get exercised */
+	d.warp = 32;
+	d.cc_major = 9;
+	d.smem_per_block_optin = 232448;
+	return d;
+}
+
+static void gemm_one(const struct flyk_backend *b, int64_t m, int64_t n,
+		     int64_t k, uint32_t layout, uint32_t flags, int stride)
+{
+	struct flyk_device dev = emu_dev();
+	struct fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = FLY_OP_GEMM;
+	p.dtype = FLY_DT_BF16;
+	p.layout = layout;
+	p.flags = flags;
+	p.dims[0] = m;
+	p.dims[1] = n;
+	p.dims[2] = k;
+	std::vector<uint16_t> A(m * k), B(n * k), bias(n), C(m * n);
+	std::vector<double> ref(m * n);
+	std::vector<float> ws(8 * m * n + 16);
+	for (auto &x : A)
+		x = rnd_bf16();
+	for (auto &x : B)
+		x = rnd_bf16();
+	for (auto &x : bias)
+		x = rnd_bf16();
+	float alpha = (flags & FLY_F_SCALE) ? 0.75f : 1.f;
+	for (int64_t i = 0; i < m; i++)
+		for (int64_t j = 0; j < n; j++) {
+			double s = 0;
+			for (int64_t q = 0; q < k; q++)
+				s += (double)flyk_bf16_to_float(A[i * k + q]) *
+				     flyk_bf16_to_float(layout == FLY_LAYOUT_NN
+							    ? B[q * n + j]
+							    : B[j * k + q]);
+			s *= alpha;
+			if (flags & FLY_F_BIAS)
+				s += flyk_bf16_to_float(bias[j]);
+			ref[i * n + j] = s;
+		}
+	union flyk_args args;
+	memset(&args, 0, sizeof(args));
+	args.gemm.a = A.data();
+	args.gemm.b = B.data();
+	args.gemm.c = C.data();
+	args.gemm.bias = bias.data();
+	args.gemm.alpha = alpha;
+	args.gemm.workspace = ws.data();
+	args.gemm.workspace_size = ws.size() * 4;
+	for (size_t vi = 0; vi < b->nvariants; vi++) {
+		const struct flyk_variant *v = &b->variants[vi];
+		if (!flyk_variant_supports(v, &p) || v->enumerate)
+			continue;
+		int seen = 0;
+		each_point(v, &dev, &p, [&](const int64_t *pt) {
+			if (seen++ % stride)
+				return;
+			char key[200];
+			key_of(v->name, &p, pt, v->nparams, key, sizeof(key));
+			memset(C.data(), 0xff, C.size() * 2);
+			int rc = v->launch(&dev, &p, pt, &args, NULL);
+			if (!rc)
+				rc = cmp(C.data(), ref.data(), C.size(), k);
+			result(rc == 0, "gemm", key, rc);
+		});
+	}
+}
+
+static void grouped_one(const struct flyk_backend *b,
+			const std::vector<int64_t> &rows, int64_t n, int64_t k,
+			int stride)
+{
+	struct flyk_device dev = emu_dev();
+	int g = (int)rows.size();
+	std::vector<int64_t> off(g + 1, 0);
+	for (int i = 0; i < g; i++)
+		off[i + 1] = off[i] + rows[i];
+	int64_t m = off[g];
+	struct fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = FLY_OP_GROUPED_GEMM;
+	p.dtype = FLY_DT_BF16;
+	p.layout = FLY_LAYOUT_NT;
+	p.dims[0] = g;
+	p.dims[1] = m;
+	p.dims[2] = n;
+	p.dims[3] = k;
+	std::vector<uint16_t> A(m * k), B(g * n * k), C(m * n);
+	std::vector<double> ref(m * n);
+	for (auto &x : A)
+		x = rnd_bf16();
+	for (auto &x : B)
+		x = rnd_bf16();
+	for (int e = 0; e < g; e++)
+		for (int64_t i = off[e]; i < off[e + 1]; i++)
+			for (int64_t j = 0; j < n; j++) {
+				double s = 0;
+				for (int64_t q = 0; q < k; q++)
+					s += (double)flyk_bf16_to_float(
+						 A[i * k + q]) *
+					     flyk_bf16_to_float(
+						 B[(e * n + j) * k + q]);
+				ref[i * n + j] = s;
+			}
+	union flyk_args args;
+	memset(&args, 0, sizeof(args));
+	args.grouped_gemm.a = A.data();
+	args.grouped_gemm.b = B.data();
+	args.grouped_gemm.c = C.data();
+	args.grouped_gemm.offsets = off.data();
+	for (size_t vi = 0; vi < b->nvariants; vi++) {
+		const struct flyk_variant *v = &b->variants[vi];
+		if (!flyk_variant_supports(v, &p))
+			continue;
+		int seen = 0;
+		each_point(v, &dev, &p, [&](const int64_t *pt) {
+			if (seen++ % stride)
+				return;
+			char key[200];
+			key_of(v->name, &p, pt, v->nparams, key, sizeof(key));
+			memset(C.data(), 0xff, C.size() * 2);
+			int rc = v->launch(&dev, &p, pt, &args, NULL);
+			if (!rc)
+				rc = cmp(C.data(), ref.data(), C.size(), k);
+			result(rc == 0, "grouped", key, rc);
+		});
+	}
+}
+
+int main(int argc, char **argv)
+{
+	int quick = argc > 1 && !strcmp(argv[1], "quick");
+	struct flyk_backend b;
+	memset(&b, 0, sizeof(b));
+	std::vector<struct flyk_variant> vs(flyk_gpu_gemm_op.variants,
+					    flyk_gpu_gemm_op.variants +
+						flyk_gpu_gemm_op.nvariants);
+	vs.insert(vs.end(), flyk_gpu_grouped_gemm_op.variants,
+		  flyk_gpu_grouped_gemm_op.variants +
+		      flyk_gpu_grouped_gemm_op.nvariants);
+	b.variants = vs.data();
+	b.nvariants = vs.size();
+	int st = quick ? 5 : 1;
+	/* small shapes: tails in M, N and K; split-K (4 SMs); swizzle */
+	gemm_one(&b, 37, 72, 48, FLY_LAYOUT_NT, 0, st);
+	gemm_one(&b, 37, 72, 48, FLY_LAYOUT_NN, FLY_F_BIAS | FLY_F_SCALE, st);
+	gemm_one(&b, 5, 130, 264, FLY_LAYOUT_NT, FLY_F_BIAS, st);
+	gemm_one(&b, 300, 136, 40, FLY_LAYOUT_NT, 0, quick ? 7 : 1);
+	gemm_one(&b, 130, 264, 72, FLY_LAYOUT_NN, FLY_F_SCALE, quick ? 7 : 1);
+	gemm_one(&b, 9, 20, 13, FLY_LAYOUT_NT, FLY_F_BIAS, 1); /* K % 8 */
+	printf("# gemm: %d passed, %d failed\n", npass, nfail);
+	grouped_one(&b, {64, 64, 64, 64}, 72, 48, st);
+	grouped_one(&b, {0, 130, 0, 17, 129, 1, 64, 0}, 64, 40, st);
+	grouped_one(&b, {1, 0, 0, 0, 0}, 136, 16, st);
+	grouped_one(&b, {333, 1, 2, 3, 64, 7}, 72, 24, quick ? 7 : 1);
+	printf("%d passed, %d failed\n", npass, nfail);
+	return nfail ? 1 : 0;
+}
