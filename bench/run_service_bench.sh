@@ -27,7 +27,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-echo '{"backend":"cpu","policy":"on-request"}' > "$DIR/flytuned.conf"
+echo "{\"backend\":\"cpu\",\"policy\":\"on-request\",\"shm_capacity\":${SHM_CAP:-131072}}" > "$DIR/flytuned.conf"
 "$B/flytuned" --state-dir "$DIR" --config "$DIR/flytuned.conf" \
 	2> "$DIR/daemon.log" &
 DPID=$!

@@ -9,6 +9,7 @@
  * transaction with the last chunk; any invalid row drops the staging.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -592,6 +593,9 @@ static int h_import(struct flyd_ctx *ctx, struct flyd_session *s,
 	flyd_log(FLYD_LOG_INFO, "imported", "rows=%zu uid=%d", n,
 		 (int)flyd_session_uid(s));
 	flyd_tuning_imported(ctx);
+	/* A large import leaves the staging rows and the parsed chunks as
+	 * free heap: give it back (measured: +~10 MiB RSS kept after 100k). */
+	malloc_trim(0);
 	cJSON_AddNumberToObject(resp, "imported", (double)n);
 	return 0;
 drop:

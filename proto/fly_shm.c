@@ -114,6 +114,11 @@ struct fly_shm_writer {
 	uint32_t probe;	 /* min(FLY_SHM_MAX_PROBE, capacity) */
 	uint64_t seqctr; /* last even seq handed out */
 	int future_write_sealed;
+	/* Slots ever written (private memory, a byte each): clear() visits
+	 * only these, since reading a never-written memfd page allocates it
+	 * (measured: a full clear at start made the whole table resident,
+	 * +32 MiB RSS at 131072 slots). */
+	uint8_t *written;
 };
 
 struct fly_shm_reader {
@@ -205,6 +210,11 @@ int fly__shm_writer_open(uint32_t capacity, struct fly_shm_writer **out)
 	if (w == NULL)
 		return -ENOMEM;
 	w->capacity = round_pow2(capacity);
+	w->written = calloc(w->capacity, 1);
+	if (w->written == NULL) {
+		free(w);
+		return -ENOMEM;
+	}
 	w->probe =
 	    w->capacity < FLY_SHM_MAX_PROBE ? w->capacity : FLY_SHM_MAX_PROBE;
 	w->size = FLY_SHM_HEADER_SIZE + (size_t)w->capacity * FLY_SHM_SLOT_SIZE;
@@ -253,6 +263,7 @@ err_unmap:
 err_close:
 	close(w->fd);
 err_free:
+	free(w->written);
 	free(w);
 	return rc;
 }
@@ -263,6 +274,7 @@ void fly__shm_writer_close(struct fly_shm_writer *w)
 		return;
 	munmap(w->base, w->size);
 	close(w->fd);
+	free(w->written);
 	free(w);
 }
 
@@ -316,6 +328,7 @@ static void slot_publish(struct fly_shm_writer *w, uint32_t i,
 	uint64_t final;
 
 	w->seqctr += 2;
+	w->written[i] = 1;
 	final = never_used ? 0 : w->seqctr;
 	atomic_store_explicit(&sw[0], w->seqctr - 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_release);
@@ -416,7 +429,8 @@ void fly__shm_clear(struct fly_shm_writer *w)
 
 	memset(&img, 0, sizeof(img));
 	for (uint32_t i = 0; i < w->capacity; i++) {
-		if (atomic_load_explicit(slot_words(w->base, i),
+		if (w->written[i] &&
+		    atomic_load_explicit(slot_words(w->base, i),
 					 memory_order_relaxed) != 0)
 			slot_publish(w, i, &img, 1);
 	}
