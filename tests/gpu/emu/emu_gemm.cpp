@@ -544,6 +544,9 @@ int main(int argc, char **argv)
 	gemm_one(&b, 300, 136, 40, FLY_LAYOUT_NT, 0, quick ? 7 : 1);
 	gemm_one(&b, 130, 264, 72, FLY_LAYOUT_NN, FLY_F_SCALE, quick ? 7 : 1);
 	gemm_one(&b, 9, 20, 13, FLY_LAYOUT_NT, FLY_F_BIAS, 1); /* K % 8 */
+	/* split_k 2, 4 and 8 (each split keeps >= 2 k-tiles of 64) */
+	gemm_one(&b, 20, 72, 1024, FLY_LAYOUT_NT, FLY_F_BIAS | FLY_F_SCALE, 1);
+	gemm_one(&b, 20, 72, 1024, FLY_LAYOUT_NN, FLY_F_BIAS, st);
 	printf("# gemm: %d passed, %d failed\n", npass, nfail);
 	grouped_one(&b, {64, 64, 64, 64}, 72, 48, st);
 	grouped_one(&b, {0, 130, 0, 17, 129, 1, 64, 0}, 64, 40, st);
