@@ -44,6 +44,9 @@ struct flyd_rmap {
 
 #define RMAP_CBUCKETS 256
 
+/* FNV-1a, then the fmix64 finalizer: FNV's low bits, which pick the
+ * bucket, depend only on the low bits of the key's bytes (keys that differ
+ * in one digit share buckets). */
 static uint64_t str_hash(const char *s)
 {
 	uint64_t h = 1469598103934665603ull;
@@ -52,7 +55,11 @@ static uint64_t str_hash(const char *s)
 		h ^= (unsigned char)*s;
 		h *= 1099511628211ull;
 	}
-	return h;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ull;
+	return h ^ (h >> 33);
 }
 
 static size_t class_hash(const struct fly_problem *p)

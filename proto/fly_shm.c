@@ -15,9 +15,14 @@
  *  - the reader copies the constant header fields once, at open, after
  *    checking them; later changes to the shared header cannot move any
  *    index out of bounds.
- *  - slot checksum: 32-bit FNV-1a over bytes 8..255 of the slot with the
- *    checksum field taken as 0 (hash, key length, status, nparams, key,
- *    variant, params, median_us, padding).
+ *  - slot checksum: FNV-1a style over the 31 little-endian 64-bit words
+ *    at bytes 8..255 of the slot with the checksum field taken as 0
+ *    (hash, key length, status, nparams, key, variant, params,
+ *    median_us, padding), h = (h ^ word) * 0x100000001b3 from the FNV
+ *    offset basis, folded to 32 bits as (h ^ h >> 32).  Word-wise: the
+ *    byte-wise FNV-1a it replaced cost ~330 ns a slot, most of a lookup.
+ *    Readers verify it on the slot whose key matches, the one whose
+ *    decision they return.
  *  - header checksum: 32-bit FNV-1a over bytes 0..31 and 44..47 (magic,
  *    version, sizes, capacity, total size, max probe).
  */
@@ -152,15 +157,33 @@ static uint32_t slot_sum(const union slot_img *img)
 {
 	union slot_img t = *img;
 
+	uint64_t h = 14695981039346656037ull;
+
 	t.s.checksum = 0;
-	return fnv32(2166136261u, (const uint8_t *)&t + 8,
-		     FLY_SHM_SLOT_SIZE - 8);
+	for (int k = 1; k < SLOT_WORDS; k++)
+		h = (h ^ t.w[k]) * 1099511628211ull;
+	return (uint32_t)(h ^ (h >> 32));
 }
 
 static _Atomic uint64_t *slot_words(const uint8_t *base, uint32_t i)
 {
 	return (_Atomic uint64_t *)(uintptr_t)(base + FLY_SHM_HEADER_SIZE +
 					       (size_t)i * FLY_SHM_SLOT_SIZE);
+}
+
+/* A key's home slot: FNV-1a's low bits depend only on the low bits of
+ * the key's bytes, so keys that differ in a digit ("n=4097", "n=4098")
+ * crowd into a few homes and probe chains grow to the cap (measured: a
+ * 20,000-key table answered a lookup in ~950 ns).  The fmix64 finalizer
+ * spreads every bit of the hash over the index bits. */
+uint64_t fly__shm_home(uint64_t hash)
+{
+	hash ^= hash >> 33;
+	hash *= 0xff51afd7ed558ccdull;
+	hash ^= hash >> 33;
+	hash *= 0xc4ceb9fe1a85ec53ull;
+	hash ^= hash >> 33;
+	return hash;
 }
 
 static struct shm_header *hdr_of(const uint8_t *base)
@@ -348,7 +371,7 @@ static int64_t writer_find(const struct fly_shm_writer *w, const char *key,
 
 	*found = 0;
 	for (uint32_t p = 0; p < w->probe; p++) {
-		uint32_t i = (uint32_t)(hash + p) & mask;
+		uint32_t i = (uint32_t)(fly__shm_home(hash) + p) & mask;
 
 		slot_peek(w, i, &img);
 		if (img.w[0] == 0) {
@@ -592,7 +615,7 @@ int fly_shm_lookup(const struct fly_shm_reader *r, const char *key, size_t len,
 		   struct fly_decision *out)
 {
 	union slot_img img;
-	uint64_t hash, gen;
+	uint64_t hash, h0, gen;
 	uint32_t mask;
 	int rc;
 
@@ -600,18 +623,25 @@ int fly_shm_lookup(const struct fly_shm_reader *r, const char *key, size_t len,
 		return FLY_E_NOTFOUND;
 	gen = fly__shm_reader_generation(r);
 	hash = fly_key_hash(key, len);
+	h0 = fly__shm_home(hash);
 	mask = r->capacity - 1;
 	for (uint32_t p = 0; p < r->probe; p++) {
-		rc = slot_read(r, (uint32_t)(hash + p) & mask, &img);
+		rc = slot_read(r, (uint32_t)(h0 + p) & mask, &img);
 		if (rc < 0)
 			return rc;
 		if (img.w[0] == 0)
 			return FLY_E_NOTFOUND;
-		if (!slot_valid(&img))
+		/* Fields out of their range mark a corrupt table at once;
+		 * the (costlier) checksum is verified on the matching slot,
+		 * the only one whose bytes are returned. */
+		if (img.s.keylen > FLY_KEY_MAX - 1 ||
+		    img.s.nparams > FLY_PARAMS_MAX)
 			return FLY_E_SHM;
 		if (img.s.keylen != len || img.s.hash != hash ||
 		    memcmp(img.s.key, key, len))
 			continue;
+		if (!slot_valid(&img))
+			return FLY_E_SHM;
 		memset(out, 0, sizeof(*out));
 		out->status = img.s.status;
 		memcpy(out->variant, img.s.variant, FLY_VARIANT_MAX);

@@ -27,7 +27,8 @@
  *                 key + decision bytes), key (96), variant (40),
  *                 params (8 x i64), median_us (f64), padding.
  *
- * Lookup: linear probing from hash & (capacity - 1), at most max probe
+ * Lookup: linear probing from fly__shm_home(hash) & (capacity - 1) (the
+ * key's FNV-1a hash through the fmix64 finalizer), at most max probe
  * (bounded again by the reader's own cap) slots; a never-used slot ends
  * the probe.  Each slot is read as relaxed atomic 64-bit words between two
  * acquire loads of seq; a reader retries a slot a bounded number of times
@@ -47,6 +48,10 @@
 #define FLY_SHM_HEADER_SIZE 256
 #define FLY_SHM_MAX_PROBE 64
 #define FLY_SHM_RETRIES 16
+
+/* The home slot index (before masking) of a key with fly_key_hash()
+ * @p hash: fmix64 of it, so every bit of the hash reaches the index. */
+uint64_t fly__shm_home(uint64_t hash);
 
 /* ---- writer (daemon) ---- */
 struct fly_shm_writer;

@@ -176,7 +176,7 @@ static int colliding(uint32_t cap, char keys[][FLY_KEY_MAX], int n)
 		uint64_t h;
 
 		key_of(k, i);
-		h = fly_key_hash(k, strlen(k)) & (cap - 1);
+		h = fly__shm_home(fly_key_hash(k, strlen(k))) & (cap - 1);
 		if (got == 0)
 			want = h;
 		if (h == want)
