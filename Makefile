@@ -282,11 +282,32 @@ python-test: all
 
 # The whole suite: every test binary, the Python client, the systemd units,
 # and a summary line that counts them all.
-test-bins: all $(UNIT_BIN) $(INTEG_BIN)
-test: all $(UNIT_BIN) $(INTEG_BIN)
+test-bins: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN)
+test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN)
 	$(Q)FLY_BUILD_DIR=$(abspath $(BUILD)) sh tools/run-tests.sh all \
 		$(UNIT_BIN) $(INTEG_BIN) tests/integration/test_python.py \
+		tests/gpu/emu/run-emu.sh \
 		tools/systemd-verify.sh tools/check-layering-selftest.sh
+
+# The GPU kernels' logic on the CPU emulator (tests/gpu/emu: one coroutine
+# per GPU thread, warp primitives and mma/ldmatrix/cp.async emulated), so CI
+# without a GPU still runs every kernel against a host reference.
+EMU_BIN := $(BUILD)/tests/emu/flyk_emu $(BUILD)/tests/emu/flyk_emu_gemm
+EMU_FLAGS := -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu -Itests/gpu/emu
+$(BUILD)/tests/emu/flyk_emu: tests/gpu/emu/emu_main.cpp tests/gpu/emu/flyk_emu.h \
+		kernels/gpu/rmsnorm.hip kernels/gpu/topk.hip $(wildcard kernels/gpu/*.h)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CXX     $@")
+	$(Q)$(CXX) $(EMU_FLAGS) -x c++ tests/gpu/emu/emu_main.cpp \
+		kernels/gpu/rmsnorm.hip kernels/gpu/topk.hip -o $@
+$(BUILD)/tests/emu/flyk_emu_gemm: tests/gpu/emu/emu_gemm.cpp tests/gpu/emu/emu_gemm.h \
+		tests/gpu/emu/flyk_emu.h kernels/gpu/gemm.hip kernels/gpu/grouped_gemm.hip \
+		$(wildcard kernels/gpu/*.h) $(BUILD)/obj/kernels/flyk.o
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CXX     $@")
+	$(Q)$(CXX) $(EMU_FLAGS) -include tests/gpu/emu/emu_gemm.h \
+		-x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm.hip \
+		kernels/gpu/grouped_gemm.hip -x none $(BUILD)/obj/kernels/flyk.o -o $@
 
 test-gpu: all $(GPUTEST_BIN)
 	$(Q)sh tools/run-tests.sh gpu $(GPUTEST_BIN)

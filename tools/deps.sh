@@ -6,7 +6,7 @@
 #   FLY_DEPS=0       check nothing (offline machines that have it all)
 set -u
 [ "${FLY_DEPS:-1}" = 0 ] && exit 0
-pkgs="gcc make libc6-dev pkg-config libuv1-dev libsqlite3-dev libcjson-dev libcmocka-dev python3 systemd"
+pkgs="gcc g++ make libc6-dev pkg-config libuv1-dev libsqlite3-dev libcjson-dev libcmocka-dev python3 systemd"
 if [ "${FLY_DEPS_GPU:-1}" != 0 ]; then
 	pkgs="$pkgs hipcc libamdhip64-dev rocm-device-libs"
 fi

@@ -32,9 +32,12 @@ for test in "$@"; do
 	p=$(sed -n 's/^\[  PASSED  \] \([0-9][0-9]*\) test.*/\1/p' "$out" | awk '{s+=$1} END {print s+0}')
 	f=$(sed -n 's/^\[  FAILED  \] \([0-9][0-9]*\) test.*/\1/p' "$out" | awk '{s+=$1} END {print s+0}')
 	if [ "$p" = 0 ] && [ "$f" = 0 ]; then
-		# plain "N passed, N failed" lines of scripts
-		p=$(sed -n 's/^\([A-Za-z_-]*: \)\{0,1\}\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed.*/\2/p' "$out" | awk '{s+=$1} END {print s+0}')
-		f=$(sed -n 's/^\([A-Za-z_-]*: \)\{0,1\}\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed.*/\3/p' "$out" | awk '{s+=$1} END {print s+0}')
+		# a script's plain "N passed, N failed" line: its last one is
+		# its total (earlier ones may be per-part subtotals)
+		p=$(sed -n 's/^\([A-Za-z_-]*: \)\{0,1\}\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed.*/\2/p' "$out" | tail -1)
+		f=$(sed -n 's/^\([A-Za-z_-]*: \)\{0,1\}\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed.*/\3/p' "$out" | tail -1)
+		p=${p:-0}
+		f=${f:-0}
 	fi
 	if [ $rc -ne 0 ] && [ "$f" = 0 ]; then
 		f=1

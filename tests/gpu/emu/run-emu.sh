@@ -1,0 +1,21 @@
+#!/bin/sh
+# run-emu.sh -- the GPU kernels on the CPU emulator, quick mode (every
+# variant at a sample of its feasible points; run the binaries without
+# "quick" for every point).  Built by `make test` in $FLY_BUILD_DIR/tests/emu.
+# Ends with one line "emu: N passed, N failed" summing both binaries.
+set -u
+b=${FLY_BUILD_DIR:?FLY_BUILD_DIR not set}/tests/emu
+tp=0 tf=0 rc=0
+for t in flyk_emu flyk_emu_gemm; do
+	out=$("$b/$t" quick 2>&1) || rc=1
+	echo "$out" | grep -v 'passed, 0 failed$' | tail -20
+	last=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
+	[ -n "$last" ] || { echo "$t: no summary line"; rc=1; continue; }
+	echo "$t: $last"
+	tp=$((tp + ${last%% passed*}))
+	f=${last#* passed, }
+	tf=$((tf + ${f%% failed*}))
+done
+[ $rc = 0 ] || [ $tf != 0 ] || tf=1
+echo "emu: $tp passed, $tf failed"
+[ $tf = 0 ]
