@@ -83,7 +83,7 @@ RSS1=$(rss)
 v() { awk -v k="$1" '$1 == k {print $2}' "$DIR/client.txt"; }
 echo "| Measurement | Value |"
 echo "| --- | --- |"
-echo "| fly_decide, hot key, 1 thread: p50 / p99 | $(v hot_t1_p50_ns) ns / $(v hot_t1_p99_ns) ns |"
+echo "| fly_decide, hot key, 1 thread: p50 / p99, throughput | $(v hot_t1_p50_ns) ns / $(v hot_t1_p99_ns) ns, $(v hot_t1_mops_per_thread) M/s |"
 echo "| fly_decide, hot key, 2 threads: p50 / p99, throughput per thread | $(v hot_t2_p50_ns) ns / $(v hot_t2_p99_ns) ns, $(v hot_t2_mops_per_thread) M/s |"
 echo "| first fly_decide of a fresh client on a tuned key (connect + hello + shm): p50 / p99 | $(( $(v fresh_first_call_p50_ns) / 1000 )) us / $(( $(v fresh_first_call_p99_ns) / 1000 )) us ($(v fresh_first_call_via_shm) via shm) |"
 echo "| first fly_decide of a tuned key in a connected client, process cache cold (shm lookup): p50 / p99 | $(v shm_first_call_p50_ns) ns / $(v shm_first_call_p99_ns) ns ($(v shm_first_call_hits) from shm) |"
