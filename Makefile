@@ -282,13 +282,6 @@ python-test: all
 
 # The whole suite: every test binary, the Python client, the systemd units,
 # and a summary line that counts them all.
-test-bins: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN)
-test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN)
-	$(Q)FLY_BUILD_DIR=$(abspath $(BUILD)) sh tools/run-tests.sh all \
-		$(UNIT_BIN) $(INTEG_BIN) tests/integration/test_python.py \
-		tests/gpu/emu/run-emu.sh \
-		tools/systemd-verify.sh tools/check-layering-selftest.sh
-
 # The GPU kernels' logic on the CPU emulator (tests/gpu/emu: one coroutine
 # per GPU thread, warp primitives and mma/ldmatrix/cp.async emulated), so CI
 # without a GPU still runs every kernel against a host reference.
@@ -308,6 +301,13 @@ $(BUILD)/tests/emu/flyk_emu_gemm: tests/gpu/emu/emu_gemm.cpp tests/gpu/emu/emu_g
 	$(Q)$(CXX) $(EMU_FLAGS) -include tests/gpu/emu/emu_gemm.h \
 		-x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm.hip \
 		kernels/gpu/grouped_gemm.hip -x none $(BUILD)/obj/kernels/flyk.o -o $@
+
+test-bins: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN)
+test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN)
+	$(Q)FLY_BUILD_DIR=$(abspath $(BUILD)) sh tools/run-tests.sh all \
+		$(UNIT_BIN) $(INTEG_BIN) tests/integration/test_python.py \
+		tests/gpu/emu/run-emu.sh \
+		tools/systemd-verify.sh tools/check-layering-selftest.sh
 
 test-gpu: all $(GPUTEST_BIN)
 	$(Q)sh tools/run-tests.sh gpu $(GPUTEST_BIN)
