@@ -3,7 +3,8 @@
 # timeout (FLY_TEST_TIMEOUT seconds, default 300, times
 # FLY_TEST_TIMEOUT_MULTIPLIER), show its output (CMocka's summary lines
 # included), and end with one line: "N passed, N failed".
-#   *.py  run with python3 (prints its own "N passed, N failed")
+#   *.py  run with python3 (prints its own "N passed, N failed"), with
+#         $FLY_PY_ENV (VAR=value ...) in its environment
 #   *.sh  run with sh (the same)
 #   else  a CMocka binary
 set -u
@@ -19,7 +20,7 @@ for test in "$@"; do
 	name=$(basename "$test")
 	echo "=== $suite: $name"
 	case "$test" in
-	*.py) cmd="python3 $test" ;;
+	*.py) cmd="env ${FLY_PY_ENV:-} python3 $test" ;;
 	*.sh) cmd="sh $test" ;;
 	*) cmd="$test" ;;
 	esac
