@@ -34,9 +34,9 @@ int flyd_rmap_put(struct flyd_rmap *m, const char *key,
 int flyd_rmap_del(struct flyd_rmap *m, const char *key);
 void flyd_rmap_clear(struct flyd_rmap *m);
 size_t flyd_rmap_count(const struct flyd_rmap *m);
-/* The decision of @p key, or NULL.  Borrowed; valid until the next
- * put/del/clear. */
-const struct fly_decision *flyd_rmap_get(const struct flyd_rmap *m,
+/* The decision of @p key, or NULL.  Borrowed (a copy the map keeps);
+ * valid until the next call on @p m. */
+const struct fly_decision *flyd_rmap_get(struct flyd_rmap *m,
 					 const char *key);
 /* The nearest entry of the same class as @p p other than @p key itself.
  * @param[out] out its decision with provisional = 1.
