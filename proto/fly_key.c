@@ -173,10 +173,40 @@ int fly_problem_validate(const struct fly_problem *p)
 	return 0;
 }
 
+/* Append @p s to tmp at *n (tmp has room: every piece is bounded and the
+ * buffer is FLY_KEY_MAX * 2 + the longest name set, see fly_key_format). */
+static void put_str(char *tmp, size_t *n, const char *s)
+{
+	size_t l = strlen(s);
+
+	memcpy(tmp + *n, s, l);
+	*n += l;
+}
+
+/* Append a positive int64 in decimal. */
+static void put_dec(char *tmp, size_t *n, int64_t v)
+{
+	char d[24];
+	int k = 0;
+	uint64_t u = (uint64_t)v;
+
+	do {
+		d[k++] = (char)('0' + u % 10);
+		u /= 10;
+	} while (u != 0);
+	while (k > 0)
+		tmp[(*n)++] = d[--k];
+}
+
+/* Formatted by hand, not with snprintf: the key is built on every
+ * process-cache miss of fly_decide, where vfprintf was a visible share
+ * of a shm lookup's time. */
 int fly_key_format(const struct fly_problem *p, char *buf, size_t cap)
 {
 	const struct op_info *oi;
-	char tmp[FLY_KEY_MAX * 2];
+	/* op/dtype/layout names, FLY_DIMS_MAX "name=" + 19 digits + ',',
+	 * every flag name: well under this. */
+	char tmp[FLY_KEY_MAX * 4];
 	size_t n = 0, lim;
 	int rc;
 
@@ -184,22 +214,29 @@ int fly_key_format(const struct fly_problem *p, char *buf, size_t cap)
 	if (rc < 0)
 		return rc;
 	oi = &ops[p->op];
-	n += (size_t)snprintf(tmp + n, sizeof(tmp) - n, "%s/%s/", oi->name,
-			      dtype_names[p->dtype]);
-	if (oi->has_layout)
-		n += (size_t)snprintf(tmp + n, sizeof(tmp) - n, "%s/",
-				      layout_names[p->layout]);
-	for (int i = 0; i < oi->ndims; i++)
-		n += (size_t)snprintf(tmp + n, sizeof(tmp) - n, "%s%s=%lld",
-				      i ? "," : "", oi->dims[i],
-				      (long long)p->dims[i]);
+	put_str(tmp, &n, oi->name);
+	tmp[n++] = '/';
+	put_str(tmp, &n, dtype_names[p->dtype]);
+	tmp[n++] = '/';
+	if (oi->has_layout) {
+		put_str(tmp, &n, layout_names[p->layout]);
+		tmp[n++] = '/';
+	}
+	for (int i = 0; i < oi->ndims; i++) {
+		if (i)
+			tmp[n++] = ',';
+		put_str(tmp, &n, oi->dims[i]);
+		tmp[n++] = '=';
+		put_dec(tmp, &n, p->dims[i]);
+	}
 	for (int b = 0, first = 1; b < NFLAGS; b++) {
 		if (!(p->flags & (1u << b)))
 			continue;
-		n += (size_t)snprintf(tmp + n, sizeof(tmp) - n, "%c%s",
-				      first ? '/' : '+', flag_names[b]);
+		tmp[n++] = first ? '/' : '+';
+		put_str(tmp, &n, flag_names[b]);
 		first = 0;
 	}
+	tmp[n] = '\0';
 	lim = cap < FLY_KEY_MAX ? cap : FLY_KEY_MAX;
 	if (buf == NULL || n + 1 > lim)
 		return FLY_E_KEYLEN;
