@@ -341,6 +341,11 @@ static void ctl_print_flat(const char *prefix, const cJSON *o)
 			ctl_print_flat(name, it);
 		} else if (cJSON_IsString(it)) {
 			printf("%s: %s\n", name, it->valuestring);
+		} else if (cJSON_IsNumber(it) &&
+			   it->valuedouble != floor(it->valuedouble)) {
+			/* a measurement: 6 significant digits, not the
+			 * 17 that round-trip a double (0.1104999...) */
+			printf("%s: %.6g\n", name, it->valuedouble);
 		} else {
 			char *s = cJSON_PrintUnformatted(it);
 
