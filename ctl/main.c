@@ -494,23 +494,37 @@ static int parse_simple(struct ctl *x, int argc, char **argv, int npos)
 	return -1;
 }
 
-/* A request with no arguments, printed flat or as JSON. */
-static int simple(struct ctl *x, int argc, char **argv, const char *req)
+static void print_flat(const cJSON *resp)
+{
+	ctl_print_flat(NULL, resp);
+}
+
+/* Send @p req (takes ownership), print the answer as JSON with --json,
+ * else with @p human.  @return exit code. */
+static int call_print(struct ctl *x, cJSON *req,
+		      void (*human)(const cJSON *resp))
 {
 	cJSON *resp;
-	int rc = parse_simple(x, argc, argv, 0);
+	int rc = ctl_call(x, req, 0, &resp);
 
-	if (rc >= 0)
-		return rc;
-	rc = ctl_call(x, ctl_req(req), 0, &resp);
 	if (rc != CTL_OK)
 		return rc;
 	if (x->json)
 		ctl_print_json(resp);
 	else
-		ctl_print_flat(NULL, resp);
+		human(resp);
 	cJSON_Delete(resp);
 	return CTL_OK;
+}
+
+/* A request with no arguments, printed flat or as JSON. */
+static int simple(struct ctl *x, int argc, char **argv, const char *req)
+{
+	int rc = parse_simple(x, argc, argv, 0);
+
+	if (rc >= 0)
+		return rc;
+	return call_print(x, ctl_req(req), print_flat);
 }
 
 static int ctl_status(struct ctl *x, int argc, char **argv)
@@ -543,20 +557,10 @@ static int key_req(struct ctl *x, int argc, char **argv, const char *name,
 
 static int ctl_get(struct ctl *x, int argc, char **argv)
 {
-	cJSON *req, *resp;
+	cJSON *req;
 	int rc = key_req(x, argc, argv, "get", &req);
 
-	if (rc != CTL_OK)
-		return rc;
-	rc = ctl_call(x, req, 0, &resp);
-	if (rc != CTL_OK)
-		return rc;
-	if (x->json)
-		ctl_print_json(resp);
-	else
-		ctl_print_flat(NULL, resp);
-	cJSON_Delete(resp);
-	return CTL_OK;
+	return rc != CTL_OK ? rc : call_print(x, req, print_flat);
 }
 
 /* ---------------------------------------------------------------- explain */
@@ -662,20 +666,10 @@ static void print_leaderboard(const cJSON *resp)
 
 static int ctl_explain(struct ctl *x, int argc, char **argv)
 {
-	cJSON *req, *resp;
+	cJSON *req;
 	int rc = key_req(x, argc, argv, "explain", &req);
 
-	if (rc != CTL_OK)
-		return rc;
-	rc = ctl_call(x, req, 0, &resp);
-	if (rc != CTL_OK)
-		return rc;
-	if (x->json)
-		ctl_print_json(resp);
-	else
-		print_leaderboard(resp);
-	cJSON_Delete(resp);
-	return CTL_OK;
+	return rc != CTL_OK ? rc : call_print(x, req, print_leaderboard);
 }
 
 /* ---------------------------------------------------------------- list */
