@@ -467,7 +467,7 @@ int main(int argc, char **argv)
 	return rc;
 }
 
-/* ================================================================ status, stats, get, explain, list */
+/* ====================================== status, stats, get, explain, list */
 
 /* Parse a subcommand's options: only --json (and --help, handled by
  * main).  Positional arguments are left at argv[optind..]; @p npos is the

@@ -18,7 +18,7 @@ for f in $files; do
 	if grep -nE '(vim?|ex):[[:space:]]*set|-\*- .*mode:' "$f" >/dev/null; then
 		echo "$f: modeline"; fail=1
 	fi
-	long=$(expand -t 8 "$f" | awk 'length > 100 {print FILENAME": "NR}' FILENAME="$f" | head -3)
+	long=$(expand -t 8 "$f" | awk -v f="$f" 'length > 100 {print f ": " NR}' | head -3)
 	[ -n "$long" ] && { echo "$long: longer than 100 columns"; fail=1; }
 done
 if command -v clang-format >/dev/null 2>&1; then
