@@ -35,6 +35,7 @@ import argparse
 import ctypes
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -286,13 +287,18 @@ def main(argv=None):
             if op not in ops:
                 continue
             res = []
-            fn(args, lib, daemon, cases, res)
+            try:
+                fn(args, lib, daemon, cases, res)
+            except Exception as e:  # keep what was measured so far
+                print("%s: stopped: %r" % (op, e), flush=True)
             all_res += res
             os.makedirs(args.out, exist_ok=True)
             with open(os.path.join(args.out, "h200-%s.json" % op), "w") as f:
                 json.dump(dict(head, cases=res), f, indent=1)
     finally:
         daemon.stop()
+        os.makedirs(args.out, exist_ok=True)
+        shutil.copy(daemon.log.name, os.path.join(args.out, "flytuned.log"))
     for line in summary(all_res):
         print(line)
     return 0

@@ -386,6 +386,8 @@ def summary(res):
 
 
 def commit():
+    if os.environ.get("FLY_COMMIT"):  # a tree copied without .git
+        return os.environ["FLY_COMMIT"]
     try:
         return subprocess.check_output(["git", "-C", ROOT, "rev-parse",
                                         "--short", "HEAD"]).decode().strip()

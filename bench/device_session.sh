@@ -1,0 +1,99 @@
+#!/bin/sh
+# device_session.sh -- everything one call to the GPU machine does, in
+# stages that each have a time limit, so one stage's failure or hang still
+# leaves the others' results:
+#
+#   build      make GPU=cuda: flytuned, libflyclient, libflykernels_cuda,
+#              the two GPU tests
+#   test       tests/gpu/test_gpu_kernels and test_gpu_gemm (contracts)
+#   rt         bench/gpu_bench.py (RMSNorm, TopK; daemon-driven)
+#   sweep      bench/gpu_bench.py --standalone (every candidate timed)
+#   gemm       bench/gemm_bench.py (GEMM, grouped GEMM; daemon-driven)
+#
+#   . .devdeps/prelude.sh && sh bench/device_session.sh [STAGE...]
+#
+# Default stages: build test rt gemm.  Environment: CASES (cases.json;
+# default ../shared/bench/cases.json, else .devdeps/cases.json), BUILD
+# (build/gpu), OUT (results; else bench/results), T_TEST, T_RT, T_SWEEP,
+# T_GEMM (seconds per stage), RT_ARGS, GEMM_ARGS (extra arguments),
+# FLY_COMMIT (the commit to record where the tree has no .git).
+# OUT receives the result JSON files, summary.txt and logs.tgz (every log,
+# the daemons' logs included): few files, as the device tool returns <= 8.
+set -u
+B=${BUILD:-build/gpu}
+R=${OUT:-bench/results}
+W=$(mktemp -d /tmp/flysession.XXXXXX)
+mkdir -p "$R"
+STAGES=${*:-build test rt gemm}
+C=${CASES:-../shared/bench/cases.json}
+[ -f "$C" ] || C=.devdeps/cases.json
+export FLY_COMMIT=${FLY_COMMIT:-}
+S=$R/summary.txt
+: > "$S"
+say() { echo "$*" | tee -a "$S"; }
+stage() { # name limit cmd...: run with a limit, log to $W/name.txt
+	n=$1 t=$2
+	shift 2
+	t0=$(date +%s)
+	timeout -k 10 "$t" "$@" > "$W/$n.txt" 2>&1
+	rc=$?
+	say "== stage $n: rc $rc in $(( $(date +%s) - t0 )) s (limit $t s)"
+	return $rc
+}
+
+say "== $(date -u +%FT%TZ) commit ${FLY_COMMIT:-?} cases $C"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,\
+temperature.gpu,power.draw --format=csv >> "$S" 2>&1
+python3 -c 'import torch, triton; print("torch", torch.__version__,
+	"triton", triton.__version__, torch.cuda.get_device_name())' \
+	>> "$S" 2>&1
+
+for s in $STAGES; do
+	case $s in
+	build)
+		stage build 300 make -j"$(nproc)" BUILD="$B" GPU=cuda \
+			"$B/flytuned" "$B/libflyclient.so" \
+			"$B/libflykernels_cuda.so" \
+			"$B/tests/gpu/test_gpu_kernels" \
+			"$B/tests/gpu/test_gpu_gemm" ||
+			{ tail -30 "$W/build.txt" | tee -a "$S"; break; }
+		;;
+	test)
+		for t in test_gpu_kernels test_gpu_gemm; do
+			stage "$t" "${T_TEST:-120}" "$B/tests/gpu/$t"
+			{ grep -m 20 FAIL "$W/$t.txt"; tail -2 "$W/$t.txt"; } |
+				tee -a "$S"
+		done
+		;;
+	rt)
+		stage rt "${T_RT:-240}" env PYTHONUNBUFFERED=1 python3 \
+			bench/gpu_bench.py --build "$B" --cases "$C" \
+			--out "$W/rt" ${RT_ARGS:-}
+		grep -v '^\s*$' "$W/rt.txt" | tail -60 | tee -a "$S"
+		;;
+	sweep)
+		stage sweep "${T_SWEEP:-200}" env PYTHONUNBUFFERED=1 python3 \
+			bench/gpu_bench.py --standalone --no-compile \
+			--build "$B" --cases "$C" --out "$W/sweep" \
+			${SWEEP_ARGS:-}
+		tail -45 "$W/sweep.txt" | tee -a "$S"
+		;;
+	gemm)
+		stage gemm "${T_GEMM:-240}" env PYTHONUNBUFFERED=1 python3 \
+			bench/gemm_bench.py --build "$B" --cases "$C" \
+			--out "$W/gemm" ${GEMM_ARGS:-}
+		tail -70 "$W/gemm.txt" | tee -a "$S"
+		;;
+	*)
+		say "unknown stage $s"
+		;;
+	esac
+done
+
+# Results (JSON) straight into OUT; everything else in one archive.
+for d in rt gemm; do
+	[ -d "$W/$d" ] && cp "$W/$d"/h200-*.json "$R/" 2>/dev/null
+done
+tar -C "$W" -czf "$R/logs.tgz" . 2>/dev/null
+ls -la "$R" >> "$S"
+exit 0
