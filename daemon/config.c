@@ -33,7 +33,7 @@ void flyd_config_defaults(struct flyd_config *c)
 	c->policy = FLYD_POLICY_IDLE;
 	c->idle_ms = 2000;
 	c->bench_s_per_min = 30.0;
-	c->job_budget_s = 2.0;
+	c->job_budget_s = 1.0;
 	c->cand_timeout_s = 5.0;
 	c->margin = 0.03;
 	c->queue_cap = 1024;

@@ -26,7 +26,7 @@ struct flyd_config {
 	int policy;                  /* enum flyd_policy */
 	uint32_t idle_ms;            /* policy idle: quiet time before tuning */
 	double bench_s_per_min;      /* cap on benchmark seconds per minute */
-	double job_budget_s;         /* wall budget per job (default 2.0) */
+	double job_budget_s;         /* wall budget per job (default 1.0) */
 	double cand_timeout_s;       /* hard timeout per candidate (5.0) */
 	double margin;               /* incumbent margin (0.03) */
 	uint32_t queue_cap;          /* max queued jobs (1024) */

@@ -22,6 +22,7 @@
 #define REJECT2_REPS 10
 #define REJECT2_X 1.15
 #define NOISE_FRACTION 0.25 /* MAD must be this small against the gap */
+#define WARM_REJECT_X 3.0   /* warm-up slower than this x the best: out */
 
 struct cand {
 	const struct flyk_variant *v;
@@ -44,6 +45,7 @@ struct tstate {
 	struct cand *cands;
 	uint32_t ncands;
 	double t0;
+	double best_warm; /* fastest warm-up run so far, us (INFINITY: none) */
 };
 
 static double clock_now(void *ctx)
@@ -351,6 +353,17 @@ static void cand_check(struct tstate *st, struct cand *c)
 			return;
 		}
 	}
+	/* The last run (a warm-up, else the check) against the fastest seen:
+	 * a candidate far behind costs no timed reps.  On a large shape with
+	 * many candidates this is what keeps the budget for the contenders. */
+	if (us > WARM_REJECT_X * st->best_warm) {
+		snprintf(why, sizeof(why), "%.2fx best on its warm-up",
+			 us / st->best_warm);
+		emit(st, c, FLYD_OUT_REJECTED, why);
+		return;
+	}
+	if (us < st->best_warm)
+		st->best_warm = us;
 }
 
 /* Bring a candidate to @p reps timed reps (budget permitting; at least
@@ -511,7 +524,8 @@ int flyd_tuner_run(const struct flyk_backend *b, struct flyk_device *dev,
 		   struct flyk_case *c, const struct flyd_tune_job *j,
 		   const struct flyd_tuner_opts *o, struct flyd_tune_result *r)
 {
-	struct tstate st = { .b = b, .dev = dev, .c = c, .j = j, .r = r };
+	struct tstate st = { .b = b, .dev = dev, .c = c, .j = j, .r = r,
+			     .best_warm = INFINITY };
 	int rc;
 
 	if (b == NULL || c == NULL || j == NULL || r == NULL)

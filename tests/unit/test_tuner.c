@@ -309,6 +309,36 @@ static void test_early_rejection(void **state)
 	flyd_tune_result_fini(&r);
 }
 
+/* A candidate far behind the fastest warm-up seen so far is rejected
+ * before any timed rep; one far behind only candidates measured AFTER it
+ * is not (nothing to compare with yet) and goes at the 3-rep round. */
+static void test_warm_up_rejection(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+	const struct flyd_trial *t;
+
+	job_init(&j, 1);
+	fake_set("a", 1, -1, 50.0, 0, 0);  /* first: nothing to beat */
+	fake_set("a", 2, -1, 10.0, 0, 0);
+	fake_set("a", 3, -1, 40.0, 0, 0);  /* 4x the fastest warm-up */
+	fake_set("a", 4, -1, 29.0, 0, 0);  /* 2.9x: to the 3-rep round */
+	assert_int_equal(run(&j, &r), 0);
+	t = find_trial(&r, "a", 3);
+	assert_non_null(t);
+	assert_int_equal(t->outcome, FLYD_OUT_REJECTED);
+	assert_int_equal(t->reps, 0);
+	assert_non_null(strstr(t->reason, "4.00x best on its warm-up"));
+	t = find_trial(&r, "a", 1);
+	assert_int_equal(t->outcome, FLYD_OUT_REJECTED);
+	assert_int_equal(t->reps, 3);
+	t = find_trial(&r, "a", 4);
+	assert_int_equal(t->outcome, FLYD_OUT_REJECTED);
+	assert_int_equal(t->reps, 3);
+	assert_int_equal(r.winner.params[0], 2);
+	flyd_tune_result_fini(&r);
+}
+
 static void test_wrong_and_error(void **state)
 {
 	struct flyd_tune_job j;
@@ -535,6 +565,7 @@ int main(void)
 		cmocka_unit_test_setup(test_fastest_wins_beyond_margin, setup),
 		cmocka_unit_test_setup(test_incumbent_margin, setup),
 		cmocka_unit_test_setup(test_early_rejection, setup),
+		cmocka_unit_test_setup(test_warm_up_rejection, setup),
 		cmocka_unit_test_setup(test_wrong_and_error, setup),
 		cmocka_unit_test_setup(test_no_correct_candidate, setup),
 		cmocka_unit_test_setup(test_infeasible_and_product_order, setup),
