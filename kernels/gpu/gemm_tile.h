@@ -101,7 +101,18 @@ __device__ __forceinline__ float gemm_fin(const gemm_out &o, int64_t col,
 	return v;
 }
 
-/* Store two adjacent outputs (row, col) and (row, col + 1). */
+#ifdef FLYK_EMU
+/* tests/gpu/emu/emu_gemm.cpp: a vector store must be aligned on the GPU
+ * (a misaligned one is a sticky launch error); the emulator counts them. */
+void flyk_emu_align(const void *p, unsigned bytes);
+#define GEMM_VST_ALIGNED(p, b) flyk_emu_align((const void *)(p), (b))
+#else
+#define GEMM_VST_ALIGNED(p, b) ((void)0)
+#endif
+
+/* Store two adjacent outputs (row, col) and (row, col + 1).  A paired
+ * store only where the address itself is aligned: a split's partials start
+ * at ws + split * M * N, which is odd-aligned when M * N is odd. */
 __device__ __forceinline__ void gemm_store2(const gemm_out &o, int64_t row,
 					    int64_t col, float v0, float v1)
 {
@@ -110,7 +121,8 @@ __device__ __forceinline__ void gemm_store2(const gemm_out &o, int64_t row,
 	int64_t i = row * o.ldc + col;
 	bool two = col + 1 < o.n_end;
 	if (!o.c) {
-		if (two && !(i & 1)) {
+		if (two && !((uintptr_t)(o.ws + i) & 7)) {
+			GEMM_VST_ALIGNED(o.ws + i, 8);
 			*(float2 *)(o.ws + i) = make_float2(v0, v1);
 		} else {
 			o.ws[i] = v0;
@@ -122,7 +134,8 @@ __device__ __forceinline__ void gemm_store2(const gemm_out &o, int64_t row,
 	uint16_t h0 = flyk_df2b(gemm_fin(o, col, v0));
 	if (two) {
 		uint16_t h1 = flyk_df2b(gemm_fin(o, col + 1, v1));
-		if (!(i & 1)) {
+		if (!((uintptr_t)(o.c + i) & 3)) {
+			GEMM_VST_ALIGNED(o.c + i, 4);
 			*(uint32_t *)(o.c + i) =
 			    (uint32_t)h0 | ((uint32_t)h1 << 16);
 			return;
@@ -442,10 +455,16 @@ static inline int64_t flyk_gemm_bucket_m(int64_t m)
 	return (m + 1023) / 1024 * 1024;
 }
 
-/* Host: max abs error of bf16 @p got against @p ref over @p n elements;
- * -EDOM on NaN or an element off by more than |ref| / 64 + 2e-3 * sqrt(k)
- * (defined in gemm.hip, shared with grouped_gemm.hip). */
-extern "C" int flyk_gpu_gemm_compare(const uint16_t *got, const uint16_t *ref,
-				     size_t n, int64_t k, double *max_err);
+/* Host: compare the bf16 device buffers @p got and @p ref (@p n elements)
+ * on the device, through the two device words @p d_cmp: *max_err = max
+ * abs error; -EDOM on NaN or an element off by more than |ref| / 64 +
+ * 2e-3 * sqrt(k).  Only 8 bytes come back: a 128 MiB output is compared
+ * in microseconds, not downloaded (defined in gemm.hip, shared with
+ * grouped_gemm.hip). */
+struct flyk_device;
+extern "C" int flyk_gpu_gemm_compare(struct flyk_device *dev,
+				     const void *got, const void *ref,
+				     size_t n, int64_t k, unsigned *d_cmp,
+				     double *max_err);
 
 #endif /* FLYK_GEMM_TILE_H */
