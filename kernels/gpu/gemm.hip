@@ -496,7 +496,8 @@ static const struct flyk_variant gemm_variants[] = {
 /* ------------------------------------------------------------ case */
 
 struct gemm_state {
-	uint16_t *h_ref; /* reference C, host */
+	void *d_ref;	 /* reference C (device) */
+	unsigned *d_cmp; /* flyk_gpu_gemm_compare's two words */
 	size_t n;	 /* M * N */
 };
 
@@ -512,11 +513,12 @@ static int gemm_setup(struct flyk_case *c, uint64_t seed)
 	c->state = st;
 	st->n = (size_t)m * n;
 	struct flyk_gemm_args *a = &c->args.gemm;
-	void *x, *y, *out, *ref, *bias = NULL, *ws;
+	void *x, *y, *out, *ref, *bias = NULL, *ws, *cmp;
 	if (flyk_gpu_case_alloc(c, (size_t)m * k * 2, 0, &x) < 0 ||
 	    flyk_gpu_case_alloc(c, (size_t)n * k * 2, 0, &y) < 0 ||
 	    flyk_gpu_case_alloc(c, st->n * 2, 1, &out) < 0 ||
 	    flyk_gpu_case_alloc(c, st->n * 2, 0, &ref) < 0 ||
+	    flyk_gpu_case_alloc(c, 2 * sizeof(unsigned), 0, &cmp) < 0 ||
 	    flyk_gpu_case_alloc(c, FLYK_GEMM_WS_BYTES, 0, &ws) < 0)
 		return -ENOMEM;
 	if ((p->flags & FLY_F_BIAS) &&
@@ -542,61 +544,76 @@ static int gemm_setup(struct flyk_case *c, uint64_t seed)
 	a->workspace_size = FLYK_GEMM_WS_BYTES;
 	rc = ref_launch(dev, p, NULL, &c->args, dev->stream);
 	a->c = out;
-	if (rc)
-		return rc;
-	st->h_ref = (uint16_t *)malloc(st->n * 2);
-	if (!st->h_ref)
-		return -ENOMEM;
-	return flyk_gpu_download(dev, st->h_ref, ref, st->n * 2);
+	st->d_ref = ref;
+	st->d_cmp = (unsigned *)cmp;
+	return rc;
 }
 
-/* Max abs error of bf16 @p got against @p ref; -EDOM on NaN or when an
- * element is off by more than 1/64 of |ref| plus 2e-3 * sqrt(k) (one bf16
- * rounding each side, and fp32 summation order). */
-extern "C" int flyk_gpu_gemm_compare(const uint16_t *got, const uint16_t *ref,
-				     size_t n, int64_t k, double *max_err)
+/* Compare bf16 @p got with @p ref on the device: out[0] = max |got - ref|
+ * as float bits (+inf for NaN), out[1] = elements off by more than
+ * |ref| / 64 + slack (one bf16 rounding each side, fp32 summation order). */
+__global__ void gemm_cmp_kernel(const uint16_t *got, const uint16_t *ref,
+				size_t n, float slack, unsigned *out)
 {
-	double slack = 2e-3 * sqrt((double)k);
-	int bad = 0;
-	*max_err = 0;
-	for (size_t i = 0; i < n; i++) {
-		double g = flyk_bf16_to_float(got[i]);
-		double r = flyk_bf16_to_float(ref[i]);
-		double e = fabs(g - r);
-		if (e != e) {
-			*max_err = INFINITY;
-			return -EDOM;
+	float mx = 0.f;
+	unsigned bad = 0;
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		float g = flyk_db2f(got[i]), r = flyk_db2f(ref[i]);
+		float e = fabsf(g - r);
+		if (!(e == e)) {
+			e = INFINITY;
+			bad++;
+		} else if (e > fabsf(r) / 64.f + slack) {
+			bad++;
 		}
-		if (e > *max_err)
-			*max_err = e;
-		if (e > fabs(r) / 64 + slack)
-			bad = 1;
+		mx = fmaxf(mx, e);
 	}
-	return bad ? -EDOM : 0;
+	atomicMax(&out[0], __float_as_uint(mx));
+	if (bad)
+		atomicAdd(&out[1], bad);
+}
+
+extern "C" int flyk_gpu_gemm_compare(struct flyk_device *dev,
+				     const void *got, const void *ref,
+				     size_t n, int64_t k, unsigned *d_cmp,
+				     double *max_err)
+{
+	unsigned h[2] = {0, 0};
+	float mx;
+	*max_err = 0;
+	int rc = flyk_gpu_upload(dev, d_cmp, h, sizeof(h));
+	if (rc)
+		return rc;
+	size_t blocks = (n + 255) / 256;
+	if (blocks > (size_t)dev->sms * 8)
+		blocks = (size_t)dev->sms * 8;
+	if (blocks < 1)
+		blocks = 1;
+	FLYK_GO((unsigned)blocks, 256, 0, (hipStream_t)dev->stream,
+		gemm_cmp_kernel)((const uint16_t *)got, (const uint16_t *)ref, n,
+				 (float)(2e-3 * sqrt((double)k)), d_cmp);
+	rc = gemm_launch_err();
+	if (!rc)
+		rc = flyk_gpu_download(dev, h, d_cmp, sizeof(h));
+	if (rc)
+		return rc;
+	memcpy(&mx, &h[0], sizeof(mx));
+	*max_err = mx;
+	return h[1] ? -EDOM : 0;
 }
 
 static int gemm_check(struct flyk_case *c, double *max_err)
 {
 	struct gemm_state *st = (struct gemm_state *)c->state;
-	uint16_t *h = (uint16_t *)malloc(st->n * 2);
-	*max_err = 0;
-	if (!h)
-		return -ENOMEM;
-	int rc = flyk_gpu_download(c->dev, h, c->args.gemm.c, st->n * 2);
-	if (!rc)
-		rc = flyk_gpu_gemm_compare(h, st->h_ref, st->n, c->p.dims[2],
-					   max_err);
-	free(h);
-	return rc;
+	return flyk_gpu_gemm_compare(c->dev, c->args.gemm.c, st->d_ref, st->n,
+				     c->p.dims[2], st->d_cmp, max_err);
 }
 
 static void gemm_fini(struct flyk_case *c)
 {
-	struct gemm_state *st = (struct gemm_state *)c->state;
-	if (!st)
-		return;
-	free(st->h_ref);
-	free(st);
+	free(c->state);
 	c->state = NULL;
 }
 

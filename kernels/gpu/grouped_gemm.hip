@@ -476,8 +476,9 @@ static const struct flyk_variant gg_variants[] = {
 /* ------------------------------------------------------------ case */
 
 struct gg_state {
-	uint16_t *h_ref;
-	size_t n;
+	void *d_ref;	 /* reference C (device) */
+	unsigned *d_cmp; /* flyk_gpu_gemm_compare's two words */
+	size_t n;	 /* M * N */
 };
 
 /* The benchmark case's experts: M split evenly (the key carries no
@@ -499,12 +500,13 @@ static int gg_setup(struct flyk_case *c, uint64_t seed)
 		return -ENOMEM;
 	c->state = st;
 	st->n = (size_t)m * n;
-	void *x, *y, *out, *ref, *doff;
+	void *x, *y, *out, *ref, *doff, *cmp;
 	if (flyk_gpu_case_alloc(c, (size_t)m * k * 2, 0, &x) < 0 ||
 	    flyk_gpu_case_alloc(c, (size_t)g * n * k * 2, 0, &y) < 0 ||
 	    flyk_gpu_case_alloc(c, st->n * 2, 1, &out) < 0 ||
 	    flyk_gpu_case_alloc(c, st->n * 2, 0, &ref) < 0 ||
-	    flyk_gpu_case_alloc(c, (size_t)(g + 1) * 8, 0, &doff) < 0)
+	    flyk_gpu_case_alloc(c, (size_t)(g + 1) * 8, 0, &doff) < 0 ||
+	    flyk_gpu_case_alloc(c, 2 * sizeof(unsigned), 0, &cmp) < 0)
 		return -ENOMEM;
 	int64_t *off = (int64_t *)malloc((size_t)(g + 1) * 8);
 	if (!off)
@@ -530,37 +532,21 @@ static int gg_setup(struct flyk_case *c, uint64_t seed)
 	a->workspace_size = 0;
 	rc = ref_launch(dev, p, NULL, &c->args, dev->stream);
 	a->c = out;
-	if (rc)
-		return rc;
-	st->h_ref = (uint16_t *)malloc(st->n * 2);
-	if (!st->h_ref)
-		return -ENOMEM;
-	return flyk_gpu_download(dev, st->h_ref, ref, st->n * 2);
+	st->d_ref = ref;
+	st->d_cmp = (unsigned *)cmp;
+	return rc;
 }
 
 static int gg_check(struct flyk_case *c, double *max_err)
 {
 	struct gg_state *st = (struct gg_state *)c->state;
-	uint16_t *h = (uint16_t *)malloc(st->n * 2);
-	*max_err = 0;
-	if (!h)
-		return -ENOMEM;
-	int rc =
-	    flyk_gpu_download(c->dev, h, c->args.grouped_gemm.c, st->n * 2);
-	if (!rc)
-		rc = flyk_gpu_gemm_compare(h, st->h_ref, st->n, c->p.dims[3],
-					   max_err);
-	free(h);
-	return rc;
+	return flyk_gpu_gemm_compare(c->dev, c->args.grouped_gemm.c, st->d_ref,
+				     st->n, c->p.dims[3], st->d_cmp, max_err);
 }
 
 static void gg_fini(struct flyk_case *c)
 {
-	struct gg_state *st = (struct gg_state *)c->state;
-	if (!st)
-		return;
-	free(st->h_ref);
-	free(st);
+	free(c->state);
 	c->state = NULL;
 }
 
