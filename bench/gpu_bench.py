@@ -257,85 +257,113 @@ def topk_launcher(lib, p, x, vals, idx):
 def choose(args, lib, daemon, op, dtype, dims, flags, p, mk):
     if daemon is not None:
         names = ("det",) if flags & F_DET else ()
-        dd, tune_s = daemon.decide(op, dtype, dict(dims), names)
+        try:
+            dd, tune_s = daemon.decide(op, dtype, dict(dims), names)
+        except Exception as e:  # what an engine does: the library default
+            d = Decision()
+            rc = lib.flyk_gpu_default(ctypes.byref(p), ctypes.byref(d))
+            if rc:
+                raise RuntimeError("tuning failed (%s), no default (%d)" %
+                                   (e, rc))
+            return d, None, "tune failed (%s): default" % e, None
         return to_decision(dd), tune_s, dd.get("status"), None
     d, tune_s, pts = sweep(lib, p, mk)
     return d, tune_s, "sweep", pts
 
 
+def each_case(cases, op, sets, res, fn):
+    """fn(set, case) per case; a case that fails is recorded (error) and
+    the run goes on with the next."""
+    for s, c in lists(cases, op, sets):
+        try:
+            fn(s, c)
+        except Exception as e:
+            print("%s %s: FAILED: %r" % (op, c, e), flush=True)
+            res.append(dict(op=op, set=s, case=str(c), error=repr(e)))
+
+
 def run_rmsnorm(args, lib, daemon, cases, res, sweeps):
-    for s, c in lists(cases, "rmsnorm", args.sets):
-        dt, m, n = c["dtype"], c["m"], c["n"]
-        x = torch.randn(m, n, device="cuda", dtype=TORCH_DT[dt])
-        w = torch.randn(n, device="cuda", dtype=TORCH_DT[dt])
-        y = torch.full_like(x, float("nan"))
-        p = problem(OP_RMSNORM, dt, (m, n))
-        mk = rms_launcher(lib, p, x, w, y)
-        d, tune_s, status, pts = choose(args, lib, daemon, "rmsnorm", dt,
-                                        (("m", m), ("n", n)), 0, p, mk)
-        fn = mk(d)
-        fn()
-        torch.cuda.synchronize()
-        ref = F.rms_norm(x, (n,), w, EPS)
-        err = (y.float() - ref.float()).abs().max().item()
-        ours = bench(fn)
-        peers = {"aten": bench(lambda: F.rms_norm(x, (n,), w, EPS))}
-        if not args.no_compile:
-            torch._dynamo.reset()
-            cf = torch.compile(lambda a, b: F.rms_norm(a, (n,), b, EPS),
-                               dynamic=False)
-            cf(x, w)
-            peers["inductor"] = bench(lambda: cf(x, w))
-        name = "%s %dx%d" % (dt, m, n)
-        rec = dict(op="rmsnorm", case=name, set=s, status=status,
-                   flytuned_ms=ours, peers=peers, max_abs_err=err,
-                   tune_s=tune_s, bytes=(2 * m * n + n) * x.element_size(),
-                   **dec_dict(d))
-        res.append(rec)
-        if pts is not None:
-            sweeps.append(dict(case=name, points=pts))
-        show(rec, args.copy_gbps)
-        del x, w, y, ref
+    each_case(cases, "rmsnorm", args.sets, res,
+              lambda s, c: one_rmsnorm(args, lib, daemon, s, c, res, sweeps))
+
+
+def one_rmsnorm(args, lib, daemon, s, c, res, sweeps):
+    dt, m, n = c["dtype"], c["m"], c["n"]
+    x = torch.randn(m, n, device="cuda", dtype=TORCH_DT[dt])
+    w = torch.randn(n, device="cuda", dtype=TORCH_DT[dt])
+    y = torch.full_like(x, float("nan"))
+    p = problem(OP_RMSNORM, dt, (m, n))
+    mk = rms_launcher(lib, p, x, w, y)
+    d, tune_s, status, pts = choose(args, lib, daemon, "rmsnorm", dt,
+                                    (("m", m), ("n", n)), 0, p, mk)
+    fn = mk(d)
+    fn()
+    torch.cuda.synchronize()
+    ref = F.rms_norm(x, (n,), w, EPS)
+    err = (y.float() - ref.float()).abs().max().item()
+    ours = bench(fn)
+    peers = {"aten": bench(lambda: F.rms_norm(x, (n,), w, EPS))}
+    if not args.no_compile:
+        torch._dynamo.reset()
+        cf = torch.compile(lambda a, b: F.rms_norm(a, (n,), b, EPS),
+                           dynamic=False)
+        cf(x, w)
+        peers["inductor"] = bench(lambda: cf(x, w))
+    name = "%s %dx%d" % (dt, m, n)
+    rec = dict(op="rmsnorm", case=name, set=s, status=status,
+               flytuned_ms=ours, peers=peers, max_abs_err=err,
+               tune_s=tune_s, bytes=(2 * m * n + n) * x.element_size(),
+               **dec_dict(d))
+    res.append(rec)
+    if pts is not None:
+        sweeps.append(dict(case=name, points=pts))
+    show(rec, args.copy_gbps)
+    del x, w, y, ref
 
 
 def run_topk(args, lib, daemon, cases, res, sweeps):
     for det in (0, 1):
         torch.use_deterministic_algorithms(bool(det))
-        for s, c in lists(cases, "topk", args.sets):
-            m, n, k, dt = c["m"], c["n"], c["k"], c.get("dtype", "fp32")
-            x = torch.randn(m, n, device="cuda", dtype=TORCH_DT[dt])
-            vals = torch.full((m, k), float("nan"), device="cuda",
-                              dtype=x.dtype)
-            idx = torch.full((m, k), -1, device="cuda", dtype=torch.int64)
-            flags = F_DET if det else 0
-            p = problem(OP_TOPK, dt, (m, n, k), flags)
-            mk = topk_launcher(lib, p, x, vals, idx)
-            d, tune_s, status, pts = choose(
-                args, lib, daemon, "topk", dt,
-                (("m", m), ("n", n), ("k", k)), flags, p, mk)
-            fn = mk(d)
-            fn()
-            torch.cuda.synchronize()
-            tv, ti = torch.topk(x, k, dim=-1)
-            err = (vals.float() - tv.float()).abs().max().item()
-            got = torch.gather(x, 1, idx.clamp(0, n - 1))
-            if (idx < 0).any() or (idx >= n).any() or \
-                    not torch.equal(got, vals):
-                err = float("inf")
-            ours = bench(fn)
-            peers = {"aten_det%d" % det: bench(lambda: torch.topk(x, k,
-                                                                  dim=-1))}
-            name = "%dx%d k%d det%d" % (m, n, k, det)
-            rec = dict(op="topk", case=name, set=s, status=status,
-                       flytuned_ms=ours, peers=peers, max_abs_err=err,
-                       tune_s=tune_s, bytes=m * n * x.element_size() +
-                       m * k * (8 + x.element_size()), **dec_dict(d))
-            res.append(rec)
-            if pts is not None:
-                sweeps.append(dict(case=name, points=pts))
-            show(rec, args.copy_gbps)
-            del x, vals, idx
+        each_case(cases, "topk", args.sets, res,
+                  lambda s, c: one_topk(args, lib, daemon, s, c, det, res,
+                                        sweeps))
     torch.use_deterministic_algorithms(False)
+
+
+def one_topk(args, lib, daemon, s, c, det, res, sweeps):
+    m, n, k, dt = c["m"], c["n"], c["k"], c.get("dtype", "fp32")
+    x = torch.randn(m, n, device="cuda", dtype=TORCH_DT[dt])
+    vals = torch.full((m, k), float("nan"), device="cuda",
+                      dtype=x.dtype)
+    idx = torch.full((m, k), -1, device="cuda", dtype=torch.int64)
+    flags = F_DET if det else 0
+    p = problem(OP_TOPK, dt, (m, n, k), flags)
+    mk = topk_launcher(lib, p, x, vals, idx)
+    d, tune_s, status, pts = choose(
+        args, lib, daemon, "topk", dt,
+        (("m", m), ("n", n), ("k", k)), flags, p, mk)
+    fn = mk(d)
+    fn()
+    torch.cuda.synchronize()
+    tv, ti = torch.topk(x, k, dim=-1)
+    err = (vals.float() - tv.float()).abs().max().item()
+    got = torch.gather(x, 1, idx.clamp(0, n - 1))
+    if (idx < 0).any() or (idx >= n).any() or \
+            not torch.equal(got, vals):
+        err = float("inf")
+    ours = bench(fn)
+    peers = {"aten_det%d" % det: bench(lambda: torch.topk(x, k,
+                                                          dim=-1))}
+    name = "%dx%d k%d det%d" % (m, n, k, det)
+    rec = dict(op="topk", case=name, set=s, status=status,
+               flytuned_ms=ours, peers=peers, max_abs_err=err,
+               tune_s=tune_s, bytes=m * n * x.element_size() +
+               m * k * (8 + x.element_size()), **dec_dict(d))
+    res.append(rec)
+    if pts is not None:
+        sweeps.append(dict(case=name, points=pts))
+    show(rec, args.copy_gbps)
+    del x, vals, idx
 
 
 # ---------------------------------------------------------------- report
@@ -348,7 +376,7 @@ def show(r, copy_gbps):
           "(%3.0f%% copy)  err %.2g  tune %.2fs  %s%s" %
           (r["op"], r["case"], r["set"], r["flytuned_ms"] * 1e3, ratios,
            best / r["flytuned_ms"], gbps, 100 * gbps / copy_gbps,
-           r["max_abs_err"], r["tune_s"], r["variant"], r["params"]),
+           r["max_abs_err"], r["tune_s"] or 0, r["variant"], r["params"]),
           flush=True)
 
 
@@ -358,6 +386,8 @@ def gmean(v):
 
 def summary(res):
     lines = []
+    errs = [r for r in res if "error" in r]
+    res = [r for r in res if "error" not in r]
     prim = [r for r in res if r["set"] == "primary"]
     rms = [r for r in prim if r["op"] == "rmsnorm"]
     if rms:
@@ -382,6 +412,12 @@ def summary(res):
     if ts:
         lines.append("tune_s per key: max %.2f s, median %.2f s" %
                      (max(ts), sorted(ts)[len(ts) // 2]))
+    for r in res:
+        if r["status"] not in ("tuned", "sweep"):
+            lines.append("not tuned: %s %s (%s)" % (r["op"], r["case"],
+                                                    r["status"]))
+    for r in errs:
+        lines.append("FAILED: %s %s: %s" % (r["op"], r["case"], r["error"]))
     return lines
 
 
