@@ -542,7 +542,14 @@ static int gemm_setup(struct flyk_case *c, uint64_t seed)
 	a->alpha = (p->flags & FLY_F_SCALE) ? GEMM_CASE_ALPHA : 1.0f;
 	a->workspace = ws;
 	a->workspace_size = FLYK_GEMM_WS_BYTES;
-	rc = ref_launch(dev, p, NULL, &c->args, dev->stream);
+	/* The reference: gemm_ref (one thread per output) where it is quick;
+	 * above 2^32 multiply-adds gemm_fma (FMA tiles through shared memory,
+	 * itself checked against gemm_ref on every shape of test_gpu_gemm):
+	 * gemm_ref took ~1 s of the tuning of an 8192^3 key. */
+	if ((double)m * n * k > 4294967296.0)
+		rc = fma_launch(dev, p, NULL, &c->args, dev->stream);
+	else
+		rc = ref_launch(dev, p, NULL, &c->args, dev->stream);
 	a->c = out;
 	st->d_ref = ref;
 	st->d_cmp = (unsigned *)cmp;
