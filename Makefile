@@ -85,6 +85,8 @@ endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a
 HIP_ARCH  ?= --offload-arch=gfx90a --offload-arch=gfx940
+# The wgmma kernels exist only in an sm_90a build: tell the host code so.
+CUDA_DEFS := $(if $(findstring sm_90a,$(CUDA_ARCH)),-DFLYK_SM90A,)
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC \
 	-Xcompiler -Wall -Iproto -Ikernels/include -Ikernels/gpu
 HIPFLAGS  ?= -O3 -std=c++17 $(HIP_ARCH) -fPIC -Wall \
@@ -250,7 +252,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBCLIENT_A) $(LIBPROTO)
 $(BUILD)/cuda/%.o: %.hip $(wildcard kernels/gpu/*.h) kernels/include/flyk.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  NVCC    $<")
-	$(Q)$(NVCC) $(NVCCFLAGS) -x cu -c $< -o $@
+	$(Q)$(NVCC) $(NVCCFLAGS) $(CUDA_DEFS) -x cu -c $< -o $@
 $(BUILD)/cuda/%.o: %.c kernels/include/flyk.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $< (cuda)")

@@ -5,7 +5,7 @@
  * candidates of kernels/vendor/cublaslt.c under nvcc.
  *
  * Owns: the gemm variants and flyk_gpu_gemm_op; the case state (the
- * reference output, host side).  Thread: tables are immutable; launches
+ * reference output, on the device).  Thread: tables are immutable; launches
  * are asynchronous on the caller's stream.
  *
  * Variants, in default-search order (flyk_default takes the first one
@@ -21,6 +21,9 @@
  *                   shapes of GEMM_CFGS are built; other points are
  *                   infeasible.  K % 8 == 0 (NN: N % 8 == 0), A and B
  *                   16-byte aligned.
+ *   gemm_wgmma      (sm_90a) the same kernel with the wgmma engine of
+ *                   gemm_tile.h: params tile_m, tile_n, stages, split_k,
+ *                   swizzle (shapes of GEMM_WG_CFGS); NT only
  *   gemm_fma        64x64 FMA tiles: any shape, the portable (AMD) path
  *   gemm_ref        one thread per output (the reference)
  */
@@ -108,7 +111,7 @@ __global__ void __launch_bounds__(C::THREADS)
 	out.bias = bias;
 	out.c = gridDim.y > 1 ? NULL : Cm;
 	out.ws = ws ? ws + (size_t)blockIdx.y * M * N : NULL;
-	gemm_mma_tile<C>(o, kb, ke, out, (uint16_t *)gemm_dsmem);
+	gemm_tile_run<C>(o, kb, ke, out, (uint16_t *)gemm_dsmem);
 }
 
 /* C = alpha * sum of the split partials + bias. */
@@ -246,6 +249,33 @@ struct mma_ent {
 #if !FLYK_AMD
 static const struct mma_ent mma_ents[] = {GEMM_CFGS(GEMM_ENT)};
 #define NMMA (sizeof(mma_ents) / sizeof(mma_ents[0]))
+
+/* The wgmma shapes (NT only): BM, BN, stages; warps = BM / 16. */
+#define GEMM_WG_ENT(BM, BN, ST)                                                \
+	{BM,                                                                   \
+	 BN,                                                                   \
+	 64,                                                                   \
+	 BM / 16,                                                              \
+	 ST,                                                                   \
+	 {gemm_wg_cfg<BM, BN, ST>::SMEM, 0},                                   \
+	 {mma_go<gemm_wg_cfg<BM, BN, ST>>, NULL}},
+#define GEMM_WG_CFGS(X)                                                        \
+	X(64, 128, 4)                                                          \
+	X(64, 256, 3)                                                          \
+	X(128, 128, 4)                                                         \
+	X(128, 256, 3)                                                         \
+	X(128, 256, 4)                                                         \
+	X(256, 128, 3)
+static const struct mma_ent wg_ents[] = {GEMM_WG_CFGS(GEMM_WG_ENT)};
+#define NWG (sizeof(wg_ents) / sizeof(wg_ents[0]))
+#endif
+
+/* Whether this library's device code has the wgmma kernels (built for
+ * sm_90a: the Makefile defines FLYK_SM90A then), or the emulator runs. */
+#if defined(FLYK_SM90A) || defined(FLYK_EMU)
+#define GEMM_HAVE_WGMMA 1
+#else
+#define GEMM_HAVE_WGMMA 0
 #endif
 
 static const int64_t mma_tile_m[] = {16, 32, 64, 128, 256};
@@ -255,6 +285,10 @@ static const int64_t mma_warps[] = {4, 8};
 static const int64_t mma_stages[] = {2, 3, 4};
 static const int64_t mma_split[] = {1, 2, 4, 8};
 static const int64_t mma_swz[] = {1, 8};
+static const int64_t wg_tile_m[] = {64, 128, 256};
+static const int64_t wg_tile_n[] = {128, 256};
+static const int64_t wg_stages[] = {3, 4};
+static const int64_t wg_split[] = {1, 2, 4};
 
 #if !FLYK_AMD
 static const struct mma_ent *mma_find(const int64_t *pr)
@@ -267,26 +301,44 @@ static const struct mma_ent *mma_find(const int64_t *pr)
 	}
 	return NULL;
 }
+
+/* gemm_wgmma's point (tile_m, tile_n, stages, split_k, swizzle) as a
+ * gemm_mma point of its entry (bk 64, warps tile_m / 16). */
+static void wg_point(const int64_t *pr, int64_t *q)
+{
+	q[0] = pr[0];
+	q[1] = pr[1];
+	q[2] = 64;
+	q[3] = pr[0] / 16;
+	q[4] = pr[2];
+	q[5] = pr[3];
+	q[6] = pr[4];
+}
+
+static const struct mma_ent *wg_find(const int64_t *q)
+{
+	for (size_t i = 0; i < NWG; i++) {
+		const struct mma_ent *e = &wg_ents[i];
+		if (e->bm == q[0] && e->bn == q[1] && e->warps == q[3] &&
+		    e->st == q[4])
+			return e;
+	}
+	return NULL;
+}
 #endif
 
-static int mma_feasible(const struct flyk_device *dev,
-			const struct fly_problem *p, const int64_t *pr)
+#if !FLYK_AMD
+/* The rules shared by gemm_mma and gemm_wgmma, for entry @p e and the
+ * point @p pr in gemm_mma's order. */
+static int ent_feasible(const struct flyk_device *dev,
+			const struct fly_problem *p,
+			const struct mma_ent *e, const int64_t *pr)
 {
-	if (gemm_problem_ok(p))
-		return -EINVAL;
-#if FLYK_AMD
-	(void)dev;
-	(void)pr;
-	return -ENOSPC;
-#else
-	if (dev->cc_major < 8)
-		return -ENOSPC;
 	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
 	int nn = p->layout == FLY_LAYOUT_NN;
 	if (k % 8 || (nn && n % 8))
 		return -EINVAL;
-	const struct mma_ent *e = mma_find(pr);
-	if (!e)
+	if (!e || !e->go[nn])
 		return -EINVAL;
 	if ((size_t)e->smem[nn] > dev->smem_per_block_optin)
 		return -ENOSPC;
@@ -313,6 +365,42 @@ static int mma_feasible(const struct flyk_device *dev,
 	    ((m + e->bm - 1) / e->bm < 2 * swz || (n + e->bn - 1) / e->bn < 2))
 		return -EINVAL;
 	return 0;
+}
+#endif
+
+static int mma_feasible(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *pr)
+{
+	if (gemm_problem_ok(p))
+		return -EINVAL;
+#if FLYK_AMD
+	(void)dev;
+	(void)pr;
+	return -ENOSPC;
+#else
+	if (dev->cc_major < 8)
+		return -ENOSPC;
+	return ent_feasible(dev, p, mma_find(pr), pr);
+#endif
+}
+
+static int wg_feasible(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *pr)
+{
+	if (gemm_problem_ok(p))
+		return -EINVAL;
+#if FLYK_AMD || !GEMM_HAVE_WGMMA
+	(void)dev;
+	(void)pr;
+	return -ENOSPC;
+#else
+	if (dev->cc_major != 9)
+		return -ENOSPC;
+	if (p->layout != FLY_LAYOUT_NT)
+		return -EINVAL;
+	int64_t q[7];
+	wg_point(pr, q);
+	return ent_feasible(dev, p, wg_find(q), q);
 #endif
 }
 
@@ -322,6 +410,12 @@ static int gemm_al(const void *ptr, uintptr_t al)
 {
 	return ((uintptr_t)ptr & (al - 1)) == 0;
 }
+#endif
+
+#if !FLYK_AMD
+static int ent_launch(const struct mma_ent *e, const struct fly_problem *p,
+		      const int64_t *pr, const union flyk_args *args,
+		      void *stream);
 #endif
 
 static int mma_launch(const struct flyk_device *dev,
@@ -336,6 +430,34 @@ static int mma_launch(const struct flyk_device *dev,
 	(void)stream;
 	return -EOPNOTSUPP;
 #else
+	return ent_launch(mma_find(pr), p, pr, args, stream);
+#endif
+}
+
+static int wg_launch(const struct flyk_device *dev,
+		     const struct fly_problem *p, const int64_t *pr,
+		     const union flyk_args *args, void *stream)
+{
+	int rc = wg_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+#if FLYK_AMD
+	(void)args;
+	(void)stream;
+	return -EOPNOTSUPP;
+#else
+	int64_t q[7];
+	wg_point(pr, q);
+	return ent_launch(wg_find(q), p, q, args, stream);
+#endif
+}
+
+#if !FLYK_AMD
+/* Launch entry @p e at the point @p pr (gemm_mma's order), feasible. */
+static int ent_launch(const struct mma_ent *e, const struct fly_problem *p,
+		      const int64_t *pr, const union flyk_args *args,
+		      void *stream)
+{
 	const struct flyk_gemm_args *a = &args->gemm;
 	if (!a->a || !a->b || !a->c || !gemm_al(a->a, 16) ||
 	    !gemm_al(a->b, 16) || !gemm_al(a->c, 4))
@@ -356,9 +478,9 @@ static int mma_launch(const struct flyk_device *dev,
 	    (!a->workspace || !gemm_al(a->workspace, 16) ||
 	     a->workspace_size < (size_t)j.split * j.m * j.n * 4))
 		return -EINVAL;
-	return mma_find(pr)->go[p->layout == FLY_LAYOUT_NN](&j);
-#endif
+	return e->go[p->layout == FLY_LAYOUT_NN](&j);
 }
+#endif
 
 /* ------------------------------------------------------------ fma, ref */
 
@@ -470,6 +592,20 @@ static const struct flyk_variant gemm_variants[] = {
      mma_feasible,
      NULL,
      mma_launch},
+    {"gemm_wgmma",
+     FLY_OP_GEMM,
+     GEMM_DT_MASK,
+     GEMM_FLAGS,
+     0,
+     5,
+     {{"tile_m", NV(wg_tile_m)},
+      {"tile_n", NV(wg_tile_n)},
+      {"stages", NV(wg_stages)},
+      {"split_k", NV(wg_split)},
+      {"swizzle", NV(mma_swz)}},
+     wg_feasible,
+     NULL,
+     wg_launch},
     {"gemm_fma",
      FLY_OP_GEMM,
      GEMM_DT_MASK,

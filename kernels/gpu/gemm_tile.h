@@ -6,7 +6,9 @@
  *
  * Owns: nothing (device templates).  Thread: device code only.
  *
- * Two engines:
+ * Three engines:
+ *   wgmma (NVIDIA sm_90a)  warpgroup MMA from 128B-swizzled shared memory
+ *        (see its section below); NT only.
  *   mma  (NVIDIA sm_80+)  multistage cp.async pipeline (STAGES buffers,
  *        zero-filled out of bounds), ldmatrix (.trans for NN's B) and
  *        mma.sync.m16n8k16 bf16 -> fp32 via inline PTX.  Needs K % 8 == 0
@@ -74,7 +76,8 @@ struct gemm_cfg {
 		LDB = NN_ ? BN_ + 8 : BK_ + 8,
 		A_ST = BM_ * (BK_ + 8),
 		B_ST = NN_ ? BK_ * (BN_ + 8) : BN_ * (BK_ + 8),
-		SMEM = (A_ST + B_ST) * ST_ * 2 /* bytes */
+		SMEM = (A_ST + B_ST) * ST_ * 2, /* bytes */
+		WGMMA = 0
 	};
 	static const bool NN = NN_;
 	static_assert(WTM % 16 == 0 && WTN % 16 == 0, "warp tile");
@@ -372,6 +375,294 @@ gemm_mma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
 			gemm_store2(out, r + 8, c, acc[mi][ni][2],
 				    acc[mi][ni][3]);
 		}
+}
+
+/* ------------------------------------------------------------ wgmma engine */
+
+/*
+ * Hopper's warpgroup MMA (sm_90a): wgmma.mma_async m64nBNk16, both operands
+ * read from shared memory through descriptors, fp32 accumulators in
+ * registers.  NT only (A [M,K] and B [N,K] both K-major).  One warpgroup
+ * (128 threads) per 64 rows of the block tile; BK = 64 bf16 = 128 bytes,
+ * so every tile row is one 128-byte swizzle row: 16-byte chunk c of row r
+ * is stored at chunk c ^ (r % 8) (the 128B swizzle the descriptors name,
+ * which TMA's SWIZZLE_128B also produces), 8-row groups 1024 bytes apart.
+ * Stages are filled by cp.async (zero-filled out of bounds) as in the mma
+ * engine; generic-proxy writes are made visible to wgmma (the async proxy)
+ * by fence.proxy.async before the barrier.  Needs K % 8 == 0 and 16-byte
+ * aligned A and B bases.  Under FLYK_EMU the descriptor carries the host
+ * address and flyk_emu_wgmma() computes each thread's fragment.
+ */
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FLYK_WGMMA_DEVICE 1
+#else
+#define FLYK_WGMMA_DEVICE 0
+#endif
+
+/* One wgmma tile shape: BM (a multiple of 64: BM / 64 warpgroups) x BN
+ * (128 or 256), ST stages. */
+template <int BM_, int BN_, int ST_> struct gemm_wg_cfg {
+	enum {
+		BM = BM_,
+		BN = BN_,
+		BK = 64,
+		ST = ST_,
+		WGS = BM_ / 64,
+		THREADS = WGS * 128,
+		A_ST = BM_ * 64, /* halves per stage */
+		B_ST = BN_ * 64,
+		SMEM = (A_ST + B_ST) * ST_ * 2 + 1024, /* + alignment slack */
+		NACC = BN_ / 2, /* fp32 accumulators per thread */
+		WGMMA = 1
+	};
+	static const bool NN = false;
+	static_assert(BM_ % 64 == 0 && (BN_ == 128 || BN_ == 256), "tile");
+};
+
+#ifdef FLYK_EMU
+void flyk_emu_wgmma(float *d, uint64_t da, uint64_t db, int bn);
+#endif
+
+/* The shared-memory descriptor of a K-major, 128B-swizzled operand
+ * starting at @p p: start >> 4, leading byte offset 16 (unused with this
+ * swizzle), stride byte offset 1024 (8 rows of 128 bytes), swizzle mode 1
+ * (128B) in bits 62-63. */
+__device__ __forceinline__ uint64_t gemm_wg_desc(const uint16_t *p)
+{
+#if FLYK_WGMMA_DEVICE
+	uint64_t a = (uint64_t)__cvta_generic_to_shared(p);
+	return ((a & 0x3ffff) >> 4) | ((uint64_t)(16 >> 4) << 16) |
+	       ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+#else
+	return (uint64_t)(uintptr_t)p;
+#endif
+}
+
+__device__ __forceinline__ void gemm_wg_fence(void)
+{
+#if FLYK_WGMMA_DEVICE
+	asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void gemm_wg_commit_wait(void)
+{
+#if FLYK_WGMMA_DEVICE
+	asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+	asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+
+/* Make this thread's generic-proxy shared-memory writes (cp.async landed)
+ * visible to the async proxy that wgmma reads through. */
+__device__ __forceinline__ void gemm_fence_async_smem(void)
+{
+#if FLYK_WGMMA_DEVICE
+	asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+template <int BN>
+__device__ __forceinline__ void gemm_wgmma(float *d, uint64_t da, uint64_t db);
+
+template <> __device__ __forceinline__ void
+gemm_wgmma<128>(float *d, uint64_t da, uint64_t db)
+{
+#if FLYK_WGMMA_DEVICE
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
+		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+		     "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"
+		     "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,"
+		     "%60,%61,%62,%63"
+		     "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+		       "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+		       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+		       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+		       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+		       "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+		       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+		       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+		       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+		       "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+		       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+		       "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+		       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),
+		       "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+		       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+		       "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+		     : "l"(da), "l"(db), "r"(1));
+#elif defined(FLYK_EMU)
+	flyk_emu_wgmma(d, da, db, 128);
+#else
+	(void)d;
+	(void)da;
+	(void)db;
+#endif
+}
+
+template <> __device__ __forceinline__ void
+gemm_wgmma<256>(float *d, uint64_t da, uint64_t db)
+{
+#if FLYK_WGMMA_DEVICE
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
+		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+		     "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"
+		     "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,"
+		     "%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,"
+		     "%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,"
+		     "%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+		     "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,"
+		     "%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,"
+		     "%120,%121,%122,%123,%124,%125,%126,%127"
+		     "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+		       "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+		       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+		       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+		       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+		       "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+		       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+		       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+		       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+		       "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+		       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+		       "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+		       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),
+		       "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+		       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+		       "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+		       "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]),
+		       "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+		       "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]),
+		       "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+		       "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+		       "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+		       "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),
+		       "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+		       "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),
+		       "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+		       "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
+		       "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+		       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+		       "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+		       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]),
+		       "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+		     : "l"(da), "l"(db), "r"(1));
+#elif defined(FLYK_EMU)
+	flyk_emu_wgmma(d, da, db, 256);
+#else
+	(void)d;
+	(void)da;
+	(void)db;
+#endif
+}
+
+/* Issue the cp.async copies of one k-tile (64 deep) into the swizzled
+ * stage buffers @p sa (BM rows) and @p sb (BN rows). */
+template <class C>
+__device__ __forceinline__ void gemm_wg_load(const gemm_opnd &o, uint16_t *sa,
+					     uint16_t *sb, int64_t k0,
+					     int64_t k_end)
+{
+	for (int c = threadIdx.x; c < C::BM * 8; c += C::THREADS) {
+		int r = c / 8, ch = c % 8;
+		int64_t gr = o.m0 + r, gk = k0 + ch * 8;
+		bool ok = gr < o.m_end && gk < k_end;
+		const uint16_t *src = ok ? o.a + gr * o.lda + gk : o.a;
+		gemm_cp16(sa + r * 64 + (ch ^ (r & 7)) * 8, src, ok);
+	}
+	for (int c = threadIdx.x; c < C::BN * 8; c += C::THREADS) {
+		int r = c / 8, ch = c % 8;
+		int64_t gn = o.n0 + r, gk = k0 + ch * 8;
+		bool ok = gn < o.n_end && gk < k_end;
+		const uint16_t *src = ok ? o.b + gn * o.ldb + gk : o.b;
+		gemm_cp16(sb + r * 64 + (ch ^ (r & 7)) * 8, src, ok);
+	}
+}
+
+/*
+ * One output tile over k in [k_begin, k_end) (k_begin a multiple of 64)
+ * with wgmma, then the epilogue; the interface of gemm_mma_tile.  @p smem
+ * is C::SMEM bytes of dynamic shared memory (aligned here to 1024).
+ */
+template <class C>
+__device__ __forceinline__ void
+gemm_wgmma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
+		const gemm_out &out, uint16_t *smem_raw)
+{
+	uint16_t *smem =
+	    (uint16_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+	uint16_t *sa = smem, *sb = smem + C::A_ST * C::ST;
+	const int wg = threadIdx.x / 128;
+	float acc[C::NACC];
+#pragma unroll
+	for (int i = 0; i < C::NACC; i++)
+		acc[i] = 0.f;
+	int64_t nk = (k_end - k_begin + C::BK - 1) / C::BK;
+	if (nk < 0)
+		nk = 0;
+	__syncthreads(); /* a previous tile may still read the buffers */
+#pragma unroll
+	for (int s = 0; s < C::ST - 1; s++) {
+		if (s < nk)
+			gemm_wg_load<C>(o, sa + s * C::A_ST, sb + s * C::B_ST,
+					k_begin + (int64_t)s * C::BK, k_end);
+		gemm_cp_commit();
+	}
+	for (int64_t kt = 0; kt < nk; kt++) {
+		gemm_cp_wait<C::ST - 2>();
+		gemm_fence_async_smem();
+		__syncthreads();
+		/* The stage refilled here was read by the previous k-tile's
+		 * wgmma, which has completed (wait_group 0). */
+		int64_t pf = kt + C::ST - 1;
+		if (pf < nk) {
+			int ps = (int)(pf % C::ST);
+			gemm_wg_load<C>(o, sa + ps * C::A_ST, sb + ps * C::B_ST,
+					k_begin + pf * C::BK, k_end);
+		}
+		gemm_cp_commit();
+		int cs = (int)(kt % C::ST);
+		const uint16_t *a = sa + cs * C::A_ST + wg * 64 * 64;
+		const uint16_t *b = sb + cs * C::B_ST;
+		gemm_wg_fence();
+#pragma unroll
+		for (int kk = 0; kk < 4; kk++) /* k16 steps: +32 bytes */
+			gemm_wgmma<C::BN>(acc, gemm_wg_desc(a + kk * 16),
+					  gemm_wg_desc(b + kk * 16));
+		gemm_wg_commit_wait();
+	}
+	gemm_cp_wait<0>();
+	/* D fragment: warp w of the warpgroup owns rows 16w..16w+15; lane l
+	 * holds rows l/4 and l/4 + 8, columns 8j + 2(l%4) + {0,1}. */
+	const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
+	const int64_t r = o.m0 + wg * 64 + w * 16 + l / 4;
+#pragma unroll
+	for (int j = 0; j < C::BN / 8; j++) {
+		int64_t c = o.n0 + j * 8 + 2 * (l % 4);
+		gemm_store2(out, r, c, acc[4 * j], acc[4 * j + 1]);
+		gemm_store2(out, r + 8, c, acc[4 * j + 2], acc[4 * j + 3]);
+	}
+}
+
+/* The tile engine of config @p C: wgmma or mma.sync. */
+template <class C>
+__device__ __forceinline__ void gemm_tile_run(const gemm_opnd &o,
+					      int64_t k_begin, int64_t k_end,
+					      const gemm_out &out,
+					      uint16_t *smem)
+{
+	if constexpr (C::WGMMA)
+		gemm_wgmma_tile<C>(o, k_begin, k_end, out, smem);
+	else
+		gemm_mma_tile<C>(o, k_begin, k_end, out, smem);
 }
 
 /* ------------------------------------------------------------ fma engine */

@@ -5,7 +5,7 @@
  * N]; fp32 accumulation, bf16 out.  Semantics as kernels/cpu/grouped_gemm.c.
  *
  * Owns: the grouped_gemm variants and flyk_gpu_grouped_gemm_op; the case
- * state (host reference).  Thread: tables immutable; launches asynchronous.
+ * state (device reference).  Thread: tables immutable; launches asynchronous.
  *
  * Tile scheduler: the work is the list of (expert, m-tile, n-tile), experts
  * in order, n fastest.  Every block reads the device offsets (the host never
@@ -19,7 +19,9 @@
  * a grid of sms * persist blocks over the tiles.
  *
  * Variants: ggemm_mma (NVIDIA sm_80+: the mma engine of gemm_tile.h;
- * params tile_m, tile_n, tile_k, warps, stages, persist), ggemm_fma (64x64
+ * params tile_m, tile_n, tile_k, warps, stages, persist), ggemm_wgmma
+ * (sm_90a: the wgmma engine; params tile_m, tile_n, stages, persist),
+ * ggemm_fma (64x64
  * FMA tiles, any shape: the portable path; param persist), ggemm_ref
  * (one thread per output, the reference).  G <= GG_MAX_G.
  */
@@ -165,7 +167,7 @@ __global__ void __launch_bounds__(C::THREADS) gg_mma_kernel(gg_job j)
 		gemm_opnd o;
 		gemm_out out;
 		gg_tile(j, pre, t, C::BM, C::BN, &o, &out);
-		gemm_mma_tile<C>(o, 0, j.k, out, (uint16_t *)gg_dsmem);
+		gemm_tile_run<C>(o, 0, j.k, out, (uint16_t *)gg_dsmem);
 	}
 }
 
@@ -282,9 +284,34 @@ struct gg_ent {
 	 gemm_cfg<BM, BN, BK, WM, WN, ST, false>::SMEM,                        \
 	 gg_go<gemm_cfg<BM, BN, BK, WM, WN, ST, false>>},
 
+/* The wgmma shapes: BM, BN, stages (bk 64, warps BM / 16). */
+#define GG_WG_ENT(BM, BN, ST)                                                  \
+	{BM,                                                                   \
+	 BN,                                                                   \
+	 64,                                                                   \
+	 BM / 16,                                                              \
+	 ST,                                                                   \
+	 gemm_wg_cfg<BM, BN, ST>::SMEM,                                        \
+	 gg_go<gemm_wg_cfg<BM, BN, ST>>},
+
 #if !FLYK_AMD
 static const struct gg_ent gg_ents[] = {GEMM_CFGS(GG_ENT)};
 #define NGG (sizeof(gg_ents) / sizeof(gg_ents[0]))
+static const struct gg_ent gg_wg_ents[] = {
+    GG_WG_ENT(64, 128, 4) GG_WG_ENT(64, 256, 3) GG_WG_ENT(128, 128, 4)
+	GG_WG_ENT(128, 256, 3) GG_WG_ENT(128, 256, 4) GG_WG_ENT(256, 128, 3)};
+#define NGGWG (sizeof(gg_wg_ents) / sizeof(gg_wg_ents[0]))
+
+/* ggemm_wgmma's entry of (tile_m, tile_n, stages). */
+static const struct gg_ent *gg_find_wg(const int64_t *pr)
+{
+	for (size_t i = 0; i < NGGWG; i++) {
+		const struct gg_ent *e = &gg_wg_ents[i];
+		if (e->bm == pr[0] && e->bn == pr[1] && e->st == pr[2])
+			return e;
+	}
+	return NULL;
+}
 
 static const struct gg_ent *gg_find_ent(const int64_t *pr)
 {
@@ -304,6 +331,17 @@ static const int64_t gg_tile_k[] = {32, 64, 128};
 static const int64_t gg_warps[] = {4, 8};
 static const int64_t gg_stages[] = {2, 3, 4};
 static const int64_t gg_persist[] = {0, 1, 2};
+static const int64_t gg_wg_tile_m[] = {64, 128, 256};
+static const int64_t gg_wg_tile_n[] = {128, 256};
+static const int64_t gg_wg_stages[] = {3, 4};
+
+/* Whether this library's device code has the wgmma kernels (an sm_90a
+ * build: the Makefile defines FLYK_SM90A), or the emulator runs. */
+#if defined(FLYK_SM90A) || defined(FLYK_EMU)
+#define GG_HAVE_WGMMA 1
+#else
+#define GG_HAVE_WGMMA 0
+#endif
 
 /* persist > 0 only where it shrinks the grid. */
 static int gg_persist_ok(const struct flyk_device *dev,
@@ -321,6 +359,28 @@ static int gg_persist_ok(const struct flyk_device *dev,
 	       (int64_t)dev->sms * persist < (mb / bm + p->dims[0]) * tn;
 }
 
+#if !FLYK_AMD
+/* The rules shared by ggemm_mma and ggemm_wgmma for entry @p e. */
+static int gg_ent_feasible(const struct flyk_device *dev,
+			   const struct fly_problem *p,
+			   const struct gg_ent *e, int64_t persist)
+{
+	if (!e)
+		return -EINVAL;
+	if ((size_t)e->smem + (GG_MAX_G + 1) * sizeof(int) >
+	    dev->smem_per_block_optin)
+		return -ENOSPC;
+	/* Pruning on the bucketed M (flyk_gemm_bucket_m). */
+	int64_t avg = flyk_gemm_bucket_m(p->dims[1]) / p->dims[0];
+	if ((e->bm > 16 && e->bm / 2 >= avg) ||
+	    (e->bn > 64 && e->bn / 2 >= p->dims[2]))
+		return -EINVAL;
+	if (!gg_persist_ok(dev, p, e->bm, e->bn, persist))
+		return -EINVAL;
+	return 0;
+}
+#endif
+
 static int mma_feasible(const struct flyk_device *dev,
 			const struct fly_problem *p, const int64_t *pr)
 {
@@ -335,22 +395,45 @@ static int mma_feasible(const struct flyk_device *dev,
 		return -ENOSPC;
 	if (p->dims[3] % 8)
 		return -EINVAL;
-	const struct gg_ent *e = gg_find_ent(pr);
-	if (!e)
-		return -EINVAL;
-	if ((size_t)e->smem + (GG_MAX_G + 1) * sizeof(int) >
-	    dev->smem_per_block_optin)
-		return -ENOSPC;
-	/* Pruning on the bucketed M (flyk_gemm_bucket_m). */
-	int64_t avg = flyk_gemm_bucket_m(p->dims[1]) / p->dims[0];
-	if ((e->bm > 16 && e->bm / 2 >= avg) ||
-	    (e->bn > 64 && e->bn / 2 >= p->dims[2]))
-		return -EINVAL;
-	if (!gg_persist_ok(dev, p, e->bm, e->bn, pr[5]))
-		return -EINVAL;
-	return 0;
+	return gg_ent_feasible(dev, p, gg_find_ent(pr), pr[5]);
 #endif
 }
+
+static int wg_feasible(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *pr)
+{
+	if (gg_problem_ok(p))
+		return -EINVAL;
+#if FLYK_AMD || !GG_HAVE_WGMMA
+	(void)dev;
+	(void)pr;
+	return -ENOSPC;
+#else
+	if (dev->cc_major != 9)
+		return -ENOSPC;
+	if (p->dims[3] % 8)
+		return -EINVAL;
+	return gg_ent_feasible(dev, p, gg_find_wg(pr), pr[3]);
+#endif
+}
+
+#if !FLYK_AMD
+/* Launch entry @p e (feasible) with @p persist blocks per SM. */
+static int gg_ent_launch(const struct flyk_device *dev,
+			 const struct fly_problem *p, const struct gg_ent *e,
+			 int64_t persist, const union flyk_args *args,
+			 void *stream)
+{
+	struct gg_job j;
+	int rc = gg_job_of(p, args, e->bn, &j);
+	if (rc)
+		return rc;
+	if (((uintptr_t)j.a | (uintptr_t)j.b) & 15 || (uintptr_t)j.c & 3)
+		return -EINVAL;
+	int64_t grid = gg_grid(dev, p, e->bm, e->bn, persist);
+	return e->go(&j, (unsigned)grid, (hipStream_t)stream);
+}
+#endif
 
 static int mma_launch(const struct flyk_device *dev,
 		      const struct fly_problem *p, const int64_t *pr,
@@ -364,15 +447,23 @@ static int mma_launch(const struct flyk_device *dev,
 	(void)stream;
 	return -EOPNOTSUPP;
 #else
-	const struct gg_ent *e = gg_find_ent(pr);
-	struct gg_job j;
-	rc = gg_job_of(p, args, e->bn, &j);
+	return gg_ent_launch(dev, p, gg_find_ent(pr), pr[5], args, stream);
+#endif
+}
+
+static int wg_launch(const struct flyk_device *dev,
+		     const struct fly_problem *p, const int64_t *pr,
+		     const union flyk_args *args, void *stream)
+{
+	int rc = wg_feasible(dev, p, pr);
 	if (rc)
 		return rc;
-	if (((uintptr_t)j.a | (uintptr_t)j.b) & 15 || (uintptr_t)j.c & 3)
-		return -EINVAL;
-	int64_t grid = gg_grid(dev, p, e->bm, e->bn, pr[5]);
-	return e->go(&j, (unsigned)grid, (hipStream_t)stream);
+#if FLYK_AMD
+	(void)args;
+	(void)stream;
+	return -EOPNOTSUPP;
+#else
+	return gg_ent_launch(dev, p, gg_find_wg(pr), pr[3], args, stream);
 #endif
 }
 
@@ -450,6 +541,19 @@ static const struct flyk_variant gg_variants[] = {
      mma_feasible,
      NULL,
      mma_launch},
+    {"ggemm_wgmma",
+     FLY_OP_GROUPED_GEMM,
+     1u << FLY_DT_BF16,
+     0,
+     0,
+     4,
+     {{"tile_m", NV(gg_wg_tile_m)},
+      {"tile_n", NV(gg_wg_tile_n)},
+      {"stages", NV(gg_wg_stages)},
+      {"persist", NV(gg_persist)}},
+     wg_feasible,
+     NULL,
+     wg_launch},
     {"ggemm_fma",
      FLY_OP_GROUPED_GEMM,
      1u << FLY_DT_BF16,

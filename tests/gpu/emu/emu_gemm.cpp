@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "flyk_gpu.h"
 #include "gpu_int.h"
@@ -171,6 +172,33 @@ void flyk_emu_cp16(void *smem, const void *g, bool pred)
 		memcpy(smem, g, 16);
 	else
 		memset(smem, 0, 16);
+}
+
+/* wgmma.mma_async m64nBNk16 (gemm_tile.h's wgmma engine): the
+ * descriptors carry the host addresses of the K-major, 128B-swizzled
+ * operands (8-row groups 1024 bytes apart, 16-byte chunk c of a row at
+ * c ^ (address bits 7-9)); each thread adds its own D fragment.  Operands
+ * come from shared memory only, so no exchange between lanes is needed. */
+static float wg_elem(uint64_t base, int r, int k)
+{
+	uintptr_t a = (uintptr_t)base + (uintptr_t)(r / 8) * 1024 +
+		      (uintptr_t)(r % 8) * 128 + (uintptr_t)k * 2;
+	a ^= ((a >> 7) & 7) << 4;
+	return flyk_bf16_to_float(*(const uint16_t *)a);
+}
+
+void flyk_emu_wgmma(float *d, uint64_t da, uint64_t db, int bn)
+{
+	int t = threadIdx.x % 128, w = t / 32, l = t % 32;
+	for (int j = 0; j < bn / 8; j++)
+		for (int e = 0; e < 4; e++) {
+			int row = w * 16 + l / 4 + (e >= 2 ? 8 : 0);
+			int col = j * 8 + 2 * (l % 4) + (e & 1);
+			float s = 0.f;
+			for (int k = 0; k < 16; k++)
+				s += wg_elem(da, row, k) * wg_elem(db, col, k);
+			d[4 * j + e] += s;
+		}
 }
 
 /* Misaligned vector stores seen (gemm_tile.h's GEMM_VST_ALIGNED). */
@@ -339,6 +367,8 @@ static uint16_t rnd_bf16(void)
 
 static void result(int ok, const char *what, const char *key, int rc)
 {
+	if (getenv("FLYK_EMU_VERBOSE"))
+		printf("%s %s %s\n", ok ? "ok" : "FAIL", what, key);
 	if (ok) {
 		npass++;
 		return;
@@ -562,11 +592,16 @@ int main(int argc, char **argv)
 	/* M * N odd: split s's partials start odd-aligned (a float2 store
 	 * there faulted on the H200) */
 	gemm_one(&b, 21, 73, 1032, FLY_LAYOUT_NT, 0, 1);
+	/* tall enough for the 64-256 row wgmma tiles, K over 6 k-tiles
+	 * (the stage ring wraps), tails in M, N and K */
+	gemm_one(&b, 130, 136, 328, FLY_LAYOUT_NT, FLY_F_BIAS | FLY_F_SCALE,
+		 quick ? 8 : 1);
 	printf("# gemm: %d passed, %d failed\n", npass, nfail);
 	grouped_one(&b, {64, 64, 64, 64}, 72, 48, st);
 	grouped_one(&b, {0, 130, 0, 17, 129, 1, 64, 0}, 64, 40, st);
 	grouped_one(&b, {1, 0, 0, 0, 0}, 136, 16, st);
 	grouped_one(&b, {333, 1, 2, 3, 64, 7}, 72, 24, quick ? 7 : 1);
+	grouped_one(&b, {100, 0, 37, 130}, 136, 264, quick ? 6 : 1);
 	printf("%d passed, %d failed\n", npass, nfail);
 	return nfail ? 1 : 0;
 }
