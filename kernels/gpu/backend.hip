@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "flyk_gpu.h"
 #include "gpu_int.h"
@@ -417,6 +418,27 @@ static int gpu_flush(struct flyk_device *dev)
 	return hip_err(hipGetLastError());
 }
 
+/* After a failed launch or wait: a sticky error (illegal address or
+ * instruction, misaligned access, a trap) leaves the context unusable, and
+ * every later call fails with it.  Then there is nothing to report but the
+ * culprit: say which variant and exit, so the daemon's worker supervision
+ * records the candidate in flight as faulted and starts a fresh worker
+ * (with a fresh context) for the rest.  A one-off error returns -EIO. */
+static int gpu_fail(const struct flyk_variant *v, const int64_t *params,
+		    int nparams, hipError_t first)
+{
+	hipError_t e = hipDeviceSynchronize();
+	if (e == hipSuccess)
+		return -EIO;
+	fprintf(stderr, "flyk: GPU context lost (%s; then %s) in %s(",
+		hipGetErrorString(first), hipGetErrorString(e), v->name);
+	for (int i = 0; i < nparams; i++)
+		fprintf(stderr, "%s%lld", i ? "," : "", (long long)params[i]);
+	fprintf(stderr, "): exiting\n");
+	fflush(stderr);
+	_exit(70);
+}
+
 static int gpu_case_time(struct flyk_case *c, const struct flyk_variant *v,
 			 const int64_t *params, double *us)
 {
@@ -437,10 +459,10 @@ static int gpu_case_time(struct flyk_case *c, const struct flyk_variant *v,
 	if (hipEventRecord(e1, s) != hipSuccess && rc == 0)
 		rc = -EIO;
 	hipError_t e = hipEventSynchronize(e1);
+	if (e != hipSuccess)
+		return gpu_fail(v, params, (int)v->nparams, e);
 	if (rc)
 		return rc;
-	if (e != hipSuccess)
-		return -EIO;
 	float ms = 0;
 	if (hipEventElapsedTime(&ms, e0, e1) != hipSuccess)
 		return -EIO;
