@@ -311,6 +311,9 @@ def main(argv=None):
         daemon.stop()
         os.makedirs(args.out, exist_ok=True)
         shutil.copy(daemon.log.name, os.path.join(args.out, "flytuned.log"))
+        db = os.path.join(daemon.dir, "tuning.db")  # every trial, for later
+        if os.path.exists(db):
+            shutil.copy(db, os.path.join(args.out, "tuning.db"))
     for line in summary(all_res):
         print(line)
     return 0

@@ -487,6 +487,9 @@ def main(argv=None):
             daemon.stop()
             shutil.copy(daemon.log.name, os.path.join(args.out,
                                                       "flytuned.log"))
+            db = os.path.join(daemon.dir, "tuning.db")  # every trial
+            if os.path.exists(db):
+                shutil.copy(db, os.path.join(args.out, "tuning.db"))
     for line in summary(allres):
         print(line)
 
