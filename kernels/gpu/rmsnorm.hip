@@ -21,6 +21,11 @@
  *                    the long rows (32k..114688) a block cannot hold.
  *   rmsnorm_twopass  one block per row, vector loads, a sum pass and a
  *                    scale pass (the second read mostly from L2): any n.
+ *   rmsnorm_l2       twopass made for long rows: `unroll` 16-byte loads in
+ *                    flight per thread, L2 evict_last on the first read,
+ *                    evict_first on the second (last chunk first), y
+ *                    streamed out: ~2 * row of DRAM traffic at full
+ *                    occupancy, the inductor scheme (any n >= a chunk).
  * All variants need x, y, residual 16-byte aligned at their bases (true for
  * every allocator we know); w is read with vector loads only where the row
  * is aligned.
@@ -49,6 +54,78 @@ template <int BYTES, typename T> struct alignas(BYTES) rms_vec {
 	T e[BYTES / sizeof(T)];
 };
 
+/* Two floats to a packed pair of 16-bit DT elements (lo in the low half):
+ * one F2FP instruction on sm_80+; the generic bf16 rounding (flyk_df2b)
+ * costs ~6 integer ops per element, enough to make bf16 compute-bound
+ * near 4 TB/s (H200 run 1: bf16 3579 GB/s vs fp16 3950 at one point). */
+template <int DT>
+__device__ __forceinline__ uint32_t rms_pack2(float lo, float hi)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	uint32_t r;
+	if (DT == FLY_DT_BF16)
+		asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+	else
+		asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+	return r;
+#else
+	return (uint32_t)flyk_elem<DT>::store(lo) |
+	       (uint32_t)flyk_elem<DT>::store(hi) << 16;
+#endif
+}
+
+/* x * rstd * w element-wise over one vector (w: VEC elements anywhere). */
+template <int DT, int VB>
+__device__ __forceinline__ rms_vec<VB, typename flyk_elem<DT>::T>
+rms_scale(const rms_vec<VB, typename flyk_elem<DT>::T> &x,
+	  const typename flyk_elem<DT>::T *w, float rstd)
+{
+	typedef flyk_elem<DT> E;
+	typedef typename E::T T;
+	rms_vec<VB, T> o;
+	if constexpr (sizeof(T) == 4) {
+#pragma unroll
+		for (int e = 0; e < VB / 4; e++)
+			o.e[e] = E::store(E::load(x.e[e]) * rstd *
+					  E::load(w[e]));
+	} else {
+		uint32_t pk[VB / 4];
+#pragma unroll
+		for (int k = 0; k < VB / 4; k++)
+			pk[k] = rms_pack2<DT>(
+				E::load(x.e[2 * k]) * rstd * E::load(w[2 * k]),
+				E::load(x.e[2 * k + 1]) * rstd *
+					E::load(w[2 * k + 1]));
+		memcpy(&o, pk, VB);
+	}
+	return o;
+}
+
+/* x + r element-wise over one vector, rounded to DT (packed as above). */
+template <int DT, int VB>
+__device__ __forceinline__ rms_vec<VB, typename flyk_elem<DT>::T>
+rms_add(const rms_vec<VB, typename flyk_elem<DT>::T> &x,
+	const rms_vec<VB, typename flyk_elem<DT>::T> &r)
+{
+	typedef flyk_elem<DT> E;
+	typedef typename E::T T;
+	rms_vec<VB, T> o;
+	if constexpr (sizeof(T) == 4) {
+#pragma unroll
+		for (int e = 0; e < VB / 4; e++)
+			o.e[e] = E::store(E::load(x.e[e]) + E::load(r.e[e]));
+	} else {
+		uint32_t pk[VB / 4];
+#pragma unroll
+		for (int k = 0; k < VB / 4; k++)
+			pk[k] = rms_pack2<DT>(
+				E::load(x.e[2 * k]) + E::load(r.e[2 * k]),
+				E::load(x.e[2 * k + 1]) + E::load(r.e[2 * k + 1]));
+		memcpy(&o, pk, VB);
+	}
+	return o;
+}
+
 /* Sum @p v over a group of @p G threads (G a multiple of the warp, the
  * groups contiguous in threadIdx.x); every thread gets the group's sum.
  * All threads of the block must call it when G > warp. */
@@ -63,10 +140,13 @@ __device__ __forceinline__ float rms_group_sum(float v, int G, float *red)
 	if (lane == 0)
 		red[warp] = v;
 	__syncthreads();
+	/* One shared load per lane and a warp tree instead of G / warp
+	 * serial loads: shorter between the loads and the stores. */
 	int per = G / FLYK_WARP, first = (threadIdx.x / G) * per;
-	float s = 0.f;
-	for (int i = 0; i < per; i++)
-		s += red[first + i];
+	float s = lane < per ? red[first + lane] : 0.f;
+#pragma unroll
+	for (int o = FLYK_WARP / 2; o > 0; o >>= 1)
+		s += FLYK_SHFL_XOR(s, o);
 	return s;
 }
 
@@ -119,10 +199,7 @@ template <int DT, int VB, int R, bool RES> struct rms_row {
 			for (int i = 0; i < R; i++) {
 				if (vt + i * VG >= nb)
 					continue;
-#pragma unroll
-				for (int e = 0; e < VEC; e++)
-					v[i].e[e] = E::store(E::load(v[i].e[e]) +
-							     E::load(r[i].e[e]));
+				v[i] = rms_add<DT, VB>(v[i], r[i]);
 				rv[vt + i * VG] = v[i];
 			}
 			if (vt < p) {
@@ -155,7 +232,10 @@ template <int DT, int VB, int R, bool RES> struct rms_row {
 		return ss;
 	}
 
-	__device__ __forceinline__ void store(const T *w, T *yr, float rstd,
+	/* restrict: lets the R loads of w issue ahead of the y stores
+	 * instead of one L1/L2 round trip per vector. */
+	__device__ __forceinline__ void store(const T *__restrict__ w,
+					      T *__restrict__ yr, float rstd,
 					      int vt, int VG)
 	{
 		rms_vec<VB, T> *yv = (rms_vec<VB, T> *)(yr + p);
@@ -166,13 +246,8 @@ template <int DT, int VB, int R, bool RES> struct rms_row {
 				int j = vt + i * VG;
 				if (j >= nb)
 					continue;
-				rms_vec<VB, T> wj = wv[j], o;
-#pragma unroll
-				for (int e = 0; e < VEC; e++)
-					o.e[e] = E::store(E::load(v[i].e[e]) *
-							  rstd *
-							  E::load(wj.e[e]));
-				yv[j] = o;
+				rms_vec<VB, T> wj = wv[j];
+				yv[j] = rms_scale<DT, VB>(v[i], wj.e, rstd);
 			}
 		} else {
 #pragma unroll
@@ -180,13 +255,8 @@ template <int DT, int VB, int R, bool RES> struct rms_row {
 				int j = vt + i * VG;
 				if (j >= nb)
 					continue;
-				const T *wj = w + p + j * VEC;
-				rms_vec<VB, T> o;
-#pragma unroll
-				for (int e = 0; e < VEC; e++)
-					o.e[e] = E::store(E::load(v[i].e[e]) *
-							  rstd * E::load(wj[e]));
-				yv[j] = o;
+				yv[j] = rms_scale<DT, VB>(v[i], w + p + j * VEC,
+							  rstd);
 			}
 			if (vt < p)
 				yr[vt] = E::store(E::load(s0) * rstd *
@@ -323,6 +393,227 @@ __global__ void __launch_bounds__(1024)
 					  E::load(w[p + j * VEC + e]));
 		((V *)(yr + p))[j] = o;
 	}
+	if (has_s)
+		yr[ti] = E::store(E::load(src[ti]) * rstd * E::load(w[ti]));
+}
+
+/* 16-byte global load with an L2 eviction policy (sm_80+; a plain load
+ * elsewhere).  volatile + "memory": never moved across the residual's
+ * stores or the reduction's barrier. */
+template <typename V>
+__device__ __forceinline__ V rms_ld_pol(const V *p, uint64_t pol)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	uint32_t r[4];
+	asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, "
+		     "[%4], %5;"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "l"(p), "l"(pol)
+		     : "memory");
+	V v;
+	memcpy(&v, r, 16);
+	return v;
+#else
+	(void)pol;
+	return *p;
+#endif
+}
+
+/* The same for data no thread writes (w): no volatile, no clobber, so
+ * the compiler may schedule it freely (loading all U vectors of w ahead
+ * of the stores instead spilled at unroll 4-8 under 64 registers). */
+template <typename V>
+__device__ __forceinline__ V rms_ld_pol_ro(const V *p, uint64_t pol)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	uint32_t r[4];
+	asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+	    : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	    : "l"(p), "l"(pol));
+	V v;
+	memcpy(&v, r, 16);
+	return v;
+#else
+	(void)pol;
+	return *p;
+#endif
+}
+
+/* L2 policies: evict_last for the first read of a row (it is read again
+ * soon), evict_first for the second (last use). */
+__device__ __forceinline__ uint64_t rms_pol(bool keep)
+{
+	uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	if (keep)
+		asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;"
+		    : "=l"(pol));
+	else
+		asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;"
+		    : "=l"(pol));
+#else
+	(void)keep;
+#endif
+	return pol;
+}
+
+/* 16-byte store with an L2 eviction policy (plain elsewhere). */
+template <typename V>
+__device__ __forceinline__ void rms_st_pol(V *p, const V &v, uint64_t pol)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	uint32_t r[4];
+	memcpy(r, &v, 16);
+	asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, "
+		     "%5;"
+		     :
+		     : "l"(p), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]),
+		       "l"(pol)
+		     : "memory");
+#else
+	(void)pol;
+	*p = v;
+#endif
+}
+
+/* Streaming (evict-first) 16-byte store: y must not push x out of L2. */
+template <typename V>
+__device__ __forceinline__ void rms_st_stream(V *p, const V &v)
+{
+#if defined(__CUDA_ARCH__)
+	uint4 u;
+	memcpy(&u, &v, 16);
+	__stcs((uint4 *)p, u);
+#else
+	*p = v;
+#endif
+}
+
+/* rmsnorm_l2 pass 2 over the body vectors, last chunk first (the most
+ * recently read lines are the likeliest L1/L2 hits). */
+template <int DT, int U, bool WALIGNED>
+__device__ __forceinline__ void
+rms_l2_scale(const typename flyk_elem<DT>::T *src,
+	     const typename flyk_elem<DT>::T *__restrict__ w,
+	     typename flyk_elem<DT>::T *__restrict__ yr, int nb, float rstd)
+{
+	typedef typename flyk_elem<DT>::T T;
+	typedef rms_vec<16, T> V;
+	enum { VEC = 16 / sizeof(T) };
+	int t = threadIdx.x, G = blockDim.x, C = G * U;
+	/* w is read by every row: evict_last like x's first read, or the
+	 * evict_last x lines would push it out of L2 first. */
+	uint64_t pol = rms_pol(false), keep = rms_pol(true);
+	for (int c0 = nb > 0 ? (nb - 1) / C * C : -1; c0 >= 0; c0 -= C) {
+		V a[U];
+#pragma unroll
+		for (int u = 0; u < U; u++)
+			if (c0 + u * G + t < nb)
+				a[u] = rms_ld_pol((const V *)src + c0 + u * G + t,
+						  pol);
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			int j = c0 + u * G + t;
+			if (j >= nb)
+				continue;
+			V o;
+			if (WALIGNED) {
+				V wj = rms_ld_pol_ro((const V *)w + j, keep);
+				o = rms_scale<DT, 16>(a[u], wj.e, rstd);
+			} else {
+				o = rms_scale<DT, 16>(a[u], w + j * VEC, rstd);
+			}
+			rms_st_stream((V *)yr + j, o);
+		}
+	}
+}
+
+/* Threads bound of rms_l2_kernel: with the residual, unroll 8 does not
+ * fit 64 registers. */
+#define L2_MAXT(U, RES) ((U) >= 8 && (RES) ? 512 : 1024)
+
+/*
+ * Two passes with the row kept in L2 (what inductor does for long rows):
+ * pass 1 reads x (and r) with U 16-byte loads in flight per thread, marked
+ * evict_last; the block reduces; pass 2 re-reads the row (evict_first,
+ * mostly L2 hits), scales and streams y out.  DRAM traffic stays ~2 * row
+ * while a block needs no registers per element: any n, full occupancy.
+ */
+template <int DT, int U, bool RES>
+__global__ void __launch_bounds__(L2_MAXT(U, RES))
+	rms_l2_kernel(const typename flyk_elem<DT>::T *x,
+		      const typename flyk_elem<DT>::T *w,
+		      typename flyk_elem<DT>::T *y,
+		      typename flyk_elem<DT>::T *res, int n, float eps)
+{
+	typedef typename flyk_elem<DT>::T T;
+	typedef flyk_elem<DT> E;
+	typedef rms_vec<16, T> V;
+	enum { VEC = 16 / sizeof(T) };
+	__shared__ float red[MAX_WARPS];
+	int64_t off = (int64_t)blockIdx.x * n;
+	const T *xr = x + off;
+	T *rr = res + off, *yr = y + off;
+	const T *src = RES ? (const T *)rr : xr;
+	int p = rms_prologue<16>(xr, n), nb = (n - p) / VEC, t = threadIdx.x,
+	    G = blockDim.x;
+	int tail0 = p + nb * VEC;
+	const V *xv = (const V *)(xr + p);
+	V *rv = (V *)(rr + p);
+	/* RES: x and r are dead after pass 1 (plain loads) and s = x + r is
+	 * what pass 2 re-reads, so s is the one kept. */
+	uint64_t keep = rms_pol(true);
+	float ss = 0.f;
+	for (int j0 = t; j0 < nb; j0 += G * U) {
+		V a[U];
+#pragma unroll
+		for (int u = 0; u < U; u++)
+			if (j0 + u * G < nb)
+				a[u] = RES ? xv[j0 + u * G]
+					   : rms_ld_pol(xv + j0 + u * G, keep);
+		if (RES) {
+			V b[U];
+#pragma unroll
+			for (int u = 0; u < U; u++)
+				if (j0 + u * G < nb)
+					b[u] = rv[j0 + u * G];
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				if (j0 + u * G >= nb)
+					continue;
+				a[u] = rms_add<DT, 16>(a[u], b[u]);
+				rms_st_pol(rv + j0 + u * G, a[u], keep);
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			if (j0 + u * G >= nb)
+				continue;
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				float f = E::load(a[u].e[e]);
+				ss += f * f;
+			}
+		}
+	}
+	/* Scalar prologue and epilogue as in rms_twopass_kernel. */
+	int ti = t < p ? t : tail0 + (t - p);
+	bool has_s = t < p || ti < n;
+	if (has_s) {
+		T v = xr[ti];
+		if (RES) {
+			v = E::store(E::load(v) + E::load(rr[ti]));
+			rr[ti] = v;
+		}
+		float f = E::load(v);
+		ss += f * f;
+	}
+	ss = rms_group_sum(ss, G, red);
+	float rstd = rsqrtf(ss / (float)n + eps);
+	if (p == 0) /* aligned row: w + p aligned too */
+		rms_l2_scale<DT, U, true>(src, w, yr, nb, rstd);
+	else
+		rms_l2_scale<DT, U, false>(src + p, w + p, yr + p, nb, rstd);
 	if (has_s)
 		yr[ti] = E::store(E::load(src[ti]) * rstd * E::load(w[ti]));
 }
@@ -677,6 +968,82 @@ static int tp_launch(const struct flyk_device *dev,
 	}
 }
 
+/* ---- l2 (two passes, the second from L2) */
+
+static const int64_t l2_threads[] = {512, 1024, 256};
+static const int64_t l2_unroll[] = {4, 2, 8};
+
+static int l2_feasible(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *pr)
+{
+	int64_t m;
+	int n;
+	if (rms_dims(p, &m, &n) || m > 0x7fffffff)
+		return -EINVAL;
+	int64_t th = pr[0], U = pr[1];
+	if (th < 64 || th > 1024 || th % dev->warp ||
+	    (U != 2 && U != 4 && U != 8))
+		return -EINVAL;
+	/* For rows shorter than half a chunk (threads * unroll vectors) a
+	 * smaller point does the same; short rows belong to rmsnorm_rows. */
+	int64_t vec = 16 / (int64_t)flyk_dtype_bytes(p->dtype);
+	if (n / vec < th * U / 2)
+		return -EINVAL;
+	if (th > L2_MAXT(U, (p->flags & FLY_F_RESIDUAL) != 0))
+		return -ENOSPC;
+	return 0;
+}
+
+template <int DT, int U>
+static int l2_go(const struct flyk_rmsnorm_args *a, uint32_t flags,
+		 int64_t m, int n, int th, hipStream_t s)
+{
+	typedef typename flyk_elem<DT>::T T;
+	if (flags & FLY_F_RESIDUAL)
+		FLYK_GO((unsigned)m, th, 0, s, rms_l2_kernel<DT, U, true>)(
+			RMS_ARGS(T), n, a->eps);
+	else
+		FLYK_GO((unsigned)m, th, 0, s, rms_l2_kernel<DT, U, false>)(
+			RMS_ARGS(T), n, a->eps);
+	return rms_launch_err();
+}
+
+template <int DT>
+static int l2_dt(const struct flyk_rmsnorm_args *a, uint32_t flags,
+		 int64_t m, int n, int th, int U, hipStream_t s)
+{
+	if (U == 2)
+		return l2_go<DT, 2>(a, flags, m, n, th, s);
+	if (U == 4)
+		return l2_go<DT, 4>(a, flags, m, n, th, s);
+	return l2_go<DT, 8>(a, flags, m, n, th, s);
+}
+
+static int l2_launch(const struct flyk_device *dev,
+		     const struct fly_problem *p, const int64_t *pr,
+		     const union flyk_args *args, void *stream)
+{
+	int64_t m = 0;
+	int n = 0;
+	int rc = l2_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	rms_dims(p, &m, &n);
+	const struct flyk_rmsnorm_args *a = &args->rmsnorm;
+	if (!rms_aligned(a, p->flags))
+		return -EINVAL;
+	int th = (int)pr[0], U = (int)pr[1];
+	hipStream_t s = (hipStream_t)stream;
+	switch (p->dtype) {
+	case FLY_DT_FP32:
+		return l2_dt<FLY_DT_FP32>(a, p->flags, m, n, th, U, s);
+	case FLY_DT_FP16:
+		return l2_dt<FLY_DT_FP16>(a, p->flags, m, n, th, U, s);
+	default:
+		return l2_dt<FLY_DT_BF16>(a, p->flags, m, n, th, U, s);
+	}
+}
+
 static int ref_feasible(const struct flyk_device *dev,
 			const struct fly_problem *p, const int64_t *pr)
 {
@@ -737,6 +1104,9 @@ static const struct flyk_variant rms_variants[] = {
 	 cl_feasible, NULL, cl_launch},
 	{"rmsnorm_twopass", FLY_OP_RMSNORM, DT_MASK, FLY_F_RESIDUAL, 0, 1,
 	 {{"threads", NV(tp_threads)}}, tp_feasible, NULL, tp_launch},
+	{"rmsnorm_l2", FLY_OP_RMSNORM, DT_MASK, FLY_F_RESIDUAL, 0, 2,
+	 {{"threads", NV(l2_threads)}, {"unroll", NV(l2_unroll)}},
+	 l2_feasible, NULL, l2_launch},
 };
 #endif
 
