@@ -468,6 +468,58 @@ static void topk_case(uint32_t dt, int det, int64_t m, int64_t n, int64_t k,
 	free(idx);
 }
 
+/* TopK's check has no reference: plant answers that are consistent
+ * (values match their indices, order falls) but wrong, and expect each
+ * refused: row 0's last output replaced by the (k+1)-th best (the
+ * off-by-one; without det, the next smaller value), two outputs swapped,
+ * an output repeated. */
+static void topk_plant(struct flyk_case *c, const struct flyk_variant *v,
+		       const int64_t *pt)
+{
+	const struct fly_problem *p = &c->p;
+	int64_t n = p->dims[1], k = p->dims[2];
+	uint32_t dt = p->dtype;
+	size_t es = flyk_dtype_bytes(dt);
+	const void *x = c->args.topk.x;
+	char *vals = (char *)c->args.topk.values;
+	int64_t *idx = c->args.topk.indices;
+	std::vector<int64_t> o(n);
+	for (int64_t j = 0; j < n; j++)
+		o[j] = j;
+	std::stable_sort(o.begin(), o.end(), [&](int64_t a, int64_t b) {
+		return hval(x, a, dt) > hval(x, b, dt);
+	});
+	double err = 0;
+	for (int kind = 0; kind < 3; kind++) {
+		v->launch(c->dev, p, pt, &c->args, NULL);
+		int64_t at = k - 1, from = k; /* the (k+1)-th best */
+		if (kind == 0 && k == n)
+			continue;
+		if (kind > 0 && k < 2)
+			continue;
+		if (kind == 1) {
+			at = 0;
+			from = o[1];
+			idx[1] = o[0];
+			memcpy(vals + es, (const char *)x + o[0] * es, es);
+		} else if (kind == 2) {
+			from = o[k - 2];
+		} else {
+			/* without det, ties at the last value may be any */
+			while (!(p->flags & FLY_F_DETERMINISTIC) && from < n &&
+			       hval(x, o[from], dt) == hval(x, o[k - 1], dt))
+				from++;
+			if (from == n)
+				continue;
+			from = o[from];
+		}
+		idx[at] = from;
+		memcpy(vals + at * es, (const char *)x + from * es, es);
+		report(c->op->check(c, &err) == -EDOM, p, "check-planted", &at,
+		       1, "planted wrong answer passed");
+	}
+}
+
 /* The op module's own case path (setup, reference, check) on host memory:
  * a correct variant passes, a poisoned or corrupted output is refused. */
 static void case_path(const struct flyk_gpu_op *op, struct fly_problem p)
@@ -516,6 +568,8 @@ static void case_path(const struct flyk_gpu_op *op, struct fly_problem p)
 		report(op->check(&c, &err) == -EDOM, &p, "check-corrupt", NULL,
 		       0, "corrupted output passed");
 	}
+	if (rc == 0 && v && p.op == FLY_OP_TOPK)
+		topk_plant(&c, v, pt);
 	op->fini(&c);
 	for (int i = 0; i < c.nbuf; i++)
 		free(c.buf[i]);
@@ -530,7 +584,8 @@ int main(int argc, char **argv)
 	static const int64_t ts[][3] = {{1, 1, 1},    {3, 5, 2},    {5, 129, 8},
 					{3, 1000, 16}, {2, 4097, 32}, {2, 8193, 3},
 					{2, 3001, 50}, {1, 2048, 128}, {3, 64, 64},
-					{9, 256, 8}};
+					{9, 256, 8},   {1, 20001, 50}, {3, 777, 100},
+					{2, 4099, 2048}, {1, 2048, 2048}, {5, 1030, 20}};
 	int quick = argc > 1;
 	for (int d = 0; d < 3; d++)
 		for (uint32_t f = 0; f <= FLY_F_RESIDUAL; f += FLY_F_RESIDUAL) {
@@ -550,6 +605,10 @@ int main(int argc, char **argv)
 			p.dims[1] = 1500 + d;
 			p.dims[2] = 8;
 			case_path(&flyk_gpu_topk_op, p);
+			p.dims[0] = 1 + d;
+			p.dims[1] = 5001 + d;
+			p.dims[2] = d == 2 ? 2048 : 50 + 150 * d;
+			case_path(&flyk_gpu_topk_op, p);
 		}
 	printf("case paths: %d passed, %d failed\n", npass, nfail);
 	if (argc > 1 && strcmp(argv[1], "cases") == 0)
@@ -563,7 +622,7 @@ int main(int argc, char **argv)
 	for (size_t s = 0; s < sizeof(ts) / sizeof(ts[0]); s++)
 		for (int d = 0; d < 3; d++)
 			for (int dup = 0; dup < 2; dup++)
-				if (!quick || (s < 5 && d == 0))
+				if (!quick || ((s < 5 || s >= 10) && d == 0))
 					topk_case(dts[d], dup, ts[s][0], ts[s][1],
 						  ts[s][2], dup);
 	printf("%d passed, %d failed\n", npass, nfail);
