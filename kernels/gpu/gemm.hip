@@ -12,6 +12,11 @@
  * that is feasible):
  *   cublas_default  (CUDA) cublasGemmEx, CUBLAS_GEMM_DEFAULT
  *   cublaslt        (CUDA) a cuBLASLt algorithm from the heuristic top-N
+ *   gemm_wgmma      (sm_90a) the gemm_mma kernel with the wgmma engine of
+ *                   gemm_tile.h: params tile_m, tile_n, stages, split_k,
+ *                   swizzle (shapes of GEMM_WG_CFGS); NT only.  Before
+ *                   gemm_mma: the tuner measures in table order, so under
+ *                   its budget the likelier winner goes first.
  *   gemm_mma        (NVIDIA sm_80+) our tiled mma.sync kernel: params
  *                   tile_m, tile_n, tile_k, warps, stages (cp.async
  *                   buffers), split_k (fp32 partials in the workspace, then
@@ -21,9 +26,6 @@
  *                   shapes of GEMM_CFGS are built; other points are
  *                   infeasible.  K % 8 == 0 (NN: N % 8 == 0), A and B
  *                   16-byte aligned.
- *   gemm_wgmma      (sm_90a) the same kernel with the wgmma engine of
- *                   gemm_tile.h: params tile_m, tile_n, stages, split_k,
- *                   swizzle (shapes of GEMM_WG_CFGS); NT only
  *   gemm_fma        64x64 FMA tiles: any shape, the portable (AMD) path
  *   gemm_ref        one thread per output (the reference)
  */
@@ -261,11 +263,13 @@ static const struct mma_ent mma_ents[] = {GEMM_CFGS(GEMM_ENT)};
 	 {mma_go<gemm_wg_cfg<BM, BN, ST>>, NULL}},
 #define GEMM_WG_CFGS(X)                                                        \
 	X(64, 128, 4)                                                          \
-	X(64, 256, 3)                                                          \
+	X(64, 128, 6)                                                          \
+	X(64, 256, 4)                                                          \
 	X(128, 128, 4)                                                         \
+	X(128, 128, 6)                                                         \
 	X(128, 256, 3)                                                         \
 	X(128, 256, 4)                                                         \
-	X(256, 128, 3)
+	X(256, 128, 4)
 static const struct mma_ent wg_ents[] = {GEMM_WG_CFGS(GEMM_WG_ENT)};
 #define NWG (sizeof(wg_ents) / sizeof(wg_ents[0]))
 #endif
@@ -287,7 +291,7 @@ static const int64_t mma_split[] = {1, 2, 4, 8};
 static const int64_t mma_swz[] = {1, 8};
 static const int64_t wg_tile_m[] = {64, 128, 256};
 static const int64_t wg_tile_n[] = {128, 256};
-static const int64_t wg_stages[] = {3, 4};
+static const int64_t wg_stages[] = {3, 4, 6};
 static const int64_t wg_split[] = {1, 2, 4};
 
 #if !FLYK_AMD
@@ -576,6 +580,20 @@ static const struct flyk_variant gemm_variants[] = {
      flyk_cublaslt_enumerate,
      flyk_cublaslt_launch},
 #endif
+    {"gemm_wgmma",
+     FLY_OP_GEMM,
+     GEMM_DT_MASK,
+     GEMM_FLAGS,
+     0,
+     5,
+     {{"tile_m", NV(wg_tile_m)},
+      {"tile_n", NV(wg_tile_n)},
+      {"stages", NV(wg_stages)},
+      {"split_k", NV(wg_split)},
+      {"swizzle", NV(mma_swz)}},
+     wg_feasible,
+     NULL,
+     wg_launch},
     {"gemm_mma",
      FLY_OP_GEMM,
      GEMM_DT_MASK,
@@ -592,20 +610,6 @@ static const struct flyk_variant gemm_variants[] = {
      mma_feasible,
      NULL,
      mma_launch},
-    {"gemm_wgmma",
-     FLY_OP_GEMM,
-     GEMM_DT_MASK,
-     GEMM_FLAGS,
-     0,
-     5,
-     {{"tile_m", NV(wg_tile_m)},
-      {"tile_n", NV(wg_tile_n)},
-      {"stages", NV(wg_stages)},
-      {"split_k", NV(wg_split)},
-      {"swizzle", NV(mma_swz)}},
-     wg_feasible,
-     NULL,
-     wg_launch},
     {"gemm_fma",
      FLY_OP_GEMM,
      GEMM_DT_MASK,

@@ -387,8 +387,8 @@ gemm_mma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
  * so every tile row is one 128-byte swizzle row: 16-byte chunk c of row r
  * is stored at chunk c ^ (r % 8) (the 128B swizzle the descriptors name,
  * which TMA's SWIZZLE_128B also produces), 8-row groups 1024 bytes apart.
- * Stages are filled by cp.async (zero-filled out of bounds) as in the mma
- * engine; generic-proxy writes are made visible to wgmma (the async proxy)
+ * Stages are filled by cp.async (zero-filled out of bounds) ST - 2 k-tiles
+ * ahead, with one wgmma group left in flight; generic-proxy writes are made visible to wgmma (the async proxy)
  * by fence.proxy.async before the barrier.  Needs K % 8 == 0 and 16-byte
  * aligned A and B bases.  Under FLYK_EMU the descriptor carries the host
  * address and flyk_emu_wgmma() computes each thread's fragment.
@@ -417,6 +417,7 @@ template <int BM_, int BN_, int ST_> struct gemm_wg_cfg {
 	};
 	static const bool NN = false;
 	static_assert(BM_ % 64 == 0 && (BN_ == 128 || BN_ == 256), "tile");
+	static_assert(ST_ >= 3, "two stages besides the one in flight");
 };
 
 #ifdef FLYK_EMU
@@ -445,11 +446,18 @@ __device__ __forceinline__ void gemm_wg_fence(void)
 #endif
 }
 
-__device__ __forceinline__ void gemm_wg_commit_wait(void)
+__device__ __forceinline__ void gemm_wg_commit(void)
 {
 #if FLYK_WGMMA_DEVICE
 	asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-	asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+
+/* Wait until at most @p N committed wgmma groups are pending. */
+template <int N> __device__ __forceinline__ void gemm_wg_wait(void)
+{
+#if FLYK_WGMMA_DEVICE
+	asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
 
@@ -459,6 +467,21 @@ __device__ __forceinline__ void gemm_fence_async_smem(void)
 {
 #if FLYK_WGMMA_DEVICE
 	asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+/* Pin the accumulators: no instruction may be moved across this point
+ * (ptxas otherwise serialises wgmma when the tile loop of a persistent
+ * kernel puts the epilogue's reads near the next tile's wgmma). */
+template <int N>
+__device__ __forceinline__ void gemm_wg_fence_acc(float *acc)
+{
+#if FLYK_WGMMA_DEVICE
+#pragma unroll
+	for (int i = 0; i < N; i++)
+		asm volatile("" : "+f"(acc[i])::"memory");
+#else
+	(void)acc;
 #endif
 }
 
@@ -608,21 +631,25 @@ gemm_wgmma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
 	int64_t nk = (k_end - k_begin + C::BK - 1) / C::BK;
 	if (nk < 0)
 		nk = 0;
+	gemm_wg_fence_acc<C::NACC>(acc);
 	__syncthreads(); /* a previous tile may still read the buffers */
+	/* Pipeline: ST - 2 k-tiles of loads ahead, one wgmma group in flight
+	 * behind the one just issued.  At k-tile kt the stage refilled,
+	 * (kt - 2) % ST, was last read by wgmma kt - 2, which every
+	 * warpgroup has waited for (wait_group 1 at the end of kt - 1)
+	 * before the barrier; wgmma kt - 1 may still read (kt - 1) % ST. */
 #pragma unroll
-	for (int s = 0; s < C::ST - 1; s++) {
+	for (int s = 0; s < C::ST - 2; s++) {
 		if (s < nk)
 			gemm_wg_load<C>(o, sa + s * C::A_ST, sb + s * C::B_ST,
 					k_begin + (int64_t)s * C::BK, k_end);
 		gemm_cp_commit();
 	}
 	for (int64_t kt = 0; kt < nk; kt++) {
-		gemm_cp_wait<C::ST - 2>();
+		gemm_cp_wait<C::ST - 3>(); /* this thread's copies of kt */
 		gemm_fence_async_smem();
 		__syncthreads();
-		/* The stage refilled here was read by the previous k-tile's
-		 * wgmma, which has completed (wait_group 0). */
-		int64_t pf = kt + C::ST - 1;
+		int64_t pf = kt + C::ST - 2;
 		if (pf < nk) {
 			int ps = (int)(pf % C::ST);
 			gemm_wg_load<C>(o, sa + ps * C::A_ST, sb + ps * C::B_ST,
@@ -637,8 +664,11 @@ gemm_wgmma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
 		for (int kk = 0; kk < 4; kk++) /* k16 steps: +32 bytes */
 			gemm_wgmma<C::BN>(acc, gemm_wg_desc(a + kk * 16),
 					  gemm_wg_desc(b + kk * 16));
-		gemm_wg_commit_wait();
+		gemm_wg_commit();
+		gemm_wg_wait<1>();
 	}
+	gemm_wg_wait<0>();
+	gemm_wg_fence_acc<C::NACC>(acc);
 	gemm_cp_wait<0>();
 	/* D fragment: warp w of the warpgroup owns rows 16w..16w+15; lane l
 	 * holds rows l/4 and l/4 + 8, columns 8j + 2(l%4) + {0,1}. */

@@ -298,8 +298,9 @@ struct gg_ent {
 static const struct gg_ent gg_ents[] = {GEMM_CFGS(GG_ENT)};
 #define NGG (sizeof(gg_ents) / sizeof(gg_ents[0]))
 static const struct gg_ent gg_wg_ents[] = {
-    GG_WG_ENT(64, 128, 4) GG_WG_ENT(64, 256, 3) GG_WG_ENT(128, 128, 4)
-	GG_WG_ENT(128, 256, 3) GG_WG_ENT(128, 256, 4) GG_WG_ENT(256, 128, 3)};
+    GG_WG_ENT(64, 128, 4) GG_WG_ENT(64, 128, 6) GG_WG_ENT(64, 256, 4)
+	GG_WG_ENT(128, 128, 4) GG_WG_ENT(128, 128, 6) GG_WG_ENT(128, 256, 3)
+	    GG_WG_ENT(128, 256, 4) GG_WG_ENT(256, 128, 4)};
 #define NGGWG (sizeof(gg_wg_ents) / sizeof(gg_wg_ents[0]))
 
 /* ggemm_wgmma's entry of (tile_m, tile_n, stages). */
@@ -333,7 +334,7 @@ static const int64_t gg_stages[] = {2, 3, 4};
 static const int64_t gg_persist[] = {0, 1, 2};
 static const int64_t gg_wg_tile_m[] = {64, 128, 256};
 static const int64_t gg_wg_tile_n[] = {128, 256};
-static const int64_t gg_wg_stages[] = {3, 4};
+static const int64_t gg_wg_stages[] = {3, 4, 6};
 
 /* Whether this library's device code has the wgmma kernels (an sm_90a
  * build: the Makefile defines FLYK_SM90A), or the emulator runs. */
@@ -526,6 +527,19 @@ static int ref_launch(const struct flyk_device *dev,
 #define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
 
 static const struct flyk_variant gg_variants[] = {
+    {"ggemm_wgmma",
+     FLY_OP_GROUPED_GEMM,
+     1u << FLY_DT_BF16,
+     0,
+     0,
+     4,
+     {{"tile_m", NV(gg_wg_tile_m)},
+      {"tile_n", NV(gg_wg_tile_n)},
+      {"stages", NV(gg_wg_stages)},
+      {"persist", NV(gg_persist)}},
+     wg_feasible,
+     NULL,
+     wg_launch},
     {"ggemm_mma",
      FLY_OP_GROUPED_GEMM,
      1u << FLY_DT_BF16,
@@ -541,19 +555,6 @@ static const struct flyk_variant gg_variants[] = {
      mma_feasible,
      NULL,
      mma_launch},
-    {"ggemm_wgmma",
-     FLY_OP_GROUPED_GEMM,
-     1u << FLY_DT_BF16,
-     0,
-     0,
-     4,
-     {{"tile_m", NV(gg_wg_tile_m)},
-      {"tile_n", NV(gg_wg_tile_n)},
-      {"stages", NV(gg_wg_stages)},
-      {"persist", NV(gg_persist)}},
-     wg_feasible,
-     NULL,
-     wg_launch},
     {"ggemm_fma",
      FLY_OP_GROUPED_GEMM,
      1u << FLY_DT_BF16,

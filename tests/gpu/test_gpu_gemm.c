@@ -280,7 +280,7 @@ static void *dev_copy(const void *h, size_t bytes)
 	void *d = NULL;
 	if (cudaMalloc(&d, bytes ? bytes : 16) != cudaSuccess)
 		return NULL;
-	if (bytes &&
+	if (h && bytes && /* h NULL: an output, left to the launch */
 	    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
 		cudaFree(d);
 		return NULL;
