@@ -26,6 +26,11 @@
  *                    evict_first on the second (last chunk first), y
  *                    streamed out: ~2 * row of DRAM traffic at full
  *                    occupancy, the inductor scheme (any n >= a chunk).
+ *   rmsnorm_smem     one block per row, the row read once and kept on chip:
+ *                    `regs` 16-byte vectors per thread in registers, the
+ *                    rest in dynamic shared memory (rows of 32 KB up to
+ *                    what shared memory holds): DRAM traffic exactly one
+ *                    read + one write, no L2 luck needed.
  * All variants need x, y, residual 16-byte aligned at their bases (true for
  * every allocator we know); w is read with vector loads only where the row
  * is aligned.
@@ -126,14 +131,16 @@ rms_add(const rms_vec<VB, typename flyk_elem<DT>::T> &x,
 	return o;
 }
 
-/* Sum @p v over a group of @p G threads (G a multiple of the warp, the
- * groups contiguous in threadIdx.x); every thread gets the group's sum.
- * All threads of the block must call it when G > warp. */
+/* Sum @p v over a group of @p G threads (G a power of two below the warp
+ * or a multiple of it, the groups contiguous in threadIdx.x); every thread
+ * gets the group's sum.  All threads of the block must call it when
+ * G > warp, all of the warp when G < warp. */
 __device__ __forceinline__ float rms_group_sum(float v, int G, float *red)
 {
 #pragma unroll
 	for (int o = FLYK_WARP / 2; o > 0; o >>= 1)
-		v += FLYK_SHFL_XOR(v, o);
+		if (o < G) /* sub-warp group: xor stays inside it */
+			v += FLYK_SHFL_XOR(v, o);
 	if (G <= FLYK_WARP)
 		return v;
 	int warp = threadIdx.x / FLYK_WARP, lane = threadIdx.x % FLYK_WARP;
@@ -618,6 +625,139 @@ __global__ void __launch_bounds__(L2_MAXT(U, RES))
 		yr[ti] = E::store(E::load(src[ti]) * rstd * E::load(w[ti]));
 }
 
+/*
+ * rmsnorm_smem: one block per row, the row read from DRAM exactly once and
+ * held on chip: body vectors [0, R * G) in registers (thread t: t, t + G,
+ * ...), the rest in dynamic shared memory (each thread re-reads only what
+ * it wrote, so no barrier beyond the reduction's).  Needs no L2 reuse; two
+ * 512-thread blocks per SM (R = 4: 32 KB in registers + 96 KB of shared
+ * memory each) fit an fp32 32768 row each, so one block's loads overlap
+ * the other's reduction and stores.
+ */
+template <int DT, int R, bool RES>
+__global__ void __launch_bounds__(1024)
+	rms_smem_kernel(const typename flyk_elem<DT>::T *x,
+			const typename flyk_elem<DT>::T *w,
+			typename flyk_elem<DT>::T *y,
+			typename flyk_elem<DT>::T *res, int n, float eps)
+{
+	typedef typename flyk_elem<DT>::T T;
+	typedef flyk_elem<DT> E;
+	typedef rms_vec<16, T> V;
+	enum { VEC = 16 / sizeof(T), U = 4 };
+	FLYK_DYN_SMEM(uint4, rms_dsmem);
+	__shared__ float red[MAX_WARPS];
+	V *sm = (V *)rms_dsmem;
+	int64_t off = (int64_t)blockIdx.x * n;
+	const T *xr = x + off;
+	T *rr = res + off, *yr = y + off;
+	int p = rms_prologue<16>(xr, n), nb = (n - p) / VEC, t = threadIdx.x,
+	    G = blockDim.x, RG = R * G;
+	int tail0 = p + nb * VEC;
+	const V *xv = (const V *)(xr + p);
+	V *rv = (V *)(rr + p);
+	V a[R];
+#pragma unroll
+	for (int i = 0; i < R; i++)
+		if (t + i * G < nb)
+			a[i] = xv[t + i * G];
+	if (RES) {
+		V b[R];
+#pragma unroll
+		for (int i = 0; i < R; i++)
+			if (t + i * G < nb)
+				b[i] = rv[t + i * G];
+#pragma unroll
+		for (int i = 0; i < R; i++) {
+			if (t + i * G >= nb)
+				continue;
+			a[i] = rms_add<DT, 16>(a[i], b[i]);
+			rv[t + i * G] = a[i];
+		}
+	}
+	float ss = 0.f;
+#pragma unroll
+	for (int i = 0; i < R; i++)
+		if (t + i * G < nb)
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				float f = E::load(a[i].e[e]);
+				ss += f * f;
+			}
+	for (int j0 = RG + t; j0 < nb; j0 += G * U) {
+		V c[U];
+#pragma unroll
+		for (int u = 0; u < U; u++)
+			if (j0 + u * G < nb)
+				c[u] = xv[j0 + u * G];
+		if (RES) {
+			V b[U];
+#pragma unroll
+			for (int u = 0; u < U; u++)
+				if (j0 + u * G < nb)
+					b[u] = rv[j0 + u * G];
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				if (j0 + u * G >= nb)
+					continue;
+				c[u] = rms_add<DT, 16>(c[u], b[u]);
+				rv[j0 + u * G] = c[u];
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			if (j0 + u * G >= nb)
+				continue;
+			sm[j0 + u * G - RG] = c[u];
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				float f = E::load(c[u].e[e]);
+				ss += f * f;
+			}
+		}
+	}
+	/* Scalar prologue and epilogue as in rms_twopass_kernel. */
+	int ti = t < p ? t : tail0 + (t - p);
+	bool has_s = t < p || ti < n;
+	T sv = T();
+	if (has_s) {
+		sv = xr[ti];
+		if (RES) {
+			sv = E::store(E::load(sv) + E::load(rr[ti]));
+			rr[ti] = sv;
+		}
+		float f = E::load(sv);
+		ss += f * f;
+	}
+	ss = rms_group_sum(ss, G, red);
+	float rstd = rsqrtf(ss / (float)n + eps);
+	V *yv = (V *)(yr + p);
+	const V *wv = (const V *)w; /* used only when p == 0 */
+#pragma unroll
+	for (int i = 0; i < R; i++) {
+		int j = t + i * G;
+		if (j >= nb)
+			continue;
+		if (p == 0) {
+			V wj = wv[j];
+			yv[j] = rms_scale<DT, 16>(a[i], wj.e, rstd);
+		} else {
+			yv[j] = rms_scale<DT, 16>(a[i], w + p + j * VEC, rstd);
+		}
+	}
+	for (int j = RG + t; j < nb; j += G) {
+		V c = sm[j - RG];
+		if (p == 0) {
+			V wj = wv[j];
+			yv[j] = rms_scale<DT, 16>(c, wj.e, rstd);
+		} else {
+			yv[j] = rms_scale<DT, 16>(c, w + p + j * VEC, rstd);
+		}
+	}
+	if (has_s)
+		yr[ti] = E::store(E::load(sv) * rstd * E::load(w[ti]));
+}
+
 /* The reference: scalar, one block per row, obviously right. */
 template <int DT, bool RES>
 __global__ void rms_ref_kernel(const typename flyk_elem<DT>::T *x,
@@ -740,7 +880,7 @@ static int rms_rows_dt(const struct flyk_rmsnorm_args *a, uint32_t flags,
 
 /* Value orders put a sensible untuned default in the middle, where
  * flyk_default() starts (group 256, rows 1, vec 16). */
-static const int64_t rows_group[] = {32, 64, 128, 256, 512, 1024};
+static const int64_t rows_group[] = {8, 16, 32, 64, 128, 256, 512, 1024};
 static const int64_t rows_rows[] = {4, 2, 1, 8};
 static const int64_t rows_vec[] = {8, 16};
 
@@ -760,11 +900,18 @@ static int rows_feasible(const struct flyk_device *dev,
 	if (rms_dims(p, &m, &n))
 		return -EINVAL;
 	int64_t G = pr[0], rows = pr[1], vb = pr[2];
-	if (G % dev->warp || G * rows > 1024 || (vb != 8 && vb != 16))
+	if (G <= 0 || G * rows > 1024 || (vb != 8 && vb != 16))
 		return -EINVAL;
 	if ((int64_t)flyk_dtype_bytes(p->dtype) > vb)
 		return -EINVAL;
 	int64_t vec = vb / (int64_t)flyk_dtype_bytes(p->dtype);
+	/* Sub-warp groups (several rows per warp) for rows of at most two
+	 * vectors per thread (bf16 128: 16 lanes x 16 B); longer rows take
+	 * a warp.  Whole warps per block: the shuffles use every lane. */
+	if (G < dev->warp ? (G & (G - 1)) || n > 2 * G * vec ||
+				    (G * rows) % dev->warp
+			  : G % dev->warp)
+		return -EINVAL;
 	/* A group more than twice as wide as the row: a narrower one does
 	 * the same with fewer idle threads. */
 	if (G > dev->warp && (G / 2) * vec >= n)
@@ -1044,6 +1191,107 @@ static int l2_launch(const struct flyk_device *dev,
 	}
 }
 
+/* ---- smem (the row on chip: registers + shared memory) */
+
+static const int64_t sm_threads[] = {512, 1024, 256};
+static const int64_t sm_regs[] = {4, 2, 8};
+
+/* Dynamic shared memory of rmsnorm_smem: the body vectors past R * th. */
+static size_t sm_bytes(int n, uint32_t dt, int64_t th, int64_t R)
+{
+	int64_t nvec = n / (16 / (int64_t)flyk_dtype_bytes(dt));
+	return nvec > R * th ? (size_t)(nvec - R * th) * 16 : 0;
+}
+
+static int sm_feasible(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *pr)
+{
+	int64_t m;
+	int n;
+	if (rms_dims(p, &m, &n) || m > 0x7fffffff)
+		return -EINVAL;
+	int64_t th = pr[0], R = pr[1];
+	if (th < 64 || th > 1024 || th % dev->warp ||
+	    (R != 2 && R != 4 && R != 8))
+		return -EINVAL;
+	/* Rows under 32 KB or all in registers belong to rmsnorm_rows. */
+	if ((int64_t)n * flyk_dtype_bytes(p->dtype) < 32768 ||
+	    sm_bytes(n, p->dtype, th, R) == 0)
+		return -EINVAL;
+	if (sm_bytes(n, p->dtype, th, R) > dev->smem_per_block_optin)
+		return -ENOSPC;
+	return 0;
+}
+
+template <int DT, int R, bool RES>
+static int sm_go(const struct flyk_device *dev,
+		 const struct flyk_rmsnorm_args *a, int64_t m, int n, int th,
+		 size_t smem, hipStream_t s)
+{
+	typedef typename flyk_elem<DT>::T T;
+	/* Every launch (host-side only, no sync): the attribute is per
+	 * device and a cached flag would need the current device's id. */
+	const void *fn = (const void *)rms_smem_kernel<DT, R, RES>;
+	if (smem > 48 * 1024 &&
+	    hipFuncSetAttribute(fn, hipFuncAttributeMaxDynamicSharedMemorySize,
+				(int)dev->smem_per_block_optin) != hipSuccess)
+		return -ENOSPC;
+	FLYK_GO((unsigned)m, th, smem, s, rms_smem_kernel<DT, R, RES>)(
+		RMS_ARGS(T), n, a->eps);
+	return rms_launch_err();
+}
+
+template <int DT, bool RES>
+static int sm_r(const struct flyk_device *dev,
+		const struct flyk_rmsnorm_args *a, int64_t m, int n, int th,
+		int R, size_t smem, hipStream_t s)
+{
+	if (R == 2)
+		return sm_go<DT, 2, RES>(dev, a, m, n, th, smem, s);
+	if (R == 4)
+		return sm_go<DT, 4, RES>(dev, a, m, n, th, smem, s);
+	return sm_go<DT, 8, RES>(dev, a, m, n, th, smem, s);
+}
+
+template <int DT>
+static int sm_dt(const struct flyk_device *dev,
+		 const struct flyk_rmsnorm_args *a, uint32_t flags, int64_t m,
+		 int n, int th, int R, size_t smem, hipStream_t s)
+{
+	if (flags & FLY_F_RESIDUAL)
+		return sm_r<DT, true>(dev, a, m, n, th, R, smem, s);
+	return sm_r<DT, false>(dev, a, m, n, th, R, smem, s);
+}
+
+static int sm_launch(const struct flyk_device *dev,
+		     const struct fly_problem *p, const int64_t *pr,
+		     const union flyk_args *args, void *stream)
+{
+	int64_t m = 0;
+	int n = 0;
+	int rc = sm_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	rms_dims(p, &m, &n);
+	const struct flyk_rmsnorm_args *a = &args->rmsnorm;
+	if (!rms_aligned(a, p->flags))
+		return -EINVAL;
+	int th = (int)pr[0], R = (int)pr[1];
+	size_t smem = sm_bytes(n, p->dtype, th, R);
+	hipStream_t s = (hipStream_t)stream;
+	switch (p->dtype) {
+	case FLY_DT_FP32:
+		return sm_dt<FLY_DT_FP32>(dev, a, p->flags, m, n, th, R, smem,
+					  s);
+	case FLY_DT_FP16:
+		return sm_dt<FLY_DT_FP16>(dev, a, p->flags, m, n, th, R, smem,
+					  s);
+	default:
+		return sm_dt<FLY_DT_BF16>(dev, a, p->flags, m, n, th, R, smem,
+					  s);
+	}
+}
+
 static int ref_feasible(const struct flyk_device *dev,
 			const struct fly_problem *p, const int64_t *pr)
 {
@@ -1107,6 +1355,9 @@ static const struct flyk_variant rms_variants[] = {
 	{"rmsnorm_l2", FLY_OP_RMSNORM, DT_MASK, FLY_F_RESIDUAL, 0, 2,
 	 {{"threads", NV(l2_threads)}, {"unroll", NV(l2_unroll)}},
 	 l2_feasible, NULL, l2_launch},
+	{"rmsnorm_smem", FLY_OP_RMSNORM, DT_MASK, FLY_F_RESIDUAL, 0, 2,
+	 {{"threads", NV(sm_threads)}, {"regs", NV(sm_regs)}},
+	 sm_feasible, NULL, sm_launch},
 };
 #endif
 
