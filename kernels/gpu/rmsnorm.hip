@@ -1218,7 +1218,8 @@ static int sm_feasible(const struct flyk_device *dev,
 	if ((int64_t)n * flyk_dtype_bytes(p->dtype) < 32768 ||
 	    sm_bytes(n, p->dtype, th, R) == 0)
 		return -EINVAL;
-	if (sm_bytes(n, p->dtype, th, R) > dev->smem_per_block_optin)
+	/* The opt-in limit covers static shared memory too (red[]). */
+	if (sm_bytes(n, p->dtype, th, R) + 1024 > dev->smem_per_block_optin)
 		return -ENOSPC;
 	return 0;
 }
@@ -1230,11 +1231,16 @@ static int sm_go(const struct flyk_device *dev,
 {
 	typedef typename flyk_elem<DT>::T T;
 	/* Every launch (host-side only, no sync): the attribute is per
-	 * device and a cached flag would need the current device's id. */
+	 * device and a cached flag would need the current device's id.  It
+	 * is set to what this launch needs: the opt-in maximum itself fails
+	 * (static shared memory counts against it), and 48 KB of dynamic
+	 * plus the static part is already past the default.  (H200, run 3:
+	 * every point failed with -ENOSPC, then -EINVAL, without this.) */
+	(void)dev;
 	const void *fn = (const void *)rms_smem_kernel<DT, R, RES>;
-	if (smem > 48 * 1024 &&
+	if (smem > 0 &&
 	    hipFuncSetAttribute(fn, hipFuncAttributeMaxDynamicSharedMemorySize,
-				(int)dev->smem_per_block_optin) != hipSuccess)
+				(int)smem) != hipSuccess)
 		return -ENOSPC;
 	FLYK_GO((unsigned)m, th, smem, s, rms_smem_kernel<DT, R, RES>)(
 		RMS_ARGS(T), n, a->eps);
