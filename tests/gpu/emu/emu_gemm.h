@@ -23,12 +23,6 @@ static inline float2 make_float2(float a, float b)
 	return f;
 }
 
-static inline hipError_t hipGetDevice(int *d)
-{
-	*d = 0;
-	return hipSuccess;
-}
-
 /* Lanes below @p o keep their own value (only lanes >= o read it). */
 #define __shfl_up_sync(mask, v, o)                                             \
 	flyk_emu_shfl((v), (int)(threadIdx.x % 32) - (int)(o))
