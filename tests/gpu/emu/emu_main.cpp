@@ -613,7 +613,7 @@ int main(int argc, char **argv)
 	printf("case paths: %d passed, %d failed\n", npass, nfail);
 	if (argc > 1 && strcmp(argv[1], "cases") == 0)
 		return nfail ? 1 : 0;
-	/* quick: fp32 up to 2x8193 (a 32 KB row: rmsnorm_smem) */
+	/* quick: fp32 up to 2x8193 (a 32 KB row) */
 	for (size_t s = 0; s < sizeof(rs) / sizeof(rs[0]); s++)
 		for (int d = 0; d < 3; d++)
 			for (int res = 0; res < 2; res++)
