@@ -32,13 +32,14 @@ S=$R/summary.txt
 : > "$S"
 say() { echo "$*" | tee -a "$S"; }
 stage() { # name limit cmd...: run with a limit, log to $W/name.txt
-	n=$1 t=$2
+	# (names of its own: sh has no locals, and callers loop over $t)
+	_sn=$1 _sl=$2
 	shift 2
-	t0=$(date +%s)
-	timeout -k 10 "$t" "$@" > "$W/$n.txt" 2>&1
-	rc=$?
-	say "== stage $n: rc $rc in $(( $(date +%s) - t0 )) s (limit $t s)"
-	return $rc
+	_s0=$(date +%s)
+	timeout -k 10 "$_sl" "$@" > "$W/$_sn.txt" 2>&1
+	_rc=$?
+	say "== stage $_sn: rc $_rc in $(( $(date +%s) - _s0 )) s (limit $_sl s)"
+	return $_rc
 }
 
 say "== $(date -u +%FT%TZ) commit ${FLY_COMMIT:-?} cases $C"
