@@ -82,12 +82,13 @@ def verdicts(doc):
                         met = gmean(v) >= g_t and (m_t is None or
                                                    min(v) >= m_t)
                         ok = "  -> target %s" % ("met" if met else "NOT met")
+                    prim = s == "primary"  # the targets are on primary
                     lines.append(
-                        "%s %s%s (%d): gmean vs %s %.2fx (target %.2f), "
-                        "min %.2fx%s%s" % (
+                        "%s %s%s (%d): gmean vs %s %.2fx%s, min %.2fx%s%s" % (
                             op, s, " " + mode if mode else "", len(v),
-                            peer or "the faster peer", gmean(v), g_t,
-                            min(v), " (target %.2f)" % m_t if m_t else "",
+                            peer or "the faster peer", gmean(v),
+                            " (target %.2f)" % g_t if prim else "", min(v),
+                            " (target %.2f)" % m_t if m_t and prim else "",
                             ok))
         ts = [r["tune_s"] for r in cases if r["op"] == op and
               r.get("tune_s") is not None]
