@@ -290,12 +290,14 @@ python-test: all
 EMU_BIN := $(BUILD)/tests/emu/flyk_emu $(BUILD)/tests/emu/flyk_emu_gemm
 EMU_FLAGS := -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu -Itests/gpu/emu
 $(BUILD)/tests/emu/flyk_emu: tests/gpu/emu/emu_main.cpp tests/gpu/emu/flyk_emu.h \
+		tests/gpu/emu/emu_sched.h \
 		kernels/gpu/rmsnorm.hip kernels/gpu/topk.hip $(wildcard kernels/gpu/*.h)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $@")
 	$(Q)$(CXX) $(EMU_FLAGS) -x c++ tests/gpu/emu/emu_main.cpp \
 		kernels/gpu/rmsnorm.hip kernels/gpu/topk.hip -o $@
 $(BUILD)/tests/emu/flyk_emu_gemm: tests/gpu/emu/emu_gemm.cpp tests/gpu/emu/emu_gemm.h \
+		tests/gpu/emu/emu_sched.h \
 		tests/gpu/emu/flyk_emu.h kernels/gpu/gemm.hip kernels/gpu/grouped_gemm.hip \
 		$(wildcard kernels/gpu/*.h) $(BUILD)/tests/emu/flyk.o
 	@mkdir -p $(@D)
@@ -318,7 +320,7 @@ endif
 test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN)
 	$(Q)FLY_BUILD_DIR=$(abspath $(BUILD)) FLY_PY_ENV="$(PY_ENV)" sh tools/run-tests.sh all \
 		$(UNIT_BIN) $(INTEG_BIN) tests/integration/test_python.py \
-		tests/gpu/emu/run-emu.sh \
+		tests/gpu/emu/run-emu-kernels.sh tests/gpu/emu/run-emu-gemm.sh \
 		tools/systemd-verify.sh tools/check-layering-selftest.sh
 
 test-gpu: all $(GPUTEST_BIN)
