@@ -261,15 +261,6 @@ static const struct mma_ent mma_ents[] = {GEMM_CFGS(GEMM_ENT)};
 	 ST,                                                                   \
 	 {gemm_wg_cfg<BM, BN, ST>::SMEM, 0},                                   \
 	 {mma_go<gemm_wg_cfg<BM, BN, ST>>, NULL}},
-#define GEMM_WG_CFGS(X)                                                        \
-	X(64, 128, 4)                                                          \
-	X(64, 128, 6)                                                          \
-	X(64, 256, 4)                                                          \
-	X(128, 128, 4)                                                         \
-	X(128, 128, 6)                                                         \
-	X(128, 256, 3)                                                         \
-	X(128, 256, 4)                                                         \
-	X(256, 128, 4)
 static const struct mma_ent wg_ents[] = {GEMM_WG_CFGS(GEMM_WG_ENT)};
 #define NWG (sizeof(wg_ents) / sizeof(wg_ents[0]))
 #endif

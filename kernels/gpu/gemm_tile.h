@@ -399,6 +399,18 @@ gemm_mma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
 #define FLYK_WGMMA_DEVICE 0
 #endif
 
+/* The wgmma tile shapes built (gemm_wgmma and ggemm_wgmma): BM, BN,
+ * stages. */
+#define GEMM_WG_CFGS(X)                                                        \
+	X(64, 128, 4)                                                          \
+	X(64, 128, 6)                                                          \
+	X(64, 256, 4)                                                          \
+	X(128, 128, 4)                                                         \
+	X(128, 128, 6)                                                         \
+	X(128, 256, 3)                                                         \
+	X(128, 256, 4)                                                         \
+	X(256, 128, 4)
+
 /* One wgmma tile shape: BM (a multiple of 64: BM / 64 warpgroups) x BN
  * (128 or 256), ST stages. */
 template <int BM_, int BN_, int ST_> struct gemm_wg_cfg {

@@ -297,10 +297,7 @@ struct gg_ent {
 #if !FLYK_AMD
 static const struct gg_ent gg_ents[] = {GEMM_CFGS(GG_ENT)};
 #define NGG (sizeof(gg_ents) / sizeof(gg_ents[0]))
-static const struct gg_ent gg_wg_ents[] = {
-    GG_WG_ENT(64, 128, 4) GG_WG_ENT(64, 128, 6) GG_WG_ENT(64, 256, 4)
-	GG_WG_ENT(128, 128, 4) GG_WG_ENT(128, 128, 6) GG_WG_ENT(128, 256, 3)
-	    GG_WG_ENT(128, 256, 4) GG_WG_ENT(256, 128, 4)};
+static const struct gg_ent gg_wg_ents[] = {GEMM_WG_CFGS(GG_WG_ENT)};
 #define NGGWG (sizeof(gg_wg_ents) / sizeof(gg_wg_ents[0]))
 
 /* ggemm_wgmma's entry of (tile_m, tile_n, stages). */
