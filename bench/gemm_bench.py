@@ -102,122 +102,127 @@ def run_gemm(args, lib, daemon, cases, res):
     t_ind = [0.0]
     torch._inductor.config.max_autotune_gemm_backends = "ATEN,TRITON"
     ws = torch.empty(WS_BYTES, dtype=torch.uint8, device="cuda")
-    for s, c in gb.lists(cases, "gemm_bf16", args.sets):
-        try:
-            m, n, k = c["m"], c["n"], c["k"]
-            a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-            out = torch.full((m, n), float("nan"), device="cuda",
-                             dtype=torch.bfloat16)
-            p = problem(OP_GEMM, (m, n, k))
-            dd, tune_s = decide(daemon, "gemm", {"m": m, "n": n, "k": k})
-            d = gb.to_decision(dd)
+    gb.each_case(cases, "gemm_bf16", args.sets, res,
+                 lambda s, c: one_gemm(args, lib, s, c, res, t_ind, ws,
+                                       daemon), "gemm")
 
-            def run(dec):
-                return lib.flyk_gpu_gemm(ctypes.byref(p), ctypes.byref(dec),
-                                         a.data_ptr(), b.data_ptr(),
-                                         out.data_ptr(), None, 1.0,
-                                         ws.data_ptr(), WS_BYTES, stream())
-            d, refused = launch_or_default(run, d)
-            torch.cuda.synchronize()
-            ref = torch.matmul(a, b.t())
-            err = (out.float() - ref.float()).abs().max().item()
-            amax = ref.float().abs().max().item()
-            ours = gb.bench(lambda: run(d))
-            peers = {"aten": gb.bench(lambda: torch.matmul(a, b.t()))}
-            if (not args.no_compile and s == "primary" and
-                    t_ind[0] < args.inductor_budget):
-                t0 = time.time()
-                torch._dynamo.reset()
-                # no CUDA graphs, as peer_baseline.py: graphs copy the
-                # inputs into static buffers on every call (not the GEMM)
-                cf = torch.compile(lambda x, y: torch.matmul(x, y.t()),
-                                   mode="max-autotune-no-cudagraphs",
-                                   dynamic=False)
-                cf(a, b)
-                torch.cuda.synchronize()
-                t_ind[0] += time.time() - t0
-                peers["inductor"] = gb.bench(lambda: cf(a, b))
-            rec = dict(op="gemm", case="m%d n%d k%d" % (m, n, k), set=s,
-                       status=dd.get("status"), flytuned_ms=ours, peers=peers,
-                       max_abs_err=err, max_abs_ref=amax, tune_s=tune_s,
-                       tflops=2.0 * m * n * k / ours / 1e9, **gb.dec_dict(d))
-            if refused is not None:
-                rec["refused"] = refused
-            res.append(rec)
-            show(rec)
-            del a, b, out, ref
-        except Exception as e:  # recorded; the run goes on
-            print("gemm %s: FAILED: %r" % (c, e), flush=True)
-            res.append(dict(op="gemm", set=s, case=str(c), error=repr(e)))
+
+def one_gemm(args, lib, s, c, res, t_ind, ws, daemon):
+    """One gemm case: tune, check, time ours and the peers."""
+    m, n, k = c["m"], c["n"], c["k"]
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    out = torch.full((m, n), float("nan"), device="cuda",
+                     dtype=torch.bfloat16)
+    p = problem(OP_GEMM, (m, n, k))
+    dd, tune_s = decide(daemon, "gemm", {"m": m, "n": n, "k": k})
+    d = gb.to_decision(dd)
+
+    def run(dec):
+        return lib.flyk_gpu_gemm(ctypes.byref(p), ctypes.byref(dec),
+                                 a.data_ptr(), b.data_ptr(),
+                                 out.data_ptr(), None, 1.0,
+                                 ws.data_ptr(), WS_BYTES, stream())
+    d, refused = launch_or_default(run, d)
+    torch.cuda.synchronize()
+    ref = torch.matmul(a, b.t())
+    err = (out.float() - ref.float()).abs().max().item()
+    amax = ref.float().abs().max().item()
+    ours = gb.bench(lambda: run(d))
+    peers = {"aten": gb.bench(lambda: torch.matmul(a, b.t()))}
+    if (not args.no_compile and s == "primary" and
+            t_ind[0] < args.inductor_budget):
+        t0 = time.time()
+        torch._dynamo.reset()
+        # no CUDA graphs, as peer_baseline.py: graphs copy the
+        # inputs into static buffers on every call (not the GEMM)
+        cf = torch.compile(lambda x, y: torch.matmul(x, y.t()),
+                           mode="max-autotune-no-cudagraphs",
+                           dynamic=False)
+        cf(a, b)
+        torch.cuda.synchronize()
+        t_ind[0] += time.time() - t0
+        peers["inductor"] = gb.bench(lambda: cf(a, b))
+    rec = dict(op="gemm", case="m%d n%d k%d" % (m, n, k), set=s,
+               status=dd.get("status"), flytuned_ms=ours, peers=peers,
+               max_abs_err=err, max_abs_ref=amax, tune_s=tune_s,
+               tflops=2.0 * m * n * k / ours / 1e9, **gb.dec_dict(d))
+    if refused is not None:
+        rec["refused"] = refused
+    res.append(rec)
+    show(rec)
+    del a, b, out, ref
 
 
 # ---------------------------------------------------------------- grouped
 def run_grouped(args, lib, daemon, cases, res):
-    for s, c in gb.lists(cases, "grouped_gemm_bf16", args.sets):
-        try:
-            g, n, k = c["groups"], c["n"], c["k"]
-            rows = c["m_per_group"]
-            m = sum(rows)
-            offs = [0]
-            for r in rows:
-                offs.append(offs[-1] + r)
-            a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            w = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16)
-            out = torch.full((m, n), float("nan"), device="cuda",
-                             dtype=torch.bfloat16)
-            doff = torch.tensor(offs, device="cuda", dtype=torch.int64)
-            ends = torch.tensor(offs[1:], device="cuda", dtype=torch.int32)
-            p = problem(OP_GROUPED, (g, m, n, k))
-            dd, tune_s = decide(daemon, "grouped_gemm",
-                                {"g": g, "m": m, "n": n, "k": k})
-            d = gb.to_decision(dd)
+    gb.each_case(cases, "grouped_gemm_bf16", args.sets, res,
+                 lambda s, c: one_grouped(args, lib, s, c, res, daemon),
+                 "grouped_gemm")
 
-            def run(dec):
-                return lib.flyk_gpu_grouped_gemm(ctypes.byref(p),
-                                                 ctypes.byref(dec), a.data_ptr(),
-                                                 w.data_ptr(), out.data_ptr(),
-                                                 doff.data_ptr(), stream())
-            d, refused = launch_or_default(run, d)
-            torch.cuda.synchronize()
 
-            def loop():
-                y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-                for e in range(g):
-                    if offs[e + 1] > offs[e]:
-                        torch.matmul(a[offs[e]:offs[e + 1]], w[e].t(),
-                                     out=y[offs[e]:offs[e + 1]])
-                return y
-            ref = loop()
-            err = (out.float() - ref.float()).abs().max().item()
-            amax = ref.float().abs().max().item()
-            ours = gb.bench(lambda: run(d))
-            peers = {"loop": gb.bench(loop)}
-            try:
-                wt = w.transpose(-2, -1)
-                gm = torch._grouped_mm(a, wt, offs=ends)
-                err_gm = (gm.float() - ref.float()).abs().max().item()
-                peers["grouped_mm"] = gb.bench(
-                    lambda: torch._grouped_mm(a, wt, offs=ends))
-            except Exception as e:  # not on this torch/GPU: say so
-                err_gm = None
-                print("torch._grouped_mm unavailable: %s" % e, flush=True)
-            name = "g%d m%d n%d k%d %s" % (g, m, n, k,
-                                           "even" if len(set(rows)) == 1
-                                           else "uneven")
-            rec = dict(op="grouped_gemm", case=name, set=s,
-                       status=dd.get("status"), flytuned_ms=ours, peers=peers,
-                       max_abs_err=err, max_abs_ref=amax, grouped_mm_err=err_gm, tune_s=tune_s,
-                       m_per_group=rows, tflops=2.0 * m * n * k / ours / 1e9,
-                       **gb.dec_dict(d))
-            if refused is not None:
-                rec["refused"] = refused
-            res.append(rec)
-            show(rec)
-            del a, w, out, ref
-        except Exception as e:  # recorded; the run goes on
-            print("grouped_gemm %s: FAILED: %r" % (c, e), flush=True)
-            res.append(dict(op="grouped_gemm", set=s, case=str(c), error=repr(e)))
+def one_grouped(args, lib, s, c, res, daemon):
+    """One grouped case: tune, check, time ours and the peers."""
+    g, n, k = c["groups"], c["n"], c["k"]
+    rows = c["m_per_group"]
+    m = sum(rows)
+    offs = [0]
+    for r in rows:
+        offs.append(offs[-1] + r)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16)
+    out = torch.full((m, n), float("nan"), device="cuda",
+                     dtype=torch.bfloat16)
+    doff = torch.tensor(offs, device="cuda", dtype=torch.int64)
+    ends = torch.tensor(offs[1:], device="cuda", dtype=torch.int32)
+    p = problem(OP_GROUPED, (g, m, n, k))
+    dd, tune_s = decide(daemon, "grouped_gemm",
+                        {"g": g, "m": m, "n": n, "k": k})
+    d = gb.to_decision(dd)
+
+    def run(dec):
+        return lib.flyk_gpu_grouped_gemm(ctypes.byref(p),
+                                         ctypes.byref(dec), a.data_ptr(),
+                                         w.data_ptr(), out.data_ptr(),
+                                         doff.data_ptr(), stream())
+    d, refused = launch_or_default(run, d)
+    torch.cuda.synchronize()
+
+    def loop():
+        y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        for e in range(g):
+            if offs[e + 1] > offs[e]:
+                torch.matmul(a[offs[e]:offs[e + 1]], w[e].t(),
+                             out=y[offs[e]:offs[e + 1]])
+        return y
+    ref = loop()
+    err = (out.float() - ref.float()).abs().max().item()
+    amax = ref.float().abs().max().item()
+    ours = gb.bench(lambda: run(d))
+    peers = {"loop": gb.bench(loop)}
+    try:
+        wt = w.transpose(-2, -1)
+        gm = torch._grouped_mm(a, wt, offs=ends)
+        err_gm = (gm.float() - ref.float()).abs().max().item()
+        peers["grouped_mm"] = gb.bench(
+            lambda: torch._grouped_mm(a, wt, offs=ends))
+    except Exception as e:  # not on this torch/GPU: say so
+        err_gm = None
+        print("torch._grouped_mm unavailable: %s" % e, flush=True)
+    name = "g%d m%d n%d k%d %s" % (g, m, n, k,
+                                   "even" if len(set(rows)) == 1
+                                   else "uneven")
+    rec = dict(op="grouped_gemm", case=name, set=s,
+               status=dd.get("status"), flytuned_ms=ours, peers=peers,
+               max_abs_err=err, max_abs_ref=amax, grouped_mm_err=err_gm,
+               tune_s=tune_s,
+               m_per_group=rows, tflops=2.0 * m * n * k / ours / 1e9,
+               **gb.dec_dict(d))
+    if refused is not None:
+        rec["refused"] = refused
+    res.append(rec)
+    show(rec)
+    del a, w, out, ref
 
 
 # ---------------------------------------------------------------- report
@@ -286,12 +291,7 @@ def main(argv=None):
     cases = json.load(open(args.cases))
     torch.manual_seed(0)
     lib = load(args.build)
-    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    y = torch.empty_like(x)
-    copy_ms = gb.bench(lambda: y.copy_(x))
-    copy_gbps = 2 * x.numel() / copy_ms / 1e6
-    del x, y
-    print("copy 1 GiB d2d: %.1f us, %.0f GB/s" % (copy_ms * 1e3, copy_gbps))
+    copy_gbps = gb.copy_gbps()
     daemon = gb.Daemon(args.build)
     ops = args.ops.split(",")
     head = dict(gpu=torch.cuda.get_device_name(),

@@ -131,6 +131,18 @@ def bench(fn, warmup=5, reps=50, budget_ms=150.0):
     return sorted(a.elapsed_time(b) for a, b in ev[:n])[n // 2]
 
 
+def copy_gbps():
+    """The copy ceiling: a 1 GiB device-to-device copy timed by bench(),
+    bytes read + written per second (GB/s); printed too."""
+    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    ms = bench(lambda: b.copy_(a))
+    gbps = 2 * a.numel() / ms / 1e6
+    del a, b
+    print("copy 1 GiB d2d: %.1f us, %.0f GB/s" % (ms * 1e3, gbps))
+    return gbps
+
+
 # ---------------------------------------------------------------- daemon
 class Daemon(object):
     """flytuned on the GPU backend in a temp state dir."""
@@ -271,15 +283,16 @@ def choose(args, lib, daemon, op, dtype, dims, flags, p, mk):
     return d, tune_s, "sweep", pts
 
 
-def each_case(cases, op, sets, res, fn):
-    """fn(set, case) per case; a case that fails is recorded (error) and
-    the run goes on with the next."""
+def each_case(cases, op, sets, res, fn, name=None):
+    """fn(set, case) per case of cases[op]; a case that fails is recorded
+    (error, as op `name`, default op) and the run goes on with the next."""
+    name = name or op
     for s, c in lists(cases, op, sets):
         try:
             fn(s, c)
         except Exception as e:
-            print("%s %s: FAILED: %r" % (op, c, e), flush=True)
-            res.append(dict(op=op, set=s, case=str(c), error=repr(e)))
+            print("%s %s: FAILED: %r" % (name, c, e), flush=True)
+            res.append(dict(op=name, set=s, case=str(c), error=repr(e)))
 
 
 def run_rmsnorm(args, lib, daemon, cases, res, sweeps):
@@ -449,13 +462,7 @@ def main(argv=None):
     cases = json.load(open(args.cases))
     torch.manual_seed(0)
     lib = load_kernels(args.build)
-    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    copy_ms = bench(lambda: b.copy_(a))
-    args.copy_gbps = 2 * a.numel() / copy_ms / 1e6
-    del a, b
-    print("copy 1 GiB d2d: %.1f us, %.0f GB/s" % (copy_ms * 1e3,
-                                                  args.copy_gbps))
+    args.copy_gbps = copy_gbps()
     daemon = None if args.standalone else Daemon(args.build)
     head = {"gpu": torch.cuda.get_device_name(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
