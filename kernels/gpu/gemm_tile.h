@@ -388,8 +388,9 @@ gemm_mma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
  * is stored at chunk c ^ (r % 8) (the 128B swizzle the descriptors name,
  * which TMA's SWIZZLE_128B also produces), 8-row groups 1024 bytes apart.
  * Stages are filled by cp.async (zero-filled out of bounds) ST - 2 k-tiles
- * ahead, with one wgmma group left in flight; generic-proxy writes are made visible to wgmma (the async proxy)
- * by fence.proxy.async before the barrier.  Needs K % 8 == 0 and 16-byte
+ * ahead, with one wgmma group left in flight; generic-proxy writes are
+ * made visible to wgmma (the async proxy) by fence.proxy.async before the
+ * barrier.  Needs K % 8 == 0 and 16-byte
  * aligned A and B bases.  Under FLYK_EMU the descriptor carries the host
  * address and flyk_emu_wgmma() computes each thread's fragment.
  */
