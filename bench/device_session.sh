@@ -5,7 +5,9 @@
 #
 #   build      make GPU=cuda: flytuned, libflyclient, libflykernels_cuda,
 #              the two GPU tests
-#   test       tests/gpu/test_gpu_kernels and test_gpu_gemm (contracts)
+#   quick      test_gpu_gemm on the variants named by QUICK (default tma)
+#   test       tests/gpu/test_gpu_kernels and test_gpu_gemm (contracts;
+#              TESTS names a subset)
 #   rt         bench/gpu_bench.py (RMSNorm, TopK; daemon-driven)
 #   sweep      bench/gpu_bench.py --standalone (every candidate timed)
 #   gemm       bench/gemm_bench.py (GEMM, grouped GEMM; daemon-driven)
@@ -14,8 +16,8 @@
 #
 # Default stages: build test rt gemm.  Environment: CASES (cases.json;
 # default ../shared/bench/cases.json, else .devdeps/cases.json), BUILD
-# (build/gpu), OUT (results; else bench/results), T_TEST, T_RT, T_SWEEP,
-# T_GEMM (seconds per stage), RT_ARGS, GEMM_ARGS (extra arguments),
+# (build/gpu), OUT (results; else bench/results), T_QUICK, T_TEST, T_RT,
+# T_SWEEP, T_GEMM (seconds per stage), RT_ARGS, GEMM_ARGS (extra arguments),
 # FLY_COMMIT (the commit to record where the tree has no .git).
 # OUT receives the result JSON files, summary.txt and logs.tgz (every log,
 # the daemons' logs included): few files, as the device tool returns <= 8.
@@ -59,8 +61,15 @@ for s in $STAGES; do
 			"$B/tests/gpu/test_gpu_gemm" ||
 			{ tail -30 "$W/build.txt" | tee -a "$S"; break; }
 		;;
+	quick)
+		stage quick "${T_QUICK:-90}" env \
+			FLYK_TEST_VARIANTS="${QUICK:-tma}" \
+			"$B/tests/gpu/test_gpu_gemm"
+		{ grep -m 20 FAIL "$W/quick.txt"; grep '^# ran' "$W/quick.txt"
+		  tail -1 "$W/quick.txt"; } | tee -a "$S"
+		;;
 	test)
-		for t in test_gpu_kernels test_gpu_gemm; do
+		for t in ${TESTS:-test_gpu_kernels test_gpu_gemm}; do
 			stage "$t" "${T_TEST:-120}" "$B/tests/gpu/$t"
 			{ grep -m 20 FAIL "$W/$t.txt"; tail -2 "$W/$t.txt"; } |
 				tee -a "$S"

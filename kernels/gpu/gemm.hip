@@ -37,6 +37,7 @@
 #include "flyk_gpu.h"
 #include "gpu_int.h"
 #include "gemm_tile.h"
+#include "gemm_tma.h"
 #if !FLYK_AMD
 #include "gemm_vendor.h"
 #else
@@ -178,6 +179,64 @@ __global__ void gemm_ref_kernel(const uint16_t *A, const uint16_t *B,
 	}
 }
 
+#if GEMM_HAVE_TMA
+/* gemm_tma's launch: units = tiles_m * tiles_n * split, split-major. */
+struct gemm_tma_job {
+	int64_t m, n, k;
+	int tiles_m, tiles_n, swz, split, units;
+	int64_t kps; /* k per split, a multiple of 64 */
+	uint16_t *c;
+	float *ws;
+	const uint16_t *bias;
+	float alpha;
+};
+
+/* Unit u of a dense GEMM: split u / tiles, then gemm_mma_kernel's
+ * rasterisation (groups of swz tile rows, n across a group). */
+template <int BM, int BN> struct gemm_tma_dense {
+	gemm_tma_job j;
+	__device__ __forceinline__ void operator()(int u,
+						   gemm_tma_unit *w) const
+	{
+		int tiles = j.tiles_m * j.tiles_n;
+		int ks = u / tiles, pid = u - ks * tiles;
+		int per = j.swz * j.tiles_n, first = (pid / per) * j.swz;
+		int gs = j.tiles_m - first < j.swz ? j.tiles_m - first : j.swz;
+		int local = pid % per, tm = first + local % gs, tn = local / gs;
+		int64_t kb = (int64_t)ks * j.kps;
+		int64_t ke = kb + j.kps < j.k ? kb + j.kps : j.k;
+		w->a_row = tm * BM;
+		w->b_row = tn * BN;
+		w->b_z = 0;
+		w->k0 = (int)kb;
+		w->nk = (int)((ke - kb + 63) / 64);
+		w->m0 = (int64_t)tm * BM;
+		w->n0 = (int64_t)tn * BN;
+		w->out.c = j.split > 1 ? NULL : j.c;
+		w->out.ws =
+		    j.split > 1 ? j.ws + (size_t)ks * j.m * j.n : NULL;
+		w->out.ldc = j.n;
+		w->out.m_end = j.m;
+		w->out.n_end = j.n;
+		w->out.alpha = j.alpha;
+		w->out.bias = j.bias;
+	}
+};
+
+template <class C>
+__global__ void __launch_bounds__(C::THREADS, 1)
+    gemm_tma_kernel(const __grid_constant__ CUtensorMap ma,
+		    const __grid_constant__ CUtensorMap mb,
+		    const gemm_tma_job j)
+{
+	FLYK_DYN_SMEM(uint4, gemm_tma_dsmem);
+	__shared__ uint64_t gemm_tma_bars[2 * C::ST];
+	gemm_tma_dense<C::BM, C::BN> w{j};
+	gemm_tma_run<C>(w, j.units, blockIdx.x, gridDim.x, &ma, &mb, false,
+			(uint16_t *)gemm_tma_dsmem, gemm_tma_bars);
+}
+#endif
+
 /* ------------------------------------------------------------ mma host */
 
 struct mma_job {
@@ -191,23 +250,23 @@ struct mma_job {
 
 typedef int (*mma_go_fn)(const struct mma_job *j);
 
+/* The split-K reduction of @p split partials in @p ws into C. */
+static int gemm_reduce_go(const struct mma_job *j, const float *ws, int split)
+{
+	int64_t n = j->m * j->n;
+	int64_t blocks = (n + 255) / 256;
+	if (blocks > 65536)
+		blocks = 65536;
+	FLYK_GO((unsigned)blocks, 256, 0, j->s, gemm_splitk_reduce)
+	(ws, split, j->m, j->n, (uint16_t *)j->a->c, j->bias, j->alpha);
+	return gemm_launch_err();
+}
+
 template <class C> static int mma_go(const struct mma_job *j)
 {
-	{ /* always: static + dynamic may pass 48 KiB */
-		/* Once per device; a race only repeats the call. */
-		static int done[16];
-		int d = 0;
-		(void)hipGetDevice(&d);
-		if (d < 0 || d >= 16 || !done[d]) {
-			if (hipFuncSetAttribute(
-				(const void *)gemm_mma_kernel<C>,
-				hipFuncAttributeMaxDynamicSharedMemorySize,
-				C::SMEM) != hipSuccess)
-				return -ENOSPC;
-			if (d >= 0 && d < 16)
-				done[d] = 1;
-		}
-	}
+	static int done[16]; /* always: static + dynamic may pass 48 KiB */
+	if (flyk_gemm_smem_optin((const void *)gemm_mma_kernel<C>, C::SMEM, done))
+		return -ENOSPC;
 	int tiles_m = (int)((j->m + C::BM - 1) / C::BM);
 	int tiles_n = (int)((j->n + C::BN - 1) / C::BN);
 	int64_t kc = (j->k + j->split - 1) / j->split;
@@ -222,13 +281,7 @@ template <class C> static int mma_go(const struct mma_job *j)
 	int rc = gemm_launch_err();
 	if (rc || split == 1)
 		return rc;
-	int64_t n = j->m * j->n;
-	int64_t blocks = (n + 255) / 256;
-	if (blocks > 65536)
-		blocks = 65536;
-	FLYK_GO((unsigned)blocks, 256, 0, j->s, gemm_splitk_reduce)
-	(ws, split, j->m, j->n, (uint16_t *)j->a->c, j->bias, j->alpha);
-	return gemm_launch_err();
+	return gemm_reduce_go(j, ws, split);
 }
 
 struct mma_ent {
@@ -477,6 +530,153 @@ static int ent_launch(const struct mma_ent *e, const struct fly_problem *p,
 }
 #endif
 
+/* ------------------------------------------------------------ tma host */
+
+/*
+ * gemm_tma (sm_90a): the warp-specialised TMA + wgmma kernel of
+ * gemm_tma.h, persistent (grid = min(units, SMs)).  Params tile_m, tile_n
+ * (the shapes of GEMM_TMA_CFGS; stages fixed per shape), split_k (fp32
+ * partials, then gemm_splitk_reduce), swizzle.  NT only, K % 8 == 0, A
+ * and B 16-byte aligned (the tensor maps' rules).
+ */
+static const int64_t tma_tile_m[] = {64, 128, 256};
+static const int64_t tma_tile_n[] = {64, 128, 256};
+static const int64_t tma_split[] = {1, 2, 4, 8};
+
+#if GEMM_HAVE_TMA
+typedef int (*tma_go_fn)(const struct mma_job *j, int sms);
+
+template <class C> static int tma_go(const struct mma_job *j, int sms)
+{
+	static int done[16];
+	if (flyk_gemm_smem_optin((const void *)gemm_tma_kernel<C>, C::SMEM, done))
+		return -ENOSPC;
+	gemm_tma_job g;
+	g.m = j->m;
+	g.n = j->n;
+	g.k = j->k;
+	g.tiles_m = (int)((j->m + C::BM - 1) / C::BM);
+	g.tiles_n = (int)((j->n + C::BN - 1) / C::BN);
+	g.swz = j->swz < g.tiles_m ? j->swz : g.tiles_m;
+	int64_t kc = (j->k + j->split - 1) / j->split;
+	g.kps = (kc + 63) / 64 * 64;
+	g.split = (int)((j->k + g.kps - 1) / g.kps);
+	g.units = g.tiles_m * g.tiles_n * g.split;
+	g.c = (uint16_t *)j->a->c;
+	g.ws = g.split > 1 ? (float *)j->a->workspace : NULL;
+	g.bias = j->bias;
+	g.alpha = j->alpha;
+	CUtensorMap ma, mb;
+	uint64_t da[2] = {(uint64_t)j->k, (uint64_t)j->m};
+	uint64_t db[2] = {(uint64_t)j->k, (uint64_t)j->n};
+	if (gemm_tma_map(&ma, j->a->a, 2, da, C::BM) ||
+	    gemm_tma_map(&mb, j->a->b, 2, db, C::BN))
+		return -EINVAL;
+	int grid = g.units < sms ? g.units : sms;
+	FLYK_GO(grid, C::THREADS, C::SMEM, j->s, gemm_tma_kernel<C>)(ma, mb, g);
+	int rc = gemm_launch_err();
+	if (rc || g.split == 1)
+		return rc;
+	return gemm_reduce_go(j, g.ws, g.split);
+}
+
+struct tma_ent {
+	int bm, bn, smem;
+	tma_go_fn go;
+};
+
+#define GEMM_TMA_ENT(BM, BN, ST)                                               \
+	{BM, BN, gemm_tma_cfg<BM, BN, ST>::SMEM, tma_go<gemm_tma_cfg<BM, BN, ST>>},
+static const struct tma_ent tma_ents[] = {GEMM_TMA_CFGS(GEMM_TMA_ENT)};
+
+static const struct tma_ent *tma_find(int64_t bm, int64_t bn)
+{
+	for (size_t i = 0; i < sizeof(tma_ents) / sizeof(tma_ents[0]); i++)
+		if (tma_ents[i].bm == bm && tma_ents[i].bn == bn)
+			return &tma_ents[i];
+	return NULL;
+}
+#endif
+
+static int tma_feasible(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *pr)
+{
+	if (gemm_problem_ok(p))
+		return -EINVAL;
+#if !GEMM_HAVE_TMA
+	(void)dev;
+	(void)pr;
+	return -ENOSPC;
+#else
+	if (dev->cc_major != 9)
+		return -ENOSPC;
+	const struct tma_ent *e = tma_find(pr[0], pr[1]);
+	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
+	if (!e || p->layout != FLY_LAYOUT_NT || k % 8)
+		return -EINVAL;
+	if (m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff)
+		return -EINVAL;
+	if ((size_t)e->smem > dev->smem_per_block_optin)
+		return -ENOSPC;
+	/* Pruning on the bucketed M (flyk_gemm_bucket_m); 64 rows is
+	 * wgmma's least, so tile_m 64 stays for every M. */
+	int64_t mb = flyk_gemm_bucket_m(m);
+	if ((e->bm > 64 && e->bm / 2 >= mb) || (e->bn > 64 && e->bn / 2 >= n))
+		return -EINVAL;
+	int64_t tm = (mb + e->bm - 1) / e->bm, tn = (n + e->bn - 1) / e->bn;
+	if (tm * tn * 8 > 0x7fffffff)
+		return -EINVAL;
+	int64_t split = pr[2], swz = pr[3];
+	if (split > 1) {
+		/* Only while the grid has fewer units than two waves, with
+		 * >= 2 k-tiles a split. */
+		if (tm * tn * split > 2 * (int64_t)dev->sms || k / split < 128)
+			return -EINVAL;
+		if ((uint64_t)split * m * n * 4 > FLYK_GEMM_WS_BYTES)
+			return -EINVAL;
+	}
+	if (swz > 1 && (tm < 2 * swz || tn < 2))
+		return -EINVAL;
+	return 0;
+#endif
+}
+
+static int tma_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *pr,
+		      const union flyk_args *args, void *stream)
+{
+	int rc = tma_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+#if !GEMM_HAVE_TMA
+	(void)args;
+	(void)stream;
+	return -EOPNOTSUPP;
+#else
+	const struct flyk_gemm_args *a = &args->gemm;
+	if (!a->a || !a->b || !a->c || !gemm_al(a->a, 16) ||
+	    !gemm_al(a->b, 16) || !gemm_al(a->c, 4))
+		return -EINVAL;
+	if ((p->flags & FLY_F_BIAS) && !a->bias)
+		return -EINVAL;
+	struct mma_job j;
+	j.a = a;
+	j.m = p->dims[0];
+	j.n = p->dims[1];
+	j.k = p->dims[2];
+	j.split = (int)pr[2];
+	j.swz = (int)pr[3];
+	j.alpha = gemm_alpha(p, a);
+	j.bias = gemm_bias(p, a);
+	j.s = (hipStream_t)stream;
+	if (j.split > 1 &&
+	    (!a->workspace || !gemm_al(a->workspace, 16) ||
+	     a->workspace_size < (size_t)j.split * j.m * j.n * 4))
+		return -EINVAL;
+	return tma_find(pr[0], pr[1])->go(&j, dev->sms);
+#endif
+}
+
 /* ------------------------------------------------------------ fma, ref */
 
 static int simple_feasible(const struct flyk_device *dev,
@@ -571,6 +771,19 @@ static const struct flyk_variant gemm_variants[] = {
      flyk_cublaslt_enumerate,
      flyk_cublaslt_launch},
 #endif
+    {"gemm_tma",
+     FLY_OP_GEMM,
+     GEMM_DT_MASK,
+     GEMM_FLAGS,
+     0,
+     4,
+     {{"tile_m", NV(tma_tile_m)},
+      {"tile_n", NV(tma_tile_n)},
+      {"split_k", NV(tma_split)},
+      {"swizzle", NV(mma_swz)}},
+     tma_feasible,
+     NULL,
+     tma_launch},
     {"gemm_wgmma",
      FLY_OP_GEMM,
      GEMM_DT_MASK,

@@ -25,6 +25,7 @@
 #ifndef FLYK_GEMM_TILE_H
 #define FLYK_GEMM_TILE_H
 
+#include <errno.h>
 #include <stdint.h>
 
 #include "flyk_gpu.h"
@@ -502,6 +503,34 @@ template <int BN>
 __device__ __forceinline__ void gemm_wgmma(float *d, uint64_t da, uint64_t db);
 
 template <> __device__ __forceinline__ void
+gemm_wgmma<64>(float *d, uint64_t da, uint64_t db)
+{
+#if FLYK_WGMMA_DEVICE
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
+		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+		     "%24,%25,%26,%27,%28,%29,%30,%31"
+		     "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+		       "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+		       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+		       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+		       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+		       "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+		       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+		       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+		     : "l"(da), "l"(db), "r"(1));
+#elif defined(FLYK_EMU)
+	flyk_emu_wgmma(d, da, db, 64);
+#else
+	(void)d;
+	(void)da;
+	(void)db;
+#endif
+}
+
+template <> __device__ __forceinline__ void
 gemm_wgmma<128>(float *d, uint64_t da, uint64_t db)
 {
 #if FLYK_WGMMA_DEVICE
@@ -788,6 +817,25 @@ static inline int64_t flyk_gemm_bucket_m(int64_t m)
 	}
 	return (m + 1023) / 1024 * 1024;
 }
+
+#if !FLYK_DEVICE_PASS
+/* Raise @p kernel's dynamic shared-memory limit to @p bytes, once per
+ * device (@p done: 16 flags; a race only repeats the call). */
+static inline int flyk_gemm_smem_optin(const void *kernel, int bytes, int *done)
+{
+	int d = 0;
+	(void)hipGetDevice(&d);
+	if (d >= 0 && d < 16 && done[d])
+		return 0;
+	if (hipFuncSetAttribute(kernel,
+				hipFuncAttributeMaxDynamicSharedMemorySize,
+				bytes) != hipSuccess)
+		return -ENOSPC;
+	if (d >= 0 && d < 16)
+		done[d] = 1;
+	return 0;
+}
+#endif
 
 /* Host: compare the bf16 device buffers @p got and @p ref (@p n elements)
  * on the device, through the two device words @p d_cmp: *max_err = max

@@ -33,6 +33,7 @@
 #include "flyk_gpu.h"
 #include "gpu_int.h"
 #include "gemm_tile.h"
+#include "gemm_tma.h"
 
 #define GG_MAX_G 1024
 
@@ -131,10 +132,11 @@ struct gg_job {
 	int tiles_n;
 };
 
-/* Operands and output of tile @p t (after gg_prefix). */
-__device__ __forceinline__ void gg_tile(const gg_job &j, const int *pre, int t,
-					int bm, int bn, gemm_opnd *o,
-					gemm_out *out)
+/* Operands and output of tile @p t (after gg_prefix).  @return its
+ * expert. */
+__device__ __forceinline__ int gg_tile(const gg_job &j, const int *pre, int t,
+				       int bm, int bn, gemm_opnd *o,
+				       gemm_out *out)
 {
 	int e = gg_find(pre, j.g, t), local = t - pre[e];
 	int64_t r0, r1;
@@ -154,6 +156,7 @@ __device__ __forceinline__ void gg_tile(const gg_job &j, const int *pre, int t,
 	out->n_end = j.n;
 	out->alpha = 1.f;
 	out->bias = NULL;
+	return e;
 }
 
 template <class C>
@@ -170,6 +173,43 @@ __global__ void __launch_bounds__(C::THREADS) gg_mma_kernel(gg_job j)
 		gemm_tile_run<C>(o, 0, j.k, out, (uint16_t *)gg_dsmem);
 	}
 }
+
+#if GEMM_HAVE_TMA
+/* Tile t of the grouped problem as a TMA work unit: A from the expert's
+ * row (rows past the expert are loaded, computed and not stored), B[e]
+ * through the 3-D map (expert, n, k). */
+template <int BM, int BN> struct gg_tma_work {
+	gg_job j;
+	const int *pre;
+	__device__ __forceinline__ void operator()(int t,
+						   gemm_tma_unit *w) const
+	{
+		gemm_opnd o;
+		int e = gg_tile(j, pre, t, BM, BN, &o, &w->out);
+		w->a_row = (int)o.m0;
+		w->b_row = (int)o.n0;
+		w->b_z = e;
+		w->k0 = 0;
+		w->nk = (int)((j.k + 63) / 64);
+		w->m0 = o.m0;
+		w->n0 = o.n0;
+	}
+};
+
+template <class C>
+__global__ void __launch_bounds__(C::THREADS, 1)
+    gg_tma_kernel(const __grid_constant__ CUtensorMap ma,
+		  const __grid_constant__ CUtensorMap mb, const gg_job j)
+{
+	FLYK_DYN_SMEM(uint4, gg_tma_dsmem);
+	__shared__ int pre[GG_MAX_G + 1];
+	__shared__ uint64_t gg_tma_bars[2 * C::ST];
+	gg_prefix(j.off, j.g, j.m, C::BM, j.tiles_n, pre);
+	gg_tma_work<C::BM, C::BN> w{j, pre};
+	gemm_tma_run<C>(w, pre[j.g], blockIdx.x, gridDim.x, &ma, &mb, true,
+			(uint16_t *)gg_tma_dsmem, gg_tma_bars);
+}
+#endif
 
 __global__ void __launch_bounds__(GEMM_FMA_THREADS) gg_fma_kernel(gg_job j)
 {
@@ -252,20 +292,10 @@ typedef int (*gg_go_fn)(const struct gg_job *j, unsigned grid, hipStream_t s);
 template <class C>
 static int gg_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 {
-	{ /* always: static + dynamic may pass 48 KiB */
-		static int done[16];
-		int d = 0;
-		(void)hipGetDevice(&d);
-		if (d < 0 || d >= 16 || !done[d]) {
-			if (hipFuncSetAttribute(
-				(const void *)gg_mma_kernel<C>,
-				hipFuncAttributeMaxDynamicSharedMemorySize,
-				C::SMEM) != hipSuccess)
-				return -ENOSPC;
-			if (d >= 0 && d < 16)
-				done[d] = 1;
-		}
-	}
+	static int done[16]; /* always: static + dynamic may pass 48 KiB */
+	if (flyk_gemm_smem_optin((const void *)gg_mma_kernel<C>, C::SMEM,
+				 done))
+		return -ENOSPC;
 	FLYK_GO(grid, C::THREADS, C::SMEM, s, gg_mma_kernel<C>)(*j);
 	return gg_launch_err();
 }
@@ -465,6 +495,110 @@ static int wg_launch(const struct flyk_device *dev,
 #endif
 }
 
+/*
+ * ggemm_tma (sm_90a): the warp-specialised TMA + wgmma kernel of
+ * gemm_tma.h over the grouped tile list, persistent (grid = min(tile
+ * bound, SMs)); params tile_m, tile_n (the shapes of GEMM_TMA_CFGS).
+ * B[e] comes through a 3-D tensor map, so an n-tile past N is zero-filled
+ * per expert.
+ */
+static const int64_t gg_tma_tile_m[] = {64, 128, 256};
+static const int64_t gg_tma_tile_n[] = {64, 128, 256};
+
+#if GEMM_HAVE_TMA
+typedef int (*gg_tma_go_fn)(const struct gg_job *j, unsigned grid,
+			    hipStream_t s);
+
+template <class C>
+static int gg_tma_go(const struct gg_job *j, unsigned grid, hipStream_t s)
+{
+	static int done[16];
+	if (flyk_gemm_smem_optin((const void *)gg_tma_kernel<C>, C::SMEM,
+				 done))
+		return -ENOSPC;
+	CUtensorMap ma, mb;
+	uint64_t da[2] = {(uint64_t)j->k, (uint64_t)j->m};
+	uint64_t db[3] = {(uint64_t)j->k, (uint64_t)j->n, (uint64_t)j->g};
+	if (gemm_tma_map(&ma, j->a, 2, da, C::BM) ||
+	    gemm_tma_map(&mb, j->b, 3, db, C::BN))
+		return -EINVAL;
+	FLYK_GO(grid, C::THREADS, C::SMEM, s, gg_tma_kernel<C>)(ma, mb, *j);
+	return gg_launch_err();
+}
+
+struct gg_tma_ent {
+	int bm, bn, smem;
+	gg_tma_go_fn go;
+};
+
+#define GG_TMA_ENT(BM, BN, ST)                                                 \
+	{BM, BN, gemm_tma_cfg<BM, BN, ST>::SMEM,                               \
+	 gg_tma_go<gemm_tma_cfg<BM, BN, ST>>},
+static const struct gg_tma_ent gg_tma_ents[] = {GEMM_TMA_CFGS(GG_TMA_ENT)};
+
+static const struct gg_tma_ent *gg_tma_find(int64_t bm, int64_t bn)
+{
+	for (size_t i = 0; i < sizeof(gg_tma_ents) / sizeof(gg_tma_ents[0]);
+	     i++)
+		if (gg_tma_ents[i].bm == bm && gg_tma_ents[i].bn == bn)
+			return &gg_tma_ents[i];
+	return NULL;
+}
+#endif
+
+static int tma_feasible(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *pr)
+{
+	if (gg_problem_ok(p))
+		return -EINVAL;
+#if !GEMM_HAVE_TMA
+	(void)dev;
+	(void)pr;
+	return -ENOSPC;
+#else
+	if (dev->cc_major != 9)
+		return -ENOSPC;
+	const struct gg_tma_ent *e = gg_tma_find(pr[0], pr[1]);
+	if (!e || p->dims[3] % 8)
+		return -EINVAL;
+	if ((size_t)e->smem + (GG_MAX_G + 1) * sizeof(int) + 256 >
+	    dev->smem_per_block_optin)
+		return -ENOSPC;
+	/* Pruning on the bucketed M; tile_m 64 (wgmma's least) stays. */
+	int64_t avg = flyk_gemm_bucket_m(p->dims[1]) / p->dims[0];
+	if ((e->bm > 64 && e->bm / 2 >= avg) ||
+	    (e->bn > 64 && e->bn / 2 >= p->dims[2]))
+		return -EINVAL;
+	if (!gg_persist_ok(dev, p, e->bm, e->bn, 0))
+		return -EINVAL;
+	return 0;
+#endif
+}
+
+static int tma_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *pr,
+		      const union flyk_args *args, void *stream)
+{
+	int rc = tma_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+#if !GEMM_HAVE_TMA
+	(void)args;
+	(void)stream;
+	return -EOPNOTSUPP;
+#else
+	const struct gg_tma_ent *e = gg_tma_find(pr[0], pr[1]);
+	struct gg_job j;
+	rc = gg_job_of(p, args, e->bn, &j);
+	if (rc)
+		return rc;
+	if (((uintptr_t)j.a | (uintptr_t)j.b) & 15 || (uintptr_t)j.c & 3)
+		return -EINVAL;
+	int64_t grid = gg_grid(dev, p, e->bm, e->bn, 1);
+	return e->go(&j, (unsigned)grid, (hipStream_t)stream);
+#endif
+}
+
 static int fma_feasible(const struct flyk_device *dev,
 			const struct fly_problem *p, const int64_t *pr)
 {
@@ -524,6 +658,16 @@ static int ref_launch(const struct flyk_device *dev,
 #define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
 
 static const struct flyk_variant gg_variants[] = {
+    {"ggemm_tma",
+     FLY_OP_GROUPED_GEMM,
+     1u << FLY_DT_BF16,
+     0,
+     0,
+     2,
+     {{"tile_m", NV(gg_tma_tile_m)}, {"tile_n", NV(gg_tma_tile_n)}},
+     tma_feasible,
+     NULL,
+     tma_launch},
     {"ggemm_wgmma",
      FLY_OP_GROUPED_GEMM,
      1u << FLY_DT_BF16,

@@ -35,6 +35,26 @@ int flyk_gpu_gemm_vendor_candidates(const struct fly_problem *p,
 
 static int npass, nfail;
 
+/* FLYK_TEST_VARIANTS: run only the variants whose name contains it (a
+ * quick look at one family); unset, all of them. */
+static const char *only;
+
+/* Points run per variant, printed at the end: a variant that never ran
+ * on this GPU shows as 0. */
+#define NRAN 64
+static const char *ran_name[NRAN];
+static int ran_n[NRAN];
+
+static void count_ran(const char *name, int n)
+{
+	for (int i = 0; i < NRAN; i++)
+		if (!ran_name[i] || !strcmp(ran_name[i], name)) {
+			ran_name[i] = name;
+			ran_n[i] += n;
+			return;
+		}
+}
+
 static void result(int ok, const char *what, const char *key, int rc)
 {
 	if (ok) {
@@ -141,9 +161,15 @@ static int test_problem(const struct flyk_backend *b, struct flyk_device *dev,
 	result(rc == 0, "case_new", key, rc);
 	if (rc)
 		return 0;
-	for (size_t i = 0; i < b->nvariants; i++)
-		if (flyk_variant_supports(&b->variants[i], p))
-			total += test_variant(b, dev, c, p, &b->variants[i]);
+	for (size_t i = 0; i < b->nvariants; i++) {
+		const struct flyk_variant *v = &b->variants[i];
+		if (!flyk_variant_supports(v, p) ||
+		    (only && !strstr(v->name, only)))
+			continue;
+		int n = test_variant(b, dev, c, p, v);
+		count_ran(v->name, n);
+		total += n;
+	}
 	struct fly_decision d;
 	rc = flyk_default(b, dev, p, &d);
 	result(rc == 0, "default", key, rc);
@@ -184,20 +210,25 @@ static void test_gemm_cases(const struct flyk_backend *b,
 					continue;
 				test_problem(b, dev, &p, 300 + s * 7 + f);
 			}
-	/* A primary shape: the tuner's candidate count (>= 30 asked). */
-	struct fly_problem p;
-	memset(&p, 0, sizeof(p));
-	p.op = FLY_OP_GEMM;
-	p.dtype = FLY_DT_BF16;
-	p.layout = FLY_LAYOUT_NT;
-	p.dims[0] = 4096;
-	p.dims[1] = 256;
-	p.dims[2] = 4096;
-	int n = test_problem(b, dev, &p, 999);
-	char key[64];
-	snprintf(key, sizeof(key), "M4096 N256 K4096: %d candidates", n);
-	printf("# %s\n", key);
-	result(n >= 30, "candidates>=30", key, n);
+	/* Primary shapes: the tuner's candidate count (>= 30 asked), at
+	 * large M and at decode M. */
+	static const int64_t prim[][3] = {{4096, 256, 4096}, {16, 4096, 4096}};
+	for (size_t s = 0; s < 2; s++) {
+		struct fly_problem p;
+		memset(&p, 0, sizeof(p));
+		p.op = FLY_OP_GEMM;
+		p.dtype = FLY_DT_BF16;
+		p.layout = FLY_LAYOUT_NT;
+		memcpy(p.dims, prim[s], sizeof(prim[s]));
+		int n = test_problem(b, dev, &p, 999 + s);
+		char key[64];
+		snprintf(key, sizeof(key), "M%lld N%lld K%lld: %d candidates",
+			 (long long)prim[s][0], (long long)prim[s][1],
+			 (long long)prim[s][2], n);
+		printf("# %s\n", key);
+		if (!only)
+			result(n >= 30, "candidates>=30", key, n);
+	}
 }
 
 static void test_grouped_cases(const struct flyk_backend *b,
@@ -547,6 +578,7 @@ int main(void)
 		printf("no GPU: open failed (%d)\n0 passed, 1 failed\n", rc);
 		return 1;
 	}
+	only = getenv("FLYK_TEST_VARIANTS");
 	printf("# %s backend, %zu variants\n", b->name, b->nvariants);
 	result(flyk_variant_find(b, FLY_OP_GEMM, "cublaslt") != NULL &&
 		   flyk_variant_find(b, FLY_OP_GEMM, "cublas_default") &&
@@ -555,8 +587,12 @@ int main(void)
 	       "variants-listed", b->name, 0);
 	test_gemm_cases(b, dev);
 	test_grouped_cases(b, dev);
-	test_grouped_api(dev);
-	test_gemm_api();
+	if (!only) {
+		test_grouped_api(dev);
+		test_gemm_api();
+	}
+	for (int i = 0; i < NRAN && ran_name[i]; i++)
+		printf("# ran %s: %d points\n", ran_name[i], ran_n[i]);
 	b->close(dev);
 	printf("%d passed, %d failed\n", npass, nfail);
 	return nfail ? 1 : 0;

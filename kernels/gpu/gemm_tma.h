@@ -1,0 +1,388 @@
+/*
+ * gemm_tma.h -- the Hopper GEMM mainloop (sm_90a): tiles brought in by the
+ * tensor memory accelerator, a warp-specialised persistent block, wgmma.
+ *
+ *   - A ring of ST shared-memory stages, each a BM x 64 tile of A and a
+ *     BN x 64 tile of B in the 128B swizzle (the layout gemm_wg_desc names),
+ *     filled by cp.async.bulk.tensor from two tensor maps (zero fill out of
+ *     bounds: ragged M, N and K need no predicates).
+ *   - Two mbarriers per stage: full (the producer's expect_tx; the copy
+ *     engine completes its bytes) and empty (one arrival per consumer warp
+ *     once its wgmma reading the stage has retired).
+ *   - Warpgroup 0 is the producer (one thread issues every copy; setmaxnreg
+ *     hands its registers to the consumers); warpgroups 1..NCW consume,
+ *     each owning BM / NCW rows of the tile as m64nBNk16 wgmma slabs, one
+ *     wgmma group in flight, and store their accumulators straight from
+ *     registers (gemm_store2: bias, alpha, or fp32 split partials).
+ *   - Persistent: block b does work units b, b + grid, ...; producer and
+ *     consumers walk the same sequence, so the producer runs ahead into the
+ *     next unit while the consumers store the last one.
+ *
+ * A work unit is whatever the kernel's functor says (a dense tile and its
+ * k range; an expert's tile): see struct gemm_tma_unit.
+ *
+ * Owns: nothing (device templates and the host tensor-map helpers).
+ * Thread: the tensor-map cache is per host thread.
+ * Built only for sm_90a under nvcc (GEMM_HAVE_TMA); not emulated (the CPU
+ * emulator has no copy engine): the GPU test checks every point.
+ */
+#ifndef FLYK_GEMM_TMA_H
+#define FLYK_GEMM_TMA_H
+
+#include "gemm_tile.h"
+
+#if defined(FLYK_SM90A) && !defined(FLYK_EMU) && !FLYK_AMD
+#define GEMM_HAVE_TMA 1
+#else
+#define GEMM_HAVE_TMA 0
+#endif
+
+#if GEMM_HAVE_TMA
+#include <cuda.h>
+#include <string.h>
+
+/* The TMA tile shapes built: BM, BN, stages (the most that fit beside the
+ * grouped kernel's 4 KiB prefix in 227 KiB). */
+#define GEMM_TMA_CFGS(X)                                                       \
+	X(64, 64, 12)                                                          \
+	X(64, 128, 8)                                                          \
+	X(64, 256, 5)                                                          \
+	X(128, 128, 6)                                                         \
+	X(128, 256, 4)                                                         \
+	X(256, 128, 4)
+
+template <int BM_, int BN_, int ST_> struct gemm_tma_cfg {
+	enum {
+		BM = BM_,
+		BN = BN_,
+		BK = 64,
+		ST = ST_,
+		NCW = BM_ >= 128 ? 2 : 1,   /* consumer warpgroups */
+		SLABS = BM_ / 64 / NCW,	    /* m64 slabs per consumer */
+		THREADS = (NCW + 1) * 128,  /* + the producer warpgroup */
+		A_ST = BM_ * 64,	    /* halves per stage */
+		B_ST = BN_ * 64,
+		STAGE_BYTES = (A_ST + B_ST) * 2,
+		SMEM = STAGE_BYTES * ST_ + 1024, /* + alignment slack */
+		NACC = BN_ / 2		    /* fp32 accumulators per slab */
+	};
+	static_assert(BM_ % 64 == 0 && (BN_ == 64 || BN_ == 128 || BN_ == 256),
+		      "tile");
+	static_assert(SLABS * NACC <= 128, "accumulators per thread");
+	static_assert(BM_ <= 256 && BN_ <= 256, "a TMA box is <= 256 rows");
+};
+
+/* One work unit: where its operands start and where its output goes. */
+struct gemm_tma_unit {
+	int a_row;   /* A box origin (row of A) */
+	int b_row;   /* B box origin (row of B: n0) */
+	int b_z;     /* expert (3-D B map), 0 for a 2-D map */
+	int k0;      /* first k (a multiple of 64) */
+	int nk;      /* k-tiles (>= 1) */
+	int64_t m0;  /* output rows from m0 (out.m_end bounds them) */
+	int64_t n0;
+	gemm_out out;
+};
+
+/* ------------------------------------------------------------ PTX */
+
+__device__ __forceinline__ uint32_t gemm_tma_sa(const void *p)
+{
+	return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void gemm_bar_init(uint64_t *bar, unsigned count)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(
+			 gemm_tma_sa(bar)),
+		     "r"(count)
+		     : "memory");
+}
+
+__device__ __forceinline__ void gemm_bar_init_fence(void)
+{
+	asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void gemm_bar_expect(uint64_t *bar, unsigned bytes)
+{
+	asm volatile(
+	    "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+		gemm_tma_sa(bar)),
+	    "r"(bytes)
+	    : "memory");
+}
+
+__device__ __forceinline__ void gemm_bar_arrive(uint64_t *bar)
+{
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(
+			 gemm_tma_sa(bar))
+		     : "memory");
+}
+
+/* Wait until the phase of parity @p parity of @p bar has completed. */
+__device__ __forceinline__ void gemm_bar_wait(uint64_t *bar, unsigned parity)
+{
+	uint32_t a = gemm_tma_sa(bar), ok;
+	do {
+		asm volatile("{\n.reg .pred p;\n"
+			     "mbarrier.try_wait.parity.shared::cta.b64 p, "
+			     "[%1], %2;\n"
+			     "selp.u32 %0, 1, 0, p;\n}\n"
+			     : "=r"(ok)
+			     : "r"(a), "r"(parity)
+			     : "memory");
+	} while (!ok);
+}
+
+__device__ __forceinline__ void gemm_tma_2d(void *dst, const void *map,
+					    uint64_t *bar, int c0, int c1)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier"
+		     "::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+			 gemm_tma_sa(dst)),
+		     "l"((uint64_t)(uintptr_t)map), "r"(gemm_tma_sa(bar)),
+		     "r"(c0), "r"(c1)
+		     : "memory");
+}
+
+__device__ __forceinline__ void gemm_tma_3d(void *dst, const void *map,
+					    uint64_t *bar, int c0, int c1,
+					    int c2)
+{
+	asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier"
+		     "::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::
+			 "r"(gemm_tma_sa(dst)),
+		     "l"((uint64_t)(uintptr_t)map), "r"(gemm_tma_sa(bar)),
+		     "r"(c0), "r"(c1), "r"(c2)
+		     : "memory");
+}
+
+__device__ __forceinline__ void gemm_tma_prefetch_map(const void *map)
+{
+	asm volatile("prefetch.tensormap [%0];\n" ::"l"(
+			 (uint64_t)(uintptr_t)map)
+		     : "memory");
+}
+
+template <int R> __device__ __forceinline__ void gemm_reg_dec(void)
+{
+	asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+
+template <int R> __device__ __forceinline__ void gemm_reg_inc(void)
+{
+	asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+
+/* ------------------------------------------------------------ mainloop */
+
+/*
+ * Run the units @p first, @p first + @p step, ... < @p units of work
+ * functor @p work (void operator()(int u, gemm_tma_unit *w) const) with
+ * config @p C.  @p map_a / @p map_b are the tensor maps (kernel parameters,
+ * __grid_constant__), @p b3d whether B's map is 3-D (expert, n, k).
+ * @p smem_raw is C::SMEM bytes of dynamic shared memory, @p bars 2 * ST
+ * mbarriers in shared memory.  Every thread of the block calls it.
+ */
+template <class C, class W>
+__device__ __forceinline__ void
+gemm_tma_run(const W &work, int units, int first, int step,
+	     const void *map_a, const void *map_b, bool b3d,
+	     uint16_t *smem_raw, uint64_t *bars)
+{
+	uint16_t *smem =
+	    (uint16_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+	uint16_t *sa = smem, *sb = smem + C::A_ST * C::ST;
+	uint64_t *full = bars, *empty = bars + C::ST;
+	const int wg = threadIdx.x / 128;
+	if (threadIdx.x == 0) {
+		gemm_tma_prefetch_map(map_a);
+		gemm_tma_prefetch_map(map_b);
+#pragma unroll
+		for (int s = 0; s < C::ST; s++) {
+			gemm_bar_init(&full[s], 1);
+			gemm_bar_init(&empty[s], C::NCW * 4);
+		}
+		gemm_bar_init_fence();
+	}
+	__syncthreads();
+	/* The stage of the it-th k-tile of this block is it % ST; its phase
+	 * parity (it / ST) & 1.  A fresh barrier is in phase 0: waiting for
+	 * the parity of the phase before it (1) returns at once, so the
+	 * producer's first ST waits on empty pass. */
+	if (wg == 0) {
+		if constexpr (C::NCW == 2)
+			gemm_reg_dec<40>();
+		if (threadIdx.x != 0)
+			return;
+		uint32_t it = 0;
+		for (int u = first; u < units; u += step) {
+			gemm_tma_unit w;
+			work(u, &w);
+			for (int kt = 0; kt < w.nk; kt++, it++) {
+				int s = (int)(it % C::ST);
+				unsigned ph = (it / C::ST) & 1;
+				gemm_bar_wait(&empty[s], ph ^ 1);
+				gemm_bar_expect(&full[s], C::STAGE_BYTES);
+				int k = w.k0 + kt * 64;
+				gemm_tma_2d(sa + s * C::A_ST, map_a, &full[s], k,
+					    w.a_row);
+				if (b3d)
+					gemm_tma_3d(sb + s * C::B_ST, map_b,
+						    &full[s], k, w.b_row, w.b_z);
+				else
+					gemm_tma_2d(sb + s * C::B_ST, map_b,
+						    &full[s], k, w.b_row);
+			}
+		}
+		return;
+	}
+	if constexpr (C::NCW == 2)
+		gemm_reg_inc<232>();
+	const int cw = wg - 1;
+	const int t = threadIdx.x % 128, wi = t / 32, l = t % 32;
+	uint32_t it = 0;
+	for (int u = first; u < units; u += step) {
+		gemm_tma_unit w;
+		work(u, &w);
+		float acc[C::SLABS][C::NACC];
+#pragma unroll
+		for (int j = 0; j < C::SLABS; j++)
+#pragma unroll
+			for (int i = 0; i < C::NACC; i++)
+				acc[j][i] = 0.f;
+#pragma unroll
+		for (int j = 0; j < C::SLABS; j++)
+			gemm_wg_fence_acc<C::NACC>(acc[j]);
+		for (int kt = 0; kt < w.nk; kt++, it++) {
+			int s = (int)(it % C::ST);
+			gemm_bar_wait(&full[s], (it / C::ST) & 1);
+			const uint16_t *a =
+			    sa + s * C::A_ST + cw * C::SLABS * 64 * 64;
+			const uint16_t *b = sb + s * C::B_ST;
+			gemm_wg_fence();
+#pragma unroll
+			for (int j = 0; j < C::SLABS; j++)
+#pragma unroll
+				for (int kk = 0; kk < 4; kk++)
+					gemm_wgmma<C::BN>(
+					    acc[j],
+					    gemm_wg_desc(a + j * 64 * 64 +
+							 kk * 16),
+					    gemm_wg_desc(b + kk * 16));
+			gemm_wg_commit();
+			/* The group of k-tile kt - 1 has retired: its stage
+			 * may be refilled. */
+			gemm_wg_wait<1>();
+			if (kt > 0 && l == 0)
+				gemm_bar_arrive(&empty[(it - 1) % C::ST]);
+		}
+		gemm_wg_wait<0>();
+		if (w.nk > 0 && l == 0)
+			gemm_bar_arrive(&empty[(it - 1) % C::ST]);
+#pragma unroll
+		for (int j = 0; j < C::SLABS; j++)
+			gemm_wg_fence_acc<C::NACC>(acc[j]);
+		/* D fragment (as gemm_wgmma_tile): warp wi of the slab owns
+		 * rows 16wi..16wi+15; lane l rows l/4 and l/4 + 8, columns
+		 * 8q + 2(l%4) + {0,1}. */
+#pragma unroll
+		for (int j = 0; j < C::SLABS; j++) {
+			const int64_t r = w.m0 + (cw * C::SLABS + j) * 64 +
+					  wi * 16 + l / 4;
+#pragma unroll
+			for (int q = 0; q < C::BN / 8; q++) {
+				int64_t c = w.n0 + q * 8 + 2 * (l % 4);
+				gemm_store2(w.out, r, c, acc[j][4 * q],
+					    acc[j][4 * q + 1]);
+				gemm_store2(w.out, r + 8, c, acc[j][4 * q + 2],
+					    acc[j][4 * q + 3]);
+			}
+		}
+	}
+}
+
+/* ------------------------------------------------------------ host */
+
+#if !FLYK_DEVICE_PASS
+typedef CUresult (*gemm_tma_encode_fn)(
+    CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+    const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+    const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* cuTensorMapEncodeTiled from the driver (no link against libcuda: the
+ * library must load where there is no driver).  NULL where unavailable. */
+static gemm_tma_encode_fn gemm_tma_encoder(void)
+{
+	static gemm_tma_encode_fn fn = [] {
+		void *p = NULL;
+		cudaDriverEntryPointQueryResult q;
+		if (cudaGetDriverEntryPointByVersion(
+			"cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+			&q) != cudaSuccess ||
+		    q != cudaDriverEntryPointSuccess)
+			p = NULL;
+		return (gemm_tma_encode_fn)p;
+	}();
+	return fn;
+}
+
+/* The key of a tensor map: base, rank, dims, box rows. */
+struct gemm_tma_key {
+	const void *base;
+	uint64_t dims[3];
+	uint32_t rank, box_rows;
+};
+
+/*
+ * A bf16 tensor map of @p rank (2 or 3) dims {dims[0] (k, contiguous),
+ * dims[1], dims[2]}, box {64, box_rows, 1}, 128B swizzle, zero fill.  A
+ * small per-thread cache keeps launches free of the encoding (the caller's
+ * timing starts before the host call).  @return 0 or -EINVAL.
+ */
+static int gemm_tma_map(CUtensorMap *m, const void *base, uint32_t rank,
+			const uint64_t *dims, uint32_t box_rows)
+{
+	enum { NCACHE = 16 };
+	static thread_local struct {
+		gemm_tma_key key;
+		CUtensorMap map;
+	} cache[NCACHE];
+	static thread_local int used, next;
+	gemm_tma_key k;
+	memset(&k, 0, sizeof(k));
+	k.base = base;
+	k.rank = rank;
+	k.box_rows = box_rows;
+	for (uint32_t i = 0; i < rank; i++)
+		k.dims[i] = dims[i];
+	for (int i = 0; i < used; i++)
+		if (!memcmp(&cache[i].key, &k, sizeof(k))) {
+			*m = cache[i].map;
+			return 0;
+		}
+	gemm_tma_encode_fn enc = gemm_tma_encoder();
+	if (!enc || ((uintptr_t)base & 15) || (dims[0] * 2) % 16)
+		return -EINVAL;
+	cuuint64_t gd[3], gs[2];
+	cuuint32_t box[3] = {64, box_rows, 1}, es[3] = {1, 1, 1};
+	for (uint32_t i = 0; i < rank; i++)
+		gd[i] = dims[i];
+	gs[0] = dims[0] * 2;
+	gs[1] = dims[0] * dims[1] * 2;
+	if (enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, (void *)base, gd,
+		gs, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+		CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+		CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+		return -EINVAL;
+	int slot = used < NCACHE ? used++ : next++ % NCACHE;
+	cache[slot].key = k;
+	cache[slot].map = *m;
+	return 0;
+}
+#endif /* !FLYK_DEVICE_PASS */
+
+#endif /* GEMM_HAVE_TMA */
+#endif /* FLYK_GEMM_TMA_H */
