@@ -220,6 +220,7 @@ template <int BM, int BN> struct gemm_tma_dense {
 		w->out.n_end = j.n;
 		w->out.alpha = j.alpha;
 		w->out.bias = j.bias;
+		w->tstore = j.split == 1; /* the map's bounds are M, N */
 	}
 };
 
@@ -227,13 +228,14 @@ template <class C>
 __global__ void __launch_bounds__(C::THREADS, 1)
     gemm_tma_kernel(const __grid_constant__ CUtensorMap ma,
 		    const __grid_constant__ CUtensorMap mb,
+		    const __grid_constant__ CUtensorMap mc,
 		    const gemm_tma_job j)
 {
 	FLYK_DYN_SMEM(uint4, gemm_tma_dsmem);
 	__shared__ uint64_t gemm_tma_bars[2 * C::ST];
 	gemm_tma_dense<C::BM, C::BN> w{j};
 	gemm_tma_run<C>(w, j.units, blockIdx.x, gridDim.x, &ma, &mb, false,
-			(uint16_t *)gemm_tma_dsmem, gemm_tma_bars);
+			&mc, (uint16_t *)gemm_tma_dsmem, gemm_tma_bars);
 }
 #endif
 
@@ -536,12 +538,15 @@ static int ent_launch(const struct mma_ent *e, const struct fly_problem *p,
  * gemm_tma (sm_90a): the warp-specialised TMA + wgmma kernel of
  * gemm_tma.h, persistent (grid = min(units, SMs)).  Params tile_m, tile_n
  * (the shapes of GEMM_TMA_CFGS; stages fixed per shape), split_k (fp32
- * partials, then gemm_splitk_reduce), swizzle.  NT only, K % 8 == 0, A
- * and B 16-byte aligned (the tensor maps' rules).
+ * partials, then gemm_splitk_reduce), swizzle, store (1: the epilogue
+ * writes C through shared memory and a TMA store, overlapping the next
+ * tile; needs N % 8 == 0, a 16-byte aligned C and split_k 1).  NT only,
+ * K % 8 == 0, A and B 16-byte aligned (the tensor maps' rules).
  */
 static const int64_t tma_tile_m[] = {64, 128, 256};
 static const int64_t tma_tile_n[] = {64, 128, 256};
 static const int64_t tma_split[] = {1, 2, 4, 8};
+static const int64_t tma_store[] = {0, 1};
 
 #if GEMM_HAVE_TMA
 typedef int (*tma_go_fn)(const struct mma_job *j, int sms);
@@ -566,14 +571,19 @@ template <class C> static int tma_go(const struct mma_job *j, int sms)
 	g.ws = g.split > 1 ? (float *)j->a->workspace : NULL;
 	g.bias = j->bias;
 	g.alpha = j->alpha;
-	CUtensorMap ma, mb;
+	CUtensorMap ma, mb, mc;
 	uint64_t da[2] = {(uint64_t)j->k, (uint64_t)j->m};
 	uint64_t db[2] = {(uint64_t)j->k, (uint64_t)j->n};
+	uint64_t dc[2] = {(uint64_t)j->n, (uint64_t)j->m};
 	if (gemm_tma_map(&ma, j->a->a, 2, da, C::BM) ||
 	    gemm_tma_map(&mb, j->a->b, 2, db, C::BN))
 		return -EINVAL;
+	memset(&mc, 0, sizeof(mc));
+	if (C::TS && gemm_tma_map(&mc, j->a->c, 2, dc, C::BM / C::NCW))
+		return -EINVAL;
 	int grid = g.units < sms ? g.units : sms;
-	FLYK_GO(grid, C::THREADS, C::SMEM, j->s, gemm_tma_kernel<C>)(ma, mb, g);
+	FLYK_GO(grid, C::THREADS, C::SMEM, j->s, gemm_tma_kernel<C>)
+	(ma, mb, mc, g);
 	int rc = gemm_launch_err();
 	if (rc || g.split == 1)
 		return rc;
@@ -581,18 +591,20 @@ template <class C> static int tma_go(const struct mma_job *j, int sms)
 }
 
 struct tma_ent {
-	int bm, bn, smem;
+	int bm, bn, ts, smem;
 	tma_go_fn go;
 };
 
-#define GEMM_TMA_ENT(BM, BN, ST)                                               \
-	{BM, BN, gemm_tma_cfg<BM, BN, ST>::SMEM, tma_go<gemm_tma_cfg<BM, BN, ST>>},
+#define GEMM_TMA_ENT(BM, BN, ST, TS)                                           \
+	{BM, BN, TS, gemm_tma_cfg<BM, BN, ST, TS>::SMEM,                       \
+	 tma_go<gemm_tma_cfg<BM, BN, ST, TS>>},
 static const struct tma_ent tma_ents[] = {GEMM_TMA_CFGS(GEMM_TMA_ENT)};
 
-static const struct tma_ent *tma_find(int64_t bm, int64_t bn)
+static const struct tma_ent *tma_find(int64_t bm, int64_t bn, int64_t ts)
 {
 	for (size_t i = 0; i < sizeof(tma_ents) / sizeof(tma_ents[0]); i++)
-		if (tma_ents[i].bm == bm && tma_ents[i].bn == bn)
+		if (tma_ents[i].bm == bm && tma_ents[i].bn == bn &&
+		    tma_ents[i].ts == ts)
 			return &tma_ents[i];
 	return NULL;
 }
@@ -610,9 +622,12 @@ static int tma_feasible(const struct flyk_device *dev,
 #else
 	if (dev->cc_major != 9)
 		return -ENOSPC;
-	const struct tma_ent *e = tma_find(pr[0], pr[1]);
+	const struct tma_ent *e = tma_find(pr[0], pr[1], pr[4]);
 	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
 	if (!e || p->layout != FLY_LAYOUT_NT || k % 8)
+		return -EINVAL;
+	/* The TMA store: rows of C 16-byte aligned, bf16 out (no split). */
+	if (e->ts && (n % 8 || pr[2] > 1))
 		return -EINVAL;
 	if (m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff)
 		return -EINVAL;
@@ -673,7 +688,10 @@ static int tma_launch(const struct flyk_device *dev,
 	    (!a->workspace || !gemm_al(a->workspace, 16) ||
 	     a->workspace_size < (size_t)j.split * j.m * j.n * 4))
 		return -EINVAL;
-	return tma_find(pr[0], pr[1])->go(&j, dev->sms);
+	const struct tma_ent *e = tma_find(pr[0], pr[1], pr[4]);
+	if (e->ts && !gemm_al(a->c, 16))
+		return -EINVAL;
+	return e->go(&j, dev->sms);
 #endif
 }
 
@@ -776,11 +794,12 @@ static const struct flyk_variant gemm_variants[] = {
      GEMM_DT_MASK,
      GEMM_FLAGS,
      0,
-     4,
+     5,
      {{"tile_m", NV(tma_tile_m)},
       {"tile_n", NV(tma_tile_n)},
       {"split_k", NV(tma_split)},
-      {"swizzle", NV(mma_swz)}},
+      {"swizzle", NV(mma_swz)},
+      {"store", NV(tma_store)}},
      tma_feasible,
      NULL,
      tma_launch},

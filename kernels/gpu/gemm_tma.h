@@ -42,16 +42,24 @@
 #include <string.h>
 
 /* The TMA tile shapes built: BM, BN, stages (the most that fit beside the
- * grouped kernel's 4 KiB prefix in 227 KiB). */
+ * grouped kernel's 4 KiB prefix in 227 KiB), TS (1: the epilogue stages
+ * the bf16 tile in shared memory and a TMA store writes it, so the
+ * consumers go on to the next unit while it drains; 0: stores straight
+ * from registers). */
 #define GEMM_TMA_CFGS(X)                                                       \
-	X(64, 64, 12)                                                          \
-	X(64, 128, 8)                                                          \
-	X(64, 256, 5)                                                          \
-	X(128, 128, 6)                                                         \
-	X(128, 256, 4)                                                         \
-	X(256, 128, 4)
+	X(64, 64, 12, 0)                                                       \
+	X(64, 128, 8, 0)                                                       \
+	X(64, 256, 5, 0)                                                       \
+	X(128, 128, 6, 0)                                                      \
+	X(128, 256, 4, 0)                                                      \
+	X(256, 128, 4, 0)                                                      \
+	X(64, 128, 7, 1)                                                       \
+	X(64, 256, 4, 1)                                                       \
+	X(128, 128, 5, 1)                                                      \
+	X(128, 256, 3, 1)                                                      \
+	X(256, 128, 3, 1)
 
-template <int BM_, int BN_, int ST_> struct gemm_tma_cfg {
+template <int BM_, int BN_, int ST_, int TS_> struct gemm_tma_cfg {
 	enum {
 		BM = BM_,
 		BN = BN_,
@@ -63,7 +71,9 @@ template <int BM_, int BN_, int ST_> struct gemm_tma_cfg {
 		A_ST = BM_ * 64,	    /* halves per stage */
 		B_ST = BN_ * 64,
 		STAGE_BYTES = (A_ST + B_ST) * 2,
-		SMEM = STAGE_BYTES * ST_ + 1024, /* + alignment slack */
+		TS = TS_,
+		C_BYTES = TS_ ? BM_ * BN_ * 2 : 0, /* the staged bf16 tile */
+		SMEM = STAGE_BYTES * ST_ + C_BYTES + 1024, /* + alignment */
 		NACC = BN_ / 2		    /* fp32 accumulators per slab */
 	};
 	static_assert(BM_ % 64 == 0 && (BN_ == 64 || BN_ == 128 || BN_ == 256),
@@ -81,6 +91,8 @@ struct gemm_tma_unit {
 	int nk;      /* k-tiles (>= 1) */
 	int64_t m0;  /* output rows from m0 (out.m_end bounds them) */
 	int64_t n0;
+	int tstore;  /* 1: the TMA store may write the whole tile (its rows
+		      * past out.m_end are past the C map too) */
 	gemm_out out;
 };
 
@@ -165,6 +177,41 @@ __device__ __forceinline__ void gemm_tma_prefetch_map(const void *map)
 		     : "memory");
 }
 
+/* Store the box at @p src (shared) to (c0, c1) of @p map (clipped to
+ * the map's bounds), as one bulk group of this thread. */
+__device__ __forceinline__ void gemm_tma_store_2d(const void *map,
+						  const void *src, int c0,
+						  int c1)
+{
+	asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
+		     "[%0, {%2, %3}], [%1];\n" ::"l"((uint64_t)(uintptr_t)map),
+		     "r"(gemm_tma_sa(src)), "r"(c0), "r"(c1)
+		     : "memory");
+}
+
+__device__ __forceinline__ void gemm_tma_store_commit(void)
+{
+	asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+/* This thread's bulk stores have read their shared memory. */
+__device__ __forceinline__ void gemm_tma_store_wait_read(void)
+{
+	asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+/* This thread's bulk stores are complete (written). */
+__device__ __forceinline__ void gemm_tma_store_wait(void)
+{
+	asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+/* Barrier @p id (1..15) among @p n threads (a warpgroup: 128). */
+__device__ __forceinline__ void gemm_bar_named(int id, int n)
+{
+	asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
 template <int R> __device__ __forceinline__ void gemm_reg_dec(void)
 {
 	asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
@@ -178,6 +225,65 @@ template <int R> __device__ __forceinline__ void gemm_reg_inc(void)
 /* ------------------------------------------------------------ mainloop */
 
 /*
+ * The TMA-store epilogue of consumer @p cw (thread @p t of its
+ * warpgroup): wait until its previous tile's store has read the staging
+ * buffer, write alpha * acc + bias as bf16 into its rows of @p sc
+ * (128B-swizzled: 16-byte chunk c of row r at c ^ (r % 8), so a warp's
+ * eight rows land in distinct banks), make them visible to the async
+ * proxy, and let one thread issue the BN / 64 box stores.  The consumers
+ * go on at once; the next epilogue (or the kernel's end) waits.
+ */
+template <class C>
+__device__ __forceinline__ void
+gemm_tma_epilogue(const gemm_tma_unit &w, float (*acc)[C::NACC],
+		  uint16_t *sc, const void *map_c, int cw, int t)
+{
+	enum { ROWS = C::BM / C::NCW };
+	const int wi = t / 32, l = t % 32;
+	if (t == 0)
+		gemm_tma_store_wait_read();
+	gemm_bar_named(1 + cw, 128);
+#pragma unroll
+	for (int j = 0; j < C::SLABS; j++) {
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int rr = (cw * C::SLABS + j) * 64 + wi * 16 + l / 4 +
+				 h * 8;
+#pragma unroll
+			for (int q = 0; q < C::BN / 8; q++) {
+				int64_t c = w.n0 + q * 8 + 2 * (l % 4);
+				float v0 = acc[j][4 * q + 2 * h] * w.out.alpha;
+				float v1 =
+				    acc[j][4 * q + 2 * h + 1] * w.out.alpha;
+				if (w.out.bias && c + 1 < w.out.n_end) {
+					v0 += flyk_db2f(w.out.bias[c]);
+					v1 += flyk_db2f(w.out.bias[c + 1]);
+				} else if (w.out.bias && c < w.out.n_end) {
+					v0 += flyk_db2f(w.out.bias[c]);
+				}
+				uint32_t pk = (uint32_t)flyk_df2b(v0) |
+					      ((uint32_t)flyk_df2b(v1) << 16);
+				uint16_t *chunk = sc + (q / 8) * C::BM * 64;
+				int off = rr * 64 + (((q % 8) ^ (rr % 8)) * 8) +
+					  (l % 4) * 2;
+				*(uint32_t *)(chunk + off) = pk;
+			}
+		}
+	}
+	gemm_fence_async_smem();
+	gemm_bar_named(1 + cw, 128);
+	if (t == 0) {
+#pragma unroll
+		for (int q64 = 0; q64 < C::BN / 64; q64++)
+			gemm_tma_store_2d(map_c,
+					  sc + q64 * C::BM * 64 + cw * ROWS * 64,
+					  (int)(w.n0 + q64 * 64),
+					  (int)(w.m0 + cw * ROWS));
+		gemm_tma_store_commit();
+	}
+}
+
+/*
  * Run the units @p first, @p first + @p step, ... < @p units of work
  * functor @p work (void operator()(int u, gemm_tma_unit *w) const) with
  * config @p C.  @p map_a / @p map_b are the tensor maps (kernel parameters,
@@ -189,11 +295,14 @@ template <class C, class W>
 __device__ __forceinline__ void
 gemm_tma_run(const W &work, int units, int first, int step,
 	     const void *map_a, const void *map_b, bool b3d,
-	     uint16_t *smem_raw, uint64_t *bars)
+	     const void *map_c, uint16_t *smem_raw, uint64_t *bars)
 {
 	uint16_t *smem =
 	    (uint16_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
 	uint16_t *sa = smem, *sb = smem + C::A_ST * C::ST;
+	/* C::TS: the bf16 tile, BN / 64 column chunks of BM rows x 128
+	 * bytes, 128B-swizzled as the map's box {64, BM / NCW} wants. */
+	uint16_t *sc = sb + C::B_ST * C::ST;
 	uint64_t *full = bars, *empty = bars + C::ST;
 	const int wg = threadIdx.x / 128;
 	if (threadIdx.x == 0) {
@@ -210,7 +319,8 @@ gemm_tma_run(const W &work, int units, int first, int step,
 	/* The stage of the it-th k-tile of this block is it % ST; its phase
 	 * parity (it / ST) & 1.  A fresh barrier is in phase 0: waiting for
 	 * the parity of the phase before it (1) returns at once, so the
-	 * producer's first ST waits on empty pass. */
+	 * producer's first ST waits on empty pass.  @p map_c: the C map
+	 * (C::TS only). */
 	if (wg == 0) {
 		if constexpr (C::NCW == 2)
 			gemm_reg_dec<40>();
@@ -287,6 +397,12 @@ gemm_tma_run(const W &work, int units, int first, int step,
 		/* D fragment (as gemm_wgmma_tile): warp wi of the slab owns
 		 * rows 16wi..16wi+15; lane l rows l/4 and l/4 + 8, columns
 		 * 8q + 2(l%4) + {0,1}. */
+		if constexpr (C::TS) {
+			if (w.tstore) {
+				gemm_tma_epilogue<C>(w, acc, sc, map_c, cw, t);
+				continue;
+			}
+		}
 #pragma unroll
 		for (int j = 0; j < C::SLABS; j++) {
 			const int64_t r = w.m0 + (cw * C::SLABS + j) * 64 +
@@ -300,6 +416,10 @@ gemm_tma_run(const W &work, int units, int first, int step,
 					    acc[j][4 * q + 3]);
 			}
 		}
+	}
+	if constexpr (C::TS) {
+		if (t == 0) /* the block's shared memory outlives the stores */
+			gemm_tma_store_wait();
 	}
 }
 

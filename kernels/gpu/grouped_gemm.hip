@@ -193,13 +193,17 @@ template <int BM, int BN> struct gg_tma_work {
 		w->nk = (int)((j.k + 63) / 64);
 		w->m0 = o.m0;
 		w->n0 = o.n0;
+		/* The C map's bound is M, not the expert's end: a tile that
+		 * runs into the next expert stores from registers. */
+		w->tstore = o.m0 + BM <= o.m_end || o.m_end == j.m;
 	}
 };
 
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, 1)
     gg_tma_kernel(const __grid_constant__ CUtensorMap ma,
-		  const __grid_constant__ CUtensorMap mb, const gg_job j)
+		  const __grid_constant__ CUtensorMap mb,
+		  const __grid_constant__ CUtensorMap mc, const gg_job j)
 {
 	FLYK_DYN_SMEM(uint4, gg_tma_dsmem);
 	__shared__ int pre[GG_MAX_G + 1];
@@ -207,7 +211,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 	gg_prefix(j.off, j.g, j.m, C::BM, j.tiles_n, pre);
 	gg_tma_work<C::BM, C::BN> w{j, pre};
 	gemm_tma_run<C>(w, pre[j.g], blockIdx.x, gridDim.x, &ma, &mb, true,
-			(uint16_t *)gg_tma_dsmem, gg_tma_bars);
+			&mc, (uint16_t *)gg_tma_dsmem, gg_tma_bars);
 }
 #endif
 
@@ -498,12 +502,15 @@ static int wg_launch(const struct flyk_device *dev,
 /*
  * ggemm_tma (sm_90a): the warp-specialised TMA + wgmma kernel of
  * gemm_tma.h over the grouped tile list, persistent (grid = min(tile
- * bound, SMs)); params tile_m, tile_n (the shapes of GEMM_TMA_CFGS).
+ * bound, SMs)); params tile_m, tile_n (the shapes of GEMM_TMA_CFGS),
+ * store (1: C through shared memory and a TMA store, except on a tile that
+ * runs into the next expert; needs N % 8 == 0 and a 16-byte aligned C).
  * B[e] comes through a 3-D tensor map, so an n-tile past N is zero-filled
  * per expert.
  */
 static const int64_t gg_tma_tile_m[] = {64, 128, 256};
 static const int64_t gg_tma_tile_n[] = {64, 128, 256};
+static const int64_t gg_tma_store[] = {0, 1};
 
 #if GEMM_HAVE_TMA
 typedef int (*gg_tma_go_fn)(const struct gg_job *j, unsigned grid,
@@ -516,31 +523,38 @@ static int gg_tma_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 	if (flyk_gemm_smem_optin((const void *)gg_tma_kernel<C>, C::SMEM,
 				 done))
 		return -ENOSPC;
-	CUtensorMap ma, mb;
+	CUtensorMap ma, mb, mc;
 	uint64_t da[2] = {(uint64_t)j->k, (uint64_t)j->m};
 	uint64_t db[3] = {(uint64_t)j->k, (uint64_t)j->n, (uint64_t)j->g};
+	uint64_t dc[2] = {(uint64_t)j->n, (uint64_t)j->m};
 	if (gemm_tma_map(&ma, j->a, 2, da, C::BM) ||
 	    gemm_tma_map(&mb, j->b, 3, db, C::BN))
 		return -EINVAL;
-	FLYK_GO(grid, C::THREADS, C::SMEM, s, gg_tma_kernel<C>)(ma, mb, *j);
+	memset(&mc, 0, sizeof(mc));
+	if (C::TS && gemm_tma_map(&mc, j->c, 2, dc, C::BM / C::NCW))
+		return -EINVAL;
+	FLYK_GO(grid, C::THREADS, C::SMEM, s, gg_tma_kernel<C>)
+	(ma, mb, mc, *j);
 	return gg_launch_err();
 }
 
 struct gg_tma_ent {
-	int bm, bn, smem;
+	int bm, bn, ts, smem;
 	gg_tma_go_fn go;
 };
 
-#define GG_TMA_ENT(BM, BN, ST)                                                 \
-	{BM, BN, gemm_tma_cfg<BM, BN, ST>::SMEM,                               \
-	 gg_tma_go<gemm_tma_cfg<BM, BN, ST>>},
+#define GG_TMA_ENT(BM, BN, ST, TS)                                             \
+	{BM, BN, TS, gemm_tma_cfg<BM, BN, ST, TS>::SMEM,                       \
+	 gg_tma_go<gemm_tma_cfg<BM, BN, ST, TS>>},
 static const struct gg_tma_ent gg_tma_ents[] = {GEMM_TMA_CFGS(GG_TMA_ENT)};
 
-static const struct gg_tma_ent *gg_tma_find(int64_t bm, int64_t bn)
+static const struct gg_tma_ent *gg_tma_find(int64_t bm, int64_t bn,
+					    int64_t ts)
 {
 	for (size_t i = 0; i < sizeof(gg_tma_ents) / sizeof(gg_tma_ents[0]);
 	     i++)
-		if (gg_tma_ents[i].bm == bm && gg_tma_ents[i].bn == bn)
+		if (gg_tma_ents[i].bm == bm && gg_tma_ents[i].bn == bn &&
+		    gg_tma_ents[i].ts == ts)
 			return &gg_tma_ents[i];
 	return NULL;
 }
@@ -558,8 +572,8 @@ static int tma_feasible(const struct flyk_device *dev,
 #else
 	if (dev->cc_major != 9)
 		return -ENOSPC;
-	const struct gg_tma_ent *e = gg_tma_find(pr[0], pr[1]);
-	if (!e || p->dims[3] % 8)
+	const struct gg_tma_ent *e = gg_tma_find(pr[0], pr[1], pr[2]);
+	if (!e || p->dims[3] % 8 || (e->ts && p->dims[2] % 8))
 		return -EINVAL;
 	if ((size_t)e->smem + (GG_MAX_G + 1) * sizeof(int) + 256 >
 	    dev->smem_per_block_optin)
@@ -587,12 +601,13 @@ static int tma_launch(const struct flyk_device *dev,
 	(void)stream;
 	return -EOPNOTSUPP;
 #else
-	const struct gg_tma_ent *e = gg_tma_find(pr[0], pr[1]);
+	const struct gg_tma_ent *e = gg_tma_find(pr[0], pr[1], pr[2]);
 	struct gg_job j;
 	rc = gg_job_of(p, args, e->bn, &j);
 	if (rc)
 		return rc;
-	if (((uintptr_t)j.a | (uintptr_t)j.b) & 15 || (uintptr_t)j.c & 3)
+	if (((uintptr_t)j.a | (uintptr_t)j.b) & 15 ||
+	    (uintptr_t)j.c & (e->ts ? 15 : 3))
 		return -EINVAL;
 	int64_t grid = gg_grid(dev, p, e->bm, e->bn, 1);
 	return e->go(&j, (unsigned)grid, (hipStream_t)stream);
@@ -663,8 +678,10 @@ static const struct flyk_variant gg_variants[] = {
      1u << FLY_DT_BF16,
      0,
      0,
-     2,
-     {{"tile_m", NV(gg_tma_tile_m)}, {"tile_n", NV(gg_tma_tile_n)}},
+     3,
+     {{"tile_m", NV(gg_tma_tile_m)},
+      {"tile_n", NV(gg_tma_tile_n)},
+      {"store", NV(gg_tma_store)}},
      tma_feasible,
      NULL,
      tma_launch},
