@@ -17,6 +17,11 @@
  *   - Persistent: block b does work units b, b + grid, ...; producer and
  *     consumers walk the same sequence, so the producer runs ahead into the
  *     next unit while the consumers store the last one.
+ *   - Optionally (CL = 2) clusters of two blocks on vertically adjacent
+ *     tiles: each block loads half of the shared B tile and multicasts it
+ *     into both; the empty barriers then count both blocks' warps.
+ *   - Optionally (TS = 1) the epilogue goes through shared memory and TMA
+ *     stores, overlapping the next unit.
  *
  * A work unit is whatever the kernel's functor says (a dense tile and its
  * k range; an expert's tile): see struct gemm_tma_unit.
@@ -45,21 +50,29 @@
  * grouped kernel's 4 KiB prefix in 227 KiB), TS (1: the epilogue stages
  * the bf16 tile in shared memory and a TMA store writes it, so the
  * consumers go on to the next unit while it drains; 0: stores straight
- * from registers). */
+ * from registers), CL (2: clusters of two blocks on vertically adjacent
+ * tiles, each loading half of the shared B tile and multicasting it to
+ * both, which halves B's traffic out of L2). */
 #define GEMM_TMA_CFGS(X)                                                       \
-	X(64, 64, 12, 0)                                                       \
-	X(64, 128, 8, 0)                                                       \
-	X(64, 256, 5, 0)                                                       \
-	X(128, 128, 6, 0)                                                      \
-	X(128, 256, 4, 0)                                                      \
-	X(256, 128, 4, 0)                                                      \
-	X(64, 128, 7, 1)                                                       \
-	X(64, 256, 4, 1)                                                       \
-	X(128, 128, 5, 1)                                                      \
-	X(128, 256, 3, 1)                                                      \
-	X(256, 128, 3, 1)
+	X(64, 64, 12, 0, 1)                                                    \
+	X(64, 128, 8, 0, 1)                                                    \
+	X(64, 256, 5, 0, 1)                                                    \
+	X(128, 128, 6, 0, 1)                                                   \
+	X(128, 256, 4, 0, 1)                                                   \
+	X(256, 128, 4, 0, 1)                                                   \
+	X(64, 128, 7, 1, 1)                                                    \
+	X(64, 256, 4, 1, 1)                                                    \
+	X(128, 128, 5, 1, 1)                                                   \
+	X(128, 256, 3, 1, 1)                                                   \
+	X(256, 128, 3, 1, 1)                                                   \
+	X(128, 128, 6, 0, 2)                                                   \
+	X(128, 256, 4, 0, 2)                                                   \
+	X(256, 128, 4, 0, 2)                                                   \
+	X(128, 128, 5, 1, 2)                                                   \
+	X(128, 256, 3, 1, 2)                                                   \
+	X(256, 128, 3, 1, 2)
 
-template <int BM_, int BN_, int ST_, int TS_> struct gemm_tma_cfg {
+template <int BM_, int BN_, int ST_, int TS_, int CL_> struct gemm_tma_cfg {
 	enum {
 		BM = BM_,
 		BN = BN_,
@@ -72,6 +85,7 @@ template <int BM_, int BN_, int ST_, int TS_> struct gemm_tma_cfg {
 		B_ST = BN_ * 64,
 		STAGE_BYTES = (A_ST + B_ST) * 2,
 		TS = TS_,
+		CL = CL_, /* blocks per cluster sharing B (multicast) */
 		C_BYTES = TS_ ? BM_ * BN_ * 2 : 0, /* the staged bf16 tile */
 		SMEM = STAGE_BYTES * ST_ + C_BYTES + 1024, /* + alignment */
 		NACC = BN_ / 2		    /* fp32 accumulators per slab */
@@ -80,6 +94,7 @@ template <int BM_, int BN_, int ST_, int TS_> struct gemm_tma_cfg {
 		      "tile");
 	static_assert(SLABS * NACC <= 128, "accumulators per thread");
 	static_assert(BM_ <= 256 && BN_ <= 256, "a TMA box is <= 256 rows");
+	static_assert(CL_ == 1 || CL_ == 2, "cluster");
 };
 
 /* One work unit: where its operands start and where its output goes. */
@@ -168,6 +183,52 @@ __device__ __forceinline__ void gemm_tma_3d(void *dst, const void *map,
 		     "l"((uint64_t)(uintptr_t)map), "r"(gemm_tma_sa(bar)),
 		     "r"(c0), "r"(c1), "r"(c2)
 		     : "memory");
+}
+
+/* The multicast forms: the box lands at the same offset in every block of
+ * @p mask, completing bytes on the mbarrier at the same offset in each. */
+__device__ __forceinline__ void gemm_tma_2d_mc(void *dst, const void *map,
+					       uint64_t *bar, int c0, int c1,
+					       uint16_t mask)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier"
+		     "::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+		     "%4}], [%2], %5;\n" ::"r"(gemm_tma_sa(dst)),
+		     "l"((uint64_t)(uintptr_t)map), "r"(gemm_tma_sa(bar)),
+		     "r"(c0), "r"(c1), "h"(mask)
+		     : "memory");
+}
+
+__device__ __forceinline__ void gemm_tma_3d_mc(void *dst, const void *map,
+					       uint64_t *bar, int c0, int c1,
+					       int c2, uint16_t mask)
+{
+	asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier"
+		     "::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+		     "%4, %5}], [%2], %6;\n" ::"r"(gemm_tma_sa(dst)),
+		     "l"((uint64_t)(uintptr_t)map), "r"(gemm_tma_sa(bar)),
+		     "r"(c0), "r"(c1), "r"(c2), "h"(mask)
+		     : "memory");
+}
+
+/* Arrive on the mbarrier at @p bar's offset in block @p peer of the
+ * cluster. */
+__device__ __forceinline__ void gemm_bar_arrive_peer(uint64_t *bar,
+						     unsigned peer)
+{
+	asm volatile("{\n.reg .b32 ra;\n"
+		     "mapa.shared::cluster.u32 ra, %0, %1;\n"
+		     "mbarrier.arrive.release.cluster.shared::cluster.b64 _, "
+		     "[ra];\n}\n" ::"r"(gemm_tma_sa(bar)),
+		     "r"(peer)
+		     : "memory");
+}
+
+/* Every thread of every block of the cluster. */
+__device__ __forceinline__ void gemm_cluster_sync(void)
+{
+	asm volatile("barrier.cluster.arrive.release;\n"
+		     "barrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
 __device__ __forceinline__ void gemm_tma_prefetch_map(const void *map)
@@ -283,79 +344,73 @@ gemm_tma_epilogue(const gemm_tma_unit &w, float (*acc)[C::NACC],
 	}
 }
 
-/*
- * Run the units @p first, @p first + @p step, ... < @p units of work
- * functor @p work (void operator()(int u, gemm_tma_unit *w) const) with
- * config @p C.  @p map_a / @p map_b are the tensor maps (kernel parameters,
- * __grid_constant__), @p b3d whether B's map is 3-D (expert, n, k).
- * @p smem_raw is C::SMEM bytes of dynamic shared memory, @p bars 2 * ST
- * mbarriers in shared memory.  Every thread of the block calls it.
- */
+/* The producer (one thread): for every k-tile of this block's units, wait
+ * until the stage is free in every block of the cluster, announce its
+ * bytes, and issue A (this block's rows) and B: whole, or with CL = 2 this
+ * block's half of the rows, multicast into both blocks. */
 template <class C, class W>
 __device__ __forceinline__ void
-gemm_tma_run(const W &work, int units, int first, int step,
-	     const void *map_a, const void *map_b, bool b3d,
-	     const void *map_c, uint16_t *smem_raw, uint64_t *bars)
+gemm_tma_produce(const W &work, int units, int first, int step, int rank,
+		 const void *map_a, const void *map_b, bool b3d, uint16_t *sa,
+		 uint16_t *sb, uint64_t *full, uint64_t *empty)
 {
-	uint16_t *smem =
-	    (uint16_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-	uint16_t *sa = smem, *sb = smem + C::A_ST * C::ST;
-	/* C::TS: the bf16 tile, BN / 64 column chunks of BM rows x 128
-	 * bytes, 128B-swizzled as the map's box {64, BM / NCW} wants. */
-	uint16_t *sc = sb + C::B_ST * C::ST;
-	uint64_t *full = bars, *empty = bars + C::ST;
-	const int wg = threadIdx.x / 128;
-	if (threadIdx.x == 0) {
-		gemm_tma_prefetch_map(map_a);
-		gemm_tma_prefetch_map(map_b);
-#pragma unroll
-		for (int s = 0; s < C::ST; s++) {
-			gemm_bar_init(&full[s], 1);
-			gemm_bar_init(&empty[s], C::NCW * 4);
-		}
-		gemm_bar_init_fence();
-	}
-	__syncthreads();
-	/* The stage of the it-th k-tile of this block is it % ST; its phase
-	 * parity (it / ST) & 1.  A fresh barrier is in phase 0: waiting for
-	 * the parity of the phase before it (1) returns at once, so the
-	 * producer's first ST waits on empty pass.  @p map_c: the C map
-	 * (C::TS only). */
-	if (wg == 0) {
-		if constexpr (C::NCW == 2)
-			gemm_reg_dec<40>();
-		if (threadIdx.x != 0)
-			return;
-		uint32_t it = 0;
-		for (int u = first; u < units; u += step) {
-			gemm_tma_unit w;
-			work(u, &w);
-			for (int kt = 0; kt < w.nk; kt++, it++) {
-				int s = (int)(it % C::ST);
-				unsigned ph = (it / C::ST) & 1;
-				gemm_bar_wait(&empty[s], ph ^ 1);
-				gemm_bar_expect(&full[s], C::STAGE_BYTES);
-				int k = w.k0 + kt * 64;
-				gemm_tma_2d(sa + s * C::A_ST, map_a, &full[s], k,
-					    w.a_row);
+	enum { BH = C::BN / C::CL }; /* rows of B this block loads */
+	uint32_t it = 0;
+	for (int u = first; u < units; u += step) {
+		gemm_tma_unit w;
+		work(u, rank, &w);
+		for (int kt = 0; kt < w.nk; kt++, it++) {
+			int s = (int)(it % C::ST);
+			unsigned ph = (it / C::ST) & 1;
+			gemm_bar_wait(&empty[s], ph ^ 1);
+			gemm_bar_expect(&full[s], C::STAGE_BYTES);
+			int k = w.k0 + kt * 64;
+			gemm_tma_2d(sa + s * C::A_ST, map_a, &full[s], k,
+				    w.a_row);
+			uint16_t *db = sb + s * C::B_ST + rank * BH * 64;
+			int br = w.b_row + rank * BH;
+			if constexpr (C::CL == 1) {
 				if (b3d)
-					gemm_tma_3d(sb + s * C::B_ST, map_b,
-						    &full[s], k, w.b_row, w.b_z);
+					gemm_tma_3d(db, map_b, &full[s], k, br,
+						    w.b_z);
 				else
-					gemm_tma_2d(sb + s * C::B_ST, map_b,
-						    &full[s], k, w.b_row);
+					gemm_tma_2d(db, map_b, &full[s], k, br);
+			} else {
+				if (b3d)
+					gemm_tma_3d_mc(db, map_b, &full[s], k,
+						       br, w.b_z, 3);
+				else
+					gemm_tma_2d_mc(db, map_b, &full[s], k,
+						       br, 3);
 			}
 		}
-		return;
 	}
-	if constexpr (C::NCW == 2)
-		gemm_reg_inc<232>();
-	const int cw = wg - 1;
+}
+
+/* Release stage @p s: one arrival per warp, in this block and (CL = 2)
+ * in the peer, whose producer multicasts into this block's stage too. */
+template <class C>
+__device__ __forceinline__ void gemm_tma_release(uint64_t *empty, int s,
+						 int rank)
+{
+	gemm_bar_arrive(&empty[s]);
+	if constexpr (C::CL == 2)
+		gemm_bar_arrive_peer(&empty[s], (unsigned)(rank ^ 1));
+}
+
+/* Consumer warpgroup @p cw: wgmma over the stages, then the epilogue. */
+template <class C, class W>
+__device__ __forceinline__ void
+gemm_tma_consume(const W &work, int units, int first, int step, int rank,
+		 int cw, const void *map_c, const uint16_t *sa,
+		 const uint16_t *sb, uint16_t *sc, uint64_t *full,
+		 uint64_t *empty)
+{
 	const int t = threadIdx.x % 128, wi = t / 32, l = t % 32;
 	uint32_t it = 0;
 	for (int u = first; u < units; u += step) {
 		gemm_tma_unit w;
-		work(u, &w);
+		work(u, rank, &w);
 		float acc[C::SLABS][C::NACC];
 #pragma unroll
 		for (int j = 0; j < C::SLABS; j++)
@@ -386,23 +441,24 @@ gemm_tma_run(const W &work, int units, int first, int step,
 			 * may be refilled. */
 			gemm_wg_wait<1>();
 			if (kt > 0 && l == 0)
-				gemm_bar_arrive(&empty[(it - 1) % C::ST]);
+				gemm_tma_release<C>(empty, (it - 1) % C::ST,
+						    rank);
 		}
 		gemm_wg_wait<0>();
 		if (w.nk > 0 && l == 0)
-			gemm_bar_arrive(&empty[(it - 1) % C::ST]);
+			gemm_tma_release<C>(empty, (it - 1) % C::ST, rank);
 #pragma unroll
 		for (int j = 0; j < C::SLABS; j++)
 			gemm_wg_fence_acc<C::NACC>(acc[j]);
-		/* D fragment (as gemm_wgmma_tile): warp wi of the slab owns
-		 * rows 16wi..16wi+15; lane l rows l/4 and l/4 + 8, columns
-		 * 8q + 2(l%4) + {0,1}. */
 		if constexpr (C::TS) {
 			if (w.tstore) {
 				gemm_tma_epilogue<C>(w, acc, sc, map_c, cw, t);
 				continue;
 			}
 		}
+		/* D fragment (as gemm_wgmma_tile): warp wi of the slab owns
+		 * rows 16wi..16wi+15; lane l rows l/4 and l/4 + 8, columns
+		 * 8q + 2(l%4) + {0,1}. */
 #pragma unroll
 		for (int j = 0; j < C::SLABS; j++) {
 			const int64_t r = w.m0 + (cw * C::SLABS + j) * 64 +
@@ -421,6 +477,71 @@ gemm_tma_run(const W &work, int units, int first, int step,
 		if (t == 0) /* the block's shared memory outlives the stores */
 			gemm_tma_store_wait();
 	}
+}
+
+/*
+ * Run the units @p first, @p first + @p step, ... < @p units of work
+ * functor @p work (void operator()(int u, int rank, gemm_tma_unit *w)
+ * const; @p rank: this block's rank in its cluster, 0 when C::CL is 1)
+ * with config @p C.  With CL = 2 the two blocks of a cluster (consecutive
+ * blockIdx.x; @p first and @p step count clusters) take the same units,
+ * must be given the same n-tile and k range, and share B.  @p map_a /
+ * @p map_b / @p map_c are the tensor maps (kernel parameters,
+ * __grid_constant__; map_c for C::TS only), @p b3d whether B's map is
+ * 3-D (expert, n, k).  @p smem_raw is C::SMEM bytes of dynamic shared
+ * memory, @p bars 2 * ST mbarriers in shared memory.  Every thread of the
+ * block calls it.
+ */
+template <class C, class W>
+__device__ __forceinline__ void
+gemm_tma_run(const W &work, int units, int first, int step,
+	     const void *map_a, const void *map_b, bool b3d,
+	     const void *map_c, uint16_t *smem_raw, uint64_t *bars)
+{
+	uint16_t *smem =
+	    (uint16_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+	uint16_t *sa = smem, *sb = smem + C::A_ST * C::ST;
+	/* C::TS: the bf16 tile, BN / 64 column chunks of BM rows x 128
+	 * bytes, 128B-swizzled as the map's box {64, BM / NCW} wants. */
+	uint16_t *sc = sb + C::B_ST * C::ST;
+	uint64_t *full = bars, *empty = bars + C::ST;
+	const int wg = threadIdx.x / 128;
+	const int rank = C::CL == 2 ? (int)(blockIdx.x % 2) : 0;
+	if (threadIdx.x == 0) {
+		gemm_tma_prefetch_map(map_a);
+		gemm_tma_prefetch_map(map_b);
+#pragma unroll
+		for (int s = 0; s < C::ST; s++) {
+			gemm_bar_init(&full[s], 1);
+			gemm_bar_init(&empty[s], C::CL * C::NCW * 4);
+		}
+		gemm_bar_init_fence();
+	}
+	/* The peer's barriers are initialised before any remote use. */
+	if constexpr (C::CL == 2)
+		gemm_cluster_sync();
+	else
+		__syncthreads();
+	/* The stage of the it-th k-tile of this block is it % ST; its phase
+	 * parity (it / ST) & 1.  A fresh barrier is in phase 0: waiting for
+	 * the parity of the phase before it (1) returns at once, so the
+	 * producer's first ST waits on empty pass. */
+	if (wg == 0) {
+		if constexpr (C::NCW == 2)
+			gemm_reg_dec<40>();
+		if (threadIdx.x == 0)
+			gemm_tma_produce<C>(work, units, first, step, rank,
+					    map_a, map_b, b3d, sa, sb, full,
+					    empty);
+	} else {
+		if constexpr (C::NCW == 2)
+			gemm_reg_inc<232>();
+		gemm_tma_consume<C>(work, units, first, step, rank, wg - 1,
+				    map_c, sa, sb, sc, full, empty);
+	}
+	/* No block leaves while its peer may still write into it. */
+	if constexpr (C::CL == 2)
+		gemm_cluster_sync();
 }
 
 /* ------------------------------------------------------------ host */
@@ -501,6 +622,31 @@ static int gemm_tma_map(CUtensorMap *m, const void *base, uint32_t rank,
 	cache[slot].key = k;
 	cache[slot].map = *m;
 	return 0;
+}
+
+/* Launch @p kernel (a gemm_tma kernel) on clusters of @p cl blocks.
+ * @return 0, -EINVAL (refused arguments) or -EIO. */
+template <class K, class... A>
+static int gemm_tma_go(K kernel, unsigned grid, unsigned threads, size_t smem,
+		       int cl, cudaStream_t s, A... args)
+{
+	cudaLaunchConfig_t cfg;
+	cudaLaunchAttribute at[1];
+	memset(&cfg, 0, sizeof(cfg));
+	memset(at, 0, sizeof(at));
+	cfg.gridDim = dim3(grid);
+	cfg.blockDim = dim3(threads);
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = s;
+	at[0].id = cudaLaunchAttributeClusterDimension;
+	at[0].val.clusterDim.x = (unsigned)cl;
+	at[0].val.clusterDim.y = 1;
+	at[0].val.clusterDim.z = 1;
+	cfg.attrs = at;
+	cfg.numAttrs = 1;
+	cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
+	(void)cudaGetLastError(); /* returned here, not left for the next */
+	return e == cudaSuccess ? 0 : e == cudaErrorInvalidValue ? -EINVAL : -EIO;
 }
 #endif /* !FLYK_DEVICE_PASS */
 
