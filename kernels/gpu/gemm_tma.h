@@ -630,10 +630,8 @@ template <class K, class... A>
 static int gemm_tma_go(K kernel, unsigned grid, unsigned threads, size_t smem,
 		       int cl, cudaStream_t s, A... args)
 {
-	cudaLaunchConfig_t cfg;
-	cudaLaunchAttribute at[1];
-	memset(&cfg, 0, sizeof(cfg));
-	memset(at, 0, sizeof(at));
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute at[1] = {};
 	cfg.gridDim = dim3(grid);
 	cfg.blockDim = dim3(threads);
 	cfg.dynamicSmemBytes = smem;
