@@ -593,8 +593,8 @@ template <class C> static int tma_go(const struct mma_job *j, int sms)
 	if (C::TS && gemm_tma_map(&mc, j->a->c, 2, dc, C::BM / C::NCW))
 		return -EINVAL;
 	int clusters = g.units < sms / C::CL ? g.units : sms / C::CL;
-	int rc = gemm_tma_go(gemm_tma_kernel<C>, (unsigned)(clusters * C::CL),
-			     C::THREADS, C::SMEM, C::CL, j->s, ma, mb, mc, g);
+	int rc = gemm_tma_go(gemm_tma_kernel<C>, clusters, C::THREADS, C::SMEM,
+			     C::CL, j->s, ma, mb, mc, g);
 	if (rc || g.split == 1)
 		return rc;
 	return gemm_reduce_go(j, g.ws, g.split);

@@ -624,15 +624,44 @@ static int gemm_tma_map(CUtensorMap *m, const void *base, uint32_t rank,
 	return 0;
 }
 
-/* Launch @p kernel (a gemm_tma kernel) on clusters of @p cl blocks.
+/* The clusters of @p cfg's shape that can be resident at once (0 when
+ * unknown), per kernel and device, cached: a persistent grid larger than
+ * that runs its last clusters after the others have finished all their
+ * units, which doubles the time. */
+static int gemm_tma_resident(const void *kernel, const cudaLaunchConfig_t *cfg)
+{
+	enum { NCACHE = 64 };
+	static struct {
+		const void *k;
+		int dev, n;
+	} cache[NCACHE];
+	static int used;
+	int d = 0, n = 0;
+	(void)cudaGetDevice(&d);
+	for (int i = 0; i < used && i < NCACHE; i++)
+		if (cache[i].k == kernel && cache[i].dev == d)
+			return cache[i].n;
+	if (cudaOccupancyMaxActiveClusters(&n, kernel, cfg) != cudaSuccess)
+		n = 0;
+	(void)cudaGetLastError();
+	if (used < NCACHE) { /* a race only repeats the query */
+		cache[used].k = kernel;
+		cache[used].dev = d;
+		cache[used].n = n;
+		used++;
+	}
+	return n;
+}
+
+/* Launch @p kernel (a gemm_tma kernel) as a persistent grid of at most
+ * @p want clusters of @p cl blocks, and no more than can be resident.
  * @return 0, -EINVAL (refused arguments) or -EIO. */
 template <class K, class... A>
-static int gemm_tma_go(K kernel, unsigned grid, unsigned threads, size_t smem,
+static int gemm_tma_go(K kernel, int64_t want, unsigned threads, size_t smem,
 		       int cl, cudaStream_t s, A... args)
 {
 	cudaLaunchConfig_t cfg = {};
 	cudaLaunchAttribute at[1] = {};
-	cfg.gridDim = dim3(grid);
 	cfg.blockDim = dim3(threads);
 	cfg.dynamicSmemBytes = smem;
 	cfg.stream = s;
@@ -642,6 +671,13 @@ static int gemm_tma_go(K kernel, unsigned grid, unsigned threads, size_t smem,
 	at[0].val.clusterDim.z = 1;
 	cfg.attrs = at;
 	cfg.numAttrs = 1;
+	cfg.gridDim = dim3((unsigned)cl);
+	int res = gemm_tma_resident((const void *)kernel, &cfg);
+	if (res > 0 && want > res)
+		want = res;
+	if (want < 1)
+		want = 1;
+	cfg.gridDim = dim3((unsigned)(want * cl));
 	cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
 	(void)cudaGetLastError(); /* returned here, not left for the next */
 	return e == cudaSuccess ? 0 : e == cudaErrorInvalidValue ? -EINVAL : -EIO;

@@ -543,8 +543,8 @@ static int gg_tma_go(const struct gg_job *j, int sms, hipStream_t s)
 	 * most one per CL SMs. */
 	int64_t ub = (j->m / (C::CL * C::BM) + j->g) * (int64_t)j->tiles_n;
 	int64_t clusters = ub < sms / C::CL ? ub : sms / C::CL;
-	return gemm_tma_go(gg_tma_kernel<C>, (unsigned)(clusters * C::CL),
-			   C::THREADS, C::SMEM, C::CL, s, ma, mb, mc, *j);
+	return gemm_tma_go(gg_tma_kernel<C>, clusters, C::THREADS, C::SMEM,
+			   C::CL, s, ma, mb, mc, *j);
 }
 
 struct gg_tma_ent {
