@@ -548,14 +548,15 @@ static int ent_launch(const struct mma_ent *e, const struct fly_problem *p,
  * writes C through shared memory and a TMA store, overlapping the next
  * tile; needs N % 8 == 0, a 16-byte aligned C and split_k 1), cluster
  * (2: two blocks on vertically adjacent tiles share B by TMA multicast;
- * tile_m >= 128).  NT only,
+ * tile_m >= 128; measured slower and not built, see GEMM_TMA_CFGS).
+ * NT only,
  * K % 8 == 0, A and B 16-byte aligned (the tensor maps' rules).
  */
 static const int64_t tma_tile_m[] = {64, 128, 256};
 static const int64_t tma_tile_n[] = {64, 128, 256};
 static const int64_t tma_split[] = {1, 2, 4, 8};
 static const int64_t tma_store[] = {0, 1};
-static const int64_t tma_cluster[] = {1, 2};
+static const int64_t tma_cluster[] = {1}; /* 2: see GEMM_TMA_CFGS */
 
 #if GEMM_HAVE_TMA
 typedef int (*tma_go_fn)(const struct mma_job *j, int sms);

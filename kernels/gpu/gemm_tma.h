@@ -64,13 +64,13 @@
 	X(64, 256, 4, 1, 1)                                                    \
 	X(128, 128, 5, 1, 1)                                                   \
 	X(128, 256, 3, 1, 1)                                                   \
-	X(256, 128, 3, 1, 1)                                                   \
-	X(128, 128, 6, 0, 2)                                                   \
-	X(128, 256, 4, 0, 2)                                                   \
-	X(256, 128, 4, 0, 2)                                                   \
-	X(128, 128, 5, 1, 2)                                                   \
-	X(128, 256, 3, 1, 2)                                                   \
-	X(256, 128, 3, 1, 2)
+	X(256, 128, 3, 1, 1)
+/* CL = 2 is not built: on the H200 (2026-12-02, commit 73ddab2) every
+ * cluster=2 shape ran 1.4x (128x256, 256x128) to 2.4x (128x128) slower
+ * than the same shape with CL = 1, dense and grouped alike, also with the
+ * grid sized to the resident clusters; correct (test_gpu_gemm passed on
+ * all of them), cause not found.  Add X(128, 256, 4, 0, 2) etc. here to
+ * offer it again. */
 
 template <int BM_, int BN_, int ST_, int TS_, int CL_> struct gemm_tma_cfg {
 	enum {

@@ -510,14 +510,14 @@ static int wg_launch(const struct flyk_device *dev,
  * store (1: C through shared memory and a TMA store, except on a tile that
  * runs into the next expert; needs N % 8 == 0 and a 16-byte aligned C),
  * cluster (2: blocks in pairs on an expert's adjacent tile rows share B[e]
- * by TMA multicast).
+ * by TMA multicast; measured slower and not built, see GEMM_TMA_CFGS).
  * B[e] comes through a 3-D tensor map, so an n-tile past N is zero-filled
  * per expert.
  */
 static const int64_t gg_tma_tile_m[] = {64, 128, 256};
 static const int64_t gg_tma_tile_n[] = {64, 128, 256};
 static const int64_t gg_tma_store[] = {0, 1};
-static const int64_t gg_tma_cluster[] = {1, 2};
+static const int64_t gg_tma_cluster[] = {1}; /* 2: see GEMM_TMA_CFGS */
 
 #if GEMM_HAVE_TMA
 typedef int (*gg_tma_go_fn)(const struct gg_job *j, int sms, hipStream_t s);

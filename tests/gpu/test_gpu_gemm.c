@@ -191,7 +191,7 @@ static void test_gemm_cases(const struct flyk_backend *b,
 	    {5, 33, 13},      {8, 4096, 256},  {129, 257, 520},
 	    {64, 192, 128},   {300, 64, 1024}, {1000, 136, 2056},
 	    {16, 2048, 4096}, {2, 24, 8},      {255, 255, 264},
-	    {300, 256, 192}, /* 3 tile rows of 128: a cluster's lone tile */
+	    {300, 256, 192}, /* 3 tile rows of 128: an odd count */
 	};
 	static const uint32_t flags[] = {0, FLY_F_BIAS, FLY_F_SCALE,
 					 FLY_F_BIAS | FLY_F_SCALE};
