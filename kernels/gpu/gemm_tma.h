@@ -625,17 +625,17 @@ static int gemm_tma_map(CUtensorMap *m, const void *base, uint32_t rank,
 }
 
 /* The clusters of @p cfg's shape that can be resident at once (0 when
- * unknown), per kernel and device, cached: a persistent grid larger than
- * that runs its last clusters after the others have finished all their
- * units, which doubles the time. */
+ * unknown), per kernel and device, cached per host thread: a persistent
+ * grid larger than that runs its last clusters after the others have
+ * finished all their units, which doubles the time. */
 static int gemm_tma_resident(const void *kernel, const cudaLaunchConfig_t *cfg)
 {
 	enum { NCACHE = 64 };
-	static struct {
+	static thread_local struct {
 		const void *k;
 		int dev, n;
 	} cache[NCACHE];
-	static int used;
+	static thread_local int used;
 	int d = 0, n = 0;
 	(void)cudaGetDevice(&d);
 	for (int i = 0; i < used && i < NCACHE; i++)
@@ -644,7 +644,7 @@ static int gemm_tma_resident(const void *kernel, const cudaLaunchConfig_t *cfg)
 	if (cudaOccupancyMaxActiveClusters(&n, kernel, cfg) != cudaSuccess)
 		n = 0;
 	(void)cudaGetLastError();
-	if (used < NCACHE) { /* a race only repeats the query */
+	if (used < NCACHE) {
 		cache[used].k = kernel;
 		cache[used].dev = d;
 		cache[used].n = n;
