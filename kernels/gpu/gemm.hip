@@ -12,6 +12,9 @@
  * that is feasible):
  *   cublas_default  (CUDA) cublasGemmEx, CUBLAS_GEMM_DEFAULT
  *   cublaslt        (CUDA) a cuBLASLt algorithm from the heuristic top-N
+ *   gemm_tma        (sm_90a) warp-specialised persistent TMA + mbarrier +
+ *                   wgmma (gemm_tma.h): params tile_m, tile_n, split_k,
+ *                   swizzle, store, cluster; NT only (see "tma host").
  *   gemm_wgmma      (sm_90a) the gemm_mma kernel with the wgmma engine of
  *                   gemm_tile.h: params tile_m, tile_n, stages, split_k,
  *                   swizzle (shapes of GEMM_WG_CFGS); NT only.  Before

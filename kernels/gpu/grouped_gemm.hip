@@ -18,7 +18,9 @@
  * at once; the persistent variant (persist = blocks per SM) instead loops
  * a grid of sms * persist blocks over the tiles.
  *
- * Variants: ggemm_mma (NVIDIA sm_80+: the mma engine of gemm_tile.h;
+ * Variants: ggemm_tma (sm_90a: the TMA + wgmma kernel of gemm_tma.h,
+ * persistent; params tile_m, tile_n, store, cluster), ggemm_mma (NVIDIA
+ * sm_80+: the mma engine of gemm_tile.h;
  * params tile_m, tile_n, tile_k, warps, stages, persist), ggemm_wgmma
  * (sm_90a: the wgmma engine; params tile_m, tile_n, stages, persist),
  * ggemm_fma (64x64
