@@ -499,41 +499,34 @@ __device__ __forceinline__ void gemm_wg_fence_acc(float *acc)
 #endif
 }
 
+#if FLYK_WGMMA_DEVICE
+/* The accumulator operands d[i .. i + 31] of a wgmma asm statement. */
+#define GEMM_WG_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define GEMM_WG_D16(i)                                                         \
+	GEMM_WG_D4(i), GEMM_WG_D4(i + 4), GEMM_WG_D4(i + 8), GEMM_WG_D4(i + 12)
+#define GEMM_WG_D32(i) GEMM_WG_D16(i), GEMM_WG_D16(i + 16)
+
+/* wgmma.mma_async m64nBNk16 bf16 -> fp32, D += A * B (scale-d 1). */
 template <int BN>
-__device__ __forceinline__ void gemm_wgmma(float *d, uint64_t da, uint64_t db);
+__device__ __forceinline__ void gemm_wgmma_asm(float *d, uint64_t da,
+					       uint64_t db);
 
 template <> __device__ __forceinline__ void
-gemm_wgmma<64>(float *d, uint64_t da, uint64_t db)
+gemm_wgmma_asm<64>(float *d, uint64_t da, uint64_t db)
 {
-#if FLYK_WGMMA_DEVICE
 	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
 		     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
 		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
 		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
 		     "%24,%25,%26,%27,%28,%29,%30,%31"
 		     "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-		       "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-		       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-		       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-		       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-		       "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-		       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-		       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+		     : GEMM_WG_D32(0)
 		     : "l"(da), "l"(db), "r"(1));
-#elif defined(FLYK_EMU)
-	flyk_emu_wgmma(d, da, db, 64);
-#else
-	(void)d;
-	(void)da;
-	(void)db;
-#endif
 }
 
 template <> __device__ __forceinline__ void
-gemm_wgmma<128>(float *d, uint64_t da, uint64_t db)
+gemm_wgmma_asm<128>(float *d, uint64_t da, uint64_t db)
 {
-#if FLYK_WGMMA_DEVICE
 	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
 		     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
 		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
@@ -543,36 +536,13 @@ gemm_wgmma<128>(float *d, uint64_t da, uint64_t db)
 		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,"
 		     "%60,%61,%62,%63"
 		     "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-		       "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-		       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-		       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-		       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-		       "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-		       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-		       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-		       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-		       "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-		       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-		       "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-		       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),
-		       "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-		       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-		       "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+		     : GEMM_WG_D32(0), GEMM_WG_D32(32)
 		     : "l"(da), "l"(db), "r"(1));
-#elif defined(FLYK_EMU)
-	flyk_emu_wgmma(d, da, db, 128);
-#else
-	(void)d;
-	(void)da;
-	(void)db;
-#endif
 }
 
 template <> __device__ __forceinline__ void
-gemm_wgmma<256>(float *d, uint64_t da, uint64_t db)
+gemm_wgmma_asm<256>(float *d, uint64_t da, uint64_t db)
 {
-#if FLYK_WGMMA_DEVICE
 	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
 		     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
 		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
@@ -587,41 +557,20 @@ gemm_wgmma<256>(float *d, uint64_t da, uint64_t db)
 		     "%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,"
 		     "%120,%121,%122,%123,%124,%125,%126,%127"
 		     "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-		       "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-		       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-		       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-		       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-		       "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-		       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-		       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-		       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-		       "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-		       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-		       "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-		       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),
-		       "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-		       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-		       "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-		       "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]),
-		       "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-		       "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]),
-		       "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-		       "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-		       "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-		       "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),
-		       "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-		       "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),
-		       "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-		       "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
-		       "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-		       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
-		       "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-		       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]),
-		       "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+		     : GEMM_WG_D32(0), GEMM_WG_D32(32), GEMM_WG_D32(64), GEMM_WG_D32(96)
 		     : "l"(da), "l"(db), "r"(1));
+}
+#endif
+
+/* One m64nBNk16 step: the PTX above on the GPU, flyk_emu_wgmma() under
+ * the emulator. */
+template <int BN>
+__device__ __forceinline__ void gemm_wgmma(float *d, uint64_t da, uint64_t db)
+{
+#if FLYK_WGMMA_DEVICE
+	gemm_wgmma_asm<BN>(d, da, db);
 #elif defined(FLYK_EMU)
-	flyk_emu_wgmma(d, da, db, 256);
+	flyk_emu_wgmma(d, da, db, BN);
 #else
 	(void)d;
 	(void)da;
