@@ -19,7 +19,7 @@
  * a grid of sms * persist blocks over the tiles.
  *
  * Variants: ggemm_tma (sm_90a: the TMA + wgmma kernel of gemm_tma.h,
- * persistent; params tile_m, tile_n, store, cluster), ggemm_mma (NVIDIA
+ * persistent; params tile_m, tile_n, store), ggemm_mma (NVIDIA
  * sm_80+: the mma engine of gemm_tile.h;
  * params tile_m, tile_n, tile_k, warps, stages, persist), ggemm_wgmma
  * (sm_90a: the wgmma engine; params tile_m, tile_n, stages, persist),
@@ -179,18 +179,15 @@ __global__ void __launch_bounds__(C::THREADS) gg_mma_kernel(gg_job j)
 #if GEMM_HAVE_TMA
 /* Tile t of the grouped problem as a TMA work unit: A from the expert's
  * row (rows past the expert are loaded, computed and not stored), B[e]
- * through the 3-D map (expert, n, k).  With clusters of CL blocks the
- * tile list is built with CL * BM rows a tile and block @p rank takes
- * rows rank * BM of it (past the expert: computed, not stored). */
-template <int BM, int BN, int CL> struct gg_tma_work {
+ * through the 3-D map (expert, n, k). */
+template <int BM, int BN> struct gg_tma_work {
 	gg_job j;
 	const int *pre;
-	__device__ __forceinline__ void operator()(int t, int rank,
+	__device__ __forceinline__ void operator()(int t,
 						   gemm_tma_unit *w) const
 	{
 		gemm_opnd o;
-		int e = gg_tile(j, pre, t, CL * BM, BN, &o, &w->out);
-		o.m0 += (int64_t)rank * BM;
+		int e = gg_tile(j, pre, t, BM, BN, &o, &w->out);
 		w->a_row = (int)o.m0;
 		w->b_row = (int)o.n0;
 		w->b_z = e;
@@ -213,11 +210,10 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 	FLYK_DYN_SMEM(uint4, gg_tma_dsmem);
 	__shared__ int pre[GG_MAX_G + 1];
 	__shared__ uint64_t gg_tma_bars[2 * C::ST];
-	gg_prefix(j.off, j.g, j.m, C::CL * C::BM, j.tiles_n, pre);
-	gg_tma_work<C::BM, C::BN, C::CL> w{j, pre};
-	gemm_tma_run<C>(w, pre[j.g], blockIdx.x / C::CL, gridDim.x / C::CL,
-			&ma, &mb, true, &mc, (uint16_t *)gg_tma_dsmem,
-			gg_tma_bars);
+	gg_prefix(j.off, j.g, j.m, C::BM, j.tiles_n, pre);
+	gg_tma_work<C::BM, C::BN> w{j, pre};
+	gemm_tma_run<C>(w, pre[j.g], blockIdx.x, gridDim.x, &ma, &mb, true, &mc,
+			(uint16_t *)gg_tma_dsmem, gg_tma_bars);
 }
 #endif
 
@@ -456,20 +452,32 @@ static int wg_feasible(const struct flyk_device *dev,
 }
 
 #if !FLYK_AMD
+/* Launch the tile kernel @p go (bm x bn tiles, feasible) with @p persist
+ * blocks per SM; A and B 16-byte aligned, C to @p c_al bytes. */
+static int gg_tiles_launch(const struct flyk_device *dev,
+			   const struct fly_problem *p, int bm, int bn,
+			   gg_go_fn go, uintptr_t c_al, int64_t persist,
+			   const union flyk_args *args, void *stream)
+{
+	struct gg_job j;
+	int rc = gg_job_of(p, args, bn, &j);
+	if (rc)
+		return rc;
+	if (((uintptr_t)j.a | (uintptr_t)j.b) & 15 ||
+	    (uintptr_t)j.c & (c_al - 1))
+		return -EINVAL;
+	int64_t grid = gg_grid(dev, p, bm, bn, persist);
+	return go(&j, (unsigned)grid, (hipStream_t)stream);
+}
+
 /* Launch entry @p e (feasible) with @p persist blocks per SM. */
 static int gg_ent_launch(const struct flyk_device *dev,
 			 const struct fly_problem *p, const struct gg_ent *e,
 			 int64_t persist, const union flyk_args *args,
 			 void *stream)
 {
-	struct gg_job j;
-	int rc = gg_job_of(p, args, e->bn, &j);
-	if (rc)
-		return rc;
-	if (((uintptr_t)j.a | (uintptr_t)j.b) & 15 || (uintptr_t)j.c & 3)
-		return -EINVAL;
-	int64_t grid = gg_grid(dev, p, e->bm, e->bn, persist);
-	return e->go(&j, (unsigned)grid, (hipStream_t)stream);
+	return gg_tiles_launch(dev, p, e->bm, e->bn, e->go, 4, persist, args,
+			       stream);
 }
 #endif
 
@@ -510,22 +518,17 @@ static int wg_launch(const struct flyk_device *dev,
  * gemm_tma.h over the grouped tile list, persistent (grid = min(tile
  * bound, SMs)); params tile_m, tile_n (the shapes of GEMM_TMA_CFGS),
  * store (1: C through shared memory and a TMA store, except on a tile that
- * runs into the next expert; needs N % 8 == 0 and a 16-byte aligned C),
- * cluster (2: blocks in pairs on an expert's adjacent tile rows share B[e]
- * by TMA multicast; measured slower and not built, see GEMM_TMA_CFGS).
+ * runs into the next expert; needs N % 8 == 0 and a 16-byte aligned C).
  * B[e] comes through a 3-D tensor map, so an n-tile past N is zero-filled
  * per expert.
  */
 static const int64_t gg_tma_tile_m[] = {64, 128, 256};
 static const int64_t gg_tma_tile_n[] = {64, 128, 256};
 static const int64_t gg_tma_store[] = {0, 1};
-static const int64_t gg_tma_cluster[] = {1}; /* 2: see GEMM_TMA_CFGS */
 
 #if GEMM_HAVE_TMA
-typedef int (*gg_tma_go_fn)(const struct gg_job *j, int sms, hipStream_t s);
-
 template <class C>
-static int gg_tma_go(const struct gg_job *j, int sms, hipStream_t s)
+static int gg_tma_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 {
 	static int done[16];
 	if (flyk_gemm_smem_optin((const void *)gg_tma_kernel<C>, C::SMEM,
@@ -536,36 +539,33 @@ static int gg_tma_go(const struct gg_job *j, int sms, hipStream_t s)
 	uint64_t db[3] = {(uint64_t)j->k, (uint64_t)j->n, (uint64_t)j->g};
 	uint64_t dc[2] = {(uint64_t)j->n, (uint64_t)j->m};
 	if (gemm_tma_map(&ma, j->a, 2, da, C::BM) ||
-	    gemm_tma_map(&mb, j->b, 3, db, C::BN / C::CL))
+	    gemm_tma_map(&mb, j->b, 3, db, C::BN))
 		return -EINVAL;
 	memset(&mc, 0, sizeof(mc));
 	if (C::TS && gemm_tma_map(&mc, j->c, 2, dc, C::BM / C::NCW))
 		return -EINVAL;
-	/* Clusters: the tile count's bound (tiles of CL * BM rows), at
-	 * most one per CL SMs. */
-	int64_t ub = (j->m / (C::CL * C::BM) + j->g) * (int64_t)j->tiles_n;
-	int64_t clusters = ub < sms / C::CL ? ub : sms / C::CL;
-	return gemm_tma_go(gg_tma_kernel<C>, clusters, C::THREADS, C::SMEM,
-			   C::CL, s, ma, mb, mc, *j);
+	FLYK_GO(grid, C::THREADS, C::SMEM, s, gg_tma_kernel<C>)
+	(ma, mb, mc, *j);
+	return gg_launch_err();
 }
 
 struct gg_tma_ent {
-	int bm, bn, ts, cl, smem;
-	gg_tma_go_fn go;
+	int bm, bn, ts, smem;
+	gg_go_fn go;
 };
 
-#define GG_TMA_ENT(BM, BN, ST, TS, CL)                                         \
-	{BM, BN, TS, CL, gemm_tma_cfg<BM, BN, ST, TS, CL>::SMEM,               \
-	 gg_tma_go<gemm_tma_cfg<BM, BN, ST, TS, CL>>},
+#define GG_TMA_ENT(BM, BN, ST, TS)                                             \
+	{BM, BN, TS, gemm_tma_cfg<BM, BN, ST, TS>::SMEM,                       \
+	 gg_tma_go<gemm_tma_cfg<BM, BN, ST, TS>>},
 static const struct gg_tma_ent gg_tma_ents[] = {GEMM_TMA_CFGS(GG_TMA_ENT)};
 
-/* The entry of point @p pr (tile_m, tile_n, store, cluster). */
+/* The entry of point @p pr (tile_m, tile_n, store). */
 static const struct gg_tma_ent *gg_tma_find(const int64_t *pr)
 {
 	for (size_t i = 0; i < sizeof(gg_tma_ents) / sizeof(gg_tma_ents[0]);
 	     i++)
 		if (gg_tma_ents[i].bm == pr[0] && gg_tma_ents[i].bn == pr[1] &&
-		    gg_tma_ents[i].ts == pr[2] && gg_tma_ents[i].cl == pr[3])
+		    gg_tma_ents[i].ts == pr[2])
 			return &gg_tma_ents[i];
 	return NULL;
 }
@@ -594,10 +594,6 @@ static int tma_feasible(const struct flyk_device *dev,
 	if ((e->bm > 64 && e->bm / 2 >= avg) ||
 	    (e->bn > 64 && e->bn / 2 >= p->dims[2]))
 		return -EINVAL;
-	/* A cluster pairs two tile rows of an expert: only where the
-	 * experts have two. */
-	if (e->cl > 1 && avg < (int64_t)e->cl * e->bm)
-		return -EINVAL;
 	if (!gg_persist_ok(dev, p, e->bm, e->bn, 0))
 		return -EINVAL;
 	return 0;
@@ -616,15 +612,11 @@ static int tma_launch(const struct flyk_device *dev,
 	(void)stream;
 	return -EOPNOTSUPP;
 #else
+	/* Persistent: one block per SM; the TMA store (ts) reads C's rows
+	 * 16 bytes at a time. */
 	const struct gg_tma_ent *e = gg_tma_find(pr);
-	struct gg_job j;
-	rc = gg_job_of(p, args, e->bn, &j);
-	if (rc)
-		return rc;
-	if (((uintptr_t)j.a | (uintptr_t)j.b) & 15 ||
-	    (uintptr_t)j.c & (e->ts ? 15 : 3))
-		return -EINVAL;
-	return e->go(&j, dev->sms, (hipStream_t)stream);
+	return gg_tiles_launch(dev, p, e->bm, e->bn, e->go, e->ts ? 16 : 4, 1,
+			       args, stream);
 #endif
 }
 
@@ -692,11 +684,10 @@ static const struct flyk_variant gg_variants[] = {
      1u << FLY_DT_BF16,
      0,
      0,
-     4,
+     3,
      {{"tile_m", NV(gg_tma_tile_m)},
       {"tile_n", NV(gg_tma_tile_n)},
-      {"store", NV(gg_tma_store)},
-      {"cluster", NV(gg_tma_cluster)}},
+      {"store", NV(gg_tma_store)}},
      tma_feasible,
      NULL,
      tma_launch},
