@@ -183,10 +183,11 @@ __global__ void gemm_ref_kernel(const uint16_t *A, const uint16_t *B,
 }
 
 #if GEMM_HAVE_TMA
-/* gemm_tma's launch: units = tiles_m * tiles_n * split, split-major. */
+/* gemm_tma's launch: units = tiles_mc * tiles_n * split, split-major; a
+ * unit is cl vertically adjacent tiles (one per block of a cluster). */
 struct gemm_tma_job {
 	int64_t m, n, k;
-	int tiles_m, tiles_n, swz, split, units;
+	int tiles_mc, tiles_n, swz, split, units, cl, mc;
 	int64_t kps; /* k per split, a multiple of 64 */
 	uint16_t *c;
 	float *ws;
@@ -195,17 +196,21 @@ struct gemm_tma_job {
 };
 
 /* Unit u of a dense GEMM: split u / tiles, then gemm_mma_kernel's
- * rasterisation (groups of swz tile rows, n across a group). */
+ * rasterisation (groups of swz cluster rows, n across a group); block
+ * @p rank of a cluster takes tile row tm * cl + rank (past M: a tile that
+ * loads zeros, shares its half of B and stores nothing). */
 template <int BM, int BN> struct gemm_tma_dense {
 	gemm_tma_job j;
-	__device__ __forceinline__ void operator()(int u,
+	__device__ __forceinline__ void operator()(int u, int rank,
 						   gemm_tma_unit *w) const
 	{
-		int tiles = j.tiles_m * j.tiles_n;
+		int tiles = j.tiles_mc * j.tiles_n;
 		int ks = u / tiles, pid = u - ks * tiles;
 		int per = j.swz * j.tiles_n, first = (pid / per) * j.swz;
-		int gs = j.tiles_m - first < j.swz ? j.tiles_m - first : j.swz;
+		int gs =
+		    j.tiles_mc - first < j.swz ? j.tiles_mc - first : j.swz;
 		int local = pid % per, tm = first + local % gs, tn = local / gs;
+		tm = tm * j.cl + rank;
 		int64_t kb = (int64_t)ks * j.kps;
 		int64_t ke = kb + j.kps < j.k ? kb + j.kps : j.k;
 		w->a_row = tm * BM;
@@ -237,8 +242,9 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 	FLYK_DYN_SMEM(uint4, gemm_tma_dsmem);
 	__shared__ uint64_t gemm_tma_bars[2 * C::ST];
 	gemm_tma_dense<C::BM, C::BN> w{j};
-	gemm_tma_run<C>(w, j.units, blockIdx.x, gridDim.x, &ma, &mb, false,
-			&mc, (uint16_t *)gemm_tma_dsmem, gemm_tma_bars);
+	gemm_tma_run<C>(w, j.units, blockIdx.x / C::CL, gridDim.x / C::CL,
+			j.mc, &ma, &mb, false, &mc, (uint16_t *)gemm_tma_dsmem,
+			gemm_tma_bars);
 }
 #endif
 
@@ -556,13 +562,16 @@ static int ent_launch(const struct mma_ent *e, const struct fly_problem *p,
  * (the shapes of GEMM_TMA_CFGS; stages fixed per shape), split_k (fp32
  * partials, then gemm_splitk_reduce), swizzle, store (1: the epilogue
  * writes C through shared memory and a TMA store, overlapping the next
- * tile; needs N % 8 == 0, a 16-byte aligned C and split_k 1).  NT only,
+ * tile; needs N % 8 == 0, a 16-byte aligned C and split_k 1), cluster
+ * (2: two blocks on vertically adjacent tiles share B by TMA multicast;
+ * needs two tile rows).  NT only,
  * K % 8 == 0, A and B 16-byte aligned (the tensor maps' rules).
  */
 static const int64_t tma_tile_m[] = {64, 128, 256};
 static const int64_t tma_tile_n[] = {64, 128, 256};
 static const int64_t tma_split[] = {1, 2, 4, 8};
 static const int64_t tma_store[] = {0, 1};
+static const int64_t tma_cluster[] = {1, 2};
 
 #if GEMM_HAVE_TMA
 typedef int (*tma_go_fn)(const struct mma_job *j, int sms);
@@ -576,13 +585,16 @@ template <class C> static int tma_go(const struct mma_job *j, int sms)
 	g.m = j->m;
 	g.n = j->n;
 	g.k = j->k;
-	g.tiles_m = (int)((j->m + C::BM - 1) / C::BM);
+	int tiles_m = (int)((j->m + C::BM - 1) / C::BM);
+	g.cl = C::CL;
+	g.mc = gemm_tma_mc();
+	g.tiles_mc = (tiles_m + C::CL - 1) / C::CL;
 	g.tiles_n = (int)((j->n + C::BN - 1) / C::BN);
-	g.swz = j->swz < g.tiles_m ? j->swz : g.tiles_m;
+	g.swz = j->swz < g.tiles_mc ? j->swz : g.tiles_mc;
 	int64_t kc = (j->k + j->split - 1) / j->split;
 	g.kps = (kc + 63) / 64 * 64;
 	g.split = (int)((j->k + g.kps - 1) / g.kps);
-	g.units = g.tiles_m * g.tiles_n * g.split;
+	g.units = g.tiles_mc * g.tiles_n * g.split;
 	g.c = (uint16_t *)j->a->c;
 	g.ws = g.split > 1 ? (float *)j->a->workspace : NULL;
 	g.bias = j->bias;
@@ -592,36 +604,36 @@ template <class C> static int tma_go(const struct mma_job *j, int sms)
 	uint64_t db[2] = {(uint64_t)j->k, (uint64_t)j->n};
 	uint64_t dc[2] = {(uint64_t)j->n, (uint64_t)j->m};
 	if (gemm_tma_map(&ma, j->a->a, 2, da, C::BM) ||
-	    gemm_tma_map(&mb, j->a->b, 2, db, C::BN))
+	    gemm_tma_map(&mb, j->a->b, 2, db, C::BN / C::CL))
 		return -EINVAL;
 	memset(&mc, 0, sizeof(mc));
 	if (C::TS && gemm_tma_map(&mc, j->a->c, 2, dc, C::BM / C::NCW))
 		return -EINVAL;
-	int grid = g.units < sms ? g.units : sms;
-	FLYK_GO(grid, C::THREADS, C::SMEM, j->s, gemm_tma_kernel<C>)
-	(ma, mb, mc, g);
-	int rc = gemm_launch_err();
+	int clusters = g.units < sms / C::CL ? g.units : sms / C::CL;
+	int rc = gemm_tma_go(gemm_tma_kernel<C>, clusters, C::THREADS, C::SMEM,
+			     C::CL, j->s, ma, mb, mc, g);
 	if (rc || g.split == 1)
 		return rc;
 	return gemm_reduce_go(j, g.ws, g.split);
 }
 
 struct tma_ent {
-	int bm, bn, ts, smem;
+	int bm, bn, ts, cl, smem;
 	tma_go_fn go;
 };
 
-#define GEMM_TMA_ENT(BM, BN, ST, TS)                                           \
-	{BM, BN, TS, gemm_tma_cfg<BM, BN, ST, TS>::SMEM,                       \
-	 tma_go<gemm_tma_cfg<BM, BN, ST, TS>>},
+#define GEMM_TMA_ENT(BM, BN, ST, TS, CL)                                       \
+	{BM, BN, TS, CL, gemm_tma_cfg<BM, BN, ST, TS, CL>::SMEM,               \
+	 tma_go<gemm_tma_cfg<BM, BN, ST, TS, CL>>},
 static const struct tma_ent tma_ents[] = {GEMM_TMA_CFGS(GEMM_TMA_ENT)};
 
-/* The entry of point @p pr (tile_m, tile_n, split_k, swizzle, store). */
+/* The entry of point @p pr (tile_m, tile_n, split_k, swizzle, store,
+ * cluster). */
 static const struct tma_ent *tma_find(const int64_t *pr)
 {
 	for (size_t i = 0; i < sizeof(tma_ents) / sizeof(tma_ents[0]); i++)
 		if (tma_ents[i].bm == pr[0] && tma_ents[i].bn == pr[1] &&
-		    tma_ents[i].ts == pr[4])
+		    tma_ents[i].ts == pr[4] && tma_ents[i].cl == pr[5])
 			return &tma_ents[i];
 	return NULL;
 }
@@ -658,11 +670,16 @@ static int tma_feasible(const struct flyk_device *dev,
 	int64_t tm = (mb + e->bm - 1) / e->bm, tn = (n + e->bn - 1) / e->bn;
 	if (tm * tn * 8 > 0x7fffffff)
 		return -EINVAL;
+	/* A cluster pairs two tile rows: only where there are two. */
+	if (e->cl > 1 && tm < e->cl)
+		return -EINVAL;
+	tm = (tm + e->cl - 1) / e->cl; /* units per tile column */
 	int64_t split = pr[2], swz = pr[3];
 	if (split > 1) {
-		/* Only while the grid has fewer units than two waves, with
-		 * >= 2 k-tiles a split. */
-		if (tm * tn * split > 2 * (int64_t)dev->sms || k / split < 128)
+		/* Only while the grid has fewer units than two waves of
+		 * clusters, with >= 2 k-tiles a split. */
+		if (tm * tn * split > 2 * (int64_t)dev->sms / e->cl ||
+		    k / split < 128)
 			return -EINVAL;
 		if ((uint64_t)split * m * n * 4 > FLYK_GEMM_WS_BYTES)
 			return -EINVAL;
@@ -792,12 +809,13 @@ static const struct flyk_variant gemm_variants[] = {
      GEMM_DT_MASK,
      GEMM_FLAGS,
      0,
-     5,
+     6,
      {{"tile_m", NV(tma_tile_m)},
       {"tile_n", NV(tma_tile_n)},
       {"split_k", NV(tma_split)},
       {"swizzle", NV(mma_swz)},
-      {"store", NV(tma_store)}},
+      {"store", NV(tma_store)},
+      {"cluster", NV(tma_cluster)}},
      tma_feasible,
      NULL,
      tma_launch},

@@ -19,6 +19,10 @@
  *     next unit while the consumers store the last one.
  *   - Optionally (TS = 1) the epilogue goes through shared memory and TMA
  *     stores, overlapping the next unit.
+ *   - Optionally (CL = 2) clusters of two blocks on vertically adjacent
+ *     tiles: each block loads half of the shared B tile and multicasts it
+ *     into both, which halves B's traffic out of L2; the empty barriers
+ *     then count both blocks' warps.
  *
  * A work unit is whatever the kernel's functor says (a dense tile and its
  * k range; an expert's tile): see struct gemm_tma_unit.
@@ -27,11 +31,6 @@
  * Thread: the tensor-map cache is per host thread.
  * Built only for sm_90a under nvcc (GEMM_HAVE_TMA); not emulated (the CPU
  * emulator has no copy engine): the GPU test checks every point.
- *
- * Not here: clusters of two blocks sharing B by TMA multicast.  They were
- * written (commit 2922384), passed the GPU test and ran 1.4-2.4x slower
- * than the same tile without on the H200, cause not found, so they were
- * taken out again; kernels/gpu/GEMM_NOTES.md.
  */
 #ifndef FLYK_GEMM_TMA_H
 #define FLYK_GEMM_TMA_H
@@ -46,6 +45,7 @@
 
 #if GEMM_HAVE_TMA
 #include <cuda.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The TMA tile shapes built: BM, BN, stages (the most that fit beside the
@@ -54,19 +54,27 @@
  * consumers go on to the next unit while it drains; 0: stores straight
  * from registers). */
 #define GEMM_TMA_CFGS(X)                                                       \
-	X(64, 64, 12, 0)                                                       \
-	X(64, 128, 8, 0)                                                       \
-	X(64, 256, 5, 0)                                                       \
-	X(128, 128, 6, 0)                                                      \
-	X(128, 256, 4, 0)                                                      \
-	X(256, 128, 4, 0)                                                      \
-	X(64, 128, 7, 1)                                                       \
-	X(64, 256, 4, 1)                                                       \
-	X(128, 128, 5, 1)                                                      \
-	X(128, 256, 3, 1)                                                      \
-	X(256, 128, 3, 1)
+	X(64, 64, 12, 0, 1)                                                    \
+	X(64, 128, 8, 0, 1)                                                    \
+	X(64, 256, 5, 0, 1)                                                    \
+	X(128, 128, 6, 0, 1)                                                   \
+	X(128, 256, 4, 0, 1)                                                   \
+	X(256, 128, 4, 0, 1)                                                   \
+	X(64, 128, 7, 1, 1)                                                    \
+	X(64, 256, 4, 1, 1)                                                    \
+	X(128, 128, 5, 1, 1)                                                   \
+	X(128, 256, 3, 1, 1)                                                   \
+	X(256, 128, 3, 1, 1)                                                   \
+	X(64, 128, 8, 0, 2)                                                    \
+	X(64, 256, 5, 0, 2)                                                    \
+	X(128, 128, 6, 0, 2)                                                   \
+	X(128, 256, 4, 0, 2)                                                   \
+	X(256, 128, 4, 0, 2)                                                   \
+	X(128, 128, 5, 1, 2)                                                   \
+	X(128, 256, 3, 1, 2)                                                   \
+	X(256, 128, 3, 1, 2)
 
-template <int BM_, int BN_, int ST_, int TS_> struct gemm_tma_cfg {
+template <int BM_, int BN_, int ST_, int TS_, int CL_> struct gemm_tma_cfg {
 	enum {
 		BM = BM_,
 		BN = BN_,
@@ -79,6 +87,7 @@ template <int BM_, int BN_, int ST_, int TS_> struct gemm_tma_cfg {
 		B_ST = BN_ * 64,
 		STAGE_BYTES = (A_ST + B_ST) * 2,
 		TS = TS_,
+		CL = CL_, /* blocks of a cluster sharing B (multicast) */
 		C_BYTES = TS_ ? BM_ * BN_ * 2 : 0, /* the staged bf16 tile */
 		SMEM = STAGE_BYTES * ST_ + C_BYTES + 1024, /* + alignment */
 		NACC = BN_ / 2		    /* fp32 accumulators per slab */
@@ -87,6 +96,7 @@ template <int BM_, int BN_, int ST_, int TS_> struct gemm_tma_cfg {
 		      "tile");
 	static_assert(SLABS * NACC <= 128, "accumulators per thread");
 	static_assert(BM_ <= 256 && BN_ <= 256, "a TMA box is <= 256 rows");
+	static_assert(CL_ == 1 || CL_ == 2, "cluster");
 };
 
 /* One work unit: where its operands start and where its output goes. */
@@ -175,6 +185,61 @@ __device__ __forceinline__ void gemm_tma_3d(void *dst, const void *map,
 		     "l"((uint64_t)(uintptr_t)map), "r"(gemm_tma_sa(bar)),
 		     "r"(c0), "r"(c1), "r"(c2)
 		     : "memory");
+}
+
+/* The multicast forms: the box lands at the same offset in every block of
+ * @p mask (bit r: cluster rank r), completing its bytes on the mbarrier
+ * at the same offset in each. */
+__device__ __forceinline__ void gemm_tma_2d_mc(void *dst, const void *map,
+					       uint64_t *bar, int c0, int c1,
+					       uint16_t mask)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier"
+		     "::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+		     "%4}], [%2], %5;\n" ::"r"(gemm_tma_sa(dst)),
+		     "l"((uint64_t)(uintptr_t)map), "r"(gemm_tma_sa(bar)),
+		     "r"(c0), "r"(c1), "h"(mask)
+		     : "memory");
+}
+
+__device__ __forceinline__ void gemm_tma_3d_mc(void *dst, const void *map,
+					       uint64_t *bar, int c0, int c1,
+					       int c2, uint16_t mask)
+{
+	asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier"
+		     "::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+		     "%4, %5}], [%2], %6;\n" ::"r"(gemm_tma_sa(dst)),
+		     "l"((uint64_t)(uintptr_t)map), "r"(gemm_tma_sa(bar)),
+		     "r"(c0), "r"(c1), "r"(c2), "h"(mask)
+		     : "memory");
+}
+
+/* Arrive on the mbarrier at @p bar's offset in block @p peer of the
+ * cluster (release at CTA scope, as a local arrival: what it orders is
+ * this warp's wgmma reads of the stage, retired by wgmma.wait_group). */
+__device__ __forceinline__ void gemm_bar_arrive_peer(uint64_t *bar,
+						     unsigned peer)
+{
+	asm volatile("{\n.reg .b32 ra;\n"
+		     "mapa.shared::cluster.u32 ra, %0, %1;\n"
+		     "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(
+			 gemm_tma_sa(bar)),
+		     "r"(peer)
+		     : "memory");
+}
+
+/* Every thread of every block of the cluster. */
+__device__ __forceinline__ void gemm_cluster_sync(void)
+{
+	asm volatile("barrier.cluster.arrive.release;\n"
+		     "barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+__device__ __forceinline__ int gemm_cluster_rank(void)
+{
+	uint32_t r;
+	asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+	return (int)r;
 }
 
 __device__ __forceinline__ void gemm_tma_prefetch_map(const void *map)
@@ -291,17 +356,22 @@ gemm_tma_epilogue(const gemm_tma_unit &w, float (*acc)[C::NACC],
 }
 
 /* The producer (one thread): for every k-tile of this block's units, wait
- * until the stage is free, announce its bytes, and issue A and B. */
+ * until the stage is free, announce its bytes, and issue A (this block's
+ * rows) and B.  With C::CL = 2 each block of the pair issues the half of
+ * B's rows of its rank; @p mc multicasts it into both blocks (the stage
+ * is free once both blocks' consumers released it), else (diagnostic) the
+ * block issues both halves into itself. */
 template <class C, class W>
 __device__ __forceinline__ void
-gemm_tma_produce(const W &work, int units, int first, int step,
-		 const void *map_a, const void *map_b, bool b3d, uint16_t *sa,
-		 uint16_t *sb, uint64_t *full, uint64_t *empty)
+gemm_tma_produce(const W &work, int units, int first, int step, int rank,
+		 int mc, const void *map_a, const void *map_b, bool b3d,
+		 uint16_t *sa, uint16_t *sb, uint64_t *full, uint64_t *empty)
 {
+	enum { BH = C::BN / C::CL }; /* the B map's box rows */
 	uint32_t it = 0;
 	for (int u = first; u < units; u += step) {
 		gemm_tma_unit w;
-		work(u, &w);
+		work(u, rank, &w);
 		for (int kt = 0; kt < w.nk; kt++, it++) {
 			int s = (int)(it % C::ST);
 			unsigned ph = (it / C::ST) & 1;
@@ -310,21 +380,49 @@ gemm_tma_produce(const W &work, int units, int first, int step,
 			int k = w.k0 + kt * 64;
 			gemm_tma_2d(sa + s * C::A_ST, map_a, &full[s], k,
 				    w.a_row);
-			if (b3d)
-				gemm_tma_3d(sb + s * C::B_ST, map_b, &full[s],
-					    k, w.b_row, w.b_z);
-			else
-				gemm_tma_2d(sb + s * C::B_ST, map_b, &full[s],
-					    k, w.b_row);
+			uint16_t *db = sb + s * C::B_ST;
+			if (C::CL == 1 || !mc) {
+				for (int h = 0; h < C::CL; h++) {
+					if (b3d)
+						gemm_tma_3d(db + h * BH * 64,
+							    map_b, &full[s], k,
+							    w.b_row + h * BH,
+							    w.b_z);
+					else
+						gemm_tma_2d(db + h * BH * 64,
+							    map_b, &full[s], k,
+							    w.b_row + h * BH);
+				}
+			} else if (b3d) {
+				gemm_tma_3d_mc(db + rank * BH * 64, map_b,
+					       &full[s], k,
+					       w.b_row + rank * BH, w.b_z, 3);
+			} else {
+				gemm_tma_2d_mc(db + rank * BH * 64, map_b,
+					       &full[s], k,
+					       w.b_row + rank * BH, 3);
+			}
 		}
 	}
+}
+
+/* Release stage @p s (lane 0 of each consumer warp): in this block and,
+ * multicasting (@p mc), in the peer, whose producer writes into this
+ * block's stage too. */
+template <class C>
+__device__ __forceinline__ void gemm_tma_release(uint64_t *empty, int s,
+						 int rank, int mc)
+{
+	gemm_bar_arrive(&empty[s]);
+	if (C::CL == 2 && mc)
+		gemm_bar_arrive_peer(&empty[s], (unsigned)(rank ^ 1));
 }
 
 /* Consumer warpgroup @p cw: wgmma over the stages, then the epilogue. */
 template <class C, class W>
 __device__ __forceinline__ void
-gemm_tma_consume(const W &work, int units, int first, int step, int cw,
-		 const void *map_c, const uint16_t *sa,
+gemm_tma_consume(const W &work, int units, int first, int step, int rank,
+		 int mc, int cw, const void *map_c, const uint16_t *sa,
 		 const uint16_t *sb, uint16_t *sc, uint64_t *full,
 		 uint64_t *empty)
 {
@@ -332,7 +430,7 @@ gemm_tma_consume(const W &work, int units, int first, int step, int cw,
 	uint32_t it = 0;
 	for (int u = first; u < units; u += step) {
 		gemm_tma_unit w;
-		work(u, &w);
+		work(u, rank, &w);
 		float acc[C::SLABS][C::NACC];
 #pragma unroll
 		for (int j = 0; j < C::SLABS; j++)
@@ -363,11 +461,12 @@ gemm_tma_consume(const W &work, int units, int first, int step, int cw,
 			 * may be refilled. */
 			gemm_wg_wait<1>();
 			if (kt > 0 && l == 0)
-				gemm_bar_arrive(&empty[(it - 1) % C::ST]);
+				gemm_tma_release<C>(empty, (it - 1) % C::ST,
+						    rank, mc);
 		}
 		gemm_wg_wait<0>();
 		if (w.nk > 0 && l == 0) /* one arrival per warp */
-			gemm_bar_arrive(&empty[(it - 1) % C::ST]);
+			gemm_tma_release<C>(empty, (it - 1) % C::ST, rank, mc);
 #pragma unroll
 		for (int j = 0; j < C::SLABS; j++)
 			gemm_wg_fence_acc<C::NACC>(acc[j]);
@@ -402,17 +501,21 @@ gemm_tma_consume(const W &work, int units, int first, int step, int cw,
 
 /*
  * Run the units @p first, @p first + @p step, ... < @p units of work
- * functor @p work (void operator()(int u, gemm_tma_unit *w) const) with
- * config @p C.  @p map_a /
- * @p map_b / @p map_c are the tensor maps (kernel parameters,
- * __grid_constant__; map_c for C::TS only), @p b3d whether B's map is
- * 3-D (expert, n, k).  @p smem_raw is C::SMEM bytes of dynamic shared
- * memory, @p bars 2 * ST mbarriers in shared memory.  Every thread of the
- * block calls it.
+ * functor @p work (void operator()(int u, int rank, gemm_tma_unit *w)
+ * const; @p rank: the block's rank in its cluster, 0 when C::CL is 1)
+ * with config @p C.  With C::CL = 2 both blocks of a cluster (@p first
+ * and @p step count clusters) take the same units, must be given the same
+ * B rows and k range, and share B; @p mc 0 makes each block load all of
+ * B itself (a diagnostic: the cluster launch without the multicast).
+ * @p map_a / @p map_b / @p map_c are the tensor maps (kernel parameters,
+ * __grid_constant__; map_c for C::TS only; B's box has BN / CL rows),
+ * @p b3d whether B's map is 3-D (expert, n, k).  @p smem_raw is C::SMEM
+ * bytes of dynamic shared memory, @p bars 2 * ST mbarriers in shared
+ * memory.  Every thread of the block calls it.
  */
 template <class C, class W>
 __device__ __forceinline__ void
-gemm_tma_run(const W &work, int units, int first, int step,
+gemm_tma_run(const W &work, int units, int first, int step, int mc,
 	     const void *map_a, const void *map_b, bool b3d,
 	     const void *map_c, uint16_t *smem_raw, uint64_t *bars)
 {
@@ -424,17 +527,23 @@ gemm_tma_run(const W &work, int units, int first, int step,
 	uint16_t *sc = sb + C::B_ST * C::ST;
 	uint64_t *full = bars, *empty = bars + C::ST;
 	const int wg = threadIdx.x / 128;
+	const int rank = C::CL == 2 ? gemm_cluster_rank() : 0;
+	mc = C::CL == 2 && mc;
 	if (threadIdx.x == 0) {
 		gemm_tma_prefetch_map(map_a);
 		gemm_tma_prefetch_map(map_b);
 #pragma unroll
 		for (int s = 0; s < C::ST; s++) {
 			gemm_bar_init(&full[s], 1);
-			gemm_bar_init(&empty[s], C::NCW * 4);
+			gemm_bar_init(&empty[s], (mc ? 2 : 1) * C::NCW * 4);
 		}
 		gemm_bar_init_fence();
 	}
-	__syncthreads();
+	/* The peer's barriers are initialised before any remote use. */
+	if constexpr (C::CL == 2)
+		gemm_cluster_sync();
+	else
+		__syncthreads();
 	/* The stage of the it-th k-tile of this block is it % ST; its phase
 	 * parity (it / ST) & 1.  A fresh barrier is in phase 0: waiting for
 	 * the parity of the phase before it (1) returns at once, so the
@@ -443,14 +552,19 @@ gemm_tma_run(const W &work, int units, int first, int step,
 		if constexpr (C::NCW == 2)
 			gemm_reg_dec<40>();
 		if (threadIdx.x == 0)
-			gemm_tma_produce<C>(work, units, first, step, map_a,
-					    map_b, b3d, sa, sb, full, empty);
+			gemm_tma_produce<C>(work, units, first, step, rank, mc,
+					    map_a, map_b, b3d, sa, sb, full,
+					    empty);
 	} else {
 		if constexpr (C::NCW == 2)
 			gemm_reg_inc<232>();
-		gemm_tma_consume<C>(work, units, first, step, wg - 1, map_c,
-				    sa, sb, sc, full, empty);
+		gemm_tma_consume<C>(work, units, first, step, rank, mc, wg - 1,
+				    map_c, sa, sb, sc, full, empty);
 	}
+	/* No block leaves while its peer may still write into it or arrive
+	 * on its barriers. */
+	if constexpr (C::CL == 2)
+		gemm_cluster_sync();
 }
 
 /* ------------------------------------------------------------ host */
@@ -531,6 +645,78 @@ static int gemm_tma_map(CUtensorMap *m, const void *base, uint32_t rank,
 	cache[slot].key = k;
 	cache[slot].map = *m;
 	return 0;
+}
+/* 1: clusters multicast B (the kernels' way); 0 where FLYK_TMA_NOMC is
+ * set: each block of a cluster loads all of B itself (a diagnostic that
+ * separates the cost of the cluster launch from the multicast's). */
+static int gemm_tma_mc(void)
+{
+	static const int mc = [] {
+		const char *e = getenv("FLYK_TMA_NOMC");
+		return e && *e && *e != '0' ? 0 : 1;
+	}();
+	return mc;
+}
+
+/* The clusters of @p cfg's shape that can be resident at once (0 when
+ * unknown), per kernel and device, cached per host thread: a persistent
+ * grid larger than that runs its last clusters after the others have
+ * finished all their units, which doubles the time. */
+static int gemm_tma_resident(const void *kernel, const cudaLaunchConfig_t *cfg)
+{
+	enum { NCACHE = 64 };
+	static thread_local struct {
+		const void *k;
+		int dev, n;
+	} cache[NCACHE];
+	static thread_local int used;
+	int d = 0, n = 0;
+	(void)cudaGetDevice(&d);
+	for (int i = 0; i < used && i < NCACHE; i++)
+		if (cache[i].k == kernel && cache[i].dev == d)
+			return cache[i].n;
+	if (cudaOccupancyMaxActiveClusters(&n, kernel, cfg) != cudaSuccess)
+		n = 0;
+	(void)cudaGetLastError();
+	if (used < NCACHE) {
+		cache[used].k = kernel;
+		cache[used].dev = d;
+		cache[used].n = n;
+		used++;
+	}
+	return n;
+}
+
+/* Launch @p kernel (a gemm_tma kernel) as a persistent grid of at most
+ * @p want clusters of @p cl blocks, and (cl > 1) no more than can be
+ * resident at once.  @return 0, -EINVAL (refused arguments) or -EIO. */
+template <class K, class... A>
+static int gemm_tma_go(K kernel, int64_t want, unsigned threads, size_t smem,
+		       int cl, cudaStream_t s, A... args)
+{
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute at[1] = {};
+	cfg.blockDim = dim3(threads);
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = s;
+	if (cl > 1) {
+		at[0].id = cudaLaunchAttributeClusterDimension;
+		at[0].val.clusterDim.x = (unsigned)cl;
+		at[0].val.clusterDim.y = 1;
+		at[0].val.clusterDim.z = 1;
+		cfg.attrs = at;
+		cfg.numAttrs = 1;
+		cfg.gridDim = dim3((unsigned)cl);
+		int res = gemm_tma_resident((const void *)kernel, &cfg);
+		if (res > 0 && want > res)
+			want = res;
+	}
+	if (want < 1)
+		want = 1;
+	cfg.gridDim = dim3((unsigned)(want * cl));
+	cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
+	(void)cudaGetLastError(); /* returned here, not left for the next */
+	return e == cudaSuccess ? 0 : e == cudaErrorInvalidValue ? -EINVAL : -EIO;
 }
 #endif /* !FLYK_DEVICE_PASS */
 

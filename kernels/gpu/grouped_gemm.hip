@@ -132,6 +132,7 @@ struct gg_job {
 	int g;
 	int64_t m, n, k;
 	int tiles_n;
+	int mc; /* ggemm_tma clusters: 1 multicast B (gemm_tma_mc) */
 };
 
 /* Operands and output of tile @p t (after gg_prefix).  @return its
@@ -179,15 +180,18 @@ __global__ void __launch_bounds__(C::THREADS) gg_mma_kernel(gg_job j)
 #if GEMM_HAVE_TMA
 /* Tile t of the grouped problem as a TMA work unit: A from the expert's
  * row (rows past the expert are loaded, computed and not stored), B[e]
- * through the 3-D map (expert, n, k). */
-template <int BM, int BN> struct gg_tma_work {
+ * through the 3-D map (expert, n, k).  With clusters of CL blocks the
+ * tile list is built with CL * BM rows a tile and block @p rank takes
+ * rows rank * BM of it (past the expert: computed, not stored). */
+template <int BM, int BN, int CL> struct gg_tma_work {
 	gg_job j;
 	const int *pre;
-	__device__ __forceinline__ void operator()(int t,
+	__device__ __forceinline__ void operator()(int t, int rank,
 						   gemm_tma_unit *w) const
 	{
 		gemm_opnd o;
-		int e = gg_tile(j, pre, t, BM, BN, &o, &w->out);
+		int e = gg_tile(j, pre, t, CL * BM, BN, &o, &w->out);
+		o.m0 += (int64_t)rank * BM;
 		w->a_row = (int)o.m0;
 		w->b_row = (int)o.n0;
 		w->b_z = e;
@@ -210,9 +214,10 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 	FLYK_DYN_SMEM(uint4, gg_tma_dsmem);
 	__shared__ int pre[GG_MAX_G + 1];
 	__shared__ uint64_t gg_tma_bars[2 * C::ST];
-	gg_prefix(j.off, j.g, j.m, C::BM, j.tiles_n, pre);
-	gg_tma_work<C::BM, C::BN> w{j, pre};
-	gemm_tma_run<C>(w, pre[j.g], blockIdx.x, gridDim.x, &ma, &mb, true, &mc,
+	gg_prefix(j.off, j.g, j.m, C::CL * C::BM, j.tiles_n, pre);
+	gg_tma_work<C::BM, C::BN, C::CL> w{j, pre};
+	gemm_tma_run<C>(w, pre[j.g], blockIdx.x / C::CL, gridDim.x / C::CL,
+			j.mc, &ma, &mb, true, &mc,
 			(uint16_t *)gg_tma_dsmem, gg_tma_bars);
 }
 #endif
@@ -278,6 +283,7 @@ static int gg_job_of(const struct fly_problem *p, const union flyk_args *args,
 	j->n = p->dims[2];
 	j->k = p->dims[3];
 	j->tiles_n = (int)((j->n + bn - 1) / bn);
+	j->mc = 1;
 	return 0;
 }
 
@@ -518,13 +524,16 @@ static int wg_launch(const struct flyk_device *dev,
  * gemm_tma.h over the grouped tile list, persistent (grid = min(tile
  * bound, SMs)); params tile_m, tile_n (the shapes of GEMM_TMA_CFGS),
  * store (1: C through shared memory and a TMA store, except on a tile that
- * runs into the next expert; needs N % 8 == 0 and a 16-byte aligned C).
+ * runs into the next expert; needs N % 8 == 0 and a 16-byte aligned C),
+ * cluster (2: blocks in pairs on an expert's adjacent tile rows share B[e]
+ * by TMA multicast; where the experts average two tile rows).
  * B[e] comes through a 3-D tensor map, so an n-tile past N is zero-filled
  * per expert.
  */
 static const int64_t gg_tma_tile_m[] = {64, 128, 256};
 static const int64_t gg_tma_tile_n[] = {64, 128, 256};
 static const int64_t gg_tma_store[] = {0, 1};
+static const int64_t gg_tma_cluster[] = {1, 2};
 
 #if GEMM_HAVE_TMA
 template <class C>
@@ -539,33 +548,36 @@ static int gg_tma_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 	uint64_t db[3] = {(uint64_t)j->k, (uint64_t)j->n, (uint64_t)j->g};
 	uint64_t dc[2] = {(uint64_t)j->n, (uint64_t)j->m};
 	if (gemm_tma_map(&ma, j->a, 2, da, C::BM) ||
-	    gemm_tma_map(&mb, j->b, 3, db, C::BN))
+	    gemm_tma_map(&mb, j->b, 3, db, C::BN / C::CL))
 		return -EINVAL;
 	memset(&mc, 0, sizeof(mc));
 	if (C::TS && gemm_tma_map(&mc, j->c, 2, dc, C::BM / C::NCW))
 		return -EINVAL;
-	FLYK_GO(grid, C::THREADS, C::SMEM, s, gg_tma_kernel<C>)
-	(ma, mb, mc, *j);
-	return gg_launch_err();
+	/* @p grid counts clusters (gg_grid over tiles of CL * BM rows, at
+	 * most one per SM): gemm_tma_go caps it at the resident ones. */
+	gg_job g = *j;
+	g.mc = gemm_tma_mc();
+	return gemm_tma_go(gg_tma_kernel<C>, grid, C::THREADS, C::SMEM, C::CL,
+			   s, ma, mb, mc, g);
 }
 
 struct gg_tma_ent {
-	int bm, bn, ts, smem;
+	int bm, bn, ts, cl, smem;
 	gg_go_fn go;
 };
 
-#define GG_TMA_ENT(BM, BN, ST, TS)                                             \
-	{BM, BN, TS, gemm_tma_cfg<BM, BN, ST, TS>::SMEM,                       \
-	 gg_tma_go<gemm_tma_cfg<BM, BN, ST, TS>>},
+#define GG_TMA_ENT(BM, BN, ST, TS, CL)                                         \
+	{BM, BN, TS, CL, gemm_tma_cfg<BM, BN, ST, TS, CL>::SMEM,               \
+	 gg_tma_go<gemm_tma_cfg<BM, BN, ST, TS, CL>>},
 static const struct gg_tma_ent gg_tma_ents[] = {GEMM_TMA_CFGS(GG_TMA_ENT)};
 
-/* The entry of point @p pr (tile_m, tile_n, store). */
+/* The entry of point @p pr (tile_m, tile_n, store, cluster). */
 static const struct gg_tma_ent *gg_tma_find(const int64_t *pr)
 {
 	for (size_t i = 0; i < sizeof(gg_tma_ents) / sizeof(gg_tma_ents[0]);
 	     i++)
 		if (gg_tma_ents[i].bm == pr[0] && gg_tma_ents[i].bn == pr[1] &&
-		    gg_tma_ents[i].ts == pr[2])
+		    gg_tma_ents[i].ts == pr[2] && gg_tma_ents[i].cl == pr[3])
 			return &gg_tma_ents[i];
 	return NULL;
 }
@@ -594,7 +606,11 @@ static int tma_feasible(const struct flyk_device *dev,
 	if ((e->bm > 64 && e->bm / 2 >= avg) ||
 	    (e->bn > 64 && e->bn / 2 >= p->dims[2]))
 		return -EINVAL;
-	if (!gg_persist_ok(dev, p, e->bm, e->bn, 0))
+	/* A cluster pairs two tile rows of an expert: only where the
+	 * experts have two. */
+	if (e->cl > 1 && avg < (int64_t)e->cl * e->bm)
+		return -EINVAL;
+	if (!gg_persist_ok(dev, p, e->bm * e->cl, e->bn, 0))
 		return -EINVAL;
 	return 0;
 #endif
@@ -615,8 +631,8 @@ static int tma_launch(const struct flyk_device *dev,
 	/* Persistent: one block per SM; the TMA store (ts) reads C's rows
 	 * 16 bytes at a time. */
 	const struct gg_tma_ent *e = gg_tma_find(pr);
-	return gg_tiles_launch(dev, p, e->bm, e->bn, e->go, e->ts ? 16 : 4, 1,
-			       args, stream);
+	return gg_tiles_launch(dev, p, e->bm * e->cl, e->bn, e->go,
+			       e->ts ? 16 : 4, 1, args, stream);
 #endif
 }
 
@@ -684,10 +700,11 @@ static const struct flyk_variant gg_variants[] = {
      1u << FLY_DT_BF16,
      0,
      0,
-     3,
+     4,
      {{"tile_m", NV(gg_tma_tile_m)},
       {"tile_n", NV(gg_tma_tile_n)},
-      {"store", NV(gg_tma_store)}},
+      {"store", NV(gg_tma_store)},
+      {"cluster", NV(gg_tma_cluster)}},
      tma_feasible,
      NULL,
      tma_launch},

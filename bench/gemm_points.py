@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""gemm_points.py -- every candidate of chosen GEMM / grouped GEMM variants
+timed on given shapes, beside the PyTorch peer, with gpu_bench's bench()
+(CUDA events per call, L2 cleaned by a read before each rep, median).
+
+A diagnostic, not the benchmark of record (that is gemm_bench.py, which
+times the daemon's decisions): it answers "how fast is each point of
+gemm_tma on this shape", which the tuner's database answers only for the
+points its successive halving kept.
+
+  python3 bench/gemm_points.py [--build DIR] [--variants REGEX]
+      [--params REGEX] [--top N] [--out FILE] SHAPE...
+
+SHAPE is gemm:M,N,K or grouped:G,M,N,K (even groups).  Each candidate the
+library enumerates (flyk_gpu_candidates) whose variant matches --variants
+and whose "variant[params]" text matches --params is timed quickly (12
+reps), the best --top again (50 reps); the peer is torch.matmul or
+torch._grouped_mm.  Prints a table per shape, fastest first, with the
+ratio to the peer; --out writes every point as JSON.
+"""
+import argparse
+import ctypes
+import json
+import os
+import re
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_bench as gb  # noqa: E402
+import gemm_bench as gm  # noqa: E402
+
+
+def shape_of(text):
+    kind, _, dims = text.partition(":")
+    v = [int(x) for x in dims.split(",")]
+    if (kind, len(v)) not in (("gemm", 3), ("grouped", 4)):
+        raise argparse.ArgumentTypeError("bad shape %r" % text)
+    return kind, v
+
+
+def setup(lib, kind, v):
+    """The problem, a launcher of a decision, and the peer."""
+    if kind == "gemm":
+        m, n, k = v
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        ws = torch.empty(gm.WS_BYTES, dtype=torch.uint8, device="cuda")
+        p = gm.problem(gm.OP_GEMM, (m, n, k))
+
+        def run(d):
+            return lib.flyk_gpu_gemm(ctypes.byref(p), ctypes.byref(d),
+                                     a.data_ptr(), b.data_ptr(),
+                                     c.data_ptr(), None, 1.0,
+                                     ws.data_ptr(), gm.WS_BYTES,
+                                     gm.stream())
+
+        def ref():
+            return torch.matmul(a, b.t())
+        return p, run, ref, c, 2.0 * m * n * k
+    g, m, n, k = v
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    offs = [m * e // g for e in range(g + 1)]
+    doff = torch.tensor(offs, device="cuda", dtype=torch.int64)
+    ends = torch.tensor(offs[1:], device="cuda", dtype=torch.int32)
+    wt = w.transpose(-2, -1)
+    p = gm.problem(gm.OP_GROUPED, (g, m, n, k))
+
+    def run(d):
+        return lib.flyk_gpu_grouped_gemm(ctypes.byref(p), ctypes.byref(d),
+                                         a.data_ptr(), w.data_ptr(),
+                                         c.data_ptr(), doff.data_ptr(),
+                                         gm.stream())
+
+    def ref():
+        return torch._grouped_mm(a, wt, offs=ends)
+    return p, run, ref, c, 2.0 * m * n * k
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(gb.ROOT, "build/gpu"))
+    ap.add_argument("--variants", default="tma",
+                    help="regex on the variant name (default: tma)")
+    ap.add_argument("--params", default="",
+                    help="regex on 'variant[p, ...]' (default: all)")
+    ap.add_argument("--top", type=int, default=6)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("shapes", nargs="+", type=shape_of)
+    args = ap.parse_args(argv)
+    lib = gm.load(args.build)
+    lib.flyk_gpu_candidates.argtypes = [ctypes.POINTER(gb.Problem),
+                                        ctypes.POINTER(gb.Decision),
+                                        ctypes.c_int]
+    lib.flyk_gpu_candidates.restype = ctypes.c_int
+    vre, pre = re.compile(args.variants), re.compile(args.params)
+    report = []
+    for kind, v in args.shapes:
+        p, run, ref, c, flop = setup(lib, kind, v)
+        cand = (gb.Decision * 1024)()
+        n = lib.flyk_gpu_candidates(ctypes.byref(p), cand, 1024)
+        want = ref()
+        pts = []
+        for i in range(max(n, 0)):
+            d = cand[i]
+            dd = gb.dec_dict(d)
+            name = "%s%s" % (dd["variant"], dd["params"])
+            if not vre.search(dd["variant"]) or not pre.search(name):
+                continue
+            c.fill_(float("nan"))
+            rc = run(d)
+            if rc:
+                pts.append(dict(point=name, rc=rc))
+                continue
+            torch.cuda.synchronize()
+            err = (c.float() - want.float()).abs().max().item()
+            ms = gb.bench(lambda: run(d), warmup=2, reps=12, budget_ms=40)
+            pts.append(dict(point=name, ms=ms, err=err, i=i))
+        timed = sorted((q for q in pts if "ms" in q), key=lambda q: q["ms"])
+        for q in timed[:args.top]:
+            d = cand[q["i"]]
+            q["ms"] = gb.bench(lambda: run(d))
+        timed = sorted(timed, key=lambda q: q["ms"])
+        peer = gb.bench(ref)
+        title = "%s %s (%d candidates, %d timed)" % (
+            kind, ",".join(map(str, v)), n, len(timed))
+        print("\n## " + title)
+        print("peer %s: %.1f us, %.0f TFLOP/s" % (
+            "torch.matmul" if kind == "gemm" else "torch._grouped_mm",
+            peer * 1e3, flop / peer / 1e9))
+        for q in timed[:max(args.top, 12)]:
+            print("  %8.1f us  %5.0f TFLOP/s  x%.2f  err %.3g  %s" % (
+                q["ms"] * 1e3, flop / q["ms"] / 1e9, peer / q["ms"],
+                q["err"], q["point"]))
+        bad = [q for q in pts if "rc" in q]
+        if bad:
+            print("  refused: %d (%s ...)" % (len(bad), bad[0]["point"]))
+        report.append(dict(shape=title, kind=kind, dims=v, peer_ms=peer,
+                           points=[{k2: q[k2] for k2 in q if k2 != "i"}
+                                   for q in pts]))
+        sys.stdout.flush()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(dict(env=dict(FLYK_TMA_NOMC=os.environ.get(
+                "FLYK_TMA_NOMC", "")), shapes=report), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
