@@ -9,14 +9,18 @@ gemm_tma on this shape", which the tuner's database answers only for the
 points its successive halving kept.
 
   python3 bench/gemm_points.py [--build DIR] [--variants REGEX]
-      [--params REGEX] [--top N] [--out FILE] SHAPE...
+      [--params REGEX] [--top N] [--envs SETS] [--out FILE] SHAPE...
 
 SHAPE is gemm:M,N,K or grouped:G,M,N,K (even groups).  Each candidate the
 library enumerates (flyk_gpu_candidates) whose variant matches --variants
 and whose "variant[params]" text matches --params is timed quickly (12
 reps), the best --top again (50 reps); the peer is torch.matmul or
 torch._grouped_mm.  Prints a table per shape, fastest first, with the
-ratio to the peer; --out writes every point as JSON.
+ratio to the peer; --out writes every point as JSON.  --envs times each
+point once per environment set (";" between sets, "," between VAR=VALUE
+of a set, "-" for none; the library reads its FLYK_TMA_* diagnostics at
+every launch), one right after the other, so drifting clocks hit all
+sets alike.
 """
 import argparse
 import ctypes
@@ -89,6 +93,7 @@ def main(argv=None):
     ap.add_argument("--params", default="",
                     help="regex on 'variant[p, ...]' (default: all)")
     ap.add_argument("--top", type=int, default=6)
+    ap.add_argument("--envs", default="-")
     ap.add_argument("--out", default=None)
     ap.add_argument("shapes", nargs="+", type=shape_of)
     args = ap.parse_args(argv)
@@ -98,6 +103,16 @@ def main(argv=None):
                                         ctypes.c_int]
     lib.flyk_gpu_candidates.restype = ctypes.c_int
     vre, pre = re.compile(args.variants), re.compile(args.params)
+    envs = []
+    for e in args.envs.split(";"):
+        kv = [x.split("=", 1) for x in e.split(",") if x and x != "-"]
+        envs.append((e if kv else "", dict(kv)))
+    names = {k for _, d in envs for k in d}
+
+    def set_env(d):
+        for k in names:
+            os.environ.pop(k, None)
+        os.environ.update(d)
     report = []
     for kind, v in args.shapes:
         p, run, ref, c, flop = setup(lib, kind, v)
@@ -111,19 +126,26 @@ def main(argv=None):
             name = "%s%s" % (dd["variant"], dd["params"])
             if not vre.search(dd["variant"]) or not pre.search(name):
                 continue
-            c.fill_(float("nan"))
-            rc = run(d)
-            if rc:
-                pts.append(dict(point=name, rc=rc))
-                continue
-            torch.cuda.synchronize()
-            err = (c.float() - want.float()).abs().max().item()
-            ms = gb.bench(lambda: run(d), warmup=2, reps=12, budget_ms=40)
-            pts.append(dict(point=name, ms=ms, err=err, i=i))
+            for tag, env in envs:
+                set_env(env)
+                pn = name + (" {%s}" % tag if tag else "")
+                c.fill_(float("nan"))
+                rc = run(d)
+                if rc:
+                    pts.append(dict(point=pn, rc=rc))
+                    continue
+                torch.cuda.synchronize()
+                err = (c.float() - want.float()).abs().max().item()
+                ms = gb.bench(lambda: run(d), warmup=2, reps=12,
+                              budget_ms=40)
+                pts.append(dict(point=pn, ms=ms, err=err, i=i, env=env))
+        set_env({})
         timed = sorted((q for q in pts if "ms" in q), key=lambda q: q["ms"])
         for q in timed[:args.top]:
             d = cand[q["i"]]
+            set_env(q["env"])
             q["ms"] = gb.bench(lambda: run(d))
+        set_env({})
         timed = sorted(timed, key=lambda q: q["ms"])
         peer = gb.bench(ref)
         title = "%s %s (%d candidates, %d timed)" % (
@@ -140,13 +162,13 @@ def main(argv=None):
         if bad:
             print("  refused: %d (%s ...)" % (len(bad), bad[0]["point"]))
         report.append(dict(shape=title, kind=kind, dims=v, peer_ms=peer,
-                           points=[{k2: q[k2] for k2 in q if k2 != "i"}
+                           points=[{k2: q[k2] for k2 in q
+                                    if k2 not in ("i", "env")}
                                    for q in pts]))
         sys.stdout.flush()
     if args.out:
         with open(args.out, "w") as f:
-            json.dump(dict(env=dict(FLYK_TMA_NOMC=os.environ.get(
-                "FLYK_TMA_NOMC", "")), shapes=report), f, indent=1)
+            json.dump(dict(envs=args.envs, shapes=report), f, indent=1)
     return 0
 
 

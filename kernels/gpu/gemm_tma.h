@@ -355,19 +355,27 @@ gemm_tma_epilogue(const gemm_tma_unit &w, float (*acc)[C::NACC],
 	}
 }
 
+/* How a block brings in its B tile (gemm_tma_run's @p bmode; the B map's
+ * box has BN rows for GEMM_TMA_B1, BN / 2 for the others). */
+enum {
+	GEMM_TMA_B1 = 0,    /* one box of BN rows */
+	GEMM_TMA_B2 = 1,    /* two boxes of BN / 2 rows, both its own */
+	GEMM_TMA_BMC = 2    /* C::CL = 2: the half of its rank, multicast
+			     * into both blocks of the cluster */
+};
+
 /* The producer (one thread): for every k-tile of this block's units, wait
  * until the stage is free, announce its bytes, and issue A (this block's
- * rows) and B.  With C::CL = 2 each block of the pair issues the half of
- * B's rows of its rank; @p mc multicasts it into both blocks (the stage
- * is free once both blocks' consumers released it), else (diagnostic) the
- * block issues both halves into itself. */
+ * rows) and B as @p bmode says.  Multicasting, a stage is free once both
+ * blocks' consumers released it. */
 template <class C, class W>
 __device__ __forceinline__ void
 gemm_tma_produce(const W &work, int units, int first, int step, int rank,
-		 int mc, const void *map_a, const void *map_b, bool b3d,
+		 int bmode, const void *map_a, const void *map_b, bool b3d,
 		 uint16_t *sa, uint16_t *sb, uint64_t *full, uint64_t *empty)
 {
-	enum { BH = C::BN / C::CL }; /* the B map's box rows */
+	enum { BH = C::BN / 2 };
+	const int nbox = bmode == GEMM_TMA_B1 ? 1 : 2, rows = C::BN / nbox;
 	uint32_t it = 0;
 	for (int u = first; u < units; u += step) {
 		gemm_tma_unit w;
@@ -381,17 +389,17 @@ gemm_tma_produce(const W &work, int units, int first, int step, int rank,
 			gemm_tma_2d(sa + s * C::A_ST, map_a, &full[s], k,
 				    w.a_row);
 			uint16_t *db = sb + s * C::B_ST;
-			if (C::CL == 1 || !mc) {
-				for (int h = 0; h < C::CL; h++) {
+			if (C::CL == 1 || bmode != GEMM_TMA_BMC) {
+				for (int h = 0; h < nbox; h++) {
 					if (b3d)
-						gemm_tma_3d(db + h * BH * 64,
+						gemm_tma_3d(db + h * rows * 64,
 							    map_b, &full[s], k,
-							    w.b_row + h * BH,
+							    w.b_row + h * rows,
 							    w.b_z);
 					else
-						gemm_tma_2d(db + h * BH * 64,
+						gemm_tma_2d(db + h * rows * 64,
 							    map_b, &full[s], k,
-							    w.b_row + h * BH);
+							    w.b_row + h * rows);
 				}
 			} else if (b3d) {
 				gemm_tma_3d_mc(db + rank * BH * 64, map_b,
@@ -505,8 +513,9 @@ gemm_tma_consume(const W &work, int units, int first, int step, int rank,
  * const; @p rank: the block's rank in its cluster, 0 when C::CL is 1)
  * with config @p C.  With C::CL = 2 both blocks of a cluster (@p first
  * and @p step count clusters) take the same units, must be given the same
- * B rows and k range, and share B; @p mc 0 makes each block load all of
- * B itself (a diagnostic: the cluster launch without the multicast).
+ * B rows and k range; @p bmode (GEMM_TMA_B*) says how a block brings in
+ * B: GEMM_TMA_BMC shares it (the pair's way), GEMM_TMA_B2 with C::CL = 2
+ * is the cluster launch without the multicast (a diagnostic).
  * @p map_a / @p map_b / @p map_c are the tensor maps (kernel parameters,
  * __grid_constant__; map_c for C::TS only; B's box has BN / CL rows),
  * @p b3d whether B's map is 3-D (expert, n, k).  @p smem_raw is C::SMEM
@@ -515,7 +524,7 @@ gemm_tma_consume(const W &work, int units, int first, int step, int rank,
  */
 template <class C, class W>
 __device__ __forceinline__ void
-gemm_tma_run(const W &work, int units, int first, int step, int mc,
+gemm_tma_run(const W &work, int units, int first, int step, int bmode,
 	     const void *map_a, const void *map_b, bool b3d,
 	     const void *map_c, uint16_t *smem_raw, uint64_t *bars)
 {
@@ -528,7 +537,7 @@ gemm_tma_run(const W &work, int units, int first, int step, int mc,
 	uint64_t *full = bars, *empty = bars + C::ST;
 	const int wg = threadIdx.x / 128;
 	const int rank = C::CL == 2 ? gemm_cluster_rank() : 0;
-	mc = C::CL == 2 && mc;
+	const int mc = C::CL == 2 && bmode == GEMM_TMA_BMC;
 	if (threadIdx.x == 0) {
 		gemm_tma_prefetch_map(map_a);
 		gemm_tma_prefetch_map(map_b);
@@ -552,7 +561,7 @@ gemm_tma_run(const W &work, int units, int first, int step, int mc,
 		if constexpr (C::NCW == 2)
 			gemm_reg_dec<40>();
 		if (threadIdx.x == 0)
-			gemm_tma_produce<C>(work, units, first, step, rank, mc,
+			gemm_tma_produce<C>(work, units, first, step, rank, bmode,
 					    map_a, map_b, b3d, sa, sb, full,
 					    empty);
 	} else {
@@ -646,16 +655,18 @@ static int gemm_tma_map(CUtensorMap *m, const void *base, uint32_t rank,
 	cache[slot].map = *m;
 	return 0;
 }
-/* 1: clusters multicast B (the kernels' way); 0 where FLYK_TMA_NOMC is
- * set: each block of a cluster loads all of B itself (a diagnostic that
- * separates the cost of the cluster launch from the multicast's). */
-static int gemm_tma_mc(void)
+/* How blocks of @p cl bring in B (GEMM_TMA_B*): one box, or with
+ * clusters the multicast half.  Diagnostics (read at every launch):
+ * FLYK_TMA_NOMC=1 makes clusters load both halves themselves (the
+ * cluster launch without the multicast), FLYK_TMA_BSPLIT=1 makes single
+ * blocks load B as two half boxes. */
+static int gemm_tma_bmode(int cl)
 {
-	static const int mc = [] {
-		const char *e = getenv("FLYK_TMA_NOMC");
-		return e && *e && *e != '0' ? 0 : 1;
-	}();
-	return mc;
+	const char *e = getenv(cl > 1 ? "FLYK_TMA_NOMC" : "FLYK_TMA_BSPLIT");
+	int alt = e && *e && *e != '0';
+	if (cl > 1)
+		return alt ? GEMM_TMA_B2 : GEMM_TMA_BMC;
+	return alt ? GEMM_TMA_B2 : GEMM_TMA_B1;
 }
 
 /* The clusters of @p cfg's shape that can be resident at once (0 when

@@ -132,7 +132,7 @@ struct gg_job {
 	int g;
 	int64_t m, n, k;
 	int tiles_n;
-	int mc; /* ggemm_tma clusters: 1 multicast B (gemm_tma_mc) */
+	int bmode; /* ggemm_tma: how B comes in (GEMM_TMA_B*) */
 };
 
 /* Operands and output of tile @p t (after gg_prefix).  @return its
@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 	gg_prefix(j.off, j.g, j.m, C::CL * C::BM, j.tiles_n, pre);
 	gg_tma_work<C::BM, C::BN, C::CL> w{j, pre};
 	gemm_tma_run<C>(w, pre[j.g], blockIdx.x / C::CL, gridDim.x / C::CL,
-			j.mc, &ma, &mb, true, &mc,
+			j.bmode, &ma, &mb, true, &mc,
 			(uint16_t *)gg_tma_dsmem, gg_tma_bars);
 }
 #endif
@@ -283,7 +283,7 @@ static int gg_job_of(const struct fly_problem *p, const union flyk_args *args,
 	j->n = p->dims[2];
 	j->k = p->dims[3];
 	j->tiles_n = (int)((j->n + bn - 1) / bn);
-	j->mc = 1;
+	j->bmode = 0;
 	return 0;
 }
 
@@ -543,20 +543,21 @@ static int gg_tma_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 	if (flyk_gemm_smem_optin((const void *)gg_tma_kernel<C>, C::SMEM,
 				 done))
 		return -ENOSPC;
+	gg_job g = *j;
+	g.bmode = gemm_tma_bmode(C::CL);
 	CUtensorMap ma, mb, mc;
 	uint64_t da[2] = {(uint64_t)j->k, (uint64_t)j->m};
 	uint64_t db[3] = {(uint64_t)j->k, (uint64_t)j->n, (uint64_t)j->g};
 	uint64_t dc[2] = {(uint64_t)j->n, (uint64_t)j->m};
 	if (gemm_tma_map(&ma, j->a, 2, da, C::BM) ||
-	    gemm_tma_map(&mb, j->b, 3, db, C::BN / C::CL))
+	    gemm_tma_map(&mb, j->b, 3, db,
+			 g.bmode == GEMM_TMA_B1 ? C::BN : C::BN / 2))
 		return -EINVAL;
 	memset(&mc, 0, sizeof(mc));
 	if (C::TS && gemm_tma_map(&mc, j->c, 2, dc, C::BM / C::NCW))
 		return -EINVAL;
 	/* @p grid counts clusters (gg_grid over tiles of CL * BM rows, at
 	 * most one per SM): gemm_tma_go caps it at the resident ones. */
-	gg_job g = *j;
-	g.mc = gemm_tma_mc();
 	return gemm_tma_go(gg_tma_kernel<C>, grid, C::THREADS, C::SMEM, C::CL,
 			   s, ma, mb, mc, g);
 }
