@@ -18,7 +18,7 @@ reps), the best --top again (50 reps); the peer is torch.matmul or
 torch._grouped_mm.  Prints a table per shape, fastest first, with the
 ratio to the peer; --out writes every point as JSON.  --envs times each
 point once per environment set (";" between sets, "," between VAR=VALUE
-of a set, "-" for none; the library reads its FLYK_TMA_* diagnostics at
+of a set, "base" for none; the library reads its FLYK_TMA_* diagnostics at
 every launch), one right after the other, so drifting clocks hit all
 sets alike.
 """
@@ -93,7 +93,7 @@ def main(argv=None):
     ap.add_argument("--params", default="",
                     help="regex on 'variant[p, ...]' (default: all)")
     ap.add_argument("--top", type=int, default=6)
-    ap.add_argument("--envs", default="-")
+    ap.add_argument("--envs", default="base")
     ap.add_argument("--out", default=None)
     ap.add_argument("shapes", nargs="+", type=shape_of)
     args = ap.parse_args(argv)
@@ -105,7 +105,7 @@ def main(argv=None):
     vre, pre = re.compile(args.variants), re.compile(args.params)
     envs = []
     for e in args.envs.split(";"):
-        kv = [x.split("=", 1) for x in e.split(",") if x and x != "-"]
+        kv = [x.split("=", 1) for x in e.split(",") if x and x != "base"]
         envs.append((e if kv else "", dict(kv)))
     names = {k for _, d in envs for k in d}
 
