@@ -12,8 +12,7 @@
 #   sweep      bench/gpu_bench.py --standalone (every candidate timed)
 #   gemm       bench/gemm_bench.py (GEMM, grouped GEMM; daemon-driven)
 #   points     bench/gemm_points.py on the shapes of POINTS (every point of
-#              the variants of POINTS_ARGS timed; a diagnostic); again
-#              with FLYK_TMA_NOMC=1 where POINTS_NOMC is set
+#              the variants of POINTS_ARGS timed; a diagnostic)
 #
 #   . .devdeps/prelude.sh && sh bench/device_session.sh [STAGE...]
 #
@@ -21,7 +20,7 @@
 # default ../shared/bench/cases.json, else .devdeps/cases.json), BUILD
 # (build/gpu), OUT (results; else bench/results), T_QUICK, T_TEST, T_RT,
 # T_SWEEP, T_GEMM, T_POINTS (seconds per stage), RT_ARGS, GEMM_ARGS,
-# POINTS_ARGS (extra arguments), POINTS, POINTS_NOMC (see points),
+# POINTS_ARGS (extra arguments), POINTS (see points),
 # FLY_COMMIT (the commit to record where the tree has no .git).
 # OUT receives the result JSON files, summary.txt and logs.tgz (every log,
 # the daemons' logs included): few files, as the device tool returns <= 8.
@@ -104,15 +103,6 @@ for s in $STAGES; do
 			python3 bench/gemm_points.py --build "$B" \
 			--out "$R/points.json" ${POINTS_ARGS:-} ${POINTS:-}
 		grep -v '^\s*$' "$W/points.txt" | tee -a "$S"
-		if [ -n "${POINTS_NOMC:-}" ]; then
-			# shellcheck disable=SC2086
-			stage points_nomc "${T_POINTS:-200}" env \
-				FLYK_TMA_NOMC=1 PYTHONUNBUFFERED=1 python3 \
-				bench/gemm_points.py --build "$B" \
-				--params "$POINTS_NOMC" --out "$R/points_nomc.json" \
-				${POINTS_ARGS:-} ${POINTS:-}
-			grep -v '^\s*$' "$W/points_nomc.txt" | tee -a "$S"
-		fi
 		;;
 	*)
 		say "unknown stage $s"

@@ -18,9 +18,9 @@ reps), the best --top again (50 reps); the peer is torch.matmul or
 torch._grouped_mm.  Prints a table per shape, fastest first, with the
 ratio to the peer; --out writes every point as JSON.  --envs times each
 point once per environment set (";" between sets, "," between VAR=VALUE
-of a set, "base" for none; the library reads its FLYK_TMA_* diagnostics at
-every launch), one right after the other, so drifting clocks hit all
-sets alike.
+of a set, "base" for none: for switches the library or the vendor's
+libraries read at launch), one right after the other, so drifting clocks
+hit all sets alike.
 """
 import argparse
 import ctypes

@@ -187,7 +187,7 @@ __global__ void gemm_ref_kernel(const uint16_t *A, const uint16_t *B,
  * unit is cl vertically adjacent tiles (one per block of a cluster). */
 struct gemm_tma_job {
 	int64_t m, n, k;
-	int tiles_mc, tiles_n, swz, split, units, cl, bmode;
+	int tiles_mc, tiles_n, swz, split, units, cl;
 	int64_t kps; /* k per split, a multiple of 64 */
 	uint16_t *c;
 	float *ws;
@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 	__shared__ uint64_t gemm_tma_bars[2 * C::ST];
 	gemm_tma_dense<C::BM, C::BN> w{j};
 	gemm_tma_run<C>(w, j.units, blockIdx.x / C::CL, gridDim.x / C::CL,
-			j.bmode, &ma, &mb, false, &mc, (uint16_t *)gemm_tma_dsmem,
+			&ma, &mb, false, &mc, (uint16_t *)gemm_tma_dsmem,
 			gemm_tma_bars);
 }
 #endif
@@ -587,7 +587,6 @@ template <class C> static int tma_go(const struct mma_job *j, int sms)
 	g.k = j->k;
 	int tiles_m = (int)((j->m + C::BM - 1) / C::BM);
 	g.cl = C::CL;
-	g.bmode = gemm_tma_bmode(C::CL);
 	g.tiles_mc = (tiles_m + C::CL - 1) / C::CL;
 	g.tiles_n = (int)((j->n + C::BN - 1) / C::BN);
 	g.swz = j->swz < g.tiles_mc ? j->swz : g.tiles_mc;
@@ -604,8 +603,7 @@ template <class C> static int tma_go(const struct mma_job *j, int sms)
 	uint64_t db[2] = {(uint64_t)j->k, (uint64_t)j->n};
 	uint64_t dc[2] = {(uint64_t)j->n, (uint64_t)j->m};
 	if (gemm_tma_map(&ma, j->a->a, 2, da, C::BM) ||
-	    gemm_tma_map(&mb, j->a->b, 2, db,
-			 g.bmode == GEMM_TMA_B1 ? C::BN : C::BN / 2))
+	    gemm_tma_map(&mb, j->a->b, 2, db, C::BN / C::CL))
 		return -EINVAL;
 	memset(&mc, 0, sizeof(mc));
 	if (C::TS && gemm_tma_map(&mc, j->a->c, 2, dc, C::BM / C::NCW))

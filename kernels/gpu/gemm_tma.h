@@ -45,7 +45,6 @@
 
 #if GEMM_HAVE_TMA
 #include <cuda.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* The TMA tile shapes built: BM, BN, stages (the most that fit beside the
@@ -355,27 +354,18 @@ gemm_tma_epilogue(const gemm_tma_unit &w, float (*acc)[C::NACC],
 	}
 }
 
-/* How a block brings in its B tile (gemm_tma_run's @p bmode; the B map's
- * box has BN rows for GEMM_TMA_B1, BN / 2 for the others). */
-enum {
-	GEMM_TMA_B1 = 0,    /* one box of BN rows */
-	GEMM_TMA_B2 = 1,    /* two boxes of BN / 2 rows, both its own */
-	GEMM_TMA_BMC = 2    /* C::CL = 2: the half of its rank, multicast
-			     * into both blocks of the cluster */
-};
-
 /* The producer (one thread): for every k-tile of this block's units, wait
  * until the stage is free, announce its bytes, and issue A (this block's
- * rows) and B as @p bmode says.  Multicasting, a stage is free once both
- * blocks' consumers released it. */
+ * rows) and B: one box of BN rows, or (C::CL = 2) the half of its rank,
+ * multicast into both blocks of the cluster; then a stage is free once
+ * both blocks' consumers released it. */
 template <class C, class W>
 __device__ __forceinline__ void
 gemm_tma_produce(const W &work, int units, int first, int step, int rank,
-		 int bmode, const void *map_a, const void *map_b, bool b3d,
-		 uint16_t *sa, uint16_t *sb, uint64_t *full, uint64_t *empty)
+		 const void *map_a, const void *map_b, bool b3d, uint16_t *sa,
+		 uint16_t *sb, uint64_t *full, uint64_t *empty)
 {
-	enum { BH = C::BN / 2 };
-	const int nbox = bmode == GEMM_TMA_B1 ? 1 : 2, rows = C::BN / nbox;
+	enum { BH = C::BN / C::CL }; /* the B map's box rows */
 	uint32_t it = 0;
 	for (int u = first; u < units; u += step) {
 		gemm_tma_unit w;
@@ -389,18 +379,13 @@ gemm_tma_produce(const W &work, int units, int first, int step, int rank,
 			gemm_tma_2d(sa + s * C::A_ST, map_a, &full[s], k,
 				    w.a_row);
 			uint16_t *db = sb + s * C::B_ST;
-			if (C::CL == 1 || bmode != GEMM_TMA_BMC) {
-				for (int h = 0; h < nbox; h++) {
-					if (b3d)
-						gemm_tma_3d(db + h * rows * 64,
-							    map_b, &full[s], k,
-							    w.b_row + h * rows,
-							    w.b_z);
-					else
-						gemm_tma_2d(db + h * rows * 64,
-							    map_b, &full[s], k,
-							    w.b_row + h * rows);
-				}
+			if constexpr (C::CL == 1) {
+				if (b3d)
+					gemm_tma_3d(db, map_b, &full[s], k,
+						    w.b_row, w.b_z);
+				else
+					gemm_tma_2d(db, map_b, &full[s], k,
+						    w.b_row);
 			} else if (b3d) {
 				gemm_tma_3d_mc(db + rank * BH * 64, map_b,
 					       &full[s], k,
@@ -414,15 +399,15 @@ gemm_tma_produce(const W &work, int units, int first, int step, int rank,
 	}
 }
 
-/* Release stage @p s (lane 0 of each consumer warp): in this block and,
- * multicasting (@p mc), in the peer, whose producer writes into this
- * block's stage too. */
+/* Release stage @p s (lane 0 of each consumer warp): in this block and
+ * (C::CL = 2) in the peer, whose producer multicasts into this block's
+ * stage too. */
 template <class C>
 __device__ __forceinline__ void gemm_tma_release(uint64_t *empty, int s,
-						 int rank, int mc)
+						 int rank)
 {
 	gemm_bar_arrive(&empty[s]);
-	if (C::CL == 2 && mc)
+	if constexpr (C::CL == 2)
 		gemm_bar_arrive_peer(&empty[s], (unsigned)(rank ^ 1));
 }
 
@@ -430,7 +415,7 @@ __device__ __forceinline__ void gemm_tma_release(uint64_t *empty, int s,
 template <class C, class W>
 __device__ __forceinline__ void
 gemm_tma_consume(const W &work, int units, int first, int step, int rank,
-		 int mc, int cw, const void *map_c, const uint16_t *sa,
+		 int cw, const void *map_c, const uint16_t *sa,
 		 const uint16_t *sb, uint16_t *sc, uint64_t *full,
 		 uint64_t *empty)
 {
@@ -470,11 +455,11 @@ gemm_tma_consume(const W &work, int units, int first, int step, int rank,
 			gemm_wg_wait<1>();
 			if (kt > 0 && l == 0)
 				gemm_tma_release<C>(empty, (it - 1) % C::ST,
-						    rank, mc);
+						    rank);
 		}
 		gemm_wg_wait<0>();
 		if (w.nk > 0 && l == 0) /* one arrival per warp */
-			gemm_tma_release<C>(empty, (it - 1) % C::ST, rank, mc);
+			gemm_tma_release<C>(empty, (it - 1) % C::ST, rank);
 #pragma unroll
 		for (int j = 0; j < C::SLABS; j++)
 			gemm_wg_fence_acc<C::NACC>(acc[j]);
@@ -513,9 +498,7 @@ gemm_tma_consume(const W &work, int units, int first, int step, int rank,
  * const; @p rank: the block's rank in its cluster, 0 when C::CL is 1)
  * with config @p C.  With C::CL = 2 both blocks of a cluster (@p first
  * and @p step count clusters) take the same units, must be given the same
- * B rows and k range; @p bmode (GEMM_TMA_B*) says how a block brings in
- * B: GEMM_TMA_BMC shares it (the pair's way), GEMM_TMA_B2 with C::CL = 2
- * is the cluster launch without the multicast (a diagnostic).
+ * B rows and k range, and share B.
  * @p map_a / @p map_b / @p map_c are the tensor maps (kernel parameters,
  * __grid_constant__; map_c for C::TS only; B's box has BN / CL rows),
  * @p b3d whether B's map is 3-D (expert, n, k).  @p smem_raw is C::SMEM
@@ -524,7 +507,7 @@ gemm_tma_consume(const W &work, int units, int first, int step, int rank,
  */
 template <class C, class W>
 __device__ __forceinline__ void
-gemm_tma_run(const W &work, int units, int first, int step, int bmode,
+gemm_tma_run(const W &work, int units, int first, int step,
 	     const void *map_a, const void *map_b, bool b3d,
 	     const void *map_c, uint16_t *smem_raw, uint64_t *bars)
 {
@@ -537,14 +520,13 @@ gemm_tma_run(const W &work, int units, int first, int step, int bmode,
 	uint64_t *full = bars, *empty = bars + C::ST;
 	const int wg = threadIdx.x / 128;
 	const int rank = C::CL == 2 ? gemm_cluster_rank() : 0;
-	const int mc = C::CL == 2 && bmode == GEMM_TMA_BMC;
 	if (threadIdx.x == 0) {
 		gemm_tma_prefetch_map(map_a);
 		gemm_tma_prefetch_map(map_b);
 #pragma unroll
 		for (int s = 0; s < C::ST; s++) {
 			gemm_bar_init(&full[s], 1);
-			gemm_bar_init(&empty[s], (mc ? 2 : 1) * C::NCW * 4);
+			gemm_bar_init(&empty[s], C::CL * C::NCW * 4);
 		}
 		gemm_bar_init_fence();
 	}
@@ -561,13 +543,13 @@ gemm_tma_run(const W &work, int units, int first, int step, int bmode,
 		if constexpr (C::NCW == 2)
 			gemm_reg_dec<40>();
 		if (threadIdx.x == 0)
-			gemm_tma_produce<C>(work, units, first, step, rank, bmode,
+			gemm_tma_produce<C>(work, units, first, step, rank,
 					    map_a, map_b, b3d, sa, sb, full,
 					    empty);
 	} else {
 		if constexpr (C::NCW == 2)
 			gemm_reg_inc<232>();
-		gemm_tma_consume<C>(work, units, first, step, rank, mc, wg - 1,
+		gemm_tma_consume<C>(work, units, first, step, rank, wg - 1,
 				    map_c, sa, sb, sc, full, empty);
 	}
 	/* No block leaves while its peer may still write into it or arrive
@@ -655,20 +637,6 @@ static int gemm_tma_map(CUtensorMap *m, const void *base, uint32_t rank,
 	cache[slot].map = *m;
 	return 0;
 }
-/* How blocks of @p cl bring in B (GEMM_TMA_B*): one box, or with
- * clusters the multicast half.  Diagnostics (read at every launch):
- * FLYK_TMA_NOMC=1 makes clusters load both halves themselves (the
- * cluster launch without the multicast), FLYK_TMA_BSPLIT=1 makes single
- * blocks load B as two half boxes. */
-static int gemm_tma_bmode(int cl)
-{
-	const char *e = getenv(cl > 1 ? "FLYK_TMA_NOMC" : "FLYK_TMA_BSPLIT");
-	int alt = e && *e && *e != '0';
-	if (cl > 1)
-		return alt ? GEMM_TMA_B2 : GEMM_TMA_BMC;
-	return alt ? GEMM_TMA_B2 : GEMM_TMA_B1;
-}
-
 /* The clusters of @p cfg's shape that can be resident at once (0 when
  * unknown), per kernel and device, cached per host thread: a persistent
  * grid larger than that runs its last clusters after the others have

@@ -132,7 +132,7 @@ struct gg_job {
 	int g;
 	int64_t m, n, k;
 	int tiles_n;
-	int bmode; /* ggemm_tma: how B comes in (GEMM_TMA_B*) */
+	int mfirst; /* tile order in an expert: 1 m fastest, 0 n fastest */
 };
 
 /* Operands and output of tile @p t (after gg_prefix).  @return its
@@ -148,9 +148,14 @@ __device__ __forceinline__ int gg_tile(const gg_job &j, const int *pre, int t,
 	o->b = j.b + (size_t)e * j.n * j.k;
 	o->lda = j.k;
 	o->ldb = j.k;
-	o->m0 = r0 + (int64_t)(local / j.tiles_n) * bm;
+	/* n fastest: a row of tiles shares A; m fastest: a column of the
+	 * expert's tiles shares B[e], read once while it is in the L2. */
+	int tm = (int)((r1 - r0 + bm - 1) / bm);
+	int mi = j.mfirst ? local % tm : local / j.tiles_n;
+	int ni = j.mfirst ? local / tm : local % j.tiles_n;
+	o->m0 = r0 + (int64_t)mi * bm;
 	o->m_end = r1;
-	o->n0 = (int64_t)(local % j.tiles_n) * bn;
+	o->n0 = (int64_t)ni * bn;
 	o->n_end = j.n;
 	out->c = j.c;
 	out->ws = NULL;
@@ -217,7 +222,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 	gg_prefix(j.off, j.g, j.m, C::CL * C::BM, j.tiles_n, pre);
 	gg_tma_work<C::BM, C::BN, C::CL> w{j, pre};
 	gemm_tma_run<C>(w, pre[j.g], blockIdx.x / C::CL, gridDim.x / C::CL,
-			j.bmode, &ma, &mb, true, &mc,
+			&ma, &mb, true, &mc,
 			(uint16_t *)gg_tma_dsmem, gg_tma_bars);
 }
 #endif
@@ -283,7 +288,7 @@ static int gg_job_of(const struct fly_problem *p, const union flyk_args *args,
 	j->n = p->dims[2];
 	j->k = p->dims[3];
 	j->tiles_n = (int)((j->n + bn - 1) / bn);
-	j->bmode = 0;
+	j->mfirst = 0;
 	return 0;
 }
 
@@ -459,16 +464,19 @@ static int wg_feasible(const struct flyk_device *dev,
 
 #if !FLYK_AMD
 /* Launch the tile kernel @p go (bm x bn tiles, feasible) with @p persist
- * blocks per SM; A and B 16-byte aligned, C to @p c_al bytes. */
+ * blocks per SM, tiles in the order @p mfirst (gg_job); A and B 16-byte
+ * aligned, C to @p c_al bytes. */
 static int gg_tiles_launch(const struct flyk_device *dev,
 			   const struct fly_problem *p, int bm, int bn,
 			   gg_go_fn go, uintptr_t c_al, int64_t persist,
-			   const union flyk_args *args, void *stream)
+			   int mfirst, const union flyk_args *args,
+			   void *stream)
 {
 	struct gg_job j;
 	int rc = gg_job_of(p, args, bn, &j);
 	if (rc)
 		return rc;
+	j.mfirst = mfirst;
 	if (((uintptr_t)j.a | (uintptr_t)j.b) & 15 ||
 	    (uintptr_t)j.c & (c_al - 1))
 		return -EINVAL;
@@ -482,7 +490,7 @@ static int gg_ent_launch(const struct flyk_device *dev,
 			 int64_t persist, const union flyk_args *args,
 			 void *stream)
 {
-	return gg_tiles_launch(dev, p, e->bm, e->bn, e->go, 4, persist, args,
+	return gg_tiles_launch(dev, p, e->bm, e->bn, e->go, 4, persist, 0, args,
 			       stream);
 }
 #endif
@@ -526,7 +534,10 @@ static int wg_launch(const struct flyk_device *dev,
  * store (1: C through shared memory and a TMA store, except on a tile that
  * runs into the next expert; needs N % 8 == 0 and a 16-byte aligned C),
  * cluster (2: blocks in pairs on an expert's adjacent tile rows share B[e]
- * by TMA multicast; where the experts average two tile rows).
+ * by TMA multicast; where the experts average two tile rows), raster (the
+ * tile order in an expert: 0 n fastest, 1 m fastest, so that the blocks
+ * at work read each tile column of B[e] once; only where the experts
+ * average two tile rows (of a cluster's rows)).
  * B[e] comes through a 3-D tensor map, so an n-tile past N is zero-filled
  * per expert.
  */
@@ -534,6 +545,7 @@ static const int64_t gg_tma_tile_m[] = {64, 128, 256};
 static const int64_t gg_tma_tile_n[] = {64, 128, 256};
 static const int64_t gg_tma_store[] = {0, 1};
 static const int64_t gg_tma_cluster[] = {1, 2};
+static const int64_t gg_tma_raster[] = {0, 1};
 
 #if GEMM_HAVE_TMA
 template <class C>
@@ -543,15 +555,12 @@ static int gg_tma_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 	if (flyk_gemm_smem_optin((const void *)gg_tma_kernel<C>, C::SMEM,
 				 done))
 		return -ENOSPC;
-	gg_job g = *j;
-	g.bmode = gemm_tma_bmode(C::CL);
 	CUtensorMap ma, mb, mc;
 	uint64_t da[2] = {(uint64_t)j->k, (uint64_t)j->m};
 	uint64_t db[3] = {(uint64_t)j->k, (uint64_t)j->n, (uint64_t)j->g};
 	uint64_t dc[2] = {(uint64_t)j->n, (uint64_t)j->m};
 	if (gemm_tma_map(&ma, j->a, 2, da, C::BM) ||
-	    gemm_tma_map(&mb, j->b, 3, db,
-			 g.bmode == GEMM_TMA_B1 ? C::BN : C::BN / 2))
+	    gemm_tma_map(&mb, j->b, 3, db, C::BN / C::CL))
 		return -EINVAL;
 	memset(&mc, 0, sizeof(mc));
 	if (C::TS && gemm_tma_map(&mc, j->c, 2, dc, C::BM / C::NCW))
@@ -559,7 +568,7 @@ static int gg_tma_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 	/* @p grid counts clusters (gg_grid over tiles of CL * BM rows, at
 	 * most one per SM): gemm_tma_go caps it at the resident ones. */
 	return gemm_tma_go(gg_tma_kernel<C>, grid, C::THREADS, C::SMEM, C::CL,
-			   s, ma, mb, mc, g);
+			   s, ma, mb, mc, *j);
 }
 
 struct gg_tma_ent {
@@ -611,6 +620,10 @@ static int tma_feasible(const struct flyk_device *dev,
 	 * experts have two. */
 	if (e->cl > 1 && avg < (int64_t)e->cl * e->bm)
 		return -EINVAL;
+	/* m first differs from n first where an expert has two rows of
+	 * (cluster) tiles. */
+	if (pr[4] && avg < 2 * (int64_t)e->cl * e->bm)
+		return -EINVAL;
 	if (!gg_persist_ok(dev, p, e->bm * e->cl, e->bn, 0))
 		return -EINVAL;
 	return 0;
@@ -633,7 +646,7 @@ static int tma_launch(const struct flyk_device *dev,
 	 * 16 bytes at a time. */
 	const struct gg_tma_ent *e = gg_tma_find(pr);
 	return gg_tiles_launch(dev, p, e->bm * e->cl, e->bn, e->go,
-			       e->ts ? 16 : 4, 1, args, stream);
+			       e->ts ? 16 : 4, 1, (int)pr[4], args, stream);
 #endif
 }
 
@@ -701,11 +714,12 @@ static const struct flyk_variant gg_variants[] = {
      1u << FLY_DT_BF16,
      0,
      0,
-     4,
+     5,
      {{"tile_m", NV(gg_tma_tile_m)},
       {"tile_n", NV(gg_tma_tile_n)},
       {"store", NV(gg_tma_store)},
-      {"cluster", NV(gg_tma_cluster)}},
+      {"cluster", NV(gg_tma_cluster)},
+      {"raster", NV(gg_tma_raster)}},
      tma_feasible,
      NULL,
      tma_launch},
