@@ -9,7 +9,8 @@ gemm_tma on this shape", which the tuner's database answers only for the
 points its successive halving kept.
 
   python3 bench/gemm_points.py [--build DIR] [--variants REGEX]
-      [--params REGEX] [--top N] [--envs SETS] [--out FILE] SHAPE...
+      [--params REGEX] [--top N] [--envs SETS] [--fill normal|uniform]
+      [--out FILE] SHAPE...
 
 SHAPE is gemm:M,N,K or grouped:G,M,N,K (even groups).  Each candidate the
 library enumerates (flyk_gpu_candidates) whose variant matches --variants
@@ -44,12 +45,21 @@ def shape_of(text):
     return kind, v
 
 
-def setup(lib, kind, v):
+def rand(fill, *shape):
+    """Operands as gemm_bench.py makes them (normal), or uniform in
+    [-1, 1) as the library's tuning case does."""
+    if fill == "uniform":
+        return torch.rand(*shape, device="cuda",
+                          dtype=torch.bfloat16) * 2 - 1
+    return torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+
+
+def setup(lib, kind, v, fill="normal"):
     """The problem, a launcher of a decision, and the peer."""
     if kind == "gemm":
         m, n, k = v
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        a = rand(fill, m, k)
+        b = rand(fill, n, k)
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         ws = torch.empty(gm.WS_BYTES, dtype=torch.uint8, device="cuda")
         p = gm.problem(gm.OP_GEMM, (m, n, k))
@@ -65,8 +75,8 @@ def setup(lib, kind, v):
             return torch.matmul(a, b.t())
         return p, run, ref, c, 2.0 * m * n * k
     g, m, n, k = v
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16)
+    a = rand(fill, m, k)
+    w = rand(fill, g, n, k)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     offs = [m * e // g for e in range(g + 1)]
     doff = torch.tensor(offs, device="cuda", dtype=torch.int64)
@@ -94,6 +104,9 @@ def main(argv=None):
                     help="regex on 'variant[p, ...]' (default: all)")
     ap.add_argument("--top", type=int, default=6)
     ap.add_argument("--envs", default="base")
+    ap.add_argument("--fill", default="normal", choices=("normal", "uniform"),
+                    help="operand values: normal (as gemm_bench.py) or "
+                    "uniform in [-1, 1) (as the library's tuning case)")
     ap.add_argument("--out", default=None)
     ap.add_argument("shapes", nargs="+", type=shape_of)
     args = ap.parse_args(argv)
@@ -115,7 +128,7 @@ def main(argv=None):
         os.environ.update(d)
     report = []
     for kind, v in args.shapes:
-        p, run, ref, c, flop = setup(lib, kind, v)
+        p, run, ref, c, flop = setup(lib, kind, v, args.fill)
         cand = (gb.Decision * 1024)()
         n = lib.flyk_gpu_candidates(ctypes.byref(p), cand, 1024)
         want = ref()
@@ -148,8 +161,8 @@ def main(argv=None):
         set_env({})
         timed = sorted(timed, key=lambda q: q["ms"])
         peer = gb.bench(ref)
-        title = "%s %s (%d candidates, %d timed)" % (
-            kind, ",".join(map(str, v)), n, len(timed))
+        title = "%s %s %s (%d candidates, %d timed)" % (
+            kind, ",".join(map(str, v)), args.fill, n, len(timed))
         print("\n## " + title)
         print("peer %s: %.1f us, %.0f TFLOP/s" % (
             "torch.matmul" if kind == "gemm" else "torch._grouped_mm",
