@@ -10,7 +10,7 @@ points its successive halving kept.
 
   python3 bench/gemm_points.py [--build DIR] [--variants REGEX]
       [--params REGEX] [--top N] [--envs SETS] [--fill normal|uniform]
-      [--out FILE] SHAPE...
+      [--tuner] [--out FILE] SHAPE...
 
 SHAPE is gemm:M,N,K or grouped:G,M,N,K (even groups).  Each candidate the
 library enumerates (flyk_gpu_candidates) whose variant matches --variants
@@ -21,13 +21,17 @@ ratio to the peer; --out writes every point as JSON.  --envs times each
 point once per environment set (";" between sets, "," between VAR=VALUE
 of a set, "base" for none: for switches the library or the vendor's
 libraries read at launch), one right after the other, so drifting clocks
-hit all sets alike.
+hit all sets alike.  --tuner first has flytuned (GPU backend, a fresh state
+directory) tune each shape and shows its trial medians beside ours: the
+tuner's timing against the caller's, in one run.
 """
 import argparse
 import ctypes
+import glob
 import json
 import os
 import re
+import sqlite3
 import sys
 
 import torch
@@ -95,6 +99,40 @@ def setup(lib, kind, v, fill="normal"):
     return p, run, ref, c, 2.0 * m * n * k
 
 
+def tune_all(args):
+    """{(kind, dims): {"variant[p,...]": (median_us, reps), "winner": ...}}
+    from a fresh flytuned that tuned every shape."""
+    daemon = gb.Daemon(args.build)
+    out = {}
+    try:
+        for kind, v in args.shapes:
+            op = "gemm" if kind == "gemm" else "grouped_gemm"
+            names = ("m", "n", "k") if kind == "gemm" else ("g", "m", "n",
+                                                            "k")
+            d = daemon.client.decide_wait(op, "bf16", dict(zip(names, v)),
+                                          layout="NT", timeout_ms=120000)
+            out[(kind, tuple(v))] = {"winner": "%s%s" % (
+                d["variant"], list(d["params"]))}
+        daemon.stop()
+        for db in glob.glob(os.path.join(daemon.dir, "*.db")):
+            con = sqlite3.connect(db)
+            try:
+                rows = con.execute("select key, variant, params, median_us,"
+                                   " reps from trials").fetchall()
+            except sqlite3.Error:
+                continue
+            for key, var, params, med, reps in rows:
+                dims = tuple(int(x.split("=")[1])
+                             for x in key.split("/")[-1].split(","))
+                kind = "gemm" if key.startswith("gemm/") else "grouped"
+                if (kind, dims) in out and reps:
+                    out[(kind, dims)][var + params.replace(" ", "")] = (
+                        med, reps)
+    finally:
+        daemon.stop()
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.path.join(gb.ROOT, "build/gpu"))
@@ -107,6 +145,9 @@ def main(argv=None):
     ap.add_argument("--fill", default="normal", choices=("normal", "uniform"),
                     help="operand values: normal (as gemm_bench.py) or "
                     "uniform in [-1, 1) (as the library's tuning case)")
+    ap.add_argument("--tuner", action="store_true",
+                    help="tune each shape with flytuned first and show its "
+                    "trial medians beside these")
     ap.add_argument("--out", default=None)
     ap.add_argument("shapes", nargs="+", type=shape_of)
     args = ap.parse_args(argv)
@@ -127,6 +168,7 @@ def main(argv=None):
             os.environ.pop(k, None)
         os.environ.update(d)
     report = []
+    tuned = tune_all(args) if args.tuner else {}
     for kind, v in args.shapes:
         p, run, ref, c, flop = setup(lib, kind, v, args.fill)
         cand = (gb.Decision * 1024)()
@@ -167,10 +209,17 @@ def main(argv=None):
         print("peer %s: %.1f us, %.0f TFLOP/s" % (
             "torch.matmul" if kind == "gemm" else "torch._grouped_mm",
             peer * 1e3, flop / peer / 1e9))
+        tr = tuned.get((kind, tuple(v)), {})
+        if tr:
+            print("tuner picked %s; 'tuner' = its trial median (reps)" %
+                  tr.get("winner"))
         for q in timed[:max(args.top, 12)]:
-            print("  %8.1f us  %5.0f TFLOP/s  x%.2f  err %.3g  %s" % (
+            t = tr.get(q["point"].split(" {")[0].replace(" ", ""))
+            q["tuner_us"] = t[0] if t else None
+            print("  %8.1f us  %5.0f TFLOP/s  x%.2f  err %.3g  %s%s" % (
                 q["ms"] * 1e3, flop / q["ms"] / 1e9, peer / q["ms"],
-                q["err"], q["point"]))
+                q["err"], q["point"],
+                "  tuner %.1f us (%d)" % t if t else ""))
         bad = [q for q in pts if "rc" in q]
         if bad:
             print("  refused: %d (%s ...)" % (len(bad), bad[0]["point"]))
