@@ -1,7 +1,8 @@
 /*
  * tuner.c -- the tuning method (see tuner.h for the steps and their
  * thresholds): candidates in stable order, numerics on poisoned outputs,
- * early rejection, successive halving, budget, near-tie-stable decision.
+ * early rejection, successive halving, budget, near-tie-stable decision
+ * (between variants by their order, within one by the median).
  *
  * Owns: the per-call candidate table (freed before return) and the
  * result's trial array (the caller's after return).  Thread: caller's.
@@ -474,7 +475,12 @@ static void decide(struct tstate *st)
 		if (r->trials[i].outcome == FLYD_OUT_OK &&
 		    r->trials[i].median_us < best)
 			best = r->trials[i].median_us;
-	/* Trials of OK candidates were emitted in candidate order. */
+	/* Trials of OK candidates were emitted in candidate order: the
+	 * earliest variant with a trial within the margin of the best (the
+	 * variants' declared order is a preference: the vendor's default
+	 * first), and of its trials the fastest (a variant's points are in
+	 * value order, which says nothing: picking the first there favoured
+	 * the smallest tiles by up to the margin). */
 	for (size_t i = 0; i < r->ntrials && win == NULL; i++)
 		if (r->trials[i].outcome == FLYD_OUT_OK &&
 		    r->trials[i].median_us <= best * (1 + st->j->margin))
@@ -483,6 +489,11 @@ static void decide(struct tstate *st)
 		r->rc = -ENOENT;
 		return;
 	}
+	for (size_t i = 0; i < r->ntrials; i++)
+		if (r->trials[i].outcome == FLYD_OUT_OK &&
+		    strcmp(r->trials[i].variant, win->variant) == 0 &&
+		    r->trials[i].median_us < win->median_us)
+			win = &r->trials[i];
 	for (size_t i = 0; st->j->has_incumbent && i < r->ntrials; i++)
 		if (r->trials[i].outcome == FLYD_OUT_OK &&
 		    flyd_trial_same(&r->trials[i], st->j->incumbent.variant,

@@ -30,10 +30,12 @@
  *      one timed rep) and candidates not yet checked are not run (counted
  *      in result->nunmeasured, no trial); the decision is made among what
  *      was measured and result->budget_hit is set.
- *   5. Decision: best = lowest median among OK trials; the winner is the
- *      earliest candidate (stable order) whose median is within
- *      job->margin of best.  With an incumbent among the OK trials, the
- *      winner replaces it only when its median < incumbent * (1 - margin).
+ *   5. Decision: best = lowest median among OK trials; the winner's
+ *      variant is the earliest variant (declared order, a preference:
+ *      the vendor's default first) with a trial within job->margin of
+ *      best, and the winner that variant's fastest trial.  With an
+ *      incumbent among the OK trials, the winner replaces it only when
+ *      its median < incumbent * (1 - margin).
  */
 #ifndef FLYD_TUNER_H
 #define FLYD_TUNER_H

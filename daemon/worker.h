@@ -12,8 +12,9 @@
  * reference; warm-ups; caches cleaned between reps by the backend; median
  * and MAD; early rejection (1.5x the best after 3 reps, 1.15x after 10);
  * successive halving; a job time budget; the winner must beat the
- * incumbent by the margin; near-ties (within the margin) resolve by the
- * stable candidate order.
+ * incumbent by the margin; near-ties (within the margin) between variants
+ * resolve by the variants' declared order, within a variant by the
+ * median.
  */
 #ifndef FLYD_WORKER_H
 #define FLYD_WORKER_H

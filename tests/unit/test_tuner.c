@@ -212,17 +212,19 @@ static const struct flyd_trial *find_trial(const struct flyd_tune_result *r,
 	return NULL;
 }
 
-static void test_near_tie_earliest_wins(void **state)
+/* Near ties within a variant: its fastest point, every time (the points'
+ * value order is no preference; it used to pick bs=2 here). */
+static void test_near_tie_in_variant_fastest(void **state)
 {
 	struct flyd_tune_job j;
 
 	job_init(&j, 1);
-	/* bs=3 is 0.9% faster than bs=2: a near tie, bs=2 is earlier. */
+	/* bs=3 is 0.9% faster than bs=2 and 0.5% faster than bs=4. */
 	fake_set("a", 1, -1, 20.0, 0, 0);
 	fake_set("a", 2, -1, 10.09, 0, 0);
 	fake_set("a", 3, -1, 10.0, 0, 0);
 	fake_set("a", 4, -1, 10.05, 0, 0);
-	fake_jitter = 0.002;
+	fake_jitter = 0.0005;
 	for (int run_i = 0; run_i < 20; run_i++) {
 		struct flyd_tune_result r;
 
@@ -231,9 +233,48 @@ static void test_near_tie_earliest_wins(void **state)
 		assert_int_equal(r.winner.status, FLY_STATUS_TUNED);
 		assert_string_equal(r.winner.variant, "a");
 		assert_int_equal(r.winner.nparams, 1);
+		assert_int_equal(r.winner.params[0], 3);
+		flyd_tune_result_fini(&r);
+	}
+}
+
+/* Near ties between variants: the earlier variant (declared order is a
+ * preference), and of it the fastest point, though a later variant's
+ * point is faster still within the margin. */
+static void test_near_tie_earlier_variant(void **state)
+{
+	struct flyd_tune_job j;
+
+	job_init(&j, 0); /* "a" and "b" */
+	fake_set("a", 1, -1, 10.2, 0, 0);
+	fake_set("a", 2, -1, 10.1, 0, 0);
+	fake_set("a", 3, -1, 10.3, 0, 0);
+	fake_set("a", 4, -1, 10.4, 0, 0);
+	fake_set("b", 1, -1, 10.0, 0, 0); /* 1% faster: within 3% */
+	fake_set("b", 3, -1, 12.0, 0, 0);
+	fake_jitter = 0.0005;
+	for (int run_i = 0; run_i < 20; run_i++) {
+		struct flyd_tune_result r;
+
+		fake_rng = 11u + 17u * (uint32_t)run_i;
+		assert_int_equal(run(&j, &r), 0);
+		assert_string_equal(r.winner.variant, "a");
 		assert_int_equal(r.winner.params[0], 2);
 		flyd_tune_result_fini(&r);
 	}
+	/* Beyond the margin the later variant wins. */
+	fake_npts = 0;
+	fake_set("a", 1, -1, 10.5, 0, 0);
+	fake_set("a", 2, -1, 10.5, 0, 0);
+	fake_set("a", 3, -1, 10.5, 0, 0);
+	fake_set("a", 4, -1, 10.5, 0, 0);
+	fake_set("b", 1, -1, 10.0, 0, 0); /* 5% faster */
+	fake_set("b", 3, -1, 12.0, 0, 0);
+	struct flyd_tune_result r;
+	assert_int_equal(run(&j, &r), 0);
+	assert_string_equal(r.winner.variant, "b");
+	assert_int_equal(r.winner.params[0], 1);
+	flyd_tune_result_fini(&r);
 }
 
 static void test_fastest_wins_beyond_margin(void **state)
@@ -561,7 +602,8 @@ static void test_seed_stable(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup(test_near_tie_earliest_wins, setup),
+		cmocka_unit_test_setup(test_near_tie_in_variant_fastest, setup),
+		cmocka_unit_test_setup(test_near_tie_earlier_variant, setup),
 		cmocka_unit_test_setup(test_fastest_wins_beyond_margin, setup),
 		cmocka_unit_test_setup(test_incumbent_margin, setup),
 		cmocka_unit_test_setup(test_early_rejection, setup),
