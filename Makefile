@@ -147,7 +147,7 @@ ALL_TARGETS := $(LAYERING) $(HEADER) $(LIBCLIENT_A) $(LIBCLIENT_SO) \
 
 .PHONY: all test test-bins unit integration python-test check style layering run \
 	deps asan ubsan tsan coverage install uninstall clean gen gen-check \
-	test-gpu bench systemd-verify
+	test-gpu bench systemd-verify FORCE
 .DEFAULT_GOAL := all
 # Keep every intermediate object (no rebuilds of objects make deleted).
 .SECONDARY:
@@ -181,6 +181,15 @@ $(BUILD)/obj/daemon/%.o: daemon/%.c | $(LAYERING)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(BASE_CFLAGS) $(INC_daemon) -c $< -o $@
+# The daemon looks for the GPU library in $(PREFIX)/lib/flytuned (and next
+# to its binary): the prefix is compiled in, and a new PREFIX rebuilds it
+# (the stamp is rewritten only when the value changes).
+$(BUILD)/prefix.stamp: FORCE
+	@mkdir -p $(@D)
+	@echo '$(PREFIX)' | cmp -s - $@ 2>/dev/null || echo '$(PREFIX)' > $@
+$(BUILD)/obj/daemon/backend.o: $(BUILD)/prefix.stamp
+$(BUILD)/obj/daemon/backend.o: INC_daemon += -DFLYD_PREFIX='"$(PREFIX)"'
+FORCE:
 $(BUILD)/obj/tests/%.o: tests/%.c $(HEADER) | $(LAYERING)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $<")
@@ -234,6 +243,11 @@ $(HEADER): client/flyclient.h proto/fly_abi.h
 	$(Q)sed -e '/^#include "fly_abi.h"/{r proto/fly_abi.h' -e 'd;}' client/flyclient.h > $@
 $(BUILD)/flyclient.pc: client/flyclient.pc.in
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' $< > $@
+# The unit as installed: ExecStart in $(BINDIR) (the tree's copy says
+# /usr/local/bin, the default PREFIX's).
+$(BUILD)/systemd/flytuned@.service: systemd/flytuned@.service $(BUILD)/prefix.stamp
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|^ExecStart=/usr/local/bin/flytuned |ExecStart=$(BINDIR)/flytuned |' $< > $@
 
 TEST_LINK = $(TCOMMON_OBJ) $(LIBFLYD) $(KTEST_OBJ) $(LIBKCPU) $(LIBCLIENT_A) $(LIBPROTO) $(LIBS) -lcmocka
 $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(TCOMMON_OBJ) $(LIBFLYD) $(KTEST_OBJ) $(LIBKCPU) $(LIBCLIENT_A) $(LIBPROTO)
@@ -321,7 +335,8 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN)
 	$(Q)FLY_BUILD_DIR=$(abspath $(BUILD)) FLY_PY_ENV="$(PY_ENV)" sh tools/run-tests.sh all \
 		$(UNIT_BIN) $(INTEG_BIN) tests/integration/test_python.py \
 		tests/gpu/emu/run-emu-kernels.sh tests/gpu/emu/run-emu-gemm.sh \
-		tools/systemd-verify.sh tools/check-layering-selftest.sh
+		tools/systemd-verify.sh tools/install-check.sh \
+		tools/check-layering-selftest.sh
 
 test-gpu: all $(GPUTEST_BIN)
 	$(Q)sh tools/run-tests.sh gpu $(GPUTEST_BIN)
@@ -370,7 +385,7 @@ INCDIR  := $(PREFIX)/include
 DATADIR := $(PREFIX)/share/flytuned
 MANDIR  := $(PREFIX)/share/man
 UNITDIR ?= $(PREFIX)/lib/systemd/system
-install: all
+install: all $(BUILD)/systemd/flytuned@.service
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 		$(DESTDIR)$(INCDIR) $(DESTDIR)$(DATADIR)/schemas \
 		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
@@ -386,7 +401,7 @@ install: all
 	install -m 644 schemas/*.json $(DESTDIR)$(DATADIR)/schemas/
 	install -m 644 man/flytune-ctl.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 man/flytuned.8 $(DESTDIR)$(MANDIR)/man8/
-	install -m 644 systemd/flytuned@.service systemd/flytuned@.socket $(DESTDIR)$(UNITDIR)/
+	install -m 644 $(BUILD)/systemd/flytuned@.service systemd/flytuned@.socket $(DESTDIR)$(UNITDIR)/
 	install -m 644 systemd/flytuned.sysusers $(DESTDIR)$(PREFIX)/lib/sysusers.d/flytuned.conf
 	install -m 644 systemd/flytuned.tmpfiles $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/flytuned.conf
 

@@ -7,7 +7,8 @@
  * Names: "cpu" is flyk_cpu_backend() (linked in).  "cuda" / "hip" load
  * libflykernels_cuda.so / libflykernels_hip.so from the first directory
  * that has it, in order: $FLYTUNED_KERNELS_DIR, the directory of the
- * running executable (/proc/self/exe), FLYD_PREFIX "/lib/flytuned"; then
+ * running executable (/proc/self/exe), FLYD_PREFIX "/lib/flytuned" (the
+ * Makefile compiles in PREFIX); then
  * dlsym("flyk_gpu_backend").  "auto" tries cuda, then hip, then cpu; a
  * GPU backend that does not load or whose open(device) fails falls back
  * (logged) when "auto", and is an error when named explicitly.
