@@ -199,6 +199,30 @@ static int make_parent(const char *path)
 	return 0;
 }
 
+/* Whether the directory of @p path is safe for a socket: one that others
+ * may write without the sticky bit lets any user unlink the socket and
+ * bind their own at its path, and clients would take that server's
+ * answers.  @return 0, -EPERM (unsafe; @p dir names it) or -errno. */
+static int parent_safe(const char *path, char *dir, size_t cap)
+{
+	struct stat st;
+	char *slash;
+
+	snprintf(dir, cap, "%s", path);
+	slash = strrchr(dir, '/');
+	if (slash == NULL)
+		snprintf(dir, cap, ".");
+	else if (slash == dir)
+		dir[1] = '\0';
+	else
+		*slash = '\0';
+	if (stat(dir, &st) < 0)
+		return -errno;
+	if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX))
+		return -EPERM;
+	return 0;
+}
+
 /* Whether a live server answers on @p path. */
 static int socket_is_live(const char *path)
 {
@@ -243,7 +267,19 @@ static int listen_path(struct flyd_ctx *ctx)
 	struct stat st;
 	int rc;
 
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+
 	rc = make_parent(path);
+	if (rc == 0)
+		rc = parent_safe(path, dir, sizeof(dir));
+	if (rc == -EPERM) {
+		flyd_log(FLYD_LOG_ERR, "listen_error",
+			 "path=%s err=\"directory %s is writable by others "
+			 "without the sticky bit: any user could replace the "
+			 "socket (chmod o-w or +t)\"",
+			 path, dir);
+		return rc;
+	}
 	if (rc < 0) {
 		flyd_log(FLYD_LOG_ERR, "listen_error", "path=%s err=%s", path,
 			 strerror(-rc));

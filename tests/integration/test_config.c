@@ -19,6 +19,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -203,8 +204,22 @@ static int run_binary(const char *const *args, char *out, size_t cap)
 		_exit(127);
 	}
 	close(p[1]);
-	while (n + 1 < cap && (r = read(p[0], out + n, cap - 1 - n)) > 0)
+	/* Every use expects the binary to exit by itself: one still running
+	 * after 30 s is killed and fails the test rather than hanging it. */
+	for (int waited = 0; n + 1 < cap;) {
+		struct pollfd pf = {.fd = p[0], .events = POLLIN};
+
+		if (poll(&pf, 1, 1000) == 0) {
+			if (++waited < 30)
+				continue;
+			kill(pid, SIGKILL);
+			break;
+		}
+		r = read(p[0], out + n, cap - 1 - n);
+		if (r <= 0)
+			break;
 		n += (size_t)r;
+	}
 	out[n] = '\0';
 	close(p[0]);
 	assert_int_equal(waitpid(pid, &st, 0), pid);
@@ -515,6 +530,40 @@ static void test_socket_in_use_and_stale(void **state)
 	fly_test_daemon_cleanup(&d);
 }
 
+/* A socket directory others may write without the sticky bit is refused
+ * (anyone could replace the socket); sticky, it is taken. */
+static void test_socket_dir_writable_by_others(void **state)
+{
+	char dir[] = "/tmp/flytest-wdir.XXXXXX", sock[96], cfg[96];
+	char out[8192];
+	const char *args[8];
+	FILE *f;
+
+	if (external())
+		skip();
+	assert_non_null(mkdtemp(dir));
+	snprintf(cfg, sizeof(cfg), "%s/c.json", dir);
+	f = fopen(cfg, "w");
+	assert_non_null(f);
+	fputs("{\"backend\":\"cpu\"}\n", f);
+	fclose(f);
+	assert_int_equal(chmod(dir, 0777), 0);
+	args[0] = "--state-dir";
+	args[1] = dir;
+	args[2] = "--config";
+	args[3] = cfg;
+	args[4] = NULL;
+	assert_int_not_equal(run_binary(args, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "writable by others without the sticky "
+				    "bit"));
+	snprintf(sock, sizeof(sock), "%s/gpu0.sock", dir);
+	assert_int_not_equal(access(sock, F_OK), 0); /* nothing bound */
+	unlink(cfg);
+	snprintf(sock, sizeof(sock), "%s/tuning.db", dir);
+	unlink(sock);
+	rmdir(dir);
+}
+
 /* idle_timeout_ms closes a silent connection. */
 static void test_idle_timeout(void **state)
 {
@@ -553,6 +602,7 @@ int main(void)
 		cmocka_unit_test(test_socket_activation),
 		cmocka_unit_test(test_emfile_storm),
 		cmocka_unit_test(test_socket_in_use_and_stale),
+		cmocka_unit_test(test_socket_dir_writable_by_others),
 		cmocka_unit_test(test_idle_timeout),
 	};
 
