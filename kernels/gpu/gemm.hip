@@ -564,7 +564,8 @@ static int ent_launch(const struct mma_ent *e, const struct fly_problem *p,
  * writes C through shared memory and a TMA store, overlapping the next
  * tile; needs N % 8 == 0, a 16-byte aligned C and split_k 1), cluster
  * (2: two blocks on vertically adjacent tiles share B by TMA multicast;
- * needs two tile rows).  NT only,
+ * needs two tile rows), k_tile (64 or 128: the k depth of a stage; 128 on
+ * the shapes of GEMM_TMA_CFGS with KP 2).  NT only,
  * K % 8 == 0, A and B 16-byte aligned (the tensor maps' rules).
  */
 static const int64_t tma_tile_m[] = {64, 128, 256};
@@ -572,6 +573,7 @@ static const int64_t tma_tile_n[] = {64, 128, 256};
 static const int64_t tma_split[] = {1, 2, 4, 8};
 static const int64_t tma_store[] = {0, 1};
 static const int64_t tma_cluster[] = {1, 2};
+static const int64_t tma_k_tile[] = {64, 128};
 
 #if GEMM_HAVE_TMA
 typedef int (*tma_go_fn)(const struct mma_job *j, int sms);
@@ -591,7 +593,7 @@ template <class C> static int tma_go(const struct mma_job *j, int sms)
 	g.tiles_n = (int)((j->n + C::BN - 1) / C::BN);
 	g.swz = j->swz < g.tiles_mc ? j->swz : g.tiles_mc;
 	int64_t kc = (j->k + j->split - 1) / j->split;
-	g.kps = (kc + 63) / 64 * 64;
+	g.kps = (kc + C::BK - 1) / C::BK * C::BK; /* whole stages */
 	g.split = (int)((j->k + g.kps - 1) / g.kps);
 	g.units = g.tiles_mc * g.tiles_n * g.split;
 	g.c = (uint16_t *)j->a->c;
@@ -617,22 +619,23 @@ template <class C> static int tma_go(const struct mma_job *j, int sms)
 }
 
 struct tma_ent {
-	int bm, bn, ts, cl, smem;
+	int bm, bn, ts, cl, bk, smem;
 	tma_go_fn go;
 };
 
-#define GEMM_TMA_ENT(BM, BN, ST, TS, CL)                                       \
-	{BM, BN, TS, CL, gemm_tma_cfg<BM, BN, ST, TS, CL>::SMEM,               \
-	 tma_go<gemm_tma_cfg<BM, BN, ST, TS, CL>>},
+#define GEMM_TMA_ENT(BM, BN, ST, TS, CL, KP)                                   \
+	{BM, BN, TS, CL, 64 * KP, gemm_tma_cfg<BM, BN, ST, TS, CL, KP>::SMEM,  \
+	 tma_go<gemm_tma_cfg<BM, BN, ST, TS, CL, KP>>},
 static const struct tma_ent tma_ents[] = {GEMM_TMA_CFGS(GEMM_TMA_ENT)};
 
 /* The entry of point @p pr (tile_m, tile_n, split_k, swizzle, store,
- * cluster). */
+ * cluster, k_tile). */
 static const struct tma_ent *tma_find(const int64_t *pr)
 {
 	for (size_t i = 0; i < sizeof(tma_ents) / sizeof(tma_ents[0]); i++)
 		if (tma_ents[i].bm == pr[0] && tma_ents[i].bn == pr[1] &&
-		    tma_ents[i].ts == pr[4] && tma_ents[i].cl == pr[5])
+		    tma_ents[i].ts == pr[4] && tma_ents[i].cl == pr[5] &&
+		    tma_ents[i].bk == pr[6])
 			return &tma_ents[i];
 	return NULL;
 }
@@ -671,6 +674,9 @@ static int tma_feasible(const struct flyk_device *dev,
 		return -EINVAL;
 	/* A cluster pairs two tile rows: only where there are two. */
 	if (e->cl > 1 && tm < e->cl)
+		return -EINVAL;
+	/* k tiles of 128 where there are two of them. */
+	if (e->bk > 64 && k < 2 * e->bk)
 		return -EINVAL;
 	tm = (tm + e->cl - 1) / e->cl; /* units per tile column */
 	int64_t split = pr[2], swz = pr[3];
@@ -808,13 +814,14 @@ static const struct flyk_variant gemm_variants[] = {
      GEMM_DT_MASK,
      GEMM_FLAGS,
      0,
-     6,
+     7,
      {{"tile_m", NV(tma_tile_m)},
       {"tile_n", NV(tma_tile_n)},
       {"split_k", NV(tma_split)},
       {"swizzle", NV(mma_swz)},
       {"store", NV(tma_store)},
-      {"cluster", NV(tma_cluster)}},
+      {"cluster", NV(tma_cluster)},
+      {"k_tile", NV(tma_k_tile)}},
      tma_feasible,
      NULL,
      tma_launch},

@@ -51,39 +51,49 @@
  * grouped kernel's 4 KiB prefix in 227 KiB), TS (1: the epilogue stages
  * the bf16 tile in shared memory and a TMA store writes it, so the
  * consumers go on to the next unit while it drains; 0: stores straight
- * from registers). */
+ * from registers), CL (2: clusters of two blocks sharing B), KP (k panels
+ * of 64 a stage: 2 makes the k-tile 128 deep, half the barrier round trips
+ * and wgmma groups per k for the small tiles, at half the stages). */
 #define GEMM_TMA_CFGS(X)                                                       \
-	X(64, 64, 12, 0, 1)                                                    \
-	X(64, 128, 8, 0, 1)                                                    \
-	X(64, 256, 5, 0, 1)                                                    \
-	X(128, 128, 6, 0, 1)                                                   \
-	X(128, 256, 4, 0, 1)                                                   \
-	X(256, 128, 4, 0, 1)                                                   \
-	X(64, 128, 7, 1, 1)                                                    \
-	X(64, 256, 4, 1, 1)                                                    \
-	X(128, 128, 5, 1, 1)                                                   \
-	X(128, 256, 3, 1, 1)                                                   \
-	X(256, 128, 3, 1, 1)                                                   \
-	X(64, 128, 8, 0, 2)                                                    \
-	X(64, 256, 5, 0, 2)                                                    \
-	X(128, 128, 6, 0, 2)                                                   \
-	X(128, 256, 4, 0, 2)                                                   \
-	X(256, 128, 4, 0, 2)                                                   \
-	X(128, 128, 5, 1, 2)                                                   \
-	X(128, 256, 3, 1, 2)                                                   \
-	X(256, 128, 3, 1, 2)
+	X(64, 64, 12, 0, 1, 1)                                                 \
+	X(64, 128, 8, 0, 1, 1)                                                 \
+	X(64, 256, 5, 0, 1, 1)                                                 \
+	X(128, 128, 6, 0, 1, 1)                                                \
+	X(128, 256, 4, 0, 1, 1)                                                \
+	X(256, 128, 4, 0, 1, 1)                                                \
+	X(64, 128, 7, 1, 1, 1)                                                 \
+	X(64, 256, 4, 1, 1, 1)                                                 \
+	X(128, 128, 5, 1, 1, 1)                                                \
+	X(128, 256, 3, 1, 1, 1)                                                \
+	X(256, 128, 3, 1, 1, 1)                                                \
+	X(64, 128, 8, 0, 2, 1)                                                 \
+	X(64, 256, 5, 0, 2, 1)                                                 \
+	X(128, 128, 6, 0, 2, 1)                                                \
+	X(128, 256, 4, 0, 2, 1)                                                \
+	X(256, 128, 4, 0, 2, 1)                                                \
+	X(128, 128, 5, 1, 2, 1)                                                \
+	X(128, 256, 3, 1, 2, 1)                                                \
+	X(256, 128, 3, 1, 2, 1)                                                \
+	X(64, 64, 6, 0, 1, 2)                                                  \
+	X(64, 128, 4, 0, 1, 2)                                                 \
+	X(64, 128, 4, 1, 1, 2)                                                 \
+	X(128, 128, 3, 0, 1, 2)                                                \
+	X(64, 128, 4, 0, 2, 2)                                                 \
+	X(128, 128, 3, 0, 2, 2)
 
-template <int BM_, int BN_, int ST_, int TS_, int CL_> struct gemm_tma_cfg {
+template <int BM_, int BN_, int ST_, int TS_, int CL_, int KP_>
+struct gemm_tma_cfg {
 	enum {
 		BM = BM_,
 		BN = BN_,
-		BK = 64,
+		KP = KP_, /* 64-wide k panels a stage (BK = 64 KP) */
+		BK = 64 * KP_,
 		ST = ST_,
 		NCW = BM_ >= 128 ? 2 : 1,   /* consumer warpgroups */
 		SLABS = BM_ / 64 / NCW,	    /* m64 slabs per consumer */
 		THREADS = (NCW + 1) * 128,  /* + the producer warpgroup */
-		A_ST = BM_ * 64,	    /* halves per stage */
-		B_ST = BN_ * 64,
+		A_ST = BM_ * 64 * KP_,	    /* halves per stage */
+		B_ST = BN_ * 64 * KP_,
 		STAGE_BYTES = (A_ST + B_ST) * 2,
 		TS = TS_,
 		CL = CL_, /* blocks of a cluster sharing B (multicast) */
@@ -96,6 +106,7 @@ template <int BM_, int BN_, int ST_, int TS_, int CL_> struct gemm_tma_cfg {
 	static_assert(SLABS * NACC <= 128, "accumulators per thread");
 	static_assert(BM_ <= 256 && BN_ <= 256, "a TMA box is <= 256 rows");
 	static_assert(CL_ == 1 || CL_ == 2, "cluster");
+	static_assert(KP_ == 1 || KP_ == 2, "k panels");
 };
 
 /* One work unit: where its operands start and where its output goes. */
@@ -354,47 +365,60 @@ gemm_tma_epilogue(const gemm_tma_unit &w, float (*acc)[C::NACC],
 	}
 }
 
-/* The producer (one thread): for every k-tile of this block's units, wait
- * until the stage is free, announce its bytes, and issue A (this block's
- * rows) and B: one box of BN rows, or (C::CL = 2) the half of its rank,
- * multicast into both blocks of the cluster; then a stage is free once
- * both blocks' consumers released it. */
+/* Panel @p kp (64 k from @p k) of the stage at @p sa / @p sb: A's rows of
+ * this block, and B: one box of BN rows, or (C::CL = 2) the half of
+ * @p rank, multicast into both blocks of the cluster. */
+template <class C>
+__device__ __forceinline__ void
+gemm_tma_panel(const gemm_tma_unit &w, int rank, int kp, int k,
+	       const void *map_a, const void *map_b, bool b3d, uint16_t *sa,
+	       uint16_t *sb, uint64_t *bar)
+{
+	enum { BH = C::BN / C::CL }; /* the B map's box rows */
+	uint16_t *da = sa + kp * C::BM * 64, *db = sb + kp * C::BN * 64;
+	gemm_tma_2d(da, map_a, bar, k, w.a_row);
+	if constexpr (C::CL == 1) {
+		if (b3d)
+			gemm_tma_3d(db, map_b, bar, k, w.b_row, w.b_z);
+		else
+			gemm_tma_2d(db, map_b, bar, k, w.b_row);
+	} else if (b3d) {
+		gemm_tma_3d_mc(db + rank * BH * 64, map_b, bar, k,
+			       w.b_row + rank * BH, w.b_z, 3);
+	} else {
+		gemm_tma_2d_mc(db + rank * BH * 64, map_b, bar, k,
+			       w.b_row + rank * BH, 3);
+	}
+}
+
+/* The producer (one thread): for every stage of this block's units, wait
+ * until it is free, announce its bytes, and issue its KP panels.
+ * Multicasting, a stage is free once both blocks' consumers released
+ * it. */
 template <class C, class W>
 __device__ __forceinline__ void
 gemm_tma_produce(const W &work, int units, int first, int step, int rank,
 		 const void *map_a, const void *map_b, bool b3d, uint16_t *sa,
 		 uint16_t *sb, uint64_t *full, uint64_t *empty)
 {
-	enum { BH = C::BN / C::CL }; /* the B map's box rows */
 	uint32_t it = 0;
 	for (int u = first; u < units; u += step) {
 		gemm_tma_unit w;
 		work(u, rank, &w);
-		for (int kt = 0; kt < w.nk; kt++, it++) {
+		/* A panel past K is zero filled (its bytes still count), so
+		 * an odd nk with KP = 2 needs no case of its own; a unit's k
+		 * range other than the last ends on a stage (tma_go). */
+		for (int kt = 0; kt < w.nk; kt += C::KP, it++) {
 			int s = (int)(it % C::ST);
 			unsigned ph = (it / C::ST) & 1;
 			gemm_bar_wait(&empty[s], ph ^ 1);
 			gemm_bar_expect(&full[s], C::STAGE_BYTES);
-			int k = w.k0 + kt * 64;
-			gemm_tma_2d(sa + s * C::A_ST, map_a, &full[s], k,
-				    w.a_row);
-			uint16_t *db = sb + s * C::B_ST;
-			if constexpr (C::CL == 1) {
-				if (b3d)
-					gemm_tma_3d(db, map_b, &full[s], k,
-						    w.b_row, w.b_z);
-				else
-					gemm_tma_2d(db, map_b, &full[s], k,
-						    w.b_row);
-			} else if (b3d) {
-				gemm_tma_3d_mc(db + rank * BH * 64, map_b,
-					       &full[s], k,
-					       w.b_row + rank * BH, w.b_z, 3);
-			} else {
-				gemm_tma_2d_mc(db + rank * BH * 64, map_b,
-					       &full[s], k,
-					       w.b_row + rank * BH, 3);
-			}
+#pragma unroll
+			for (int kp = 0; kp < C::KP; kp++)
+				gemm_tma_panel<C>(w, rank, kp,
+						  w.k0 + (kt + kp) * 64, map_a,
+						  map_b, b3d, sa + s * C::A_ST,
+						  sb + s * C::B_ST, &full[s]);
 		}
 	}
 }
@@ -433,22 +457,28 @@ gemm_tma_consume(const W &work, int units, int first, int step, int rank,
 #pragma unroll
 		for (int j = 0; j < C::SLABS; j++)
 			gemm_wg_fence_acc<C::NACC>(acc[j]);
-		for (int kt = 0; kt < w.nk; kt++, it++) {
+		for (int kt = 0; kt < w.nk; kt += C::KP, it++) {
 			int s = (int)(it % C::ST);
 			gemm_bar_wait(&full[s], (it / C::ST) & 1);
 			const uint16_t *a =
 			    sa + s * C::A_ST + cw * C::SLABS * 64 * 64;
 			const uint16_t *b = sb + s * C::B_ST;
 			gemm_wg_fence();
+			/* Panel kp of A is BM rows x 64 at kp * BM * 64, of B
+			 * BN rows x 64 at kp * BN * 64. */
+#pragma unroll
+			for (int kp = 0; kp < C::KP; kp++)
 #pragma unroll
 			for (int j = 0; j < C::SLABS; j++)
 #pragma unroll
 				for (int kk = 0; kk < 4; kk++)
 					gemm_wgmma<C::BN>(
 					    acc[j],
-					    gemm_wg_desc(a + j * 64 * 64 +
+					    gemm_wg_desc(a + kp * C::BM * 64 +
+							 j * 64 * 64 +
 							 kk * 16),
-					    gemm_wg_desc(b + kk * 16));
+					    gemm_wg_desc(b + kp * C::BN * 64 +
+							 kk * 16));
 			gemm_wg_commit();
 			/* The group of k-tile kt - 1 has retired: its stage
 			 * may be refilled. */

@@ -537,7 +537,8 @@ static int wg_launch(const struct flyk_device *dev,
  * by TMA multicast; where the experts average two tile rows), raster (the
  * tile order in an expert: 0 n fastest, 1 m fastest, so that the blocks
  * at work read each tile column of B[e] once; only where the experts
- * average two tile rows (of a cluster's rows)).
+ * average two tile rows (of a cluster's rows)), k_tile (64 or 128: the k
+ * depth of a stage, 128 on the shapes of GEMM_TMA_CFGS with KP 2).
  * B[e] comes through a 3-D tensor map, so an n-tile past N is zero-filled
  * per expert.
  */
@@ -546,6 +547,7 @@ static const int64_t gg_tma_tile_n[] = {64, 128, 256};
 static const int64_t gg_tma_store[] = {0, 1};
 static const int64_t gg_tma_cluster[] = {1, 2};
 static const int64_t gg_tma_raster[] = {0, 1};
+static const int64_t gg_tma_k_tile[] = {64, 128};
 
 #if GEMM_HAVE_TMA
 template <class C>
@@ -572,22 +574,24 @@ static int gg_tma_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 }
 
 struct gg_tma_ent {
-	int bm, bn, ts, cl, smem;
+	int bm, bn, ts, cl, bk, smem;
 	gg_go_fn go;
 };
 
-#define GG_TMA_ENT(BM, BN, ST, TS, CL)                                         \
-	{BM, BN, TS, CL, gemm_tma_cfg<BM, BN, ST, TS, CL>::SMEM,               \
-	 gg_tma_go<gemm_tma_cfg<BM, BN, ST, TS, CL>>},
+#define GG_TMA_ENT(BM, BN, ST, TS, CL, KP)                                     \
+	{BM, BN, TS, CL, 64 * KP, gemm_tma_cfg<BM, BN, ST, TS, CL, KP>::SMEM,  \
+	 gg_tma_go<gemm_tma_cfg<BM, BN, ST, TS, CL, KP>>},
 static const struct gg_tma_ent gg_tma_ents[] = {GEMM_TMA_CFGS(GG_TMA_ENT)};
 
-/* The entry of point @p pr (tile_m, tile_n, store, cluster). */
+/* The entry of point @p pr (tile_m, tile_n, store, cluster, raster,
+ * k_tile). */
 static const struct gg_tma_ent *gg_tma_find(const int64_t *pr)
 {
 	for (size_t i = 0; i < sizeof(gg_tma_ents) / sizeof(gg_tma_ents[0]);
 	     i++)
 		if (gg_tma_ents[i].bm == pr[0] && gg_tma_ents[i].bn == pr[1] &&
-		    gg_tma_ents[i].ts == pr[2] && gg_tma_ents[i].cl == pr[3])
+		    gg_tma_ents[i].ts == pr[2] && gg_tma_ents[i].cl == pr[3] &&
+		    gg_tma_ents[i].bk == pr[5])
 			return &gg_tma_ents[i];
 	return NULL;
 }
@@ -623,6 +627,9 @@ static int tma_feasible(const struct flyk_device *dev,
 	/* m first differs from n first where an expert has two rows of
 	 * (cluster) tiles. */
 	if (pr[4] && avg < 2 * (int64_t)e->cl * e->bm)
+		return -EINVAL;
+	/* k tiles of 128 where there are two of them. */
+	if (e->bk > 64 && p->dims[3] < 2 * e->bk)
 		return -EINVAL;
 	if (!gg_persist_ok(dev, p, e->bm * e->cl, e->bn, 0))
 		return -EINVAL;
@@ -714,12 +721,13 @@ static const struct flyk_variant gg_variants[] = {
      1u << FLY_DT_BF16,
      0,
      0,
-     5,
+     6,
      {{"tile_m", NV(gg_tma_tile_m)},
       {"tile_n", NV(gg_tma_tile_n)},
       {"store", NV(gg_tma_store)},
       {"cluster", NV(gg_tma_cluster)},
-      {"raster", NV(gg_tma_raster)}},
+      {"raster", NV(gg_tma_raster)},
+      {"k_tile", NV(gg_tma_k_tile)}},
      tma_feasible,
      NULL,
      tma_launch},
