@@ -188,7 +188,7 @@ __global__ void gemm_ref_kernel(const uint16_t *A, const uint16_t *B,
 struct gemm_tma_job {
 	int64_t m, n, k;
 	int tiles_mc, tiles_n, swz, split, units, cl;
-	int64_t kps; /* k per split, a multiple of 64 */
+	int64_t kps; /* k per split, a multiple of the stage depth C::BK */
 	uint16_t *c;
 	float *ws;
 	const uint16_t *bias;
