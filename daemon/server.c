@@ -199,10 +199,11 @@ static int make_parent(const char *path)
 	return 0;
 }
 
-/* Whether the directory of @p path is safe for a socket: one that others
- * may write without the sticky bit lets any user unlink the socket and
- * bind their own at its path, and clients would take that server's
- * answers.  @return 0, -EPERM (unsafe; @p dir names it) or -errno. */
+/* Whether the directory of @p path is safe for a socket: one that group or
+ * others may write lets them unlink the socket (or, sticky, take its name
+ * first) and bind their own at its path, and clients would take that
+ * server's answers (RELIABILITY.md S1; chrony refuses the same).
+ * @return 0, -EPERM (unsafe; @p dir names it) or -errno. */
 static int parent_safe(const char *path, char *dir, size_t cap)
 {
 	struct stat st;
@@ -218,7 +219,7 @@ static int parent_safe(const char *path, char *dir, size_t cap)
 		*slash = '\0';
 	if (stat(dir, &st) < 0)
 		return -errno;
-	if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX))
+	if (st.st_mode & (S_IWGRP | S_IWOTH))
 		return -EPERM;
 	return 0;
 }
@@ -274,9 +275,9 @@ static int listen_path(struct flyd_ctx *ctx)
 		rc = parent_safe(path, dir, sizeof(dir));
 	if (rc == -EPERM) {
 		flyd_log(FLYD_LOG_ERR, "listen_error",
-			 "path=%s err=\"directory %s is writable by others "
-			 "without the sticky bit: any user could replace the "
-			 "socket (chmod o-w or +t)\"",
+			 "path=%s err=\"directory %s is writable by group or "
+			 "others: they could replace the socket (chmod go-w, "
+			 "or choose another directory)\"",
 			 path, dir);
 		return rc;
 	}
