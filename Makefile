@@ -371,7 +371,7 @@ gen-check:
 
 # ---------------------------------------------------------------- run
 run: all
-	@mkdir -p $(STATE)
+	@mkdir -p -m 0755 $(STATE)
 	@echo "flytuned: state directory $(STATE) (socket $(STATE)/gpu0.sock, DB $(STATE)/tuning.db)"
 	@echo "flytuned: query it with: $(BUILD)/flytune-ctl --socket $(STATE)/gpu0.sock status"
 	$(FLYTUNED) --foreground --state-dir $(STATE)
