@@ -2,8 +2,9 @@
  * gemm_tma.h -- the Hopper GEMM mainloop (sm_90a): tiles brought in by the
  * tensor memory accelerator, a warp-specialised persistent block, wgmma.
  *
- *   - A ring of ST shared-memory stages, each a BM x 64 tile of A and a
- *     BN x 64 tile of B in the 128B swizzle (the layout gemm_wg_desc names),
+ *   - A ring of ST shared-memory stages, each KP panels (1 or 2) of a
+ *     BM x 64 tile of A and a BN x 64 tile of B in the 128B swizzle (the
+ *     layout gemm_wg_desc names),
  *     filled by cp.async.bulk.tensor from two tensor maps (zero fill out of
  *     bounds: ragged M, N and K need no predicates).
  *   - Two mbarriers per stage: full (the producer's expect_tx; the copy
