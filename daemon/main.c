@@ -282,6 +282,12 @@ static int daemon_start(struct flyd_ctx *ctx, int listen_fd)
 	uv_signal_start(&sig_int, on_signal, SIGINT);
 	uv_signal_start(&sig_hup, on_signal, SIGHUP);
 	ctx->started_ms = uv_now(ctx->loop);
+	/* The socket's directory is refused before the DB is made there. */
+	rc = flyd_server_precheck(ctx, listen_fd);
+	if (rc < 0) {
+		flyd_log(FLYD_LOG_ERR, "start_failed", "rc=%d", rc);
+		return 1;
+	}
 	rc = flyd_store_open(ctx->db_path, sys, &ctx->store);
 	if (rc < 0) {
 		flyd_log(FLYD_LOG_ERR, "db_error", "path=%s rc=%d", ctx->db_path,

@@ -262,14 +262,14 @@ static int bind_path(const char *path)
 	return fd;
 }
 
-static int listen_path(struct flyd_ctx *ctx)
+int flyd_server_precheck(struct flyd_ctx *ctx, int listen_fd)
 {
 	const char *path = ctx->socket_path;
-	struct stat st;
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int rc;
 
-	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-
+	if (listen_fd >= 0)
+		return 0;
 	rc = make_parent(path);
 	if (rc == 0)
 		rc = parent_safe(path, dir, sizeof(dir));
@@ -281,11 +281,21 @@ static int listen_path(struct flyd_ctx *ctx)
 			 path, dir);
 		return rc;
 	}
-	if (rc < 0) {
+	if (rc < 0)
 		flyd_log(FLYD_LOG_ERR, "listen_error", "path=%s err=%s", path,
 			 strerror(-rc));
+	return rc;
+}
+
+static int listen_path(struct flyd_ctx *ctx)
+{
+	const char *path = ctx->socket_path;
+	struct stat st;
+	int rc;
+
+	rc = flyd_server_precheck(ctx, -1);
+	if (rc < 0)
 		return rc;
-	}
 	if (lstat(path, &st) == 0) {
 		if (!S_ISSOCK(st.st_mode)) {
 			flyd_log(FLYD_LOG_ERR, "listen_error",
