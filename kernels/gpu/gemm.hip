@@ -14,7 +14,8 @@
  *   cublaslt        (CUDA) a cuBLASLt algorithm from the heuristic top-N
  *   gemm_tma        (sm_90a) warp-specialised persistent TMA + mbarrier +
  *                   wgmma (gemm_tma.h): params tile_m, tile_n, split_k,
- *                   swizzle, store; NT only (see "tma host").
+ *                   swizzle, store, cluster, k_tile; NT only (see "tma
+ *                   host").
  *   gemm_wgmma      (sm_90a) the gemm_mma kernel with the wgmma engine of
  *                   gemm_tile.h: params tile_m, tile_n, stages, split_k,
  *                   swizzle (shapes of GEMM_WG_CFGS); NT only.  Before
@@ -601,14 +602,8 @@ template <class C> static int tma_go(const struct mma_job *j, int sms)
 	g.bias = j->bias;
 	g.alpha = j->alpha;
 	CUtensorMap ma, mb, mc;
-	uint64_t da[2] = {(uint64_t)j->k, (uint64_t)j->m};
-	uint64_t db[2] = {(uint64_t)j->k, (uint64_t)j->n};
-	uint64_t dc[2] = {(uint64_t)j->n, (uint64_t)j->m};
-	if (gemm_tma_map(&ma, j->a->a, 2, da, C::BM) ||
-	    gemm_tma_map(&mb, j->a->b, 2, db, C::BN / C::CL))
-		return -EINVAL;
-	memset(&mc, 0, sizeof(mc));
-	if (C::TS && gemm_tma_map(&mc, j->a->c, 2, dc, C::BM / C::NCW))
+	if (gemm_tma_maps<C>(j->a->a, j->a->b, j->a->c, j->m, j->n, j->k, 0,
+			     &ma, &mb, &mc))
 		return -EINVAL;
 	int clusters = g.units < sms / C::CL ? g.units : sms / C::CL;
 	int rc = gemm_tma_go(gemm_tma_kernel<C>, clusters, C::THREADS, C::SMEM,
@@ -618,26 +613,16 @@ template <class C> static int tma_go(const struct mma_job *j, int sms)
 	return gemm_reduce_go(j, g.ws, g.split);
 }
 
-struct tma_ent {
-	int bm, bn, ts, cl, bk, smem;
-	tma_go_fn go;
-};
-
-#define GEMM_TMA_ENT(BM, BN, ST, TS, CL, KP)                                   \
-	{BM, BN, TS, CL, 64 * KP, gemm_tma_cfg<BM, BN, ST, TS, CL, KP>::SMEM,  \
-	 tma_go<gemm_tma_cfg<BM, BN, ST, TS, CL, KP>>},
-static const struct tma_ent tma_ents[] = {GEMM_TMA_CFGS(GEMM_TMA_ENT)};
+typedef gemm_tma_ent<tma_go_fn> tma_ent;
+#define GEMM_TMA_ENT(...) GEMM_TMA_ENT_OF(tma_go, __VA_ARGS__)
+static const tma_ent tma_ents[] = {GEMM_TMA_CFGS(GEMM_TMA_ENT)};
 
 /* The entry of point @p pr (tile_m, tile_n, split_k, swizzle, store,
  * cluster, k_tile). */
-static const struct tma_ent *tma_find(const int64_t *pr)
+static const tma_ent *tma_find(const int64_t *pr)
 {
-	for (size_t i = 0; i < sizeof(tma_ents) / sizeof(tma_ents[0]); i++)
-		if (tma_ents[i].bm == pr[0] && tma_ents[i].bn == pr[1] &&
-		    tma_ents[i].ts == pr[4] && tma_ents[i].cl == pr[5] &&
-		    tma_ents[i].bk == pr[6])
-			return &tma_ents[i];
-	return NULL;
+	return gemm_tma_find(tma_ents, sizeof(tma_ents) / sizeof(tma_ents[0]),
+			     pr[0], pr[1], pr[4], pr[5], pr[6]);
 }
 #endif
 
@@ -653,7 +638,7 @@ static int tma_feasible(const struct flyk_device *dev,
 #else
 	if (dev->cc_major != 9)
 		return -ENOSPC;
-	const struct tma_ent *e = tma_find(pr);
+	const tma_ent *e = tma_find(pr);
 	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
 	if (!e || p->layout != FLY_LAYOUT_NT || k % 8)
 		return -EINVAL;
@@ -708,7 +693,7 @@ static int tma_launch(const struct flyk_device *dev,
 	return -EOPNOTSUPP;
 #else
 	/* The TMA store (ts) reads C's rows 16 bytes at a time. */
-	const struct tma_ent *e = tma_find(pr);
+	const tma_ent *e = tma_find(pr);
 	struct mma_job j;
 	rc = gemm_job_of(p, args, pr[2], pr[3], e->ts ? 16 : 4, stream, &j);
 	return rc ? rc : e->go(&j, dev->sms);

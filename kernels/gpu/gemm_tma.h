@@ -728,6 +728,50 @@ static int gemm_tma_go(K kernel, int64_t want, unsigned threads, size_t smem,
 	(void)cudaGetLastError(); /* returned here, not left for the next */
 	return e == cudaSuccess ? 0 : e == cudaErrorInvalidValue ? -EINVAL : -EIO;
 }
+
+/* The tensor maps of config @p C over A [m, k], B [n, k] (@p g 0: a 2-D
+ * map) or [g, n, k] (3-D, an expert a plane) and C [m, n] (C::TS only;
+ * else @p mc is zeroed).  @return 0 or -EINVAL. */
+template <class C>
+static int gemm_tma_maps(const void *a, const void *b, void *c, int64_t m,
+			 int64_t n, int64_t k, int64_t g, CUtensorMap *ma,
+			 CUtensorMap *mb, CUtensorMap *mc)
+{
+	uint64_t da[2] = {(uint64_t)k, (uint64_t)m};
+	uint64_t db[3] = {(uint64_t)k, (uint64_t)n, (uint64_t)g};
+	uint64_t dc[2] = {(uint64_t)n, (uint64_t)m};
+	if (gemm_tma_map(ma, a, 2, da, C::BM) ||
+	    gemm_tma_map(mb, b, g ? 3 : 2, db, C::BN / C::CL))
+		return -EINVAL;
+	memset(mc, 0, sizeof(*mc));
+	if (C::TS && gemm_tma_map(mc, c, 2, dc, C::BM / C::NCW))
+		return -EINVAL;
+	return 0;
+}
+
+/* A shape of GEMM_TMA_CFGS as a launcher's table holds it: its params'
+ * values (k_tile bk = 64 KP), shared memory and the launch function. */
+template <class Go> struct gemm_tma_ent {
+	int bm, bn, ts, cl, bk, smem;
+	Go go;
+};
+
+#define GEMM_TMA_ENT_OF(GO, BM, BN, ST, TS, CL, KP)                            \
+	{BM, BN, TS, CL, 64 * KP, gemm_tma_cfg<BM, BN, ST, TS, CL, KP>::SMEM,  \
+	 GO<gemm_tma_cfg<BM, BN, ST, TS, CL, KP>>},
+
+/* The entry of @p ents (@p n of them) with these params, or NULL. */
+template <class Go>
+static const gemm_tma_ent<Go> *
+gemm_tma_find(const gemm_tma_ent<Go> *ents, size_t n, int64_t bm, int64_t bn,
+	      int64_t ts, int64_t cl, int64_t bk)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ents[i].bm == bm && ents[i].bn == bn && ents[i].ts == ts &&
+		    ents[i].cl == cl && ents[i].bk == bk)
+			return &ents[i];
+	return NULL;
+}
 #endif /* !FLYK_DEVICE_PASS */
 
 #endif /* GEMM_HAVE_TMA */

@@ -19,7 +19,8 @@
  * a grid of sms * persist blocks over the tiles.
  *
  * Variants: ggemm_tma (sm_90a: the TMA + wgmma kernel of gemm_tma.h,
- * persistent; params tile_m, tile_n, store), ggemm_mma (NVIDIA
+ * persistent; params tile_m, tile_n, store, cluster, raster, k_tile),
+ * ggemm_mma (NVIDIA
  * sm_80+: the mma engine of gemm_tile.h;
  * params tile_m, tile_n, tile_k, warps, stages, persist), ggemm_wgmma
  * (sm_90a: the wgmma engine; params tile_m, tile_n, stages, persist),
@@ -558,14 +559,8 @@ static int gg_tma_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 				 done))
 		return -ENOSPC;
 	CUtensorMap ma, mb, mc;
-	uint64_t da[2] = {(uint64_t)j->k, (uint64_t)j->m};
-	uint64_t db[3] = {(uint64_t)j->k, (uint64_t)j->n, (uint64_t)j->g};
-	uint64_t dc[2] = {(uint64_t)j->n, (uint64_t)j->m};
-	if (gemm_tma_map(&ma, j->a, 2, da, C::BM) ||
-	    gemm_tma_map(&mb, j->b, 3, db, C::BN / C::CL))
-		return -EINVAL;
-	memset(&mc, 0, sizeof(mc));
-	if (C::TS && gemm_tma_map(&mc, j->c, 2, dc, C::BM / C::NCW))
+	if (gemm_tma_maps<C>(j->a, j->b, j->c, j->m, j->n, j->k, j->g, &ma,
+			     &mb, &mc))
 		return -EINVAL;
 	/* @p grid counts clusters (gg_grid over tiles of CL * BM rows, at
 	 * most one per SM): gemm_tma_go caps it at the resident ones. */
@@ -573,27 +568,17 @@ static int gg_tma_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 			   s, ma, mb, mc, *j);
 }
 
-struct gg_tma_ent {
-	int bm, bn, ts, cl, bk, smem;
-	gg_go_fn go;
-};
-
-#define GG_TMA_ENT(BM, BN, ST, TS, CL, KP)                                     \
-	{BM, BN, TS, CL, 64 * KP, gemm_tma_cfg<BM, BN, ST, TS, CL, KP>::SMEM,  \
-	 gg_tma_go<gemm_tma_cfg<BM, BN, ST, TS, CL, KP>>},
-static const struct gg_tma_ent gg_tma_ents[] = {GEMM_TMA_CFGS(GG_TMA_ENT)};
+typedef gemm_tma_ent<gg_go_fn> gg_tma_ent;
+#define GG_TMA_ENT(...) GEMM_TMA_ENT_OF(gg_tma_go, __VA_ARGS__)
+static const gg_tma_ent gg_tma_ents[] = {GEMM_TMA_CFGS(GG_TMA_ENT)};
 
 /* The entry of point @p pr (tile_m, tile_n, store, cluster, raster,
  * k_tile). */
-static const struct gg_tma_ent *gg_tma_find(const int64_t *pr)
+static const gg_tma_ent *gg_tma_find(const int64_t *pr)
 {
-	for (size_t i = 0; i < sizeof(gg_tma_ents) / sizeof(gg_tma_ents[0]);
-	     i++)
-		if (gg_tma_ents[i].bm == pr[0] && gg_tma_ents[i].bn == pr[1] &&
-		    gg_tma_ents[i].ts == pr[2] && gg_tma_ents[i].cl == pr[3] &&
-		    gg_tma_ents[i].bk == pr[5])
-			return &gg_tma_ents[i];
-	return NULL;
+	return gemm_tma_find(gg_tma_ents,
+			     sizeof(gg_tma_ents) / sizeof(gg_tma_ents[0]),
+			     pr[0], pr[1], pr[2], pr[3], pr[5]);
 }
 #endif
 
@@ -609,7 +594,7 @@ static int tma_feasible(const struct flyk_device *dev,
 #else
 	if (dev->cc_major != 9)
 		return -ENOSPC;
-	const struct gg_tma_ent *e = gg_tma_find(pr);
+	const gg_tma_ent *e = gg_tma_find(pr);
 	if (!e || p->dims[3] % 8 || (e->ts && p->dims[2] % 8))
 		return -EINVAL;
 	if ((size_t)e->smem + (GG_MAX_G + 1) * sizeof(int) + 256 >
@@ -651,7 +636,7 @@ static int tma_launch(const struct flyk_device *dev,
 #else
 	/* Persistent: one block per SM; the TMA store (ts) reads C's rows
 	 * 16 bytes at a time. */
-	const struct gg_tma_ent *e = gg_tma_find(pr);
+	const gg_tma_ent *e = gg_tma_find(pr);
 	return gg_tiles_launch(dev, p, e->bm * e->cl, e->bn, e->go,
 			       e->ts ? 16 : 4, 1, (int)pr[4], args, stream);
 #endif
