@@ -183,30 +183,9 @@ static void on_sweep(uv_timer_t *t)
 	flyd_session_sweep(ctx, uv_now(ctx->loop));
 }
 
-/* Create the parent directory of @p path (one level, 0755). */
-static int make_parent(const char *path)
+/* The directory of @p path into @p dir ("." for a bare name). */
+static void parent_of(const char *path, char *dir, size_t cap)
 {
-	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-	char *slash;
-
-	snprintf(dir, sizeof(dir), "%s", path);
-	slash = strrchr(dir, '/');
-	if (slash == NULL || slash == dir)
-		return 0;
-	*slash = '\0';
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
-/* Whether the directory of @p path is safe for a socket: one that group or
- * others may write lets them unlink the socket (or, sticky, take its name
- * first) and bind their own at its path, and clients would take that
- * server's answers (RELIABILITY.md S1; chrony refuses the same).
- * @return 0, -EPERM (unsafe; @p dir names it) or -errno. */
-static int parent_safe(const char *path, char *dir, size_t cap)
-{
-	struct stat st;
 	char *slash;
 
 	snprintf(dir, cap, "%s", path);
@@ -217,6 +196,19 @@ static int parent_safe(const char *path, char *dir, size_t cap)
 		dir[1] = '\0';
 	else
 		*slash = '\0';
+}
+
+/* Create the socket's directory @p dir (one level, 0755) where missing,
+ * and refuse it when group or others may write it: they could unlink the
+ * socket (or, sticky, take its name first) and bind their own at its
+ * path, and clients would take that server's answers (RELIABILITY.md S1;
+ * chrony refuses the same).  @return 0, -EPERM (unsafe) or -errno. */
+static int socket_dir_ok(const char *dir)
+{
+	struct stat st;
+
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+		return -errno;
 	if (stat(dir, &st) < 0)
 		return -errno;
 	if (st.st_mode & (S_IWGRP | S_IWOTH))
@@ -270,9 +262,8 @@ int flyd_server_precheck(struct flyd_ctx *ctx, int listen_fd)
 
 	if (listen_fd >= 0)
 		return 0;
-	rc = make_parent(path);
-	if (rc == 0)
-		rc = parent_safe(path, dir, sizeof(dir));
+	parent_of(path, dir, sizeof(dir));
+	rc = socket_dir_ok(dir);
 	if (rc == -EPERM) {
 		flyd_log(FLYD_LOG_ERR, "listen_error",
 			 "path=%s err=\"directory %s is writable by group or "
@@ -293,9 +284,7 @@ static int listen_path(struct flyd_ctx *ctx)
 	struct stat st;
 	int rc;
 
-	rc = flyd_server_precheck(ctx, -1);
-	if (rc < 0)
-		return rc;
+	/* Its directory passed flyd_server_precheck before the DB opened. */
 	if (lstat(path, &st) == 0) {
 		if (!S_ISSOCK(st.st_mode)) {
 			flyd_log(FLYD_LOG_ERR, "listen_error",

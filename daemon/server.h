@@ -33,15 +33,16 @@
 #define FLYD_FD_RESERVE 64
 
 /* Listen on @p ctx->socket_path (or on the socket-activated @p listen_fd
- * when >= 0).  A stale socket file is removed only when nothing answers on
- * it; another live daemon on the path refuses the start (-EADDRINUSE).
- * The parent directory is created 0755 and must not be writable by group
- * or others (-EPERM); the socket is chmod 0660.  @return 0 or -errno. */
+ * when >= 0), after flyd_server_precheck passed.  A stale socket file is
+ * removed only when nothing answers on it; another live daemon on the
+ * path refuses the start (-EADDRINUSE).  The socket is chmod 0660.
+ * @return 0 or -errno. */
 int flyd_server_start(struct flyd_ctx *ctx, int listen_fd);
 
-/* The directory checks of flyd_server_start (none with a socket-activated
- * @p listen_fd >= 0), logged, for the start to make before it opens
- * anything there.  @return 0 or -errno. */
+/* Before anything is opened there (none with a socket-activated
+ * @p listen_fd >= 0): the socket's directory is created 0755 where
+ * missing and must not be writable by group or others (-EPERM), logged.
+ * @return 0 or -errno. */
 int flyd_server_precheck(struct flyd_ctx *ctx, int listen_fd);
 /* Stop accepting (SIGTERM): the listener is closed, sessions stay. */
 void flyd_server_stop_accepting(struct flyd_ctx *ctx);
