@@ -183,6 +183,19 @@ static int test_problem(const struct flyk_backend *b, struct flyk_device *dev,
 	return total;
 }
 
+/* A bf16 NT problem of @p op over the @p nd dims @p dims. */
+static struct fly_problem bf16_problem(uint32_t op, const int64_t *dims,
+				       size_t nd)
+{
+	struct fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = op;
+	p.dtype = FLY_DT_BF16;
+	p.layout = FLY_LAYOUT_NT;
+	memcpy(p.dims, dims, nd * sizeof(dims[0]));
+	return p;
+}
+
 static void test_gemm_cases(const struct flyk_backend *b,
 			    struct flyk_device *dev)
 {
@@ -198,13 +211,10 @@ static void test_gemm_cases(const struct flyk_backend *b,
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
 		for (int l = 0; l < 2; l++)
 			for (int f = 0; f < 4; f++) {
-				struct fly_problem p;
-				memset(&p, 0, sizeof(p));
-				p.op = FLY_OP_GEMM;
-				p.dtype = FLY_DT_BF16;
+				struct fly_problem p =
+				    bf16_problem(FLY_OP_GEMM, shapes[s], 3);
 				p.layout = l ? FLY_LAYOUT_NN : FLY_LAYOUT_NT;
 				p.flags = flags[f];
-				memcpy(p.dims, shapes[s], sizeof(shapes[s]));
 				/* every flag set on odd shapes, all layouts
 				 * on all shapes */
 				if (f && s % 3 != 1 && f != 3)
@@ -215,12 +225,7 @@ static void test_gemm_cases(const struct flyk_backend *b,
 	 * large M and at decode M. */
 	static const int64_t prim[][3] = {{4096, 256, 4096}, {16, 4096, 4096}};
 	for (size_t s = 0; s < 2; s++) {
-		struct fly_problem p;
-		memset(&p, 0, sizeof(p));
-		p.op = FLY_OP_GEMM;
-		p.dtype = FLY_DT_BF16;
-		p.layout = FLY_LAYOUT_NT;
-		memcpy(p.dims, prim[s], sizeof(prim[s]));
+		struct fly_problem p = bf16_problem(FLY_OP_GEMM, prim[s], 3);
 		int n = test_problem(b, dev, &p, 999 + s);
 		char key[64];
 		snprintf(key, sizeof(key), "M%lld N%lld K%lld: %d candidates",
@@ -241,12 +246,8 @@ static void test_grouped_cases(const struct flyk_backend *b,
 	    {2, 700, 520, 40}, {8, 16, 2048, 512},
 	};
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
-		struct fly_problem p;
-		memset(&p, 0, sizeof(p));
-		p.op = FLY_OP_GROUPED_GEMM;
-		p.dtype = FLY_DT_BF16;
-		p.layout = FLY_LAYOUT_NT;
-		memcpy(p.dims, shapes[s], sizeof(shapes[s]));
+		struct fly_problem p =
+		    bf16_problem(FLY_OP_GROUPED_GEMM, shapes[s], 4);
 		test_problem(b, dev, &p, 500 + s);
 	}
 }
@@ -401,15 +402,8 @@ static void grouped_api_one(struct flyk_device *dev, const struct ggcase *gc)
 					       bf2f(br[q]);
 				ref[i * n + j] = acc;
 			}
-	struct fly_problem p;
-	memset(&p, 0, sizeof(p));
-	p.op = FLY_OP_GROUPED_GEMM;
-	p.dtype = FLY_DT_BF16;
-	p.layout = FLY_LAYOUT_NT;
-	p.dims[0] = gc->g;
-	p.dims[1] = m;
-	p.dims[2] = n;
-	p.dims[3] = k;
+	const int64_t gdims[4] = {gc->g, m, n, k};
+	struct fly_problem p = bf16_problem(FLY_OP_GROUPED_GEMM, gdims, 4);
 	int nd = grouped_decisions(dev, &p, ds, 512);
 	for (int i = 0; i < nd; i++) {
 		char dkey[400];
@@ -484,15 +478,9 @@ static void test_gemm_api(void)
 				       bf2f(hb[j * k + q]);
 			ref[i * n + j] = acc * alpha + bf2f(hbias[j]);
 		}
-	struct fly_problem p;
-	memset(&p, 0, sizeof(p));
-	p.op = FLY_OP_GEMM;
-	p.dtype = FLY_DT_BF16;
-	p.layout = FLY_LAYOUT_NT;
+	const int64_t dims[3] = {m, n, k};
+	struct fly_problem p = bf16_problem(FLY_OP_GEMM, dims, 3);
 	p.flags = FLY_F_BIAS | FLY_F_SCALE;
-	p.dims[0] = m;
-	p.dims[1] = n;
-	p.dims[2] = k;
 	struct fly_decision cand[17];
 	memset(cand, 0, sizeof(cand));
 	int nc = flyk_gpu_gemm_vendor_candidates(&p, cand + 1, 16);
