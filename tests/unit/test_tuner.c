@@ -212,6 +212,24 @@ static const struct flyd_trial *find_trial(const struct flyd_tune_result *r,
 	return NULL;
 }
 
+/* Job @p j tuned under 20 jitter seeds (from @p seed) picks @p variant
+ * at first param @p p0 every time. */
+static void expect_winner_20(const struct flyd_tune_job *j, uint32_t seed,
+			     const char *variant, int64_t p0)
+{
+	for (int run_i = 0; run_i < 20; run_i++) {
+		struct flyd_tune_result r;
+
+		fake_rng = seed + 31u * (uint32_t)run_i;
+		assert_int_equal(run(j, &r), 0);
+		assert_int_equal(r.winner.status, FLY_STATUS_TUNED);
+		assert_string_equal(r.winner.variant, variant);
+		assert_int_equal(r.winner.nparams, 1);
+		assert_int_equal(r.winner.params[0], p0);
+		flyd_tune_result_fini(&r);
+	}
+}
+
 /* Near ties within a variant: its fastest point, every time (the points'
  * value order is no preference; it used to pick bs=2 here). */
 static void test_near_tie_in_variant_fastest(void **state)
@@ -225,17 +243,7 @@ static void test_near_tie_in_variant_fastest(void **state)
 	fake_set("a", 3, -1, 10.0, 0, 0);
 	fake_set("a", 4, -1, 10.05, 0, 0);
 	fake_jitter = 0.0005;
-	for (int run_i = 0; run_i < 20; run_i++) {
-		struct flyd_tune_result r;
-
-		fake_rng = 7u + 31u * (uint32_t)run_i;
-		assert_int_equal(run(&j, &r), 0);
-		assert_int_equal(r.winner.status, FLY_STATUS_TUNED);
-		assert_string_equal(r.winner.variant, "a");
-		assert_int_equal(r.winner.nparams, 1);
-		assert_int_equal(r.winner.params[0], 3);
-		flyd_tune_result_fini(&r);
-	}
+	expect_winner_20(&j, 7u, "a", 3);
 }
 
 /* Near ties between variants: the earlier variant (declared order is a
@@ -253,15 +261,7 @@ static void test_near_tie_earlier_variant(void **state)
 	fake_set("b", 1, -1, 10.0, 0, 0); /* 1% faster: within 3% */
 	fake_set("b", 3, -1, 12.0, 0, 0);
 	fake_jitter = 0.0005;
-	for (int run_i = 0; run_i < 20; run_i++) {
-		struct flyd_tune_result r;
-
-		fake_rng = 11u + 17u * (uint32_t)run_i;
-		assert_int_equal(run(&j, &r), 0);
-		assert_string_equal(r.winner.variant, "a");
-		assert_int_equal(r.winner.params[0], 2);
-		flyd_tune_result_fini(&r);
-	}
+	expect_winner_20(&j, 11u, "a", 2);
 	/* Beyond the margin the later variant wins. */
 	fake_npts = 0;
 	fake_set("a", 1, -1, 10.5, 0, 0);
