@@ -52,9 +52,9 @@ WS_BYTES = 32 << 20
 
 
 def load(build):
-    path = os.environ.get("FLYK_LIB") or os.path.join(build,
-                                                      "libflykernels_cuda.so")
-    lib = ctypes.CDLL(path)
+    """gpu_bench's library (FLYK_LIB or BUILD/libflykernels_cuda.so, its
+    candidates and defaults) with the GEMM launchers declared."""
+    lib = gb.load_kernels(build)
     P, vp = ctypes.POINTER, ctypes.c_void_p
     lib.flyk_gpu_gemm.argtypes = [P(gb.Problem), P(gb.Decision), vp, vp, vp,
                                   vp, ctypes.c_float, vp, ctypes.c_size_t, vp]
@@ -75,6 +75,28 @@ def problem(op, dims):
 
 def stream():
     return torch.cuda.current_stream().cuda_stream
+
+
+def gemm_launcher(lib, p, a, b, out, ws):
+    """run(decision): flyk_gpu_gemm of problem p on the tensors (alpha 1,
+    no bias, workspace ws of WS_BYTES), on the current stream."""
+    def run(dec):
+        return lib.flyk_gpu_gemm(ctypes.byref(p), ctypes.byref(dec),
+                                 a.data_ptr(), b.data_ptr(),
+                                 out.data_ptr(), None, 1.0,
+                                 ws.data_ptr(), WS_BYTES, stream())
+    return run
+
+
+def grouped_launcher(lib, p, a, w, out, doff):
+    """run(decision): flyk_gpu_grouped_gemm of problem p on the tensors
+    (doff: the int64 device offsets), on the current stream."""
+    def run(dec):
+        return lib.flyk_gpu_grouped_gemm(ctypes.byref(p),
+                                         ctypes.byref(dec), a.data_ptr(),
+                                         w.data_ptr(), out.data_ptr(),
+                                         doff.data_ptr(), stream())
+    return run
 
 
 def decide(daemon, op, dims):
@@ -118,11 +140,7 @@ def one_gemm(args, lib, s, c, res, t_ind, ws, daemon):
     dd, tune_s = decide(daemon, "gemm", {"m": m, "n": n, "k": k})
     d = gb.to_decision(dd)
 
-    def run(dec):
-        return lib.flyk_gpu_gemm(ctypes.byref(p), ctypes.byref(dec),
-                                 a.data_ptr(), b.data_ptr(),
-                                 out.data_ptr(), None, 1.0,
-                                 ws.data_ptr(), WS_BYTES, stream())
+    run = gemm_launcher(lib, p, a, b, out, ws)
     d, refused = launch_or_default(run, d)
     torch.cuda.synchronize()
     ref = torch.matmul(a, b.t())
@@ -180,11 +198,7 @@ def one_grouped(args, lib, s, c, res, daemon):
                         {"g": g, "m": m, "n": n, "k": k})
     d = gb.to_decision(dd)
 
-    def run(dec):
-        return lib.flyk_gpu_grouped_gemm(ctypes.byref(p),
-                                         ctypes.byref(dec), a.data_ptr(),
-                                         w.data_ptr(), out.data_ptr(),
-                                         doff.data_ptr(), stream())
+    run = grouped_launcher(lib, p, a, w, out, doff)
     d, refused = launch_or_default(run, d)
     torch.cuda.synchronize()
 

@@ -68,16 +68,10 @@ def setup(lib, kind, v, fill="normal"):
         ws = torch.empty(gm.WS_BYTES, dtype=torch.uint8, device="cuda")
         p = gm.problem(gm.OP_GEMM, (m, n, k))
 
-        def run(d):
-            return lib.flyk_gpu_gemm(ctypes.byref(p), ctypes.byref(d),
-                                     a.data_ptr(), b.data_ptr(),
-                                     c.data_ptr(), None, 1.0,
-                                     ws.data_ptr(), gm.WS_BYTES,
-                                     gm.stream())
-
         def ref():
             return torch.matmul(a, b.t())
-        return p, run, ref, c, 2.0 * m * n * k
+        return (p, gm.gemm_launcher(lib, p, a, b, c, ws), ref, c,
+                2.0 * m * n * k)
     g, m, n, k = v
     a = rand(fill, m, k)
     w = rand(fill, g, n, k)
@@ -88,15 +82,10 @@ def setup(lib, kind, v, fill="normal"):
     wt = w.transpose(-2, -1)
     p = gm.problem(gm.OP_GROUPED, (g, m, n, k))
 
-    def run(d):
-        return lib.flyk_gpu_grouped_gemm(ctypes.byref(p), ctypes.byref(d),
-                                         a.data_ptr(), w.data_ptr(),
-                                         c.data_ptr(), doff.data_ptr(),
-                                         gm.stream())
-
     def ref():
         return torch._grouped_mm(a, wt, offs=ends)
-    return p, run, ref, c, 2.0 * m * n * k
+    return (p, gm.grouped_launcher(lib, p, a, w, c, doff), ref, c,
+            2.0 * m * n * k)
 
 
 def tune_all(args):
@@ -152,10 +141,6 @@ def main(argv=None):
     ap.add_argument("shapes", nargs="+", type=shape_of)
     args = ap.parse_args(argv)
     lib = gm.load(args.build)
-    lib.flyk_gpu_candidates.argtypes = [ctypes.POINTER(gb.Problem),
-                                        ctypes.POINTER(gb.Decision),
-                                        ctypes.c_int]
-    lib.flyk_gpu_candidates.restype = ctypes.c_int
     vre, pre = re.compile(args.variants), re.compile(args.params)
     envs = []
     for e in args.envs.split(";"):
