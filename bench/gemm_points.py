@@ -98,8 +98,7 @@ def tune_all(args):
             op = "gemm" if kind == "gemm" else "grouped_gemm"
             names = ("m", "n", "k") if kind == "gemm" else ("g", "m", "n",
                                                             "k")
-            d = daemon.client.decide_wait(op, "bf16", dict(zip(names, v)),
-                                          layout="NT", timeout_ms=120000)
+            d, _ = gm.decide(daemon, op, dict(zip(names, v)))
             out[(kind, tuple(v))] = {"winner": "%s%s" % (
                 d["variant"], list(d["params"]))}
         daemon.stop()
