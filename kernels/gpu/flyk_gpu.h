@@ -88,6 +88,20 @@ __device__ __forceinline__ uint16_t flyk_df2b(float f)
 	return (uint16_t)(u >> 16);
 }
 
+/* Two floats as packed bf16, @p lo in the low half: flyk_df2b's rounding
+ * (a NaN comes out as bf16's canonical quiet NaN on NVIDIA, where one
+ * cvt.rn.bf16x2.f32 does both). */
+__device__ __forceinline__ uint32_t flyk_df2b2(float lo, float hi)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(FLYK_EMU)
+	uint32_t r;
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+	return r;
+#else
+	return (uint32_t)flyk_df2b(lo) | ((uint32_t)flyk_df2b(hi) << 16);
+#endif
+}
+
 /* Element access by dtype code: FLY_DT_FP32=1, FP16=2, BF16=3. */
 template <int DT> struct flyk_elem;
 template <> struct flyk_elem<1> {

@@ -560,10 +560,13 @@ static int ent_launch(const struct mma_ent *e, const struct fly_problem *p,
 /*
  * gemm_tma (sm_90a): the warp-specialised TMA + wgmma kernel of
  * gemm_tma.h, persistent (grid = min(units, SMs)).  Params tile_m, tile_n
- * (the shapes of GEMM_TMA_CFGS; stages fixed per shape), split_k (fp32
+ * (the shapes of GEMM_TMA_CFGS and GEMM_TMA_CFGS_DENSE; stages fixed per
+ * shape), split_k (fp32
  * partials, then gemm_splitk_reduce), swizzle, store (1: the epilogue
  * writes C through shared memory and a TMA store, overlapping the next
- * tile; needs N % 8 == 0, a 16-byte aligned C and split_k 1), cluster
+ * tile; needs N % 8 == 0, a 16-byte aligned C and split_k 1; 2: the
+ * same in two passes through half the buffer, a stage more: the shapes
+ * of GEMM_TMA_CFGS and GEMM_TMA_CFGS_DENSE with TS 2), cluster
  * (2: two blocks on vertically adjacent tiles share B by TMA multicast;
  * needs two tile rows), k_tile (64 or 128: the k depth of a stage; 128 on
  * the shapes of GEMM_TMA_CFGS with KP 2).  NT only,
@@ -572,7 +575,7 @@ static int ent_launch(const struct mma_ent *e, const struct fly_problem *p,
 static const int64_t tma_tile_m[] = {64, 128, 256};
 static const int64_t tma_tile_n[] = {64, 128, 256};
 static const int64_t tma_split[] = {1, 2, 4, 8};
-static const int64_t tma_store[] = {0, 1};
+static const int64_t tma_store[] = {0, 1, 2};
 static const int64_t tma_cluster[] = {1, 2};
 static const int64_t tma_k_tile[] = {64, 128};
 
@@ -615,7 +618,8 @@ template <class C> static int tma_go(const struct mma_job *j, int sms)
 
 typedef gemm_tma_ent<tma_go_fn> tma_ent;
 #define GEMM_TMA_ENT(...) GEMM_TMA_ENT_OF(tma_go, __VA_ARGS__)
-static const tma_ent tma_ents[] = {GEMM_TMA_CFGS(GEMM_TMA_ENT)};
+static const tma_ent tma_ents[] = {GEMM_TMA_CFGS(GEMM_TMA_ENT)
+				       GEMM_TMA_CFGS_DENSE(GEMM_TMA_ENT)};
 
 /* The entry of point @p pr (tile_m, tile_n, split_k, swizzle, store,
  * cluster, k_tile). */

@@ -135,18 +135,16 @@ __device__ __forceinline__ void gemm_store2(const gemm_out &o, int64_t row,
 		}
 		return;
 	}
-	uint16_t h0 = flyk_df2b(gemm_fin(o, col, v0));
-	if (two) {
-		uint16_t h1 = flyk_df2b(gemm_fin(o, col + 1, v1));
-		if (!((uintptr_t)(o.c + i) & 3)) {
-			GEMM_VST_ALIGNED(o.c + i, 4);
-			*(uint32_t *)(o.c + i) =
-			    (uint32_t)h0 | ((uint32_t)h1 << 16);
-			return;
-		}
-		o.c[i + 1] = h1;
+	uint32_t pk = flyk_df2b2(gemm_fin(o, col, v0),
+				 two ? gemm_fin(o, col + 1, v1) : 0.f);
+	if (two && !((uintptr_t)(o.c + i) & 3)) {
+		GEMM_VST_ALIGNED(o.c + i, 4);
+		*(uint32_t *)(o.c + i) = pk;
+		return;
 	}
-	o.c[i] = h0;
+	if (two)
+		o.c[i + 1] = (uint16_t)(pk >> 16);
+	o.c[i] = (uint16_t)pk;
 }
 
 /* ------------------------------------------------------------ mma engine */

@@ -51,7 +51,8 @@
 /* The TMA tile shapes built: BM, BN, stages (the most that fit beside the
  * grouped kernel's 4 KiB prefix in 227 KiB), TS (1: the epilogue stages
  * the bf16 tile in shared memory and a TMA store writes it, so the
- * consumers go on to the next unit while it drains; 0: stores straight
+ * consumers go on to the next unit while it drains; 2: the same in two
+ * passes of half the columns through half the buffer; 0: stores straight
  * from registers), CL (2: clusters of two blocks sharing B), KP (k panels
  * of 64 a stage: 2 makes the k-tile 128 deep, half the barrier round trips
  * and wgmma groups per k for the small tiles, at half the stages). */
@@ -80,7 +81,16 @@
 	X(64, 128, 4, 1, 1, 2)                                                 \
 	X(128, 128, 3, 0, 1, 2)                                                \
 	X(64, 128, 4, 0, 2, 2)                                                 \
-	X(128, 128, 3, 0, 2, 2)
+	X(128, 128, 3, 0, 2, 2)                                                \
+	X(128, 128, 6, 2, 1, 1)
+
+/* Dense GEMM only: the large tiles with the store in two passes (TS = 2)
+ * have one stage more than with the whole tile staged, which leaves no
+ * room for the grouped kernel's prefix. */
+#define GEMM_TMA_CFGS_DENSE(X)                                                 \
+	X(128, 256, 4, 2, 1, 1)                                                \
+	X(256, 128, 4, 2, 1, 1)                                                \
+	X(128, 256, 4, 2, 2, 1)
 
 template <int BM_, int BN_, int ST_, int TS_, int CL_, int KP_>
 struct gemm_tma_cfg {
@@ -98,7 +108,8 @@ struct gemm_tma_cfg {
 		STAGE_BYTES = (A_ST + B_ST) * 2,
 		TS = TS_,
 		CL = CL_, /* blocks of a cluster sharing B (multicast) */
-		C_BYTES = TS_ ? BM_ * BN_ * 2 : 0, /* the staged bf16 tile */
+		/* the staged bf16 tile (TS = 2: half of it, in two passes) */
+		C_BYTES = TS_ ? BM_ * BN_ * 2 / TS_ : 0,
 		SMEM = STAGE_BYTES * ST_ + C_BYTES + 1024, /* + alignment */
 		NACC = BN_ / 2		    /* fp32 accumulators per slab */
 	};
@@ -108,6 +119,8 @@ struct gemm_tma_cfg {
 	static_assert(BM_ <= 256 && BN_ <= 256, "a TMA box is <= 256 rows");
 	static_assert(CL_ == 1 || CL_ == 2, "cluster");
 	static_assert(KP_ == 1 || KP_ == 2, "k panels");
+	static_assert(TS_ >= 0 && TS_ <= 2 && (TS_ < 2 || BN_ >= 128),
+		      "store passes");
 };
 
 /* One work unit: where its operands start and where its output goes. */
@@ -307,63 +320,107 @@ template <int R> __device__ __forceinline__ void gemm_reg_inc(void)
 
 /* ------------------------------------------------------------ mainloop */
 
+/* Shared-memory store of one 32-bit word (@p a: a shared address). */
+__device__ __forceinline__ void gemm_sts32(uint32_t a, uint32_t v)
+{
+	asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+}
+
+/*
+ * Columns [P * BN / TS, (P + 1) * BN / TS) of consumer @p cw's rows as
+ * bf16 (alpha * acc, + bias where BIAS) into the staging buffer at shared
+ * address @p sc: BN / TS / 64 chunks of BM rows x 128 bytes, 128B-swizzled
+ * (16-byte chunk c of row r at c ^ (r % 8), so a warp's eight rows land
+ * in distinct banks).  Lane l of warp wi writes rows 16wi + l/4 (+ 8) of
+ * each slab, so r % 8 is l / 4 and the eight swizzled chunk offsets of a
+ * thread are all it computes; the rest are immediates.  Everything
+ * stored is in the tile: the TMA store clips C's bounds, so only the
+ * bias (its columns past N) is checked.
+ */
+template <class C, int P, bool BIAS>
+__device__ __forceinline__ void gemm_tma_stage(const gemm_tma_unit &w,
+					       float (*acc)[C::NACC],
+					       uint32_t sc, int cw, int t)
+{
+	enum { QP = C::BN / 8 / C::TS }; /* 8-column groups a pass */
+	const int wi = t / 32, l = t % 32, x = l / 4;
+	const uint32_t base =
+	    sc + (uint32_t)((cw * C::SLABS * 64 + wi * 16 + x) * 128 +
+			    (l % 4) * 4);
+	uint32_t sw[8];
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		sw[i] = base + (uint32_t)((i ^ x) * 16);
+	const float al = w.out.alpha;
+#pragma unroll
+	for (int j = 0; j < C::SLABS; j++)
+#pragma unroll
+		for (int h = 0; h < 2; h++)
+#pragma unroll
+			for (int qq = 0; qq < QP; qq++) {
+				const int q = P * QP + qq;
+				float v0 = acc[j][4 * q + 2 * h] * al;
+				float v1 = acc[j][4 * q + 2 * h + 1] * al;
+				if constexpr (BIAS) {
+					int64_t c = w.n0 + q * 8 + 2 * (l % 4);
+					if (c < w.out.n_end)
+						v0 += flyk_db2f(w.out.bias[c]);
+					if (c + 1 < w.out.n_end)
+						v1 += flyk_db2f(
+						    w.out.bias[c + 1]);
+				}
+				gemm_sts32(sw[qq % 8] +
+					       (uint32_t)((qq / 8) * C::BM *
+							      128 +
+							  (j * 64 + h * 8) *
+							      128),
+					   flyk_df2b2(v0, v1));
+			}
+}
+
 /*
  * The TMA-store epilogue of consumer @p cw (thread @p t of its
- * warpgroup): wait until its previous tile's store has read the staging
- * buffer, write alpha * acc + bias as bf16 into its rows of @p sc
- * (128B-swizzled: 16-byte chunk c of row r at c ^ (r % 8), so a warp's
- * eight rows land in distinct banks), make them visible to the async
- * proxy, and let one thread issue the BN / 64 box stores.  The consumers
- * go on at once; the next epilogue (or the kernel's end) waits.
+ * warpgroup), in C::TS passes of BN / TS columns through the staging
+ * buffer @p sc: wait until the previous pass's store has read it, write
+ * the pass (gemm_tma_stage), make it visible to the async proxy, and let
+ * one thread issue its box stores.  After the last pass the consumers go
+ * on at once; the next epilogue (or the kernel's end) waits.  Two passes
+ * halve the buffer, which buys a stage on the large tiles.
  */
+template <class C, int P>
+__device__ __forceinline__ void
+gemm_tma_epilogue_pass(const gemm_tma_unit &w, float (*acc)[C::NACC],
+		       uint16_t *sc, const void *map_c, int cw, int t)
+{
+	enum { ROWS = C::BM / C::NCW, BOXES = C::BN / 64 / C::TS };
+	if (t == 0)
+		gemm_tma_store_wait_read();
+	gemm_bar_named(1 + cw, 128);
+	if (w.out.bias)
+		gemm_tma_stage<C, P, true>(w, acc, gemm_tma_sa(sc), cw, t);
+	else
+		gemm_tma_stage<C, P, false>(w, acc, gemm_tma_sa(sc), cw, t);
+	gemm_fence_async_smem();
+	gemm_bar_named(1 + cw, 128);
+	if (t == 0) {
+#pragma unroll
+		for (int b = 0; b < BOXES; b++)
+			gemm_tma_store_2d(map_c,
+					  sc + b * C::BM * 64 + cw * ROWS * 64,
+					  (int)(w.n0 + (P * BOXES + b) * 64),
+					  (int)(w.m0 + cw * ROWS));
+		gemm_tma_store_commit();
+	}
+}
+
 template <class C>
 __device__ __forceinline__ void
 gemm_tma_epilogue(const gemm_tma_unit &w, float (*acc)[C::NACC],
 		  uint16_t *sc, const void *map_c, int cw, int t)
 {
-	enum { ROWS = C::BM / C::NCW };
-	const int wi = t / 32, l = t % 32;
-	if (t == 0)
-		gemm_tma_store_wait_read();
-	gemm_bar_named(1 + cw, 128);
-#pragma unroll
-	for (int j = 0; j < C::SLABS; j++) {
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			int rr = (cw * C::SLABS + j) * 64 + wi * 16 + l / 4 +
-				 h * 8;
-#pragma unroll
-			for (int q = 0; q < C::BN / 8; q++) {
-				int64_t c = w.n0 + q * 8 + 2 * (l % 4);
-				float v0 = acc[j][4 * q + 2 * h] * w.out.alpha;
-				float v1 =
-				    acc[j][4 * q + 2 * h + 1] * w.out.alpha;
-				if (w.out.bias && c + 1 < w.out.n_end) {
-					v0 += flyk_db2f(w.out.bias[c]);
-					v1 += flyk_db2f(w.out.bias[c + 1]);
-				} else if (w.out.bias && c < w.out.n_end) {
-					v0 += flyk_db2f(w.out.bias[c]);
-				}
-				uint32_t pk = (uint32_t)flyk_df2b(v0) |
-					      ((uint32_t)flyk_df2b(v1) << 16);
-				uint16_t *chunk = sc + (q / 8) * C::BM * 64;
-				int off = rr * 64 + (((q % 8) ^ (rr % 8)) * 8) +
-					  (l % 4) * 2;
-				*(uint32_t *)(chunk + off) = pk;
-			}
-		}
-	}
-	gemm_fence_async_smem();
-	gemm_bar_named(1 + cw, 128);
-	if (t == 0) {
-#pragma unroll
-		for (int q64 = 0; q64 < C::BN / 64; q64++)
-			gemm_tma_store_2d(map_c,
-					  sc + q64 * C::BM * 64 + cw * ROWS * 64,
-					  (int)(w.n0 + q64 * 64),
-					  (int)(w.m0 + cw * ROWS));
-		gemm_tma_store_commit();
-	}
+	gemm_tma_epilogue_pass<C, 0>(w, acc, sc, map_c, cw, t);
+	if constexpr (C::TS == 2)
+		gemm_tma_epilogue_pass<C, 1>(w, acc, sc, map_c, cw, t);
 }
 
 /* Panel @p kp (64 k from @p k) of the stage at @p sa / @p sb: A's rows of
@@ -494,7 +551,7 @@ gemm_tma_consume(const W &work, int units, int first, int step, int rank,
 #pragma unroll
 		for (int j = 0; j < C::SLABS; j++)
 			gemm_wg_fence_acc<C::NACC>(acc[j]);
-		if constexpr (C::TS) {
+		if constexpr (C::TS != 0) {
 			if (w.tstore) {
 				gemm_tma_epilogue<C>(w, acc, sc, map_c, cw, t);
 				continue;
@@ -517,7 +574,7 @@ gemm_tma_consume(const W &work, int units, int first, int step, int rank,
 			}
 		}
 	}
-	if constexpr (C::TS) {
+	if constexpr (C::TS != 0) {
 		if (t == 0) /* the block's shared memory outlives the stores */
 			gemm_tma_store_wait();
 	}
@@ -744,7 +801,7 @@ static int gemm_tma_maps(const void *a, const void *b, void *c, int64_t m,
 	    gemm_tma_map(mb, b, g ? 3 : 2, db, C::BN / C::CL))
 		return -EINVAL;
 	memset(mc, 0, sizeof(*mc));
-	if (C::TS && gemm_tma_map(mc, c, 2, dc, C::BM / C::NCW))
+	if (C::TS != 0 && gemm_tma_map(mc, c, 2, dc, C::BM / C::NCW))
 		return -EINVAL;
 	return 0;
 }

@@ -533,7 +533,9 @@ static int wg_launch(const struct flyk_device *dev,
  * gemm_tma.h over the grouped tile list, persistent (grid = min(tile
  * bound, SMs)); params tile_m, tile_n (the shapes of GEMM_TMA_CFGS),
  * store (1: C through shared memory and a TMA store, except on a tile that
- * runs into the next expert; needs N % 8 == 0 and a 16-byte aligned C),
+ * runs into the next expert; needs N % 8 == 0 and a 16-byte aligned C;
+ * 2: the same in two passes through half the buffer, on the shapes with
+ * TS 2),
  * cluster (2: blocks in pairs on an expert's adjacent tile rows share B[e]
  * by TMA multicast; where the experts average two tile rows), raster (the
  * tile order in an expert: 0 n fastest, 1 m fastest, so that the blocks
@@ -545,7 +547,7 @@ static int wg_launch(const struct flyk_device *dev,
  */
 static const int64_t gg_tma_tile_m[] = {64, 128, 256};
 static const int64_t gg_tma_tile_n[] = {64, 128, 256};
-static const int64_t gg_tma_store[] = {0, 1};
+static const int64_t gg_tma_store[] = {0, 1, 2};
 static const int64_t gg_tma_cluster[] = {1, 2};
 static const int64_t gg_tma_raster[] = {0, 1};
 static const int64_t gg_tma_k_tile[] = {64, 128};
