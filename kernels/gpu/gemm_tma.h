@@ -51,9 +51,9 @@
 /* The TMA tile shapes built: BM, BN, stages (the most that fit beside the
  * grouped kernel's 4 KiB prefix in 227 KiB), TS (1: the epilogue stages
  * the bf16 tile in shared memory and a TMA store writes it, so the
- * consumers go on to the next unit while it drains; 2: the same in two
- * passes of half the columns through half the buffer; 0: stores straight
- * from registers), CL (2: clusters of two blocks sharing B), KP (k panels
+ * consumers go on to the next unit while it drains; 2 or 4: the same in
+ * as many passes of the columns through that part of the buffer; 0:
+ * stores straight from registers), CL (2: clusters of two blocks sharing B), KP (k panels
  * of 64 a stage: 2 makes the k-tile 128 deep, half the barrier round trips
  * and wgmma groups per k for the small tiles, at half the stages). */
 #define GEMM_TMA_CFGS(X)                                                       \
@@ -92,6 +92,12 @@
 	X(256, 128, 4, 2, 1, 1)                                                \
 	X(128, 256, 4, 2, 2, 1)
 
+/* Grouped GEMM only: the large tiles' stage more, with the store in four
+ * passes of 64 columns (a quarter of the buffer), beside the prefix. */
+#define GEMM_TMA_CFGS_GROUPED(X)                                               \
+	X(128, 256, 4, 4, 1, 1)                                                \
+	X(128, 256, 4, 4, 2, 1)
+
 template <int BM_, int BN_, int ST_, int TS_, int CL_, int KP_>
 struct gemm_tma_cfg {
 	enum {
@@ -108,7 +114,7 @@ struct gemm_tma_cfg {
 		STAGE_BYTES = (A_ST + B_ST) * 2,
 		TS = TS_,
 		CL = CL_, /* blocks of a cluster sharing B (multicast) */
-		/* the staged bf16 tile (TS = 2: half of it, in two passes) */
+		/* the staged bf16 tile (TS > 1: 1 / TS of it, TS passes) */
 		C_BYTES = TS_ ? BM_ * BN_ * 2 / TS_ : 0,
 		SMEM = STAGE_BYTES * ST_ + C_BYTES + 1024, /* + alignment */
 		NACC = BN_ / 2		    /* fp32 accumulators per slab */
@@ -119,7 +125,8 @@ struct gemm_tma_cfg {
 	static_assert(BM_ <= 256 && BN_ <= 256, "a TMA box is <= 256 rows");
 	static_assert(CL_ == 1 || CL_ == 2, "cluster");
 	static_assert(KP_ == 1 || KP_ == 2, "k panels");
-	static_assert(TS_ >= 0 && TS_ <= 2 && (TS_ < 2 || BN_ >= 128),
+	static_assert((TS_ == 0 || TS_ == 1 || TS_ == 2 || TS_ == 4) &&
+			  BN_ >= 64 * (TS_ ? TS_ : 1),
 		      "store passes");
 };
 
@@ -384,8 +391,8 @@ __device__ __forceinline__ void gemm_tma_stage(const gemm_tma_unit &w,
  * buffer @p sc: wait until the previous pass's store has read it, write
  * the pass (gemm_tma_stage), make it visible to the async proxy, and let
  * one thread issue its box stores.  After the last pass the consumers go
- * on at once; the next epilogue (or the kernel's end) waits.  Two passes
- * halve the buffer, which buys a stage on the large tiles.
+ * on at once; the next epilogue (or the kernel's end) waits.  Passes
+ * shrink the buffer, which buys a stage on the large tiles.
  */
 template <class C, int P>
 __device__ __forceinline__ void
@@ -419,8 +426,12 @@ gemm_tma_epilogue(const gemm_tma_unit &w, float (*acc)[C::NACC],
 		  uint16_t *sc, const void *map_c, int cw, int t)
 {
 	gemm_tma_epilogue_pass<C, 0>(w, acc, sc, map_c, cw, t);
-	if constexpr (C::TS == 2)
+	if constexpr (C::TS >= 2)
 		gemm_tma_epilogue_pass<C, 1>(w, acc, sc, map_c, cw, t);
+	if constexpr (C::TS == 4) {
+		gemm_tma_epilogue_pass<C, 2>(w, acc, sc, map_c, cw, t);
+		gemm_tma_epilogue_pass<C, 3>(w, acc, sc, map_c, cw, t);
+	}
 }
 
 /* Panel @p kp (64 k from @p k) of the stage at @p sa / @p sb: A's rows of

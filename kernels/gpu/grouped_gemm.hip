@@ -534,8 +534,8 @@ static int wg_launch(const struct flyk_device *dev,
  * bound, SMs)); params tile_m, tile_n (the shapes of GEMM_TMA_CFGS),
  * store (1: C through shared memory and a TMA store, except on a tile that
  * runs into the next expert; needs N % 8 == 0 and a 16-byte aligned C;
- * 2: the same in two passes through half the buffer, on the shapes with
- * TS 2),
+ * 2 or 4: the same in as many passes through that part of the buffer,
+ * a stage more: the shapes with TS 2 and GEMM_TMA_CFGS_GROUPED),
  * cluster (2: blocks in pairs on an expert's adjacent tile rows share B[e]
  * by TMA multicast; where the experts average two tile rows), raster (the
  * tile order in an expert: 0 n fastest, 1 m fastest, so that the blocks
@@ -547,7 +547,7 @@ static int wg_launch(const struct flyk_device *dev,
  */
 static const int64_t gg_tma_tile_m[] = {64, 128, 256};
 static const int64_t gg_tma_tile_n[] = {64, 128, 256};
-static const int64_t gg_tma_store[] = {0, 1, 2};
+static const int64_t gg_tma_store[] = {0, 1, 2, 4};
 static const int64_t gg_tma_cluster[] = {1, 2};
 static const int64_t gg_tma_raster[] = {0, 1};
 static const int64_t gg_tma_k_tile[] = {64, 128};
@@ -572,7 +572,8 @@ static int gg_tma_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 
 typedef gemm_tma_ent<gg_go_fn> gg_tma_ent;
 #define GG_TMA_ENT(...) GEMM_TMA_ENT_OF(gg_tma_go, __VA_ARGS__)
-static const gg_tma_ent gg_tma_ents[] = {GEMM_TMA_CFGS(GG_TMA_ENT)};
+static const gg_tma_ent gg_tma_ents[] = {GEMM_TMA_CFGS(GG_TMA_ENT)
+					 GEMM_TMA_CFGS_GROUPED(GG_TMA_ENT)};
 
 /* The entry of point @p pr (tile_m, tile_n, store, cluster, raster,
  * k_tile). */
