@@ -561,8 +561,8 @@ static int ent_launch(const struct mma_ent *e, const struct fly_problem *p,
  * gemm_tma (sm_90a): the warp-specialised TMA + wgmma kernel of
  * gemm_tma.h, persistent (grid = min(units, SMs)).  Params tile_m, tile_n
  * (the shapes of GEMM_TMA_CFGS and GEMM_TMA_CFGS_DENSE; stages fixed per
- * shape), split_k (fp32
- * partials, then gemm_splitk_reduce), swizzle, store (1: the epilogue
+ * shape), split_k (fp32 partials, then gemm_splitk_reduce), swizzle,
+ * store (1: the epilogue
  * writes C through shared memory and a TMA store, overlapping the next
  * tile; needs N % 8 == 0, a 16-byte aligned C and split_k 1; 2: the
  * same in two passes through half the buffer, a stage more: the shapes

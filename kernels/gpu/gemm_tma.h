@@ -53,9 +53,10 @@
  * the bf16 tile in shared memory and a TMA store writes it, so the
  * consumers go on to the next unit while it drains; 2 or 4: the same in
  * as many passes of the columns through that part of the buffer; 0:
- * stores straight from registers), CL (2: clusters of two blocks sharing B), KP (k panels
- * of 64 a stage: 2 makes the k-tile 128 deep, half the barrier round trips
- * and wgmma groups per k for the small tiles, at half the stages). */
+ * stores straight from registers), CL (2: clusters of two blocks sharing
+ * B), KP (k panels of 64 a stage: 2 makes the k-tile 128 deep, half the
+ * barrier round trips and wgmma groups per k for the small tiles, at half
+ * the stages). */
 #define GEMM_TMA_CFGS(X)                                                       \
 	X(64, 64, 12, 0, 1, 1)                                                 \
 	X(64, 128, 8, 0, 1, 1)                                                 \
