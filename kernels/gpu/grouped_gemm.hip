@@ -531,9 +531,8 @@ static int wg_launch(const struct flyk_device *dev,
 /*
  * ggemm_tma (sm_90a): the warp-specialised TMA + wgmma kernel of
  * gemm_tma.h over the grouped tile list, persistent (grid = min(tile
- * bound, SMs)); params tile_m, tile_n (the shapes of GEMM_TMA_CFGS and
- * GEMM_TMA_CFGS_GROUPED; tile_m 64 only where the experts average fewer
- * than 512 rows), store (1: C through shared memory and a TMA store, except on a tile that
+ * bound, SMs)); params tile_m, tile_n (the shapes of GEMM_TMA_CFGS),
+ * store (1: C through shared memory and a TMA store, except on a tile that
  * runs into the next expert; needs N % 8 == 0 and a 16-byte aligned C;
  * 2 or 4: the same in as many passes through that part of the buffer,
  * a stage more: the shapes with TS 2 and GEMM_TMA_CFGS_GROUPED),
@@ -608,18 +607,6 @@ static int tma_feasible(const struct flyk_device *dev,
 	int64_t avg = flyk_gemm_bucket_m(p->dims[1]) / p->dims[0];
 	if ((e->bm > 64 && e->bm / 2 >= avg) ||
 	    (e->bn > 64 && e->bn / 2 >= p->dims[2]))
-		return -EINVAL;
-	/* 64-row tiles only where the experts average fewer than 512 rows.
-	 * Beyond that 128-row tiles waste little on each expert's last
-	 * tile, and 64-row ones bring 2/3 more bytes into the SM per MAC
-	 * (40 KiB a 64x256x64 stage against 48 KiB a 128x256x64 one), where
-	 * the loads alone already take as long as the math
-	 * (bench/results/h200-points-epilogue-diag.json).  Measured there,
-	 * they were never the caller's fastest (13% and 5% behind on
-	 * g8 m4096 n4096 k4096 and g8 m8192 n8192 k8192,
-	 * h200-points-7610f5c.json), while the tuner took them on three such
-	 * keys. */
-	if (e->bm == 64 && avg >= 512)
 		return -EINVAL;
 	/* A cluster pairs two tile rows of an expert: only where the
 	 * experts have two. */

@@ -97,18 +97,6 @@ static int run_point(const struct flyk_backend *b, struct flyk_case *c,
 	return rc;
 }
 
-/* The odometer over @p v's declared values: step @p pos to the next
- * point; @return 0 past the last. */
-static int odo_next(const struct flyk_variant *v, uint32_t *pos)
-{
-	for (uint32_t j = v->nparams; j > 0; j--) {
-		if (++pos[j - 1] < v->params[j - 1].nvals)
-			return 1;
-		pos[j - 1] = 0;
-	}
-	return 0;
-}
-
 /* Every feasible point of @p v (enumerated or the odometer); returns how
  * many ran. */
 static int test_variant(const struct flyk_backend *b, struct flyk_device *dev,
@@ -149,7 +137,13 @@ static int test_variant(const struct flyk_backend *b, struct flyk_device *dev,
 			result(rc == 0, "variant", key, rc);
 			ran++;
 		}
-		if (!odo_next(v, pos))
+		uint32_t j = np;
+		for (; j > 0; j--) {
+			if (++pos[j - 1] < v->params[j - 1].nvals)
+				break;
+			pos[j - 1] = 0;
+		}
+		if (j == 0)
 			break;
 	}
 	return ran;
@@ -255,59 +249,6 @@ static void test_grouped_cases(const struct flyk_backend *b,
 		struct fly_problem p =
 		    bf16_problem(FLY_OP_GROUPED_GEMM, shapes[s], 4);
 		test_problem(b, dev, &p, 500 + s);
-	}
-}
-
-/* The feasible points of @p v on @p p whose first param is @p p0. */
-static int feasible_with(const struct flyk_variant *v, struct flyk_device *dev,
-			 const struct fly_problem *p, int64_t p0)
-{
-	uint32_t pos[FLY_PARAMS_MAX] = {0};
-	int n = 0;
-	do {
-		int64_t pt[FLY_PARAMS_MAX] = {0};
-		for (uint32_t j = 0; j < v->nparams; j++)
-			pt[j] = v->params[j].vals[pos[j]];
-		n += pt[0] == p0 && v->feasible(dev, p, pt) == 0;
-	} while (odo_next(v, pos));
-	return n;
-}
-
-/* ggemm_tma's pruning (sm_90 only): 64-row tiles where the experts
- * average fewer than 512 rows (of the bucketed M), 128-row tiles
- * wherever 64-row ones are gone. */
-static void test_grouped_prune(const struct flyk_backend *b,
-			       struct flyk_device *dev)
-{
-	static const struct {
-		int64_t dims[4];
-		int tile64;
-	} cases[] = {
-	    {{16, 4096, 4096, 4096}, 1}, /* 256 rows an expert */
-	    {{8, 4096, 4096, 4096}, 0},	 /* 512 */
-	    {{8, 4000, 4096, 4096}, 0},	 /* 500, in the bucket of 4096 */
-	    {{8, 8192, 8192, 8192}, 0},
-	};
-	const struct flyk_variant *v =
-	    flyk_variant_find(b, FLY_OP_GROUPED_GEMM, "ggemm_tma");
-	if (!v || (only && !strstr(v->name, only)))
-		return;
-	struct fly_problem p0 = bf16_problem(FLY_OP_GROUPED_GEMM,
-					     cases[0].dims, 4);
-	if (feasible_with(v, dev, &p0, 128) == 0) {
-		printf("# ggemm_tma: not on this device, pruning not checked\n");
-		return;
-	}
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct fly_problem p =
-		    bf16_problem(FLY_OP_GROUPED_GEMM, cases[i].dims, 4);
-		int n64 = feasible_with(v, dev, &p, 64);
-		int n128 = feasible_with(v, dev, &p, 128);
-		char key[128];
-		pkey(&p, "ggemm_tma tile_m 64", NULL, 0, key, sizeof(key));
-		result((n64 > 0) == cases[i].tile64, "prune-tile64", key, n64);
-		pkey(&p, "ggemm_tma tile_m 128", NULL, 0, key, sizeof(key));
-		result(n128 > 0, "prune-tile128", key, n128);
 	}
 }
 
@@ -635,7 +576,6 @@ int main(void)
 	       "variants-listed", b->name, 0);
 	test_gemm_cases(b, dev);
 	test_grouped_cases(b, dev);
-	test_grouped_prune(b, dev);
 	if (!only) {
 		test_grouped_api(dev);
 		test_gemm_api();
