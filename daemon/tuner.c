@@ -24,6 +24,8 @@
 #define REJECT2_X 1.15
 #define NOISE_FRACTION 0.25 /* MAD must be this small against the gap */
 #define WARM_REJECT_X 3.0   /* warm-up slower than this x the best: out */
+/* What a kernel's first launch may add (loading its module) to a run. */
+#define FIRST_RUN_SLACK_US 5000.0
 
 struct cand {
 	const struct flyk_variant *v;
@@ -344,6 +346,19 @@ static void cand_check(struct tstate *st, struct cand *c)
 	}
 	if (rc < 0) {
 		emit_error(st, c, "check failed", rc);
+		return;
+	}
+	/* A check run twice the warm-up cut behind the fastest seen, beyond
+	 * what a first launch may add, costs no warm-ups either.  On a large
+	 * shape the slow variants' runs are much of the budget: on g8 m8192
+	 * n8192 k8192 the 11 ggemm_mma points, at 10-23x the best, took
+	 * ~0.5 s of 1.0 in checks and warm-ups (estimated from the ratios
+	 * their trials record); 46 of the 137 candidates were never run and
+	 * the rest got one rep each. */
+	if (us > 2 * WARM_REJECT_X * st->best_warm + FIRST_RUN_SLACK_US) {
+		snprintf(why, sizeof(why), "%.2fx best on its first run",
+			 us / st->best_warm);
+		emit(st, c, FLYD_OUT_REJECTED, why);
 		return;
 	}
 	for (int i = 0; i < st->o.warmup; i++) {

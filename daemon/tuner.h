@@ -16,7 +16,10 @@
  *      skipped; points listed in job->exclude are counted and skipped.
  *   2. Numerics: each candidate runs once on poisoned outputs and is
  *      checked: -EDOM -> WRONG ("max err 0.0123"), other errors -> ERROR.
- *   3. Warm-up runs (opts->warmup); a candidate whose last warm-up (or,
+ *   3. A candidate whose check run is > 6x the fastest warm-up seen so
+ *      far plus 5 ms (what a first launch may add) is REJECTED without
+ *      warm-ups ("12.40x best on its first run", 0 reps).  Then warm-up
+ *      runs (opts->warmup); a candidate whose last warm-up (or,
  *      without warm-ups, its check run) is > 3x the fastest warm-up seen
  *      so far is REJECTED at once ("4.10x best on its warm-up", 0 reps).
  *      Then rounds: every survivor to 3 reps,

@@ -38,6 +38,8 @@ struct fake_point {
 	double us;
 	int wrong;
 	int launch_err;
+	double first_us; /* > 0: the first run's time (a first launch) */
+	int calls;
 };
 
 static struct fake_point fake_pts[16];
@@ -98,7 +100,13 @@ static void fake_set(const char *variant, int64_t p0, int64_t p1, double us,
 		     int wrong, int launch_err)
 {
 	fake_pts[fake_npts++] = (struct fake_point){ variant, p0, p1, us,
-						     wrong, launch_err };
+						     wrong, launch_err, 0, 0 };
+}
+
+/* The last point set takes @p us on its first run. */
+static void fake_first(double us)
+{
+	fake_pts[fake_npts - 1].first_us = us;
 }
 
 static int fake_case_time(struct flyk_case *c, const struct flyk_variant *v,
@@ -106,6 +114,9 @@ static int fake_case_time(struct flyk_case *c, const struct flyk_variant *v,
 {
 	struct fake_point *f = fake_find(v, params);
 	double base = f ? f->us : 100.0, r;
+
+	if (f != NULL && f->calls++ == 0 && f->first_us > 0)
+		base = f->first_us;
 
 	fake_clock += fake_tick;
 	c->last_v = v;
@@ -380,6 +391,50 @@ static void test_warm_up_rejection(void **state)
 	flyd_tune_result_fini(&r);
 }
 
+/* The runs of point @p p0 of variant @p v that were started. */
+static int starts_of(const char *v, int64_t p0)
+{
+	int n = 0;
+
+	for (int i = 0; i < fake_nstart && i < 512; i++)
+		n += strcmp(fake_starts[i].variant, v) == 0 &&
+		     fake_starts[i].params[0] == p0;
+	return n;
+}
+
+/* A check run far behind (twice the warm-up cut and 5 ms more) costs no
+ * warm-up; one slow only because it is a first launch keeps its warm-up
+ * and its reps. */
+static void test_first_run_rejection(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+	const struct flyd_trial *t;
+
+	job_init(&j, 1);
+	fake_set("a", 1, -1, 10.0, 0, 0);
+	fake_set("a", 2, -1, 20000.0, 0, 0); /* 2000x: out on its check */
+	fake_set("a", 3, -1, 11.0, 0, 0);
+	fake_first(4000.0); /* within a first launch's slack */
+	fake_set("a", 4, -1, 40.0, 0, 0);    /* 4x: out on its warm-up */
+	assert_int_equal(run(&j, &r), 0);
+	t = find_trial(&r, "a", 2);
+	assert_non_null(t);
+	assert_int_equal(t->outcome, FLYD_OUT_REJECTED);
+	assert_int_equal(t->reps, 0);
+	assert_non_null(strstr(t->reason, "2000.00x best on its first run"));
+	assert_int_equal(starts_of("a", 2), 1);
+	t = find_trial(&r, "a", 3);
+	assert_non_null(t);
+	assert_int_not_equal(t->reps, 0);
+	assert_true(starts_of("a", 3) >= 2 + 3);
+	t = find_trial(&r, "a", 4);
+	assert_int_equal(t->outcome, FLYD_OUT_REJECTED);
+	assert_non_null(strstr(t->reason, "on its warm-up"));
+	assert_int_equal(starts_of("a", 4), 2);
+	flyd_tune_result_fini(&r);
+}
+
 static void test_wrong_and_error(void **state)
 {
 	struct flyd_tune_job j;
@@ -608,6 +663,7 @@ int main(void)
 		cmocka_unit_test_setup(test_incumbent_margin, setup),
 		cmocka_unit_test_setup(test_early_rejection, setup),
 		cmocka_unit_test_setup(test_warm_up_rejection, setup),
+		cmocka_unit_test_setup(test_first_run_rejection, setup),
 		cmocka_unit_test_setup(test_wrong_and_error, setup),
 		cmocka_unit_test_setup(test_no_correct_candidate, setup),
 		cmocka_unit_test_setup(test_infeasible_and_product_order, setup),
