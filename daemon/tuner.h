@@ -28,11 +28,13 @@
  *      of the survivors gets opts->step more reps per round until the MAD
  *      of the top two is small against max(gap, margin * best) or
  *      opts->max_reps is reached.
- *   4. Budget: once job->budget_s of wall time (opts->now) has passed, no
- *      more reps are added (every checked, correct candidate still gets
- *      one timed rep) and candidates not yet checked are not run (counted
- *      in result->nunmeasured, no trial); the decision is made among what
- *      was measured and result->budget_hit is set.
+ *   4. Budget: once 70% of job->budget_s of wall time (opts->now) has
+ *      passed, candidates not yet checked are not run (counted in
+ *      result->nunmeasured, no trial): the rest of the budget is the
+ *      checked candidates' reps.  Once all of it has passed, no more reps
+ *      are added (every checked, correct candidate still gets one timed
+ *      rep).  The decision is made among what was measured, and
+ *      result->budget_hit is set when either cut something.
  *   5. Decision: best = lowest median among OK trials; the winner's
  *      variant is the earliest variant (declared order, a preference:
  *      the vendor's default first) with a trial within job->margin of

@@ -593,17 +593,20 @@ static void test_budget_respected(void **state)
 	j.budget_s = 5;
 	assert_int_equal(run(&j, &r), 0);
 	assert_int_equal(r.budget_hit, 1);
-	/* Checks (check + warm-up: 2 s each) start at 0, 2, 4 s; at 6 s the
-	 * budget is gone: bs=4 is never run, the others get one rep. */
+	/* Checks (check + warm-up: 2 s each) start at 0 and 2 s; at 4 s the
+	 * checks' 70% (3.5 s) is gone: bs=3 and bs=4 are never run.  The
+	 * reps: bs=1 at 4 and 5 s, then the budget is gone (6 s), and bs=2
+	 * still gets its one rep (6 s). */
 	assert_int_equal(r.ncandidates, 4);
-	assert_int_equal(r.nunmeasured, 1);
-	assert_int_equal(r.ntrials, 3);
+	assert_int_equal(r.nunmeasured, 2);
+	assert_int_equal(r.ntrials, 2);
+	assert_null(find_trial(&r, "a", 3));
 	assert_null(find_trial(&r, "a", 4));
-	for (size_t i = 0; i < r.ntrials; i++) {
+	for (size_t i = 0; i < r.ntrials; i++)
 		assert_int_equal(r.trials[i].outcome, FLYD_OUT_OK);
-		assert_int_equal(r.trials[i].reps, 1);
-	}
-	assert_true(r.tune_s > 8.5 && r.tune_s < 9.5);
+	assert_int_equal(find_trial(&r, "a", 1)->reps, 2);
+	assert_int_equal(find_trial(&r, "a", 2)->reps, 1);
+	assert_true(r.tune_s > 6.5 && r.tune_s < 7.5);
 	flyd_tune_result_fini(&r);
 
 	job_init(&j, 1);
