@@ -421,18 +421,15 @@ gemm_tma_epilogue_pass(const gemm_tma_unit &w, float (*acc)[C::NACC],
 	}
 }
 
-template <class C>
+/* Passes @p P .. C::TS - 1 of the epilogue (call with P = 0). */
+template <class C, int P = 0>
 __device__ __forceinline__ void
 gemm_tma_epilogue(const gemm_tma_unit &w, float (*acc)[C::NACC],
 		  uint16_t *sc, const void *map_c, int cw, int t)
 {
-	gemm_tma_epilogue_pass<C, 0>(w, acc, sc, map_c, cw, t);
-	if constexpr (C::TS >= 2)
-		gemm_tma_epilogue_pass<C, 1>(w, acc, sc, map_c, cw, t);
-	if constexpr (C::TS == 4) {
-		gemm_tma_epilogue_pass<C, 2>(w, acc, sc, map_c, cw, t);
-		gemm_tma_epilogue_pass<C, 3>(w, acc, sc, map_c, cw, t);
-	}
+	gemm_tma_epilogue_pass<C, P>(w, acc, sc, map_c, cw, t);
+	if constexpr (P + 1 < C::TS)
+		gemm_tma_epilogue<C, P + 1>(w, acc, sc, map_c, cw, t);
 }
 
 /* Panel @p kp (64 k from @p k) of the stage at @p sa / @p sb: A's rows of
