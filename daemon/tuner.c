@@ -314,11 +314,16 @@ static void emit_error(struct tstate *st, struct cand *c, const char *what,
 
 /* ---------------------------------------------------------- measuring */
 
+/* Past @p share of the job's budget (none: never). */
+static int past_budget(struct tstate *st, double share)
+{
+	return st->j->budget_s > 0 &&
+	       st->o.now(st->o.now_ctx) - st->t0 > share * st->j->budget_s;
+}
+
 static int over_budget(struct tstate *st)
 {
-	if (st->j->budget_s <= 0)
-		return 0;
-	if (st->o.now(st->o.now_ctx) - st->t0 <= st->j->budget_s)
+	if (!past_budget(st, 1.0))
 		return 0;
 	st->r->budget_hit = 1;
 	return 1;
@@ -327,9 +332,7 @@ static int over_budget(struct tstate *st)
 /* Past the checks' share of the budget (CHECK_SHARE). */
 static int over_check_share(struct tstate *st)
 {
-	return st->j->budget_s > 0 &&
-	       st->o.now(st->o.now_ctx) - st->t0 >
-		   CHECK_SHARE * st->j->budget_s;
+	return past_budget(st, CHECK_SHARE);
 }
 
 /* Numerics on poisoned outputs, then the warm-ups.  Emits WRONG/ERROR. */
