@@ -562,15 +562,14 @@ static int ent_launch(const struct mma_ent *e, const struct fly_problem *p,
  * gemm_tma.h, persistent (grid = min(units, SMs)).  Params tile_m, tile_n
  * (the shapes of GEMM_TMA_CFGS and GEMM_TMA_CFGS_DENSE; stages fixed per
  * shape), split_k (fp32 partials, then gemm_splitk_reduce), swizzle,
- * store (1: the epilogue
- * writes C through shared memory and a TMA store, overlapping the next
- * tile; needs N % 8 == 0, a 16-byte aligned C and split_k 1; 2: the
- * same in two passes through half the buffer, a stage more: the shapes
- * of GEMM_TMA_CFGS and GEMM_TMA_CFGS_DENSE with TS 2), cluster
- * (2: two blocks on vertically adjacent tiles share B by TMA multicast;
- * needs two tile rows), k_tile (64 or 128: the k depth of a stage; 128 on
- * the shapes of GEMM_TMA_CFGS with KP 2).  NT only,
- * K % 8 == 0, A and B 16-byte aligned (the tensor maps' rules).
+ * store (1: the epilogue writes C through shared memory and a TMA store,
+ * overlapping the next tile; needs N % 8 == 0, a 16-byte aligned C and
+ * split_k 1; 2: the same in two passes through half the buffer, a stage
+ * more: the shapes with TS 2), cluster (2: two blocks on vertically
+ * adjacent tiles share B by TMA multicast; needs two tile rows), k_tile
+ * (64 or 128: the k depth of a stage; 128 on the shapes of GEMM_TMA_CFGS
+ * with KP 2).  NT only, K % 8 == 0, A and B 16-byte aligned (the tensor
+ * maps' rules).
  */
 static const int64_t tma_tile_m[] = {64, 128, 256};
 static const int64_t tma_tile_n[] = {64, 128, 256};
