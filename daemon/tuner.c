@@ -397,46 +397,83 @@ static void cand_check(struct tstate *st, struct cand *c)
 		st->best_warm = us;
 }
 
-/* Bring a candidate to @p reps timed reps (budget permitting; at least
- * one).  Emits ERROR on a launch failure. */
-static void cand_time_to(struct tstate *st, struct cand *c, uint32_t reps)
+/* One timed rep of @p c.  Emits ERROR on a launch failure. */
+static void cand_rep(struct tstate *st, struct cand *c)
 {
 	double us;
 	int rc;
 
-	if (reps > (uint32_t)st->o.max_reps)
-		reps = (uint32_t)st->o.max_reps;
-	if (c->n >= reps || (c->n >= 1 && over_budget(st)))
+	notify_start(st, c);
+	rc = st->b->case_time(st->c, c->v, c->params, &us);
+	if (rc < 0) {
+		emit_error(st, c, "launch failed", rc);
 		return;
-	while (c->n < reps) {
-		if (c->n >= 1 && over_budget(st))
-			break;
-		notify_start(st, c);
-		rc = st->b->case_time(st->c, c->v, c->params, &us);
-		if (rc < 0) {
-			emit_error(st, c, "launch failed", rc);
-			return;
-		}
-		c->samples[c->n++] = us;
 	}
-	cand_stats(c);
+	c->samples[c->n++] = us;
+}
+
+/*
+ * Bring each of the @p n candidates @p cs[i] to @p want[i] timed reps
+ * (capped at max_reps; budget permitting, but at least one each), one rep
+ * of each in turn, every other pass in reverse order.  Interleaved, the
+ * GPU's clock drift (it slows as it warms over a long key) falls on all
+ * of them alike: timed one after the other, the first candidate got the
+ * cool clocks, and on the largest keys the pick went with the order.
+ */
+static void time_interleaved(struct tstate *st, struct cand **cs, uint32_t n,
+			     const uint32_t *want)
+{
+	int more = 1;
+
+	for (uint32_t pass = 0; more; pass++) {
+		more = 0;
+		for (uint32_t k = 0; k < n; k++) {
+			uint32_t i = pass % 2 ? n - 1 - k : k;
+			struct cand *c = cs[i];
+			uint32_t w = want[i] < (uint32_t)st->o.max_reps
+					     ? want[i]
+					     : (uint32_t)st->o.max_reps;
+
+			if (!c->alive || c->n >= w ||
+			    (c->n >= 1 && over_budget(st)))
+				continue;
+			cand_rep(st, c);
+			more = 1;
+		}
+	}
+	for (uint32_t i = 0; i < n; i++)
+		if (cs[i]->alive && cs[i]->n > 0)
+			cand_stats(cs[i]);
+}
+
+/* The alive candidates, in candidate order, into @p out; their count. */
+static uint32_t alive_cands(struct tstate *st, struct cand **out)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < st->ncands; i++)
+		if (st->cands[i].alive)
+			out[n++] = &st->cands[i];
+	return n;
 }
 
 /* One early-rejection round: everyone alive to @p reps, then drop those
  * slower than @p x times the best median. */
-static void round_reject(struct tstate *st, uint32_t reps, double x)
+static void round_reject(struct tstate *st, struct cand **alive,
+			 uint32_t *want, uint32_t reps, double x)
 {
+	uint32_t n = alive_cands(st, alive);
 	double best = INFINITY;
 	char why[FLYD_REASON_MAX];
 
-	for (uint32_t i = 0; i < st->ncands; i++)
-		if (st->cands[i].alive)
-			cand_time_to(st, &st->cands[i], reps);
-	for (uint32_t i = 0; i < st->ncands; i++)
-		if (st->cands[i].alive && st->cands[i].med < best)
-			best = st->cands[i].med;
-	for (uint32_t i = 0; i < st->ncands; i++) {
-		struct cand *c = &st->cands[i];
+	for (uint32_t i = 0; i < n; i++)
+		want[i] = reps;
+	time_interleaved(st, alive, n, want);
+	for (uint32_t i = 0; i < n; i++)
+		if (alive[i]->alive && alive[i]->med < best)
+			best = alive[i]->med;
+	for (uint32_t i = 0; i < n; i++) {
+		struct cand *c = alive[i];
 
 		if (!c->alive || !(c->med > x * best))
 			continue;
@@ -458,18 +495,14 @@ static int cmp_cand_med(const void *a, const void *b)
 
 /* Successive halving: the better half of the contenders gets o.step more
  * reps per round, until the top two are resolved or reps run out. */
-static void rounds_halving(struct tstate *st)
+static void rounds_halving(struct tstate *st, struct cand **alive,
+			   uint32_t *want)
 {
-	struct cand *alive[FLYD_TUNER_MAX_CANDS];
-	uint32_t n = 0, contenders;
+	uint32_t n = alive_cands(st, alive), contenders = n;
 
-	for (uint32_t i = 0; i < st->ncands; i++)
-		if (st->cands[i].alive)
-			alive[n++] = &st->cands[i];
-	contenders = n;
 	while (n >= 2 && !st->r->budget_hit) {
 		double gap, noise, ref;
-		int added = 0;
+		uint32_t before = 0, after = 0, k;
 
 		qsort(alive, n, sizeof(alive[0]), cmp_cand_med);
 		gap = alive[1]->med - alive[0]->med;
@@ -478,18 +511,17 @@ static void rounds_halving(struct tstate *st)
 		if (noise <= NOISE_FRACTION * ref)
 			break;
 		contenders = contenders > 2 ? (contenders + 1) / 2 : 2;
-		for (uint32_t k = 0; k < contenders && k < n; k++) {
-			uint32_t before = alive[k]->n;
-
-			cand_time_to(st, alive[k], before + (uint32_t)st->o.step);
-			added |= alive[k]->n > before;
+		k = contenders < n ? contenders : n;
+		for (uint32_t i = 0; i < k; i++) {
+			before += alive[i]->n;
+			want[i] = alive[i]->n + (uint32_t)st->o.step;
 		}
-		if (!added)
+		time_interleaved(st, alive, k, want);
+		for (uint32_t i = 0; i < k; i++)
+			after += alive[i]->n;
+		if (after == before)
 			break;
-		n = 0;
-		for (uint32_t i = 0; i < st->ncands; i++)
-			if (st->cands[i].alive)
-				alive[n++] = &st->cands[i];
+		n = alive_cands(st, alive);
 	}
 }
 
@@ -543,8 +575,17 @@ static void decide(struct tstate *st)
 	r->rc = 0;
 }
 
-static void measure(struct tstate *st)
+static int measure(struct tstate *st)
 {
+	struct cand **alive = calloc(st->ncands ? st->ncands : 1,
+				     sizeof(*alive));
+	uint32_t *want = calloc(st->ncands ? st->ncands : 1, sizeof(*want));
+
+	if (alive == NULL || want == NULL) {
+		free(alive);
+		free(want);
+		return -ENOMEM;
+	}
 	for (uint32_t i = 0; i < st->ncands; i++) {
 		if (i > 0 && over_check_share(st)) {
 			st->cands[i].alive = 0; /* never run: no trial */
@@ -553,14 +594,17 @@ static void measure(struct tstate *st)
 		}
 		cand_check(st, &st->cands[i]);
 	}
-	round_reject(st, REJECT1_REPS, REJECT1_X);
-	round_reject(st, REJECT2_REPS, REJECT2_X);
-	rounds_halving(st);
+	round_reject(st, alive, want, REJECT1_REPS, REJECT1_X);
+	round_reject(st, alive, want, REJECT2_REPS, REJECT2_X);
+	rounds_halving(st, alive, want);
 	if (st->r->nunmeasured > 0) /* the budget left them out */
 		st->r->budget_hit = 1;
 	for (uint32_t i = 0; i < st->ncands; i++)
 		if (st->cands[i].alive)
 			emit(st, &st->cands[i], FLYD_OUT_OK, NULL);
+	free(alive);
+	free(want);
+	return 0;
 }
 
 int flyd_tuner_run(const struct flyk_backend *b, struct flyk_device *dev,
@@ -593,8 +637,9 @@ int flyd_tuner_run(const struct flyk_backend *b, struct flyk_device *dev,
 		r->trials = calloc(st.ncands ? st.ncands : 1, sizeof(*r->trials));
 	if (rc == 0 && r->trials == NULL)
 		rc = -ENOMEM;
+	if (rc == 0)
+		rc = measure(&st);
 	if (rc == 0) {
-		measure(&st);
 		decide(&st);
 		rc = r->rc;
 	} else {

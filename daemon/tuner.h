@@ -27,7 +27,9 @@
  *      to 10 reps, drop > 1.15x; then successive halving: the better half
  *      of the survivors gets opts->step more reps per round until the MAD
  *      of the top two is small against max(gap, margin * best) or
- *      opts->max_reps is reached.
+ *      opts->max_reps is reached.  In every round the reps are
+ *      interleaved: one of each candidate in turn, every other pass in
+ *      reverse, so the GPU's clock drift over a key falls on all alike.
  *   4. Budget: once 70% of job->budget_s of wall time (opts->now) has
  *      passed, candidates not yet checked are not run (counted in
  *      result->nunmeasured, no trial): the rest of the budget is the

@@ -47,6 +47,8 @@ static int fake_npts;
 static double fake_clock;
 static double fake_tick;
 static double fake_jitter; /* relative amplitude */
+static double fake_drift;  /* relative slow-down per run (a warming GPU) */
+static int fake_runs;
 static uint32_t fake_rng;
 static int fake_nstart;
 static int fake_ntrial;
@@ -125,7 +127,7 @@ static int fake_case_time(struct flyk_case *c, const struct flyk_variant *v,
 		return -EIO;
 	fake_rng = fake_rng * 1103515245u + 12345u;
 	r = (double)((fake_rng >> 8) & 0xffff) / 65535.0 * 2.0 - 1.0;
-	*us = base * (1.0 + fake_jitter * r);
+	*us = base * (1.0 + fake_jitter * r) * (1.0 + fake_drift * fake_runs++);
 	return 0;
 }
 
@@ -179,6 +181,8 @@ static int setup(void **state)
 	fake_clock = 1000.0;
 	fake_tick = 0.001;
 	fake_jitter = 0.0;
+	fake_drift = 0.0;
+	fake_runs = 0;
 	fake_rng = 42;
 	fake_nstart = 0;
 	fake_ntrial = 0;
@@ -595,8 +599,8 @@ static void test_budget_respected(void **state)
 	assert_int_equal(r.budget_hit, 1);
 	/* Checks (check + warm-up: 2 s each) start at 0 and 2 s; at 4 s the
 	 * checks' 70% (3.5 s) is gone: bs=3 and bs=4 are never run.  The
-	 * reps: bs=1 at 4 and 5 s, then the budget is gone (6 s), and bs=2
-	 * still gets its one rep (6 s). */
+	 * reps, interleaved: bs=1 at 4 s, bs=2 at 5 s, then the budget is
+	 * gone (6 s).  Each has the one rep every checked candidate gets. */
 	assert_int_equal(r.ncandidates, 4);
 	assert_int_equal(r.nunmeasured, 2);
 	assert_int_equal(r.ntrials, 2);
@@ -604,9 +608,9 @@ static void test_budget_respected(void **state)
 	assert_null(find_trial(&r, "a", 4));
 	for (size_t i = 0; i < r.ntrials; i++)
 		assert_int_equal(r.trials[i].outcome, FLYD_OUT_OK);
-	assert_int_equal(find_trial(&r, "a", 1)->reps, 2);
+	assert_int_equal(find_trial(&r, "a", 1)->reps, 1);
 	assert_int_equal(find_trial(&r, "a", 2)->reps, 1);
-	assert_true(r.tune_s > 6.5 && r.tune_s < 7.5);
+	assert_true(r.tune_s > 5.5 && r.tune_s < 6.5);
 	flyd_tune_result_fini(&r);
 
 	job_init(&j, 1);
@@ -615,6 +619,34 @@ static void test_budget_respected(void **state)
 	assert_int_equal(r.budget_hit, 0);
 	assert_int_equal(r.nunmeasured, 0);
 	assert_int_equal(r.ntrials, 4);
+	flyd_tune_result_fini(&r);
+}
+
+/* A GPU slowing as it warms: every run 0.3% slower than the one before.
+ * bs=3 is 2% faster than bs=1 but comes after it; timed one candidate
+ * after the other, bs=1 got the cooler runs and won. */
+static void test_drift_interleaved(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 1);
+	fake_set("a", 1, -1, 10.2, 0, 0);
+	fake_set("a", 2, -1, 40.0, 0, 0);
+	fake_set("a", 3, -1, 10.0, 0, 0);
+	fake_set("a", 4, -1, 40.0, 0, 0);
+	fake_drift = 0.003;
+	assert_int_equal(run(&j, &r), 0);
+	assert_string_equal(r.winner.variant, "a");
+	assert_int_equal(r.winner.params[0], 3);
+	assert_int_equal(find_trial(&r, "a", 1)->reps,
+			 find_trial(&r, "a", 3)->reps);
+	/* Interleaved: after the checks, the two contenders' runs alternate
+	 * (bs=1 then bs=3, then bs=3 then bs=1, ...). */
+	for (int i = 0; i + 1 < fake_nstart && i < 512 - 1; i++)
+		if (fake_starts[i].params[0] == 1 && i >= 8)
+			assert_true(fake_starts[i - 1].params[0] == 3 ||
+				    fake_starts[i + 1].params[0] == 3);
 	flyd_tune_result_fini(&r);
 }
 
@@ -674,6 +706,7 @@ int main(void)
 		cmocka_unit_test_setup(test_excluded_skipped, setup),
 		cmocka_unit_test_setup(test_reference_only_when_alone, setup),
 		cmocka_unit_test_setup(test_budget_respected, setup),
+		cmocka_unit_test_setup(test_drift_interleaved, setup),
 		cmocka_unit_test_setup(test_all_trials_present, setup),
 		cmocka_unit_test(test_seed_stable),
 	};
