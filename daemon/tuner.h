@@ -30,8 +30,11 @@
  *      opts->max_reps is reached.  In every round the reps are
  *      interleaved: one of each candidate in turn, every other pass in
  *      reverse, so the GPU's clock drift over a key falls on all alike.
- *   4. Budget: once 70% of job->budget_s of wall time (opts->now) has
- *      passed, candidates not yet checked are not run (counted in
+ *   4. Budget: candidates are checked in candidate order, except that
+ *      the points of a superseded variant (its flyk_variant.successor
+ *      has a candidate here) come after all the others.  A candidate not
+ *      yet checked once 70% of job->budget_s of wall time (opts->now) has
+ *      passed, 40% for a superseded one, is not run (counted in
  *      result->nunmeasured, no trial): the rest of the budget is the
  *      checked candidates' reps.  Once all of it has passed, no more reps
  *      are added (every checked, correct candidate still gets one timed

@@ -118,6 +118,13 @@ struct flyk_variant {
 	int (*launch)(const struct flyk_device *dev,
 		      const struct fly_problem *p, const int64_t *params,
 		      const union flyk_args *args, void *stream);
+	/* The variant that supersedes this one where it runs (NULL: none):
+	 * when the successor has a feasible point for a problem, the tuner
+	 * checks this variant's points after the others' and only within a
+	 * smaller share of the budget (an older kernel that has not won a
+	 * key since its successor came keeps its place as the fallback, not
+	 * the budget of the largest keys). */
+	const char *successor;
 };
 
 struct flyk_case; /* inputs, outputs and reference output of one problem */

@@ -650,6 +650,53 @@ static void test_drift_interleaved(void **state)
 	flyd_tune_result_fini(&r);
 }
 
+/* A superseded variant (its successor has candidates here) is checked
+ * after the others and only within 40% of the budget; without its
+ * successor it keeps its declared place. */
+static void test_superseded_checked_late(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 0); /* "a" and "b" both support it */
+	fake_set("a", 1, -1, 10.0, 0, 0);
+	fake_set("b", 1, -1, 12.0, 0, 0);
+	fake_variants[1].successor = "b";
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.nunmeasured, 0);
+	/* b's four feasible points (x = 1, 3; y = 10, 20), check and warm-up
+	 * each, before any of a's. */
+	for (int i = 0; i < 8; i++)
+		assert_string_equal(fake_starts[i].variant, "b");
+	assert_string_equal(fake_starts[8].variant, "a");
+	assert_int_equal(r.ntrials, 8);
+	/* The decision keeps the declared order: a = 10 us wins. */
+	assert_string_equal(r.winner.variant, "a");
+	flyd_tune_result_fini(&r);
+
+	/* One fake second a run, a budget of 10 s: b's checks take 8 s, so
+	 * none of a's starts within 40% of it. */
+	setup(state);
+	fake_tick = 1.0;
+	job_init(&j, 0);
+	j.budget_s = 10;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.nunmeasured, 4);
+	assert_int_equal(r.budget_hit, 1);
+	assert_null(find_trial(&r, "a", 1));
+	assert_string_equal(r.winner.variant, "b");
+	flyd_tune_result_fini(&r);
+
+	/* A successor with no candidate here: declared order, a first. */
+	setup(state);
+	fake_variants[1].successor = "other_op";
+	job_init(&j, 0);
+	assert_int_equal(run(&j, &r), 0);
+	assert_string_equal(fake_starts[0].variant, "a");
+	fake_variants[1].successor = NULL;
+	flyd_tune_result_fini(&r);
+}
+
 static void test_all_trials_present(void **state)
 {
 	struct flyd_tune_job j;
@@ -707,6 +754,7 @@ int main(void)
 		cmocka_unit_test_setup(test_reference_only_when_alone, setup),
 		cmocka_unit_test_setup(test_budget_respected, setup),
 		cmocka_unit_test_setup(test_drift_interleaved, setup),
+		cmocka_unit_test_setup(test_superseded_checked_late, setup),
 		cmocka_unit_test_setup(test_all_trials_present, setup),
 		cmocka_unit_test(test_seed_stable),
 	};
