@@ -156,6 +156,17 @@ static void check_table(void **state)
 			assert_non_null(v->launch);
 			assert_ptr_equal(flyk_variant_find(b, v->op, v->name),
 					 v);
+			/* A successor is a variant of the same op (a typo
+			 * would quietly leave the old kernel's place as is). */
+			if (v->successor != NULL) {
+				const struct flyk_variant *sv =
+				    flyk_variant_find(b, v->op, v->successor);
+
+				assert_non_null(sv);
+				assert_ptr_not_equal(sv, v);
+				assert_true(sv->successor == NULL ||
+					    strcmp(sv->successor, v->name) != 0);
+			}
 			ops[v->op]++;
 			refs[v->op] += v->is_reference != 0;
 			for (uint32_t j = 0; j < v->nparams; j++) {
