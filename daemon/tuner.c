@@ -18,6 +18,10 @@
 
 #include "tuner.h"
 
+/* One rep each first: on a large key the points at 1.5-3x (small tiles)
+ * would otherwise take 3 reps each of the contenders' budget. */
+#define REJECT0_REPS 1
+#define REJECT0_X 2.0
 #define REJECT1_REPS 3
 #define REJECT1_X 1.5
 #define REJECT2_REPS 10
@@ -616,6 +620,7 @@ static int measure(struct tstate *st)
 			cand_check(st, &st->cands[i]);
 			nchecked++;
 		}
+	round_reject(st, alive, want, REJECT0_REPS, REJECT0_X);
 	round_reject(st, alive, want, REJECT1_REPS, REJECT1_X);
 	round_reject(st, alive, want, REJECT2_REPS, REJECT2_X);
 	rounds_halving(st, alive, want);

@@ -22,7 +22,8 @@
  *      runs (opts->warmup); a candidate whose last warm-up (or,
  *      without warm-ups, its check run) is > 3x the fastest warm-up seen
  *      so far is REJECTED at once ("4.10x best on its warm-up", 0 reps).
- *      Then rounds: every survivor to 3 reps,
+ *      Then rounds: every survivor to 1 rep, drop those > 2x the best
+ *      (REJECTED, "2.40x best after 1 reps"); to 3 reps,
  *      drop medians > 1.5x the best (REJECTED, "1.62x best after 3 reps");
  *      to 10 reps, drop > 1.15x; then successive halving: the better half
  *      of the survivors gets opts->step more reps per round until the MAD

@@ -344,7 +344,7 @@ static void test_early_rejection(void **state)
 
 	job_init(&j, 1);
 	fake_set("a", 1, -1, 10.0, 0, 0);
-	fake_set("a", 2, -1, 30.0, 0, 0);  /* 3x loser */
+	fake_set("a", 2, -1, 18.0, 0, 0);  /* 1.8x: survives 1, not 3 */
 	fake_set("a", 3, -1, 12.0, 0, 0);  /* 1.2x: survives 3, not 10 */
 	fake_set("a", 4, -1, 10.2, 0, 0);
 	assert_int_equal(run(&j, &r), 0);
@@ -352,7 +352,7 @@ static void test_early_rejection(void **state)
 	assert_non_null(t);
 	assert_int_equal(t->outcome, FLYD_OUT_REJECTED);
 	assert_int_equal(t->reps, 3);
-	assert_non_null(strstr(t->reason, "3.00x best after 3 reps"));
+	assert_non_null(strstr(t->reason, "1.80x best after 3 reps"));
 	t = find_trial(&r, "a", 3);
 	assert_non_null(t);
 	assert_int_equal(t->outcome, FLYD_OUT_REJECTED);
@@ -367,7 +367,8 @@ static void test_early_rejection(void **state)
 
 /* A candidate far behind the fastest warm-up seen so far is rejected
  * before any timed rep; one far behind only candidates measured AFTER it
- * is not (nothing to compare with yet) and goes at the 3-rep round. */
+ * is not (nothing to compare with yet) and goes after its first rep, as
+ * does one within the warm-up cut but over twice the best. */
 static void test_warm_up_rejection(void **state)
 {
 	struct flyd_tune_job j;
@@ -378,7 +379,7 @@ static void test_warm_up_rejection(void **state)
 	fake_set("a", 1, -1, 50.0, 0, 0);  /* first: nothing to beat */
 	fake_set("a", 2, -1, 10.0, 0, 0);
 	fake_set("a", 3, -1, 40.0, 0, 0);  /* 4x the fastest warm-up */
-	fake_set("a", 4, -1, 29.0, 0, 0);  /* 2.9x: to the 3-rep round */
+	fake_set("a", 4, -1, 29.0, 0, 0);  /* 2.9x: to the 1-rep round */
 	assert_int_equal(run(&j, &r), 0);
 	t = find_trial(&r, "a", 3);
 	assert_non_null(t);
@@ -387,10 +388,11 @@ static void test_warm_up_rejection(void **state)
 	assert_non_null(strstr(t->reason, "4.00x best on its warm-up"));
 	t = find_trial(&r, "a", 1);
 	assert_int_equal(t->outcome, FLYD_OUT_REJECTED);
-	assert_int_equal(t->reps, 3);
+	assert_int_equal(t->reps, 1);
 	t = find_trial(&r, "a", 4);
 	assert_int_equal(t->outcome, FLYD_OUT_REJECTED);
-	assert_int_equal(t->reps, 3);
+	assert_int_equal(t->reps, 1);
+	assert_non_null(strstr(t->reason, "2.90x best after 1 reps"));
 	assert_int_equal(r.winner.params[0], 2);
 	flyd_tune_result_fini(&r);
 }
