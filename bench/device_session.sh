@@ -92,9 +92,16 @@ for s in $STAGES; do
 		tail -45 "$W/sweep.txt" | tee -a "$S"
 		;;
 	gemm)
+		# The SM clock, power and throttle reasons every 200 ms while
+		# it runs (in logs.tgz: smi-gemm.csv).
+		nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,\
+temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 200 \
+			> "$W/smi-gemm.csv" 2>&1 &
+		_smi=$!
 		stage gemm "${T_GEMM:-240}" env PYTHONUNBUFFERED=1 python3 \
 			bench/gemm_bench.py --build "$B" --cases "$C" \
 			--out "$W/gemm" ${GEMM_ARGS:-}
+		kill "$_smi" 2>/dev/null
 		tail -70 "$W/gemm.txt" | tee -a "$S"
 		;;
 	points)

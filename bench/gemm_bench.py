@@ -19,9 +19,12 @@ PyTorch in the same run (max_abs_err), and times it beside the peers:
   grouped  "grouped_mm"  torch._grouped_mm(a, w.transpose(-2, -1), offs)
            "loop"        one torch.matmul per expert (host offsets)
 
-Timing: bench/gpu_bench.py's bench() (CUDA events around each call, the
-L2 cleaned before each rep by READING a 512 MiB buffer, warm-ups, the
-median): the same function for ours, the peers and the copy ceiling.
+Timing: bench/gpu_bench.py's bench_side_by_side() (CUDA events around
+each call, the L2 cleaned before each rep by READING a 512 MiB buffer,
+warm-ups, the median), ours and every peer of a case in one call with
+their reps interleaved, so that the GPU's clocks and temperature are the
+same for all (Inductor is compiled before any of them is timed); the
+copy ceiling by bench(), the same per-call timing.
 
 Writes OUT/h200-gemm.json and OUT/h200-grouped_gemm.json as
 {"gpu","date","commit","copy_gbps","cases":[{"op","case","set","variant",
@@ -146,8 +149,7 @@ def one_gemm(args, lib, s, c, res, t_ind, ws, daemon):
     ref = torch.matmul(a, b.t())
     err = (out.float() - ref.float()).abs().max().item()
     amax = ref.float().abs().max().item()
-    ours = gb.bench(lambda: run(d))
-    peers = {"aten": gb.bench(lambda: torch.matmul(a, b.t()))}
+    fns = {"ours": lambda: run(d), "aten": lambda: torch.matmul(a, b.t())}
     if (not args.no_compile and s == "primary" and
             t_ind[0] < args.inductor_budget):
         t0 = time.time()
@@ -160,7 +162,9 @@ def one_gemm(args, lib, s, c, res, t_ind, ws, daemon):
         cf(a, b)
         torch.cuda.synchronize()
         t_ind[0] += time.time() - t0
-        peers["inductor"] = gb.bench(lambda: cf(a, b))
+        fns["inductor"] = lambda: cf(a, b)
+    peers = gb.bench_side_by_side(fns)
+    ours = peers.pop("ours")
     rec = dict(op="gemm", case="m%d n%d k%d" % (m, n, k), set=s,
                status=dd.get("status"), flytuned_ms=ours, peers=peers,
                max_abs_err=err, max_abs_ref=amax, tune_s=tune_s,
@@ -212,17 +216,17 @@ def one_grouped(args, lib, s, c, res, daemon):
     ref = loop()
     err = (out.float() - ref.float()).abs().max().item()
     amax = ref.float().abs().max().item()
-    ours = gb.bench(lambda: run(d))
-    peers = {"loop": gb.bench(loop)}
+    fns = {"ours": lambda: run(d), "loop": loop}
     try:
         wt = w.transpose(-2, -1)
         gm = torch._grouped_mm(a, wt, offs=ends)
         err_gm = (gm.float() - ref.float()).abs().max().item()
-        peers["grouped_mm"] = gb.bench(
-            lambda: torch._grouped_mm(a, wt, offs=ends))
+        fns["grouped_mm"] = lambda: torch._grouped_mm(a, wt, offs=ends)
     except Exception as e:  # not on this torch/GPU: say so
         err_gm = None
         print("torch._grouped_mm unavailable: %s" % e, flush=True)
+    peers = gb.bench_side_by_side(fns)
+    ours = peers.pop("ours")
     name = "g%d m%d n%d k%d %s" % (g, m, n, k,
                                    "even" if len(set(rows)) == 1
                                    else "uneven")

@@ -131,6 +131,44 @@ def bench(fn, warmup=5, reps=50, budget_ms=150.0):
     return sorted(a.elapsed_time(b) for a, b in ev[:n])[n // 2]
 
 
+def bench_side_by_side(fns, warmup=5, reps=50, budget_ms=150.0):
+    """{name: median ms} of the callables in @p fns, each rep timed as
+    bench() times it (events around the one call, after an L2 clean by
+    read), the reps interleaved: rep i of every one in turn, the order
+    rotating by one each rep.  Timed one after the other, the first got
+    the GPU as the tuning had left it (hot, power-capped) and the last,
+    after Inductor's compile (the GPU idle for seconds), cool clocks:
+    on M4096 N4096 K8192 that made the same cuBLAS kernel 6% faster as
+    Inductor's pick than as torch.matmul.  budget_ms is per callable."""
+    names = list(fns)
+    for nm in names:
+        for _ in range(warmup):
+            fns[nm]()
+    ev = {nm: [] for nm in names}
+    i = 0
+    while i < reps:
+        r = i % len(names)
+        for nm in names[r:] + names[:r]:
+            e = (torch.cuda.Event(enable_timing=True),
+                 torch.cuda.Event(enable_timing=True))
+            clean_l2()
+            e[0].record()
+            fns[nm]()
+            e[1].record()
+            ev[nm].append(e)
+        i += 1
+        if i == 5:
+            torch.cuda.synchronize()
+            spent = sum(sum(a.elapsed_time(b) for a, b in ev[nm]) / 5
+                        for nm in names)
+            if spent * reps > budget_ms * len(names):
+                reps = max(10, int(budget_ms * len(names) /
+                                   max(spent, 1e-3)))
+    torch.cuda.synchronize()
+    return {nm: sorted(a.elapsed_time(b) for a, b in ev[nm])[len(ev[nm]) // 2]
+            for nm in names}
+
+
 def copy_gbps():
     """The copy ceiling: a 1 GiB device-to-device copy timed by bench(),
     bytes read + written per second (GB/s); printed too."""
