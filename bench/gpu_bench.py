@@ -20,8 +20,10 @@ kernels were iterated on before the daemon existed.
 
 Timing (bench()): CUDA events around each call, the L2 cleaned before
 each rep by READING a 512 MiB buffer (torch.sum into one element), a few
-warm-ups, the median of up to `reps` reps within a budget.  The same
-function times ours, the peers and the copy ceiling.
+warm-ups, the median of up to `reps` reps within a budget.  Ours and the
+peers of a case are timed in one bench_side_by_side() call, their reps
+interleaved (the same per-call timing), so that clocks and temperature
+are the same for all; the copy ceiling and the sweep by bench().
 
 Writes OUT/h200-rmsnorm.json and OUT/h200-topk.json as
 {"gpu","date","commit","copy_gbps","cases":[{"op","case","set","variant",
@@ -352,14 +354,15 @@ def one_rmsnorm(args, lib, daemon, s, c, res, sweeps):
     torch.cuda.synchronize()
     ref = F.rms_norm(x, (n,), w, EPS)
     err = (y.float() - ref.float()).abs().max().item()
-    ours = bench(fn)
-    peers = {"aten": bench(lambda: F.rms_norm(x, (n,), w, EPS))}
+    fns = {"ours": fn, "aten": lambda: F.rms_norm(x, (n,), w, EPS)}
     if not args.no_compile:
         torch._dynamo.reset()
         cf = torch.compile(lambda a, b: F.rms_norm(a, (n,), b, EPS),
                            dynamic=False)
         cf(x, w)
-        peers["inductor"] = bench(lambda: cf(x, w))
+        fns["inductor"] = lambda: cf(x, w)
+    peers = bench_side_by_side(fns)
+    ours = peers.pop("ours")
     name = "%s %dx%d" % (dt, m, n)
     rec = dict(op="rmsnorm", case=name, set=s, status=status,
                flytuned_ms=ours, peers=peers, max_abs_err=err,
@@ -402,9 +405,9 @@ def one_topk(args, lib, daemon, s, c, det, res, sweeps):
     if (idx < 0).any() or (idx >= n).any() or \
             not torch.equal(got, vals):
         err = float("inf")
-    ours = bench(fn)
-    peers = {"aten_det%d" % det: bench(lambda: torch.topk(x, k,
-                                                          dim=-1))}
+    peers = bench_side_by_side({"ours": fn, "aten_det%d" % det:
+                                lambda: torch.topk(x, k, dim=-1)})
+    ours = peers.pop("ours")
     name = "%dx%d k%d det%d" % (m, n, k, det)
     rec = dict(op="topk", case=name, set=s, status=status,
                flytuned_ms=ours, peers=peers, max_abs_err=err,
