@@ -340,9 +340,11 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN)
 
 test-gpu: all $(GPUTEST_BIN)
 	$(Q)sh tools/run-tests.sh gpu $(GPUTEST_BIN)
-$(BUILD)/tests/gpu/%: tests/gpu/%.c $(BUILD)/libflykernels_cuda.so
+$(BUILD)/tests/gpu/%: tests/gpu/%.c tests/common/gemm_ties.h \
+		$(BUILD)/libflykernels_cuda.so
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -I$(CUDA_HOME)/include -o $@ $< \
+	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -Itests/common \
+		-I$(CUDA_HOME)/include -o $@ $< \
 		-L$(BUILD) -lflykernels_cuda -Wl,-rpath,$(abspath $(BUILD)) \
 		-L$(CUDA_HOME)/lib64 -lcudart -lm
 

@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include "flyk.h"
+#include "gemm_ties.h"
 
 /* Exported by libflykernels_cuda.so (kernels/gpu/gemm_api.hip). */
 int flyk_gpu_gemm(const struct fly_problem *p, const struct fly_decision *d,
@@ -329,19 +330,33 @@ struct ggcase {
 	int64_t rows[10];
 };
 
-/* The decisions to try on a grouped key: the empty one (the default) and
- * every feasible point of every grouped variant.  @return the count. */
-static int grouped_decisions(struct flyk_device *dev,
-			     const struct fly_problem *p,
-			     struct fly_decision *out, int max)
+/* The decisions to try on a key: the empty one (the default) and every
+ * feasible point of every variant of its op (the enumerated ones: every
+ * point the vendor's heuristic lists, up to 64).  @return the count. */
+static int key_decisions(struct flyk_device *dev, const struct fly_problem *p,
+			 struct fly_decision *out, int max)
 {
 	const struct flyk_backend *b = flyk_gpu_backend();
 	int n = 0;
 	memset(&out[n++], 0, sizeof(out[0]));
 	for (size_t v = 0; v < b->nvariants; v++) {
 		const struct flyk_variant *var = &b->variants[v];
-		if (!flyk_variant_supports(var, p) || var->enumerate)
+		if (!flyk_variant_supports(var, p))
 			continue;
+		if (var->enumerate) {
+			int64_t pts[64][FLY_PARAMS_MAX];
+			int ne = var->enumerate(dev, p, pts, 64);
+			for (int i = 0; i < ne && n < max; i++) {
+				struct fly_decision *d = &out[n++];
+				memset(d, 0, sizeof(*d));
+				snprintf(d->variant, sizeof(d->variant), "%s",
+					 var->name);
+				d->nparams = var->nparams;
+				d->status = FLY_STATUS_TUNED;
+				memcpy(d->params, pts[i], sizeof(pts[i]));
+			}
+			continue;
+		}
 		uint32_t pos[FLY_PARAMS_MAX] = {0}, np = var->nparams;
 		for (;;) {
 			struct fly_decision *d = &out[n];
@@ -404,7 +419,7 @@ static void grouped_api_one(struct flyk_device *dev, const struct ggcase *gc)
 			}
 	const int64_t gdims[4] = {gc->g, m, n, k};
 	struct fly_problem p = bf16_problem(FLY_OP_GROUPED_GEMM, gdims, 4);
-	int nd = grouped_decisions(dev, &p, ds, 512);
+	int nd = key_decisions(dev, &p, ds, 512);
 	for (int i = 0; i < nd; i++) {
 		char dkey[400];
 		pkey(&p, i ? ds[i].variant : "default", ds[i].params,
@@ -558,6 +573,72 @@ out:
 	free(ref);
 }
 
+/* bf16 outputs rounded to nearest even, bit for bit, by every decision
+ * of a bf16 NT GEMM key (every point of every variant, the vendor's
+ * algorithms and the default) on problems whose fp32 sums are exact and
+ * fall on and beside ties (gemm_ties.h): the tolerance compare of the
+ * other tests would not see a wrong rounding mode. */
+static void test_gemm_rounding(struct flyk_device *dev)
+{
+	static const int64_t shapes[][3] = {{260, 200, 72}, {256, 256, 256}};
+	enum { MAXD = 2048 };
+	struct fly_decision *ds = calloc(MAXD, sizeof(*ds));
+	size_t ws_size = (size_t)32 << 20;
+	void *ws = dev_copy(NULL, ws_size);
+	for (size_t s = 0; s < 2; s++) {
+		const int64_t m = shapes[s][0], n = shapes[s][1],
+			      k = shapes[s][2];
+		uint16_t *ha = malloc((size_t)(m * k) * 2),
+			 *hb = malloc((size_t)(n * k) * 2),
+			 *hc = malloc((size_t)(m * n) * 2);
+		void *da = NULL, *db = NULL, *dc = dev_copy(NULL, m * n * 2);
+		if (ha && hb) {
+			gemm_ties_fill(ha, hb, m, n, k);
+			da = dev_copy(ha, (size_t)(m * k) * 2);
+			db = dev_copy(hb, (size_t)(n * k) * 2);
+		}
+		struct fly_problem p = bf16_problem(FLY_OP_GEMM, shapes[s], 3);
+		int nd = ds ? key_decisions(dev, &p, ds, MAXD) : 0;
+		if (!hc || !da || !db || !dc || !ws || nd < 2) {
+			result(0, "rounding-setup", "", -ENOMEM);
+			nd = 0;
+		}
+		for (int i = 0; i < nd; i++) {
+			char key[200];
+			int64_t fi = 0, fj = 0, bad = 0;
+			pkey(&p, i ? ds[i].variant : "default", ds[i].params,
+			     ds[i].nparams, key, sizeof(key));
+			cudaMemset(dc, 0xff, (size_t)(m * n) * 2);
+			int rc = flyk_gpu_gemm(&p, &ds[i], da, db, dc, NULL,
+					       1.0f, ws, ws_size, NULL);
+			if (!rc && cudaDeviceSynchronize() != cudaSuccess)
+				rc = -EIO;
+			if (!rc)
+				cudaMemcpy(hc, dc, (size_t)(m * n) * 2,
+					   cudaMemcpyDeviceToHost);
+			if (!rc)
+				bad = gemm_ties_bad(hc, m, n, &fi, &fj);
+			if (bad) {
+				printf("# %s: %lld outputs off, first (%lld, "
+				       "%lld) %04x, want %04x\n", key,
+				       (long long)bad, (long long)fi,
+				       (long long)fj, hc[fi * n + fj],
+				       gemm_ties_want(fi, fj));
+				rc = -EDOM;
+			}
+			result(rc == 0, "rounding", key, rc);
+		}
+		cudaFree(da);
+		cudaFree(db);
+		cudaFree(dc);
+		free(ha);
+		free(hb);
+		free(hc);
+	}
+	cudaFree(ws);
+	free(ds);
+}
+
 int main(void)
 {
 	const struct flyk_backend *b = flyk_gpu_backend();
@@ -579,6 +660,7 @@ int main(void)
 	if (!only) {
 		test_grouped_api(dev);
 		test_gemm_api();
+		test_gemm_rounding(dev);
 	}
 	for (int i = 0; i < NRAN && ran_name[i]; i++)
 		printf("# ran %s: %d points\n", ran_name[i], ran_n[i]);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "flyk.h"
+#include "gemm_ties.h"
 #include "../../kernels/cpu/cpu_int.h"
 
 static const struct flyk_backend *B;
@@ -380,6 +381,54 @@ static void test_gemm_all_variants(void **state)
 	B->close(dev);
 }
 
+/* bf16 outputs rounded to nearest even, bit for bit: every bf16 NT GEMM
+ * variant (the reference too) at every feasible point on a problem whose
+ * fp32 sums are exact and fall on and beside ties (gemm_ties.h). */
+static void test_gemm_bf16_rounding_exact(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	enum { M = 260, N = 200, K = 67 };
+	struct fly_problem p = prob(FLY_OP_GEMM, FLY_DT_BF16, FLY_LAYOUT_NT,
+				    0, M, N, K, 0);
+	static uint16_t a[M * K], b[N * K], c[M * N];
+	static char ws[1 << 20];
+	int nrun = 0;
+
+	gemm_ties_fill(a, b, M, N, K);
+	for (size_t i = 0; i < B->nvariants; i++) {
+		const struct flyk_variant *v = &B->variants[i];
+		uint32_t pos[FLY_PARAMS_MAX] = { 0 };
+		int64_t pt[FLY_PARAMS_MAX] = { 0 };
+
+		if (!flyk_variant_supports(v, &p) || is_test_variant(v))
+			continue;
+		for (uint32_t j = 0; j < v->nparams; j++)
+			pt[j] = v->params[j].vals[0];
+		do {
+			union flyk_args ar = { .gemm = { a, b, c, NULL, 1.0f,
+							 ws, sizeof(ws) } };
+			int64_t fi = -1, fj = -1, bad;
+
+			if (v->feasible(dev, &p, pt) != 0)
+				continue;
+			memset(c, 0xff, sizeof(c));
+			assert_int_equal(v->launch(dev, &p, pt, &ar, NULL), 0);
+			bad = gemm_ties_bad(c, M, N, &fi, &fj);
+			if (bad)
+				fprintf(stderr, "%s [%lld %lld]: %lld outputs "
+					"off, first (%lld, %lld): %04x, want "
+					"%04x\n", v->name, (long long)pt[0],
+					(long long)pt[1], (long long)bad,
+					(long long)fi, (long long)fj,
+					c[fi * N + fj], gemm_ties_want(fi, fj));
+			assert_int_equal(bad, 0);
+			nrun++;
+		} while (next_point(v, pos, pt));
+	}
+	assert_true(nrun >= 3);
+	B->close(dev);
+}
+
 static void test_grouped_cases(void **state)
 {
 	struct flyk_device *dev = dev_open();
@@ -694,6 +743,7 @@ int main(void)
 		cmocka_unit_test(test_topk_all_variants),
 		cmocka_unit_test(test_topk_ties_deterministic),
 		cmocka_unit_test(test_gemm_all_variants),
+		cmocka_unit_test(test_gemm_bf16_rounding_exact),
 		cmocka_unit_test(test_grouped_cases),
 		cmocka_unit_test(test_grouped_uneven_offsets),
 		cmocka_unit_test(test_check_catches_poison_and_wrong),
