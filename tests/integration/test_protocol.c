@@ -1112,6 +1112,220 @@ static void test_fd_after_queued_output(void **state)
 	assert_alive();
 }
 
+/* ------------------------------------------------- structured fuzzing */
+
+static uint64_t fz_state = 0x9e3779b97f4a7c15ull;
+
+static uint32_t fz_rand(uint32_t n) /* [0, n) */
+{
+	fz_state ^= fz_state << 13;
+	fz_state ^= fz_state >> 7;
+	fz_state ^= fz_state << 17;
+	return (uint32_t)((fz_state >> 11) % n);
+}
+
+static cJSON *fz_value(int depth)
+{
+	static const double nums[] = { 0, -1, 1, 7, 4096, 2147483648.0,
+				       9007199254740993.0, -9.3e18, 1e308,
+				       0.5, -0.0, 65536 };
+	static const char *const strs[] = {
+		"", "x", K1, "rmsnorm/fp32/m=0,n=4096",
+		"rmsnorm/fp32/m=-5,n=4096", "gemm/bf16/NT/m=1,n=1,k=1",
+		"gemm/bf16/XX/m=1,n=1,k=1", "rmsnorm/fp32/m=99999999999,n=1",
+		"topk/fp32/m=1,n=10,k=11", "grouped_gemm/bf16/NT/g=0,m=1,n=1,k=1",
+		"rmsnorm/fp32/m=32,n=4096/residual/residual", "\xc3\xa9\xe2\x82\xac",
+		"decide", "import", "forget", "status", "rmsnorm//", "/////",
+	};
+	char big[3000];
+
+	switch (fz_rand(depth > 2 ? 5 : 8)) {
+	case 0:
+		return cJSON_CreateNumber(nums[fz_rand(sizeof(nums) /
+						       sizeof(nums[0]))]);
+	case 1:
+		return cJSON_CreateString(strs[fz_rand(sizeof(strs) /
+						       sizeof(strs[0]))]);
+	case 2:
+		return cJSON_CreateBool(fz_rand(2));
+	case 3:
+		return cJSON_CreateNull();
+	case 4:
+		memset(big, 'a' + (int)fz_rand(26), sizeof(big) - 1);
+		big[fz_rand(sizeof(big))] = '\0';
+		return cJSON_CreateString(big);
+	case 5: {
+		cJSON *a = cJSON_CreateArray();
+		for (uint32_t i = fz_rand(4); i > 0; i--)
+			cJSON_AddItemToArray(a, fz_value(depth + 1));
+		return a;
+	}
+	default: {
+		static const char *const names[] = { "key", "id", "limit",
+						     "all", "more", "results",
+						     "variant", "params", "x" };
+		cJSON *o = cJSON_CreateObject();
+		for (uint32_t i = fz_rand(3); i > 0; i--) {
+			const char *nm = names[fz_rand(9)];
+			if (!cJSON_GetObjectItem(o, nm))
+				cJSON_AddItemToObject(o, nm,
+						      fz_value(depth + 1));
+		}
+		return o;
+	}
+	}
+}
+
+/* Every node under @p n (members and items), n itself first. */
+static int fz_nodes(cJSON *n, cJSON **out, int cap, int k)
+{
+	if (k < cap)
+		out[k++] = n;
+	for (cJSON *c = n->child; c != NULL && k < cap; c = c->next)
+		k = fz_nodes(c, out, cap, k);
+	return k;
+}
+
+/* One mutation of @p root: a value replaced, a member dropped, a member
+ * added, or a string edited. */
+static void fz_mutate(cJSON *root)
+{
+	static const char *const names[] = { "req", "key", "id", "limit",
+					     "all", "more", "results",
+					     "version", "zzz" };
+	cJSON *nodes[256];
+	int n = fz_nodes(root, nodes, 256, 0);
+	cJSON *t = nodes[fz_rand((uint32_t)n)];
+	cJSON *parent = NULL;
+
+	for (int i = 0; i < n && parent == NULL; i++)
+		for (cJSON *c = nodes[i]->child; c != NULL; c = c->next)
+			if (c == t)
+				parent = nodes[i];
+	switch (fz_rand(4)) {
+	case 0: /* replace */
+		if (parent != NULL)
+			cJSON_ReplaceItemViaPointer(parent, t, fz_value(1));
+		return;
+	case 1: /* drop */
+		if (parent != NULL)
+			cJSON_Delete(cJSON_DetachItemViaPointer(parent, t));
+		return;
+	case 2: /* add to an object */
+		if (cJSON_IsObject(t)) {
+			const char *nm = names[fz_rand(9)];
+			cJSON_DeleteItemFromObject(t, nm);
+			cJSON_AddItemToObject(t, nm, fz_value(1));
+		}
+		return;
+	default: /* edit a string: a character changed, cut or doubled */
+		if (cJSON_IsString(t) && parent != NULL) {
+			static const char cs[] = "/=,mnkg0123456789-fpb NT";
+			char buf[512];
+			size_t len = strlen(t->valuestring);
+			if (len >= sizeof(buf) - 2)
+				return;
+			memcpy(buf, t->valuestring, len + 1);
+			size_t at = len ? fz_rand((uint32_t)len) : 0;
+			switch (fz_rand(3)) {
+			case 0:
+				if (len)
+					buf[at] = cs[fz_rand(sizeof(cs) - 1)];
+				break;
+			case 1:
+				buf[at] = '\0';
+				break;
+			default:
+				memmove(buf + at + 1, buf + at, len - at + 1);
+				break;
+			}
+			cJSON_ReplaceItemViaPointer(parent, t,
+						    cJSON_CreateString(buf));
+		}
+		return;
+	}
+}
+
+/* Thousands of requests made from valid ones by structured mutations
+ * (values of the wrong type or out of range, members dropped or added,
+ * keys edited a character at a time, import rows mangled): every one is
+ * answered on the same connection, every answer conforms to its schema
+ * (the request's response, or error.response.json), none is an
+ * "internal" error, and the daemon is the same process at the end.  The
+ * generator is seeded: a failure prints the request, and the run
+ * reproduces it (FLY_FUZZ_ITERS and FLY_FUZZ_SEED run more, or other
+ * requests). */
+static void test_structured_fuzz(void **state)
+{
+	char dev[64], lv[64], row[512], imp[768];
+	const char *seeds[8];
+	pid_t pid = d.pid;
+	const char *env_n = getenv("FLY_FUZZ_ITERS"),
+		   *env_s = getenv("FLY_FUZZ_SEED");
+	int fd = fly_test_connect(d.sock), nok = 0, nerr = 0;
+	int iters = env_n ? atoi(env_n) : 3000;
+
+	if (env_s)
+		fz_state = strtoull(env_s, NULL, 0) | 1u;
+	assert_true(fd >= 0);
+	identity(fd, dev, sizeof(dev), lv, sizeof(lv));
+	snprintf(row, sizeof(row), ROW, K2, dev, lv, "rmsnorm_rows", 4,
+		 "12.5");
+	snprintf(imp, sizeof(imp), "{\"req\":\"import\",\"results\":[%s]}",
+		 row);
+	seeds[0] = "{\"req\":\"decide\",\"key\":\"" K1 "\",\"id\":1}";
+	seeds[1] = "{\"req\":\"get\",\"key\":\"" K1 "\"}";
+	seeds[2] = "{\"req\":\"explain\",\"key\":\"" K1 "\"}";
+	seeds[3] = "{\"req\":\"list\",\"limit\":2}";
+	seeds[4] = "{\"req\":\"export\"}";
+	seeds[5] = imp;
+	seeds[6] = "{\"req\":\"forget\",\"key\":\"" K2 "\"}";
+	seeds[7] = "{\"req\":\"stats\",\"id\":3}";
+	for (int it = 0; it < iters; it++) {
+		cJSON *req = cJSON_Parse(seeds[fz_rand(8)]), *resp_o, *rq;
+		char *text, *resp = NULL, schema[64], err[512];
+		const char *code = NULL;
+
+		assert_non_null(req);
+		for (uint32_t m = 1 + fz_rand(3); m > 0; m--)
+			fz_mutate(req);
+		text = cJSON_PrintUnformatted(req);
+		assert_non_null(text);
+		if (fly_test_request(fd, text, &resp, T_MS) != 0)
+			fail_msg("no answer to %s", text);
+		resp_o = parse(resp);
+		rq = cJSON_GetObjectItem(req, "req");
+		if (cJSON_IsTrue(cJSON_GetObjectItem(resp_o, "ok"))) {
+			assert_true(cJSON_IsString(rq));
+			snprintf(schema, sizeof(schema), "%s.response.json",
+				 rq->valuestring);
+			nok++;
+		} else {
+			snprintf(schema, sizeof(schema), "error.response.json");
+			code = cJSON_GetStringValue(cJSON_GetObjectItem(
+				cJSON_GetObjectItem(resp_o, "error"), "code"));
+			nerr++;
+		}
+		if (fly_test_schema_validate_text(schema, resp, err,
+						  sizeof(err)) != 0)
+			fail_msg("%s: %s\nrequest %s\nresponse %s", schema, err,
+				 text, resp);
+		if (code != NULL && strcmp(code, "internal") == 0)
+			fail_msg("internal error on %s: %s", text, resp);
+		cJSON_Delete(resp_o);
+		cJSON_Delete(req);
+		free(resp);
+		free(text);
+	}
+	printf("# fuzz: %d requests, %d ok, %d errors (FLY_FUZZ_ITERS, "
+	       "FLY_FUZZ_SEED to change)\n", iters, nok, nerr);
+	assert_true(nok > 0 && nerr > 0);
+	close(fd);
+	assert_int_equal(d.pid, pid);
+	assert_int_equal(kill(pid, 0), 0);
+	assert_alive();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1140,6 +1354,7 @@ int main(void)
 		cmocka_unit_test(test_responses_match_schemas),
 		cmocka_unit_test(test_pipelined_in_order),
 		cmocka_unit_test(test_emfile_below_spare),
+		cmocka_unit_test(test_structured_fuzz),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
