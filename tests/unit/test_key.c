@@ -122,6 +122,78 @@ static const struct bad bad_keys[] = {
     {"topk/fp16/m=1,n=1,k=1/residual", FLY_E_INVALID},
 };
 
+/* Keys made from the canonical ones by random edits (a character
+ * changed, cut, doubled, or a digit run lengthened): whatever parses is
+ * canonical -- it formats back to exactly the text parsed -- and what is
+ * refused is refused with one of fly_key_parse's documented errors.
+ * Seeded: a failure prints the key. */
+static void test_mutated_keys(void **state)
+{
+	static const char cs[] = "/=,+mnkgbdhsqvT0123456789-_fpxNT";
+	uint64_t r = 0x2545f4914f6cdd1dull;
+	int nok = 0;
+
+	(void)state;
+	for (int it = 0; it < 200000; it++) {
+		const char *k0 = good_keys[it % (sizeof(good_keys) /
+						 sizeof(good_keys[0]))];
+		char k[FLY_KEY_MAX + 32], out[FLY_KEY_MAX];
+		size_t len = strlen(k0);
+		struct fly_problem p;
+		int rc;
+
+		memcpy(k, k0, len + 1);
+		for (int e = 1 + (int)(r % 3); e > 0; e--) {
+			size_t at;
+
+			r ^= r << 13;
+			r ^= r >> 7;
+			r ^= r << 17;
+			at = len ? (size_t)(r >> 8) % len : 0;
+			switch ((r >> 40) % 4) {
+			case 0:
+				if (len)
+					k[at] = cs[(r >> 20) % (sizeof(cs) - 1)];
+				break;
+			case 1:
+				memmove(k + at, k + at + 1, len - at);
+				len -= len > 0;
+				break;
+			case 2:
+				if (len + 1 < sizeof(k) - 1) {
+					memmove(k + at + 1, k + at,
+						len - at + 1);
+					len++;
+				}
+				break;
+			default:
+				if (len + 10 < sizeof(k) - 1) {
+					memmove(k + at + 9, k + at,
+						len - at + 1);
+					memset(k + at, '9', 9);
+					len += 9;
+				}
+				break;
+			}
+		}
+		rc = fly_key_parse(k, len, &p);
+		if (rc != 0) {
+			if (rc != FLY_E_KEYLEN && rc != FLY_E_BADKEY &&
+			    rc != FLY_E_BADOP && rc != FLY_E_BADDTYPE &&
+			    rc != FLY_E_BADDIM && rc != FLY_E_OVERFLOW &&
+			    rc != FLY_E_INVALID)
+				fail_msg("%s: rc %d", k, rc);
+			continue;
+		}
+		nok++;
+		if (fly_key_format(&p, out, sizeof(out)) < 0 ||
+		    strcmp(out, k) != 0)
+			fail_msg("parsed %s, formats as %s", k, out);
+	}
+	/* The edits leave some keys valid (a dimension changed). */
+	assert_true(nok > 1000);
+}
+
 static void test_rejections(void **state)
 {
 	(void)state;
@@ -344,6 +416,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_roundtrip),
 	    cmocka_unit_test(test_every_op_roundtrips),
+	    cmocka_unit_test(test_mutated_keys),
 	    cmocka_unit_test(test_rejections),
 	    cmocka_unit_test(test_distinct_errors),
 	    cmocka_unit_test(test_validate),
