@@ -32,6 +32,12 @@
  *               shared memory); the few that pass are inserted one at a
  *               time by ballot + shuffle.  Warp 0 of a row inserts the
  *               other warps' lists.
+ *   topk_wqc    (CUDA sm_90) one row over a thread-block cluster of
+ *               `cluster` blocks of `wpr` warps: each block runs topk_wq's
+ *               scan on its slice of the row, and block 0 inserts the
+ *               other blocks' lists, read from their shared memory.  For
+ *               few long rows (a vocabulary's logits at decode), where
+ *               one block a row leaves the other SMs idle.
  *
  * The case (setup/check) has no reference output: tk_check_kernel checks
  * any k against x itself (indices valid, values exact, order strict, and
@@ -43,6 +49,11 @@
 
 #include "flyk_gpu.h"
 #include "gpu_int.h"
+
+#if FLYK_HAS_CLUSTERS
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+#endif
 
 #define DT_MASK ((1u << FLY_DT_FP32) | (1u << FLY_DT_FP16) | (1u << FLY_DT_BF16))
 #define TOPK_REF_KMAX 128
@@ -291,12 +302,14 @@ template <int KW> struct tk_wq {
 template <int DT, int KW>
 __device__ __forceinline__ void tk_wq_scalar(tk_wq<KW> &Q,
 					     const typename flyk_elem<DT>::T *xr,
-					     int lo, int hi, int t0, int T_)
+					     int lo, int hi, int t0, int T_,
+					     int base)
 {
 	int lane = threadIdx.x % FLYK_WARP;
 	for (int i0 = lo + t0; i0 < hi; i0 += T_) {
 		int i = i0 + lane;
-		u64 v = i < hi ? tk_pack(tk_key<DT>(xr[i]), (uint32_t)i) : 0;
+		u64 v = i < hi ? tk_pack(tk_key<DT>(xr[i]), (uint32_t)(base + i))
+			       : 0;
 		Q.offer(v, v > Q.thr);
 	}
 }
@@ -306,12 +319,116 @@ __device__ __forceinline__ void tk_wq_scalar(tk_wq<KW> &Q,
  * bound to 512 threads (wpr * rpb <= 16 warps). */
 #define TK_WQ_MAXT 512
 
-/* `wpr` warps per row, `rpb` rows per block.  Each warp keeps its top-k
- * as a tk_wq; an element costs a key and a compare against a bar (the
- * warp's own rank k-1, or any warp's of the same row, shared in s_bar:
- * either one has k words above it), and only the rare ones that pass go
- * through the warp-serial insert.  Warp 0 of a row then inserts the other
- * warps' lists, each sorted, each cut at the first word under its bar. */
+/* Elements [0, n) of @p xs, which are the row's elements base .. base +
+ * n - 1, offered to warp wir's Q by the T_ / 32 warps that share them;
+ * @p sbar is their shared bar (a key, in shared memory).  Each warp keeps
+ * its top-k as a tk_wq; an element costs a key and a compare against a bar
+ * (the warp's own rank k-1, or any sharing warp's, in *sbar: either one
+ * has k words above it), and only the rare ones that pass go through the
+ * warp-serial insert. */
+template <int DT, int KW>
+__device__ __forceinline__ void tk_wq_scan(tk_wq<KW> &Q,
+					   const typename flyk_elem<DT>::T *xs,
+					   int n, int base, int wir, int T_,
+					   uint32_t *sbar)
+{
+	typedef typename flyk_elem<DT>::T T;
+	/* a step: U vectors a lane, 16 elements (more spills for 16-bit) */
+	enum { VEC = 16 / sizeof(T), U = 16 / VEC };
+	struct alignas(16) V {
+		T e[VEC];
+	};
+	int lane = threadIdx.x % FLYK_WARP;
+	uintptr_t a = (uintptr_t)xs;
+	int head = a % sizeof(T) ? n : (int)(((16 - a % 16) % 16) / sizeof(T));
+	head = head < n ? head : n;
+	int nv = (n - head) / VEC;
+	const V *xv = (const V *)(xs + head);
+	for (int b = wir * FLYK_WARP * U; b < nv; b += T_ * U) {
+		V v[U];
+#pragma unroll
+		for (int u = 0; u < U; u++) { /* past nv: a duplicate, unused */
+			int j = b + u * FLYK_WARP + lane;
+			v[u] = xv[j < nv ? j : nv - 1];
+		}
+		u64 mx = 0; /* the seed's word of this lane: in already */
+		if (KW == 1 && b < T_ * U) { /* first step: Q empty */
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				int j = b + u * FLYK_WARP + lane;
+#pragma unroll
+				for (int e = 0; e < VEC; e++) {
+					u64 w = tk_pack(tk_key<DT>(v[u].e[e]),
+							(uint32_t)(base + head +
+								   j * VEC + e));
+					mx = j < nv && w > mx ? w : mx;
+				}
+			}
+			Q.seed(mx);
+		}
+		uint32_t bar = (uint32_t)(Q.thr >> 32), sb = *sbar;
+		bar = bar > sb ? bar : sb;
+		bool any[U], all = false;
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			any[u] = false;
+			bool in = b + u * FLYK_WARP + lane < nv;
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				any[u] |= in && tk_key<DT>(v[u].e[e]) >= bar;
+			all |= any[u];
+		}
+		if (!FLYK_BALLOT(all))
+			continue;
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			int j = b + u * FLYK_WARP + lane;
+			if (!FLYK_BALLOT(any[u]))
+				continue;
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				uint32_t key = tk_key<DT>(v[u].e[e]);
+				u64 w = tk_pack(key, (uint32_t)(base + head +
+								j * VEC + e));
+				Q.offer(w, j < nv && key >= bar && w > Q.thr &&
+					       w != mx);
+			}
+		}
+		if (lane == 0 && Q.thr)
+			atomicMax(sbar, (uint32_t)(Q.thr >> 32));
+	}
+	tk_wq_scalar<DT, KW>(Q, xs, 0, head, wir * FLYK_WARP, T_, base);
+	tk_wq_scalar<DT, KW>(Q, xs, head + nv * VEC, n, wir * FLYK_WARP, T_,
+			     base);
+}
+
+/* The wpr > 1 warps of a row (this one warp, wir-th of its row) into the
+ * row's first warp's Q: each warp's list to @p sm (L = KW * 32 words a
+ * warp), then warp 0 of the row inserts the others', each sorted, each
+ * cut at the first word under its bar.  Every thread of the block calls
+ * it (a __syncthreads). */
+template <int KW>
+__device__ __forceinline__ void tk_wq_merge_warps(tk_wq<KW> &Q, u64 *sm,
+						  int warp, int wir, int wpr,
+						  int k)
+{
+	enum { L = KW * FLYK_WARP };
+	int lane = threadIdx.x % FLYK_WARP;
+#pragma unroll
+	for (int s = 0; s < KW; s++)
+		sm[(size_t)warp * L + s * FLYK_WARP + lane] = Q.w[s];
+	__syncthreads();
+	if (wir == 0) {
+		for (int o = 1; o < wpr; o++) {
+			const u64 *ol = sm + (size_t)(warp + o) * L;
+			for (int r = 0; r < k && ol[r] > Q.thr; r++)
+				Q.insert(ol[r]);
+		}
+	}
+}
+
+/* `wpr` warps per row, `rpb` rows per block: tk_wq_scan, then warp 0 of
+ * the row merges the others' lists (tk_wq_merge_warps). */
 template <int DT, int KW>
 __global__ void __launch_bounds__(TK_WQ_MAXT)
 	tk_wq_kernel(const typename flyk_elem<DT>::T *x,
@@ -319,11 +436,6 @@ __global__ void __launch_bounds__(TK_WQ_MAXT)
 		     int n, int k, int wpr)
 {
 	typedef typename flyk_elem<DT>::T T;
-	/* a step: U vectors a lane, 16 elements (more spills for 16-bit) */
-	enum { VEC = 16 / sizeof(T), U = 16 / VEC, L = KW * FLYK_WARP };
-	struct alignas(16) V {
-		T e[VEC];
-	};
 	FLYK_DYN_SMEM(u64, tk_smem); /* wpr > 1: each warp's list, L words */
 	__shared__ uint32_t s_bar[TK_WQ_MAXT / 32]; /* per row in block: a key */
 	int warp = threadIdx.x / FLYK_WARP, lane = threadIdx.x % FLYK_WARP;
@@ -337,79 +449,10 @@ __global__ void __launch_bounds__(TK_WQ_MAXT)
 	__syncthreads();
 	tk_wq<KW> Q;
 	Q.init(k);
-	if (valid) {
-		uintptr_t a = (uintptr_t)xr;
-		int head = a % sizeof(T) ? n : (int)(((16 - a % 16) % 16) / sizeof(T));
-		head = head < n ? head : n;
-		int nv = (n - head) / VEC;
-		const V *xv = (const V *)(xr + head);
-		for (int b = wir * FLYK_WARP * U; b < nv; b += T_ * U) {
-			V v[U];
-#pragma unroll
-			for (int u = 0; u < U; u++) { /* past nv: a duplicate, unused */
-				int j = b + u * FLYK_WARP + lane;
-				v[u] = xv[j < nv ? j : nv - 1];
-			}
-			u64 mx = 0; /* the seed's word of this lane: in already */
-			if (KW == 1 && b < T_ * U) { /* first step: Q empty */
-#pragma unroll
-				for (int u = 0; u < U; u++) {
-					int j = b + u * FLYK_WARP + lane;
-#pragma unroll
-					for (int e = 0; e < VEC; e++) {
-						u64 w = tk_pack(tk_key<DT>(v[u].e[e]),
-								(uint32_t)(head + j * VEC + e));
-						mx = j < nv && w > mx ? w : mx;
-					}
-				}
-				Q.seed(mx);
-			}
-			uint32_t bar = (uint32_t)(Q.thr >> 32), sb = s_bar[rib];
-			bar = bar > sb ? bar : sb;
-			bool any[U], all = false;
-#pragma unroll
-			for (int u = 0; u < U; u++) {
-				any[u] = false;
-				bool in = b + u * FLYK_WARP + lane < nv;
-#pragma unroll
-				for (int e = 0; e < VEC; e++)
-					any[u] |= in && tk_key<DT>(v[u].e[e]) >= bar;
-				all |= any[u];
-			}
-			if (!FLYK_BALLOT(all))
-				continue;
-#pragma unroll
-			for (int u = 0; u < U; u++) {
-				int j = b + u * FLYK_WARP + lane;
-				if (!FLYK_BALLOT(any[u]))
-					continue;
-#pragma unroll
-				for (int e = 0; e < VEC; e++) {
-					uint32_t key = tk_key<DT>(v[u].e[e]);
-					u64 w = tk_pack(key, (uint32_t)(head + j * VEC + e));
-					Q.offer(w, j < nv && key >= bar && w > Q.thr &&
-						       w != mx);
-				}
-			}
-			if (lane == 0 && Q.thr)
-				atomicMax(&s_bar[rib], (uint32_t)(Q.thr >> 32));
-		}
-		tk_wq_scalar<DT, KW>(Q, xr, 0, head, wir * FLYK_WARP, T_);
-		tk_wq_scalar<DT, KW>(Q, xr, head + nv * VEC, n, wir * FLYK_WARP, T_);
-	}
-	if (wpr > 1) {
-#pragma unroll
-		for (int s = 0; s < KW; s++)
-			tk_smem[(size_t)warp * L + s * FLYK_WARP + lane] = Q.w[s];
-		__syncthreads();
-		if (wir == 0) {
-			for (int o = 1; o < wpr; o++) {
-				const u64 *ol = tk_smem + (size_t)(warp + o) * L;
-				for (int r = 0; r < k && ol[r] > Q.thr; r++)
-					Q.insert(ol[r]);
-			}
-		}
-	}
+	if (valid)
+		tk_wq_scan<DT, KW>(Q, xr, n, 0, wir, T_, &s_bar[rib]);
+	if (wpr > 1)
+		tk_wq_merge_warps<KW>(Q, tk_smem, warp, wir, wpr, k);
 	if (valid && wir == 0) {
 #pragma unroll
 		for (int s = 0; s < KW; s++)
@@ -418,6 +461,62 @@ __global__ void __launch_bounds__(TK_WQ_MAXT)
 					    row * k + lane + s * FLYK_WARP);
 	}
 }
+
+#if FLYK_HAS_CLUSTERS
+/* One row over a cluster of blocks (grid = m * cluster): block r of the
+ * cluster scans its slice of the row (a multiple of 16 elements) with all
+ * its warps as tk_wq_kernel does one row, its warp 0 merges the block's
+ * warps, and block 0's warp 0 then inserts the other blocks' lists, read
+ * from their shared memory (each sorted, each cut at the first word under
+ * its bar). */
+template <int DT, int KW>
+__global__ void __launch_bounds__(TK_WQ_MAXT)
+	tk_wqc_kernel(const typename flyk_elem<DT>::T *x,
+		      typename flyk_elem<DT>::T *vals, int64_t *idx, int64_t m,
+		      int n, int k)
+{
+	typedef typename flyk_elem<DT>::T T;
+	enum { L = KW * FLYK_WARP };
+	FLYK_DYN_SMEM(u64, tk_smem); /* each warp's list, L words */
+	__shared__ uint32_t s_bar;
+	cg::cluster_group cl = cg::this_cluster();
+	int CL = (int)cl.num_blocks(), rank = (int)cl.block_rank();
+	int warp = threadIdx.x / FLYK_WARP, lane = threadIdx.x % FLYK_WARP;
+	int wpr = (int)(blockDim.x / FLYK_WARP);
+	int64_t row = blockIdx.x / CL;
+	const T *xr = x + row * (int64_t)n;
+	int chunk = ((n + CL - 1) / CL + 15) / 16 * 16;
+	int lo = rank * chunk < n ? rank * chunk : n;
+	int hi = lo + chunk < n ? lo + chunk : n;
+	if (threadIdx.x == 0)
+		s_bar = 0;
+	__syncthreads();
+	tk_wq<KW> Q;
+	Q.init(k);
+	tk_wq_scan<DT, KW>(Q, xr + lo, hi - lo, lo, warp, wpr * FLYK_WARP,
+			   &s_bar);
+	if (wpr > 1)
+		tk_wq_merge_warps<KW>(Q, tk_smem, warp, warp, wpr, k);
+	if (warp == 0) /* the block's list, rank order, for block 0 */
+#pragma unroll
+		for (int s = 0; s < KW; s++)
+			tk_smem[s * FLYK_WARP + lane] = Q.w[s];
+	cl.sync();
+	if (rank == 0 && warp == 0) {
+		for (int o = 1; o < CL; o++) {
+			const u64 *ol = cl.map_shared_rank(tk_smem, o);
+			for (int r = 0; r < k && ol[r] > Q.thr; r++)
+				Q.insert(ol[r]);
+		}
+#pragma unroll
+		for (int s = 0; s < KW; s++)
+			if (lane + s * FLYK_WARP < k)
+				tk_emit<DT>(Q.w[s], vals, idx,
+					    row * k + lane + s * FLYK_WARP);
+	}
+	cl.sync(); /* no block leaves while block 0 reads its list */
+}
+#endif
 
 /* ------------------------------------------------------------ radix */
 
@@ -814,6 +913,97 @@ static int wq_launch(const struct flyk_device *dev,
 	}
 }
 
+/* ---- wqc: a row over a cluster */
+
+static const int64_t wqc_cluster[] = {2, 4, 8};
+static const int64_t wqc_wpr[] = {4, 8, 16};
+
+static int wqc_feasible(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *pr)
+{
+	int64_t m;
+	int n, k;
+	if (tk_dims(p, &m, &n, &k) || k > TOPK_WQ_KMAX || dev->warp != FLYK_WARP)
+		return -EINVAL;
+	if (!FLYK_HAS_CLUSTERS || dev->cc_major < 9)
+		return -ENOSPC;
+	int64_t CL = pr[0], wpr = pr[1];
+	if (CL < 2 || CL > 8 || wpr < 1 || wpr * dev->warp > TK_WQ_MAXT)
+		return -EINVAL;
+	/* for few long rows: a cluster's slice gives half its warps a step
+	 * each at least, and the grid is a few waves at most */
+	int64_t step = dev->warp * 4 * (16 / (int64_t)flyk_dtype_bytes(p->dtype));
+	if ((wpr / 2 > 0 ? wpr / 2 : 1) * step * CL >= n)
+		return -EINVAL;
+	if (m * CL > 4 * (int64_t)dev->sms)
+		return -EINVAL;
+	return 0;
+}
+
+#if FLYK_HAS_CLUSTERS
+template <int DT, int KW>
+static int wqc_go(const struct flyk_topk_args *a, int64_t m, int n, int k,
+		  int CL, int wpr, hipStream_t s)
+{
+	typedef typename flyk_elem<DT>::T T;
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute attr[1];
+	cfg.gridDim = dim3((unsigned)(m * CL));
+	cfg.blockDim = dim3((unsigned)(wpr * FLYK_WARP));
+	cfg.dynamicSmemBytes = (size_t)wpr * FLYK_WARP * KW * 8; /* <= 16 KiB */
+	cfg.stream = s;
+	attr[0].id = cudaLaunchAttributeClusterDimension;
+	attr[0].val.clusterDim.x = CL;
+	attr[0].val.clusterDim.y = 1;
+	attr[0].val.clusterDim.z = 1;
+	cfg.attrs = attr;
+	cfg.numAttrs = 1;
+	cudaError_t e = cudaLaunchKernelEx(&cfg, tk_wqc_kernel<DT, KW>,
+					   TK_ARGS(T), m, n, k);
+	return e == cudaSuccess ? 0 : -EIO;
+}
+
+template <int DT>
+static int wqc_dt(const struct flyk_topk_args *a, int64_t m, int n, int k,
+		  int CL, int wpr, hipStream_t s)
+{
+	if (k <= FLYK_WARP)
+		return wqc_go<DT, 1>(a, m, n, k, CL, wpr, s);
+	if (k <= 2 * FLYK_WARP)
+		return wqc_go<DT, 2>(a, m, n, k, CL, wpr, s);
+	return wqc_go<DT, 4>(a, m, n, k, CL, wpr, s);
+}
+#endif
+
+static int wqc_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *pr,
+		      const union flyk_args *args, void *stream)
+{
+	int rc = wqc_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+#if FLYK_HAS_CLUSTERS
+	int64_t m = 0;
+	int n = 0, k = 0;
+	tk_dims(p, &m, &n, &k);
+	const struct flyk_topk_args *a = &args->topk;
+	hipStream_t s = (hipStream_t)stream;
+	int CL = (int)pr[0], wpr = (int)pr[1];
+	switch (p->dtype) {
+	case FLY_DT_FP32:
+		return wqc_dt<FLY_DT_FP32>(a, m, n, k, CL, wpr, s);
+	case FLY_DT_FP16:
+		return wqc_dt<FLY_DT_FP16>(a, m, n, k, CL, wpr, s);
+	default:
+		return wqc_dt<FLY_DT_BF16>(a, m, n, k, CL, wpr, s);
+	}
+#else
+	(void)args;
+	(void)stream;
+	return -ENOSPC;
+#endif
+}
+
 /* ---- radix */
 
 static const int64_t radix_threads[] = {256, 512, 1024};
@@ -934,6 +1124,9 @@ static const struct flyk_variant tk_variants[] = {
 	{"topk_wq", FLY_OP_TOPK, DT_MASK, FLY_F_DETERMINISTIC, 0, 2,
 	 {{"wpr", NV(wq_wpr)}, {"rpb", NV(wq_rpb)}}, wq_feasible, NULL,
 	 wq_launch},
+	{"topk_wqc", FLY_OP_TOPK, DT_MASK, FLY_F_DETERMINISTIC, 0, 2,
+	 {{"cluster", NV(wqc_cluster)}, {"wpr", NV(wqc_wpr)}}, wqc_feasible,
+	 NULL, wqc_launch},
 };
 #endif
 
