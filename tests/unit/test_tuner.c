@@ -183,6 +183,9 @@ static int setup(void **state)
 	fake_jitter = 0.0;
 	fake_drift = 0.0;
 	fake_runs = 0;
+	for (size_t i = 0; i < sizeof(fake_variants) / sizeof(fake_variants[0]);
+	     i++)
+		fake_variants[i].successor = NULL; /* a failed test's leftover */
 	fake_rng = 42;
 	fake_nstart = 0;
 	fake_ntrial = 0;
@@ -679,6 +682,7 @@ static void test_superseded_checked_late(void **state)
 	/* One fake second a run, a budget of 10 s: b's checks take 8 s, so
 	 * none of a's starts within 40% of it. */
 	setup(state);
+	fake_variants[1].successor = "b";
 	fake_tick = 1.0;
 	job_init(&j, 0);
 	j.budget_s = 10;
