@@ -223,6 +223,24 @@ static void shutdown_begin(struct flyd_ctx *ctx, const char *why)
 		on_tuning_stopped(ctx);
 }
 
+/* Layer the system DB @p path ("" for none) under the local one.
+ * @return 1 when done (attached, or none as asked or as the file allows:
+ * logged), 0 when the old one could not be detached (kept, logged). */
+static int swap_system_db(struct flyd_ctx *ctx, const char *path)
+{
+	char q[512];
+	int rc = flyd_store_set_system(ctx->store, path[0] ? path : NULL);
+
+	if (rc < 0) {
+		flyd_log(FLYD_LOG_WARN, "system_db_kept", "path=%s rc=%d",
+			 flyd_log_q(ctx->cfg.system_db, q, sizeof(q)), rc);
+		return 0;
+	}
+	flyd_log(FLYD_LOG_INFO, "system_db_changed", "path=%s attached=%d",
+		 flyd_log_q(path, q, sizeof(q)), rc);
+	return 1;
+}
+
 static void reload(struct flyd_ctx *ctx)
 {
 	struct flyd_config c;
@@ -232,15 +250,19 @@ static void reload(struct flyd_ctx *ctx)
 		flyd_log(FLYD_LOG_WARN, "reload_failed",
 			 "msg=\"keeping the old configuration\"");
 	} else {
-		if (strcmp(c.system_db, ctx->cfg.system_db) != 0)
-			flyd_log(FLYD_LOG_WARN, "reload_partial", "msg=\"a "
-				 "system_db change takes effect at restart\"");
-		snprintf(c.system_db, sizeof(c.system_db), "%s",
-			 ctx->cfg.system_db);
+		int sys_changed = strcmp(c.system_db, ctx->cfg.system_db) != 0;
+
+		if (sys_changed && !swap_system_db(ctx, c.system_db)) {
+			snprintf(c.system_db, sizeof(c.system_db), "%s",
+				 ctx->cfg.system_db);
+			sys_changed = 0;
+		}
 		ctx->cfg = c;
 		apply_config(ctx);
 		flyd_server_reconfigure(ctx);
 		flyd_tuning_reconfigure(ctx);
+		if (sys_changed) /* the map and the shm table from the store */
+			flyd_tuning_imported(ctx);
 		flyd_log(FLYD_LOG_INFO, "reloaded", "path=%s",
 			 ctx->config_path ? ctx->config_path : DEFAULT_CONFIG);
 	}

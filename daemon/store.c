@@ -628,6 +628,29 @@ void flyd_store_close(struct flyd_store *st)
 	free(st);
 }
 
+int flyd_store_set_system(struct flyd_store *st, const char *system_path)
+{
+	if (st->has_sys) {
+		int rc;
+
+		sqlite3_finalize(st->stmt[S_GET_SYS]);
+		st->stmt[S_GET_SYS] = NULL;
+		rc = sqlite3_exec(st->db, "DETACH DATABASE sys", NULL, NULL,
+				  NULL);
+		if (rc != SQLITE_OK) {
+			/* still attached: its statement back, as it was */
+			(void)sqlite3_prepare_v2(st->db, stmt_sql[S_GET_SYS],
+						 -1, &st->stmt[S_GET_SYS],
+						 NULL);
+			return store_err(st, rc, "detach system db");
+		}
+		st->has_sys = 0;
+	}
+	if (system_path != NULL)
+		store_attach_sys(st, system_path);
+	return st->has_sys;
+}
+
 int flyd_store_was_quarantined(const struct flyd_store *st)
 {
 	return st->quarantined;

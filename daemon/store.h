@@ -69,6 +69,12 @@ struct flyd_store;
 int flyd_store_open(const char *path, const char *system_path,
 		    struct flyd_store **out);
 void flyd_store_close(struct flyd_store *st);
+/* Layer @p system_path (NULL: none) under the local DB instead of the
+ * system DB attached now (SIGHUP with a new system_db).  A missing or
+ * unusable file is logged and leaves none attached.
+ * @return 1 (attached), 0 (none), FLY_E_STORAGE (the old one could not be
+ * detached: kept). */
+int flyd_store_set_system(struct flyd_store *st, const char *system_path);
 /* Whether the last open quarantined a corrupt file (for STATUS=degraded). */
 int flyd_store_was_quarantined(const struct flyd_store *st);
 /* Cheap health probe for the watchdog (SELECT 1). @return 0 or error. */

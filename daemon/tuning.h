@@ -33,7 +33,8 @@ int flyd_tuning_is_healthy(const struct flyd_ctx *ctx);
 /* Fill `status`'s "queue" and "worker" objects. */
 void flyd_tuning_status(const struct flyd_ctx *ctx, cJSON *resp);
 /* Bump the shm generation and drop the given key (NULL: all) from the
- * table after a forget; re-publish after an import. */
+ * table after a forget; re-publish after an import or a change of the
+ * system DB. */
 void flyd_tuning_forgotten(struct flyd_ctx *ctx, const char *key);
 void flyd_tuning_imported(struct flyd_ctx *ctx);
 

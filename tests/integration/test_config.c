@@ -175,6 +175,107 @@ static void test_sighup_reload(void **state)
 	fly_test_daemon_cleanup(&d);
 }
 
+/* The "variant" of `get` for @p key on daemon @p d, or "" when it is not
+ * found (into @p out). */
+static void get_variant(const struct fly_test_daemon *d, const char *key,
+			char *out, size_t cap)
+{
+	char req[256], *resp = NULL, *p;
+	int fd = fly_test_connect(d->sock);
+
+	assert_true(fd >= 0);
+	snprintf(req, sizeof(req), "{\"req\":\"get\",\"key\":\"%s\"}", key);
+	assert_int_equal(fly_test_request(fd, req, &resp, T_MS), 0);
+	out[0] = '\0';
+	p = strstr(resp, "\"variant\":\"");
+	if (strstr(resp, "\"ok\":true") != NULL && p != NULL)
+		sscanf(p + 11, "%63[^\"]", out);
+	else
+		assert_non_null(strstr(resp, "not_found"));
+	free(resp);
+	close(fd);
+}
+
+/* The shm table's entry count in `status` of daemon @p d. */
+static long shm_count(const struct fly_test_daemon *d)
+{
+	char *resp = NULL, *p;
+	long n = -1;
+	int fd = fly_test_connect(d->sock);
+
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"status\"}", &resp,
+					  T_MS), 0);
+	p = strstr(resp, "\"shm\":{");
+	if (p != NULL && (p = strstr(p, "\"count\":")) != NULL)
+		n = strtol(p + 8, NULL, 10);
+	free(resp);
+	close(fd);
+	return n;
+}
+
+/* A system_db set, changed or removed by SIGHUP takes effect at once: its
+ * rows are answered (and published) after the reload, and no longer once
+ * it is removed.  The system DB is another daemon's tuning.db, with one
+ * imported row. */
+static void test_sighup_system_db(void **state)
+{
+	struct fly_test_daemon a, b;
+	char cfg[600], req[1024], dev[64] = "", lv[64] = "", *resp = NULL, v[64];
+	const char *key = "rmsnorm/fp32/m=32,n=4096";
+	int fd;
+
+	if (external())
+		skip();
+	assert_int_equal(fly_test_daemon_start(&a, NULL, NULL), 0);
+	fd = fly_test_connect(a.sock);
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"hello\","
+					  "\"version\":1}", &resp, T_MS), 0);
+	sscanf(strstr(resp, "\"id\":\"") + 6, "%63[^\"]", dev);
+	sscanf(strstr(resp, "\"libver\":\"") + 10, "%63[^\"]", lv);
+	free(resp);
+	snprintf(req, sizeof(req), "{\"req\":\"import\",\"results\":[{"
+		 "\"key\":\"%s\",\"device\":\"%s\",\"libver\":\"%s\","
+		 "\"variant\":\"rmsnorm_rows\",\"params\":[64,1,4],"
+		 "\"median_us\":3.5,\"mad_us\":0.1,\"tune_s\":0.5,"
+		 "\"tuned_at\":1700000000}]}", key, dev, lv);
+	assert_int_equal(fly_test_request(fd, req, &resp, T_MS), 0);
+	assert_non_null(strstr(resp, "\"ok\":true"));
+	free(resp);
+	close(fd);
+	assert_int_equal(fly_test_daemon_stop(&a), 0);
+
+	assert_int_equal(fly_test_daemon_start(&b, NULL, NULL), 0);
+	get_variant(&b, key, v, sizeof(v));
+	assert_string_equal(v, "");
+	snprintf(cfg, sizeof(cfg), "{\"backend\":\"cpu\",\"policy\":"
+		 "\"on-request\",\"system_db\":\"%s\"}", a.db);
+	write_file(b.config, cfg);
+	assert_int_equal(fly_test_daemon_kill(&b, SIGHUP), 0);
+	assert_true(wait_log(&b, "system_db_changed"));
+	assert_true(fly_test_daemon_log_has(&b, "attached=1"));
+	assert_true(wait_log(&b, "info reloaded"));
+	get_variant(&b, key, v, sizeof(v));
+	assert_string_equal(v, "rmsnorm_rows");
+	assert_int_equal(shm_count(&b), 1); /* published to the clients */
+	/* Removed: the row is gone with it. */
+	write_file(b.config, "{\"backend\":\"cpu\",\"policy\":\"on-request\"}");
+	assert_int_equal(fly_test_daemon_kill(&b, SIGHUP), 0);
+	assert_true(wait_log(&b, "attached=0"));
+	for (int i = 0; i < 100; i++) {
+		get_variant(&b, key, v, sizeof(v));
+		if (v[0] == '\0')
+			break;
+		usleep(50 * 1000);
+	}
+	assert_string_equal(v, "");
+	assert_int_equal(shm_count(&b), 0);
+	assert_int_equal(fly_test_daemon_stop(&b), 0);
+	fly_test_daemon_cleanup(&b);
+	fly_test_daemon_cleanup(&a);
+}
+
 /* Run flytuned-test with @p argv; @return its exit status, output in
  * @p out (cap bytes). */
 static int run_binary(const char *const *args, char *out, size_t cap)
@@ -599,6 +700,7 @@ int main(void)
 		cmocka_unit_test(test_not_json_or_duplicates),
 		cmocka_unit_test(test_valid_config_and_sigterm),
 		cmocka_unit_test(test_sighup_reload),
+		cmocka_unit_test(test_sighup_system_db),
 		cmocka_unit_test(test_command_line),
 		cmocka_unit_test(test_sd_notify),
 		cmocka_unit_test(test_sd_notify_abstract),
