@@ -1026,6 +1026,38 @@ static void test_put_and_import_atomic(void **state)
 
 /* ------------------------------------------------------------ system DB */
 
+/* flyd_store_set_system: attach, detach, a missing file (none, logged),
+ * attach again; the local DB is untouched throughout. */
+static void test_system_db_swap(void **state)
+{
+	struct tdir *t = *state;
+	struct flyd_store *st = open_ok(t->sys, NULL);
+	struct flyd_result r, g;
+
+	r = mkres("s/a", "sysvariant", 1);
+	assert_int_equal(flyd_store_result_put(st, &r, NULL, 0), 0);
+	flyd_store_close(st);
+	st = open_ok(t->db, NULL);
+	r = mkres("l/a", "local", 2);
+	assert_int_equal(flyd_store_result_put(st, &r, NULL, 0), 0);
+	assert_int_equal(flyd_store_result_get(st, "s/a", DEV, LIBVER, &g),
+			 FLY_E_NOTFOUND);
+	assert_int_equal(flyd_store_set_system(st, t->sys), 1);
+	assert_int_equal(flyd_store_result_get(st, "s/a", DEV, LIBVER, &g), 0);
+	assert_string_equal(g.d.variant, "sysvariant");
+	assert_int_equal(flyd_store_set_system(st, NULL), 0);
+	assert_int_equal(flyd_store_result_get(st, "s/a", DEV, LIBVER, &g),
+			 FLY_E_NOTFOUND);
+	assert_int_equal(flyd_store_set_system(st, "/nonexistent/sys.db"), 0);
+	assert_int_equal(flyd_store_result_get(st, "s/a", DEV, LIBVER, &g),
+			 FLY_E_NOTFOUND);
+	assert_int_equal(flyd_store_set_system(st, t->sys), 1);
+	assert_int_equal(flyd_store_result_get(st, "s/a", DEV, LIBVER, &g), 0);
+	assert_int_equal(flyd_store_result_get(st, "l/a", DEV, LIBVER, &g), 0);
+	assert_string_equal(g.d.variant, "local");
+	flyd_store_close(st);
+}
+
 static void test_system_db_layering(void **state)
 {
 	struct tdir *t = *state;
@@ -1160,6 +1192,7 @@ int main(void)
 	    T(test_import_all_or_nothing),
 	    T(test_put_and_import_atomic),
 	    T(test_system_db_layering),
+	    T(test_system_db_swap),
 	    T(test_device_id),
 	};
 
