@@ -133,21 +133,33 @@ static int wait_log(const struct fly_test_daemon *d, const char *needle)
 	return 0;
 }
 
-static int64_t max_clients_of(const struct fly_test_daemon *d)
+/* The number after "@p name": in the answer to @p req on daemon @p d,
+ * searched from "@p scope": (NULL: from the start); -1 when absent. */
+static int64_t number_of(const struct fly_test_daemon *d, const char *req,
+			 const char *scope, const char *name)
 {
-	char *resp = NULL, *p;
+	char *resp = NULL, *p, pat[64];
 	int fd = fly_test_connect(d->sock);
 	int64_t v = -1;
 
 	assert_true(fd >= 0);
-	assert_int_equal(fly_test_request(fd, "{\"req\":\"stats\"}", &resp,
-					  T_MS), 0);
-	p = strstr(resp, "\"max_clients\":");
-	if (p != NULL)
-		v = strtoll(p + 14, NULL, 10);
+	assert_int_equal(fly_test_request(fd, req, &resp, T_MS), 0);
+	p = resp;
+	if (scope != NULL) {
+		snprintf(pat, sizeof(pat), "\"%s\":", scope);
+		p = strstr(p, pat);
+	}
+	snprintf(pat, sizeof(pat), "\"%s\":", name);
+	if (p != NULL && (p = strstr(p, pat)) != NULL)
+		v = strtoll(p + strlen(pat), NULL, 10);
 	free(resp);
 	close(fd);
 	return v;
+}
+
+static int64_t max_clients_of(const struct fly_test_daemon *d)
+{
+	return number_of(d, "{\"req\":\"stats\"}", NULL, "max_clients");
 }
 
 static void test_sighup_reload(void **state)
@@ -197,21 +209,9 @@ static void get_variant(const struct fly_test_daemon *d, const char *key,
 }
 
 /* The shm table's entry count in `status` of daemon @p d. */
-static long shm_count(const struct fly_test_daemon *d)
+static int64_t shm_count(const struct fly_test_daemon *d)
 {
-	char *resp = NULL, *p;
-	long n = -1;
-	int fd = fly_test_connect(d->sock);
-
-	assert_true(fd >= 0);
-	assert_int_equal(fly_test_request(fd, "{\"req\":\"status\"}", &resp,
-					  T_MS), 0);
-	p = strstr(resp, "\"shm\":{");
-	if (p != NULL && (p = strstr(p, "\"count\":")) != NULL)
-		n = strtol(p + 8, NULL, 10);
-	free(resp);
-	close(fd);
-	return n;
+	return number_of(d, "{\"req\":\"status\"}", "shm", "count");
 }
 
 /* A system_db set, changed or removed by SIGHUP takes effect at once: its
