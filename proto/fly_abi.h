@@ -34,11 +34,13 @@ extern "C" {
 /* Operations.  Dims per op, in this order (see fly_key_dim_names()):
  *   GEMM          m, n, k           layout NT/NN/TN/TT, flags BIAS|SCALE
  *   GROUPED_GEMM  g, m, n, k        (m = total rows over all groups)
- *   SCALED_GEMM   m, n, k           dtype FP8_E4M3/MXFP8/MXFP4
+ *   SCALED_GEMM   m, n, k           dtype FP8_E4M3(FNUZ)/MXFP8/MXFP4,
+ *                                   layout NT, flags BIAS
  *   RMSNORM       m, n              flags RESIDUAL
  *   TOPK          m, n, k           flags DETERMINISTIC
  *   ATTENTION     b, sq, skv, hq, hkv, d   flags CAUSAL
- *   MQA_LOGITS    sq, skv, h, d
+ *   MQA_LOGITS    sq, skv, h, d     dtype of q FP8_E4M3(FNUZ),
+ *                                   flags CLEAN, KV_FNUZ
  */
 enum fly_op {
 	FLY_OP_NONE = 0,
@@ -61,7 +63,8 @@ enum fly_dtype {
 	FLY_DT_FP8_E5M2 = 5,
 	FLY_DT_MXFP8 = 6,
 	FLY_DT_MXFP4 = 7,
-	FLY_DT_COUNT = 8
+	FLY_DT_FP8_E4M3FNUZ = 8, /* AMD gfx942's e4m3: bias 8, 0x80 is NaN */
+	FLY_DT_COUNT = 9
 };
 
 enum fly_layout {
@@ -79,7 +82,11 @@ enum fly_layout {
 #define FLY_F_RESIDUAL 0x4u      /* rmsnorm: fused residual add */
 #define FLY_F_DETERMINISTIC 0x8u /* topk: ties by index, bit-identical */
 #define FLY_F_CAUSAL 0x10u       /* attention: causal mask */
-#define FLY_F_ALL 0x1fu
+#define FLY_F_CLEAN 0x20u        /* mqa_logits: -inf outside each row's
+				    window (clean_logits) */
+#define FLY_F_KV_FNUZ 0x40u      /* mqa_logits: kv is e4m3fnuz while q is
+				    the key's dtype (vLLM on gfx942) */
+#define FLY_F_ALL 0x7fu
 
 /* A problem: what the engine is about to launch. */
 struct fly_problem {

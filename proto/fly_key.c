@@ -39,22 +39,25 @@ static const struct op_info ops[FLY_OP_COUNT] = {
     [FLY_OP_GROUPED_GEMM] = {"grouped_gemm", 4, dims_gmnk, 1,
 			     DT(FP32) | DT(FP16) | DT(BF16), 0, 1},
     [FLY_OP_SCALED_GEMM] = {"scaled_gemm", 3, dims_mnk, 1,
-			    DT(FP8_E4M3) | DT(FP8_E5M2) | DT(MXFP8) | DT(MXFP4),
-			    0, 0},
+			    DT(FP8_E4M3) | DT(FP8_E5M2) | DT(MXFP8) |
+				DT(MXFP4) | DT(FP8_E4M3FNUZ),
+			    FLY_F_BIAS, 0},
     [FLY_OP_RMSNORM] = {"rmsnorm", 2, dims_mn, 0,
 			DT(FP32) | DT(FP16) | DT(BF16), FLY_F_RESIDUAL, 0},
     [FLY_OP_TOPK] = {"topk", 3, dims_mnk, 0, DT(FP32) | DT(FP16) | DT(BF16),
 		     FLY_F_DETERMINISTIC, 0},
     [FLY_OP_ATTENTION] = {"attention", 6, dims_attn, 0, DT(FP16) | DT(BF16),
 			  FLY_F_CAUSAL, 1},
-    [FLY_OP_MQA_LOGITS] = {"mqa_logits", 4, dims_mqa, 0, DT(FP8_E4M3), 0, 0},
+    [FLY_OP_MQA_LOGITS] = {"mqa_logits", 4, dims_mqa, 0,
+			   DT(FP8_E4M3) | DT(FP8_E4M3FNUZ),
+			   FLY_F_CLEAN | FLY_F_KV_FNUZ, 0},
 };
 
 static const char *const dtype_names[FLY_DT_COUNT] = {
     [FLY_DT_FP32] = "fp32",	    [FLY_DT_FP16] = "fp16",
     [FLY_DT_BF16] = "bf16",	    [FLY_DT_FP8_E4M3] = "fp8_e4m3",
     [FLY_DT_FP8_E5M2] = "fp8_e5m2", [FLY_DT_MXFP8] = "mxfp8",
-    [FLY_DT_MXFP4] = "mxfp4",
+    [FLY_DT_MXFP4] = "mxfp4",	    [FLY_DT_FP8_E4M3FNUZ] = "fp8_e4m3fnuz",
 };
 
 static const char *const layout_names[FLY_LAYOUT_COUNT] = {
@@ -65,8 +68,8 @@ static const char *const layout_names[FLY_LAYOUT_COUNT] = {
 };
 
 /* Flag names by bit position (bit 0 = FLY_F_BIAS). */
-static const char *const flag_names[] = {"bias", "scale", "residual", "det",
-					 "causal"};
+static const char *const flag_names[] = {"bias",   "scale", "residual", "det",
+					 "causal", "clean", "kvfnuz"};
 #define NFLAGS ((int)(sizeof(flag_names) / sizeof(flag_names[0])))
 
 static const struct op_info *op_get(uint32_t op)

@@ -18,8 +18,8 @@
  *   topk/fp32/m=4096,n=1024,k=8/det
  *
  * Names: ops gemm grouped_gemm scaled_gemm rmsnorm topk attention
- * mqa_logits; dtypes fp32 fp16 bf16 fp8_e4m3 fp8_e5m2 mxfp8 mxfp4; flags
- * bias scale residual det causal.
+ * mqa_logits; dtypes fp32 fp16 bf16 fp8_e4m3 fp8_e5m2 mxfp8 mxfp4
+ * fp8_e4m3fnuz; flags bias scale residual det causal clean kvfnuz.
  */
 #ifndef FLY_KEY_H
 #define FLY_KEY_H

@@ -85,11 +85,73 @@ struct flyk_topk_args {
 	int64_t *indices;  /* [M,K] */
 };
 
+/* Scaled low-precision GEMM, NT: C[m,n] = sum_k A[m,k] B[n,k] * scales,
+ * fp32 accumulate, bf16 out.  By the problem's dtype:
+ *   FP8_E4M3 / FP8_E4M3FNUZ  a, b one byte per element; scale_a, scale_b
+ *                            each one fp32 (per tensor)
+ *   MXFP8                    e4m3 data; scale_a [M, K/32], scale_b
+ *                            [N, K/32] e8m0 bytes (2^(e-127), 0xFF NaN)
+ *   MXFP4                    e2m1 data, two per byte, the low nibble the
+ *                            even k: a [M, K/2], b [N, K/2] bytes; e8m0
+ *                            scales as MXFP8
+ * MX formats need K % 32 == 0. */
+struct flyk_scaled_gemm_args {
+	const void *a;
+	const void *b;
+	void *c;               /* [M,N] bf16 */
+	const void *bias;      /* [N] bf16 or NULL (FLY_F_BIAS) */
+	const void *scale_a;   /* see above */
+	const void *scale_b;
+	void *workspace;       /* may be NULL */
+	size_t workspace_size;
+};
+
+/* Attention forward, bf16/fp16 in and out, fp32 math.  Tensors are
+ * [batch, seq, heads, head_dim] with head_dim contiguous; the other three
+ * strides are in elements (0: dense for that tensor's shape).  Causal
+ * masks align bottom-right when sq != skv (query i sees key j <=
+ * i + skv - sq). */
+struct flyk_attention_args {
+	const void *q;         /* [B, Sq, Hq, D] */
+	const void *k;         /* [B, Skv, Hkv, D] */
+	const void *v;         /* [B, Skv, Hkv, D] */
+	void *o;               /* [B, Sq, Hq, D] */
+	float *lse;            /* [B, Hq, Sq] fp32 natural-log LSE, or NULL */
+	float scale;           /* softmax scale (1/sqrt(D) usually) */
+	int64_t q_stride[3];   /* batch, seq, head */
+	int64_t k_stride[3];
+	int64_t v_stride[3];
+	int64_t o_stride[3];
+	void *workspace;       /* split-KV partials; may be NULL */
+	size_t workspace_size;
+};
+
+/* FP8 MQA logits (the DeepSeek lightning indexer):
+ *   logits[i, j] = sum_h w[i, h] * relu(q[i, h, :] . kv[j, :]) * kv_scale[j]
+ * for ks[i] <= j < ke[i]; with FLY_F_CLEAN every other position of the row
+ * is -inf, without it unspecified.  q's format is the key's dtype, kv's
+ * the same unless FLY_F_KV_FNUZ. */
+struct flyk_mqa_logits_args {
+	const void *q;         /* [Sq, H, D] fp8 */
+	const void *kv;        /* [Skv, D] fp8 */
+	const float *kv_scale; /* [Skv] */
+	const float *weights;  /* [Sq, H] */
+	const int32_t *ks;     /* [Sq] */
+	const int32_t *ke;     /* [Sq] */
+	float *logits;         /* [Sq, ld] */
+	int64_t ld;            /* row stride of logits, >= Skv (0: Skv) */
+	void *workspace;       /* may be NULL */
+	size_t workspace_size;
+};
+
 union flyk_args {
 	struct flyk_gemm_args gemm;
 	struct flyk_grouped_gemm_args grouped_gemm;
 	struct flyk_rmsnorm_args rmsnorm;
 	struct flyk_topk_args topk;
+	struct flyk_scaled_gemm_args scaled_gemm;
+	struct flyk_attention_args attention;
+	struct flyk_mqa_logits_args mqa_logits;
 };
 
 struct flyk_device; /* opaque, one per backend instance */

@@ -26,6 +26,9 @@ static const char *const good_keys[] = {
     "attention/bf16/b=2,sq=1024,skv=4096,hq=32,hkv=8,d=128/causal",
     "attention/fp16/b=1,sq=1,skv=1,hq=1,hkv=1,d=64",
     "mqa_logits/fp8_e4m3/sq=64,skv=8192,h=64,d=128",
+    "mqa_logits/fp8_e4m3/sq=61,skv=1024,h=64,d=128/clean+kvfnuz",
+    "mqa_logits/fp8_e4m3fnuz/sq=4096,skv=4096,h=64,d=128/clean",
+    "scaled_gemm/fp8_e4m3fnuz/NT/m=32,n=4096,k=4096/bias",
 };
 
 static void test_roundtrip(void **state)
@@ -88,6 +91,7 @@ static const struct bad bad_keys[] = {
     {"scaled_gemm/bf16/NT/m=1,n=1,k=1", FLY_E_BADDTYPE},
     {"attention/fp32/b=1,sq=1,skv=1,hq=1,hkv=1,d=1", FLY_E_BADDTYPE},
     {"mqa_logits/fp16/sq=1,skv=1,h=1,d=1", FLY_E_BADDTYPE},
+    {"gemm/fp8_e4m3fnuz/NT/m=1,n=1,k=1", FLY_E_BADDTYPE},
     /* dims: zero, negative, missing, extra, out of order */
     {"gemm/bf16/NT/m=0,n=1,k=1", FLY_E_BADDIM},
     {"gemm/bf16/NT/m=-4,n=1,k=1", FLY_E_BADDIM},
@@ -119,6 +123,8 @@ static const struct bad bad_keys[] = {
     {"gemm/bf16/NT/m=,n=1,k=1", FLY_E_BADKEY},
     /* flag not allowed for the op */
     {"rmsnorm/fp16/m=1,n=1/causal", FLY_E_INVALID},
+    {"gemm/bf16/NT/m=1,n=1,k=1/clean", FLY_E_INVALID},
+    {"attention/bf16/b=1,sq=1,skv=1,hq=1,hkv=1,d=64/kvfnuz", FLY_E_INVALID},
     {"topk/fp16/m=1,n=1,k=1/residual", FLY_E_INVALID},
 };
 

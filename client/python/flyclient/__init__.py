@@ -29,10 +29,11 @@ DIMS_MAX = 8
 OPS = {"gemm": 1, "grouped_gemm": 2, "scaled_gemm": 3, "rmsnorm": 4,
        "topk": 5, "attention": 6, "mqa_logits": 7}
 DTYPES = {"fp32": 1, "fp16": 2, "bf16": 3, "fp8_e4m3": 4, "fp8_e5m2": 5,
-          "mxfp8": 6, "mxfp4": 7}
+          "mxfp8": 6, "mxfp4": 7, "fp8_e4m3fnuz": 8}
 LAYOUTS = {None: 0, "NT": 1, "NN": 2, "TN": 3, "TT": 4}
 FLAGS = {"bias": 0x1, "scale": 0x2, "residual": 0x4, "det": 0x8,
-         "deterministic": 0x8, "causal": 0x10}
+         "deterministic": 0x8, "causal": 0x10, "clean": 0x20,
+         "kvfnuz": 0x40}
 DIM_NAMES = {
     "gemm": ("m", "n", "k"),
     "grouped_gemm": ("g", "m", "n", "k"),
