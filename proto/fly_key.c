@@ -496,6 +496,11 @@ void fly_problem_bucket_floor(const struct fly_problem *bucketed,
 	b = bucketed->dims[pol->dim];
 	if (b <= 1)
 		return;
+	/* A value that is not a bucket's own (bucketing saturated it, since
+	 * the bucket would overflow the dims' product) is only its own
+	 * floor: a smaller value buckets to itself or to a larger bucket. */
+	if (bucket_value(b, pol) != b)
+		return;
 	/* bucket_value is monotone: binary search the least v in [1, b]
 	 * with bucket_value(v) == b. */
 	hi_v = b;

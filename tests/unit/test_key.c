@@ -366,6 +366,28 @@ static void test_bucket_floor(void **state)
 	}
 }
 
+/* Found by tests/fuzz/fuzz_key: a bucket that would overflow the dims'
+ * product saturates at the exact value (sq = 10 here), and the floor then
+ * named sq = 9, which buckets to itself, not to the key it was the floor
+ * of.  A saturated value is its own floor. */
+static void test_issue_fuzz_floor_saturated(void **state)
+{
+	static const char key[] =
+	    "attention/bf16/b=2,sq=10,skv=9460,hq=2,hkv=555555555555,d=28/causal";
+	struct fly_problem p, lo;
+	struct fly_bucket_policy pol;
+
+	(void)state;
+	assert_int_equal(fly_key_parse(key, sizeof(key) - 1, &p), 0);
+	fly_bucket_policy_default(p.op, &pol);
+	fly_problem_bucket(&p, &pol);
+	assert_int_equal(p.dims[1], 10); /* saturated: 16 would overflow */
+	fly_problem_bucket_floor(&p, &pol, &lo);
+	assert_int_equal(lo.dims[1], 10);
+	fly_problem_bucket(&lo, &pol);
+	assert_memory_equal(&lo, &p, sizeof(p));
+}
+
 static void test_bucket_policy(void **state)
 {
 	struct fly_bucket_policy pol = {1, 64, 100};
@@ -429,6 +451,7 @@ int main(void)
 	    cmocka_unit_test(test_names),
 	    cmocka_unit_test(test_bucket_default),
 	    cmocka_unit_test(test_bucket_floor),
+	    cmocka_unit_test(test_issue_fuzz_floor_saturated),
 		cmocka_unit_test(test_bucket_policy),
 	    cmocka_unit_test(test_hash),
 	};
