@@ -147,7 +147,7 @@ ALL_TARGETS := $(LAYERING) $(HEADER) $(LIBCLIENT_A) $(LIBCLIENT_SO) \
 
 .PHONY: all test test-bins unit integration python-test check style layering run \
 	deps asan ubsan tsan coverage install uninstall clean gen gen-check \
-	test-gpu bench systemd-verify FORCE
+	test-gpu bench systemd-verify fuzz fuzz-bins FORCE
 .DEFAULT_GOAL := all
 # Keep every intermediate object (no rebuilds of objects make deleted).
 .SECONDARY:
@@ -285,6 +285,34 @@ $(BUILD)/libflykernels_hip.so: $(HIP_OBJ) $(GPU_COMMON_OBJ)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(HIPCC) -shared $(HIP_ARCH) -o $@ $^
 
+# ---------------------------------------------------------------- fuzzing
+# Coverage-guided fuzzers (clang's libFuzzer, with ASan and UBSan) over the
+# parsers that meet untrusted bytes: frames, messages, keys, the config
+# file, the client's shm reader (tests/fuzz/fuzz_*.c).  `make test` replays
+# every seed and regression input and fuzzes each harness briefly
+# (FUZZ_SECONDS, 10 by default); `make fuzz FUZZ_SECONDS=3600` runs longer.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 10
+FUZZ_SRC     := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN     := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
+FUZZ_CFLAGS  := -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
+	-fno-sanitize-recover=undefined -D_GNU_SOURCE $(CJSON_CFLAGS) \
+	-Iproto -Idaemon -Itests/fuzz
+# What each harness links besides proto/.
+FUZZ_EXTRA_fuzz_config := daemon/config.c
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(PROTO_SRC) \
+		$(wildcard proto/*.h) daemon/config.c daemon/config.h
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  FUZZ    $@")
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(PROTO_SRC) $(FUZZ_EXTRA_$*) \
+		-lcjson -lm
+fuzz-bins: $(FUZZ_BIN)
+# The fuzzers are their own sanitized build: a SAN= build of the suite
+# leaves them out.
+TEST_FUZZ := $(if $(SAN)$(COVERAGE),,$(FUZZ_BIN))
+fuzz: fuzz-bins
+	$(Q)FLY_BUILD_DIR=$(abspath $(BUILD)) sh tests/fuzz/run-fuzz.sh $(FUZZ_SECONDS)
+
 # ---------------------------------------------------------------- tests
 deps:
 	$(Q)sh tools/deps.sh
@@ -325,16 +353,18 @@ $(BUILD)/tests/emu/flyk.o: kernels/flyk.c kernels/include/flyk.h
 	@mkdir -p $(@D)
 	$(Q)$(CC) -std=gnu11 -O1 -D_GNU_SOURCE $(INC_kernels) -c $< -o $@
 
-test-bins: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN)
+test-bins: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ)
 # Python loads the sanitized libflyclient.so: the ASan runtime must come
 # first, and Python's own allocations are not ours to leak-check.
 ifneq ($(findstring address,$(SAN)),)
 PY_ENV := LD_PRELOAD=$(shell $(CC) -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0
 endif
-test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN)
-	$(Q)FLY_BUILD_DIR=$(abspath $(BUILD)) FLY_PY_ENV="$(PY_ENV)" sh tools/run-tests.sh all \
+test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ)
+	$(Q)FLY_BUILD_DIR=$(abspath $(BUILD)) FLY_PY_ENV="$(PY_ENV)" \
+		FUZZ_SECONDS=$(FUZZ_SECONDS) sh tools/run-tests.sh all \
 		$(UNIT_BIN) $(INTEG_BIN) tests/integration/test_python.py \
 		tests/gpu/emu/run-emu-kernels.sh tests/gpu/emu/run-emu-gemm.sh \
+		$(if $(TEST_FUZZ),tests/fuzz/run-fuzz.sh) \
 		tools/systemd-verify.sh tools/install-check.sh \
 		tools/check-layering-selftest.sh
 

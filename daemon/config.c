@@ -269,11 +269,35 @@ out:
 	return rc;
 }
 
-int flyd_config_load(const char *path, int required, struct flyd_config *c,
-		     char *err, size_t errcap)
+int flyd_config_parse(const char *text, size_t len, const char *name,
+		      struct flyd_config *c, char *err, size_t errcap)
 {
 	struct flyd_config tmp = *c;
 	cJSON *root = NULL, *it;
+	int rc;
+
+	if (errcap > 0)
+		err[0] = '\0';
+	if (fly_msg_parse((const uint8_t *)text, len, &root) != 0) {
+		snprintf(err, errcap, "config: %s is not a valid JSON object "
+			 "(strict: no duplicate keys, no trailing bytes)", name);
+		return -EINVAL;
+	}
+	cJSON_ArrayForEach(it, root) {
+		rc = apply_member(it, &tmp, err, errcap);
+		if (rc < 0)
+			goto out;
+	}
+	*c = tmp;
+	rc = 0;
+out:
+	cJSON_Delete(root);
+	return rc;
+}
+
+int flyd_config_load(const char *path, int required, struct flyd_config *c,
+		     char *err, size_t errcap)
+{
 	char *text = NULL;
 	size_t len = 0;
 	int rc;
@@ -288,21 +312,7 @@ int flyd_config_load(const char *path, int required, struct flyd_config *c,
 			 strerror(-rc));
 		return rc == -ENOENT ? -ENOENT : -EINVAL;
 	}
-	if (fly_msg_parse((const uint8_t *)text, len, &root) != 0) {
-		snprintf(err, errcap, "config: %s is not a valid JSON object "
-			 "(strict: no duplicate keys, no trailing bytes)", path);
-		rc = -EINVAL;
-		goto out;
-	}
-	cJSON_ArrayForEach(it, root) {
-		rc = apply_member(it, &tmp, err, errcap);
-		if (rc < 0)
-			goto out;
-	}
-	*c = tmp;
-	rc = 0;
-out:
-	cJSON_Delete(root);
+	rc = flyd_config_parse(text, len, path, c, err, errcap);
 	free(text);
 	return rc;
 }

@@ -51,5 +51,9 @@ void flyd_config_defaults(struct flyd_config *c);
  * out of range). */
 int flyd_config_load(const char *path, int required, struct flyd_config *c,
 		     char *err, size_t errcap);
+/* The same over @p len bytes of text (@p name names it in messages); on
+ * failure @p c is unchanged.  @return 0 or -EINVAL. */
+int flyd_config_parse(const char *text, size_t len, const char *name,
+		      struct flyd_config *c, char *err, size_t errcap);
 
 #endif /* FLYD_CONFIG_H */

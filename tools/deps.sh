@@ -7,6 +7,10 @@
 set -u
 [ "${FLY_DEPS:-1}" = 0 ] && exit 0
 pkgs="gcc g++ make libc6-dev pkg-config libuv1-dev libsqlite3-dev libcjson-dev libcmocka-dev python3 systemd"
+# The fuzzers (tests/fuzz): clang and its libFuzzer runtime, whose package
+# carries clang's major version (14 on Debian 12, 18 on Ubuntu 24.04).
+clang_v=$(apt-cache depends clang 2>/dev/null | sed -n 's/.*Depends: clang-\([0-9][0-9]*\)$/\1/p' | head -n 1)
+pkgs="$pkgs clang libclang-rt-${clang_v:-14}-dev"
 if [ "${FLY_DEPS_GPU:-1}" != 0 ]; then
 	pkgs="$pkgs hipcc libamdhip64-dev rocm-device-libs"
 fi
