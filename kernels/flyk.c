@@ -122,6 +122,8 @@ static const char *preferred_name(const struct fly_problem *p)
 		return "gemm_blocked";
 	if (p->op == FLY_OP_GROUPED_GEMM)
 		return "ggemm_blocked";
+	if (p->op == FLY_OP_MQA_LOGITS)
+		return "mqa_blocked";
 	return NULL;
 }
 

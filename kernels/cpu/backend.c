@@ -47,6 +47,8 @@ static void table_build(void)
 	table_append(flyk_cpu_gemm_variants, flyk_cpu_gemm_nvariants);
 	table_append(flyk_cpu_grouped_gemm_variants,
 		     flyk_cpu_grouped_gemm_nvariants);
+	table_append(flyk_cpu_mqa_logits_variants,
+		     flyk_cpu_mqa_logits_nvariants);
 	if (flyk_testing_variants && &flyk_testing_nvariants)
 		table_append(flyk_testing_variants, flyk_testing_nvariants);
 }

@@ -11,6 +11,9 @@
  * Tolerances (|out - ref| per element, abs + rel):
  *   rmsnorm  fp32 1e-4, bf16 2e-2, fp16 5e-3      times (1 + |ref|)
  *   gemm     fp32 1e-3*sqrt(K), bf16 2e-2*sqrt(K) times (1 + |ref|)
+ *   mqa_logits  max |out - ref| over each row's window <= 2e-3 x the
+ *            largest |ref| there (the upstream test's relative error);
+ *            with FLY_F_CLEAN every other position exactly -inf
  *   topk     values bit-exact; indices point at equal elements, distinct;
  *            with FLY_F_DETERMINISTIC indices equal the reference's.
  * A NaN anywhere in an output is -EDOM.
@@ -235,6 +238,63 @@ static int setup_grouped(struct flyk_case *c, uint64_t *s)
 	return 0;
 }
 
+/* Random e4m3 bytes: sign, exponent field 4..9 (fn: 2^-3 .. 2^2, fnuz
+ * half that), any mantissa; never zero or NaN in either format. */
+static void fill_fp8(uint8_t *b, size_t n, uint64_t *s)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t r = rng_next(s) >> 32;
+
+		b[i] = (uint8_t)(((r & 1u) << 7) | ((4u + (r >> 1) % 6u) << 3) |
+				 ((r >> 8) & 7u));
+	}
+}
+
+/* The windows of the tuning case: causal with a KV prefix
+ * (ke = skv - sq + i + 1, ks = 0), so the early rows of sq > skv are
+ * empty and the rest grow by one. */
+static void mqa_windows(int32_t *ks, int32_t *ke, int64_t sq, int64_t skv)
+{
+	for (int64_t i = 0; i < sq; i++) {
+		int64_t e = skv - sq + i + 1;
+
+		ks[i] = 0;
+		ke[i] = (int32_t)(e < 0 ? 0 : e);
+	}
+}
+
+static int setup_mqa(struct flyk_case *c, uint64_t *s)
+{
+	struct flyk_mqa_logits_args *a = &c->args.mqa_logits;
+	int64_t sq = c->p.dims[0], skv = c->p.dims[1], h = c->p.dims[2];
+	int64_t d = c->p.dims[3];
+	size_t nq = elems(elems(sq, h), d), nkv = elems(skv, d);
+	size_t nl = elems(sq, skv);
+	uint8_t *q = case_alloc(c, nq, 1), *kv = case_alloc(c, nkv, 1);
+	float *sc = case_alloc(c, (size_t)skv, sizeof(float));
+	float *w = case_alloc(c, elems(sq, h), sizeof(float));
+	int32_t *ks = case_alloc(c, (size_t)sq, sizeof(int32_t));
+	int32_t *ke = case_alloc(c, (size_t)sq, sizeof(int32_t));
+
+	c->out = case_alloc(c, nl, sizeof(float));
+	c->ref = case_alloc(c, nl, sizeof(float));
+	c->out_bytes = nl * sizeof(float);
+	if (!nq || !nkv || !nl || !q || !kv || !sc || !w || !ks || !ke ||
+	    !c->out || !c->ref)
+		return -ENOMEM;
+	fill_fp8(q, nq, s);
+	fill_fp8(kv, nkv, s);
+	fill(sc, (size_t)skv, FLY_DT_FP32, 0.1f, 1.0f, s);
+	fill(w, elems(sq, h), FLY_DT_FP32, -0.5f, 0.5f, s);
+	mqa_windows(ks, ke, sq, skv);
+	/* positions outside the windows stay NaN in the reference: only the
+	 * valid ones are compared (and -inf under FLY_F_CLEAN) */
+	memset(c->ref, 0xff, nl * sizeof(float));
+	*a = (struct flyk_mqa_logits_args){ q, kv, sc, w, ks, ke, c->ref, 0,
+					    NULL, 0 };
+	return 0;
+}
+
 /* Point the args' outputs at the case outputs (after the reference). */
 static void point_at_outputs(struct flyk_case *c)
 {
@@ -248,6 +308,9 @@ static void point_at_outputs(struct flyk_case *c)
 		break;
 	case FLY_OP_GEMM:
 		c->args.gemm.c = c->out;
+		break;
+	case FLY_OP_MQA_LOGITS:
+		c->args.mqa_logits.logits = c->out;
 		break;
 	default:
 		c->args.grouped_gemm.c = c->out;
@@ -268,6 +331,8 @@ static int setup(struct flyk_case *c, uint64_t seed)
 		return setup_gemm(c, &s);
 	case FLY_OP_GROUPED_GEMM:
 		return setup_grouped(c, &s);
+	case FLY_OP_MQA_LOGITS:
+		return setup_mqa(c, &s);
 	default:
 		return -EOPNOTSUPP;
 	}
@@ -467,6 +532,52 @@ static int check_topk(struct flyk_case *c, double *max_err)
 	return rc;
 }
 
+/* Row i's window clamped to [0, skv). */
+static void mqa_window(const struct flyk_case *c, int64_t i, int64_t *lo,
+		       int64_t *hi)
+{
+	int64_t skv = c->p.dims[1], s = c->args.mqa_logits.ks[i];
+	int64_t e = c->args.mqa_logits.ke[i];
+
+	*lo = s < 0 ? 0 : (s > skv ? skv : s);
+	*hi = e > skv ? skv : (e < *lo ? *lo : e);
+}
+
+static int check_mqa(struct flyk_case *c, double *max_err)
+{
+	int64_t sq = c->p.dims[0], skv = c->p.dims[1];
+	const float *o = c->out, *r = c->ref;
+	int clean = (c->p.flags & FLY_F_CLEAN) != 0;
+	double den = 0.0;
+	int rc = 0;
+
+	for (int64_t i = 0; i < sq; i++) {
+		int64_t lo, hi;
+
+		mqa_window(c, i, &lo, &hi);
+		for (int64_t j = 0; j < skv; j++) {
+			float ov = o[i * skv + j], rv = r[i * skv + j];
+
+			if (j < lo || j >= hi) {
+				if (clean && !(isinf(ov) && ov < 0))
+					rc = -EDOM;
+				continue;
+			}
+			if (!isfinite(ov)) {
+				*max_err = INFINITY;
+				return -EDOM;
+			}
+			if (fabs((double)ov - rv) > *max_err)
+				*max_err = fabs((double)ov - rv);
+			if (fabs((double)rv) > den)
+				den = fabs((double)rv);
+		}
+	}
+	if (*max_err > 2e-3 * (den > 1e-30 ? den : 1e-30) && *max_err > 0)
+		rc = -EDOM;
+	return rc;
+}
+
 int flyk_cpu_case_check(struct flyk_case *c, double *max_err)
 {
 	uint32_t dt;
@@ -491,6 +602,8 @@ int flyk_cpu_case_check(struct flyk_case *c, double *max_err)
 	case FLY_OP_GEMM:
 		return cmp_float(c->out, c->ref, c->out_bytes / es, dt,
 				 gemm_tol(dt, c->p.dims[2]), max_err);
+	case FLY_OP_MQA_LOGITS:
+		return check_mqa(c, max_err);
 	default:
 		return cmp_float(c->out, c->ref, c->out_bytes / es, dt,
 				 gemm_tol(dt, c->p.dims[3]), max_err);

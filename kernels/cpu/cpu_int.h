@@ -101,6 +101,25 @@ static inline uint16_t flyk_cpu_f32_to_f16(float f)
 	return (uint16_t)(sign | (ax >> 13));
 }
 
+/* One fp8 e4m3 byte as fp32: e4m3fn (bias 7, 0x7f/0xff NaN, -0 at 0x80)
+ * or, with @p fnuz, e4m3fnuz (bias 8, 0x80 the only NaN, no -0).  Exact:
+ * every e4m3 value is an fp32 value. */
+static inline float flyk_cpu_fp8_to_f32(uint8_t b, int fnuz)
+{
+	uint32_t e = (b >> 3) & 0xfu, m = b & 7u;
+	float v;
+
+	if (fnuz ? b == 0x80u : (b & 0x7fu) == 0x7fu)
+		return flyk_cpu_bits_f32(0x7fc00000u);
+	/* normal: 2^(e - bias) * (1 + m/8); subnormal: 2^(1 - bias) * m/8 */
+	if (e)
+		v = flyk_cpu_bits_f32(((e + 127u - (fnuz ? 8u : 7u)) << 23) |
+				      (m << 20));
+	else
+		v = (float)m * (fnuz ? 0x1p-10f : 0x1p-9f);
+	return (b & 0x80u) ? -v : v;
+}
+
 /* Bytes per element of @p dtype (0 when unsupported here). */
 static inline size_t flyk_cpu_dtsize(uint32_t dtype)
 {
@@ -190,6 +209,8 @@ extern const struct flyk_variant flyk_cpu_gemm_variants[];
 extern const size_t flyk_cpu_gemm_nvariants;
 extern const struct flyk_variant flyk_cpu_grouped_gemm_variants[];
 extern const size_t flyk_cpu_grouped_gemm_nvariants;
+extern const struct flyk_variant flyk_cpu_mqa_logits_variants[];
+extern const size_t flyk_cpu_mqa_logits_nvariants;
 
 /* The blocked GEMM core shared by gemm_blocked and ggemm_blocked:
  * C[M,N] = alpha * A[M,K] . B (NT: B [N,K]; NN: B [K,N]) + bias, elements

@@ -557,6 +557,178 @@ static void test_check_catches_poison_and_wrong(void **state)
 	B->close(dev);
 }
 
+/* ---------------------------------------------------------- mqa_logits */
+
+static void test_fp8_decode(void **state)
+{
+	(void)state;
+	/* e4m3fn: bias 7, 0x7f/0xff NaN, 0x80 -0, max 448 */
+	assert_true(flyk_cpu_fp8_to_f32(0x38, 0) == 1.0f);
+	assert_true(flyk_cpu_fp8_to_f32(0xb8, 0) == -1.0f);
+	assert_true(flyk_cpu_fp8_to_f32(0x7e, 0) == 448.0f);
+	assert_true(flyk_cpu_fp8_to_f32(0x01, 0) == 0x1p-9f);
+	assert_true(flyk_cpu_fp8_to_f32(0x08, 0) == 0x1p-6f);
+	assert_true(flyk_cpu_fp8_to_f32(0x3c, 0) == 1.5f);
+	assert_true(isnan(flyk_cpu_fp8_to_f32(0x7f, 0)));
+	assert_true(isnan(flyk_cpu_fp8_to_f32(0xff, 0)));
+	assert_true(flyk_cpu_fp8_to_f32(0x80, 0) == 0.0f);
+	assert_true(signbit(flyk_cpu_fp8_to_f32(0x80, 0)));
+	/* e4m3fnuz: bias 8, 0x80 the only NaN, max 240 */
+	assert_true(flyk_cpu_fp8_to_f32(0x40, 1) == 1.0f);
+	assert_true(flyk_cpu_fp8_to_f32(0x38, 1) == 0.5f);
+	assert_true(flyk_cpu_fp8_to_f32(0x7f, 1) == 240.0f);
+	assert_true(flyk_cpu_fp8_to_f32(0xff, 1) == -240.0f);
+	assert_true(flyk_cpu_fp8_to_f32(0x01, 1) == 0x1p-10f);
+	assert_true(isnan(flyk_cpu_fp8_to_f32(0x80, 1)));
+	assert_true(flyk_cpu_fp8_to_f32(0x00, 1) == 0.0f);
+}
+
+static void test_mqa_all_variants(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	static const int64_t shapes[][4] = {
+		{ 1, 1, 1, 1 }, { 1, 37, 4, 16 }, { 5, 3, 2, 8 },
+		{ 61, 200, 8, 32 }, { 9, 130, 64, 128 },
+	};
+	static const uint32_t fl[][2] = {
+		{ FLY_DT_FP8_E4M3, 0 },
+		{ FLY_DT_FP8_E4M3, FLY_F_CLEAN },
+		{ FLY_DT_FP8_E4M3FNUZ, FLY_F_CLEAN },
+		{ FLY_DT_FP8_E4M3, FLY_F_CLEAN | FLY_F_KV_FNUZ },
+	};
+	uint64_t seed = 40;
+
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+		for (size_t f = 0; f < sizeof(fl) / sizeof(fl[0]); f++) {
+			struct fly_problem p = prob(
+				FLY_OP_MQA_LOGITS, fl[f][0], 0, fl[f][1],
+				shapes[i][0], shapes[i][1], shapes[i][2],
+				shapes[i][3]);
+
+			assert_true(run_all_points(dev, &p, seed++) >= 2);
+		}
+	/* q fnuz with kv "fnuz as well" is not a third format */
+	struct fly_problem bad = prob(FLY_OP_MQA_LOGITS, FLY_DT_FP8_E4M3FNUZ,
+				      0, FLY_F_KV_FNUZ, 4, 4, 2, 8);
+	const struct flyk_variant *ref =
+		flyk_variant_find(B, FLY_OP_MQA_LOGITS, "mqa_ref");
+	assert_non_null(ref);
+	assert_int_equal(ref->feasible(dev, &bad, NULL), -EINVAL);
+	B->close(dev);
+}
+
+/* Windows of every kind the engines send (empty rows, ks < 0, ke past
+ * skv, context-parallel halves), a strided output: the blocked variant
+ * agrees with the reference on every window position; CLEAN writes
+ * exactly -inf elsewhere in the row and nothing past skv; without CLEAN
+ * nothing outside the windows is written. */
+static void test_mqa_windows(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	enum { SQ = 13, SKV = 70, H = 3, D = 24, LD = SKV + 5 };
+	static uint8_t q[SQ * H * D], kv[SKV * D];
+	static float sc[SKV], w[SQ * H], out[2][SQ * LD];
+	static int32_t ks[SQ], ke[SQ];
+	const struct flyk_variant *ref =
+		flyk_variant_find(B, FLY_OP_MQA_LOGITS, "mqa_ref");
+	const struct flyk_variant *blk =
+		flyk_variant_find(B, FLY_OP_MQA_LOGITS, "mqa_blocked");
+	uint64_t s = 7;
+
+	assert_non_null(ref);
+	assert_non_null(blk);
+	for (size_t i = 0; i < sizeof(q); i++)
+		q[i] = (uint8_t)((s = s * 6364136223846793005ULL + 1) >> 56) &
+		       0x77; /* never NaN */
+	for (size_t i = 0; i < sizeof(kv); i++)
+		kv[i] = (uint8_t)((s = s * 6364136223846793005ULL + 1) >> 56) &
+			0xf7;
+	for (int j = 0; j < SKV; j++)
+		sc[j] = 0.25f + (float)(j % 5) * 0.125f;
+	for (int i = 0; i < SQ * H; i++)
+		w[i] = (i % 3 == 0 ? -0.5f : 0.75f) + (float)(i % 7) * 0.03f;
+	for (int i = 0; i < SQ; i++) {
+		ks[i] = i < SQ / 2 ? 0 : SKV / 2;        /* cp halves */
+		ke[i] = i < SQ / 2 ? SKV / 2 - 3 + i : SKV - SQ + i + 1;
+	}
+	ks[1] = 9, ke[1] = 9;     /* empty */
+	ks[2] = -5, ke[2] = 4;    /* starts before 0 */
+	ks[3] = 60, ke[3] = 500;  /* ends past skv */
+	ks[4] = 30, ke[4] = 10;   /* reversed: empty */
+	for (int clean = 0; clean < 2; clean++) {
+		struct fly_problem p = prob(FLY_OP_MQA_LOGITS, FLY_DT_FP8_E4M3,
+					    0, clean ? FLY_F_CLEAN : 0, SQ,
+					    SKV, H, D);
+		int64_t pt[3] = { 4, 64, 2 };
+
+		for (int v = 0; v < 2; v++) {
+			union flyk_args a = { .mqa_logits = {
+				q, kv, sc, w, ks, ke, out[v], LD, NULL, 0 } };
+
+			for (int i = 0; i < SQ * LD; i++)
+				out[v][i] = 12345.0f;
+			assert_int_equal((v ? blk : ref)->feasible(dev, &p,
+						v ? pt : NULL), 0);
+			assert_int_equal((v ? blk : ref)->launch(dev, &p,
+						v ? pt : NULL, &a, NULL), 0);
+		}
+		for (int i = 0; i < SQ; i++) {
+			int lo = ks[i] < 0 ? 0 : ks[i];
+			int hi = ke[i] > SKV ? SKV : ke[i];
+
+			for (int j = 0; j < LD; j++) {
+				float r = out[0][i * LD + j];
+				float b = out[1][i * LD + j];
+				int in = j >= lo && j < hi;
+
+				if (j >= SKV || (!in && !clean)) {
+					assert_true(r == 12345.0f);
+					assert_true(b == 12345.0f);
+				} else if (!in) {
+					assert_true(isinf(r) && r < 0);
+					assert_true(isinf(b) && b < 0);
+				} else {
+					assert_true(isfinite(r));
+					assert_true(fabsf(b - r) <=
+						    1e-4f * (1.0f + fabsf(r)));
+				}
+			}
+		}
+	}
+	B->close(dev);
+}
+
+/* The check refuses a wrong valid position, a NaN left in a window, and
+ * under CLEAN a finite value outside the windows. */
+static void test_mqa_check_catches(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	struct fly_problem p = prob(FLY_OP_MQA_LOGITS, FLY_DT_FP8_E4M3, 0,
+				    FLY_F_CLEAN, 8, 16, 4, 16);
+	const struct flyk_variant *blk =
+		flyk_variant_find(B, FLY_OP_MQA_LOGITS, "mqa_blocked");
+	int64_t pt[3] = { 1, 64, 1 };
+	struct flyk_case *c = NULL;
+	float *o;
+	double err;
+
+	assert_int_equal(B->case_new(dev, &p, 9, &c), 0);
+	o = c->out;
+	/* row 7 of the case's causal-with-prefix windows is [0, 16) full;
+	 * row 0 is [0, 9): position (0, 12) lies outside */
+	assert_int_equal(blk->launch(dev, &p, pt, &c->args, NULL), 0);
+	assert_int_equal(B->case_check(c, &err), 0);
+	o[7 * 16 + 3] += 1.0f + fabsf(o[7 * 16 + 3]);
+	assert_int_equal(B->case_check(c, &err), -EDOM);
+	assert_int_equal(B->case_poison(c), 0);
+	assert_int_equal(B->case_check(c, &err), -EDOM);
+	assert_int_equal(blk->launch(dev, &p, pt, &c->args, NULL), 0);
+	o[0 * 16 + 12] = 0.0f;
+	assert_int_equal(B->case_check(c, &err), -EDOM);
+	B->case_free(c);
+	B->close(dev);
+}
+
 static void test_case_errors(void **state)
 {
 	struct flyk_device *dev = dev_open();
@@ -747,6 +919,10 @@ int main(void)
 		cmocka_unit_test(test_grouped_cases),
 		cmocka_unit_test(test_grouped_uneven_offsets),
 		cmocka_unit_test(test_check_catches_poison_and_wrong),
+		cmocka_unit_test(test_fp8_decode),
+		cmocka_unit_test(test_mqa_all_variants),
+		cmocka_unit_test(test_mqa_windows),
+		cmocka_unit_test(test_mqa_check_catches),
 		cmocka_unit_test(test_case_errors),
 		cmocka_unit_test(test_launch_and_default),
 		cmocka_unit_test(test_default_per_op),
