@@ -11,6 +11,8 @@
 #   rt         bench/gpu_bench.py (RMSNorm, TopK; daemon-driven)
 #   sweep      bench/gpu_bench.py --standalone (every candidate timed)
 #   gemm       bench/gemm_bench.py (GEMM, grouped GEMM; daemon-driven)
+#   mqa        bench/mqa_bench.py (FP8 MQA logits vs the Triton peer;
+#              daemon-driven)
 #   points     bench/gemm_points.py on the shapes of POINTS (every point of
 #              the variants of POINTS_ARGS timed; a diagnostic)
 #
@@ -19,7 +21,8 @@
 # Default stages: build test rt gemm.  Environment: CASES (cases.json;
 # default ../shared/bench/cases.json, else .devdeps/cases.json), BUILD
 # (build/gpu), OUT (results; else bench/results), T_QUICK, T_TEST, T_RT,
-# T_SWEEP, T_GEMM, T_POINTS (seconds per stage), RT_ARGS, GEMM_ARGS,
+# T_SWEEP, T_GEMM, T_MQA, T_POINTS (seconds per stage), RT_ARGS, GEMM_ARGS,
+# MQA_ARGS,
 # POINTS_ARGS (extra arguments), POINTS (see points),
 # FLY_COMMIT (the commit to record where the tree has no .git).
 # OUT receives the result JSON files, summary.txt and logs.tgz (every log,
@@ -104,6 +107,17 @@ temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 200 \
 		kill "$_smi" 2>/dev/null
 		tail -70 "$W/gemm.txt" | tee -a "$S"
 		;;
+	mqa)
+		nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,\
+temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 500 \
+			> "$W/smi-mqa.csv" 2>&1 &
+		_smi=$!
+		stage mqa "${T_MQA:-300}" env PYTHONUNBUFFERED=1 python3 \
+			bench/mqa_bench.py --build "$B" --cases "$C" \
+			--out "$W/mqa" ${MQA_ARGS:-}
+		kill "$_smi" 2>/dev/null
+		grep -v '^\s*$' "$W/mqa.txt" | tail -40 | tee -a "$S"
+		;;
 	points)
 		# shellcheck disable=SC2086
 		stage points "${T_POINTS:-200}" env PYTHONUNBUFFERED=1 \
@@ -118,7 +132,7 @@ temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 200 \
 done
 
 # Results (JSON) straight into OUT; everything else in one archive.
-for d in rt gemm; do
+for d in rt gemm mqa; do
 	[ -d "$W/$d" ] && cp "$W/$d"/h200-*.json "$R/" 2>/dev/null
 done
 tar -C "$W" -czf "$R/logs.tgz" . 2>/dev/null

@@ -87,6 +87,7 @@ extern const struct flyk_gpu_op flyk_gpu_rmsnorm_op;
 extern const struct flyk_gpu_op flyk_gpu_topk_op;
 extern const struct flyk_gpu_op flyk_gpu_gemm_op;
 extern const struct flyk_gpu_op flyk_gpu_grouped_gemm_op;
+extern const struct flyk_gpu_op flyk_gpu_mqa_logits_op;
 
 /* Allocate a device buffer owned by the case.  @return index or -ENOMEM. */
 int flyk_gpu_case_alloc(struct flyk_case *c, size_t bytes, int is_output,

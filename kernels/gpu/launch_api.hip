@@ -77,6 +77,36 @@ FLYK_EXPORT int flyk_gpu_topk(const struct fly_problem *p,
 	return flyk_launch(flyk_gpu_backend(), &a->dev, p, d, &args, stream);
 }
 
+/* FP8 MQA logits (struct flyk_mqa_logits_args: q [sq,h,d] and kv [skv,d]
+ * e4m3 bytes, kv_scale [skv], weights [sq,h], ks/ke [sq] int32, logits
+ * [sq, ld] fp32, ld 0 for skv), all device pointers. */
+FLYK_EXPORT int flyk_gpu_mqa_logits(const struct fly_problem *p,
+				    const struct fly_decision *d,
+				    const void *q, const void *kv,
+				    const float *kv_scale,
+				    const float *weights, const int32_t *ks,
+				    const int32_t *ke, float *logits,
+				    int64_t ld, void *stream)
+{
+	struct api_dev *a = api_device();
+	if (a->rc)
+		return a->rc;
+	if (!p || !d || p->op != FLY_OP_MQA_LOGITS || ld < 0 ||
+	    (ld && ld < p->dims[1]))
+		return -EINVAL;
+	union flyk_args args;
+	memset(&args, 0, sizeof(args));
+	args.mqa_logits.q = q;
+	args.mqa_logits.kv = kv;
+	args.mqa_logits.kv_scale = kv_scale;
+	args.mqa_logits.weights = weights;
+	args.mqa_logits.ks = ks;
+	args.mqa_logits.ke = ke;
+	args.mqa_logits.logits = logits;
+	args.mqa_logits.ld = ld;
+	return flyk_launch(flyk_gpu_backend(), &a->dev, p, d, &args, stream);
+}
+
 /* The heuristic default for @p p (flyk_default). */
 FLYK_EXPORT int flyk_gpu_default(const struct fly_problem *p,
 				 struct fly_decision *out)

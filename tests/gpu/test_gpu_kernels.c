@@ -30,10 +30,10 @@ static void result(int ok, const char *what, const char *key, int rc)
 static void pkey(const struct fly_problem *p, const char *vname,
 		 const int64_t *pt, uint32_t np, char *buf, size_t cap)
 {
-	int n = snprintf(buf, cap, "op=%u dt=%u flags=%u dims=%lld,%lld,%lld "
-			 "%s(", p->op, p->dtype, p->flags,
+	int n = snprintf(buf, cap, "op=%u dt=%u flags=%u dims=%lld,%lld,%lld,"
+			 "%lld %s(", p->op, p->dtype, p->flags,
 			 (long long)p->dims[0], (long long)p->dims[1],
-			 (long long)p->dims[2], vname);
+			 (long long)p->dims[2], (long long)p->dims[3], vname);
 	for (uint32_t i = 0; i < np && n > 0 && (size_t)n < cap; i++)
 		n += snprintf(buf + n, cap - n, "%s%lld", i ? "," : "",
 			      (long long)pt[i]);
@@ -159,6 +159,35 @@ static void test_topk(const struct flyk_backend *b, struct flyk_device *dev)
 			}
 }
 
+/* mqa_logits: the wgmma variant's shapes (h 64, d 128: one query row,
+ * misaligned sizes, sq > skv with empty rows, few rows over a long
+ * context) and small h/d for the portable one; all four format/flag
+ * combinations. */
+static void test_mqa(const struct flyk_backend *b, struct flyk_device *dev)
+{
+	static const int64_t shapes[][4] = {
+		{1, 64, 64, 128},    {61, 1024, 64, 128}, {5, 3000, 64, 128},
+		{130, 257, 64, 128}, {300, 4100, 64, 128}, {2, 70000, 64, 128},
+		{64, 32, 64, 128},   {7, 100, 8, 32},     {3, 50, 4, 16},
+	};
+	static const uint32_t fl[][2] = {
+		{FLY_DT_FP8_E4M3, FLY_F_CLEAN},
+		{FLY_DT_FP8_E4M3, 0},
+		{FLY_DT_FP8_E4M3FNUZ, FLY_F_CLEAN},
+		{FLY_DT_FP8_E4M3, FLY_F_CLEAN | FLY_F_KV_FNUZ},
+	};
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+		for (size_t f = 0; f < sizeof(fl) / sizeof(fl[0]); f++) {
+			struct fly_problem p;
+			memset(&p, 0, sizeof(p));
+			p.op = FLY_OP_MQA_LOGITS;
+			p.dtype = fl[f][0];
+			p.flags = fl[f][1];
+			memcpy(p.dims, shapes[s], sizeof(shapes[s]));
+			test_problem(b, dev, &p, 300 + s * 7 + f);
+		}
+}
+
 int main(void)
 {
 	const struct flyk_backend *b = flyk_gpu_backend();
@@ -175,6 +204,7 @@ int main(void)
 	printf("# %s backend, %zu variants: %s\n", b->name, b->nvariants, fp);
 	test_rmsnorm(b, dev);
 	test_topk(b, dev);
+	test_mqa(b, dev);
 	b->close(dev);
 	printf("%d passed, %d failed\n", npass, nfail);
 	return nfail ? 1 : 0;

@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""mqa_bench.py -- flytuned's FP8 MQA-logits (lightning indexer) against
+the Triton peer and the dense torch reference on the GPU, one run, one
+timing function.
+
+Daemon-driven: starts flytuned on the GPU backend (gpu_bench.Daemon), asks
+it for each primary case of cases.json `mqa_logits_fp8` through the Python
+client (decide_wait: its wall time is the case's tune_s), launches the
+decision on the case's own inputs and windows through
+flyclient.kernels (libflykernels_cuda.so's flyk_gpu_mqa_logits), checks
+it with the peer's check() (fp32 reference on the exact fp8 inputs,
+relative error < 2e-3 on every window position, exact -inf outside under
+clean_logits), and times it side by side (gpu_bench.bench_side_by_side:
+CUDA events per call, L2 cleaned by a read of 512 MiB before each rep,
+median, reps interleaved) with:
+  triton     ../shared/bench/peers/mqa_logits_triton.py, its DEFAULT_CONFIGS
+             swept per case (quick median each), the fastest config
+  torch_ref  the peer's dense torch reference (per-head bf16 matmuls),
+             on cases with sq * skv <= 2^27 only (it is 8 ms at 4096^2)
+TFLOP/s count 2 * H * D flops per valid (row, column) pair.  The SM
+clock and power are sampled with nvidia-smi before and after.
+
+Writes OUT/h200-mqa_logits.json:
+  {"gpu","date","commit","method","clocks":{...},
+   "cases":[{"op","case","variant","params","flytuned_ms",
+             "peers":{"triton":ms,"torch_ref":ms},"triton_cfg",
+             "tflops":{"flytuned","triton"},"check","tune_s","status"}]}
+usage: python3 bench/mqa_bench.py [--build DIR] [--cases FILE] [--out DIR]
+       [--only 0,3,11]
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+import gpu_bench  # noqa: E402
+
+H, D = 64, 128
+
+
+def peer_module():
+    for d in (os.path.join(ROOT, "..", "shared", "bench", "peers"),
+              os.path.join(ROOT, ".devdeps", "bench", "peers")):
+        if os.path.exists(os.path.join(d, "mqa_logits_triton.py")):
+            sys.path.insert(0, d)
+            import mqa_logits_triton
+            return mqa_logits_triton
+    raise RuntimeError("peers/mqa_logits_triton.py not found")
+
+
+def clocks():
+    try:
+        return subprocess.check_output(
+            ["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,power.draw,"
+             "temperature.gpu,clocks_throttle_reasons.active",
+             "--format=csv,noheader"]).decode().strip()
+    except Exception as e:
+        return "n/a (%s)" % e
+
+
+def one_case(args, peer, kern, daemon, idx, c):
+    sq, skv, kind, clean = c["s_q"], c["s_kv"], c["window"], c["clean_logits"]
+    q, kv, sc, w, ks, ke = peer.make_inputs(sq, skv, kind, seed=idx)
+    pairs = peer.valid_pairs(ks, ke, skv)
+    gflop = 2.0 * H * D * pairs / 1e9
+    flags = ("clean",) if clean else ()
+    d, tune_s = daemon.decide("mqa_logits", "fp8_e4m3",
+                              {"sq": sq, "skv": skv, "h": H, "d": D}, flags)
+    p = kern.mqa_problem(sq, skv, H, D, clean=clean)
+    out = torch.empty((sq, skv), dtype=torch.float32, device="cuda")
+    qb, kvb = q.view(torch.uint8), kv.view(torch.uint8)
+
+    def ours():
+        kern.mqa_logits(d, qb, kvb, sc, w, ks, ke, out, problem=p)
+
+    out.fill_(float("nan"))
+    ours()
+    torch.cuda.synchronize()
+    chk = peer.check(out, q, kv, sc, w, ks, ke, clean)
+    # the Triton peer: every default config, quick, then the fastest
+    tout = torch.empty_like(out)
+    quick = []
+    for cfg in peer.DEFAULT_CONFIGS:
+        try:
+            fn = (lambda cfg=cfg: peer.mqa_logits_triton(
+                q, kv, sc, w, ks, ke, clean, cfg, out=tout))
+            fn()
+            quick.append((gpu_bench.bench(fn, warmup=2, reps=10,
+                                          budget_ms=60), cfg))
+        except Exception as e:  # a config that does not compile here
+            print("  triton %s: %r" % (peer.cfg_name(cfg), e), flush=True)
+    quick.sort(key=lambda x: x[0])
+    tcfg = quick[0][1]
+    tchk = peer.check(tout, q, kv, sc, w, ks, ke, clean) if quick else {}
+    fns = {"flytuned": ours,
+           "triton": lambda: peer.mqa_logits_triton(q, kv, sc, w, ks, ke,
+                                                    clean, tcfg, out=tout)}
+    if sq * skv <= (1 << 27):
+        fns["torch_ref"] = lambda: peer.torch_ref_bf16(q, kv, sc, w, ks, ke,
+                                                       clean)
+    ms = gpu_bench.bench_side_by_side(fns, warmup=3, reps=args.reps,
+                                      budget_ms=400)
+    r = {"op": "mqa_logits", "case": dict(c, index=idx),
+         "variant": d["variant"], "params": d["params"],
+         "status": d["status"], "tune_s": tune_s,
+         "flytuned_ms": ms["flytuned"],
+         "peers": {"triton": ms["triton"], "torch_ref": ms.get("torch_ref")},
+         "triton_cfg": peer.cfg_name(tcfg), "gflop": gflop,
+         "tflops": {"flytuned": gflop / ms["flytuned"],
+                    "triton": gflop / ms["triton"]},
+         "check": chk, "triton_check": tchk}
+    print("case %2d %5dx%-6d %-11s clean=%d  ours %-10s %-12s %.4f ms "
+          "(%4.0f TF/s)  triton %.4f ms (%s)  x%.2f  tune %.2fs  ok=%s" %
+          (idx, sq, skv, kind, clean, d["variant"], d["params"],
+           ms["flytuned"], r["tflops"]["flytuned"], ms["triton"],
+           r["triton_cfg"], ms["triton"] / ms["flytuned"], tune_s or 0,
+           chk.get("ok")), flush=True)
+    del q, kv, sc, w, ks, ke, out, tout
+    torch.cuda.empty_cache()
+    return r
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--cases", default=os.path.join(ROOT, "..", "shared",
+                                                    "bench", "cases.json"))
+    ap.add_argument("--out", default=os.environ.get(
+        "OUT", os.path.join(ROOT, "bench", "results")))
+    ap.add_argument("--only", default="")
+    ap.add_argument("--reps", type=int, default=50)
+    args = ap.parse_args(argv)
+    if not os.path.exists(args.cases):
+        args.cases = os.path.join(ROOT, ".devdeps", "bench", "cases.json")
+    cases = json.load(open(args.cases))["mqa_logits_fp8"]["primary"]
+    peer = peer_module()
+    import flyclient.kernels as fk
+    kern = fk.Kernels(os.path.join(args.build, "libflykernels_cuda.so"))
+    head = {"gpu": torch.cuda.get_device_name(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "commit": gpu_bench.commit(), "torch": torch.__version__,
+            "method": "CUDA events per call, L2 cleaned by reading 512 MiB "
+                      "before each rep, median ms, reps interleaved",
+            "clocks": {"before": clocks()}}
+    daemon = gpu_bench.Daemon(args.build)
+    res = []
+    only = [int(x) for x in args.only.split(",")] if args.only else None
+    try:
+        for i, c in enumerate(cases):
+            if only is not None and i not in only:
+                continue
+            try:
+                res.append(one_case(args, peer, kern, daemon, i, c))
+            except Exception as e:
+                print("case %d: failed: %r" % (i, e), flush=True)
+                res.append({"op": "mqa_logits", "case": dict(c, index=i),
+                            "error": repr(e)})
+    finally:
+        daemon.stop()
+        head["clocks"]["after"] = clocks()
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "h200-mqa_logits.json"), "w") as f:
+            json.dump(dict(head, cases=res), f, indent=1)
+        import shutil
+        shutil.copy(daemon.log.name, os.path.join(args.out,
+                                                  "flytuned-mqa.log"))
+    ok = [r for r in res if "flytuned_ms" in r]
+    if ok:
+        ratios = [r["peers"]["triton"] / r["flytuned_ms"] for r in ok]
+        g = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        print("geomean vs triton over %d cases: x%.3f (min x%.3f); all "
+              "checks ok: %s" % (len(ok), g, min(ratios),
+                                 all(r["check"].get("ok") for r in ok)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""flyclient.kernels -- launch what the daemon decided, from Python.
+
+A thin ctypes layer over libflykernels_{cuda,hip}.so's exported launchers
+(kernels/gpu/launch_api.hip): the same library the daemon measured with,
+so the launch is exactly the measured kernel.  Tensors are passed as
+device pointers: anything with .data_ptr() (a torch tensor) or an int.
+
+    import flyclient, flyclient.kernels as fk
+    c = flyclient.Client(sock)
+    k = fk.Kernels()              # $FLYK_LIB, else build/libflykernels_cuda.so
+    d = c.decide("mqa_logits", "fp8_e4m3",
+                 {"sq": 4096, "skv": 4096, "h": 64, "d": 128},
+                 flags=("clean",))
+    k.mqa_logits(d, q, kv, kv_scale, weights, ks, ke, logits, clean=True)
+
+Every launcher raises FlyKernelError (negative errno in .code) on
+failure: -EINVAL (infeasible for these dims, misaligned pointers),
+-ENOENT (variant unknown to this library), -ENODEV (no GPU).
+"""
+
+import ctypes
+import os
+
+from . import Decision, Problem, OPS, DTYPES, FLAGS, PARAMS_MAX
+
+__all__ = ["Kernels", "FlyKernelError", "decision"]
+
+
+class FlyKernelError(Exception):
+    def __init__(self, fn, code):
+        Exception.__init__(self, "%s failed: %s (%d)" %
+                           (fn, os.strerror(-code) if code < 0 else "?", code))
+        self.code = code
+
+
+def _ptr(t):
+    if t is None:
+        return None
+    if isinstance(t, int):
+        return t
+    return t.data_ptr()
+
+
+def decision(d):
+    """A Decision struct from a Client.decide() dict (or a Decision)."""
+    if isinstance(d, Decision):
+        return d
+    out = Decision()
+    out.variant = d["variant"].encode()
+    params = list(d.get("params", ()))
+    if len(params) > PARAMS_MAX:
+        raise ValueError("too many params")
+    out.nparams = len(params)
+    for i, v in enumerate(params):
+        out.params[i] = int(v)
+    return out
+
+
+def _find():
+    env = os.environ.get("FLYK_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    build = os.path.normpath(os.path.join(here, "..", "..", "..", "build"))
+    for name in ("libflykernels_cuda.so", "libflykernels_hip.so"):
+        if os.path.exists(os.path.join(build, name)):
+            return os.path.join(build, name)
+    raise OSError("libflykernels_{cuda,hip}.so not found: set FLYK_LIB")
+
+
+class Kernels(object):
+    """The GPU kernel library; path None: $FLYK_LIB, else the source
+    tree's build/."""
+
+    def __init__(self, path=None):
+        lib = ctypes.CDLL(path or _find())
+        P, vp, i64 = ctypes.POINTER, ctypes.c_void_p, ctypes.c_int64
+        lib.flyk_gpu_mqa_logits.argtypes = [P(Problem), P(Decision), vp, vp,
+                                            vp, vp, vp, vp, vp, i64, vp]
+        lib.flyk_gpu_mqa_logits.restype = ctypes.c_int
+        lib.flyk_gpu_default.argtypes = [P(Problem), P(Decision)]
+        lib.flyk_gpu_default.restype = ctypes.c_int
+        self.lib = lib
+
+    @staticmethod
+    def _stream(stream):
+        if stream is not None:
+            return stream if isinstance(stream, int) else stream.cuda_stream
+        try:
+            import torch
+            return torch.cuda.current_stream().cuda_stream
+        except ImportError:
+            return None
+
+    def mqa_problem(self, sq, skv, h, d, dtype="fp8_e4m3", clean=False,
+                    kv_fnuz=False):
+        p = Problem()
+        p.op, p.dtype = OPS["mqa_logits"], DTYPES[dtype]
+        p.flags = (FLAGS["clean"] if clean else 0) | \
+            (FLAGS["kvfnuz"] if kv_fnuz else 0)
+        for i, v in enumerate((sq, skv, h, d)):
+            p.dims[i] = int(v)
+        return p
+
+    def mqa_logits(self, d, q, kv, kv_scale, weights, ks, ke, logits,
+                   clean=False, dtype="fp8_e4m3", kv_fnuz=False, ld=0,
+                   stream=None, problem=None):
+        """logits[i, j] = sum_h w[i,h] relu(q[i,h,:].kv[j,:]) kv_scale[j]
+        for ks[i] <= j < ke[i]; -inf elsewhere with clean.  q [sq,h,d] and
+        kv [skv,d] fp8 (uint8 views are fine), kv_scale [skv] and weights
+        [sq,h] fp32, ks/ke [sq] int32, logits [sq, ld or skv] fp32."""
+        if problem is None:
+            sq, h, dd = q.shape
+            problem = self.mqa_problem(sq, kv.shape[0], h, dd, dtype, clean,
+                                       kv_fnuz)
+        dec = decision(d)
+        rc = self.lib.flyk_gpu_mqa_logits(
+            ctypes.byref(problem), ctypes.byref(dec), _ptr(q), _ptr(kv),
+            _ptr(kv_scale), _ptr(weights), _ptr(ks), _ptr(ke), _ptr(logits),
+            int(ld), self._stream(stream))
+        if rc:
+            raise FlyKernelError("flyk_gpu_mqa_logits", rc)
+        return logits

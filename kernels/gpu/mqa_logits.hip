@@ -1,0 +1,813 @@
+/*
+ * mqa_logits.hip -- FP8 MQA logits on the GPU (the DeepSeek lightning
+ * indexer):
+ *   logits[i, j] = sum_h w[i, h] * relu(q[i, h, :] . kv[j, :]) * kv_scale[j]
+ * for ks[i] <= j < ke[i] (clamped to [0, skv)); with FLY_F_CLEAN every
+ * other position of row i is -inf, without it those positions are not
+ * written.  Dims sq, skv, h, d; q [sq, h, d] and kv [skv, d] e4m3 bytes
+ * (dtype fp8_e4m3: fn; fp8_e4m3fnuz: both fnuz; FLY_F_KV_FNUZ: q fn, kv
+ * fnuz), kv_scale [skv] and w [sq, h] fp32, logits [sq, ld] fp32.
+ *
+ * Owns: the mqa_logits variants and flyk_gpu_mqa_logits_op.  Thread:
+ * tables are immutable; launches are asynchronous on the caller's stream.
+ *
+ * Variants (params in their stable order):
+ *   mqa_ref    one thread per (i, j), every byte decoded, fp32 sums: the
+ *              reference (any format, any h and d).
+ *   mqa_simt   portable (AMD's path and every format): a block owns one
+ *              query row and `threads` KV columns; the row's q is decoded
+ *              once into shared memory, each thread decodes its KV row 16
+ *              bytes at a time and keeps 16 heads' dots in registers.
+ *              Blocks outside the row's window only write -inf (CLEAN) or
+ *              return.  Needs d % 16 == 0 and h * d <= 12288.
+ *   mqa_wgmma  (NVIDIA sm_90a, e4m3fn, d = 128, h = 64) Hopper fp8 wgmma:
+ *              KV rows on the MMA's M (64 per tile), the block's `rows`
+ *              query rows x 64 heads on N (64, 128 or 256), so the head
+ *              reduction is in registers (plus two quad shuffles).  q and
+ *              the weights are loaded once per block; KV tiles stream
+ *              through a `stages`-deep cp.async ring of 128B-swizzled
+ *              tiles.  The grid is (KV chunks, query blocks), heaviest
+ *              causal blocks first; KV tiles outside every window of the
+ *              block are skipped, and `split` (target blocks per SM) sets
+ *              how finely KV is chunked for block-starved shapes (few
+ *              query rows, long context: FlyDSL's grid.y split).
+ * e4m3fnuz inputs go to mqa_simt/mqa_ref on NVIDIA (the wgmma takes fn
+ * only; fnuz 0x7f = 240 has no fn encoding at twice the value).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flyk_gpu.h"
+#include "gpu_int.h"
+#include "gemm_tile.h"
+
+#define MQA_DTYPES ((1u << FLY_DT_FP8_E4M3) | (1u << FLY_DT_FP8_E4M3FNUZ))
+#define MQA_FLAGS (FLY_F_CLEAN | FLY_F_KV_FNUZ)
+
+/* ------------------------------------------------------------ helpers */
+
+/* One e4m3 byte as fp32 (fn: bias 7, 0x7f/0xff NaN; fnuz: bias 8, 0x80
+ * NaN).  Exact. */
+__device__ __forceinline__ float mqa_fp8(uint32_t b, bool fnuz)
+{
+	uint32_t e = (b >> 3) & 0xfu, m = b & 7u;
+	bool nan = fnuz ? b == 0x80u : (b & 0x7fu) == 0x7fu;
+	float v = e ? __uint_as_float(((e + 127u - (fnuz ? 8u : 7u)) << 23) |
+				      (m << 20))
+		    : (float)m * (fnuz ? 0.0009765625f : 0.001953125f);
+	v = (b & 0x80u) ? -v : v;
+	return nan ? __uint_as_float(0x7fc00000u) : v;
+}
+
+struct mqa_dims {
+	int64_t sq, skv, h, d, ld;
+	bool qfnuz, kvfnuz, clean;
+};
+
+static int mqa_dims_of(const struct fly_problem *p,
+		       const struct flyk_mqa_logits_args *a,
+		       struct mqa_dims *m)
+{
+	m->sq = p->dims[0];
+	m->skv = p->dims[1];
+	m->h = p->dims[2];
+	m->d = p->dims[3];
+	m->ld = a && a->ld ? a->ld : m->skv;
+	m->qfnuz = p->dtype == FLY_DT_FP8_E4M3FNUZ;
+	m->kvfnuz = m->qfnuz || (p->flags & FLY_F_KV_FNUZ);
+	m->clean = (p->flags & FLY_F_CLEAN) != 0;
+	return 0;
+}
+
+static int mqa_problem_ok(const struct fly_problem *p)
+{
+	if (p->op != FLY_OP_MQA_LOGITS || !(MQA_DTYPES & (1u << p->dtype)))
+		return -EINVAL;
+	if (p->flags & ~MQA_FLAGS)
+		return -EINVAL;
+	if ((p->flags & FLY_F_KV_FNUZ) && p->dtype == FLY_DT_FP8_E4M3FNUZ)
+		return -EINVAL;
+	for (int i = 0; i < 4; i++)
+		if (p->dims[i] < 1)
+			return -EINVAL;
+	/* grid.y and int32 windows */
+	if (p->dims[0] > 0x7fffffff || p->dims[1] > 0x7fffffff)
+		return -EINVAL;
+	return 0;
+}
+
+/* Row i's window clamped to [0, skv). */
+__device__ __forceinline__ void mqa_window(const int32_t *ks,
+					   const int32_t *ke, int64_t i,
+					   int64_t skv, int64_t *lo,
+					   int64_t *hi)
+{
+	int64_t s = ks[i], e = ke[i];
+	*lo = s < 0 ? 0 : (s > skv ? skv : s);
+	*hi = e > skv ? skv : (e < *lo ? *lo : e);
+}
+
+/* ------------------------------------------------------------ reference */
+
+__global__ void mqa_ref_kernel(const uint8_t *q, const uint8_t *kv,
+			       const float *sc, const float *w,
+			       const int32_t *ks, const int32_t *ke,
+			       float *out, struct mqa_dims m)
+{
+	int64_t i = blockIdx.y;
+	int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (j >= m.skv)
+		return;
+	int64_t lo, hi;
+	mqa_window(ks, ke, i, m.skv, &lo, &hi);
+	float *o = out + i * m.ld + j;
+	if (j < lo || j >= hi) {
+		if (m.clean)
+			*o = -INFINITY;
+		return;
+	}
+	float acc = 0.f;
+	for (int64_t h = 0; h < m.h; h++) {
+		const uint8_t *qr = q + (i * m.h + h) * m.d, *kr = kv + j * m.d;
+		float dot = 0.f;
+		for (int64_t k = 0; k < m.d; k++)
+			dot += mqa_fp8(qr[k], m.qfnuz) * mqa_fp8(kr[k], m.kvfnuz);
+		acc += fmaxf(dot, 0.f) * w[i * m.h + h];
+	}
+	*o = acc * sc[j];
+}
+
+static int ref_feasible(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *params)
+{
+	if (mqa_problem_ok(p) < 0 || p->dims[0] > 65535)
+		return -EINVAL;
+	return 0;
+}
+
+static int ref_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *params,
+		      const union flyk_args *args, void *stream)
+{
+	const struct flyk_mqa_logits_args *a = &args->mqa_logits;
+	struct mqa_dims m;
+	mqa_dims_of(p, a, &m);
+	dim3 grid((unsigned)((m.skv + 127) / 128), (unsigned)m.sq);
+	FLYK_GO(grid, 128, 0, (hipStream_t)stream, mqa_ref_kernel)(
+		(const uint8_t *)a->q, (const uint8_t *)a->kv, a->kv_scale,
+		a->weights, a->ks, a->ke, a->logits, m);
+	return hipGetLastError() == hipSuccess ? 0 : -EIO;
+}
+
+/* ------------------------------------------------------------ simt */
+
+#define SIMT_HG 16 /* heads per register group */
+
+__global__ void mqa_simt_kernel(const uint8_t *q, const uint8_t *kv,
+				const float *sc, const float *w,
+				const int32_t *ks, const int32_t *ke,
+				float *out, struct mqa_dims m)
+{
+	FLYK_DYN_SMEM(float, qs);
+	int64_t i = blockIdx.y;
+	int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	int64_t j0 = (int64_t)blockIdx.x * blockDim.x, lo, hi;
+	mqa_window(ks, ke, i, m.skv, &lo, &hi);
+	float *o = out + i * m.ld + j;
+	bool in = j >= lo && j < hi;
+	if (j0 >= hi || j0 + blockDim.x <= lo) { /* block-uniform */
+		if (m.clean && j < m.skv)
+			*o = -INFINITY;
+		return;
+	}
+	int64_t hd = m.h * m.d;
+	for (int64_t x = threadIdx.x; x < hd; x += blockDim.x)
+		qs[x] = mqa_fp8(q[i * hd + x], m.qfnuz);
+	__syncthreads();
+	if (!in) {
+		if (m.clean && j < m.skv)
+			*o = -INFINITY;
+		return;
+	}
+	const uint4 *kr = (const uint4 *)(kv + j * m.d);
+	const float *wr = w + i * m.h;
+	float acc = 0.f;
+	for (int64_t h0 = 0; h0 < m.h; h0 += SIMT_HG) {
+		float dot[SIMT_HG];
+#pragma unroll
+		for (int hh = 0; hh < SIMT_HG; hh++)
+			dot[hh] = 0.f;
+		for (int64_t c = 0; c < m.d / 16; c++) {
+			uint4 v = kr[c];
+			uint32_t wd[4] = {v.x, v.y, v.z, v.w};
+			float kf[16];
+#pragma unroll
+			for (int b = 0; b < 16; b++)
+				kf[b] = mqa_fp8((wd[b / 4] >> (8 * (b % 4))) &
+						       0xffu,
+					       m.kvfnuz);
+#pragma unroll
+			for (int hh = 0; hh < SIMT_HG; hh++) {
+				if (h0 + hh >= m.h)
+					break;
+				const float *qr = qs + (h0 + hh) * m.d + c * 16;
+#pragma unroll
+				for (int b = 0; b < 16; b++)
+					dot[hh] += qr[b] * kf[b];
+			}
+		}
+#pragma unroll
+		for (int hh = 0; hh < SIMT_HG; hh++)
+			if (h0 + hh < m.h)
+				acc += fmaxf(dot[hh], 0.f) * wr[h0 + hh];
+	}
+	*o = acc * sc[j];
+}
+
+static const int64_t simt_threads_vals[] = {64, 128, 256};
+
+static int simt_feasible(const struct flyk_device *dev,
+			 const struct fly_problem *p, const int64_t *params)
+{
+	if (mqa_problem_ok(p) < 0 || p->dims[0] > 65535)
+		return -EINVAL;
+	if (p->dims[3] % 16 || p->dims[2] * p->dims[3] > 12288)
+		return -EINVAL;
+	int64_t t = params[0];
+	if (t != 64 && t != 128 && t != 256)
+		return -EINVAL;
+	/* a block twice as small would already cover every column */
+	if (t > 64 && t / 2 >= p->dims[1])
+		return -EINVAL;
+	return 0;
+}
+
+static int simt_launch(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *params,
+		       const union flyk_args *args, void *stream)
+{
+	const struct flyk_mqa_logits_args *a = &args->mqa_logits;
+	struct mqa_dims m;
+	mqa_dims_of(p, a, &m);
+	/* 16-byte KV row loads */
+	if ((uintptr_t)a->kv % 16)
+		return -EINVAL;
+	unsigned t = (unsigned)params[0];
+	dim3 grid((unsigned)((m.skv + t - 1) / t), (unsigned)m.sq);
+	size_t smem = (size_t)(m.h * m.d) * sizeof(float);
+	FLYK_GO(grid, t, smem, (hipStream_t)stream, mqa_simt_kernel)(
+		(const uint8_t *)a->q, (const uint8_t *)a->kv, a->kv_scale,
+		a->weights, a->ks, a->ke, a->logits, m);
+	return hipGetLastError() == hipSuccess ? 0 : -EIO;
+}
+
+/* ------------------------------------------------------------ wgmma */
+
+#if FLYK_WGMMA_DEVICE
+/* wgmma.mma_async m64nNk32 e4m3 x e4m3 -> f32, D += A * B, both from
+ * K-major 128B-swizzled shared memory. */
+template <int N>
+__device__ __forceinline__ void mqa_wgmma_asm(float *d, uint64_t da,
+					      uint64_t db);
+
+template <> __device__ __forceinline__ void
+mqa_wgmma_asm<64>(float *d, uint64_t da, uint64_t db)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
+		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+		     "%24,%25,%26,%27,%28,%29,%30,%31"
+		     "}, %32, %33, p, 1, 1;\n}\n"
+		     : GEMM_WG_D32(0)
+		     : "l"(da), "l"(db), "r"(1));
+}
+
+template <> __device__ __forceinline__ void
+mqa_wgmma_asm<128>(float *d, uint64_t da, uint64_t db)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
+		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+		     "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"
+		     "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,"
+		     "%60,%61,%62,%63"
+		     "}, %64, %65, p, 1, 1;\n}\n"
+		     : GEMM_WG_D32(0), GEMM_WG_D32(32)
+		     : "l"(da), "l"(db), "r"(1));
+}
+
+template <> __device__ __forceinline__ void
+mqa_wgmma_asm<256>(float *d, uint64_t da, uint64_t db)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
+		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+		     "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"
+		     "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,"
+		     "%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,"
+		     "%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,"
+		     "%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+		     "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,"
+		     "%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,"
+		     "%120,%121,%122,%123,%124,%125,%126,%127"
+		     "}, %128, %129, p, 1, 1;\n}\n"
+		     : GEMM_WG_D32(0), GEMM_WG_D32(32), GEMM_WG_D32(64),
+		       GEMM_WG_D32(96)
+		     : "l"(da), "l"(db), "r"(1));
+}
+#endif
+
+#define MQA_H 64   /* heads of the wgmma variant */
+#define MQA_D 128  /* head dim: one 128-byte swizzle row per operand row */
+#define MQA_BKV 64 /* KV rows per tile: the wgmma's M */
+
+/* Shared memory of one block: q (BQ * 64 rows), the KV ring, weights. */
+template <int BQ, int ST> struct mqa_wg_cfg {
+	enum {
+		N = BQ * MQA_H,
+		Q_BYTES = N * MQA_D,
+		KV_BYTES = MQA_BKV * MQA_D,
+		W_BYTES = N * 4,
+		SMEM = 1024 + Q_BYTES + ST * KV_BYTES + W_BYTES,
+	};
+};
+
+/* Copy @p rows rows of 128 bytes from @p g (row stride 128; rows at or
+ * past @p valid zero-filled) into the 128B-swizzled tile @p s: 16-byte
+ * chunk c of row r lands at chunk c ^ (r % 8). */
+__device__ __forceinline__ void mqa_load_rows(uint8_t *s, const uint8_t *g,
+					      int rows, int64_t valid)
+{
+	for (int c = threadIdx.x; c < rows * 8; c += 128) {
+		int r = c / 8, ch = c % 8;
+		bool ok = r < valid;
+		const uint8_t *src = ok ? g + (int64_t)r * MQA_D + ch * 16 : g;
+		gemm_cp16(s + r * MQA_D + ((ch ^ (r & 7)) * 16), src, ok);
+	}
+}
+
+template <int BQ, int ST, bool CLEAN>
+__global__ void __launch_bounds__(128)
+mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
+		 const float *w, const int32_t *ks, const int32_t *ke,
+		 float *out, int64_t sq, int64_t skv, int64_t ld,
+		 int64_t chunk)
+{
+	typedef mqa_wg_cfg<BQ, ST> C;
+	FLYK_DYN_SMEM(uint8_t, raw);
+	uint8_t *smem = (uint8_t *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
+	uint8_t *sq_ = smem, *skv_ = smem + C::Q_BYTES;
+	float *sw = (float *)(skv_ + ST * C::KV_BYTES);
+	const int t = threadIdx.x, wi = t / 32, l = t % 32;
+
+	/* heaviest (latest, under causal windows) query blocks first */
+	const int64_t q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * BQ;
+	int64_t lo = skv, hi = 0, rlo[BQ], rhi[BQ];
+#pragma unroll
+	for (int r = 0; r < BQ; r++) {
+		rlo[r] = rhi[r] = 0;
+		if (q0 + r < sq) {
+			mqa_window(ks, ke, q0 + r, skv, &rlo[r], &rhi[r]);
+			if (rlo[r] < rhi[r]) {
+				lo = rlo[r] < lo ? rlo[r] : lo;
+				hi = rhi[r] > hi ? rhi[r] : hi;
+			}
+		}
+	}
+	const int64_t c0 = (int64_t)blockIdx.x * chunk;
+	const int64_t c1 = c0 + chunk < skv ? c0 + chunk : skv;
+	const bool has = hi > lo && hi > c0 && lo < c1;
+	const int64_t a = has ? ((lo > c0 ? lo : c0) / MQA_BKV) * MQA_BKV : c0;
+	const int64_t b = has ? (hi < c1 ? hi : c1) : c0;
+	const int64_t nt = (b - a + MQA_BKV - 1) / MQA_BKV;
+	const int64_t tend = a + nt * MQA_BKV;
+
+	if (CLEAN) { /* the chunk's columns no tile covers */
+		for (int r = 0; r < BQ; r++) {
+			if (q0 + r >= sq)
+				break;
+			float *o = out + (q0 + r) * ld;
+			for (int64_t j = c0 + t; j < a; j += 128)
+				o[j] = -INFINITY;
+			for (int64_t j = (tend > c0 ? tend : c0) + t; j < c1;
+			     j += 128)
+				o[j] = -INFINITY;
+		}
+	}
+	if (nt == 0)
+		return;
+
+	/* q rows (query r, head h) -> row r * 64 + h; the weights alike */
+	mqa_load_rows(sq_, q + q0 * MQA_H * MQA_D, C::N,
+		      (sq - q0) * MQA_H);
+	for (int x = t; x < C::N; x += 128)
+		sw[x] = q0 * MQA_H + x < sq * MQA_H ? w[q0 * MQA_H + x] : 0.f;
+	gemm_cp_commit();
+	/* the ring: tiles 0 .. ST - 2 ahead */
+#pragma unroll
+	for (int s = 0; s < ST - 1; s++) {
+		if (s < nt)
+			mqa_load_rows(skv_ + s * C::KV_BYTES,
+				      kv + (a + s * MQA_BKV) * MQA_D, MQA_BKV,
+				      skv - (a + s * MQA_BKV));
+		gemm_cp_commit();
+	}
+	float acc[C::N / 2];
+	for (int64_t it = 0; it < nt; it++) {
+		gemm_cp_wait<ST - 2>();
+		gemm_fence_async_smem();
+		__syncthreads();
+		/* refill the slot tile it - 1 used (its wgmma has retired) */
+		{
+			int64_t nx = it + ST - 1;
+			if (nx < nt)
+				mqa_load_rows(skv_ + (nx % ST) * C::KV_BYTES,
+					      kv + (a + nx * MQA_BKV) * MQA_D,
+					      MQA_BKV,
+					      skv - (a + nx * MQA_BKV));
+			gemm_cp_commit();
+		}
+		const uint8_t *ka = skv_ + (it % ST) * C::KV_BYTES;
+#pragma unroll
+		for (int x = 0; x < C::N / 2; x++)
+			acc[x] = 0.f;
+		gemm_wg_fence_acc<C::N / 2>(acc);
+		gemm_wg_fence();
+#if FLYK_WGMMA_DEVICE
+#pragma unroll
+		for (int kk = 0; kk < MQA_D / 32; kk++)
+			mqa_wgmma_asm<C::N>(
+			    acc, gemm_wg_desc((const uint16_t *)(ka + kk * 32)),
+			    gemm_wg_desc((const uint16_t *)(sq_ + kk * 32)));
+#else
+		(void)ka;
+#endif
+		gemm_wg_commit();
+		gemm_wg_wait<0>();
+		gemm_wg_fence_acc<C::N / 2>(acc);
+		/* D fragment: warp wi rows 16 wi + l / 4 (+8), columns
+		 * 8 c + 2 (l % 4) + {0, 1}: column = query r * 64 + head */
+		const int64_t j0 = a + it * MQA_BKV + wi * 16 + l / 4;
+		const int64_t j1 = j0 + 8;
+		const float s0 = j0 < skv ? sc[j0] : 0.f;
+		const float s1 = j1 < skv ? sc[j1] : 0.f;
+#pragma unroll
+		for (int r = 0; r < BQ; r++) {
+			float v0 = 0.f, v1 = 0.f;
+#pragma unroll
+			for (int c = r * 8; c < r * 8 + 8; c++) {
+				float2 wv = *(const float2 *)(sw + 8 * c +
+							      2 * (l % 4));
+				v0 += fmaxf(acc[4 * c], 0.f) * wv.x +
+				      fmaxf(acc[4 * c + 1], 0.f) * wv.y;
+				v1 += fmaxf(acc[4 * c + 2], 0.f) * wv.x +
+				      fmaxf(acc[4 * c + 3], 0.f) * wv.y;
+			}
+			v0 += FLYK_SHFL_XOR(v0, 1);
+			v1 += FLYK_SHFL_XOR(v1, 1);
+			v0 += FLYK_SHFL_XOR(v0, 2);
+			v1 += FLYK_SHFL_XOR(v1, 2);
+			if ((l % 4) != (r % 4) || q0 + r >= sq)
+				continue;
+			float *o = out + (q0 + r) * ld;
+			if (j0 < skv) {
+				if (j0 >= rlo[r] && j0 < rhi[r])
+					o[j0] = v0 * s0;
+				else if (CLEAN && j0 >= c0 && j0 < c1)
+					o[j0] = -INFINITY;
+			}
+			if (j1 < skv) {
+				if (j1 >= rlo[r] && j1 < rhi[r])
+					o[j1] = v1 * s1;
+				else if (CLEAN && j1 >= c0 && j1 < c1)
+					o[j1] = -INFINITY;
+			}
+		}
+	}
+	gemm_cp_wait<0>();
+}
+
+static const int64_t wg_rows_vals[] = {1, 2, 4};
+static const int64_t wg_stages_vals[] = {2, 3, 4};
+static const int64_t wg_split_vals[] = {4, 8, 16};
+
+static int wg_feasible(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *params)
+{
+#if defined(FLYK_SM90A) && !FLYK_AMD
+	if (mqa_problem_ok(p) < 0 || p->dtype != FLY_DT_FP8_E4M3 ||
+	    (p->flags & FLY_F_KV_FNUZ))
+		return -EINVAL;
+	if (p->dims[2] != MQA_H || p->dims[3] != MQA_D)
+		return -EINVAL;
+	if (dev && (dev->cc_major != 9 || dev->cc_minor != 0))
+		return -EINVAL;
+	int64_t rows = params[0], st = params[1], split = params[2];
+	if ((rows != 1 && rows != 2 && rows != 4) || st < 2 || st > 4 ||
+	    (split != 4 && split != 8 && split != 16))
+		return -EINVAL;
+	/* a block of 4 query rows where 2 already cover them all */
+	if (rows > 1 && rows / 2 >= p->dims[0])
+		return -EINVAL;
+	if ((p->dims[0] + rows - 1) / rows > 65535)
+		return -EINVAL;
+	size_t smem = 1024 + (size_t)rows * MQA_H * MQA_D +
+		      (size_t)st * MQA_BKV * MQA_D + (size_t)rows * MQA_H * 4;
+	if (dev && smem > dev->smem_per_block_optin)
+		return -ENOSPC;
+	return 0;
+#else
+	return -EINVAL;
+#endif
+}
+
+#if defined(FLYK_SM90A) && !FLYK_AMD
+template <int BQ, int ST, bool CLEAN>
+static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
+		 int64_t skv, int64_t ld, int64_t split, int sms,
+		 hipStream_t s)
+{
+	typedef mqa_wg_cfg<BQ, ST> C;
+	static bool attr_set = false; /* per instantiation */
+	if (!attr_set) {
+		const void *k = (const void *)mqa_wgmma_kernel<BQ, ST, CLEAN>;
+		if (hipFuncSetAttribute(k,
+					hipFuncAttributeMaxDynamicSharedMemorySize,
+					(int)C::SMEM) != hipSuccess)
+			return -EIO;
+		attr_set = true;
+	}
+	/* KV chunks: enough blocks for `split` per SM, chunks of >= 2
+	 * tiles (>= 64 tiles once the query blocks alone fill the GPU) */
+	int64_t nqb = (sq + BQ - 1) / BQ;
+	int64_t nkvb = (skv + MQA_BKV - 1) / MQA_BKV;
+	int64_t target = (int64_t)sms * split;
+	int64_t minc = nqb < sms ? 2 : 64;
+	int64_t nch = (target + nqb - 1) / nqb;
+	int64_t cap = (nkvb + minc - 1) / minc;
+	nch = nch < cap ? nch : cap;
+	nch = nch < 1 ? 1 : nch;
+	int64_t cb = (nkvb + nch - 1) / nch;
+	nch = (nkvb + cb - 1) / cb;
+	dim3 grid((unsigned)nch, (unsigned)nqb);
+	FLYK_GO(grid, 128, C::SMEM, s, mqa_wgmma_kernel<BQ, ST, CLEAN>)(
+		(const uint8_t *)a->q, (const uint8_t *)a->kv, a->kv_scale,
+		a->weights, a->ks, a->ke, a->logits, sq, skv, ld,
+		cb * MQA_BKV);
+	return hipGetLastError() == hipSuccess ? 0 : -EIO;
+}
+
+template <int BQ, int ST>
+static int wg_go_clean(const struct flyk_mqa_logits_args *a, bool clean,
+		       int64_t sq, int64_t skv, int64_t ld, int64_t split,
+		       int sms, hipStream_t s)
+{
+	return clean ? wg_go<BQ, ST, true>(a, sq, skv, ld, split, sms, s)
+		     : wg_go<BQ, ST, false>(a, sq, skv, ld, split, sms, s);
+}
+#endif
+
+static int wg_launch(const struct flyk_device *dev,
+		     const struct fly_problem *p, const int64_t *params,
+		     const union flyk_args *args, void *stream)
+{
+#if defined(FLYK_SM90A) && !FLYK_AMD
+	const struct flyk_mqa_logits_args *a = &args->mqa_logits;
+	struct mqa_dims m;
+	mqa_dims_of(p, a, &m);
+	/* 16-byte cp.async sources; the float2 weight reads are in smem */
+	if ((uintptr_t)a->q % 16 || (uintptr_t)a->kv % 16)
+		return -EINVAL;
+	int sms = dev && dev->sms > 0 ? dev->sms : 132;
+	hipStream_t s = (hipStream_t)stream;
+	int64_t rows = params[0], st = params[1], split = params[2];
+#define MQA_WG_CASE(R, S)                                                      \
+	if (rows == R && st == S)                                              \
+		return wg_go_clean<R, S>(a, m.clean, m.sq, m.skv, m.ld, split, \
+					 sms, s);
+	MQA_WG_CASE(1, 2) MQA_WG_CASE(1, 3) MQA_WG_CASE(1, 4)
+	MQA_WG_CASE(2, 2) MQA_WG_CASE(2, 3) MQA_WG_CASE(2, 4)
+	MQA_WG_CASE(4, 2) MQA_WG_CASE(4, 3) MQA_WG_CASE(4, 4)
+#undef MQA_WG_CASE
+	return -EINVAL;
+#else
+	(void)dev;
+	(void)p;
+	(void)params;
+	(void)args;
+	(void)stream;
+	return -EINVAL;
+#endif
+}
+
+/* ------------------------------------------------------------ table */
+
+#if !FLYK_DEVICE_PASS
+static const struct flyk_variant mqa_variants[] = {
+	{"mqa_ref", FLY_OP_MQA_LOGITS, MQA_DTYPES, MQA_FLAGS, 1, 0, {},
+	 ref_feasible, NULL, ref_launch, NULL},
+	{"mqa_simt",
+	 FLY_OP_MQA_LOGITS,
+	 MQA_DTYPES,
+	 MQA_FLAGS,
+	 0,
+	 1,
+	 {{"threads", 3, simt_threads_vals}},
+	 simt_feasible,
+	 NULL,
+	 simt_launch,
+	 NULL},
+	{"mqa_wgmma",
+	 FLY_OP_MQA_LOGITS,
+	 1u << FLY_DT_FP8_E4M3,
+	 FLY_F_CLEAN,
+	 0,
+	 3,
+	 {{"rows", 3, wg_rows_vals},
+	  {"stages", 3, wg_stages_vals},
+	  {"split", 3, wg_split_vals}},
+	 wg_feasible,
+	 NULL,
+	 wg_launch,
+	 NULL},
+};
+#endif
+
+/* ------------------------------------------------------------ case */
+
+__global__ void mqa_fill_fp8_kernel(uint8_t *b, size_t n, uint64_t seed)
+{
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		uint64_t z = seed * 0x9e3779b97f4a7c15ull + i;
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		uint32_t r = (uint32_t)((z ^ (z >> 31)) >> 32);
+		/* sign, exponent field 4..9, any mantissa: never 0 or NaN */
+		b[i] = (uint8_t)(((r & 1u) << 7) | ((4u + (r >> 1) % 6u) << 3) |
+				 ((r >> 8) & 7u));
+	}
+}
+
+/* Compare the window positions with the reference (max |err|, max |ref|),
+ * count NaN/inf there and, under CLEAN, anything but -inf elsewhere. */
+__global__ void mqa_cmp_kernel(const float *got, const float *ref,
+			       const int32_t *ks, const int32_t *ke,
+			       struct mqa_dims m, unsigned *res)
+{
+	float err = 0.f, den = 0.f;
+	unsigned bad = 0;
+	size_t n = (size_t)(m.sq * m.skv);
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t x = (size_t)blockIdx.x * blockDim.x + threadIdx.x; x < n;
+	     x += stride) {
+		int64_t i = (int64_t)(x / (size_t)m.skv);
+		int64_t j = (int64_t)(x % (size_t)m.skv), lo, hi;
+		mqa_window(ks, ke, i, m.skv, &lo, &hi);
+		float g = got[i * m.ld + j];
+		if (j < lo || j >= hi) {
+			if (m.clean && !(isinf(g) && g < 0.f))
+				bad++;
+			continue;
+		}
+		float r = ref[i * m.skv + j];
+		if (!isfinite(g)) {
+			bad++;
+			continue;
+		}
+		err = fmaxf(err, fabsf(g - r));
+		den = fmaxf(den, fabsf(r));
+	}
+	atomicMax(&res[0], __float_as_uint(err));
+	atomicMax(&res[1], __float_as_uint(den));
+	if (bad)
+		atomicAdd(&res[2], bad);
+}
+
+struct mqa_state {
+	float *d_ref;
+	unsigned *d_cmp;
+};
+
+static int mqa_setup(struct flyk_case *c, uint64_t seed)
+{
+	const struct fly_problem *p = &c->p;
+	if (mqa_problem_ok(p) < 0)
+		return -EOPNOTSUPP;
+	int64_t sq = p->dims[0], skv = p->dims[1], h = p->dims[2];
+	int64_t d = p->dims[3];
+	if (sq > 65535)
+		return -EOPNOTSUPP;
+	struct mqa_state *st = (struct mqa_state *)calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	c->state = st;
+	size_t nq = (size_t)(sq * h * d), nkv = (size_t)(skv * d);
+	size_t nl = (size_t)(sq * skv);
+	void *q, *kv, *sc, *w, *ks, *ke, *out, *ref, *cmp;
+	if (flyk_gpu_case_alloc(c, nq, 0, &q) < 0 ||
+	    flyk_gpu_case_alloc(c, nkv, 0, &kv) < 0 ||
+	    flyk_gpu_case_alloc(c, (size_t)skv * 4, 0, &sc) < 0 ||
+	    flyk_gpu_case_alloc(c, (size_t)(sq * h) * 4, 0, &w) < 0 ||
+	    flyk_gpu_case_alloc(c, (size_t)sq * 8, 0, &ks) < 0 ||
+	    flyk_gpu_case_alloc(c, nl * 4, 1, &out) < 0 ||
+	    flyk_gpu_case_alloc(c, nl * 4, 0, &ref) < 0 ||
+	    flyk_gpu_case_alloc(c, 16, 0, &cmp) < 0)
+		return -ENOMEM;
+	ke = (int32_t *)ks + sq;
+	st->d_ref = (float *)ref;
+	st->d_cmp = (unsigned *)cmp;
+	struct flyk_device *dev = c->dev;
+	hipStream_t s = (hipStream_t)dev->stream;
+	unsigned blocks = (unsigned)(dev->sms * 8);
+	FLYK_GO(blocks, 256, 0, s, mqa_fill_fp8_kernel)((uint8_t *)q, nq, seed);
+	FLYK_GO(blocks, 256, 0, s, mqa_fill_fp8_kernel)((uint8_t *)kv, nkv,
+							seed + 1);
+	if (hipGetLastError() != hipSuccess)
+		return -EIO;
+	int rc = flyk_gpu_fill_random(dev, sc, (size_t)skv, FLY_DT_FP32, 0.1f,
+				      1.0f, seed + 2);
+	if (!rc)
+		rc = flyk_gpu_fill_random(dev, w, (size_t)(sq * h),
+					  FLY_DT_FP32, -0.5f, 0.5f, seed + 3);
+	if (rc)
+		return rc;
+	/* causal windows with a KV prefix, as the CPU backend's case */
+	int32_t *win = (int32_t *)malloc((size_t)sq * 8);
+	if (!win)
+		return -ENOMEM;
+	for (int64_t i = 0; i < sq; i++) {
+		int64_t e = skv - sq + i + 1;
+		win[i] = 0;
+		win[sq + i] = (int32_t)(e < 0 ? 0 : e);
+	}
+	rc = flyk_gpu_upload(dev, ks, win, (size_t)sq * 8);
+	free(win);
+	if (rc)
+		return rc;
+	struct flyk_mqa_logits_args *a = &c->args.mqa_logits;
+	memset(a, 0, sizeof(*a));
+	a->q = q;
+	a->kv = kv;
+	a->kv_scale = (const float *)sc;
+	a->weights = (const float *)w;
+	a->ks = (const int32_t *)ks;
+	a->ke = (const int32_t *)ke;
+	a->logits = (float *)ref;
+	a->ld = skv;
+	if (hipMemsetAsync(ref, 0xff, nl * 4, s) != hipSuccess)
+		return -EIO;
+	rc = ref_launch(dev, p, NULL, &c->args, s);
+	a->logits = (float *)out;
+	return rc;
+}
+
+static int mqa_check(struct flyk_case *c, double *max_err)
+{
+	struct mqa_state *st = (struct mqa_state *)c->state;
+	const struct flyk_mqa_logits_args *a = &c->args.mqa_logits;
+	unsigned h[4] = {0, 0, 0, 0};
+	*max_err = 0;
+	int rc = flyk_gpu_upload(c->dev, st->d_cmp, h, sizeof(h));
+	if (rc)
+		return rc;
+	struct mqa_dims m;
+	mqa_dims_of(&c->p, a, &m);
+	FLYK_GO((unsigned)(c->dev->sms * 8), 256, 0,
+		(hipStream_t)c->dev->stream, mqa_cmp_kernel)(
+		a->logits, st->d_ref, a->ks, a->ke, m, st->d_cmp);
+	if (hipGetLastError() != hipSuccess)
+		return -EIO;
+	rc = flyk_gpu_download(c->dev, h, st->d_cmp, sizeof(h));
+	if (rc)
+		return rc;
+	float err, den;
+	memcpy(&err, &h[0], 4);
+	memcpy(&den, &h[1], 4);
+	*max_err = h[2] ? INFINITY : err;
+	if (h[2])
+		return -EDOM;
+	return err > 2e-3f * fmaxf(den, 1e-30f) && err > 0.f ? -EDOM : 0;
+}
+
+static void mqa_fini(struct flyk_case *c)
+{
+	free(c->state);
+	c->state = NULL;
+}
+
+#if !FLYK_DEVICE_PASS
+extern "C" const struct flyk_gpu_op flyk_gpu_mqa_logits_op = {
+	FLY_OP_MQA_LOGITS, mqa_variants,
+	sizeof(mqa_variants) / sizeof(mqa_variants[0]),
+	mqa_setup, mqa_check, mqa_fini, NULL,
+};
+#endif
