@@ -105,7 +105,7 @@ static cJSON *ctl_req(const char *name);
 
 /* ================================================================ main, helpers */
 
-#define CTL_VERSION "0.1.0"
+#define CTL_VERSION FLY_VERSION /* the VERSION file, via the Makefile */
 
 struct cmd {
 	const char *name;

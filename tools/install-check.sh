@@ -1,9 +1,18 @@
 #!/bin/sh
-# install-check.sh -- what a packager's PREFIX reaches: the installed
-# unit's ExecStart and the daemon's compiled-in GPU-library directory
-# ($(PREFIX)/lib/flytuned, where `make install` puts libflykernels_*)
-# follow PREFIX, and a new PREFIX rebuilds what depends on it.  Builds
-# only those two files, in a temp build dir.  Prints "N passed, N failed".
+# install-check.sh -- what a packager's PREFIX reaches, and what the
+# README's commands need.  Prints "N passed, N failed".
+#  * the installed unit's ExecStart and the daemon's compiled-in
+#    GPU-library directory ($(PREFIX)/lib/flytuned, where `make install`
+#    puts libflykernels_*) follow PREFIX, and a new PREFIX rebuilds what
+#    depends on it (only those two files are built, in a temp build dir);
+#  * `make install-data install-python` (part of `make install`) into a
+#    temp DESTDIR, for two prefixes in one build dir: flyclient.pc names
+#    the prefix and the VERSION file's version, the man pages name the
+#    prefix's schemas path and that version, the schemas are there, the
+#    Python client is installed under $(PREFIX)/lib/python3/dist-packages
+#    and loads $(PREFIX)/lib/libflyclient.so.0;
+#  * the built binaries' --version is the VERSION file's (when
+#    $FLY_BUILD_DIR has them);
 set -u
 cd "$(dirname "$0")/.."
 pass=0 fail=0
@@ -12,6 +21,7 @@ bad() { echo "install: $*"; fail=$((fail + 1)); }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 B=$tmp/build
+ver=$(cat VERSION)
 unit=$B/systemd/flytuned@.service obj=$B/obj/daemon/backend.o
 for pfx in /opt/flyx /usr; do
 	if ! make -s BUILD="$B" PREFIX="$pfx" "$unit" "$obj" \
@@ -30,5 +40,66 @@ for pfx in /opt/flyx /usr; do
 done
 # The daemon's binary searches /usr/lib/flytuned after the second build.
 grep -aq '/opt/flyx' "$obj" && bad "backend.o kept the old prefix" || ok
+
+# ---------------------------------------------------- pc, man, python
+# Same build dir for both prefixes: the second install must not reuse
+# what the first generated.
+for pfx in /opt/flyx /usr; do
+	root=$tmp/root$pfx
+	if ! make -s BUILD="$B" PREFIX="$pfx" DESTDIR="$root" install-data \
+		install-python > "$tmp/make.log" 2>&1; then
+		bad "PREFIX=$pfx: make install-data install-python failed:" \
+			"$(tail -3 "$tmp/make.log")"
+		continue
+	fi
+	pc=$root$pfx/lib/pkgconfig/flyclient.pc
+	grep -qx "prefix=$pfx" "$pc" 2>/dev/null && ok ||
+		bad "PREFIX=$pfx: flyclient.pc says $(grep '^prefix=' "$pc" 2>&1)"
+	grep -qx "Version: $ver" "$pc" 2>/dev/null && ok ||
+		bad "PREFIX=$pfx: flyclient.pc $(grep '^Version' "$pc" 2>&1), VERSION is $ver"
+	if command -v pkg-config >/dev/null 2>&1; then
+		got=$(PKG_CONFIG_PATH=$root$pfx/lib/pkgconfig \
+			pkg-config --variable=libdir flyclient 2>&1)
+		[ "$got" = "$pfx/lib" ] && ok ||
+			bad "PREFIX=$pfx: pkg-config libdir is '$got'"
+	fi
+	[ -f "$root$pfx/share/flytuned/schemas/tune.request.json" ] && ok ||
+		bad "PREFIX=$pfx: schemas not in $pfx/share/flytuned/schemas"
+	m1=$root$pfx/share/man/man1/flytune-ctl.1
+	m8=$root$pfx/share/man/man8/flytuned.8
+	grep -q "^\.IR $pfx/share/flytuned/schemas \.\$" "$m1" 2>/dev/null &&
+		ok || bad "PREFIX=$pfx: flytune-ctl.1 does not name $pfx/share/flytuned/schemas"
+	grep -q "$pfx/share/flytuned/schemas/config.schema.json" "$m8" \
+		2>/dev/null && ok ||
+		bad "PREFIX=$pfx: flytuned.8 does not name $pfx/share/flytuned/schemas"
+	for m in "$m1" "$m8"; do
+		grep -q "^\.TH .*\"flytuned $ver\"" "$m" 2>/dev/null && ok ||
+			bad "PREFIX=$pfx: $(basename "$m"): $(grep '^\.TH' "$m" 2>&1) (VERSION $ver)"
+		other=$(grep -n 'share/flytuned\|/usr/local' "$m" |
+			grep -v "$pfx/share/flytuned")
+		[ -z "$other" ] && ok ||
+			bad "PREFIX=$pfx: $(basename "$m") names another prefix: $other"
+	done
+	pyd=$root$pfx/lib/python3/dist-packages
+	if command -v python3 >/dev/null 2>&1; then
+		got=$(cd "$tmp" && PYTHONPATH=$pyd python3 -c \
+			'import flyclient; print(flyclient.__file__); print(flyclient._INSTALLED_LIB)' 2>&1)
+		[ "$got" = "$pyd/flyclient/__init__.py
+$pfx/lib/libflyclient.so.0" ] && ok ||
+			bad "PREFIX=$pfx: installed Python client: $got"
+	else
+		[ -f "$pyd/flyclient/__init__.py" ] && ok ||
+			bad "PREFIX=$pfx: Python client not in $pyd"
+	fi
+done
+
+# ---------------------------------------------------- --version
+for b in flytune-ctl flytuned; do
+	exe=${FLY_BUILD_DIR:-build}/$b
+	[ -x "$exe" ] || { echo "install: $exe not built, --version not checked"; continue; }
+	"$exe" --version 2>&1 | head -1 | grep -q "^$b $ver\\b" && ok ||
+		bad "$b --version: $("$exe" --version 2>&1 | head -1) (VERSION $ver)"
+done
+
 echo "install: $pass passed, $fail failed"
 [ $fail = 0 ]
