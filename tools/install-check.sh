@@ -13,6 +13,8 @@
 #    and loads $(PREFIX)/lib/libflyclient.so.0;
 #  * the built binaries' --version is the VERSION file's (when
 #    $FLY_BUILD_DIR has them);
+#  * every program the units run besides flytuned (ExecReload=/bin/kill)
+#    comes from a package tools/deps.sh installs (issue 18, item 13);
 set -u
 cd "$(dirname "$0")/.."
 pass=0 fail=0
@@ -100,6 +102,29 @@ for b in flytune-ctl flytuned; do
 	"$exe" --version 2>&1 | head -1 | grep -q "^$b $ver\\b" && ok ||
 		bad "$b --version: $("$exe" --version 2>&1 | head -1) (VERSION $ver)"
 done
+
+# ---------------------------------------------------- deps cover the units
+pkgs=" $(sh tools/deps.sh --list 2>/dev/null | tr '\n' ' ') "
+[ "$pkgs" != "  " ] && ok || bad "tools/deps.sh --list printed nothing"
+if command -v dpkg >/dev/null 2>&1; then
+	exes=$(sed -n 's/^Exec[A-Za-z]*=[-@:+!]*\(\/[^ ]*\).*/\1/p' \
+		systemd/*.service systemd/*.socket | sort -u)
+	[ -n "$exes" ] && ok || bad "no Exec lines found in systemd/"
+	for exe in $exes; do
+		case "$exe" in */flytuned) continue ;; esac
+		pkg=$(dpkg -S "$exe" 2>/dev/null | sed -n '1s/:.*//p')
+		if [ -z "$pkg" ]; then
+			bad "the units run $exe, which no installed package provides"
+			continue
+		fi
+		case "$pkgs" in
+		*" $pkg "*) ok ;;
+		*) bad "the units run $exe (package $pkg), which tools/deps.sh does not install" ;;
+		esac
+	done
+else
+	echo "install: no dpkg, the units' programs are not checked against tools/deps.sh"
+fi
 
 echo "install: $pass passed, $fail failed"
 [ $fail = 0 ]
