@@ -15,6 +15,8 @@
 #    $FLY_BUILD_DIR has them);
 #  * every program the units run besides flytuned (ExecReload=/bin/kill)
 #    comes from a package tools/deps.sh installs (issue 18, item 13);
+#  * `tools/fly.sh run` with nvcc/hipcc but no GPU device builds GPU=none
+#    and says so in one line; GPU=... forces; `test` is untouched (item 14).
 set -u
 cd "$(dirname "$0")/.."
 pass=0 fail=0
@@ -125,6 +127,41 @@ if command -v dpkg >/dev/null 2>&1; then
 else
 	echo "install: no dpkg, the units' programs are not checked against tools/deps.sh"
 fi
+
+# ---------------------------------------------------- fly.sh run, no GPU
+mkdir -p "$tmp/bin" "$tmp/dev" "$tmp/devgpu"
+touch "$tmp/devgpu/nvidia0"
+cat > "$tmp/bin/make" <<EOF
+#!/bin/sh
+echo "GPU=\${GPU:-} \$*" >> "$tmp/make.calls"
+EOF
+printf '#!/bin/sh\nexit 0\n' > "$tmp/bin/nvcc"
+chmod +x "$tmp/bin/make" "$tmp/bin/nvcc"
+# fly [VAR=VALUE...] sh tools/fly.sh ARGS (GPU unset unless given): its
+# output in $tmp/fly.out, the make calls in $tmp/make.calls.
+fly() {
+	rm -f "$tmp/make.calls"
+	touch "$tmp/make.calls"
+	env -u GPU PATH="$tmp/bin:$PATH" FLY_DEPS=0 "$@" > "$tmp/fly.out" 2>&1
+}
+fly FLY_DEV_DIR="$tmp/dev" sh tools/fly.sh run
+[ "$(grep -c 'GPU=none' "$tmp/fly.out")" = 1 ] &&
+	grep -q 'GPU=cuda' "$tmp/fly.out" && ok ||
+	bad "fly.sh run, nvcc, no GPU: said '$(cat "$tmp/fly.out")'"
+[ "$(cat "$tmp/make.calls" 2>/dev/null)" = "GPU=none -j$(nproc 2>/dev/null || echo 2) all
+GPU=none run" ] && ok ||
+	bad "fly.sh run, nvcc, no GPU: make calls: $(cat "$tmp/make.calls" 2>&1)"
+fly GPU=cuda FLY_DEV_DIR="$tmp/dev" sh tools/fly.sh run
+grep -q 'GPU=none' "$tmp/make.calls" "$tmp/fly.out" &&
+	bad "fly.sh run with GPU=cuda: $(cat "$tmp/make.calls" "$tmp/fly.out")" || ok
+fly FLY_DEV_DIR="$tmp/devgpu" sh tools/fly.sh run
+grep -q 'GPU=none' "$tmp/make.calls" "$tmp/fly.out" &&
+	bad "fly.sh run with a GPU: $(cat "$tmp/make.calls" "$tmp/fly.out")" || ok
+fly FLY_DEV_DIR="$tmp/dev" sh tools/fly.sh test
+grep -q 'GPU=none' "$tmp/make.calls" "$tmp/fly.out" &&
+	bad "fly.sh test without a GPU skipped the GPU compile checks" || ok
+grep -q ' test$' "$tmp/make.calls" && ok ||
+	bad "fly.sh test: make calls: $(cat "$tmp/make.calls" 2>&1)"
 
 echo "install: $pass passed, $fail failed"
 [ $fail = 0 ]
