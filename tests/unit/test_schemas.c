@@ -83,6 +83,11 @@ static const struct sample good[] = {
 			     "\"next\":null}"},
     {"import.request.json",
      "{\"req\":\"import\",\"results\":[" RESULT "],\"more\":true}"},
+    {"import.request.json", "{\"req\":\"import\",\"results\":[],"
+			    "\"retarget\":true}"},
+    {"tune.request.json", "{\"req\":\"tune\",\"key\":"
+			  "\"rmsnorm/fp32/m=64,n=4096\",\"wait\":true,"
+			  "\"timeout_ms\":1500}"},
     {"import.response.json", "{\"ok\":true,\"imported\":1}"},
     {"forget.request.json", "{\"req\":\"forget\",\"key\":"
 			    "\"gemm/bf16/NT/m=1,n=1,k=1\"}"},
@@ -121,6 +126,12 @@ static const struct sample bad[] = {
     {"status.request.json", "{\"req\":\"status\",\"id\":\"1\"}"},
     /* minimum / maximum */
     {"hello.request.json", "{\"req\":\"hello\",\"version\":0}"},
+    /* issue 18: only FLY_PROTO_VERSION; timeout_ms is an integer */
+    {"hello.request.json", "{\"req\":\"hello\",\"version\":2}"},
+    {"tune.request.json", "{\"req\":\"tune\",\"key\":"
+			  "\"rmsnorm/fp32/m=64,n=4096\",\"timeout_ms\":0.5}"},
+    {"import.request.json", "{\"req\":\"import\",\"results\":[],"
+			    "\"retarget\":1}"},
     {"list.request.json", "{\"req\":\"list\",\"limit\":100000}"},
     /* enum */
     {"list.request.json", "{\"req\":\"list\",\"op\":\"conv\"}"},
