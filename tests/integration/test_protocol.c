@@ -1717,6 +1717,59 @@ static void test_issue_18_ctl_requests_match_schemas(void **state)
 	assert_alive();
 }
 
+/* The global --timeout and tune's are in seconds, fractions allowed, or
+ * Nms (issue 18: the global one was in ms, tune's in whole seconds). */
+static void test_issue_18_ctl_timeout_seconds(void **state)
+{
+	char silent[320];
+	struct proxy p;
+	int lfd, found = 0;
+
+	snprintf(silent, sizeof(silent), "%s/silent.sock", d.dir);
+	lfd = listen_at(silent); /* never accepts, never answers */
+	{
+		const char *a1[] = {"--socket", silent, "--timeout", "0.5",
+				    "status", NULL};
+		const char *a2[] = {"--socket", silent, "--timeout", "300ms",
+				    "status", NULL};
+		const char *a3[] = {"--socket", silent, "--timeout", "0",
+				    "status", NULL};
+		const char *a4[] = {"--socket", silent, "tune", K2, "--wait",
+				    "--timeout", "0", NULL};
+
+		assert_int_equal(run_ctl(a1), 10); /* timeout */
+		assert_int_equal(run_ctl(a2), 10);
+		assert_int_equal(run_ctl(a3), 2);  /* usage */
+		assert_int_equal(run_ctl(a4), 2);
+	}
+	close(lfd);
+	unlink(silent);
+	proxy_start(&p);
+	{
+		const char *a[] = {"--socket", p.path, "--timeout", "2.5",
+				   "tune", K2, "--wait", "--timeout", "1.5",
+				   NULL};
+
+		assert_int_not_equal(run_ctl(a), 2);
+	}
+	pthread_mutex_lock(&p.mu);
+	for (int i = 0; i < p.nreqs; i++) {
+		cJSON *o = cJSON_Parse(p.reqs[i]);
+		cJSON *tm = cJSON_GetObjectItemCaseSensitive(o, "timeout_ms");
+
+		if (strstr(p.reqs[i], "\"req\":\"tune\"") != NULL) {
+			assert_true(cJSON_IsNumber(tm));
+			assert_int_equal((int)tm->valuedouble, 1500);
+			found = 1;
+		}
+		cJSON_Delete(o);
+	}
+	pthread_mutex_unlock(&p.mu);
+	proxy_stop(&p);
+	assert_true(found);
+	assert_alive();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1749,6 +1802,7 @@ int main(void)
 		cmocka_unit_test(test_issue_18_oversize_code),
 		cmocka_unit_test(test_issue_18_hello_rules),
 		cmocka_unit_test(test_issue_18_ctl_requests_match_schemas),
+		cmocka_unit_test(test_issue_18_ctl_timeout_seconds),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
