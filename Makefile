@@ -8,7 +8,7 @@
 #   make check      test + style + layering
 #   make run        build and start flytuned in the foreground on ./.state
 #   make asan ubsan tsan coverage   the test suite under a sanitizer
-#   make install    PREFIX=/usr/local DESTDIR=
+#   make install    PREFIX=/usr/local DESTDIR= (PYTHONDIR=, UNITDIR=)
 #   make gen        regenerate proto/fly_msgs.def from schemas/
 #   make test-gpu   GPU tests (needs a GPU; see tests/gpu/)
 #   make deps       install missing Debian packages (apt-get)
@@ -21,6 +21,9 @@ GPU     ?= auto
 CC      ?= cc
 SAN     ?=
 STATE   ?= $(CURDIR)/.state
+# The release version: one place (the VERSION file) for the binaries'
+# --version, flyclient.pc and the installed man pages.
+VERSION := $(shell cat VERSION)
 
 ifeq ($(V),1)
 Q :=
@@ -189,6 +192,9 @@ $(BUILD)/prefix.stamp: FORCE
 	@echo '$(PREFIX)' | cmp -s - $@ 2>/dev/null || echo '$(PREFIX)' > $@
 $(BUILD)/obj/daemon/backend.o: $(BUILD)/prefix.stamp
 $(BUILD)/obj/daemon/backend.o: INC_daemon += -DFLYD_PREFIX='"$(PREFIX)"'
+$(BUILD)/obj/daemon/main.o $(BUILD)/obj/ctl/main.o: VERSION
+$(BUILD)/obj/daemon/main.o: INC_daemon += -DFLY_VERSION='"$(VERSION)"'
+$(BUILD)/obj/ctl/main.o: INC_ctl += -DFLY_VERSION='"$(VERSION)"'
 FORCE:
 $(BUILD)/obj/tests/%.o: tests/%.c $(HEADER) | $(LAYERING)
 	@mkdir -p $(@D)
@@ -241,8 +247,25 @@ $(CTL): $(CTL_OBJ) $(LIBCLIENT_A)
 $(HEADER): client/flyclient.h proto/fly_abi.h
 	@mkdir -p $(@D)
 	$(Q)sed -e '/^#include "fly_abi.h"/{r proto/fly_abi.h' -e 'd;}' client/flyclient.h > $@
-$(BUILD)/flyclient.pc: client/flyclient.pc.in
-	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' $< > $@
+# Generated files that carry PREFIX depend on the stamp, so a new PREFIX
+# (`make install PREFIX=/opt/x` after a plain `make`) regenerates them.
+$(BUILD)/flyclient.pc: client/flyclient.pc.in $(BUILD)/prefix.stamp VERSION
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
+# The man pages as installed: the tree's copies name the default prefix's
+# paths (/usr/local) and the version of VERSION.
+$(BUILD)/man/%: man/% $(BUILD)/prefix.stamp VERSION
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|/usr/local/share/flytuned|$(DATADIR)|g' \
+		-e 's|/usr/local/bin|$(BINDIR)|g' \
+		-e 's|"flytuned [0-9][0-9.]*"|"flytuned $(VERSION)"|' $< > $@
+# The Python client as installed: it loads $(LIBDIR)/libflyclient.so.0
+# (FLYCLIENT_LIB still overrides).
+$(BUILD)/python/flyclient/__init__.py: client/python/flyclient/__init__.py \
+		$(BUILD)/prefix.stamp
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|^_INSTALLED_LIB = None$$|_INSTALLED_LIB = "$(LIBDIR)/libflyclient.so.0"|' $< > $@
+	$(Q)grep -q '^_INSTALLED_LIB = "' $@
 # The unit as installed: ExecStart in $(BINDIR) (the tree's copy says
 # /usr/local/bin, the default PREFIX's).
 $(BUILD)/systemd/flytuned@.service: systemd/flytuned@.service $(BUILD)/prefix.stamp
@@ -417,7 +440,13 @@ INCDIR  := $(PREFIX)/include
 DATADIR := $(PREFIX)/share/flytuned
 MANDIR  := $(PREFIX)/share/man
 UNITDIR ?= $(PREFIX)/lib/systemd/system
-install: all $(BUILD)/systemd/flytuned@.service
+# Debian's python3 searches /usr/lib/python3/dist-packages and
+# /usr/local/lib/python3/dist-packages; another PREFIX needs PYTHONPATH
+# (or PYTHONDIR=$$(python3 -c 'import site; print(site.getsitepackages()[0])')).
+PYTHONDIR ?= $(PREFIX)/lib/python3/dist-packages
+MANPAGES := $(BUILD)/man/flytune-ctl.1 $(BUILD)/man/flytuned.8
+.PHONY: install-data install-python
+install: all install-data install-python $(BUILD)/systemd/flytuned@.service
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 		$(DESTDIR)$(INCDIR) $(DESTDIR)$(DATADIR)/schemas \
 		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
@@ -429,13 +458,21 @@ install: all $(BUILD)/systemd/flytuned@.service
 	ln -sf libflyclient.so.0 $(DESTDIR)$(LIBDIR)/libflyclient.so
 	$(if $(LIBKCUDA)$(LIBKHIP),install -m 755 $(LIBKCUDA) $(LIBKHIP) $(DESTDIR)$(LIBDIR)/flytuned/)
 	install -m 644 $(HEADER) $(DESTDIR)$(INCDIR)/
-	install -m 644 $(BUILD)/flyclient.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
-	install -m 644 schemas/*.json $(DESTDIR)$(DATADIR)/schemas/
-	install -m 644 man/flytune-ctl.1 $(DESTDIR)$(MANDIR)/man1/
-	install -m 644 man/flytuned.8 $(DESTDIR)$(MANDIR)/man8/
 	install -m 644 $(BUILD)/systemd/flytuned@.service systemd/flytuned@.socket $(DESTDIR)$(UNITDIR)/
 	install -m 644 systemd/flytuned.sysusers $(DESTDIR)$(PREFIX)/lib/sysusers.d/flytuned.conf
 	install -m 644 systemd/flytuned.tmpfiles $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/flytuned.conf
+# What follows PREFIX besides the binaries (tools/install-check.sh installs
+# these two into a temp DESTDIR and checks them).
+install-data: $(BUILD)/flyclient.pc $(MANPAGES)
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(DATADIR)/schemas \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8
+	install -m 644 $(BUILD)/flyclient.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	install -m 644 schemas/*.json $(DESTDIR)$(DATADIR)/schemas/
+	install -m 644 $(BUILD)/man/flytune-ctl.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 $(BUILD)/man/flytuned.8 $(DESTDIR)$(MANDIR)/man8/
+install-python: $(BUILD)/python/flyclient/__init__.py
+	install -d $(DESTDIR)$(PYTHONDIR)/flyclient
+	install -m 644 $< $(DESTDIR)$(PYTHONDIR)/flyclient/
 
 clean:
 	rm -rf build

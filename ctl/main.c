@@ -58,7 +58,7 @@
 struct ctl {
 	fly_client *c;        /* the connection */
 	int json;             /* --json: one JSON document on stdout */
-	uint32_t timeout_ms;  /* per-request timeout (--timeout MS) */
+	uint32_t timeout_ms;  /* per-request timeout (--timeout SECS) */
 	const char *cmd;      /* subcommand name, for messages */
 };
 
@@ -105,7 +105,7 @@ static cJSON *ctl_req(const char *name);
 
 /* ================================================================ main, helpers */
 
-#define CTL_VERSION "0.1.0"
+#define CTL_VERSION FLY_VERSION /* the VERSION file, via the Makefile */
 
 struct cmd {
 	const char *name;
@@ -127,8 +127,8 @@ static const struct cmd cmds[] = {
 	{ "tune", ctl_tune,
 	  "tune KEY [--wait] [--force] [--timeout SECS]",
 	  "Queue a key for tuning now; --force re-tunes a tuned key; --wait\n"
-	  "  waits for the result (default 600 s), showing progress on a\n"
-	  "  terminal." },
+	  "  waits for the result (default 600 s; fractions and 500ms also\n"
+	  "  work), showing progress on a terminal." },
 	{ "export", ctl_export, "export [--format json|csv] [FILE]",
 	  "Write every result as an export file (json, the default) or as\n"
 	  "  CSV; FILE \"-\" or none: stdout." },
@@ -172,7 +172,8 @@ static void ctl_help(FILE *f, const char *name)
 		"                  /run/flytuned/gpu<N>.sock)\n"
 		"  --device N      GPU index for the default socket path\n"
 		"  --json          print one JSON document on stdout\n"
-		"  --timeout MS    per-request timeout (default 30000)\n"
+		"  --timeout SECS  per-request timeout in seconds (default 30;\n"
+		"                  fractions and 500ms also work)\n"
 		"  --help, --version\n\nCommands:\n");
 	for (size_t i = 0; i < NCMDS; i++)
 		fprintf(f, "  %s\n", cmds[i].usage);
@@ -355,6 +356,28 @@ static void ctl_print_flat(const char *prefix, const cJSON *o)
 	}
 }
 
+/* A duration: seconds ("1.5", "2s") or milliseconds ("500ms"), in
+ * (0, max_s] -- one unit for the global --timeout and tune's (issue 18).
+ * @return 0 and *ms (at least 1), or -1. */
+static int parse_duration(const char *arg, double max_s, uint32_t *ms)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(arg, &end);
+	if (errno || end == arg || !isfinite(v))
+		return -1;
+	if (strcmp(end, "ms") == 0)
+		v /= 1000;
+	else if (*end != '\0' && strcmp(end, "s") != 0)
+		return -1;
+	if (!(v > 0) || v > max_s)
+		return -1;
+	*ms = v < 0.001 ? 1 : (uint32_t)llround(v * 1000);
+	return 0;
+}
+
 enum { OPT_SOCKET = 1000, OPT_DEVICE, OPT_JSON, OPT_TIMEOUT, OPT_HELP,
        OPT_VERSION };
 
@@ -382,17 +405,18 @@ static int parse_global(int argc, char **argv, struct ctl *x,
 		case OPT_SOCKET:
 			o->socket_path = optarg;
 			break;
-		case OPT_DEVICE:
 		case OPT_TIMEOUT:
+			if (parse_duration(optarg, 100000, &x->timeout_ms) < 0)
+				return ctl_usage(x, "bad --timeout '%s' (seconds, "
+						 "up to 100000, or Nms)", optarg);
+			break;
+		case OPT_DEVICE:
 			errno = 0;
 			v = strtol(optarg, &end, 10);
 			if (errno || *end || end == optarg || v < 0 ||
 			    v > 100000000)
 				return ctl_usage(x, "bad number '%s'", optarg);
-			if (ch == OPT_DEVICE)
-				o->device = (int)v;
-			else
-				x->timeout_ms = (uint32_t)v;
+			o->device = (int)v;
 			break;
 		case OPT_JSON:
 			x->json = 1;
@@ -821,7 +845,7 @@ static void print_tune(const cJSON *resp, const char *key)
 
 /* Send the tune request, with the progress line when asked for. */
 static int tune_send(struct ctl *x, cJSON *req, const char *key, int wait,
-		     long secs, cJSON **resp)
+		     uint32_t wait_ms, cJSON **resp)
 {
 	struct progress p = { .key = key };
 	pthread_t th;
@@ -833,7 +857,7 @@ static int tune_send(struct ctl *x, cJSON *req, const char *key, int wait,
 	if (show && pthread_create(&th, NULL, progress_main, &p) != 0)
 		show = 0;
 	rc = ctl_call(x, req,
-		      wait ? (uint32_t)(secs * 1000 + 5000) : 0, resp);
+		      wait ? wait_ms + 5000 : 0, resp);
 	if (show) {
 		atomic_store(&p.stop, 1);
 		pthread_join(th, NULL);
@@ -851,9 +875,8 @@ static int ctl_tune(struct ctl *x, int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	int ch, rc, wait = 0, force = 0;
-	long secs = 600;
+	uint32_t wait_ms = 600000;
 	cJSON *req, *resp;
-	char *end;
 
 	opterr = 0;
 	optind = 0; /* 0: glibc re-initialises (permuting again) */
@@ -869,12 +892,9 @@ static int ctl_tune(struct ctl *x, int argc, char **argv)
 			force = 1;
 			break;
 		case 't':
-			errno = 0;
-			secs = strtol(optarg, &end, 10);
-			if (errno || *end || end == optarg || secs <= 0 ||
-			    secs > 86400)
-				return ctl_usage(x, "bad --timeout '%s' "
-						 "(seconds, 1..86400)", optarg);
+			if (parse_duration(optarg, 86400, &wait_ms) < 0)
+				return ctl_usage(x, "bad --timeout '%s' (seconds, "
+						 "up to 86400, or Nms)", optarg);
 			break;
 		default:
 			return ctl_usage(x, "bad option '%s'",
@@ -893,9 +913,9 @@ static int ctl_tune(struct ctl *x, int argc, char **argv)
 		cJSON_AddBoolToObject(req, "wait", wait);
 		if (wait)
 			cJSON_AddNumberToObject(req, "timeout_ms",
-						(double)secs * 1000);
+						(double)wait_ms);
 	}
-	rc = tune_send(x, req, argv[optind], wait, secs, &resp);
+	rc = tune_send(x, req, argv[optind], wait, wait_ms, &resp);
 	if (rc != CTL_OK)
 		return rc;
 	if (x->json)

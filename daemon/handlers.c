@@ -195,12 +195,18 @@ static int h_hello(struct flyd_ctx *ctx, struct flyd_session *s,
 		return bad_field(s, msg, "version", "present (an integer >= 1)");
 	if (rc < 0)
 		return rc;
-	if (v < 1) {
-		*msg = "protocol version must be >= 1";
+	if (v != FLY_PROTO_VERSION) {
+		/* No negotiation: libflyclient refuses any other version in
+		 * the answer, so a silent downgrade helps no one (issue 18). */
+		size_t cap;
+		char *b = flyd_session_errbuf(s, &cap);
+
+		snprintf(b, cap, "protocol version %lld is not supported: this "
+			 "daemon speaks version %d", (long long)v,
+			 FLY_PROTO_VERSION);
+		*msg = b;
 		return FLY_E_VERSION;
 	}
-	if (v > FLY_PROTO_VERSION)
-		v = FLY_PROTO_VERSION;
 	if (!ctx->ready) {
 		struct hello_wait *w;
 

@@ -29,7 +29,7 @@
 #include "tuning.h"
 #include "worker.h"
 
-#define FLYTUNED_VERSION "0.1.0"
+#define FLYTUNED_VERSION FLY_VERSION /* the VERSION file, via the Makefile */
 #define EXIT_USAGE 2
 #define EXIT_CONFIG 6
 #define DEFAULT_CONFIG "/etc/flytuned/flytuned.conf"

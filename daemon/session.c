@@ -595,9 +595,13 @@ reply:
 	s->cur_fd = -1;
 }
 
-/* A framing violation: answer "proto" and close once it is written. */
+/* A framing violation: answer and close once it is written.  A length
+ * over the cap is "too_big" (schemas/README.md, issue 18), a length of 0
+ * "proto"; the header is in s->dec.hdr. */
 static void framing_error(struct flyd_session *s, int64_t rc)
 {
+	int64_t len = fly_frame_get_header(s->dec.hdr, UINT32_MAX);
+	int code = FLY_E_PROTO;
 	char m[128];
 
 	s->ctx->stats.protocol_errors++;
@@ -605,11 +609,19 @@ static void framing_error(struct flyd_session *s, int64_t rc)
 	flyd_log(FLYD_LOG_WARN, "framing_error", "conn=%llu pid=%d err=%s",
 		 (unsigned long long)s->serial, (int)s->pid,
 		 rc == FLY_E_TOOBIG ? "length" : "enomem");
-	snprintf(m, sizeof(m), "frame length is 0 or over the cap of %u bytes",
-		 s->dec.cap);
+	if (rc == FLY_E_TOOBIG && len > 0) {
+		code = FLY_E_TOOBIG;
+		snprintf(m, sizeof(m), "frame length %lld is over the cap of "
+			 "%u bytes", (long long)len, s->dec.cap);
+	} else if (rc == FLY_E_TOOBIG) {
+		snprintf(m, sizeof(m), "frame length 0 is not allowed");
+	} else {
+		code = (int)rc;
+		snprintf(m, sizeof(m), "cannot buffer the frame");
+	}
 	uv_read_stop((uv_stream_t *)&s->pipe);
 	s->close_after_flush = 1;
-	send_resp(s, fly_msg_error(FLY_E_PROTO, m), 0, 0, -1);
+	send_resp(s, fly_msg_error(code, m), 0, 0, -1);
 	if (!s->closing && s->writes == 0 && s->held == NULL)
 		session_close_why(s, "protocol");
 }

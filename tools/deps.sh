@@ -4,15 +4,26 @@
 # message when it cannot install (not root, no apt-get).
 #   FLY_DEPS_GPU=0   skip the HIP compile-check packages
 #   FLY_DEPS=0       check nothing (offline machines that have it all)
+#   --list           print the package list, one a line, and exit
+#                    (tools/install-check.sh checks it against the units)
 set -u
-[ "${FLY_DEPS:-1}" = 0 ] && exit 0
-pkgs="gcc g++ make libc6-dev pkg-config libuv1-dev libsqlite3-dev libcjson-dev libcmocka-dev python3 systemd"
+list=0
+[ "${1:-}" = --list ] && list=1
+[ $list = 0 ] && [ "${FLY_DEPS:-1}" = 0 ] && exit 0
+# systemd: systemd-analyze verify (tools/systemd-verify.sh); procps: the
+# unit's ExecReload=/bin/kill, which verify needs to exist (a minimal
+# Debian 12 has no /bin/kill).
+pkgs="gcc g++ make libc6-dev pkg-config libuv1-dev libsqlite3-dev libcjson-dev libcmocka-dev python3 systemd procps"
 # The fuzzers (tests/fuzz): clang and its libFuzzer runtime, whose package
 # carries clang's major version (14 on Debian 12, 18 on Ubuntu 24.04).
 clang_v=$(apt-cache depends clang 2>/dev/null | sed -n 's/.*Depends: clang-\([0-9][0-9]*\)$/\1/p' | head -n 1)
 pkgs="$pkgs clang libclang-rt-${clang_v:-14}-dev"
 if [ "${FLY_DEPS_GPU:-1}" != 0 ]; then
 	pkgs="$pkgs hipcc libamdhip64-dev rocm-device-libs"
+fi
+if [ $list = 1 ]; then
+	printf '%s\n' $pkgs
+	exit 0
 fi
 missing=""
 for p in $pkgs; do

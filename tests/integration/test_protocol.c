@@ -13,6 +13,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -495,7 +498,7 @@ static void test_hello_version(void **state)
 	cJSON *o;
 
 	assert_true(fd >= 0);
-	assert_int_equal(fly_test_request(fd, "{\"req\":\"hello\",\"version\":99}",
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"hello\",\"version\":1}",
 					  &resp, T_MS), 0);
 	o = parse(resp);
 	assert_true(cJSON_IsTrue(cJSON_GetObjectItem(o, "ok")));
@@ -1326,6 +1329,447 @@ static void test_structured_fuzz(void **state)
 	assert_alive();
 }
 
+/* ---------------------------------------------------------------- issue 18 */
+
+/* Framing: a length over the cap is answered "too_big", a length of 0
+ * "proto" (schemas/README.md), then the connection is closed. */
+static void test_issue_18_oversize_code(void **state)
+{
+	static const struct {
+		uint32_t len;
+		int code;
+	} cases[] = {
+		{64u * 1024u + 1u, FLY_E_TOOBIG},
+		{0xffffffffu, FLY_E_TOOBIG},
+		{0, FLY_E_PROTO},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int fd = fly_test_connect(d.sock);
+		char *resp = NULL;
+		uint8_t h[4];
+
+		assert_true(fd >= 0);
+		put_hdr(h, cases[i].len);
+		assert_int_equal(fly_test_send_raw(fd, h, 4), 0);
+		assert_int_equal(fly_test_recv_frame(fd, &resp, T_MS), 0);
+		expect_error(resp, cases[i].code);
+		free(resp);
+		assert_int_equal(fly_test_wait_closed(fd, T_MS), 0);
+		close(fd);
+	}
+	assert_alive();
+}
+
+/* hello is optional (a first request of another kind is answered), and
+ * a protocol version other than FLY_PROTO_VERSION is refused with
+ * "version", the message naming the version the daemon speaks. */
+static void test_issue_18_hello_rules(void **state)
+{
+	static const char *const refused[] = {
+		"{\"req\":\"hello\",\"version\":2}",
+		"{\"req\":\"hello\",\"version\":99}",
+		"{\"req\":\"hello\",\"version\":0}",
+	};
+	int fd = fly_test_connect(d.sock);
+	char *resp = NULL;
+	cJSON *o;
+
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"status\",\"id\":1}",
+					  &resp, T_MS), 0);
+	expect_ok(resp);
+	free(resp);
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		assert_int_equal(fly_test_request(fd, refused[i], &resp, T_MS),
+				 0);
+		expect_error(resp, FLY_E_VERSION);
+		if (strstr(resp, "speaks version 1") == NULL)
+			fail_msg("%s: %s", refused[i], resp);
+		free(resp);
+	}
+	/* The connection stays; version 1 is answered. */
+	assert_int_equal(fly_test_request(fd, "{\"req\":\"hello\",\"version\":1}",
+					  &resp, T_MS), 0);
+	o = parse(resp);
+	assert_true(cJSON_IsTrue(cJSON_GetObjectItem(o, "ok")));
+	assert_int_equal((int)cJSON_GetObjectItem(o, "version")->valuedouble,
+			 FLY_PROTO_VERSION);
+	cJSON_Delete(o);
+	free(resp);
+	close(fd);
+	assert_alive();
+}
+
+/* A recording proxy between flytune-ctl and the daemon: relays bytes (and
+ * the fd of hello's answer) both ways and keeps every request payload the
+ * client sends.  One thread; up to PROXY_CONNS connections at a time. */
+#define PROXY_CONNS 4
+#define PROXY_REQS 256
+
+struct proxy_conn {
+	int cfd, dfd;        /* client side, daemon side; -1 unused */
+	uint8_t *buf;        /* client bytes not yet split into frames */
+	size_t len;
+};
+
+struct proxy {
+	char path[320];
+	int lfd;
+	int stop[2];
+	pthread_t th;
+	pthread_mutex_t mu;
+	struct proxy_conn c[PROXY_CONNS];
+	char *reqs[PROXY_REQS];
+	int nreqs;
+	int overflow;
+};
+
+/* Split whole frames off @p c's buffer into the record. */
+static void proxy_record(struct proxy *p, struct proxy_conn *c)
+{
+	while (c->len >= 4) {
+		uint32_t n = (uint32_t)c->buf[0] | (uint32_t)c->buf[1] << 8 |
+			     (uint32_t)c->buf[2] << 16 |
+			     (uint32_t)c->buf[3] << 24;
+		char *s;
+
+		if (c->len - 4 < n)
+			return;
+		s = strndup((const char *)c->buf + 4, n);
+		pthread_mutex_lock(&p->mu);
+		if (p->nreqs < PROXY_REQS && s != NULL)
+			p->reqs[p->nreqs++] = s;
+		else
+			p->overflow = 1, free(s);
+		pthread_mutex_unlock(&p->mu);
+		memmove(c->buf, c->buf + 4 + n, c->len - 4 - n);
+		c->len -= 4 + n;
+	}
+}
+
+static void proxy_drop(struct proxy_conn *c)
+{
+	close(c->cfd);
+	close(c->dfd);
+	free(c->buf);
+	memset(c, 0, sizeof(*c));
+	c->cfd = c->dfd = -1;
+}
+
+/* Move what is readable on one side to the other.  @return 0, or -1 when
+ * the connection ended. */
+static int proxy_pump(struct proxy *p, struct proxy_conn *c, int from_client)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} cm;
+	uint8_t buf[65536];
+	struct iovec iov = {buf, sizeof(buf)};
+	struct msghdr mh = {0};
+	int fd = -1;
+	ssize_t n;
+
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = cm.b;
+	mh.msg_controllen = sizeof(cm.b);
+	n = recvmsg(from_client ? c->cfd : c->dfd, &mh, MSG_CMSG_CLOEXEC);
+	if (n <= 0)
+		return -1;
+	if (!from_client && mh.msg_controllen > 0 &&
+	    CMSG_FIRSTHDR(&mh)->cmsg_type == SCM_RIGHTS)
+		memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&mh)), sizeof(int));
+	if (from_client) {
+		uint8_t *nb = realloc(c->buf, c->len + (size_t)n);
+
+		if (nb == NULL)
+			return -1;
+		c->buf = nb;
+		memcpy(c->buf + c->len, buf, (size_t)n);
+		c->len += (size_t)n;
+		proxy_record(p, c);
+	}
+	iov.iov_len = (size_t)n;
+	memset(&mh, 0, sizeof(mh));
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	if (fd >= 0) {
+		memset(&cm, 0, sizeof(cm));
+		mh.msg_control = cm.b;
+		mh.msg_controllen = sizeof(cm.b);
+		CMSG_FIRSTHDR(&mh)->cmsg_level = SOL_SOCKET;
+		CMSG_FIRSTHDR(&mh)->cmsg_type = SCM_RIGHTS;
+		CMSG_FIRSTHDR(&mh)->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(CMSG_FIRSTHDR(&mh)), &fd, sizeof(int));
+	}
+	n = sendmsg(from_client ? c->dfd : c->cfd, &mh, MSG_NOSIGNAL);
+	if (fd >= 0)
+		close(fd);
+	return n == (ssize_t)iov.iov_len ? 0 : -1;
+}
+
+static void *proxy_main(void *arg)
+{
+	struct proxy *p = arg;
+
+	for (;;) {
+		struct pollfd pf[2 + 2 * PROXY_CONNS];
+		int n = 0;
+
+		pf[n++] = (struct pollfd){.fd = p->stop[0], .events = POLLIN};
+		pf[n++] = (struct pollfd){.fd = p->lfd, .events = POLLIN};
+		for (int i = 0; i < PROXY_CONNS; i++) {
+			pf[n++] = (struct pollfd){.fd = p->c[i].cfd,
+						  .events = POLLIN};
+			pf[n++] = (struct pollfd){.fd = p->c[i].dfd,
+						  .events = POLLIN};
+		}
+		if (poll(pf, (nfds_t)n, -1) < 0)
+			continue;
+		if (pf[0].revents)
+			break;
+		for (int i = 0; i < PROXY_CONNS; i++) {
+			struct proxy_conn *c = &p->c[i];
+
+			if (c->cfd < 0)
+				continue;
+			if ((pf[2 + 2 * i].revents &&
+			     proxy_pump(p, c, 1) < 0) ||
+			    (pf[3 + 2 * i].revents &&
+			     proxy_pump(p, c, 0) < 0))
+				proxy_drop(c);
+		}
+		if (pf[1].revents) {
+			int cfd = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC);
+			int i = 0;
+
+			while (i < PROXY_CONNS && p->c[i].cfd >= 0)
+				i++;
+			if (cfd >= 0 && i < PROXY_CONNS) {
+				p->c[i].cfd = cfd;
+				p->c[i].dfd = fly_test_connect(d.sock);
+				if (p->c[i].dfd < 0)
+					proxy_drop(&p->c[i]);
+			} else if (cfd >= 0) {
+				close(cfd);
+			}
+		}
+	}
+	return NULL;
+}
+
+/* A listening Unix socket at @p path.  @return the fd. */
+static int listen_at(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	assert_true(strlen(path) < sizeof(sa.sun_path));
+	strcpy(sa.sun_path, path);
+	unlink(path);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(fd, 16), 0);
+	return fd;
+}
+
+static void proxy_start(struct proxy *p)
+{
+	memset(p, 0, sizeof(*p));
+	for (int i = 0; i < PROXY_CONNS; i++)
+		p->c[i].cfd = p->c[i].dfd = -1;
+	snprintf(p->path, sizeof(p->path), "%s/proxy.sock", d.dir);
+	p->lfd = listen_at(p->path);
+	assert_int_equal(pipe2(p->stop, O_CLOEXEC), 0);
+	pthread_mutex_init(&p->mu, NULL);
+	assert_int_equal(pthread_create(&p->th, NULL, proxy_main, p), 0);
+}
+
+static void proxy_stop(struct proxy *p)
+{
+	assert_int_equal(write(p->stop[1], "x", 1), 1);
+	pthread_join(p->th, NULL);
+	for (int i = 0; i < PROXY_CONNS; i++)
+		if (p->c[i].cfd >= 0)
+			proxy_drop(&p->c[i]);
+	close(p->lfd);
+	close(p->stop[0]);
+	close(p->stop[1]);
+	unlink(p->path);
+	for (int i = 0; i < p->nreqs; i++)
+		free(p->reqs[i]);
+	pthread_mutex_destroy(&p->mu);
+}
+
+/* Run build/flytune-ctl with @p argv (NULL-terminated, without argv[0]);
+ * its output goes to DIR/ctl.out.  @return its exit code. */
+static int run_ctl(const char *const *argv)
+{
+	char out[400];
+	const char *av[32] = {FLY_BUILD_DIR "/flytune-ctl"};
+	int n = 1, st = 0;
+	pid_t pid;
+
+	while (argv[n - 1] != NULL && n < 31) {
+		av[n] = argv[n - 1];
+		n++;
+	}
+	av[n] = NULL;
+	snprintf(out, sizeof(out), "%s/ctl.out", d.dir);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execv(av[0], (char *const *)av);
+		_exit(127);
+	}
+	for (int i = 0; i < fly_test_timeout(120000) / 10; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+		usleep(10 * 1000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	fail_msg("flytune-ctl %s did not end", argv[0]);
+	return -1;
+}
+
+/* Validate every request @p p recorded against its request schema and
+ * mark the names seen in @p must (@p seen[i] for must[i]). */
+static void proxy_check(struct proxy *p, const char *const *must, int nmust,
+			int *seen)
+{
+	char schema[128], err[512];
+
+	pthread_mutex_lock(&p->mu);
+	assert_false(p->overflow);
+	for (int i = 0; i < p->nreqs; i++) {
+		cJSON *o = cJSON_Parse(p->reqs[i]);
+		const char *name = cJSON_GetStringValue(
+			cJSON_GetObjectItemCaseSensitive(o, "req"));
+
+		if (name == NULL)
+			fail_msg("flytune-ctl sent %s", p->reqs[i]);
+		snprintf(schema, sizeof(schema), "%s.request.json", name);
+		if (fly_test_schema_validate(schema, o, err, sizeof(err)) != 0)
+			fail_msg("flytune-ctl sent %s\n%s: %s", p->reqs[i],
+				 schema, err);
+		for (int j = 0; j < nmust; j++)
+			seen[j] |= strcmp(must[j], name) == 0;
+		cJSON_Delete(o);
+	}
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* Every request flytune-ctl sends, for each of its commands, validates
+ * against schemas/<req>.request.json (whose additionalProperties is
+ * false): the CLI speaks only the documented protocol.  The requests are
+ * recorded by a proxy in front of the real daemon. */
+static void test_issue_18_ctl_requests_match_schemas(void **state)
+{
+	static const char *const must[] = {
+		"hello", "status", "stats",  "get",    "explain",
+		"list",	 "tune",   "export", "import", "forget",
+	};
+	int seen[sizeof(must) / sizeof(must[0])] = {0};
+	char exp[400], csv[400];
+	struct proxy p;
+	const char *sk;
+#define CTL(...)                                                           \
+	do {                                                                   \
+		const char *a_[] = {"--socket", sk, __VA_ARGS__, NULL};        \
+		int rc_ = run_ctl(a_);                                         \
+		if (rc_ == 127 || rc_ == 2)                                    \
+			fail_msg("flytune-ctl %s: exit %d", a_[2], rc_);       \
+	} while (0)
+
+	proxy_start(&p);
+	sk = p.path;
+	snprintf(exp, sizeof(exp), "%s/ctl-export.json", d.dir);
+	snprintf(csv, sizeof(csv), "%s/ctl-export.csv", d.dir);
+	CTL("status");
+	CTL("--json", "stats");
+	CTL("tune", K2, "--wait", "--timeout", "60");
+	CTL("tune", K1);
+	CTL("tune", K2, "--force");
+	CTL("get", K2);
+	CTL("explain", K2);
+	CTL("list");
+	CTL("list", "--op", "rmsnorm", "--dtype", "fp32", "--status", "tuned");
+	CTL("export", exp);
+	CTL("export", "--format", "csv", csv);
+	CTL("import", exp);
+	CTL("forget", K1);
+	CTL("--json", "forget", "--all");
+#undef CTL
+	proxy_check(&p, must, (int)(sizeof(must) / sizeof(must[0])), seen);
+	proxy_stop(&p);
+	for (size_t j = 0; j < sizeof(must) / sizeof(must[0]); j++)
+		if (!seen[j])
+			fail_msg("no '%s' request was recorded", must[j]);
+	assert_alive();
+}
+
+/* The global --timeout and tune's are in seconds, fractions allowed, or
+ * Nms (issue 18: the global one was in ms, tune's in whole seconds). */
+static void test_issue_18_ctl_timeout_seconds(void **state)
+{
+	char silent[320];
+	struct proxy p;
+	int lfd, found = 0;
+
+	snprintf(silent, sizeof(silent), "%s/silent.sock", d.dir);
+	lfd = listen_at(silent); /* never accepts, never answers */
+	{
+		const char *a1[] = {"--socket", silent, "--timeout", "0.5",
+				    "status", NULL};
+		const char *a2[] = {"--socket", silent, "--timeout", "300ms",
+				    "status", NULL};
+		const char *a3[] = {"--socket", silent, "--timeout", "0",
+				    "status", NULL};
+		const char *a4[] = {"--socket", silent, "tune", K2, "--wait",
+				    "--timeout", "0", NULL};
+
+		assert_int_equal(run_ctl(a1), 10); /* timeout */
+		assert_int_equal(run_ctl(a2), 10);
+		assert_int_equal(run_ctl(a3), 2);  /* usage */
+		assert_int_equal(run_ctl(a4), 2);
+	}
+	close(lfd);
+	unlink(silent);
+	proxy_start(&p);
+	{
+		const char *a[] = {"--socket", p.path, "--timeout", "2.5",
+				   "tune", K2, "--wait", "--timeout", "1.5",
+				   NULL};
+
+		assert_int_not_equal(run_ctl(a), 2);
+	}
+	pthread_mutex_lock(&p.mu);
+	for (int i = 0; i < p.nreqs; i++) {
+		cJSON *o = cJSON_Parse(p.reqs[i]);
+		cJSON *tm = cJSON_GetObjectItemCaseSensitive(o, "timeout_ms");
+
+		if (strstr(p.reqs[i], "\"req\":\"tune\"") != NULL) {
+			assert_true(cJSON_IsNumber(tm));
+			assert_int_equal((int)tm->valuedouble, 1500);
+			found = 1;
+		}
+		cJSON_Delete(o);
+	}
+	pthread_mutex_unlock(&p.mu);
+	proxy_stop(&p);
+	assert_true(found);
+	assert_alive();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1355,6 +1799,10 @@ int main(void)
 		cmocka_unit_test(test_pipelined_in_order),
 		cmocka_unit_test(test_emfile_below_spare),
 		cmocka_unit_test(test_structured_fuzz),
+		cmocka_unit_test(test_issue_18_oversize_code),
+		cmocka_unit_test(test_issue_18_hello_rules),
+		cmocka_unit_test(test_issue_18_ctl_requests_match_schemas),
+		cmocka_unit_test(test_issue_18_ctl_timeout_seconds),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

@@ -2,7 +2,9 @@
  * test_schemas.c -- schemas/: every schema loads and uses only keywords
  * the validator checks; a sample of every message validates; encoder
  * output (proto/fly_msg) validates; invalid samples are rejected; the
- * request table agrees with the schemas' x-fly-id / x-fly-flags.
+ * request table agrees with the schemas' x-fly-id / x-fly-flags; the
+ * config defaults of the code, config.schema.json and flytuned(8) agree;
+ * flytune-ctl(1) names every admin request.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "fly_msg.h"
 #include "jsonschema.h"
 
@@ -83,6 +86,11 @@ static const struct sample good[] = {
 			     "\"next\":null}"},
     {"import.request.json",
      "{\"req\":\"import\",\"results\":[" RESULT "],\"more\":true}"},
+    {"import.request.json", "{\"req\":\"import\",\"results\":[],"
+			    "\"retarget\":true}"},
+    {"tune.request.json", "{\"req\":\"tune\",\"key\":"
+			  "\"rmsnorm/fp32/m=64,n=4096\",\"wait\":true,"
+			  "\"timeout_ms\":1500}"},
     {"import.response.json", "{\"ok\":true,\"imported\":1}"},
     {"forget.request.json", "{\"req\":\"forget\",\"key\":"
 			    "\"gemm/bf16/NT/m=1,n=1,k=1\"}"},
@@ -121,6 +129,12 @@ static const struct sample bad[] = {
     {"status.request.json", "{\"req\":\"status\",\"id\":\"1\"}"},
     /* minimum / maximum */
     {"hello.request.json", "{\"req\":\"hello\",\"version\":0}"},
+    /* issue 18: only FLY_PROTO_VERSION; timeout_ms is an integer */
+    {"hello.request.json", "{\"req\":\"hello\",\"version\":2}"},
+    {"tune.request.json", "{\"req\":\"tune\",\"key\":"
+			  "\"rmsnorm/fp32/m=64,n=4096\",\"timeout_ms\":0.5}"},
+    {"import.request.json", "{\"req\":\"import\",\"results\":[],"
+			    "\"retarget\":1}"},
     {"list.request.json", "{\"req\":\"list\",\"limit\":100000}"},
     /* enum */
     {"list.request.json", "{\"req\":\"list\",\"op\":\"conv\"}"},
@@ -331,6 +345,183 @@ static void test_table_matches_schemas(void **state)
 	}
 }
 
+/* The text of FLY_SRC_DIR/@p rel (caller frees). */
+static char *slurp(const char *rel)
+{
+	char path[1024];
+	FILE *f;
+	char *buf;
+	long n;
+
+	snprintf(path, sizeof(path), "%s/%s", FLY_SRC_DIR, rel);
+	f = fopen(path, "rb");
+	if (f == NULL)
+		fail_msg("cannot open %s", path);
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = calloc(1, (size_t)n + 1);
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	return buf;
+}
+
+struct conf_default {
+	const char *key;
+	double code;   /* flyd_config_defaults() */
+	int in_man;    /* checked against flytuned(8) */
+};
+
+/* The numeric defaults of the code, by config key. */
+static size_t code_defaults(struct conf_default *t)
+{
+	struct flyd_config c;
+	size_t n = 0;
+
+	flyd_config_defaults(&c);
+#define D(k, v) t[n++] = (struct conf_default){k, (double)(v), 0}
+	D("idle_ms", c.idle_ms);
+	D("bench_seconds_per_minute", c.bench_s_per_min);
+	D("job_budget_s", c.job_budget_s);
+	D("candidate_timeout_s", c.cand_timeout_s);
+	D("margin", c.margin);
+	D("queue_cap", c.queue_cap);
+	D("shm_capacity", c.shm_capacity);
+	D("max_clients", c.max_clients);
+	D("frame_cap", c.frame_cap);
+	D("output_buffer_cap", c.out_buf_cap);
+	D("frame_timeout_ms", c.frame_timeout_ms);
+	D("idle_timeout_ms", c.idle_timeout_ms);
+#undef D
+	return n;
+}
+
+/* flytuned(8)'s CONFIGURATION entries of the form
+ *   .TP / .BR k1 ", " k2 ... / text with one "(N" per key, in order
+ * give each key's default: it must be the code's (issue 18: the page said
+ * job_budget_s 2.0, the code 1.0).  config.schema.json's "default"s must
+ * be the code's too.  Every numeric key is checked in the man page. */
+static void test_issue_18_config_defaults_documented(void **state)
+{
+	struct conf_default t[32];
+	size_t n = code_defaults(t);
+	char *man = slurp("man/flytuned.8"), *save = NULL, *line;
+	cJSON *schema, *props;
+	char *text = slurp("schemas/config.schema.json");
+	const char *keys[8];
+	int nkeys = 0, prev_tp = 0;
+	char para[2048] = "";
+
+	(void)state;
+	schema = cJSON_Parse(text);
+	free(text);
+	props = cJSON_GetObjectItemCaseSensitive(schema, "properties");
+	for (size_t i = 0; i < n; i++) {
+		cJSON *def = cJSON_GetObjectItemCaseSensitive(
+			cJSON_GetObjectItemCaseSensitive(props, t[i].key),
+			"default");
+
+		if (def != NULL && (!cJSON_IsNumber(def) ||
+				    def->valuedouble != t[i].code))
+			fail_msg("config.schema.json: %s default differs from "
+				 "the code's %g", t[i].key, t[i].code);
+	}
+	cJSON_Delete(schema);
+	/* A sentinel ".TP" line ends the last entry. */
+	man = realloc(man, strlen(man) + 8);
+	strcat(man, "\n.TP\n");
+	for (line = strtok_r(man, "\n", &save); line != NULL;
+	     line = strtok_r(NULL, "\n", &save)) {
+		int is_keys = prev_tp && (!strncmp(line, ".B ", 3) ||
+					  !strncmp(line, ".BR ", 4));
+
+		if (!strncmp(line, ".TP", 3) || !strncmp(line, ".SH", 3)) {
+			/* End of an entry: match its "(N" to its keys. */
+			const char *p = para;
+			int k = 0;
+
+			while (nkeys > 0 && (p = strchr(p, '(')) != NULL) {
+				char *end;
+				double v = strtod(++p, &end);
+
+				if (end == p)
+					continue;
+				if (k >= nkeys)
+					fail_msg("flytuned.8: more values than "
+						 "keys in '%s'", para);
+				for (size_t i = 0; i < n; i++) {
+					if (strcmp(t[i].key, keys[k]) != 0)
+						continue;
+					if (v != t[i].code)
+						fail_msg("flytuned.8 says %s is "
+							 "%g, the code %g",
+							 keys[k], v, t[i].code);
+					t[i].in_man = 1;
+				}
+				k++;
+			}
+			nkeys = 0;
+			para[0] = '\0';
+			prev_tp = !strncmp(line, ".TP", 3);
+			continue;
+		}
+		prev_tp = 0;
+		if (is_keys) {
+			char *tok, *s2 = NULL;
+
+			for (tok = strtok_r(line + 3, " \",", &s2);
+			     tok != NULL && nkeys < 8;
+			     tok = strtok_r(NULL, " \",", &s2))
+				keys[nkeys++] = tok;
+			continue;
+		}
+		if (nkeys > 0 && strlen(para) + strlen(line) + 2 < sizeof(para)) {
+			strcat(para, " ");
+			strcat(para, line);
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!t[i].in_man)
+			fail_msg("flytuned.8 gives no default for %s as "
+				 "\".BR k1 \\\", \\\" k2\" then \"(N\" per key",
+				 t[i].key);
+	free(man);
+}
+
+/* flytune-ctl(1) names every admin request (x-fly-flags "admin") and
+ * tune --force in its "Requests that change state (...)" list. */
+static void test_issue_18_ctl_man_admin_requests(void **state)
+{
+	char *man = slurp("man/flytune-ctl.1"), *list, *end;
+	char want[64];
+
+	(void)state;
+	for (char *p = man; *p; p++)
+		if (*p == '\n')
+			*p = ' ';
+	list = strstr(man, "Requests that change state (");
+	if (list == NULL)
+		fail_msg("flytune-ctl.1 has no 'Requests that change state (' "
+			 "list");
+	list += strlen("Requests that change state (");
+	end = strchr(list, ')');
+	assert_non_null(end);
+	*end = '\0';
+	for (int r = 1; r < FLY_REQ_COUNT; r++) {
+		if (!(fly_req_flags(r) & FLY_MSGF_ADMIN))
+			continue;
+		snprintf(want, sizeof(want), "%s", fly_req_name(r));
+		if (strstr(list, want) == NULL)
+			fail_msg("flytune-ctl.1's admin list (%s) lacks %s",
+				 list, want);
+	}
+	if (strstr(list, "tune \\-\\-force") == NULL)
+		fail_msg("flytune-ctl.1's admin list (%s) lacks tune --force",
+			 list);
+	free(man);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -340,6 +531,8 @@ int main(void)
 	    cmocka_unit_test(test_validator_refuses_bad_schemas),
 	    cmocka_unit_test(test_encoder_output),
 	    cmocka_unit_test(test_table_matches_schemas),
+	    cmocka_unit_test(test_issue_18_config_defaults_documented),
+	    cmocka_unit_test(test_issue_18_ctl_man_admin_requests),
 	};
 
 	return cmocka_run_group_tests_name("schemas", tests, NULL, NULL);

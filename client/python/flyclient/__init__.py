@@ -10,7 +10,9 @@ engine does: process cache, then the shm table, then the socket.
     d["status"], d["variant"], d["params"]
 
 The library is found through $FLYCLIENT_LIB, else build/libflyclient.so of
-the source tree this package lives in, else ctypes.util.find_library.
+the source tree this package lives in, else (an installed copy) the
+library `make install` put in $(PREFIX)/lib, else
+ctypes.util.find_library.
 Thread safety: a Client may be shared by threads (libflyclient is
 thread-safe); it is closed by close() or when garbage-collected.
 """
@@ -45,6 +47,8 @@ DIM_NAMES = {
 }
 STATUS_NAMES = {0: "default", 1: "pending", 2: "tuned"}
 E_TIMEOUT = -10013
+# `make install` writes the installed library's path here.
+_INSTALLED_LIB = None
 
 
 class Problem(ctypes.Structure):
@@ -98,6 +102,8 @@ def _find_lib():
                                          "libflyclient.so"))
     if os.path.exists(cand):
         return cand
+    if _INSTALLED_LIB is not None and os.path.exists(_INSTALLED_LIB):
+        return _INSTALLED_LIB
     found = ctypes.util.find_library("flyclient")
     if found:
         return found
