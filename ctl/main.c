@@ -119,8 +119,9 @@ static const struct cmd cmds[] = {
 	  "Show the daemon's state, backend, device, queue and worker." },
 	{ "get", ctl_get, "get KEY", "Show the tuned result of one key." },
 	{ "explain", ctl_explain, "explain KEY",
-	  "Show the trial leaderboard of a key: every candidate sorted by\n"
-	  "  median, its noise (MAD), reps, outcome and why losers lost." },
+	  "Show the trial leaderboard of a key: the winner, the measured\n"
+	  "  candidates by median, then the unmeasured ones; noise (MAD),\n"
+	  "  reps, outcome and why losers lost." },
 	{ "list", ctl_list, "list [--op OP] [--dtype DT] [--status S]",
 	  "List results (paged through the daemon); S is tuned, pending or\n"
 	  "  default." },
@@ -268,6 +269,88 @@ static int reply_error(struct ctl *x, const cJSON *o)
 	return ctl_exit_for_code(cs);
 }
 
+/* Find the next number literal of a JSON text from *pos (strings are
+ * skipped).  @return 1 and the literal in *tok, *n; 0 at the end. */
+static int next_number(const char *s, size_t len, size_t *pos,
+		       const char **tok, size_t *n)
+{
+	size_t i = *pos;
+
+	while (i < len) {
+		if (s[i] == '"') {
+			for (i++; i < len && s[i] != '"'; i++)
+				if (s[i] == '\\')
+					i++;
+			i++;
+		} else if (s[i] == '-' || (s[i] >= '0' && s[i] <= '9')) {
+			*tok = s + i;
+			while (i < len && s[i] != '\0' &&
+			       strchr("+-.eE0123456789", s[i]))
+				i++;
+			*n = (size_t)(s + i - *tok);
+			*pos = i;
+			return 1;
+		} else {
+			i++;
+		}
+	}
+	*pos = i;
+	return 0;
+}
+
+/* Whether a literal is an integer of 16 digits or more. */
+static int is_long_int(const char *t, size_t n)
+{
+	size_t i = t[0] == '-', d = 0;
+
+	for (; i < n; i++, d++)
+		if (t[i] < '0' || t[i] > '9')
+			return 0;
+	return d >= 16;
+}
+
+/* Turn the long integer members of @p o into raw nodes holding their
+ * literal; @p s is the text @p o was parsed from, *pos a cursor over it
+ * (cJSON keeps members in document order, so the walk meets the numbers
+ * in the order of the text). */
+static void exact_ints(cJSON *o, const char *s, size_t len, size_t *pos)
+{
+	cJSON *it;
+	const char *t;
+	size_t n;
+
+	cJSON_ArrayForEach(it, o) {
+		if (cJSON_IsArray(it) || cJSON_IsObject(it)) {
+			exact_ints(it, s, len, pos);
+		} else if (cJSON_IsNumber(it)) {
+			char *v;
+
+			if (!next_number(s, len, pos, &t, &n))
+				return;
+			if (!is_long_int(t, n) || (v = strndup(t, n)) == NULL)
+				continue;
+			it->type = cJSON_Raw | (it->type & cJSON_StringIsConst);
+			it->valuestring = v;
+		}
+	}
+}
+
+/* Parse a reply.  cJSON holds numbers as doubles: 53 bits, printed with
+ * 15 significant digits when that reads back equal, so the shm generation
+ * 1796229956770520 came out as 1.79622995677052e+15, and a 64-bit
+ * integer past 2^53 would come out changed.  Integers of 16 digits or
+ * more are kept as their literal (raw nodes), which cJSON_Print and
+ * ctl_print_flat print verbatim.  @return the object or NULL. */
+static cJSON *ctl_parse(const char *text, size_t len)
+{
+	cJSON *o = cJSON_ParseWithLength(text, len);
+	size_t pos = 0;
+
+	if (o != NULL)
+		exact_ints(o, text, len, &pos);
+	return o;
+}
+
 static int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp)
 {
 	char *text, *out = NULL;
@@ -295,7 +378,7 @@ static int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp
 			rc, m[0] ? ": " : "", m);
 		return exit_for_err(rc);
 	}
-	o = cJSON_ParseWithLength(out, out_len);
+	o = ctl_parse(out, out_len);
 	fly_free(out);
 	if (!cJSON_IsObject(o)) {
 		cJSON_Delete(o);
@@ -579,15 +662,73 @@ static const char *str_field(const cJSON *o, const char *name)
 	return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* Order trials by median; trials without one (faulted, wrong) last. */
-static int trial_cmp(const void *a, const void *b)
-{
-	double ma = num_field(*(const cJSON *const *)a, "median_us");
-	double mb = num_field(*(const cJSON *const *)b, "median_us");
+/* A trial's place on the board: the winner, then the measured trials
+ * by median, then those never measured (no median, or median 0 with no
+ * reps: refused on their warm-up, faulted, wrong), in the daemon's
+ * order. */
+struct ranked {
+	const cJSON *t;
+	int cls;      /* 0 winner, 1 measured, 2 not measured */
+	double med;
+	int idx;      /* position in the reply */
+};
 
-	if (isnan(ma) || isnan(mb))
-		return isnan(ma) - isnan(mb);
-	return (ma > mb) - (ma < mb);
+static int ranked_cmp(const void *a, const void *b)
+{
+	const struct ranked *x = a, *y = b;
+
+	if (x->cls != y->cls)
+		return x->cls - y->cls;
+	if (x->cls == 1 && x->med != y->med)
+		return (x->med > y->med) - (x->med < y->med);
+	return x->idx - y->idx;
+}
+
+/* Whether a trial has a median worth ranking by. */
+static int is_measured(const cJSON *t)
+{
+	const cJSON *reps = cJSON_GetObjectItemCaseSensitive(t, "reps");
+	double med = num_field(t, "median_us");
+
+	return !isnan(med) && med > 0 &&
+	       (!cJSON_IsNumber(reps) || reps->valuedouble > 0);
+}
+
+/* Whether trial @p t is the stored winner @p res (variant, params and
+ * median agree). */
+static int is_winner(const cJSON *t, const cJSON *res)
+{
+	const char *wv = str_field(res, "variant");
+	const char *var = str_field(t, "variant");
+	const cJSON *wp = cJSON_GetObjectItemCaseSensitive(res, "params");
+	const cJSON *tp = cJSON_GetObjectItemCaseSensitive(t, "params");
+
+	return wv != NULL && var != NULL && strcmp(wv, var) == 0 &&
+	       (wp == NULL || tp == NULL || cJSON_Compare(wp, tp, 1)) &&
+	       num_field(t, "median_us") == num_field(res, "median_us");
+}
+
+/* Rank the trials of an explain reply into @p v (n entries). */
+static void rank_trials(const cJSON *trials, const cJSON *res,
+			struct ranked *v, int n)
+{
+	const cJSON *t;
+	int i = 0, have_win = 0;
+
+	cJSON_ArrayForEach(t, trials) {
+		if (i == n)
+			break;
+		v[i].t = t;
+		v[i].idx = i;
+		v[i].med = num_field(t, "median_us");
+		v[i].cls = is_measured(t) ? 1 : 2;
+		if (!have_win && v[i].cls == 1 && is_winner(t, res)) {
+			v[i].cls = 0;
+			have_win = 1;
+		}
+		i++;
+	}
+	qsort(v, (size_t)n, sizeof(*v), ranked_cmp);
 }
 
 /* The "why" column of one trial. */
@@ -630,35 +771,35 @@ static void print_leaderboard(const cJSON *resp)
 	const cJSON *trials = cJSON_GetObjectItemCaseSensitive(resp, "trials");
 	const cJSON *res = cJSON_GetObjectItemCaseSensitive(resp, "result");
 	const char *wv = str_field(res, "variant");
-	int n = cJSON_GetArraySize(trials), i = 0;
-	const cJSON **v = calloc((size_t)n + 1, sizeof(*v));
-	const cJSON *t;
+	int n = cJSON_GetArraySize(trials), i;
+	struct ranked *v = calloc((size_t)n + 1, sizeof(*v));
 	double win = num_field(res, "median_us"), best = NAN;
-	char note[160], params[128];
+	char note[160], params[128], med[24];
 
 	printf("key: %s\n", str_field(resp, "key") ? str_field(resp, "key")
 						   : "?");
 	printf("winner: %s\n", wv ? wv : "(none)");
 	if (v == NULL)
 		return;
-	cJSON_ArrayForEach(t, trials) v[i++] = t;
-	qsort(v, (size_t)n, sizeof(*v), trial_cmp);
-	for (i = 0; i < n; i++)
-		if (!isnan(num_field(v[i], "median_us")) && isnan(best))
-			best = num_field(v[i], "median_us");
+	rank_trials(trials, res, v, n);
+	for (i = 0; i < n && isnan(best); i++)
+		if (v[i].cls < 2)
+			best = v[i].med;
 	printf("%-4s %-24s %-20s %12s %10s %6s  %s\n", "#", "variant",
 	       "params", "median_us", "mad_us", "reps", "outcome");
 	for (i = 0; i < n; i++) {
-		const char *var = str_field(v[i], "variant");
-		int is_win = wv && var && strcmp(var, wv) == 0 &&
-			     !isnan(win) &&
-			     num_field(v[i], "median_us") == win;
+		const char *var = str_field(v[i].t, "variant");
 
-		trial_note(v[i], win, best, is_win, note, sizeof(note));
-		params_text(v[i], params, sizeof(params));
-		printf("%-4d %-24s %-20s %12.3f %10.3f %6.0f  %s\n", i + 1,
-		       var ? var : "?", params, num_field(v[i], "median_us"),
-		       num_field(v[i], "mad_us"), num_field(v[i], "reps"),
+		trial_note(v[i].t, win, best, v[i].cls == 0, note,
+			   sizeof(note));
+		params_text(v[i].t, params, sizeof(params));
+		if (v[i].cls == 2)
+			snprintf(med, sizeof(med), "-");
+		else
+			snprintf(med, sizeof(med), "%.3f", v[i].med);
+		printf("%-4d %-24s %-20s %12s %10.3f %6.0f  %s\n", i + 1,
+		       var ? var : "?", params, med,
+		       num_field(v[i].t, "mad_us"), num_field(v[i].t, "reps"),
 		       note);
 	}
 	free(v);

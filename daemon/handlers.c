@@ -685,7 +685,8 @@ static void move_item(cJSON *from, const char *name, cJSON *to)
 }
 
 /* schemas/status.response.json (no other top-level members): tuning's
- * extra members ("policy", "shm") go inside "queue". */
+ * "policy" goes inside "queue"; the shm table has its own "shm" object
+ * (issue 18: its fields were printed as queue.shm.*). */
 static int h_status(struct flyd_ctx *ctx, struct flyd_session *s,
 		    const cJSON *req, cJSON *resp, const char **msg)
 {
@@ -714,8 +715,8 @@ static int h_status(struct flyd_ctx *ctx, struct flyd_session *s,
 	if (q == NULL)
 		q = cJSON_CreateObject();
 	move_item(t, "policy", q);
-	move_item(t, "shm", q);
 	cJSON_AddItemToObject(resp, "queue", q);
+	move_item(t, "shm", resp);
 	move_item(t, "worker", resp);
 	if (!cJSON_HasObjectItem(resp, "worker"))
 		cJSON_AddObjectToObject(resp, "worker");

@@ -14,9 +14,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -389,6 +392,216 @@ static void test_import_many_chunks(void **state)
 	assert_int_equal(ctl(NULL, 0, "get rmsnorm/fp32/m=4,n=100"), 4);
 }
 
+/* ------------------------------------------------ a scripted daemon */
+
+/* A daemon that answers each request kind with a fixed body (the text
+ * after "{\"ok\":true,\"id\":N,"), spliced as text so that the
+ * numbers reach the ctl exactly as written here. */
+struct fake_reply {
+	const char *req;
+	const char *body;
+};
+
+struct fake {
+	char sock[300];
+	int lfd;
+	pthread_t th;
+	const struct fake_reply *replies;
+};
+
+static void fake_serve_conn(struct fake *f, int fd)
+{
+	char *req, out[16384];
+	cJSON *o;
+
+	while (fly_test_recv_frame(fd, &req, 10000) == 0) {
+		const char *name = "", *body = NULL;
+		long long id = 0;
+
+		o = cJSON_Parse(req);
+		free(req);
+		if (cJSON_IsString(cJSON_GetObjectItem(o, "req")))
+			name = cJSON_GetObjectItem(o, "req")->valuestring;
+		if (cJSON_IsNumber(cJSON_GetObjectItem(o, "id")))
+			id = (long long)cJSON_GetObjectItem(o, "id")->valuedouble;
+		for (const struct fake_reply *r = f->replies; r->req; r++)
+			if (strcmp(r->req, name) == 0)
+				body = r->body;
+		if (strcmp(name, "hello") == 0)
+			body = "\"version\":1}";
+		if (body == NULL)
+			snprintf(out, sizeof(out), "{\"ok\":false,\"id\":%lld,"
+				 "\"error\":{\"code\":\"proto\","
+				 "\"message\":\"not scripted\"}}", id);
+		else
+			snprintf(out, sizeof(out), "{\"ok\":true,\"id\":%lld,%s",
+				 id, body);
+		cJSON_Delete(o);
+		if (fly_test_send_frame(fd, out) < 0)
+			break;
+	}
+	close(fd);
+}
+
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+	int fd;
+
+	while ((fd = accept(f->lfd, NULL, NULL)) >= 0)
+		fake_serve_conn(f, fd);
+	return NULL;
+}
+
+static void fake_start(struct fake *f, const struct fake_reply *replies)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	f->replies = replies;
+	snprintf(f->sock, sizeof(f->sock), "%s/fake.sock", dm.dir);
+	assert_true(strlen(f->sock) < sizeof(sa.sun_path));
+	memcpy(sa.sun_path, f->sock, strlen(f->sock) + 1);
+	unlink(f->sock);
+	f->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(f->lfd >= 0);
+	assert_int_equal(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(f->lfd, 8), 0);
+	assert_int_equal(pthread_create(&f->th, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake *f)
+{
+	shutdown(f->lfd, SHUT_RDWR);
+	close(f->lfd);
+	pthread_join(f->th, NULL);
+	unlink(f->sock);
+}
+
+/* Run flytune-ctl against the scripted daemon; stdout in *out. */
+static int fake_ctl(const struct fake *f, char **out, const char *args)
+{
+	char cmd[1024];
+	size_t n = 0, cap = 65536;
+	char *buf = malloc(cap);
+	FILE *p;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s %s 2>/dev/null",
+		 FLY_BUILD_DIR, f->sock, args);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	while (n + 1 < cap) {
+		size_t r = fread(buf + n, 1, cap - n - 1, p);
+
+		if (r == 0)
+			break;
+		n += r;
+	}
+	buf[n] = '\0';
+	st = pclose(p);
+	*out = buf;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* issue 18 item 7: 64-bit integers print as integers, in text and JSON:
+ * 1796229956770520 (15 significant digits read back equal, so cJSON
+ * printed 1.79622995677052e+15) and 2^53 + 1 (not a double at all). */
+static void test_issue_18_long_ints_print_exactly(void **state)
+{
+	static const struct fake_reply replies[] = {
+		{ "status", "\"state\":\"ready\",\"backend\":\"cpu\","
+		  "\"device\":{\"index\":0,\"backend\":\"cpu\","
+		  "\"fingerprint\":\"x\",\"id\":\"y\"},"
+		  "\"queue\":{\"queued\":0},\"worker\":{\"pid\":1},"
+		  "\"shm\":{\"count\":1796229956770520,\"capacity\":8,"
+		  "\"generation\":9007199254740993},"
+		  "\"uptime_s\":1.5,\"results\":0}" },
+		{ NULL, NULL },
+	};
+	struct fake f;
+	char *out;
+
+	(void)state;
+	fake_start(&f, replies);
+	assert_int_equal(fake_ctl(&f, &out, "status"), 0);
+	assert_non_null(strstr(out, "\nshm.count: 1796229956770520\n"));
+	assert_non_null(strstr(out, "\nshm.generation: 9007199254740993\n"));
+	free(out);
+	assert_int_equal(fake_ctl(&f, &out, "--json status"), 0);
+	assert_non_null(strstr(out, "\"count\":1796229956770520,"));
+	assert_non_null(strstr(out, "\"generation\":9007199254740993}"));
+	valid("status.response.json", out);
+	free(out);
+	fake_stop(&f);
+}
+
+/* issue 18 item 7: explain puts the winner first, then the measured
+ * candidates by median, and the unmeasured ones (median 0, no reps:
+ * refused on their warm-up) last, whatever the daemon's order. */
+static void test_issue_18_explain_order(void **state)
+{
+	static const struct fake_reply replies[] = {
+		{ "explain", "\"key\":\"rmsnorm/fp32/m=8,n=64\","
+		  "\"result\":{\"key\":\"rmsnorm/fp32/m=8,n=64\","
+		  "\"device\":\"d\",\"libver\":\"1\",\"variant\":\"win\","
+		  "\"params\":[2],\"median_us\":5,\"mad_us\":0.1,"
+		  "\"tune_s\":1,\"tuned_at\":1},\"trials\":["
+		  "{\"variant\":\"warm\",\"params\":[1],\"median_us\":0,"
+		  "\"mad_us\":0,\"reps\":0,\"outcome\":\"rejected\","
+		  "\"reason\":\"4.53x best on its warm-up\"},"
+		  "{\"variant\":\"slow\",\"params\":[1],\"median_us\":9,"
+		  "\"mad_us\":0.2,\"reps\":10,\"outcome\":\"ok\"},"
+		  "{\"variant\":\"fast\",\"params\":[3],\"median_us\":4.9,"
+		  "\"mad_us\":0.2,\"reps\":10,\"outcome\":\"ok\"},"
+		  "{\"variant\":\"win\",\"params\":[2],\"median_us\":5,"
+		  "\"mad_us\":0.1,\"reps\":30,\"outcome\":\"ok\"},"
+		  "{\"variant\":\"crash\",\"params\":[1],\"median_us\":0,"
+		  "\"mad_us\":0,\"reps\":0,\"outcome\":\"faulted\","
+		  "\"reason\":\"SIGSEGV\"}]}" },
+		{ NULL, NULL },
+	};
+	static const char *const order[] = { "win", "fast", "slow", "warm",
+					     "crash" };
+	struct fake f;
+	char *out, *p, *line;
+	int row = 0;
+
+	(void)state;
+	fake_start(&f, replies);
+	assert_int_equal(fake_ctl(&f, &out, "explain rmsnorm/fp32/m=8,n=64"),
+			 0);
+	assert_non_null(strstr(out, "  winner\n"));
+	p = strstr(out, "outcome\n");
+	assert_non_null(p);
+	for (line = strtok(p + 8, "\n"); line; line = strtok(NULL, "\n")) {
+		char var[64];
+		int n;
+
+		assert_int_equal(sscanf(line, "%d %63s", &n, var), 2);
+		assert_true(row < 5);
+		assert_int_equal(n, row + 1);
+		assert_string_equal(var, order[row]);
+		row++;
+	}
+	assert_int_equal(row, 5);
+	free(out);
+	fake_stop(&f);
+}
+
+/* issue 18 item 7: status prints the shm table under "shm.", not
+ * "queue.shm.". */
+static void test_issue_18_status_shm_prefix(void **state)
+{
+	char *out;
+
+	(void)state;
+	assert_int_equal(ctl(&out, 0, "status"), 0);
+	assert_non_null(strstr(out, "\nshm.generation: "));
+	assert_non_null(strstr(out, "\nshm.count: "));
+	assert_null(strstr(out, "queue.shm"));
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -400,6 +613,9 @@ int main(void)
 		cmocka_unit_test(test_export_forget_import),
 		cmocka_unit_test(test_import_many_chunks),
 		cmocka_unit_test(test_json_status_stats_tune),
+		cmocka_unit_test(test_issue_18_long_ints_print_exactly),
+		cmocka_unit_test(test_issue_18_explain_order),
+		cmocka_unit_test(test_issue_18_status_shm_prefix),
 	};
 
 	return cmocka_run_group_tests_name("ctl", tests, setup, teardown);
