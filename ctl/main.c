@@ -960,6 +960,14 @@ static void print_tune(const cJSON *resp, const char *key)
 	printf("\n");
 }
 
+/* Whether a tune reply says the key is tuned. */
+static int is_tuned(const cJSON *resp)
+{
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(resp, "status");
+
+	return cJSON_IsString(st) && strcmp(st->valuestring, "tuned") == 0;
+}
+
 /* Send the tune request, with the progress line when asked for. */
 static int tune_send(struct ctl *x, cJSON *req, const char *key, int wait,
 		     long secs, cJSON **resp)
@@ -1043,8 +1051,15 @@ static int ctl_tune(struct ctl *x, int argc, char **argv)
 		ctl_print_json(resp);
 	else
 		print_tune(resp, argv[optind]);
+	/* The daemon answers a wait that ran out with the key's state so
+	 * far (pending): that is the documented timeout, exit 10. */
+	rc = wait && !is_tuned(resp) ? CTL_TIMEOUT : CTL_OK;
+	if (rc == CTL_TIMEOUT)
+		fprintf(stderr, "tune failed: %s not tuned within %ld s "
+			"(still queued; try again with a longer --timeout)\n",
+			argv[optind], secs);
 	cJSON_Delete(resp);
-	return CTL_OK;
+	return rc;
 }
 
 static int ctl_forget(struct ctl *x, int argc, char **argv)

@@ -588,6 +588,39 @@ static void test_issue_18_explain_order(void **state)
 	fake_stop(&f);
 }
 
+/* issue 18 item 9: a `tune --wait --timeout N` that runs out exits 10
+ * (timeout), as documented; the daemon answers such a wait with the
+ * key's state so far ("pending", queued), which the ctl still prints. */
+static void test_issue_18_tune_wait_timeout_is_10(void **state)
+{
+	static const struct fake_reply replies[] = {
+		{ "tune", "\"key\":\"rmsnorm/fp32/m=8,n=64\","
+		  "\"status\":\"pending\",\"queued\":true,"
+		  "\"decision\":{\"status\":\"pending\","
+		  "\"provisional\":false,\"variant\":\"rms_v1\","
+		  "\"params\":[],\"median_us\":0}}" },
+		{ NULL, NULL },
+	};
+	struct fake f;
+	char *out;
+
+	(void)state;
+	fake_start(&f, replies);
+	assert_int_equal(fake_ctl(&f, &out, "tune rmsnorm/fp32/m=8,n=64 "
+				  "--wait --timeout 1"), 10);
+	assert_non_null(strstr(out, "pending"));
+	free(out);
+	assert_int_equal(fake_ctl(&f, &out, "--json tune "
+				  "rmsnorm/fp32/m=8,n=64 --wait --timeout 1"),
+			 10);
+	valid("tune.response.json", out);
+	free(out);
+	/* without --wait, pending is the expected answer */
+	assert_int_equal(fake_ctl(&f, &out, "tune rmsnorm/fp32/m=8,n=64"), 0);
+	free(out);
+	fake_stop(&f);
+}
+
 /* issue 18 item 7: status prints the shm table under "shm.", not
  * "queue.shm.". */
 static void test_issue_18_status_shm_prefix(void **state)
@@ -616,6 +649,7 @@ int main(void)
 		cmocka_unit_test(test_issue_18_long_ints_print_exactly),
 		cmocka_unit_test(test_issue_18_explain_order),
 		cmocka_unit_test(test_issue_18_status_shm_prefix),
+		cmocka_unit_test(test_issue_18_tune_wait_timeout_is_10),
 	};
 
 	return cmocka_run_group_tests_name("ctl", tests, setup, teardown);
