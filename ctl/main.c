@@ -172,7 +172,8 @@ static void ctl_help(FILE *f, const char *name)
 		"  --socket PATH   daemon socket (default $FLYTUNED_SOCKET, else\n"
 		"                  /run/flytuned/gpu<N>.sock)\n"
 		"  --device N      GPU index for the default socket path\n"
-		"  --json          print one JSON document on stdout\n"
+		"  --json          print one JSON document on stdout (errors\n"
+		"                  too: {\"ok\":false,\"error\":{...}})\n"
 		"  --timeout MS    per-request timeout (default 30000)\n"
 		"  --help, --version\n\nCommands:\n");
 	for (size_t i = 0; i < NCMDS; i++)
@@ -183,14 +184,77 @@ static void ctl_help(FILE *f, const char *name)
 		exit_codes);
 }
 
+/* With --json every run prints exactly one JSON document on stdout: the
+ * reply, the assembled document, or for an error the daemon's error
+ * reply or, for an error found here (usage, bad key, daemon down, a bad
+ * file), {"ok":false,"error":{"code","message"}} built by main() from
+ * the last ctl_err() (issue 18 item 10). */
+static int json_printed;         /* a document went to stdout */
+static char err_msg[1024];       /* the last error found here */
+static const char *err_code;     /* its wire name (schemas/common.json) */
+
+static void ctl_err(const char *code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err_msg, sizeof(err_msg), fmt, ap);
+	va_end(ap);
+	err_code = code;
+	fprintf(stderr, "%s\n", err_msg);
+}
+
+/* Wire name of an exit code, for an error document without a better one. */
+static const char *code_for_exit(int rc)
+{
+	switch (rc) {
+	case CTL_USAGE:
+		return "usage";
+	case CTL_DOWN:
+		return "down";
+	case CTL_NOTFOUND:
+		return "not_found";
+	case CTL_PERM:
+		return "permission";
+	case CTL_INVALID:
+		return "invalid";
+	case CTL_BUSY:
+		return "busy";
+	case CTL_TIMEOUT:
+		return "timeout";
+	default:
+		return "internal";
+	}
+}
+
+/* The error document of a failed run, unless one was printed. */
+static void json_error_doc(int rc)
+{
+	cJSON *o = cJSON_CreateObject(), *e;
+
+	if (json_printed || o == NULL) {
+		cJSON_Delete(o);
+		return;
+	}
+	cJSON_AddFalseToObject(o, "ok");
+	e = cJSON_AddObjectToObject(o, "error");
+	cJSON_AddStringToObject(e, "code", err_code ? err_code :
+				code_for_exit(rc));
+	cJSON_AddStringToObject(e, "message", err_msg[0] ? err_msg :
+				"flytune-ctl failed");
+	ctl_print_json(o);
+	cJSON_Delete(o);
+}
+
 static int ctl_usage(struct ctl *x, const char *fmt, ...)
 {
 	va_list ap;
 
-	fprintf(stderr, "flytune-ctl: ");
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(err_msg, sizeof(err_msg), fmt, ap);
 	va_end(ap);
+	err_code = "usage";
+	fprintf(stderr, "flytune-ctl: %s", err_msg);
 	if (x && x->cmd)
 		fprintf(stderr, "\nTry 'flytune-ctl help %s'.\n", x->cmd);
 	else
@@ -252,6 +316,7 @@ static void ctl_print_json(const cJSON *o)
 	if (s != NULL)
 		printf("%s\n", s);
 	free(s);
+	json_printed = 1;
 }
 
 /* Report a daemon error reply; @return its exit code. */
@@ -362,7 +427,7 @@ static int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp
 	text = req ? cJSON_PrintUnformatted(req) : NULL;
 	cJSON_Delete(req);
 	if (text == NULL) {
-		fprintf(stderr, "%s failed: out of memory\n", x->cmd);
+		ctl_err("internal", "%s failed: out of memory", x->cmd);
 		return CTL_ERR;
 	}
 	rc = fly_request(x->c, text, strlen(text),
@@ -372,9 +437,9 @@ static int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp
 	if (rc < 0) {
 		const char *m = fly_client_errmsg(x->c);
 
-		fprintf(stderr, "%s failed: %s (%d)%s%s\n", x->cmd,
-			rc == FLY_E_DOWN ? "daemon not running" :
-					   fly_strerror(rc),
+		ctl_err(code_for_exit(exit_for_err(rc)), "%s failed: %s (%d)%s%s",
+			x->cmd, rc == FLY_E_DOWN ? "daemon not running" :
+						   fly_strerror(rc),
 			rc, m[0] ? ": " : "", m);
 		return exit_for_err(rc);
 	}
@@ -382,7 +447,7 @@ static int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp
 	fly_free(out);
 	if (!cJSON_IsObject(o)) {
 		cJSON_Delete(o);
-		fprintf(stderr, "%s failed: malformed reply\n", x->cmd);
+		ctl_err("proto", "%s failed: malformed reply", x->cmd);
 		return CTL_ERR;
 	}
 	if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "ok"))) {
@@ -401,10 +466,10 @@ static int ctl_check_key(struct ctl *x, const char *key)
 
 	if (rc == 0)
 		return CTL_OK;
-	fprintf(stderr,
+	ctl_err("bad_key",
 		"%s failed: bad key '%s': %s (%d)\n"
 		"  keys are canonical, e.g. gemm/bf16/NT/m=4096,n=6144,k=4096 "
-		"or rmsnorm/fp16/m=8192,n=4096/residual\n",
+		"or rmsnorm/fp16/m=8192,n=4096/residual",
 		x->cmd, key, fly_strerror(rc), rc);
 	return CTL_INVALID;
 }
@@ -508,45 +573,67 @@ static int wants_help(int argc, char **argv)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* Whether --json is among the arguments (before "--"), so that errors
+ * found before the options are parsed are reported as JSON too. */
+static int argv_has_json(int argc, char **argv)
 {
-	struct ctl x = { .timeout_ms = 30000 };
+	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+		if (strcmp(argv[i], "--json") == 0)
+			return 1;
+	return 0;
+}
+
+/* Parse, open, run the subcommand.  @return the exit code. */
+static int run(struct ctl *x, int argc, char **argv)
+{
 	struct fly_client_opts o = { 0 };
 	const struct cmd *c;
 	int rc;
 
-	rc = parse_global(argc, argv, &x, &o);
+	rc = parse_global(argc, argv, x, &o);
 	if (rc >= 0)
 		return rc;
 	if (optind >= argc)
-		return ctl_usage(&x, "missing command");
+		return ctl_usage(x, "missing command");
 	argc -= optind;
 	argv += optind;
 	if (strcmp(argv[0], "help") == 0) {
 		if (argc > 1 && cmd_find(argv[1]) == NULL)
-			return ctl_usage(&x, "unknown command '%s'", argv[1]);
+			return ctl_usage(x, "unknown command '%s'", argv[1]);
 		ctl_help(stdout, argc > 1 ? argv[1] : NULL);
 		return CTL_OK;
 	}
 	c = cmd_find(argv[0]);
 	if (c == NULL)
-		return ctl_usage(&x, "unknown command '%s'", argv[0]);
-	x.cmd = c->name;
+		return ctl_usage(x, "unknown command '%s'", argv[0]);
+	x->cmd = c->name;
 	if (wants_help(argc, argv)) {
 		ctl_help(stdout, c->name);
 		return CTL_OK;
 	}
-	o.timeout_ms = x.timeout_ms;
+	o.timeout_ms = x->timeout_ms;
 	o.no_shm = 1; /* admin requests only */
-	rc = fly_client_open_opts(&o, &x.c);
+	rc = fly_client_open_opts(&o, &x->c);
 	if (rc < 0) {
-		fprintf(stderr, "%s failed: %s (%d)\n", c->name,
-			fly_strerror(rc), rc);
+		ctl_err(rc == -EINVAL ? "usage" : "internal",
+			"%s failed: %s (%d)", c->name, fly_strerror(rc), rc);
 		return rc == -EINVAL ? CTL_USAGE : CTL_ERR;
 	}
 	optind = 0; /* 0: glibc re-initialises (permuting again) */
-	rc = c->fn(&x, argc, argv);
-	fly_client_close(x.c);
+	rc = c->fn(x, argc, argv);
+	fly_client_close(x->c);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct ctl x = { .timeout_ms = 30000 };
+	int rc;
+
+	x.json = argv_has_json(argc, argv);
+	rc = run(&x, argc, argv);
+	if (rc != CTL_OK && x.json)
+		json_error_doc(rc);
 	return rc;
 }
 
@@ -1220,7 +1307,7 @@ static int export_write(struct ctl *x, const char *file, int csv,
 	int bad;
 
 	if (f == NULL) {
-		fprintf(stderr, "export failed: %s: %s\n", file,
+		ctl_err("internal", "export failed: %s: %s", file,
 			strerror(errno));
 		return CTL_ERR;
 	}
@@ -1238,7 +1325,7 @@ static int export_write(struct ctl *x, const char *file, int csv,
 	else
 		bad |= fflush(f) != 0;
 	if (bad) {
-		fprintf(stderr, "export failed: %s: write error\n", file);
+		ctl_err("internal", "export failed: %s: write error", file);
 		return CTL_ERR;
 	}
 	return CTL_OK;
@@ -1297,14 +1384,14 @@ static int read_capped(const char *file, char **buf, size_t *len)
 
 	*buf = NULL;
 	if (fd < 0) {
-		fprintf(stderr, "import failed: %s: %s\n", file,
-			strerror(errno));
+		ctl_err(errno == ENOENT ? "not_found" : "internal",
+			"import failed: %s: %s", file, strerror(errno));
 		return CTL_ERR;
 	}
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
 	    (uint64_t)st.st_size > cap) {
-		fprintf(stderr, "import failed: %s: %lld bytes, over the "
-			"%zu-byte cap\n", file, (long long)st.st_size, cap);
+		ctl_err("too_big", "import failed: %s: %lld bytes, over the "
+			"%zu-byte cap", file, (long long)st.st_size, cap);
 		goto err_too_big;
 	}
 	for (;;) {
@@ -1324,8 +1411,8 @@ static int read_capped(const char *file, char **buf, size_t *len)
 			break;
 		n += (size_t)r;
 		if (n > cap) {
-			fprintf(stderr, "import failed: %s: over the %zu-byte "
-				"cap\n", file, cap);
+			ctl_err("too_big", "import failed: %s: over the "
+				"%zu-byte cap", file, cap);
 			goto err_too_big;
 		}
 	}
@@ -1337,7 +1424,7 @@ static int read_capped(const char *file, char **buf, size_t *len)
 	return CTL_OK;
 
 err_io:
-	fprintf(stderr, "import failed: %s: %s\n", file, strerror(errno));
+	ctl_err("internal", "import failed: %s: %s", file, strerror(errno));
 	free(p);
 	if (fd != STDIN_FILENO)
 		close(fd);
@@ -1479,13 +1566,13 @@ static int check_export(const char *file, const cJSON *doc)
 	else
 		bad = check_header_device(doc);
 	if (bad != NULL) {
-		fprintf(stderr, "import failed: %s: %s\n", file, bad);
+		ctl_err("invalid", "import failed: %s: %s", file, bad);
 		return CTL_INVALID;
 	}
 	cJSON_ArrayForEach(r, res) {
 		bad = check_result(r, why, sizeof(why));
 		if (bad != NULL) {
-			fprintf(stderr, "import failed: %s: results[%d]: %s\n",
+			ctl_err("invalid", "import failed: %s: results[%d]: %s",
 				file, i, bad);
 			return CTL_INVALID;
 		}
@@ -1582,7 +1669,7 @@ static int ctl_import(struct ctl *x, int argc, char **argv)
 	doc = cJSON_ParseWithLength(buf, len);
 	free(buf);
 	if (doc == NULL) {
-		fprintf(stderr, "import failed: %s: not valid JSON\n",
+		ctl_err("invalid", "import failed: %s: not valid JSON",
 			argv[optind]);
 		return CTL_INVALID;
 	}

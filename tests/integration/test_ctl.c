@@ -621,6 +621,69 @@ static void test_issue_18_tune_wait_timeout_is_10(void **state)
 	fake_stop(&f);
 }
 
+/* Run ctl with stdout in *out; checks stdout is exactly one JSON error
+ * document (one line, valid against error.response.json) with code
+ * @p code.  @return the exit code. */
+static int json_error_run(const char *sock, const char *code,
+			  const char *args)
+{
+	char cmd[1024], buf[8192];
+	size_t n;
+	FILE *p;
+	cJSON *o;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s %s 2>/dev/null",
+		 FLY_BUILD_DIR, sock, args);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(buf, 1, sizeof(buf) - 1, p);
+	buf[n] = '\0';
+	st = pclose(p);
+	if (n == 0)
+		fail_msg("no JSON document for: %s", args);
+	assert_non_null(strchr(buf, '\n'));
+	assert_int_equal(strchr(buf, '\n') - buf, (long)n - 1); /* one line */
+	valid("error.response.json", buf);
+	o = cJSON_Parse(buf);
+	assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "error"),
+						"code")->valuestring, code);
+	cJSON_Delete(o);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* issue 18 item 10: with --json, errors found by the ctl itself (bad
+ * key, daemon down, usage, a bad import file) print exactly one JSON
+ * error document, as daemon errors do; the exit codes are unchanged. */
+static void test_issue_18_json_client_errors(void **state)
+{
+	char args[512];
+
+	(void)state;
+	assert_int_equal(json_error_run(dm.sock, "bad_key",
+					"--json get gemm/bf16"), 8);
+	assert_int_equal(json_error_run(dm.sock, "bad_key",
+					"get gemm/bf16 --json"), 8);
+	assert_int_equal(json_error_run("/nonexistent/x.sock", "down",
+					"--json status"), 3);
+	assert_int_equal(json_error_run("/nonexistent/x.sock", "down",
+					"get rmsnorm/fp32/m=8,n=64 --json"), 3);
+	assert_int_equal(json_error_run(dm.sock, "usage", "--json frobnicate"),
+			 2);
+	assert_int_equal(json_error_run(dm.sock, "usage", "--json"), 2);
+	assert_int_equal(json_error_run(dm.sock, "usage", "--json --bogus "
+					"status"), 2);
+	assert_int_equal(json_error_run(dm.sock, "usage", "get --json"), 2);
+	assert_int_equal(json_error_run(dm.sock, "usage",
+					"tune rmsnorm/fp32/m=8,n=64 --json "
+					"--timeout abc"), 2);
+	snprintf(args, sizeof(args), "--json import %s/missing.json", dm.dir);
+	assert_int_equal(json_error_run(dm.sock, "not_found", args), 1);
+	/* a daemon error is still the daemon's document, once */
+	assert_int_equal(json_error_run(dm.sock, "not_found",
+					"--json get rmsnorm/fp32/m=2,n=2"), 4);
+}
+
 /* issue 18 item 7: status prints the shm table under "shm.", not
  * "queue.shm.". */
 static void test_issue_18_status_shm_prefix(void **state)
@@ -650,6 +713,7 @@ int main(void)
 		cmocka_unit_test(test_issue_18_explain_order),
 		cmocka_unit_test(test_issue_18_status_shm_prefix),
 		cmocka_unit_test(test_issue_18_tune_wait_timeout_is_10),
+		cmocka_unit_test(test_issue_18_json_client_errors),
 	};
 
 	return cmocka_run_group_tests_name("ctl", tests, setup, teardown);
