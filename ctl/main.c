@@ -437,10 +437,10 @@ static int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp
 	if (rc < 0) {
 		const char *m = fly_client_errmsg(x->c);
 
-		ctl_err(code_for_exit(exit_for_err(rc)), "%s failed: %s (%d)%s%s",
+		ctl_err(code_for_exit(exit_for_err(rc)), "%s failed: %s%s%s",
 			x->cmd, rc == FLY_E_DOWN ? "daemon not running" :
 						   fly_strerror(rc),
-			rc, m[0] ? ": " : "", m);
+			m[0] ? ": " : "", m);
 		return exit_for_err(rc);
 	}
 	o = ctl_parse(out, out_len);
@@ -459,18 +459,37 @@ static int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp
 	return CTL_OK;
 }
 
+/* Wire name of a key error (as the daemon would answer it). */
+static const char *key_code(int rc)
+{
+	switch (rc) {
+	case FLY_E_BADOP:
+		return "bad_op";
+	case FLY_E_BADDTYPE:
+		return "bad_dtype";
+	case FLY_E_BADDIM:
+		return "bad_dim";
+	case FLY_E_OVERFLOW:
+		return "overflow";
+	case FLY_E_KEYLEN:
+		return "key_too_long";
+	default:
+		return "bad_key";
+	}
+}
+
 static int ctl_check_key(struct ctl *x, const char *key)
 {
-	struct fly_problem p;
-	int rc = fly_problem_from_key(key, &p);
+	char why[512];
+	int rc = fly_key_explain(key, why, sizeof(why));
 
 	if (rc == 0)
 		return CTL_OK;
-	ctl_err("bad_key",
-		"%s failed: bad key '%s': %s (%d)\n"
+	ctl_err(key_code(rc),
+		"%s failed: bad key '%s': %s\n"
 		"  keys are canonical, e.g. gemm/bf16/NT/m=4096,n=6144,k=4096 "
 		"or rmsnorm/fp16/m=8192,n=4096/residual",
-		x->cmd, key, fly_strerror(rc), rc);
+		x->cmd, key, why);
 	return CTL_INVALID;
 }
 
@@ -616,7 +635,8 @@ static int run(struct ctl *x, int argc, char **argv)
 	rc = fly_client_open_opts(&o, &x->c);
 	if (rc < 0) {
 		ctl_err(rc == -EINVAL ? "usage" : "internal",
-			"%s failed: %s (%d)", c->name, fly_strerror(rc), rc);
+			"%s failed: %s%s", c->name, fly_strerror(rc),
+			rc == -EINVAL ? " (socket path too long?)" : "");
 		return rc == -EINVAL ? CTL_USAGE : CTL_ERR;
 	}
 	optind = 0; /* 0: glibc re-initialises (permuting again) */

@@ -103,10 +103,33 @@ static int req_key(struct flyd_session *s, const cJSON *req, const char **key,
 		return rc;
 	rc = fly_key_parse(*key, strlen(*key), &p);
 	if (rc < 0) {
-		*msg = "'key' is not a canonical shape key";
+		size_t cap;
+		char *b = flyd_session_errbuf(s, &cap);
+		size_t n = (size_t)snprintf(b, cap, "'key': ");
+
+		if (n < cap)
+			(void)fly_key_explain(*key, b + n, cap - n);
+		*msg = b;
 		return rc;
 	}
 	return 0;
+}
+
+/* "'NAME' must be one of: a, b, c" from a name table (index 1..n-1). */
+static int bad_name(struct flyd_session *s, const char **msg,
+		    const char *name, const char *(*name_of)(uint32_t),
+		    uint32_t n)
+{
+	size_t cap, len;
+	char *b = flyd_session_errbuf(s, &cap);
+
+	len = (size_t)snprintf(b, cap, "'%s' must be one of:", name);
+	for (uint32_t i = 1; i < n && len < cap; i++)
+		if (name_of(i) != NULL)
+			len += (size_t)snprintf(b + len, cap - len, "%s %s",
+						i > 1 ? "," : "", name_of(i));
+	*msg = b;
+	return FLY_E_INVALID;
 }
 
 /* ---------------------------------------------------------------- JSON */
@@ -385,19 +408,20 @@ static int run_page(struct flyd_ctx *ctx, struct flyd_session *s,
 		if ((rc = opt_str(s, req, "op", &str, msg)) < 0)
 			return rc;
 		if (str != NULL && (pg.op = fly_op_parse(str, strlen(str))) == 0)
-			return bad_field(s, msg, "op", "a known op name");
+			return bad_name(s, msg, "op", fly_op_name, FLY_OP_COUNT);
 		str = NULL;
 		if ((rc = opt_str(s, req, "dtype", &str, msg)) < 0)
 			return rc;
 		if (str != NULL &&
 		    (pg.dtype = fly_dtype_parse(str, strlen(str))) == 0)
-			return bad_field(s, msg, "dtype", "a known dtype name");
+			return bad_name(s, msg, "dtype", fly_dtype_name,
+					FLY_DT_COUNT);
 		str = NULL;
 		if ((rc = opt_str(s, req, "status", &str, msg)) < 0)
 			return rc;
 		if (str != NULL && (pg.status = fly_status_parse(str)) < 0)
 			return bad_field(s, msg, "status",
-					 "default, pending or tuned");
+					 "one of: default, pending, tuned");
 	}
 	pg.results = cJSON_AddArrayToObject(resp, "results");
 	if (pg.results == NULL)

@@ -182,7 +182,12 @@ static int request_key(struct flyd_ctx *ctx, const cJSON *req,
 	}
 	rc = fly_key_parse(s, strlen(s), p);
 	if (rc < 0) {
-		*msg = fly_strerror(rc);
+		/* Say which part is wrong (issue 18 item 18); loop thread
+		 * only, read before the next request is handled. */
+		static char why[512];
+
+		(void)fly_key_explain(s, why, sizeof(why));
+		*msg = why;
 		return rc;
 	}
 	if (p->op < FLY_OP_COUNT)

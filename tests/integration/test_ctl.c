@@ -684,6 +684,60 @@ static void test_issue_18_json_client_errors(void **state)
 					"--json get rmsnorm/fp32/m=2,n=2"), 4);
 }
 
+/* The error message of a raw request to the daemon. */
+static char *daemon_error_message(const char *req)
+{
+	char *resp = NULL, *m;
+	int fd = fly_test_connect(dm.sock);
+	cJSON *o;
+
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_request(fd, req, &resp, 10000), 0);
+	close(fd);
+	o = cJSON_Parse(resp);
+	free(resp);
+	assert_false(cJSON_IsTrue(cJSON_GetObjectItem(o, "ok")));
+	m = strdup(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "error"),
+				       "message")->valuestring);
+	cJSON_Delete(o);
+	return m;
+}
+
+/* issue 18 item 18: error messages say what is wrong, not a raw code:
+ * a bad key names the missing or unknown part (here the layout) and what
+ * is allowed, in the ctl and in the daemon's replies; an unknown op or
+ * dtype filter lists the names. */
+static void test_issue_18_error_messages(void **state)
+{
+	char *out;
+
+	(void)state;
+	assert_int_equal(ctl(&out, 1, "get gemm/bf16"), 8);
+	assert_non_null(strstr(out, "layout is missing"));
+	assert_non_null(strstr(out, "NT, NN, TN, TT"));
+	assert_null(strstr(out, "(-100"));
+	free(out);
+	assert_int_equal(ctl(&out, 1, "list --op conv"), 8);
+	assert_non_null(strstr(out, "gemm, grouped_gemm, scaled_gemm, "
+			       "rmsnorm, topk, attention, mqa_logits"));
+	free(out);
+	assert_int_equal(ctl(&out, 1, "list --dtype fp64"), 8);
+	assert_non_null(strstr(out, "fp32, fp16, bf16"));
+	free(out);
+	assert_int_equal(ctl(&out, 1, "--socket /nonexistent/x.sock status"),
+			 3);
+	assert_null(strstr(out, "(-100"));
+	free(out);
+	out = daemon_error_message("{\"req\":\"decide\",\"key\":"
+				   "\"gemm/bf16\"}");
+	assert_non_null(strstr(out, "layout is missing"));
+	free(out);
+	out = daemon_error_message("{\"req\":\"get\",\"key\":"
+				   "\"rmsnorm/fp32/m=8\"}");
+	assert_non_null(strstr(out, "m=N,n=N"));
+	free(out);
+}
+
 /* issue 18 item 7: status prints the shm table under "shm.", not
  * "queue.shm.". */
 static void test_issue_18_status_shm_prefix(void **state)
@@ -714,6 +768,7 @@ int main(void)
 		cmocka_unit_test(test_issue_18_status_shm_prefix),
 		cmocka_unit_test(test_issue_18_tune_wait_timeout_is_10),
 		cmocka_unit_test(test_issue_18_json_client_errors),
+		cmocka_unit_test(test_issue_18_error_messages),
 	};
 
 	return cmocka_run_group_tests_name("ctl", tests, setup, teardown);
