@@ -73,6 +73,9 @@ static int ctl_tune(struct ctl *x, int argc, char **argv);
 static int ctl_forget(struct ctl *x, int argc, char **argv);
 static int ctl_export(struct ctl *x, int argc, char **argv);
 static int ctl_import(struct ctl *x, int argc, char **argv);
+static int ctl_jobs(struct ctl *x, int argc, char **argv);
+static int ctl_cancel(struct ctl *x, int argc, char **argv);
+static int ctl_decide(struct ctl *x, int argc, char **argv);
 
 /* Print the help of a subcommand (NULL: the general help) to @p f. */
 static void ctl_help(FILE *f, const char *cmd);
@@ -123,8 +126,19 @@ static const struct cmd cmds[] = {
 	  "  candidates by median, then the unmeasured ones; noise (MAD),\n"
 	  "  reps, outcome and why losers lost." },
 	{ "list", ctl_list, "list [--op OP] [--dtype DT] [--status S]",
-	  "List results (paged through the daemon); S is tuned, pending or\n"
-	  "  default." },
+	  "List results (paged through the daemon); S is tuned (stored\n"
+	  "  results, the default), pending (keys whose job is queued or\n"
+	  "  running) or default (keys whose job failed)." },
+	{ "jobs", ctl_jobs, "jobs",
+	  "Show the tuning jobs: the running one (position 0), then the\n"
+	  "  queued ones in run order, with priority and fault count." },
+	{ "cancel", ctl_cancel, "cancel KEY",
+	  "Cancel a key's tuning job: a queued job is removed, a running\n"
+	  "  one abandoned (its result dropped).  Admin only." },
+	{ "decide", ctl_decide, "decide KEY",
+	  "What a client would be answered now for KEY, through\n"
+	  "  libflyclient, and from which tier: cache, shm, socket, or none\n"
+	  "  (the library's default: daemon unreachable)." },
 	{ "tune", ctl_tune,
 	  "tune KEY [--wait] [--force] [--timeout SECS]",
 	  "Queue a key for tuning now; --force re-tunes a tuned key; --wait\n"
@@ -631,7 +645,8 @@ static int run(struct ctl *x, int argc, char **argv)
 		return CTL_OK;
 	}
 	o.timeout_ms = x->timeout_ms;
-	o.no_shm = 1; /* admin requests only */
+	/* admin requests only; decide answers as an engine's client would */
+	o.no_shm = strcmp(c->name, "decide") != 0;
 	rc = fly_client_open_opts(&o, &x->c);
 	if (rc < 0) {
 		ctl_err(rc == -EINVAL ? "usage" : "internal",
@@ -1003,10 +1018,18 @@ static int ctl_list(struct ctl *x, int argc, char **argv)
 		return CTL_OK;
 	}
 	cJSON_ArrayForEach(r, all) {
-		printf("%-48s %-24s %12.3f\n",
-		       str_field(r, "key") ? str_field(r, "key") : "?",
-		       str_field(r, "variant") ? str_field(r, "variant") : "",
-		       num_field(r, "median_us"));
+		if (str_field(r, "state") != NULL) /* pending, default */
+			printf("%-48s %-8s %s\n",
+			       str_field(r, "key") ? str_field(r, "key") : "?",
+			       str_field(r, "status") ? str_field(r, "status")
+						      : "",
+			       str_field(r, "state"));
+		else
+			printf("%-48s %-24s %12.3f\n",
+			       str_field(r, "key") ? str_field(r, "key") : "?",
+			       str_field(r, "variant") ? str_field(r, "variant")
+						       : "",
+			       num_field(r, "median_us"));
 	}
 	cJSON_Delete(all);
 	return CTL_OK;
@@ -1209,6 +1232,165 @@ static int ctl_forget(struct ctl *x, int argc, char **argv)
 		printf("forgot %.0f result(s)\n",
 		       cJSON_IsNumber(n) ? n->valuedouble : 0.0);
 	cJSON_Delete(resp);
+	return CTL_OK;
+}
+
+/* ================================================================ jobs, cancel, decide */
+
+static void print_jobs(const cJSON *resp)
+{
+	const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(resp, "jobs");
+	const cJSON *j;
+
+	if (cJSON_GetArraySize(jobs) == 0) {
+		printf("no jobs\n");
+		return;
+	}
+	printf("%-4s %-8s %-48s %-10s %6s  %s\n", "pos", "state", "key",
+	       "priority", "faults", "running");
+	cJSON_ArrayForEach(j, jobs) {
+		const char *st = str_field(j, "state");
+		double run = num_field(j, "running_s");
+
+		printf("%-4.0f %-8s %-48s %-10s %6.0f  ",
+		       num_field(j, "position"), st ? st : "?",
+		       str_field(j, "key") ? str_field(j, "key") : "?",
+		       str_field(j, "priority") ? str_field(j, "priority")
+						: "?",
+		       num_field(j, "faults"));
+		if (!isnan(run))
+			printf("%.1f s", run);
+		printf("%s\n", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+					 j, "force")) ? " (force)" : "");
+	}
+}
+
+static int ctl_jobs(struct ctl *x, int argc, char **argv)
+{
+	int rc = parse_simple(x, argc, argv, 0);
+
+	if (rc >= 0)
+		return rc;
+	return call_print(x, ctl_req("jobs"), print_jobs);
+}
+
+static void print_cancel(const cJSON *resp)
+{
+	printf("cancelled %s (was %s)\n",
+	       str_field(resp, "key") ? str_field(resp, "key") : "?",
+	       str_field(resp, "was") ? str_field(resp, "was") : "?");
+}
+
+static int ctl_cancel(struct ctl *x, int argc, char **argv)
+{
+	cJSON *req;
+	int rc = key_req(x, argc, argv, "cancel", &req);
+
+	return rc != CTL_OK ? rc : call_print(x, req, print_cancel);
+}
+
+/* Which tier answered between two stats snapshots. */
+static const char *tier_of(const struct fly_client_stats *a,
+			   const struct fly_client_stats *b)
+{
+	if (b->cache_hits > a->cache_hits)
+		return "cache";
+	if (b->shm_hits > a->shm_hits)
+		return "shm";
+	if (b->socket_requests > a->socket_requests &&
+	    b->socket_errors == a->socket_errors)
+		return "socket";
+	return "none";
+}
+
+/* fly_decide once; @return the tier that answered. */
+static const char *decide_once(fly_client *c, const struct fly_problem *p,
+			       struct fly_decision *d)
+{
+	struct fly_client_stats a, b;
+
+	fly_client_stats_get(c, &a);
+	(void)fly_decide(c, p, d);
+	fly_client_stats_get(c, &b);
+	return tier_of(&a, &b);
+}
+
+static cJSON *decision_json(const struct fly_decision *d)
+{
+	static const char *const st[] = { "default", "pending", "tuned" };
+	cJSON *o = cJSON_CreateObject(), *a;
+
+	cJSON_AddStringToObject(o, "status", d->status < 3 ? st[d->status]
+							   : "default");
+	cJSON_AddBoolToObject(o, "provisional", d->provisional != 0);
+	cJSON_AddStringToObject(o, "variant", d->variant);
+	a = cJSON_AddArrayToObject(o, "params");
+	for (uint32_t i = 0; i < d->nparams && i < FLY_PARAMS_MAX; i++)
+		cJSON_AddItemToArray(a, cJSON_CreateNumber(
+						(double)d->params[i]));
+	cJSON_AddNumberToObject(o, "median_us", d->median_us);
+	return o;
+}
+
+static void print_decide(const cJSON *doc)
+{
+	const cJSON *d = cJSON_GetObjectItemCaseSensitive(doc, "decision");
+	char params[128];
+
+	params_text(d, params, sizeof(params));
+	printf("key: %s\nbucket: %s\nstatus: %s%s\nvariant: %s\n"
+	       "params: %s\nmedian_us: %.3f\ntier: %s\nrepeat_tier: %s\n",
+	       str_field(doc, "key"), str_field(doc, "bucket"),
+	       str_field(d, "status"),
+	       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d, "provisional"))
+		       ? " (provisional)" : "",
+	       str_field(d, "variant")[0] ? str_field(d, "variant")
+					  : "(the caller's default)",
+	       params, num_field(d, "median_us"), str_field(doc, "tier"),
+	       str_field(doc, "repeat_tier"));
+}
+
+/* decide KEY: fly_decide as an engine's client makes it, on a client
+ * already connected (hello maps the shm table), then once more: the
+ * first answer shows the shm or socket tier, the repeat the process
+ * cache.  schemas/ctl-decide.json. */
+static int ctl_decide(struct ctl *x, int argc, char **argv)
+{
+	static const char warm[] = "{\"req\":\"stats\"}";
+	struct fly_decision d1, d2;
+	struct fly_problem p;
+	const char *t1, *t2;
+	char bk[FLY_KEY_MAX], *out = NULL;
+	size_t len;
+	cJSON *doc;
+	int rc = parse_simple(x, argc, argv, 1);
+
+	if (rc >= 0)
+		return rc;
+	rc = ctl_check_key(x, argv[optind]);
+	if (rc != CTL_OK)
+		return rc;
+	(void)fly_problem_from_key(argv[optind], &p);
+	if (fly_problem_key(&p, bk, sizeof(bk)) < 0)
+		snprintf(bk, sizeof(bk), "%s", argv[optind]);
+	if (fly_request(x->c, warm, sizeof(warm) - 1, 0, &out, &len) < 0)
+		fprintf(stderr, "decide: daemon not reachable: %s; the library "
+			"answers the default\n", fly_client_errmsg(x->c));
+	fly_free(out);
+	t1 = decide_once(x->c, &p, &d1);
+	t2 = decide_once(x->c, &p, &d2);
+	doc = cJSON_CreateObject();
+	cJSON_AddTrueToObject(doc, "ok");
+	cJSON_AddStringToObject(doc, "key", argv[optind]);
+	cJSON_AddStringToObject(doc, "bucket", bk);
+	cJSON_AddItemToObject(doc, "decision", decision_json(&d1));
+	cJSON_AddStringToObject(doc, "tier", t1);
+	cJSON_AddStringToObject(doc, "repeat_tier", t2);
+	if (x->json)
+		ctl_print_json(doc);
+	else
+		print_decide(doc);
+	cJSON_Delete(doc);
 	return CTL_OK;
 }
 

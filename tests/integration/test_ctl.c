@@ -27,8 +27,10 @@
 
 #include "../common/daemon.h"
 #include "../common/jsonschema.h"
+#include "fly_msg.h"
 
 static struct fly_test_daemon dm;
+static const char *sock_override; /* ctl() talks to this one when set */
 static const char *key_a = "rmsnorm/fp32/m=8,n=64";
 static const char *key_b = "rmsnorm/fp32/m=16,n=32";
 
@@ -49,7 +51,7 @@ static int ctl(char **out, int err2out, const char *fmt, ...)
 	vsnprintf(args, sizeof(args), fmt, ap);
 	va_end(ap);
 	snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s %s %s",
-		 FLY_BUILD_DIR, dm.sock, args,
+		 FLY_BUILD_DIR, sock_override ? sock_override : dm.sock, args,
 		 err2out ? "2>&1" : "2>/dev/null");
 	p = popen(cmd, "r");
 	assert_non_null(p);
@@ -738,6 +740,159 @@ static void test_issue_18_error_messages(void **state)
 	free(out);
 }
 
+/* Poll `jobs` until the first job is running (at most ~20 s). */
+static void wait_running(void)
+{
+	for (int i = 0; i < 200; i++) {
+		cJSON *o = ctl_json(0, "jobs.response.json", "jobs");
+		cJSON *j = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "jobs"), 0);
+		int run = j != NULL && strcmp(cJSON_GetObjectItem(j, "state")
+						      ->valuestring,
+					      "running") == 0;
+
+		cJSON_Delete(o);
+		if (run)
+			return;
+		usleep(100 * 1000);
+	}
+	fail_msg("no job started");
+}
+
+static const char *job_str(const cJSON *o, int i, const char *name)
+{
+	return cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(
+						o, "jobs"), i), name)
+		->valuestring;
+}
+
+static int job_int(const cJSON *o, int i, const char *name)
+{
+	return (int)cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(
+						o, "jobs"), i), name)
+		->valuedouble;
+}
+
+/* issue 18 item 11: `jobs` shows the running job (position 0, its fault
+ * count) and the queued ones in order; `list --status pending` lists
+ * them (it listed nothing: only stored results were filtered); `cancel`
+ * removes a queued job and abandons a running one (admin request).  A
+ * daemon whose rmsnorm candidate test_hang spins for 120 s keeps the
+ * first job running for the whole test. */
+static void test_issue_18_jobs_cancel_list_pending(void **state)
+{
+	static const char *const env[] = { "FLYK_TESTING_FAULTS=hang", NULL };
+	struct fly_test_daemon d2;
+	cJSON *o;
+	char *out;
+
+	(void)state;
+	if (getenv("FLY_TEST_DAEMON") != NULL)
+		skip();
+	assert_int_equal(fly_req_flags(fly_req_parse("cancel")),
+			 FLY_MSGF_ADMIN);
+	assert_int_equal(fly_test_daemon_start(&d2, "{\"candidate_timeout_s\":120,"
+					       "\"job_budget_s\":120}", env), 0);
+	sock_override = d2.sock;
+	o = ctl_json(0, "jobs.response.json", "jobs");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs")), 0);
+	cJSON_Delete(o);
+	assert_int_equal(ctl(NULL, 0, "tune %s", key_a), 0);
+	wait_running();
+	assert_int_equal(ctl(NULL, 0, "tune %s", key_b), 0);
+	o = ctl_json(0, "jobs.response.json", "jobs");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs")), 2);
+	assert_string_equal(job_str(o, 0, "key"), key_a);
+	assert_string_equal(job_str(o, 0, "state"), "running");
+	assert_int_equal(job_int(o, 0, "position"), 0);
+	assert_int_equal(job_int(o, 0, "faults"), 0);
+	assert_string_equal(job_str(o, 1, "key"), key_b);
+	assert_string_equal(job_str(o, 1, "state"), "queued");
+	assert_int_equal(job_int(o, 1, "position"), 1);
+	cJSON_Delete(o);
+	assert_int_equal(ctl(&out, 0, "jobs"), 0);
+	assert_non_null(strstr(out, key_a));
+	assert_non_null(strstr(out, "running"));
+	free(out);
+	/* list --status pending: both keys, ordered by key */
+	o = ctl_json(0, "list.response.json", "list --status pending");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "results")),
+			 2);
+	assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(
+			cJSON_GetObjectItem(o, "results"), 0), "key")->valuestring,
+			    key_b); /* m=16 < m=8 as text */
+	cJSON_Delete(o);
+	o = ctl_json(0, "list.response.json",
+		     "list --status pending --op gemm");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "results")),
+			 0);
+	cJSON_Delete(o);
+	o = ctl_json(0, "list.response.json", "list --status default");
+	cJSON_Delete(o);
+	assert_int_equal(ctl(&out, 0, "list --status pending"), 0);
+	assert_non_null(strstr(out, "queued"));
+	free(out);
+	/* cancel the queued job, then the running one */
+	o = ctl_json(0, "cancel.response.json", "cancel rmsnorm/fp32/m=16,n=32");
+	assert_string_equal(cJSON_GetObjectItem(o, "was")->valuestring,
+			    "queued");
+	cJSON_Delete(o);
+	assert_int_equal(ctl(NULL, 0, "cancel %s", key_b), 4);
+	assert_int_equal(ctl(NULL, 0, "cancel gemm/bf16"), 8);
+	o = ctl_json(0, "jobs.response.json", "jobs");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs")), 1);
+	cJSON_Delete(o);
+	assert_int_equal(ctl(&out, 0, "cancel %s", key_a), 0);
+	assert_non_null(strstr(out, "was running"));
+	free(out);
+	o = ctl_json(0, "jobs.response.json", "jobs");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs")), 0);
+	cJSON_Delete(o);
+	assert_int_equal(ctl(NULL, 0, "status"), 0); /* still serving */
+	sock_override = NULL;
+	fly_test_daemon_cleanup(&d2);
+}
+
+/* issue 18 item 11: `decide KEY` answers as libflyclient does, naming the
+ * tier: a tuned key from the shm table, then from the process cache; an
+ * untuned one (policy on-request) over the socket; with the daemon down,
+ * the library's default and tier none. */
+static void test_issue_18_decide(void **state)
+{
+	char *out;
+	cJSON *o, *d;
+
+	(void)state;
+	assert_int_equal(ctl(NULL, 0, "tune %s --wait --timeout 120", key_a),
+			 0);
+	o = ctl_json(0, "ctl-decide.json", "decide rmsnorm/fp32/m=7,n=64");
+	d = cJSON_GetObjectItem(o, "decision");
+	assert_string_equal(cJSON_GetObjectItem(o, "bucket")->valuestring,
+			    key_a);
+	assert_string_equal(cJSON_GetObjectItem(d, "status")->valuestring,
+			    "tuned");
+	assert_string_equal(cJSON_GetObjectItem(o, "tier")->valuestring, "shm");
+	assert_string_equal(cJSON_GetObjectItem(o, "repeat_tier")->valuestring,
+			    "cache");
+	cJSON_Delete(o);
+	o = ctl_json(0, "ctl-decide.json", "decide rmsnorm/fp32/m=2,n=2");
+	d = cJSON_GetObjectItem(o, "decision");
+	assert_string_equal(cJSON_GetObjectItem(d, "status")->valuestring,
+			    "default");
+	assert_string_equal(cJSON_GetObjectItem(o, "tier")->valuestring,
+			    "socket");
+	cJSON_Delete(o);
+	assert_int_equal(ctl(&out, 0, "decide %s", key_a), 0);
+	assert_non_null(strstr(out, "tier: shm\n"));
+	free(out);
+	sock_override = "/nonexistent/x.sock";
+	o = ctl_json(0, "ctl-decide.json", "decide rmsnorm/fp32/m=7,n=64");
+	assert_string_equal(cJSON_GetObjectItem(o, "tier")->valuestring,
+			    "none");
+	cJSON_Delete(o);
+	sock_override = NULL;
+	assert_int_equal(ctl(NULL, 0, "decide gemm/bf16"), 8);
+}
+
 /* issue 18 item 7: status prints the shm table under "shm.", not
  * "queue.shm.". */
 static void test_issue_18_status_shm_prefix(void **state)
@@ -769,6 +924,8 @@ int main(void)
 		cmocka_unit_test(test_issue_18_tune_wait_timeout_is_10),
 		cmocka_unit_test(test_issue_18_json_client_errors),
 		cmocka_unit_test(test_issue_18_error_messages),
+		cmocka_unit_test(test_issue_18_jobs_cancel_list_pending),
+		cmocka_unit_test(test_issue_18_decide),
 	};
 
 	return cmocka_run_group_tests_name("ctl", tests, setup, teardown);
