@@ -102,6 +102,14 @@ void fly_free(void *p);
 int fly_problem_key(const struct fly_problem *p, char *buf, size_t cap);
 /* Parse a canonical key (as printed by fly_problem_key). */
 int fly_problem_from_key(const char *key, struct fly_problem *out);
+/* Say what is wrong with a key, for people: which part is missing or
+ * unknown (op, dtype, layout, dims, flags) and the names allowed there,
+ * e.g. "the layout is missing: gemm needs one of NT, NN, TN, TT after
+ * the dtype (e.g. gemm/fp32/NT/m=64,n=64,k=64)".
+ * @param[out] buf NUL-terminated, truncated to @p cap; "" when the key
+ *   parses.
+ * @return 0 (the key parses) or the error fly_problem_from_key returns. */
+int fly_key_explain(const char *key, char *buf, size_t cap);
 
 /* Counters for benchmarks and tests (relaxed atomics; any thread). */
 struct fly_client_stats {

@@ -73,6 +73,9 @@ static int ctl_tune(struct ctl *x, int argc, char **argv);
 static int ctl_forget(struct ctl *x, int argc, char **argv);
 static int ctl_export(struct ctl *x, int argc, char **argv);
 static int ctl_import(struct ctl *x, int argc, char **argv);
+static int ctl_jobs(struct ctl *x, int argc, char **argv);
+static int ctl_cancel(struct ctl *x, int argc, char **argv);
+static int ctl_decide(struct ctl *x, int argc, char **argv);
 
 /* Print the help of a subcommand (NULL: the general help) to @p f. */
 static void ctl_help(FILE *f, const char *cmd);
@@ -119,11 +122,23 @@ static const struct cmd cmds[] = {
 	  "Show the daemon's state, backend, device, queue and worker." },
 	{ "get", ctl_get, "get KEY", "Show the tuned result of one key." },
 	{ "explain", ctl_explain, "explain KEY",
-	  "Show the trial leaderboard of a key: every candidate sorted by\n"
-	  "  median, its noise (MAD), reps, outcome and why losers lost." },
+	  "Show the trial leaderboard of a key: the winner, the measured\n"
+	  "  candidates by median, then the unmeasured ones; noise (MAD),\n"
+	  "  reps, outcome and why losers lost." },
 	{ "list", ctl_list, "list [--op OP] [--dtype DT] [--status S]",
-	  "List results (paged through the daemon); S is tuned, pending or\n"
-	  "  default." },
+	  "List results (paged through the daemon); S is tuned (stored\n"
+	  "  results, the default), pending (keys whose job is queued or\n"
+	  "  running) or default (keys whose job failed)." },
+	{ "jobs", ctl_jobs, "jobs",
+	  "Show the tuning jobs: the running one (position 0), then the\n"
+	  "  queued ones in run order, with priority and fault count." },
+	{ "cancel", ctl_cancel, "cancel KEY",
+	  "Cancel a key's tuning job: a queued job is removed, a running\n"
+	  "  one abandoned (its result dropped).  Admin only." },
+	{ "decide", ctl_decide, "decide KEY",
+	  "What a client would be answered now for KEY, through\n"
+	  "  libflyclient, and from which tier: cache, shm, socket, or none\n"
+	  "  (the library's default: daemon unreachable)." },
 	{ "tune", ctl_tune,
 	  "tune KEY [--wait] [--force] [--timeout SECS]",
 	  "Queue a key for tuning now; --force re-tunes a tuned key; --wait\n"
@@ -171,7 +186,8 @@ static void ctl_help(FILE *f, const char *name)
 		"  --socket PATH   daemon socket (default $FLYTUNED_SOCKET, else\n"
 		"                  /run/flytuned/gpu<N>.sock)\n"
 		"  --device N      GPU index for the default socket path\n"
-		"  --json          print one JSON document on stdout\n"
+		"  --json          print one JSON document on stdout (errors\n"
+		"                  too: {\"ok\":false,\"error\":{...}})\n"
 		"  --timeout SECS  per-request timeout in seconds (default 30;\n"
 		"                  fractions and 500ms also work)\n"
 		"  --help, --version\n\nCommands:\n");
@@ -183,14 +199,77 @@ static void ctl_help(FILE *f, const char *name)
 		exit_codes);
 }
 
+/* With --json every run prints exactly one JSON document on stdout: the
+ * reply, the assembled document, or for an error the daemon's error
+ * reply or, for an error found here (usage, bad key, daemon down, a bad
+ * file), {"ok":false,"error":{"code","message"}} built by main() from
+ * the last ctl_err() (issue 18 item 10). */
+static int json_printed;         /* a document went to stdout */
+static char err_msg[1024];       /* the last error found here */
+static const char *err_code;     /* its wire name (schemas/common.json) */
+
+static void ctl_err(const char *code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err_msg, sizeof(err_msg), fmt, ap);
+	va_end(ap);
+	err_code = code;
+	fprintf(stderr, "%s\n", err_msg);
+}
+
+/* Wire name of an exit code, for an error document without a better one. */
+static const char *code_for_exit(int rc)
+{
+	switch (rc) {
+	case CTL_USAGE:
+		return "usage";
+	case CTL_DOWN:
+		return "down";
+	case CTL_NOTFOUND:
+		return "not_found";
+	case CTL_PERM:
+		return "permission";
+	case CTL_INVALID:
+		return "invalid";
+	case CTL_BUSY:
+		return "busy";
+	case CTL_TIMEOUT:
+		return "timeout";
+	default:
+		return "internal";
+	}
+}
+
+/* The error document of a failed run, unless one was printed. */
+static void json_error_doc(int rc)
+{
+	cJSON *o = cJSON_CreateObject(), *e;
+
+	if (json_printed || o == NULL) {
+		cJSON_Delete(o);
+		return;
+	}
+	cJSON_AddFalseToObject(o, "ok");
+	e = cJSON_AddObjectToObject(o, "error");
+	cJSON_AddStringToObject(e, "code", err_code ? err_code :
+				code_for_exit(rc));
+	cJSON_AddStringToObject(e, "message", err_msg[0] ? err_msg :
+				"flytune-ctl failed");
+	ctl_print_json(o);
+	cJSON_Delete(o);
+}
+
 static int ctl_usage(struct ctl *x, const char *fmt, ...)
 {
 	va_list ap;
 
-	fprintf(stderr, "flytune-ctl: ");
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(err_msg, sizeof(err_msg), fmt, ap);
 	va_end(ap);
+	err_code = "usage";
+	fprintf(stderr, "flytune-ctl: %s", err_msg);
 	if (x && x->cmd)
 		fprintf(stderr, "\nTry 'flytune-ctl help %s'.\n", x->cmd);
 	else
@@ -252,6 +331,7 @@ static void ctl_print_json(const cJSON *o)
 	if (s != NULL)
 		printf("%s\n", s);
 	free(s);
+	json_printed = 1;
 }
 
 /* Report a daemon error reply; @return its exit code. */
@@ -269,6 +349,88 @@ static int reply_error(struct ctl *x, const cJSON *o)
 	return ctl_exit_for_code(cs);
 }
 
+/* Find the next number literal of a JSON text from *pos (strings are
+ * skipped).  @return 1 and the literal in *tok, *n; 0 at the end. */
+static int next_number(const char *s, size_t len, size_t *pos,
+		       const char **tok, size_t *n)
+{
+	size_t i = *pos;
+
+	while (i < len) {
+		if (s[i] == '"') {
+			for (i++; i < len && s[i] != '"'; i++)
+				if (s[i] == '\\')
+					i++;
+			i++;
+		} else if (s[i] == '-' || (s[i] >= '0' && s[i] <= '9')) {
+			*tok = s + i;
+			while (i < len && s[i] != '\0' &&
+			       strchr("+-.eE0123456789", s[i]))
+				i++;
+			*n = (size_t)(s + i - *tok);
+			*pos = i;
+			return 1;
+		} else {
+			i++;
+		}
+	}
+	*pos = i;
+	return 0;
+}
+
+/* Whether a literal is an integer of 16 digits or more. */
+static int is_long_int(const char *t, size_t n)
+{
+	size_t i = t[0] == '-', d = 0;
+
+	for (; i < n; i++, d++)
+		if (t[i] < '0' || t[i] > '9')
+			return 0;
+	return d >= 16;
+}
+
+/* Turn the long integer members of @p o into raw nodes holding their
+ * literal; @p s is the text @p o was parsed from, *pos a cursor over it
+ * (cJSON keeps members in document order, so the walk meets the numbers
+ * in the order of the text). */
+static void exact_ints(cJSON *o, const char *s, size_t len, size_t *pos)
+{
+	cJSON *it;
+	const char *t;
+	size_t n;
+
+	cJSON_ArrayForEach(it, o) {
+		if (cJSON_IsArray(it) || cJSON_IsObject(it)) {
+			exact_ints(it, s, len, pos);
+		} else if (cJSON_IsNumber(it)) {
+			char *v;
+
+			if (!next_number(s, len, pos, &t, &n))
+				return;
+			if (!is_long_int(t, n) || (v = strndup(t, n)) == NULL)
+				continue;
+			it->type = cJSON_Raw | (it->type & cJSON_StringIsConst);
+			it->valuestring = v;
+		}
+	}
+}
+
+/* Parse a reply.  cJSON holds numbers as doubles: 53 bits, printed with
+ * 15 significant digits when that reads back equal, so the shm generation
+ * 1796229956770520 came out as 1.79622995677052e+15, and a 64-bit
+ * integer past 2^53 would come out changed.  Integers of 16 digits or
+ * more are kept as their literal (raw nodes), which cJSON_Print and
+ * ctl_print_flat print verbatim.  @return the object or NULL. */
+static cJSON *ctl_parse(const char *text, size_t len)
+{
+	cJSON *o = cJSON_ParseWithLength(text, len);
+	size_t pos = 0;
+
+	if (o != NULL)
+		exact_ints(o, text, len, &pos);
+	return o;
+}
+
 static int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp)
 {
 	char *text, *out = NULL;
@@ -280,7 +442,7 @@ static int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp
 	text = req ? cJSON_PrintUnformatted(req) : NULL;
 	cJSON_Delete(req);
 	if (text == NULL) {
-		fprintf(stderr, "%s failed: out of memory\n", x->cmd);
+		ctl_err("internal", "%s failed: out of memory", x->cmd);
 		return CTL_ERR;
 	}
 	rc = fly_request(x->c, text, strlen(text),
@@ -290,17 +452,17 @@ static int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp
 	if (rc < 0) {
 		const char *m = fly_client_errmsg(x->c);
 
-		fprintf(stderr, "%s failed: %s (%d)%s%s\n", x->cmd,
-			rc == FLY_E_DOWN ? "daemon not running" :
-					   fly_strerror(rc),
-			rc, m[0] ? ": " : "", m);
+		ctl_err(code_for_exit(exit_for_err(rc)), "%s failed: %s%s%s",
+			x->cmd, rc == FLY_E_DOWN ? "daemon not running" :
+						   fly_strerror(rc),
+			m[0] ? ": " : "", m);
 		return exit_for_err(rc);
 	}
-	o = cJSON_ParseWithLength(out, out_len);
+	o = ctl_parse(out, out_len);
 	fly_free(out);
 	if (!cJSON_IsObject(o)) {
 		cJSON_Delete(o);
-		fprintf(stderr, "%s failed: malformed reply\n", x->cmd);
+		ctl_err("proto", "%s failed: malformed reply", x->cmd);
 		return CTL_ERR;
 	}
 	if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "ok"))) {
@@ -312,18 +474,37 @@ static int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp
 	return CTL_OK;
 }
 
+/* Wire name of a key error (as the daemon would answer it). */
+static const char *key_code(int rc)
+{
+	switch (rc) {
+	case FLY_E_BADOP:
+		return "bad_op";
+	case FLY_E_BADDTYPE:
+		return "bad_dtype";
+	case FLY_E_BADDIM:
+		return "bad_dim";
+	case FLY_E_OVERFLOW:
+		return "overflow";
+	case FLY_E_KEYLEN:
+		return "key_too_long";
+	default:
+		return "bad_key";
+	}
+}
+
 static int ctl_check_key(struct ctl *x, const char *key)
 {
-	struct fly_problem p;
-	int rc = fly_problem_from_key(key, &p);
+	char why[512];
+	int rc = fly_key_explain(key, why, sizeof(why));
 
 	if (rc == 0)
 		return CTL_OK;
-	fprintf(stderr,
-		"%s failed: bad key '%s': %s (%d)\n"
+	ctl_err(key_code(rc),
+		"%s failed: bad key '%s': %s\n"
 		"  keys are canonical, e.g. gemm/bf16/NT/m=4096,n=6144,k=4096 "
-		"or rmsnorm/fp16/m=8192,n=4096/residual\n",
-		x->cmd, key, fly_strerror(rc), rc);
+		"or rmsnorm/fp16/m=8192,n=4096/residual",
+		x->cmd, key, why);
 	return CTL_INVALID;
 }
 
@@ -449,45 +630,69 @@ static int wants_help(int argc, char **argv)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* Whether --json is among the arguments (before "--"), so that errors
+ * found before the options are parsed are reported as JSON too. */
+static int argv_has_json(int argc, char **argv)
 {
-	struct ctl x = { .timeout_ms = 30000 };
+	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+		if (strcmp(argv[i], "--json") == 0)
+			return 1;
+	return 0;
+}
+
+/* Parse, open, run the subcommand.  @return the exit code. */
+static int run(struct ctl *x, int argc, char **argv)
+{
 	struct fly_client_opts o = { 0 };
 	const struct cmd *c;
 	int rc;
 
-	rc = parse_global(argc, argv, &x, &o);
+	rc = parse_global(argc, argv, x, &o);
 	if (rc >= 0)
 		return rc;
 	if (optind >= argc)
-		return ctl_usage(&x, "missing command");
+		return ctl_usage(x, "missing command");
 	argc -= optind;
 	argv += optind;
 	if (strcmp(argv[0], "help") == 0) {
 		if (argc > 1 && cmd_find(argv[1]) == NULL)
-			return ctl_usage(&x, "unknown command '%s'", argv[1]);
+			return ctl_usage(x, "unknown command '%s'", argv[1]);
 		ctl_help(stdout, argc > 1 ? argv[1] : NULL);
 		return CTL_OK;
 	}
 	c = cmd_find(argv[0]);
 	if (c == NULL)
-		return ctl_usage(&x, "unknown command '%s'", argv[0]);
-	x.cmd = c->name;
+		return ctl_usage(x, "unknown command '%s'", argv[0]);
+	x->cmd = c->name;
 	if (wants_help(argc, argv)) {
 		ctl_help(stdout, c->name);
 		return CTL_OK;
 	}
-	o.timeout_ms = x.timeout_ms;
-	o.no_shm = 1; /* admin requests only */
-	rc = fly_client_open_opts(&o, &x.c);
+	o.timeout_ms = x->timeout_ms;
+	/* admin requests only; decide answers as an engine's client would */
+	o.no_shm = strcmp(c->name, "decide") != 0;
+	rc = fly_client_open_opts(&o, &x->c);
 	if (rc < 0) {
-		fprintf(stderr, "%s failed: %s (%d)\n", c->name,
-			fly_strerror(rc), rc);
+		ctl_err(rc == -EINVAL ? "usage" : "internal",
+			"%s failed: %s%s", c->name, fly_strerror(rc),
+			rc == -EINVAL ? " (socket path too long?)" : "");
 		return rc == -EINVAL ? CTL_USAGE : CTL_ERR;
 	}
 	optind = 0; /* 0: glibc re-initialises (permuting again) */
-	rc = c->fn(&x, argc, argv);
-	fly_client_close(x.c);
+	rc = c->fn(x, argc, argv);
+	fly_client_close(x->c);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct ctl x = { .timeout_ms = 30000 };
+	int rc;
+
+	x.json = argv_has_json(argc, argv);
+	rc = run(&x, argc, argv);
+	if (rc != CTL_OK && x.json)
+		json_error_doc(rc);
 	return rc;
 }
 
@@ -603,15 +808,73 @@ static const char *str_field(const cJSON *o, const char *name)
 	return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* Order trials by median; trials without one (faulted, wrong) last. */
-static int trial_cmp(const void *a, const void *b)
-{
-	double ma = num_field(*(const cJSON *const *)a, "median_us");
-	double mb = num_field(*(const cJSON *const *)b, "median_us");
+/* A trial's place on the board: the winner, then the measured trials
+ * by median, then those never measured (no median, or median 0 with no
+ * reps: refused on their warm-up, faulted, wrong), in the daemon's
+ * order. */
+struct ranked {
+	const cJSON *t;
+	int cls;      /* 0 winner, 1 measured, 2 not measured */
+	double med;
+	int idx;      /* position in the reply */
+};
 
-	if (isnan(ma) || isnan(mb))
-		return isnan(ma) - isnan(mb);
-	return (ma > mb) - (ma < mb);
+static int ranked_cmp(const void *a, const void *b)
+{
+	const struct ranked *x = a, *y = b;
+
+	if (x->cls != y->cls)
+		return x->cls - y->cls;
+	if (x->cls == 1 && x->med != y->med)
+		return (x->med > y->med) - (x->med < y->med);
+	return x->idx - y->idx;
+}
+
+/* Whether a trial has a median worth ranking by. */
+static int is_measured(const cJSON *t)
+{
+	const cJSON *reps = cJSON_GetObjectItemCaseSensitive(t, "reps");
+	double med = num_field(t, "median_us");
+
+	return !isnan(med) && med > 0 &&
+	       (!cJSON_IsNumber(reps) || reps->valuedouble > 0);
+}
+
+/* Whether trial @p t is the stored winner @p res (variant, params and
+ * median agree). */
+static int is_winner(const cJSON *t, const cJSON *res)
+{
+	const char *wv = str_field(res, "variant");
+	const char *var = str_field(t, "variant");
+	const cJSON *wp = cJSON_GetObjectItemCaseSensitive(res, "params");
+	const cJSON *tp = cJSON_GetObjectItemCaseSensitive(t, "params");
+
+	return wv != NULL && var != NULL && strcmp(wv, var) == 0 &&
+	       (wp == NULL || tp == NULL || cJSON_Compare(wp, tp, 1)) &&
+	       num_field(t, "median_us") == num_field(res, "median_us");
+}
+
+/* Rank the trials of an explain reply into @p v (n entries). */
+static void rank_trials(const cJSON *trials, const cJSON *res,
+			struct ranked *v, int n)
+{
+	const cJSON *t;
+	int i = 0, have_win = 0;
+
+	cJSON_ArrayForEach(t, trials) {
+		if (i == n)
+			break;
+		v[i].t = t;
+		v[i].idx = i;
+		v[i].med = num_field(t, "median_us");
+		v[i].cls = is_measured(t) ? 1 : 2;
+		if (!have_win && v[i].cls == 1 && is_winner(t, res)) {
+			v[i].cls = 0;
+			have_win = 1;
+		}
+		i++;
+	}
+	qsort(v, (size_t)n, sizeof(*v), ranked_cmp);
 }
 
 /* The "why" column of one trial. */
@@ -654,35 +917,35 @@ static void print_leaderboard(const cJSON *resp)
 	const cJSON *trials = cJSON_GetObjectItemCaseSensitive(resp, "trials");
 	const cJSON *res = cJSON_GetObjectItemCaseSensitive(resp, "result");
 	const char *wv = str_field(res, "variant");
-	int n = cJSON_GetArraySize(trials), i = 0;
-	const cJSON **v = calloc((size_t)n + 1, sizeof(*v));
-	const cJSON *t;
+	int n = cJSON_GetArraySize(trials), i;
+	struct ranked *v = calloc((size_t)n + 1, sizeof(*v));
 	double win = num_field(res, "median_us"), best = NAN;
-	char note[160], params[128];
+	char note[160], params[128], med[24];
 
 	printf("key: %s\n", str_field(resp, "key") ? str_field(resp, "key")
 						   : "?");
 	printf("winner: %s\n", wv ? wv : "(none)");
 	if (v == NULL)
 		return;
-	cJSON_ArrayForEach(t, trials) v[i++] = t;
-	qsort(v, (size_t)n, sizeof(*v), trial_cmp);
-	for (i = 0; i < n; i++)
-		if (!isnan(num_field(v[i], "median_us")) && isnan(best))
-			best = num_field(v[i], "median_us");
+	rank_trials(trials, res, v, n);
+	for (i = 0; i < n && isnan(best); i++)
+		if (v[i].cls < 2)
+			best = v[i].med;
 	printf("%-4s %-24s %-20s %12s %10s %6s  %s\n", "#", "variant",
 	       "params", "median_us", "mad_us", "reps", "outcome");
 	for (i = 0; i < n; i++) {
-		const char *var = str_field(v[i], "variant");
-		int is_win = wv && var && strcmp(var, wv) == 0 &&
-			     !isnan(win) &&
-			     num_field(v[i], "median_us") == win;
+		const char *var = str_field(v[i].t, "variant");
 
-		trial_note(v[i], win, best, is_win, note, sizeof(note));
-		params_text(v[i], params, sizeof(params));
-		printf("%-4d %-24s %-20s %12.3f %10.3f %6.0f  %s\n", i + 1,
-		       var ? var : "?", params, num_field(v[i], "median_us"),
-		       num_field(v[i], "mad_us"), num_field(v[i], "reps"),
+		trial_note(v[i].t, win, best, v[i].cls == 0, note,
+			   sizeof(note));
+		params_text(v[i].t, params, sizeof(params));
+		if (v[i].cls == 2)
+			snprintf(med, sizeof(med), "-");
+		else
+			snprintf(med, sizeof(med), "%.3f", v[i].med);
+		printf("%-4d %-24s %-20s %12s %10.3f %6.0f  %s\n", i + 1,
+		       var ? var : "?", params, med,
+		       num_field(v[i].t, "mad_us"), num_field(v[i].t, "reps"),
 		       note);
 	}
 	free(v);
@@ -779,10 +1042,18 @@ static int ctl_list(struct ctl *x, int argc, char **argv)
 		return CTL_OK;
 	}
 	cJSON_ArrayForEach(r, all) {
-		printf("%-48s %-24s %12.3f\n",
-		       str_field(r, "key") ? str_field(r, "key") : "?",
-		       str_field(r, "variant") ? str_field(r, "variant") : "",
-		       num_field(r, "median_us"));
+		if (str_field(r, "state") != NULL) /* pending, default */
+			printf("%-48s %-8s %s\n",
+			       str_field(r, "key") ? str_field(r, "key") : "?",
+			       str_field(r, "status") ? str_field(r, "status")
+						      : "",
+			       str_field(r, "state"));
+		else
+			printf("%-48s %-24s %12.3f\n",
+			       str_field(r, "key") ? str_field(r, "key") : "?",
+			       str_field(r, "variant") ? str_field(r, "variant")
+						       : "",
+			       num_field(r, "median_us"));
 	}
 	cJSON_Delete(all);
 	return CTL_OK;
@@ -841,6 +1112,14 @@ static void print_tune(const cJSON *resp, const char *key)
 	if (cJSON_IsNumber(m) && m->valuedouble > 0)
 		printf(" %.3f us", m->valuedouble);
 	printf("\n");
+}
+
+/* Whether a tune reply says the key is tuned. */
+static int is_tuned(const cJSON *resp)
+{
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(resp, "status");
+
+	return cJSON_IsString(st) && strcmp(st->valuestring, "tuned") == 0;
 }
 
 /* Send the tune request, with the progress line when asked for. */
@@ -922,8 +1201,15 @@ static int ctl_tune(struct ctl *x, int argc, char **argv)
 		ctl_print_json(resp);
 	else
 		print_tune(resp, argv[optind]);
+	/* The daemon answers a wait that ran out with the key's state so
+	 * far (pending): that is the documented timeout, exit 10. */
+	rc = wait && !is_tuned(resp) ? CTL_TIMEOUT : CTL_OK;
+	if (rc == CTL_TIMEOUT)
+		fprintf(stderr, "tune failed: %s not tuned within %ld s "
+			"(still queued; try again with a longer --timeout)\n",
+			argv[optind], secs);
 	cJSON_Delete(resp);
-	return CTL_OK;
+	return rc;
 }
 
 static int ctl_forget(struct ctl *x, int argc, char **argv)
@@ -966,6 +1252,165 @@ static int ctl_forget(struct ctl *x, int argc, char **argv)
 		printf("forgot %.0f result(s)\n",
 		       cJSON_IsNumber(n) ? n->valuedouble : 0.0);
 	cJSON_Delete(resp);
+	return CTL_OK;
+}
+
+/* ================================================================ jobs, cancel, decide */
+
+static void print_jobs(const cJSON *resp)
+{
+	const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(resp, "jobs");
+	const cJSON *j;
+
+	if (cJSON_GetArraySize(jobs) == 0) {
+		printf("no jobs\n");
+		return;
+	}
+	printf("%-4s %-8s %-48s %-10s %6s  %s\n", "pos", "state", "key",
+	       "priority", "faults", "running");
+	cJSON_ArrayForEach(j, jobs) {
+		const char *st = str_field(j, "state");
+		double run = num_field(j, "running_s");
+
+		printf("%-4.0f %-8s %-48s %-10s %6.0f  ",
+		       num_field(j, "position"), st ? st : "?",
+		       str_field(j, "key") ? str_field(j, "key") : "?",
+		       str_field(j, "priority") ? str_field(j, "priority")
+						: "?",
+		       num_field(j, "faults"));
+		if (!isnan(run))
+			printf("%.1f s", run);
+		printf("%s\n", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+					 j, "force")) ? " (force)" : "");
+	}
+}
+
+static int ctl_jobs(struct ctl *x, int argc, char **argv)
+{
+	int rc = parse_simple(x, argc, argv, 0);
+
+	if (rc >= 0)
+		return rc;
+	return call_print(x, ctl_req("jobs"), print_jobs);
+}
+
+static void print_cancel(const cJSON *resp)
+{
+	printf("cancelled %s (was %s)\n",
+	       str_field(resp, "key") ? str_field(resp, "key") : "?",
+	       str_field(resp, "was") ? str_field(resp, "was") : "?");
+}
+
+static int ctl_cancel(struct ctl *x, int argc, char **argv)
+{
+	cJSON *req;
+	int rc = key_req(x, argc, argv, "cancel", &req);
+
+	return rc != CTL_OK ? rc : call_print(x, req, print_cancel);
+}
+
+/* Which tier answered between two stats snapshots. */
+static const char *tier_of(const struct fly_client_stats *a,
+			   const struct fly_client_stats *b)
+{
+	if (b->cache_hits > a->cache_hits)
+		return "cache";
+	if (b->shm_hits > a->shm_hits)
+		return "shm";
+	if (b->socket_requests > a->socket_requests &&
+	    b->socket_errors == a->socket_errors)
+		return "socket";
+	return "none";
+}
+
+/* fly_decide once; @return the tier that answered. */
+static const char *decide_once(fly_client *c, const struct fly_problem *p,
+			       struct fly_decision *d)
+{
+	struct fly_client_stats a, b;
+
+	fly_client_stats_get(c, &a);
+	(void)fly_decide(c, p, d);
+	fly_client_stats_get(c, &b);
+	return tier_of(&a, &b);
+}
+
+static cJSON *decision_json(const struct fly_decision *d)
+{
+	static const char *const st[] = { "default", "pending", "tuned" };
+	cJSON *o = cJSON_CreateObject(), *a;
+
+	cJSON_AddStringToObject(o, "status", d->status < 3 ? st[d->status]
+							   : "default");
+	cJSON_AddBoolToObject(o, "provisional", d->provisional != 0);
+	cJSON_AddStringToObject(o, "variant", d->variant);
+	a = cJSON_AddArrayToObject(o, "params");
+	for (uint32_t i = 0; i < d->nparams && i < FLY_PARAMS_MAX; i++)
+		cJSON_AddItemToArray(a, cJSON_CreateNumber(
+						(double)d->params[i]));
+	cJSON_AddNumberToObject(o, "median_us", d->median_us);
+	return o;
+}
+
+static void print_decide(const cJSON *doc)
+{
+	const cJSON *d = cJSON_GetObjectItemCaseSensitive(doc, "decision");
+	char params[128];
+
+	params_text(d, params, sizeof(params));
+	printf("key: %s\nbucket: %s\nstatus: %s%s\nvariant: %s\n"
+	       "params: %s\nmedian_us: %.3f\ntier: %s\nrepeat_tier: %s\n",
+	       str_field(doc, "key"), str_field(doc, "bucket"),
+	       str_field(d, "status"),
+	       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d, "provisional"))
+		       ? " (provisional)" : "",
+	       str_field(d, "variant")[0] ? str_field(d, "variant")
+					  : "(the caller's default)",
+	       params, num_field(d, "median_us"), str_field(doc, "tier"),
+	       str_field(doc, "repeat_tier"));
+}
+
+/* decide KEY: fly_decide as an engine's client makes it, on a client
+ * already connected (hello maps the shm table), then once more: the
+ * first answer shows the shm or socket tier, the repeat the process
+ * cache.  schemas/ctl-decide.json. */
+static int ctl_decide(struct ctl *x, int argc, char **argv)
+{
+	static const char warm[] = "{\"req\":\"stats\"}";
+	struct fly_decision d1, d2;
+	struct fly_problem p;
+	const char *t1, *t2;
+	char bk[FLY_KEY_MAX], *out = NULL;
+	size_t len;
+	cJSON *doc;
+	int rc = parse_simple(x, argc, argv, 1);
+
+	if (rc >= 0)
+		return rc;
+	rc = ctl_check_key(x, argv[optind]);
+	if (rc != CTL_OK)
+		return rc;
+	(void)fly_problem_from_key(argv[optind], &p);
+	if (fly_problem_key(&p, bk, sizeof(bk)) < 0)
+		snprintf(bk, sizeof(bk), "%s", argv[optind]);
+	if (fly_request(x->c, warm, sizeof(warm) - 1, 0, &out, &len) < 0)
+		fprintf(stderr, "decide: daemon not reachable: %s; the library "
+			"answers the default\n", fly_client_errmsg(x->c));
+	fly_free(out);
+	t1 = decide_once(x->c, &p, &d1);
+	t2 = decide_once(x->c, &p, &d2);
+	doc = cJSON_CreateObject();
+	cJSON_AddTrueToObject(doc, "ok");
+	cJSON_AddStringToObject(doc, "key", argv[optind]);
+	cJSON_AddStringToObject(doc, "bucket", bk);
+	cJSON_AddItemToObject(doc, "decision", decision_json(&d1));
+	cJSON_AddStringToObject(doc, "tier", t1);
+	cJSON_AddStringToObject(doc, "repeat_tier", t2);
+	if (x->json)
+		ctl_print_json(doc);
+	else
+		print_decide(doc);
+	cJSON_Delete(doc);
 	return CTL_OK;
 }
 
@@ -1084,7 +1529,7 @@ static int export_write(struct ctl *x, const char *file, int csv,
 	int bad;
 
 	if (f == NULL) {
-		fprintf(stderr, "export failed: %s: %s\n", file,
+		ctl_err("internal", "export failed: %s: %s", file,
 			strerror(errno));
 		return CTL_ERR;
 	}
@@ -1102,7 +1547,7 @@ static int export_write(struct ctl *x, const char *file, int csv,
 	else
 		bad |= fflush(f) != 0;
 	if (bad) {
-		fprintf(stderr, "export failed: %s: write error\n", file);
+		ctl_err("internal", "export failed: %s: write error", file);
 		return CTL_ERR;
 	}
 	return CTL_OK;
@@ -1161,14 +1606,14 @@ static int read_capped(const char *file, char **buf, size_t *len)
 
 	*buf = NULL;
 	if (fd < 0) {
-		fprintf(stderr, "import failed: %s: %s\n", file,
-			strerror(errno));
+		ctl_err(errno == ENOENT ? "not_found" : "internal",
+			"import failed: %s: %s", file, strerror(errno));
 		return CTL_ERR;
 	}
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
 	    (uint64_t)st.st_size > cap) {
-		fprintf(stderr, "import failed: %s: %lld bytes, over the "
-			"%zu-byte cap\n", file, (long long)st.st_size, cap);
+		ctl_err("too_big", "import failed: %s: %lld bytes, over the "
+			"%zu-byte cap", file, (long long)st.st_size, cap);
 		goto err_too_big;
 	}
 	for (;;) {
@@ -1188,8 +1633,8 @@ static int read_capped(const char *file, char **buf, size_t *len)
 			break;
 		n += (size_t)r;
 		if (n > cap) {
-			fprintf(stderr, "import failed: %s: over the %zu-byte "
-				"cap\n", file, cap);
+			ctl_err("too_big", "import failed: %s: over the "
+				"%zu-byte cap", file, cap);
 			goto err_too_big;
 		}
 	}
@@ -1201,7 +1646,7 @@ static int read_capped(const char *file, char **buf, size_t *len)
 	return CTL_OK;
 
 err_io:
-	fprintf(stderr, "import failed: %s: %s\n", file, strerror(errno));
+	ctl_err("internal", "import failed: %s: %s", file, strerror(errno));
 	free(p);
 	if (fd != STDIN_FILENO)
 		close(fd);
@@ -1343,13 +1788,13 @@ static int check_export(const char *file, const cJSON *doc)
 	else
 		bad = check_header_device(doc);
 	if (bad != NULL) {
-		fprintf(stderr, "import failed: %s: %s\n", file, bad);
+		ctl_err("invalid", "import failed: %s: %s", file, bad);
 		return CTL_INVALID;
 	}
 	cJSON_ArrayForEach(r, res) {
 		bad = check_result(r, why, sizeof(why));
 		if (bad != NULL) {
-			fprintf(stderr, "import failed: %s: results[%d]: %s\n",
+			ctl_err("invalid", "import failed: %s: results[%d]: %s",
 				file, i, bad);
 			return CTL_INVALID;
 		}
@@ -1446,7 +1891,7 @@ static int ctl_import(struct ctl *x, int argc, char **argv)
 	doc = cJSON_ParseWithLength(buf, len);
 	free(buf);
 	if (doc == NULL) {
-		fprintf(stderr, "import failed: %s: not valid JSON\n",
+		ctl_err("invalid", "import failed: %s: not valid JSON",
 			argv[optind]);
 		return CTL_INVALID;
 	}

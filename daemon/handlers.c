@@ -23,6 +23,7 @@
 #include "fly_msg.h"
 #include "handlers.h"
 #include "log.h"
+#include "queue.h"
 #include "server.h"
 #include "session.h"
 #include "store.h"
@@ -103,10 +104,33 @@ static int req_key(struct flyd_session *s, const cJSON *req, const char **key,
 		return rc;
 	rc = fly_key_parse(*key, strlen(*key), &p);
 	if (rc < 0) {
-		*msg = "'key' is not a canonical shape key";
+		size_t cap;
+		char *b = flyd_session_errbuf(s, &cap);
+		size_t n = (size_t)snprintf(b, cap, "'key': ");
+
+		if (n < cap)
+			(void)fly_key_explain(*key, b + n, cap - n);
+		*msg = b;
 		return rc;
 	}
 	return 0;
+}
+
+/* "'NAME' must be one of: a, b, c" from a name table (index 1..n-1). */
+static int bad_name(struct flyd_session *s, const char **msg,
+		    const char *name, const char *(*name_of)(uint32_t),
+		    uint32_t n)
+{
+	size_t cap, len;
+	char *b = flyd_session_errbuf(s, &cap);
+
+	len = (size_t)snprintf(b, cap, "'%s' must be one of:", name);
+	for (uint32_t i = 1; i < n && len < cap; i++)
+		if (name_of(i) != NULL)
+			len += (size_t)snprintf(b + len, cap - len, "%s %s",
+						i > 1 ? "," : "", name_of(i));
+	*msg = b;
+	return FLY_E_INVALID;
 }
 
 /* ---------------------------------------------------------------- JSON */
@@ -371,6 +395,94 @@ static int page_add(void *arg, const struct flyd_result *r)
 	return 0;
 }
 
+/* ------------------------------------------- list --status pending|default */
+
+/* Keys without a stored result come from the queue: pending = a job
+ * queued or running, default = a job that failed (a FAILED marker). */
+struct jpage {
+	struct flyd_qjob **v;
+	size_t n, cap;
+	int status;           /* FLY_STATUS_PENDING or _DEFAULT */
+	uint32_t op, dtype;   /* filters, 0: any */
+	const char *after;
+	int oom;
+};
+
+static void jpage_add(void *arg, struct flyd_qjob *j)
+{
+	struct jpage *jp = arg;
+	int pending = j->state != FLYD_Q_FAILED;
+	struct fly_problem p;
+	struct flyd_qjob **v;
+
+	if (pending != (jp->status == FLY_STATUS_PENDING) ||
+	    (jp->after != NULL && strcmp(j->key, jp->after) <= 0))
+		return;
+	if ((jp->op != 0 || jp->dtype != 0) &&
+	    (fly_key_parse(j->key, strlen(j->key), &p) < 0 ||
+	     (jp->op != 0 && p.op != jp->op) ||
+	     (jp->dtype != 0 && p.dtype != jp->dtype)))
+		return;
+	if (jp->n == jp->cap) {
+		jp->cap = jp->cap ? jp->cap * 2 : 64;
+		v = realloc(jp->v, jp->cap * sizeof(*v));
+		if (v == NULL) {
+			jp->oom = 1;
+			return;
+		}
+		jp->v = v;
+	}
+	if (jp->n < jp->cap)
+		jp->v[jp->n++] = j;
+}
+
+static int jkey_cmp(const void *a, const void *b)
+{
+	return strcmp((*(struct flyd_qjob *const *)a)->key,
+		      (*(struct flyd_qjob *const *)b)->key);
+}
+
+static const char *job_state_name(const struct flyd_qjob *j)
+{
+	return j->state == FLYD_Q_RUNNING ? "running" :
+	       j->state == FLYD_Q_QUEUED ? "queued" : "failed";
+}
+
+/* A page of keys with status pending or default, ordered by key:
+ * {"key", "status", "state"} (schemas/common.json "untuned"). */
+static int run_page_jobs(struct flyd_ctx *ctx, const struct page *pg,
+			 const char *after, cJSON *resp)
+{
+	struct flyd_queue *q = flyd_tuning_queue(ctx);
+	struct jpage jp = {.status = pg->status, .op = pg->op,
+			   .dtype = pg->dtype, .after = after};
+	size_t i;
+
+	if (q != NULL)
+		flyd_queue_foreach_record(q, jpage_add, &jp);
+	if (jp.oom) {
+		free(jp.v);
+		return -ENOMEM;
+	}
+	if (jp.n > 1)
+		qsort(jp.v, jp.n, sizeof(*jp.v), jkey_cmp);
+	for (i = 0; i < jp.n && (int64_t)i < pg->limit; i++) {
+		cJSON *o = cJSON_CreateObject();
+
+		cJSON_AddStringToObject(o, "key", jp.v[i]->key);
+		cJSON_AddStringToObject(o, "status",
+					fly_status_name((uint32_t)pg->status));
+		cJSON_AddStringToObject(o, "state", job_state_name(jp.v[i]));
+		cJSON_AddItemToArray(pg->results, o);
+	}
+	if (i < jp.n)
+		cJSON_AddStringToObject(resp, "next", jp.v[i - 1]->key);
+	else
+		cJSON_AddNullToObject(resp, "next");
+	free(jp.v);
+	return 0;
+}
+
 /* list (with filters) and export (without). */
 static int run_page(struct flyd_ctx *ctx, struct flyd_session *s,
 		    const cJSON *req, cJSON *resp, const char **msg,
@@ -391,23 +503,26 @@ static int run_page(struct flyd_ctx *ctx, struct flyd_session *s,
 		if ((rc = opt_str(s, req, "op", &str, msg)) < 0)
 			return rc;
 		if (str != NULL && (pg.op = fly_op_parse(str, strlen(str))) == 0)
-			return bad_field(s, msg, "op", "a known op name");
+			return bad_name(s, msg, "op", fly_op_name, FLY_OP_COUNT);
 		str = NULL;
 		if ((rc = opt_str(s, req, "dtype", &str, msg)) < 0)
 			return rc;
 		if (str != NULL &&
 		    (pg.dtype = fly_dtype_parse(str, strlen(str))) == 0)
-			return bad_field(s, msg, "dtype", "a known dtype name");
+			return bad_name(s, msg, "dtype", fly_dtype_name,
+					FLY_DT_COUNT);
 		str = NULL;
 		if ((rc = opt_str(s, req, "status", &str, msg)) < 0)
 			return rc;
 		if (str != NULL && (pg.status = fly_status_parse(str)) < 0)
 			return bad_field(s, msg, "status",
-					 "default, pending or tuned");
+					 "one of: default, pending, tuned");
 	}
 	pg.results = cJSON_AddArrayToObject(resp, "results");
 	if (pg.results == NULL)
 		return -ENOMEM;
+	if (pg.status == FLY_STATUS_PENDING || pg.status == FLY_STATUS_DEFAULT)
+		return run_page_jobs(ctx, &pg, after, resp);
 	rc = flyd_store_result_iter(ctx->store, ctx->device_id, ctx->libver,
 				    after, 0, page_add, &pg);
 	if (rc < 0)
@@ -691,7 +806,8 @@ static void move_item(cJSON *from, const char *name, cJSON *to)
 }
 
 /* schemas/status.response.json (no other top-level members): tuning's
- * extra members ("policy", "shm") go inside "queue". */
+ * "policy" goes inside "queue"; the shm table has its own "shm" object
+ * (issue 18: its fields were printed as queue.shm.*). */
 static int h_status(struct flyd_ctx *ctx, struct flyd_session *s,
 		    const cJSON *req, cJSON *resp, const char **msg)
 {
@@ -720,8 +836,8 @@ static int h_status(struct flyd_ctx *ctx, struct flyd_session *s,
 	if (q == NULL)
 		q = cJSON_CreateObject();
 	move_item(t, "policy", q);
-	move_item(t, "shm", q);
 	cJSON_AddItemToObject(resp, "queue", q);
+	move_item(t, "shm", resp);
 	move_item(t, "worker", resp);
 	if (!cJSON_HasObjectItem(resp, "worker"))
 		cJSON_AddObjectToObject(resp, "worker");
@@ -753,6 +869,94 @@ static int h_tune(struct flyd_ctx *ctx, struct flyd_session *s,
 		return FLY_E_PERM;
 	}
 	return flyd_handle_tune(ctx, s, req, resp, msg);
+}
+
+/* ---------------------------------------------------------------- jobs */
+
+struct jobs_out {
+	cJSON *arr;
+	int64_t pos;
+	uint64_t now_ms;
+};
+
+static void job_json(void *arg, struct flyd_qjob *j)
+{
+	struct jobs_out *jo = arg;
+	cJSON *o = cJSON_CreateObject();
+
+	if (o == NULL)
+		return;
+	cJSON_AddStringToObject(o, "key", j->key);
+	cJSON_AddStringToObject(o, "state", job_state_name(j));
+	cJSON_AddNumberToObject(o, "position", (double)jo->pos++);
+	cJSON_AddStringToObject(o, "priority",
+				j->priority == FLYD_PRIO_EXPLICIT ?
+				"explicit" : "background");
+	cJSON_AddBoolToObject(o, "force", j->force);
+	cJSON_AddNumberToObject(o, "faults", j->faults);
+	cJSON_AddNumberToObject(o, "queued_at",
+				(double)(j->queued_at > 0 ? j->queued_at : 0));
+	if (j->state == FLYD_Q_RUNNING)
+		cJSON_AddNumberToObject(o, "running_s",
+					jo->now_ms > j->started_ms ?
+					(double)(jo->now_ms - j->started_ms) /
+						1000.0 : 0.0);
+	cJSON_AddItemToArray(jo->arr, o);
+}
+
+/* schemas/jobs.response.json: the running job (position 0), then the
+ * queued ones in run order. */
+static int h_jobs(struct flyd_ctx *ctx, struct flyd_session *s,
+		  const cJSON *req, cJSON *resp, const char **msg)
+{
+	struct flyd_queue *q = flyd_tuning_queue(ctx);
+	struct jobs_out jo = {.now_ms = uv_now(ctx->loop)};
+
+	(void)s;
+	(void)req;
+	jo.arr = cJSON_AddArrayToObject(resp, "jobs");
+	if (jo.arr == NULL)
+		return -ENOMEM;
+	if (q == NULL) {
+		*msg = "tuning is stopped";
+		return FLY_E_DOWN;
+	}
+	if (flyd_queue_running(q) != NULL)
+		job_json(&jo, flyd_queue_running(q));
+	jo.pos = 1;
+	flyd_queue_foreach(q, job_json, &jo);
+	return 0;
+}
+
+/* schemas/cancel.request.json (admin): the key is bucketed as decide and
+ * tune bucket it, since the queue holds bucketed keys. */
+static int h_cancel(struct flyd_ctx *ctx, struct flyd_session *s,
+		    const cJSON *req, cJSON *resp, const char **msg)
+{
+	char bk[FLY_KEY_MAX];
+	struct fly_problem p;
+	const char *key, *was = "";
+	int rc = req_key(s, req, &key, msg);
+
+	if (rc < 0)
+		return rc;
+	(void)fly_key_parse(key, strlen(key), &p);
+	if (p.op < FLY_OP_COUNT)
+		fly_problem_bucket(&p, &ctx->cfg.bucket[p.op]);
+	if (fly_key_format(&p, bk, sizeof(bk)) < 0)
+		snprintf(bk, sizeof(bk), "%s", key);
+	rc = flyd_tuning_cancel(ctx, bk, &was);
+	if (rc == FLY_E_NOTFOUND) {
+		*msg = "no tuning job for this key";
+		return rc;
+	}
+	if (rc < 0)
+		return rc;
+	flyd_log(FLYD_LOG_INFO, "cancelled", "key=%s was=%s uid=%d", bk, was,
+		 (int)flyd_session_uid(s));
+	cJSON_AddStringToObject(resp, "key", bk);
+	cJSON_AddStringToObject(resp, "was", was);
+	return 0;
 }
 
 /* ---------------------------------------------------------------- table */

@@ -331,6 +331,15 @@ uint32_t flyd_queue_len(const struct flyd_queue *q)
 	return q->nqueued;
 }
 
+void flyd_queue_foreach_record(struct flyd_queue *q,
+			       void (*cb)(void *arg, struct flyd_qjob *j),
+			       void *arg)
+{
+	for (size_t i = 0; i < q->nbuckets; i++)
+		for (struct flyd_qjob *j = q->buckets[i]; j; j = j->hnext)
+			cb(arg, j);
+}
+
 void flyd_queue_foreach(struct flyd_queue *q,
 			void (*cb)(void *arg, struct flyd_qjob *j), void *arg)
 {

@@ -94,4 +94,10 @@ uint32_t flyd_queue_len(const struct flyd_queue *q);
 void flyd_queue_foreach(struct flyd_queue *q,
 			void (*cb)(void *arg, struct flyd_qjob *j), void *arg);
 
+/* Call @p cb for every record, any state, in no particular order (the
+ * callback must not add or remove records). */
+void flyd_queue_foreach_record(struct flyd_queue *q,
+			       void (*cb)(void *arg, struct flyd_qjob *j),
+			       void *arg);
+
 #endif /* FLYD_QUEUE_H */

@@ -182,7 +182,12 @@ static int request_key(struct flyd_ctx *ctx, const cJSON *req,
 	}
 	rc = fly_key_parse(s, strlen(s), p);
 	if (rc < 0) {
-		*msg = fly_strerror(rc);
+		/* Say which part is wrong (issue 18 item 18); loop thread
+		 * only, read before the next request is handled. */
+		static char why[512];
+
+		(void)fly_key_explain(s, why, sizeof(why));
+		*msg = why;
 		return rc;
 	}
 	if (p->op < FLY_OP_COUNT)
@@ -1061,6 +1066,40 @@ void flyd_tuning_status(const struct flyd_ctx *ctx, cJSON *resp)
 	snprintf(gen, sizeof(gen), "%llu",
 		 (unsigned long long)flyd_publish_generation(t->pub));
 	cJSON_AddRawToObject(shm, "generation", gen);
+}
+
+struct flyd_queue *flyd_tuning_queue(const struct flyd_ctx *ctx)
+{
+	const struct flyd_tuning *t = ctx->tuning;
+
+	return t != NULL && !t->closing ? t->q : NULL;
+}
+
+int flyd_tuning_cancel(struct flyd_ctx *ctx, const char *key,
+		       const char **was)
+{
+	struct flyd_tuning *t = ctx->tuning;
+	struct flyd_qjob *j;
+
+	if (t == NULL || t->closing)
+		return FLY_E_DOWN;
+	j = flyd_queue_find(t->q, key);
+	if (j == NULL)
+		return FLY_E_NOTFOUND;
+	*was = j->state == FLYD_Q_RUNNING ? "running" :
+	       j->state == FLYD_Q_QUEUED ? "queued" : "failed";
+	flyd_log(FLYD_LOG_INFO, "job_cancelled", "key=%s state=%s", key,
+		 *was);
+	if (j->state == FLYD_Q_RUNNING)
+		span_add(t, j->started_ms, uv_now(ctx->loop));
+	answer_job_waiters_error(j, FLY_E_NOTFOUND, "job cancelled");
+	if (ctx->device_id[0] != '\0')
+		(void)flyd_store_job_del(ctx->store, ctx->device_id, key);
+	/* A running job's record goes too: done_cb then finds no running
+	 * job of that key and drops the worker's result ("stray_result"). */
+	flyd_queue_done(t->q, j);
+	kick_soon(t);
+	return 0;
 }
 
 void flyd_tuning_forgotten(struct flyd_ctx *ctx, const char *key)

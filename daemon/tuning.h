@@ -38,6 +38,18 @@ void flyd_tuning_status(const struct flyd_ctx *ctx, cJSON *resp);
 void flyd_tuning_forgotten(struct flyd_ctx *ctx, const char *key);
 void flyd_tuning_imported(struct flyd_ctx *ctx);
 
+/* The job queue, for `jobs` and `list --status` (borrowed; NULL when
+ * tuning is not running). */
+struct flyd_queue *flyd_tuning_queue(const struct flyd_ctx *ctx);
+/* Cancel @p key's job: a queued job is removed; a running one is
+ * abandoned (the worker's result for it is dropped, it is not retried).
+ * Its waiters are answered not_found ("cancelled"), its jobs-table row is
+ * deleted, and a FAILED marker is cleared.
+ * @param[out] was "queued", "running" or "failed".
+ * @return 0, FLY_E_NOTFOUND (no job for the key), FLY_E_DOWN. */
+int flyd_tuning_cancel(struct flyd_ctx *ctx, const char *key,
+		       const char **was);
+
 /* Request handlers (dispatched by handlers.c). */
 int flyd_handle_decide(struct flyd_ctx *ctx, struct flyd_session *s,
 		       const cJSON *req, cJSON *resp, const char **msg);

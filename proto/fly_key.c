@@ -9,9 +9,11 @@
  * other spelling of p (the key is the identity of a tuning result).
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "fly_err.h"
 #include "fly_key.h"
 
 #define DT(x) (1u << FLY_DT_##x)
@@ -424,6 +426,213 @@ int fly_key_parse(const char *s, size_t len, struct fly_problem *out)
 		return FLY_E_BADKEY;
 	*out = p;
 	return 0;
+}
+
+/* ---------------------------------------------------------------- explain */
+
+/* Append printf-style text to the NUL-terminated @p buf (truncating). */
+static void put(char *buf, size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void put(char *buf, size_t cap, const char *fmt, ...)
+{
+	size_t n = strlen(buf);
+	va_list ap;
+
+	if (n + 1 >= cap)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf + n, cap - n, fmt, ap);
+	va_end(ap);
+}
+
+static void put_ops(char *buf, size_t cap)
+{
+	for (uint32_t i = 1; i < FLY_OP_COUNT; i++)
+		put(buf, cap, "%s%s", i > 1 ? ", " : "", ops[i].name);
+}
+
+static void put_dtypes(char *buf, size_t cap, const struct op_info *oi)
+{
+	for (uint32_t d = 1, first = 1; d < FLY_DT_COUNT; d++) {
+		if (!(oi->dtypes & (1u << d)))
+			continue;
+		put(buf, cap, "%s%s", first ? "" : ", ", dtype_names[d]);
+		first = 0;
+	}
+}
+
+/* "m=..,n=..,k=.." for an op. */
+static void put_dims(char *buf, size_t cap, const struct op_info *oi)
+{
+	for (int i = 0; i < oi->ndims; i++)
+		put(buf, cap, "%s%s=N", i ? "," : "", oi->dims[i]);
+}
+
+/* An example key of the op: its first dtype, NT, every dim 64. */
+static void put_example(char *buf, size_t cap, const struct op_info *oi)
+{
+	uint32_t d = 1;
+
+	while (d < FLY_DT_COUNT && !(oi->dtypes & (1u << d)))
+		d++;
+	put(buf, cap, " (e.g. %s/%s/%s", oi->name,
+	    d < FLY_DT_COUNT ? dtype_names[d] : "fp32",
+	    oi->has_layout ? "NT/" : "");
+	for (int i = 0; i < oi->ndims; i++)
+		put(buf, cap, "%s%s=64", i ? "," : "", oi->dims[i]);
+	put(buf, cap, ")");
+}
+
+static void put_flags(char *buf, size_t cap, const struct op_info *oi)
+{
+	int first = 1;
+
+	for (int b = 0; b < NFLAGS; b++) {
+		if (!(oi->flags & (1u << b)))
+			continue;
+		put(buf, cap, "%s%s", first ? "" : ", ", flag_names[b]);
+		first = 0;
+	}
+	if (first)
+		put(buf, cap, "none");
+}
+
+/* Say what is wrong with the op/dtype/layout segments; @return 1 when
+ * something was, 0 when they are fine (*oi set, cursor at the dims). */
+static int explain_head(struct cur *c, const struct op_info **oi_out,
+			char *buf, size_t cap)
+{
+	const struct op_info *oi;
+	const char *seg;
+	size_t n;
+	uint32_t dt;
+
+	seg_next(c, &seg, &n);
+	oi = op_get(fly_op_parse(seg, n));
+	if (oi == NULL) {
+		if (n == 0)
+			put(buf, cap, "the op is missing; a key starts with "
+			    "one of: ");
+		else
+			put(buf, cap, "'%.*s' is not an op; the ops are: ",
+			    (int)n, seg);
+		put_ops(buf, cap);
+		return 1;
+	}
+	*oi_out = oi;
+	if (!seg_next(c, &seg, &n) || n == 0) {
+		put(buf, cap, "the dtype is missing after '%s/': %s takes ",
+		    oi->name, oi->name);
+		put_dtypes(buf, cap, oi);
+		put_example(buf, cap, oi);
+		return 1;
+	}
+	dt = fly_dtype_parse(seg, n);
+	if (dt == FLY_DT_NONE || !(oi->dtypes & (1u << dt))) {
+		put(buf, cap, "'%.*s' is not a dtype %s takes; it takes ",
+		    (int)n, seg, oi->name);
+		put_dtypes(buf, cap, oi);
+		return 1;
+	}
+	if (!oi->has_layout)
+		return 0;
+	if (!seg_next(c, &seg, &n) || n == 0) {
+		put(buf, cap, "the layout is missing: %s needs one of NT, NN, "
+		    "TN, TT after the dtype", oi->name);
+		put_example(buf, cap, oi);
+		return 1;
+	}
+	if (fly_layout_parse(seg, n) == FLY_LAYOUT_NONE) {
+		put(buf, cap, "'%.*s' is not a layout: %s needs one of NT, "
+		    "NN, TN, TT after the dtype", (int)n, seg, oi->name);
+		put_example(buf, cap, oi);
+		return 1;
+	}
+	return 0;
+}
+
+/* Say what is wrong with the dims and flags segments. */
+static void explain_tail(struct cur *c, const struct op_info *oi, int rc,
+			 char *buf, size_t cap)
+{
+	struct fly_problem p;
+	const char *seg;
+	size_t n;
+	int drc;
+
+	memset(&p, 0, sizeof(p));
+	if (!seg_next(c, &seg, &n) || n == 0) {
+		put(buf, cap, "the dims are missing: %s takes ", oi->name);
+		put_dims(buf, cap, oi);
+		put_example(buf, cap, oi);
+		return;
+	}
+	drc = parse_dims(oi, seg, n, &p);
+	if (drc == FLY_E_OVERFLOW) {
+		put(buf, cap, "a dim in '%.*s' does not fit in 64 bits",
+		    (int)n, seg);
+		return;
+	}
+	if (drc < 0) {
+		put(buf, cap, "'%.*s' are not %s's dims: it takes ", (int)n,
+		    seg, oi->name);
+		put_dims(buf, cap, oi);
+		put(buf, cap, " in this order, each N a positive integer "
+		    "without leading zeros");
+		return;
+	}
+	if (seg_next(c, &seg, &n) &&
+	    (parse_flags(seg, n, &p.flags) < 0 || (p.flags & ~oi->flags))) {
+		put(buf, cap, "'%.*s' is not a set of flags %s takes (flags: ",
+		    (int)n, seg, oi->name);
+		put_flags(buf, cap, oi);
+		put(buf, cap, "; joined by '+' in this order)");
+		return;
+	}
+	if (c->pos <= c->len) {
+		put(buf, cap, "unexpected text after the key: '/%.*s'",
+		    (int)(c->len - c->pos), c->s + c->pos);
+		return;
+	}
+	if (rc == FLY_E_OVERFLOW) {
+		put(buf, cap, "the product of the dims overflows 64 bits");
+		return;
+	}
+	put(buf, cap, "not in canonical form (%s)", fly_strerror(rc));
+}
+
+int fly_key_explain(const char *key, char *buf, size_t cap)
+{
+	const struct op_info *oi = NULL;
+	struct fly_problem p;
+	struct cur c;
+	size_t len;
+	int rc;
+
+	if (buf == NULL || cap == 0)
+		return -EINVAL;
+	buf[0] = '\0';
+	if (key == NULL) {
+		put(buf, cap, "no key");
+		return -EINVAL;
+	}
+	len = strlen(key);
+	rc = fly_key_parse(key, len, &p);
+	if (rc == 0)
+		return 0;
+	if (rc == FLY_E_KEYLEN) {
+		put(buf, cap, "the key is %zu bytes long, over the limit of "
+		    "%d", len, FLY_KEY_MAX - 1);
+		return rc;
+	}
+	if (len == 0) {
+		put(buf, cap, "the key is empty");
+		return rc;
+	}
+	c = (struct cur){key, len, 0};
+	if (!explain_head(&c, &oi, buf, cap))
+		explain_tail(&c, oi, rc, buf, cap);
+	return rc;
 }
 
 void fly_bucket_policy_default(uint32_t op, struct fly_bucket_policy *out)

@@ -70,6 +70,17 @@ int fly_key_format(const struct fly_problem *p, char *buf, size_t cap);
  * @return 0, FLY_E_KEYLEN, FLY_E_BADKEY (syntax), or a validation error. */
 int fly_key_parse(const char *s, size_t len, struct fly_problem *out);
 
+/* Say what is wrong with a key, for people: which part is missing or
+ * unknown (op, dtype, layout, dims, flags) and which names are allowed
+ * there, e.g. "the layout is missing: gemm needs one of NT, NN, TN, TT
+ * after the dtype (e.g. gemm/fp32/NT/m=64,n=64,k=64)".  Exported from
+ * libflyclient (flyclient.h).
+ * @param[out] buf NUL-terminated; "" when the key parses.
+ * @return 0 (the key parses) or the error fly_key_parse returns;
+ *         -EINVAL without @p buf. */
+__attribute__((visibility("default"))) int
+fly_key_explain(const char *key, char *buf, size_t cap);
+
 /* The default policy for an op: M rounded up to a power of two up to 1024,
  * then to a multiple of 1024 (gemm, grouped_gemm, scaled_gemm, rmsnorm,
  * topk: dim "m"; attention: "sq"; mqa_logits: "sq"). */

@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -346,10 +347,67 @@ err_delete:
 	return rc;
 }
 
+/* Whether a number is an integer that cJSON would not print as one:
+ * cJSON prints 15 significant digits when that reads back equal, so
+ * 1796229956770520 (the shm generation) came out 1.79622995677052e+15.
+ * From 1e15 up to 2^63, integral doubles are printed with "%.0f". */
+static int is_long_int(const cJSON *it)
+{
+	double v = it->valuedouble;
+
+	return cJSON_IsNumber(it) && isfinite(v) && v == floor(v) &&
+	       fabs(v) >= 1e15 && fabs(v) < 9223372036854775808.0;
+}
+
+static int has_long_int(const cJSON *o)
+{
+	const cJSON *it;
+
+	cJSON_ArrayForEach(it, o) {
+		if (is_long_int(it) || has_long_int(it))
+			return 1;
+	}
+	return 0;
+}
+
+/* Turn every long integer of @p o into a raw node of its digits. */
+static int raw_long_ints(cJSON *o)
+{
+	cJSON *it;
+	char buf[32];
+
+	cJSON_ArrayForEach(it, o) {
+		if (is_long_int(it)) {
+			char *v;
+
+			snprintf(buf, sizeof(buf), "%.0f", it->valuedouble);
+			v = strdup(buf);
+			if (v == NULL)
+				return -ENOMEM;
+			it->type = cJSON_Raw | (it->type & cJSON_StringIsConst);
+			it->valuestring = v;
+		} else if (raw_long_ints(it) < 0) {
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
 char *fly_msg_print(const cJSON *msg, size_t *len)
 {
-	char *s = cJSON_PrintUnformatted(msg);
+	cJSON *copy = NULL;
+	char *s;
 
+	if (has_long_int(msg)) {
+		copy = cJSON_Duplicate(msg, 1);
+		if (copy == NULL || raw_long_ints(copy) < 0) {
+			cJSON_Delete(copy);
+			return NULL;
+		}
+		msg = copy;
+	}
+	s = cJSON_PrintUnformatted(msg);
+	cJSON_Delete(copy);
 	if (s && len)
 		*len = strlen(s);
 	return s;

@@ -43,7 +43,9 @@ uint32_t fly_req_flags(int req);
  * @return 0 or FLY_E_PROTO. */
 int fly_msg_parse(const uint8_t *buf, size_t len, cJSON **out);
 
-/* Serialize unformatted.  Caller owns result; free with free().
+/* Serialize unformatted.  Integral numbers from 1e15 up to 2^63 print as
+ * integers (cJSON alone prints 1796229956770520 as 1.79622995677052e+15).
+ * Caller owns result; free with free().
  * @return NULL on -ENOMEM. */
 char *fly_msg_print(const cJSON *msg, size_t *len);
 

@@ -14,9 +14,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,8 +27,10 @@
 
 #include "../common/daemon.h"
 #include "../common/jsonschema.h"
+#include "fly_msg.h"
 
 static struct fly_test_daemon dm;
+static const char *sock_override; /* ctl() talks to this one when set */
 static const char *key_a = "rmsnorm/fp32/m=8,n=64";
 static const char *key_b = "rmsnorm/fp32/m=16,n=32";
 
@@ -46,7 +51,7 @@ static int ctl(char **out, int err2out, const char *fmt, ...)
 	vsnprintf(args, sizeof(args), fmt, ap);
 	va_end(ap);
 	snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s %s %s",
-		 FLY_BUILD_DIR, dm.sock, args,
+		 FLY_BUILD_DIR, sock_override ? sock_override : dm.sock, args,
 		 err2out ? "2>&1" : "2>/dev/null");
 	p = popen(cmd, "r");
 	assert_non_null(p);
@@ -389,6 +394,519 @@ static void test_import_many_chunks(void **state)
 	assert_int_equal(ctl(NULL, 0, "get rmsnorm/fp32/m=4,n=100"), 4);
 }
 
+/* ------------------------------------------------ a scripted daemon */
+
+/* A daemon that answers each request kind with a fixed body (the text
+ * after "{\"ok\":true,\"id\":N,"), spliced as text so that the
+ * numbers reach the ctl exactly as written here. */
+struct fake_reply {
+	const char *req;
+	const char *body;
+};
+
+struct fake {
+	char sock[300];
+	int lfd;
+	pthread_t th;
+	const struct fake_reply *replies;
+};
+
+static void fake_serve_conn(struct fake *f, int fd)
+{
+	char *req, out[16384];
+	cJSON *o;
+
+	while (fly_test_recv_frame(fd, &req, 10000) == 0) {
+		const char *name = "", *body = NULL;
+		long long id = 0;
+
+		o = cJSON_Parse(req);
+		free(req);
+		if (cJSON_IsString(cJSON_GetObjectItem(o, "req")))
+			name = cJSON_GetObjectItem(o, "req")->valuestring;
+		if (cJSON_IsNumber(cJSON_GetObjectItem(o, "id")))
+			id = (long long)cJSON_GetObjectItem(o, "id")->valuedouble;
+		for (const struct fake_reply *r = f->replies; r->req; r++)
+			if (strcmp(r->req, name) == 0)
+				body = r->body;
+		if (strcmp(name, "hello") == 0)
+			body = "\"version\":1}";
+		if (body == NULL)
+			snprintf(out, sizeof(out), "{\"ok\":false,\"id\":%lld,"
+				 "\"error\":{\"code\":\"proto\","
+				 "\"message\":\"not scripted\"}}", id);
+		else
+			snprintf(out, sizeof(out), "{\"ok\":true,\"id\":%lld,%s",
+				 id, body);
+		cJSON_Delete(o);
+		if (fly_test_send_frame(fd, out) < 0)
+			break;
+	}
+	close(fd);
+}
+
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+	int fd;
+
+	while ((fd = accept(f->lfd, NULL, NULL)) >= 0)
+		fake_serve_conn(f, fd);
+	return NULL;
+}
+
+static void fake_start(struct fake *f, const struct fake_reply *replies)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	f->replies = replies;
+	snprintf(f->sock, sizeof(f->sock), "%s/fake.sock", dm.dir);
+	assert_true(strlen(f->sock) < sizeof(sa.sun_path));
+	memcpy(sa.sun_path, f->sock, strlen(f->sock) + 1);
+	unlink(f->sock);
+	f->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(f->lfd >= 0);
+	assert_int_equal(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(f->lfd, 8), 0);
+	assert_int_equal(pthread_create(&f->th, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake *f)
+{
+	shutdown(f->lfd, SHUT_RDWR);
+	close(f->lfd);
+	pthread_join(f->th, NULL);
+	unlink(f->sock);
+}
+
+/* Run flytune-ctl against the scripted daemon; stdout in *out. */
+static int fake_ctl(const struct fake *f, char **out, const char *args)
+{
+	char cmd[1024];
+	size_t n = 0, cap = 65536;
+	char *buf = malloc(cap);
+	FILE *p;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s %s 2>/dev/null",
+		 FLY_BUILD_DIR, f->sock, args);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	while (n + 1 < cap) {
+		size_t r = fread(buf + n, 1, cap - n - 1, p);
+
+		if (r == 0)
+			break;
+		n += r;
+	}
+	buf[n] = '\0';
+	st = pclose(p);
+	*out = buf;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* issue 18 item 7: 64-bit integers print as integers, in text and JSON:
+ * 1796229956770520 (15 significant digits read back equal, so cJSON
+ * printed 1.79622995677052e+15) and 2^53 + 1 (not a double at all). */
+static void test_issue_18_long_ints_print_exactly(void **state)
+{
+	static const struct fake_reply replies[] = {
+		{ "status", "\"state\":\"ready\",\"backend\":\"cpu\","
+		  "\"device\":{\"index\":0,\"backend\":\"cpu\","
+		  "\"fingerprint\":\"x\",\"id\":\"y\"},"
+		  "\"queue\":{\"queued\":0},\"worker\":{\"pid\":1},"
+		  "\"shm\":{\"count\":1796229956770520,\"capacity\":8,"
+		  "\"generation\":9007199254740993},"
+		  "\"uptime_s\":1.5,\"results\":0}" },
+		{ NULL, NULL },
+	};
+	struct fake f;
+	char *out;
+
+	(void)state;
+	fake_start(&f, replies);
+	assert_int_equal(fake_ctl(&f, &out, "status"), 0);
+	assert_non_null(strstr(out, "\nshm.count: 1796229956770520\n"));
+	assert_non_null(strstr(out, "\nshm.generation: 9007199254740993\n"));
+	free(out);
+	assert_int_equal(fake_ctl(&f, &out, "--json status"), 0);
+	assert_non_null(strstr(out, "\"count\":1796229956770520,"));
+	assert_non_null(strstr(out, "\"generation\":9007199254740993}"));
+	valid("status.response.json", out);
+	free(out);
+	fake_stop(&f);
+}
+
+/* issue 18 item 7: explain puts the winner first, then the measured
+ * candidates by median, and the unmeasured ones (median 0, no reps:
+ * refused on their warm-up) last, whatever the daemon's order. */
+static void test_issue_18_explain_order(void **state)
+{
+	static const struct fake_reply replies[] = {
+		{ "explain", "\"key\":\"rmsnorm/fp32/m=8,n=64\","
+		  "\"result\":{\"key\":\"rmsnorm/fp32/m=8,n=64\","
+		  "\"device\":\"d\",\"libver\":\"1\",\"variant\":\"win\","
+		  "\"params\":[2],\"median_us\":5,\"mad_us\":0.1,"
+		  "\"tune_s\":1,\"tuned_at\":1},\"trials\":["
+		  "{\"variant\":\"warm\",\"params\":[1],\"median_us\":0,"
+		  "\"mad_us\":0,\"reps\":0,\"outcome\":\"rejected\","
+		  "\"reason\":\"4.53x best on its warm-up\"},"
+		  "{\"variant\":\"slow\",\"params\":[1],\"median_us\":9,"
+		  "\"mad_us\":0.2,\"reps\":10,\"outcome\":\"ok\"},"
+		  "{\"variant\":\"fast\",\"params\":[3],\"median_us\":4.9,"
+		  "\"mad_us\":0.2,\"reps\":10,\"outcome\":\"ok\"},"
+		  "{\"variant\":\"win\",\"params\":[2],\"median_us\":5,"
+		  "\"mad_us\":0.1,\"reps\":30,\"outcome\":\"ok\"},"
+		  "{\"variant\":\"crash\",\"params\":[1],\"median_us\":0,"
+		  "\"mad_us\":0,\"reps\":0,\"outcome\":\"faulted\","
+		  "\"reason\":\"SIGSEGV\"}]}" },
+		{ NULL, NULL },
+	};
+	static const char *const order[] = { "win", "fast", "slow", "warm",
+					     "crash" };
+	struct fake f;
+	char *out, *p, *line;
+	int row = 0;
+
+	(void)state;
+	fake_start(&f, replies);
+	assert_int_equal(fake_ctl(&f, &out, "explain rmsnorm/fp32/m=8,n=64"),
+			 0);
+	assert_non_null(strstr(out, "  winner\n"));
+	p = strstr(out, "outcome\n");
+	assert_non_null(p);
+	for (line = strtok(p + 8, "\n"); line; line = strtok(NULL, "\n")) {
+		char var[64];
+		int n;
+
+		assert_int_equal(sscanf(line, "%d %63s", &n, var), 2);
+		assert_true(row < 5);
+		assert_int_equal(n, row + 1);
+		assert_string_equal(var, order[row]);
+		row++;
+	}
+	assert_int_equal(row, 5);
+	free(out);
+	fake_stop(&f);
+}
+
+/* issue 18 item 9: a `tune --wait --timeout N` that runs out exits 10
+ * (timeout), as documented; the daemon answers such a wait with the
+ * key's state so far ("pending", queued), which the ctl still prints. */
+static void test_issue_18_tune_wait_timeout_is_10(void **state)
+{
+	static const struct fake_reply replies[] = {
+		{ "tune", "\"key\":\"rmsnorm/fp32/m=8,n=64\","
+		  "\"status\":\"pending\",\"queued\":true,"
+		  "\"decision\":{\"status\":\"pending\","
+		  "\"provisional\":false,\"variant\":\"rms_v1\","
+		  "\"params\":[],\"median_us\":0}}" },
+		{ NULL, NULL },
+	};
+	struct fake f;
+	char *out;
+
+	(void)state;
+	fake_start(&f, replies);
+	assert_int_equal(fake_ctl(&f, &out, "tune rmsnorm/fp32/m=8,n=64 "
+				  "--wait --timeout 1"), 10);
+	assert_non_null(strstr(out, "pending"));
+	free(out);
+	assert_int_equal(fake_ctl(&f, &out, "--json tune "
+				  "rmsnorm/fp32/m=8,n=64 --wait --timeout 1"),
+			 10);
+	valid("tune.response.json", out);
+	free(out);
+	/* without --wait, pending is the expected answer */
+	assert_int_equal(fake_ctl(&f, &out, "tune rmsnorm/fp32/m=8,n=64"), 0);
+	free(out);
+	fake_stop(&f);
+}
+
+/* Run ctl with stdout in *out; checks stdout is exactly one JSON error
+ * document (one line, valid against error.response.json) with code
+ * @p code.  @return the exit code. */
+static int json_error_run(const char *sock, const char *code,
+			  const char *args)
+{
+	char cmd[1024], buf[8192];
+	size_t n;
+	FILE *p;
+	cJSON *o;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s %s 2>/dev/null",
+		 FLY_BUILD_DIR, sock, args);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(buf, 1, sizeof(buf) - 1, p);
+	buf[n] = '\0';
+	st = pclose(p);
+	if (n == 0)
+		fail_msg("no JSON document for: %s", args);
+	assert_non_null(strchr(buf, '\n'));
+	assert_int_equal(strchr(buf, '\n') - buf, (long)n - 1); /* one line */
+	valid("error.response.json", buf);
+	o = cJSON_Parse(buf);
+	assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "error"),
+						"code")->valuestring, code);
+	cJSON_Delete(o);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* issue 18 item 10: with --json, errors found by the ctl itself (bad
+ * key, daemon down, usage, a bad import file) print exactly one JSON
+ * error document, as daemon errors do; the exit codes are unchanged. */
+static void test_issue_18_json_client_errors(void **state)
+{
+	char args[512];
+
+	(void)state;
+	assert_int_equal(json_error_run(dm.sock, "bad_key",
+					"--json get gemm/bf16"), 8);
+	assert_int_equal(json_error_run(dm.sock, "bad_key",
+					"get gemm/bf16 --json"), 8);
+	assert_int_equal(json_error_run("/nonexistent/x.sock", "down",
+					"--json status"), 3);
+	assert_int_equal(json_error_run("/nonexistent/x.sock", "down",
+					"get rmsnorm/fp32/m=8,n=64 --json"), 3);
+	assert_int_equal(json_error_run(dm.sock, "usage", "--json frobnicate"),
+			 2);
+	assert_int_equal(json_error_run(dm.sock, "usage", "--json"), 2);
+	assert_int_equal(json_error_run(dm.sock, "usage", "--json --bogus "
+					"status"), 2);
+	assert_int_equal(json_error_run(dm.sock, "usage", "get --json"), 2);
+	assert_int_equal(json_error_run(dm.sock, "usage",
+					"tune rmsnorm/fp32/m=8,n=64 --json "
+					"--timeout abc"), 2);
+	snprintf(args, sizeof(args), "--json import %s/missing.json", dm.dir);
+	assert_int_equal(json_error_run(dm.sock, "not_found", args), 1);
+	/* a daemon error is still the daemon's document, once */
+	assert_int_equal(json_error_run(dm.sock, "not_found",
+					"--json get rmsnorm/fp32/m=2,n=2"), 4);
+}
+
+/* The error message of a raw request to the daemon. */
+static char *daemon_error_message(const char *req)
+{
+	char *resp = NULL, *m;
+	int fd = fly_test_connect(dm.sock);
+	cJSON *o;
+
+	assert_true(fd >= 0);
+	assert_int_equal(fly_test_request(fd, req, &resp, 10000), 0);
+	close(fd);
+	o = cJSON_Parse(resp);
+	free(resp);
+	assert_false(cJSON_IsTrue(cJSON_GetObjectItem(o, "ok")));
+	m = strdup(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "error"),
+				       "message")->valuestring);
+	cJSON_Delete(o);
+	return m;
+}
+
+/* issue 18 item 18: error messages say what is wrong, not a raw code:
+ * a bad key names the missing or unknown part (here the layout) and what
+ * is allowed, in the ctl and in the daemon's replies; an unknown op or
+ * dtype filter lists the names. */
+static void test_issue_18_error_messages(void **state)
+{
+	char *out;
+
+	(void)state;
+	assert_int_equal(ctl(&out, 1, "get gemm/bf16"), 8);
+	assert_non_null(strstr(out, "layout is missing"));
+	assert_non_null(strstr(out, "NT, NN, TN, TT"));
+	assert_null(strstr(out, "(-100"));
+	free(out);
+	assert_int_equal(ctl(&out, 1, "list --op conv"), 8);
+	assert_non_null(strstr(out, "gemm, grouped_gemm, scaled_gemm, "
+			       "rmsnorm, topk, attention, mqa_logits"));
+	free(out);
+	assert_int_equal(ctl(&out, 1, "list --dtype fp64"), 8);
+	assert_non_null(strstr(out, "fp32, fp16, bf16"));
+	free(out);
+	assert_int_equal(ctl(&out, 1, "--socket /nonexistent/x.sock status"),
+			 3);
+	assert_null(strstr(out, "(-100"));
+	free(out);
+	out = daemon_error_message("{\"req\":\"decide\",\"key\":"
+				   "\"gemm/bf16\"}");
+	assert_non_null(strstr(out, "layout is missing"));
+	free(out);
+	out = daemon_error_message("{\"req\":\"get\",\"key\":"
+				   "\"rmsnorm/fp32/m=8\"}");
+	assert_non_null(strstr(out, "m=N,n=N"));
+	free(out);
+}
+
+/* Poll `jobs` until the first job is running (at most ~20 s). */
+static void wait_running(void)
+{
+	for (int i = 0; i < 200; i++) {
+		cJSON *o = ctl_json(0, "jobs.response.json", "jobs");
+		cJSON *j = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "jobs"), 0);
+		int run = j != NULL && strcmp(cJSON_GetObjectItem(j, "state")
+						      ->valuestring,
+					      "running") == 0;
+
+		cJSON_Delete(o);
+		if (run)
+			return;
+		usleep(100 * 1000);
+	}
+	fail_msg("no job started");
+}
+
+static const char *job_str(const cJSON *o, int i, const char *name)
+{
+	return cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(
+						o, "jobs"), i), name)
+		->valuestring;
+}
+
+static int job_int(const cJSON *o, int i, const char *name)
+{
+	return (int)cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(
+						o, "jobs"), i), name)
+		->valuedouble;
+}
+
+/* issue 18 item 11: `jobs` shows the running job (position 0, its fault
+ * count) and the queued ones in order; `list --status pending` lists
+ * them (it listed nothing: only stored results were filtered); `cancel`
+ * removes a queued job and abandons a running one (admin request).  A
+ * daemon whose rmsnorm candidate test_hang spins for 120 s keeps the
+ * first job running for the whole test. */
+static void test_issue_18_jobs_cancel_list_pending(void **state)
+{
+	static const char *const env[] = { "FLYK_TESTING_FAULTS=hang", NULL };
+	struct fly_test_daemon d2;
+	cJSON *o;
+	char *out;
+
+	(void)state;
+	if (getenv("FLY_TEST_DAEMON") != NULL)
+		skip();
+	assert_int_equal(fly_req_flags(fly_req_parse("cancel")),
+			 FLY_MSGF_ADMIN);
+	assert_int_equal(fly_test_daemon_start(&d2, "{\"candidate_timeout_s\":120,"
+					       "\"job_budget_s\":120}", env), 0);
+	sock_override = d2.sock;
+	o = ctl_json(0, "jobs.response.json", "jobs");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs")), 0);
+	cJSON_Delete(o);
+	assert_int_equal(ctl(NULL, 0, "tune %s", key_a), 0);
+	wait_running();
+	assert_int_equal(ctl(NULL, 0, "tune %s", key_b), 0);
+	o = ctl_json(0, "jobs.response.json", "jobs");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs")), 2);
+	assert_string_equal(job_str(o, 0, "key"), key_a);
+	assert_string_equal(job_str(o, 0, "state"), "running");
+	assert_int_equal(job_int(o, 0, "position"), 0);
+	assert_int_equal(job_int(o, 0, "faults"), 0);
+	assert_string_equal(job_str(o, 1, "key"), key_b);
+	assert_string_equal(job_str(o, 1, "state"), "queued");
+	assert_int_equal(job_int(o, 1, "position"), 1);
+	cJSON_Delete(o);
+	assert_int_equal(ctl(&out, 0, "jobs"), 0);
+	assert_non_null(strstr(out, key_a));
+	assert_non_null(strstr(out, "running"));
+	free(out);
+	/* list --status pending: both keys, ordered by key */
+	o = ctl_json(0, "list.response.json", "list --status pending");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "results")),
+			 2);
+	assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(
+			cJSON_GetObjectItem(o, "results"), 0), "key")->valuestring,
+			    key_b); /* m=16 < m=8 as text */
+	cJSON_Delete(o);
+	o = ctl_json(0, "list.response.json",
+		     "list --status pending --op gemm");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "results")),
+			 0);
+	cJSON_Delete(o);
+	o = ctl_json(0, "list.response.json", "list --status default");
+	cJSON_Delete(o);
+	assert_int_equal(ctl(&out, 0, "list --status pending"), 0);
+	assert_non_null(strstr(out, "queued"));
+	free(out);
+	/* cancel the queued job, then the running one */
+	o = ctl_json(0, "cancel.response.json", "cancel rmsnorm/fp32/m=16,n=32");
+	assert_string_equal(cJSON_GetObjectItem(o, "was")->valuestring,
+			    "queued");
+	cJSON_Delete(o);
+	assert_int_equal(ctl(NULL, 0, "cancel %s", key_b), 4);
+	assert_int_equal(ctl(NULL, 0, "cancel gemm/bf16"), 8);
+	o = ctl_json(0, "jobs.response.json", "jobs");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs")), 1);
+	cJSON_Delete(o);
+	assert_int_equal(ctl(&out, 0, "cancel %s", key_a), 0);
+	assert_non_null(strstr(out, "was running"));
+	free(out);
+	o = ctl_json(0, "jobs.response.json", "jobs");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs")), 0);
+	cJSON_Delete(o);
+	assert_int_equal(ctl(NULL, 0, "status"), 0); /* still serving */
+	sock_override = NULL;
+	fly_test_daemon_cleanup(&d2);
+}
+
+/* issue 18 item 11: `decide KEY` answers as libflyclient does, naming the
+ * tier: a tuned key from the shm table, then from the process cache; an
+ * untuned one (policy on-request) over the socket; with the daemon down,
+ * the library's default and tier none. */
+static void test_issue_18_decide(void **state)
+{
+	char *out;
+	cJSON *o, *d;
+
+	(void)state;
+	assert_int_equal(ctl(NULL, 0, "tune %s --wait --timeout 120", key_a),
+			 0);
+	o = ctl_json(0, "ctl-decide.json", "decide rmsnorm/fp32/m=7,n=64");
+	d = cJSON_GetObjectItem(o, "decision");
+	assert_string_equal(cJSON_GetObjectItem(o, "bucket")->valuestring,
+			    key_a);
+	assert_string_equal(cJSON_GetObjectItem(d, "status")->valuestring,
+			    "tuned");
+	assert_string_equal(cJSON_GetObjectItem(o, "tier")->valuestring, "shm");
+	assert_string_equal(cJSON_GetObjectItem(o, "repeat_tier")->valuestring,
+			    "cache");
+	cJSON_Delete(o);
+	o = ctl_json(0, "ctl-decide.json", "decide rmsnorm/fp32/m=2,n=2");
+	d = cJSON_GetObjectItem(o, "decision");
+	assert_string_equal(cJSON_GetObjectItem(d, "status")->valuestring,
+			    "default");
+	assert_string_equal(cJSON_GetObjectItem(o, "tier")->valuestring,
+			    "socket");
+	cJSON_Delete(o);
+	assert_int_equal(ctl(&out, 0, "decide %s", key_a), 0);
+	assert_non_null(strstr(out, "tier: shm\n"));
+	free(out);
+	sock_override = "/nonexistent/x.sock";
+	o = ctl_json(0, "ctl-decide.json", "decide rmsnorm/fp32/m=7,n=64");
+	assert_string_equal(cJSON_GetObjectItem(o, "tier")->valuestring,
+			    "none");
+	cJSON_Delete(o);
+	sock_override = NULL;
+	assert_int_equal(ctl(NULL, 0, "decide gemm/bf16"), 8);
+}
+
+/* issue 18 item 7: status prints the shm table under "shm.", not
+ * "queue.shm.". */
+static void test_issue_18_status_shm_prefix(void **state)
+{
+	char *out;
+
+	(void)state;
+	assert_int_equal(ctl(&out, 0, "status"), 0);
+	assert_non_null(strstr(out, "\nshm.generation: "));
+	assert_non_null(strstr(out, "\nshm.count: "));
+	assert_null(strstr(out, "queue.shm"));
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -400,6 +918,14 @@ int main(void)
 		cmocka_unit_test(test_export_forget_import),
 		cmocka_unit_test(test_import_many_chunks),
 		cmocka_unit_test(test_json_status_stats_tune),
+		cmocka_unit_test(test_issue_18_long_ints_print_exactly),
+		cmocka_unit_test(test_issue_18_explain_order),
+		cmocka_unit_test(test_issue_18_status_shm_prefix),
+		cmocka_unit_test(test_issue_18_tune_wait_timeout_is_10),
+		cmocka_unit_test(test_issue_18_json_client_errors),
+		cmocka_unit_test(test_issue_18_error_messages),
+		cmocka_unit_test(test_issue_18_jobs_cancel_list_pending),
+		cmocka_unit_test(test_issue_18_decide),
 	};
 
 	return cmocka_run_group_tests_name("ctl", tests, setup, teardown);

@@ -439,6 +439,68 @@ static void test_hash(void **state)
 		    fly_key_hash(good_keys[1], strlen(good_keys[1])));
 }
 
+/* issue 18 item 18: a refused key is explained, naming the part that is
+ * missing or unknown and what is allowed there; never a bare code. */
+static void test_issue_18_key_explain(void **state)
+{
+	static const struct {
+		const char *key;
+		const char *want[3]; /* substrings of the explanation */
+	} cases[] = {
+		{ "gemm/bf16", { "layout is missing", "NT, NN, TN, TT",
+				 "gemm/fp32/NT/m=64,n=64,k=64" } },
+		{ "gemm/bf16/m=1,n=1,k=1", { "'m=1,n=1,k=1' is not a layout",
+					      "NT, NN, TN, TT", NULL } },
+		{ "GEMM/bf16/NT/m=1,n=1,k=1", { "'GEMM' is not an op",
+						"gemm, grouped_gemm, scaled_gemm,"
+						" rmsnorm, topk, attention, "
+						"mqa_logits", NULL } },
+		{ "gemm", { "dtype is missing", "fp32, fp16, bf16", NULL } },
+		{ "gemm/fp8_e4m3/NT/m=1,n=1,k=1",
+		  { "'fp8_e4m3' is not a dtype gemm takes",
+		    "fp32, fp16, bf16", NULL } },
+		{ "rmsnorm/fp32", { "dims are missing", "m=N,n=N", NULL } },
+		{ "rmsnorm/fp32/n=64,m=8", { "not rmsnorm's dims", "m=N,n=N",
+					     "in this order" } },
+		{ "rmsnorm/fp32/m=8,n=64/det", { "'det' is not a set of flags",
+						 "residual", NULL } },
+		{ "rmsnorm/fp32/m=8,n=64/residual/x",
+		  { "unexpected text after the key: '/x'", NULL, NULL } },
+		{ "", { "empty", NULL, NULL } },
+	};
+	char why[512];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct fly_problem p;
+		int rc = fly_key_explain(cases[i].key, why, sizeof(why));
+
+		assert_true(rc < 0);
+		assert_int_equal(rc, fly_key_parse(cases[i].key,
+						   strlen(cases[i].key), &p));
+		assert_null(strstr(why, "-100"));
+		for (int j = 0; j < 3 && cases[i].want[j]; j++)
+			if (strstr(why, cases[i].want[j]) == NULL)
+				fail_msg("%s: '%s' lacks '%s'", cases[i].key,
+					 why, cases[i].want[j]);
+	}
+	for (size_t i = 0; i < sizeof(good_keys) / sizeof(good_keys[0]); i++) {
+		assert_int_equal(fly_key_explain(good_keys[i], why,
+						 sizeof(why)), 0);
+		assert_string_equal(why, "");
+	}
+	for (size_t i = 0; i < sizeof(bad_keys) / sizeof(bad_keys[0]); i++) {
+		const char *k = bad_keys[i].key;
+
+		assert_int_equal(fly_key_explain(k, why, sizeof(why)),
+				 bad_keys[i].err);
+		assert_true(why[0] != '\0');
+	}
+	/* truncated to the buffer, still terminated */
+	assert_true(fly_key_explain("x/y", why, 8) < 0);
+	assert_true(strlen(why) < 8);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -454,6 +516,7 @@ int main(void)
 	    cmocka_unit_test(test_issue_fuzz_floor_saturated),
 		cmocka_unit_test(test_bucket_policy),
 	    cmocka_unit_test(test_hash),
+	    cmocka_unit_test(test_issue_18_key_explain),
 	};
 
 	return cmocka_run_group_tests_name("key", tests, NULL, NULL);

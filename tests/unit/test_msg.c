@@ -159,6 +159,28 @@ static void test_print(void **state)
 	cJSON_Delete(j);
 }
 
+/* issue 18 item 7: 64-bit integers print as integers.  cJSON alone
+ * printed 1796229956770520 (a shm generation) as 1.79622995677052e+15;
+ * the tree itself is left as it was. */
+static void test_issue_18_print_long_ints(void **state)
+{
+	cJSON *j = cJSON_CreateObject(), *a;
+	char *s;
+
+	(void)state;
+	cJSON_AddNumberToObject(j, "gen", 1796229956770520.0);
+	a = cJSON_AddArrayToObject(j, "a");
+	cJSON_AddItemToArray(a, cJSON_CreateNumber(-4611686018427387904.0));
+	cJSON_AddItemToArray(a, cJSON_CreateNumber(12.5));
+	cJSON_AddNumberToObject(j, "small", 42);
+	s = fly_msg_print(j, NULL);
+	assert_string_equal(s, "{\"gen\":1796229956770520,\"a\":"
+			    "[-4611686018427387904,12.5],\"small\":42}");
+	free(s);
+	assert_true(cJSON_IsNumber(cJSON_GetObjectItem(j, "gen")));
+	cJSON_Delete(j);
+}
+
 static void test_req_table(void **state)
 {
 	(void)state;
@@ -372,6 +394,7 @@ int main(void)
 	    cmocka_unit_test(test_depth),
 	    cmocka_unit_test(test_rejects),
 	    cmocka_unit_test(test_print),
+	    cmocka_unit_test(test_issue_18_print_long_ints),
 	    cmocka_unit_test(test_req_table),
 	    cmocka_unit_test(test_err_names),
 	    cmocka_unit_test(test_error_msg),
