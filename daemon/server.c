@@ -198,12 +198,12 @@ static void parent_of(const char *path, char *dir, size_t cap)
 		*slash = '\0';
 }
 
-/* Create the socket's directory @p dir (one level, 0755) where missing,
- * and refuse it when group or others may write it: they could unlink the
- * socket (or, sticky, take its name first) and bind their own at its
+/* The socket's directory: group or others who may write it could unlink
+ * the socket (or, sticky, take its name first) and bind their own at its
  * path, and clients would take that server's answers (RELIABILITY.md S1;
- * chrony refuses the same).  @return 0, -EPERM (unsafe) or -errno. */
-static int socket_dir_ok(const char *dir)
+ * chrony refuses the same).  The state directory follows the same rule
+ * (issue 18: they could replace tuning.db). */
+int flyd_server_dir_check(const char *dir)
 {
 	struct stat st;
 
@@ -263,7 +263,7 @@ int flyd_server_precheck(struct flyd_ctx *ctx, int listen_fd)
 	if (listen_fd >= 0)
 		return 0;
 	parent_of(path, dir, sizeof(dir));
-	rc = socket_dir_ok(dir);
+	rc = flyd_server_dir_check(dir);
 	if (rc == -EPERM) {
 		flyd_log(FLYD_LOG_ERR, "listen_error",
 			 "path=%s err=\"directory %s is writable by group or "

@@ -44,6 +44,11 @@ int flyd_server_start(struct flyd_ctx *ctx, int listen_fd);
  * missing and must not be writable by group or others (-EPERM), logged.
  * @return 0 or -errno. */
 int flyd_server_precheck(struct flyd_ctx *ctx, int listen_fd);
+/* Create directory @p dir (one level, 0755) where missing, and refuse it
+ * when group or others may write it, sticky or not.  Used for the socket's
+ * directory and for --state-dir.
+ * @return 0, -EPERM (writable by group or others) or -errno. */
+int flyd_server_dir_check(const char *dir);
 /* Stop accepting (SIGTERM): the listener is closed, sessions stay. */
 void flyd_server_stop_accepting(struct flyd_ctx *ctx);
 /* Close every session and the listener; @p done runs when all handles are

@@ -185,6 +185,49 @@ static void test_issue_18_import_checked_against_registry(void **state)
 	close(fd);
 }
 
+/* ---------------------------------------------------------------- item 5 */
+
+/* A --state-dir that group or others may write is refused, sticky or
+ * not, before the database is created there -- also when the socket is
+ * elsewhere (before, only the socket's directory was checked, so
+ * --socket in a safe directory let root create tuning.db in /tmp-like
+ * directories). */
+static void test_issue_18_state_dir_writable_refused(void **state)
+{
+	char dir[] = "/tmp/flytest-sdir.XXXXXX", safe[] = "/tmp/flytest-"
+		"sock.XXXXXX", cfg[96], db[96], cmd[1024], out[4096];
+	static const mode_t modes[] = { 0777, 0770, 0720, 01777 };
+	size_t n;
+	FILE *p;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	assert_non_null(mkdtemp(safe));
+	snprintf(cfg, sizeof(cfg), "%s/c.json", safe);
+	write_file(cfg, "{\"backend\":\"cpu\",\"policy\":\"on-request\"}\n");
+	snprintf(db, sizeof(db), "%s/tuning.db", dir);
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		assert_int_equal(chmod(dir, modes[i]), 0);
+		/* timeout(1): a daemon that starts is stopped, and fails. */
+		snprintf(cmd, sizeof(cmd), "timeout -s KILL %d %s/flytuned-test "
+			 "--state-dir %s --socket %s/gpu0.sock --config %s 2>&1",
+			 fly_test_timeout(10000) / 1000, FLY_BUILD_DIR, dir,
+			 safe, cfg);
+		p = popen(cmd, "r");
+		assert_non_null(p);
+		n = fread(out, 1, sizeof(out) - 1, p);
+		out[n] = '\0';
+		assert_int_equal(WEXITSTATUS(pclose(p)), 1);
+		if (strstr(out, "state_dir_error") == NULL ||
+		    strstr(out, "writable by group or others") == NULL)
+			fail_msg("mode %o: %s", (unsigned)modes[i], out);
+		assert_int_not_equal(access(db, F_OK), 0);
+	}
+	unlink(cfg);
+	assert_int_equal(rmdir(dir), 0);
+	assert_int_equal(rmdir(safe), 0);
+}
+
 /* ---------------------------------------------------------------- main */
 
 /* Each test gets a zeroed harness record; teardown stops and removes
@@ -211,6 +254,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(test_issue_18_import_checked_against_registry),
+		T(test_issue_18_state_dir_writable_refused),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
