@@ -50,6 +50,7 @@
 #define CTL_INVALID 8
 #define CTL_BUSY 9
 #define CTL_TIMEOUT 10
+#define CTL_MAXCLIENTS 11
 
 #define CTL_IMPORT_CAP (64u * 1024u * 1024u) /* import file size cap */
 #define CTL_CHUNK_BYTES 48000 /* import/... request payload budget */
@@ -147,7 +148,8 @@ static const char exit_codes[] =
 	"  2  usage                 3  daemon not running\n"
 	"  4  not found             7  permission denied\n"
 	"  8  validation (bad key, bad import file)\n"
-	"  9  busy (tuning queue full)   10  timeout\n";
+	"  9  busy (tuning queue full)   10  timeout\n"
+	"  11 too many clients (the daemon is at max_clients)\n";
 
 static const struct cmd *cmd_find(const char *name)
 {
@@ -208,7 +210,7 @@ static int ctl_exit_for_code(const char *code)
 		{ "bad_dtype", CTL_INVALID },  { "bad_dim", CTL_INVALID },
 		{ "overflow", CTL_INVALID },   { "key_too_long", CTL_INVALID },
 		{ "invalid", CTL_INVALID },    { "too_big", CTL_INVALID },
-		{ "busy", CTL_BUSY },          { "max_clients", CTL_BUSY },
+		{ "busy", CTL_BUSY },          { "max_clients", CTL_MAXCLIENTS },
 		{ "timeout", CTL_TIMEOUT },    { "down", CTL_DOWN },
 	};
 
@@ -228,6 +230,8 @@ static int exit_for_err(int err)
 		return CTL_TIMEOUT;
 	case FLY_E_PERM:
 		return CTL_PERM;
+	case FLY_E_MAXCLIENTS:
+		return CTL_MAXCLIENTS;
 	default:
 		return CTL_ERR;
 	}
@@ -291,6 +295,7 @@ static int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp
 
 		fprintf(stderr, "%s failed: %s (%d)%s%s\n", x->cmd,
 			rc == FLY_E_DOWN ? "daemon not running" :
+			rc == FLY_E_MAXCLIENTS ? "too many clients" :
 					   fly_strerror(rc),
 			rc, m[0] ? ": " : "", m);
 		return exit_for_err(rc);

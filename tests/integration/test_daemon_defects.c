@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,6 +229,116 @@ static void test_issue_18_state_dir_writable_refused(void **state)
 	assert_int_equal(rmdir(safe), 0);
 }
 
+/* ---------------------------------------------------------------- item 6 */
+
+#define NOBODY 65534
+
+/* Run "sh -c CMD 2>&1" as uid/gid NOBODY (the caller is root); @return
+ * its exit code, *out (caller frees) its output. */
+static int run_as_nobody(const char *cmd, char **out)
+{
+	size_t n = 0, cap = 8192;
+	char *buf = malloc(cap);
+	int pfd[2], st = 0;
+	pid_t pid;
+	ssize_t r;
+
+	assert_non_null(buf);
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		close(pfd[0]);
+		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 ||
+		    setuid(NOBODY) < 0)
+			_exit(126);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+	while ((r = read(pfd[0], buf + n, cap - n - 1)) > 0)
+		if ((n += (size_t)r) + 1 >= cap)
+			buf = realloc(buf, cap *= 2);
+	buf[n] = '\0';
+	close(pfd[0]);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	*out = buf;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* Open a raw connection and check it is a live session (hello ok). */
+static int hold_session(const struct fly_test_daemon *d)
+{
+	int fd = fly_test_connect(d->sock);
+	cJSON *o;
+
+	assert_true(fd >= 0);
+	o = fly_test_req(fd, "{\"req\":\"hello\",\"version\":1}");
+	assert_true(fly_test_is_ok(o));
+	cJSON_Delete(o);
+	return fd;
+}
+
+/* At max_clients the administrator still gets in (a reserve of 4 more
+ * connections for uid 0 and the daemon's own uid); anyone else, and the
+ * administrator once the reserve is used, gets a "too many clients"
+ * error frame, and flytune-ctl exits 11 saying so.  Before, root's
+ * `flytune-ctl status` said "daemon not running", exit 3. */
+static void test_issue_18_admin_reserve_at_max_clients(void **state)
+{
+	struct fly_test_daemon *d = *state;
+	int fds[8], n = 0, rc;
+	char cmd[1024], *out = NULL;
+
+	assert_int_equal(fly_test_daemon_start(d, "{\"max_clients\":4}",
+					       NULL), 0);
+	while (n < 4)
+		fds[n++] = hold_session(d);
+	/* The administrator (this test runs as the daemon's uid). */
+	rc = ctl(d, &out, "status");
+	if (rc != 0)
+		fail_msg("admin status at max_clients: exit %d: %s", rc, out);
+	free(out);
+	/* Another user is refused with its own exit code. */
+	if (geteuid() == 0) {
+		assert_int_equal(chmod(d->dir, 0755), 0);
+		assert_int_equal(chmod(d->sock, 0666), 0);
+		snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s status",
+			 FLY_BUILD_DIR, d->sock);
+		rc = run_as_nobody(cmd, &out);
+		if (rc != 11 || strstr(out, "too many clients") == NULL)
+			fail_msg("non-admin at max_clients: exit %d: %s", rc,
+				 out);
+		free(out);
+	}
+	/* The reserve is 4: with it used, the administrator is refused too. */
+	while (n < 8)
+		fds[n++] = hold_session(d);
+	rc = ctl(d, &out, "status");
+	if (rc != 11 || strstr(out, "too many clients") == NULL)
+		fail_msg("admin past the reserve: exit %d: %s", rc, out);
+	free(out);
+	/* The raw refusal: one max_clients frame, then the connection ends. */
+	{
+		int fd = fly_test_connect(d->sock);
+		char *resp = NULL;
+
+		assert_true(fd >= 0);
+		assert_int_equal(fly_test_recv_frame(fd, &resp,
+						     fly_test_timeout(5000)), 0);
+		assert_non_null(strstr(resp, "\"code\":\"max_clients\""));
+		assert_non_null(strstr(resp, "too many clients"));
+		free(resp);
+		assert_int_equal(fly_test_wait_closed(fd,
+						      fly_test_timeout(5000)), 0);
+		close(fd);
+	}
+	while (n > 0)
+		close(fds[--n]);
+}
+
 /* ---------------------------------------------------------------- main */
 
 /* Each test gets a zeroed harness record; teardown stops and removes
@@ -255,6 +366,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_issue_18_import_checked_against_registry),
 		T(test_issue_18_state_dir_writable_refused),
+		T(test_issue_18_admin_reserve_at_max_clients),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
