@@ -289,7 +289,20 @@ static int h_get(struct flyd_ctx *ctx, struct flyd_session *s,
 	rc = flyd_store_result_get(ctx->store, key, ctx->device_id,
 				   ctx->libver, &r);
 	if (rc == FLY_E_NOTFOUND) {
+		struct flyd_failed f;
+		size_t cap;
+		char *b;
+
 		*msg = "no tuned result for this key on this device";
+		if (flyd_store_failed_get(ctx->store, ctx->device_id, key,
+					  &f) != 0)
+			return rc;
+		/* issue 18: a job given up on says so, until forced */
+		b = flyd_session_errbuf(s, &cap);
+		snprintf(b, cap, "no tuned result: tuning failed after %u "
+			 "worker faults (%s); tune with force to try again",
+			 f.faults, f.why);
+		*msg = b;
 		return rc;
 	}
 	if (rc < 0)
@@ -303,6 +316,22 @@ static int add_trial(void *arg, const struct flyd_trial *t)
 {
 	cJSON_AddItemToArray(arg, trial_json(t));
 	return 0;
+}
+
+/* explain's "failed" {faults, why, at} of a job given up on (issue 18). */
+static void failed_json(struct flyd_ctx *ctx, const char *key, cJSON *resp)
+{
+	struct flyd_failed f;
+	cJSON *o;
+
+	if (flyd_store_failed_get(ctx->store, ctx->device_id, key, &f) != 0)
+		return;
+	o = cJSON_AddObjectToObject(resp, "failed");
+	if (o == NULL)
+		return;
+	cJSON_AddNumberToObject(o, "faults", f.faults);
+	cJSON_AddStringToObject(o, "why", f.why);
+	cJSON_AddNumberToObject(o, "at", (double)f.at);
 }
 
 static int h_explain(struct flyd_ctx *ctx, struct flyd_session *s,
@@ -322,6 +351,7 @@ static int h_explain(struct flyd_ctx *ctx, struct flyd_session *s,
 	cJSON_AddStringToObject(resp, "key", key);
 	cJSON_AddItemToObject(resp, "result", rc == 0 ? result_json(&r) :
 			      cJSON_CreateNull());
+	failed_json(ctx, key, resp);
 	trials = cJSON_AddArrayToObject(resp, "trials");
 	rc = flyd_store_trial_iter(ctx->store, key, ctx->device_id,
 				   ctx->libver, add_trial, trials);

@@ -64,6 +64,7 @@ struct flyd_worker {
 	char *backend;
 	int device;
 	double cand_timeout_s;
+	double setup_timeout_s;  /* 0: derived, see setup_timeout_s() */
 	int max_restarts;
 	flyd_worker_ready_cb ready_cb;
 	flyd_job_done_cb done_cb;
@@ -218,6 +219,11 @@ static int trial_push(struct flyd_worker *w, const struct flyd_trial *t)
 	return 0;
 }
 
+static double setup_timeout_s(const struct flyd_worker *w);
+
+/* The hang guard fired: the job's set-up (no START yet) or a candidate,
+ * each under its own name and limit (issue 18: a set-up was logged as
+ * candidate_timeout with the candidate's limit). */
 static void cand_timeout_cb(uv_timer_t *t)
 {
 	struct flyd_worker *w = t->data;
@@ -225,10 +231,14 @@ static void cand_timeout_cb(uv_timer_t *t)
 	if (w->wp == NULL)
 		return;
 	w->timed_out = 1;
-	flyd_log(FLYD_LOG_WARN, "candidate_timeout",
-		 "key=%s variant=%s timeout_s=%.1f pid=%d", w->job.key,
-		 w->has_cur ? w->cur.variant : "-", w->cand_timeout_s,
-		 w->wp->pid);
+	if (w->has_cur)
+		flyd_log(FLYD_LOG_WARN, "candidate_timeout",
+			 "key=%s variant=%s timeout_s=%.1f pid=%d", w->job.key,
+			 w->cur.variant, w->cand_timeout_s, w->wp->pid);
+	else
+		flyd_log(FLYD_LOG_WARN, "setup_timeout",
+			 "key=%s timeout_s=%.1f pid=%d", w->job.key,
+			 setup_timeout_s(w), w->wp->pid);
 	wproc_kill(w->wp);
 }
 
@@ -242,11 +252,14 @@ static void arm_cand_timer(struct flyd_worker *w, double s)
 }
 
 /* The job's setup (the case: inputs, reference output) is no candidate:
- * it gets a longer guard than one launch. */
+ * it gets its own guard (opts->setup_timeout_s), by default longer than
+ * one launch. */
 static double setup_timeout_s(const struct flyd_worker *w)
 {
 	double s = 10 * w->cand_timeout_s;
 
+	if (w->setup_timeout_s > 0)
+		return w->setup_timeout_s;
 	return w->cand_timeout_s <= 0 ? 0 : s > SETUP_MIN_S ? s : SETUP_MIN_S;
 }
 
@@ -620,6 +633,7 @@ int flyd_worker_start(uv_loop_t *loop, const struct flyd_worker_opts *o,
 	w->backend = strdup(o->backend ? o->backend : "auto");
 	w->device = o->device;
 	w->cand_timeout_s = o->cand_timeout_s;
+	w->setup_timeout_s = o->setup_timeout_s;
 	w->max_restarts = o->max_restarts > 0 ? o->max_restarts : 5;
 	w->ready_cb = ready;
 	w->done_cb = done;
@@ -653,6 +667,24 @@ int flyd_worker_submit(struct flyd_worker *w, const struct flyd_tune_job *j)
 	if (w->wp != NULL && w->wp->ready)
 		send_job(w);
 	return 0;
+}
+
+void flyd_worker_cancel(struct flyd_worker *w)
+{
+	struct flyd_tune_result r;
+
+	if (!w->busy || w->stopping)
+		return;
+	if (w->job_sent) {
+		flyd_log(FLYD_LOG_INFO, "job_cancel", "key=%s pid=%d",
+			 w->job.key, w->wp != NULL ? w->wp->pid : 0);
+		wproc_kill(w->wp);
+		return;
+	}
+	memset(&r, 0, sizeof(r));
+	snprintf(r.key, sizeof(r.key), "%s", w->job.key);
+	r.rc = -ECANCELED;
+	job_finish(w, &r);
 }
 
 int flyd_worker_is_busy(const struct flyd_worker *w)

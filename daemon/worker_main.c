@@ -25,6 +25,11 @@
 #include "worker.h"
 #include "worker_proto.h"
 
+/* kernels/testing (flytuned-test only; NULL in the production daemon):
+ * makes a marked job's case set-up crash on demand. */
+extern void flyk_testing_setup_fault(const struct fly_problem *p)
+	__attribute__((weak));
+
 struct wm_args {
 	int device;
 	const char *backend;
@@ -104,6 +109,8 @@ static void run_job(struct flyd_backend *be, const struct wm_args *a,
 		     : be->kb->kind == FLYK_BACKEND_CPU ? 30 : 50;
 	o.on_start = on_start;
 	o.on_trial = on_trial;
+	if (flyk_testing_setup_fault != NULL)
+		flyk_testing_setup_fault(&j->problem);
 	rc = be->kb->case_new(be->dev, &j->problem, flyd_tuner_seed(j->key),
 			      &c);
 	if (rc < 0) {

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <sqlite3.h>
 
 #include "../common/daemon.h"
 #include "../common/jreq.h"
@@ -339,6 +340,134 @@ static void test_issue_18_admin_reserve_at_max_clients(void **state)
 		close(fds[--n]);
 }
 
+/* ---------------------------------------------------------------- item 3 */
+
+#define SETUP_KEY "rmsnorm/fp32/m=8,n=4093" /* set-up crashes (faulty.c) */
+#define OTHER_KEY "rmsnorm/fp32/m=8,n=64"
+
+/* One integer from the daemon's DB (read-only), or -1 (no row, error). */
+static int64_t db_int(const struct fly_test_daemon *d, const char *sql)
+{
+	sqlite3 *h = NULL;
+	sqlite3_stmt *st = NULL;
+	int64_t v = -1;
+
+	if (sqlite3_open_v2(d->db, &h, SQLITE_OPEN_READONLY, NULL) ==
+		    SQLITE_OK &&
+	    sqlite3_busy_timeout(h, 5000) == SQLITE_OK &&
+	    sqlite3_prepare_v2(h, sql, -1, &st, NULL) == SQLITE_OK &&
+	    sqlite3_step(st) == SQLITE_ROW)
+		v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	sqlite3_close(h);
+	return v;
+}
+
+/* The explain "failed" member of @p key (caller frees), or NULL. */
+static cJSON *failed_of(int fd, const char *key)
+{
+	char json[200];
+	cJSON *o, *f;
+
+	snprintf(json, sizeof(json), "{\"req\":\"explain\",\"key\":\"%s\"}",
+		 key);
+	o = fly_test_req(fd, json);
+	assert_true(fly_test_is_ok(o));
+	f = cJSON_DetachItemFromObject(o, "failed");
+	cJSON_Delete(o);
+	return f;
+}
+
+/* Poll until @p key's job is recorded failed; @return its member. */
+static cJSON *wait_failed(int fd, const char *key)
+{
+	uint64_t end = fly_test_now_ms() + (uint64_t)fly_test_timeout(120000);
+	cJSON *f;
+
+	while ((f = failed_of(fd, key)) == NULL && fly_test_now_ms() < end)
+		usleep(200 * 1000);
+	if (f == NULL)
+		fail_msg("%s never recorded failed", key);
+	return f;
+}
+
+/* A job whose case set-up crashes the worker every time: it goes to the
+ * back of the queue with a backoff (another key is tuned meanwhile, while
+ * its fault count is in its jobs row), after 8 faults it is recorded
+ * failed -- explain's "failed", get's message, across a restart -- and
+ * queued again only by a forced tune; forget cancels its job.  Before, it
+ * was requeued at the front up to 8 times while every other key waited,
+ * and its count started over at a restart. */
+static void test_issue_18_faulting_setup_back_of_queue_then_failed(void **state)
+{
+	struct fly_test_daemon *d = *state;
+	static const char *const env[] = { "FLYK_TESTING_FAULTS=setup_crash",
+					   NULL };
+	int64_t faults;
+	cJSON *o, *f;
+	char *out = NULL;
+	int fd;
+
+	assert_int_equal(fly_test_daemon_start(d, "{\"job_budget_s\":0.2}",
+					       env), 0);
+	fd = fly_test_connect(d->sock);
+	assert_true(fd >= 0);
+	o = fly_test_req(fd, "{\"req\":\"tune\",\"key\":\"" SETUP_KEY "\"}");
+	assert_true(fly_test_is_ok(o));
+	cJSON_Delete(o);
+	o = fly_test_req(fd, "{\"req\":\"tune\",\"key\":\"" OTHER_KEY "\","
+			 "\"wait\":true,\"timeout_ms\":120000}");
+	assert_true(fly_test_is_ok(o));
+	assert_string_equal(str_at(o, "status", NULL), "tuned");
+	cJSON_Delete(o);
+	/* Tuned while the faulting job is still queued, its count kept. */
+	faults = db_int(d, "SELECT faults FROM jobs WHERE key = '" SETUP_KEY
+			"'");
+	if (faults < 1 || faults >= 8)
+		fail_msg("faults of the set-up job when the other was tuned: "
+			 "%lld", (long long)faults);
+	f = failed_of(fd, SETUP_KEY);
+	assert_null(f);
+	/* Recorded failed after the limit, with a reason. */
+	f = wait_failed(fd, SETUP_KEY);
+	assert_int_equal((int)cJSON_GetObjectItem(f, "faults")->valuedouble, 8);
+	cJSON_Delete(f);
+	assert_true(fly_test_daemon_log_has(d, "job_faulted"));
+	assert_int_equal(ctl(d, &out, "get " SETUP_KEY), 4);
+	if (strstr(out, "tuning failed after 8 worker faults") == NULL)
+		fail_msg("get does not say the job failed: %s", out);
+	free(out);
+	close(fd);
+	/* Across a restart: still failed; a plain tune is refused, a forced
+	 * one queues it again. */
+	assert_int_equal(fly_test_daemon_restart(d), 0);
+	fd = fly_test_connect(d->sock);
+	assert_true(fd >= 0);
+	f = failed_of(fd, SETUP_KEY);
+	assert_non_null(f);
+	cJSON_Delete(f);
+	o = fly_test_req(fd, "{\"req\":\"tune\",\"key\":\"" SETUP_KEY "\"}");
+	assert_false(fly_test_is_ok(o));
+	assert_non_null(strstr(str_at(o, "error", "message"), "force"));
+	cJSON_Delete(o);
+	o = fly_test_req(fd, "{\"req\":\"tune\",\"key\":\"" SETUP_KEY "\","
+			 "\"force\":true}");
+	assert_true(fly_test_is_ok(o));
+	cJSON_Delete(o);
+	assert_null(failed_of(fd, SETUP_KEY));
+	/* forget cancels the job (queued, or running its set-up). */
+	o = fly_test_req(fd, "{\"req\":\"forget\",\"key\":\"" SETUP_KEY "\"}");
+	assert_true(fly_test_is_ok(o));
+	cJSON_Delete(o);
+	assert_int_equal(db_int(d, "SELECT count(*) FROM jobs"), 0);
+	o = fly_test_req(fd, "{\"req\":\"status\"}");
+	assert_true(fly_test_is_ok(o));
+	cJSON_Delete(o);
+	assert_true(fly_test_daemon_log_has(d, "job_cancelled key="
+					    SETUP_KEY));
+	close(fd);
+}
+
 /* ---------------------------------------------------------------- main */
 
 /* Each test gets a zeroed harness record; teardown stops and removes
@@ -367,6 +496,7 @@ int main(void)
 		T(test_issue_18_import_checked_against_registry),
 		T(test_issue_18_state_dir_writable_refused),
 		T(test_issue_18_admin_reserve_at_max_clients),
+		T(test_issue_18_faulting_setup_back_of_queue_then_failed),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
