@@ -546,8 +546,9 @@ static int connect_locked(fly_client *c, uint64_t deadline_ns, int force)
 	}
 	c->pid = me;
 	rc = hello_locked(c, deadline_ns);
-	if (rc < 0)
-		return rc == FLY_E_TIMEOUT ? rc : FLY_E_DOWN;
+	if (rc < 0) /* a full server is up: say so (issue 18) */
+		return rc == FLY_E_TIMEOUT || rc == FLY_E_MAXCLIENTS ?
+		       rc : FLY_E_DOWN;
 	c->backoff_ms = BACKOFF_MIN_MS;
 	if (c->ever_connected)
 		bump(&c->n_reconnects);
@@ -853,7 +854,7 @@ int fly_request(fly_client *c, const char *req, size_t len,
 		rc = roundtrip_locked(c, req, len, deadline, resp, &rl, NULL);
 	pthread_mutex_unlock(&c->mu);
 	if (rc == -ENOMEM || rc == FLY_E_TOOBIG || rc == FLY_E_TIMEOUT ||
-	    rc == FLY_E_PROTO || rc == FLY_E_PERM)
+	    rc == FLY_E_PROTO || rc == FLY_E_PERM || rc == FLY_E_MAXCLIENTS)
 		return rc;
 	if (rc < 0)
 		return FLY_E_DOWN;

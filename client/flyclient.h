@@ -79,7 +79,8 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
  * the calling thread, never fly_decide callers on other threads' cache
  * or shm hits.
  * @return 0 (d->status TUNED), FLY_E_TIMEOUT (d holds the best so far),
- *         FLY_E_DOWN, FLY_E_BUSY, or a problem error. */
+ *         FLY_E_DOWN, FLY_E_MAXCLIENTS (too many clients), FLY_E_BUSY,
+ *         or a problem error. */
 int fly_decide_wait(fly_client *c, const struct fly_problem *p,
 		    uint32_t timeout_ms, struct fly_decision *d);
 
@@ -92,7 +93,9 @@ int fly_decide_wait(fly_client *c, const struct fly_problem *p,
  * deadline gets FLY_E_TIMEOUT).
  * @param[out] resp caller owns result; free with fly_free().
  * @return 0 (the daemon answered; the response may be an error object),
- *         FLY_E_DOWN, FLY_E_TIMEOUT, FLY_E_PROTO, FLY_E_TOOBIG, -ENOMEM. */
+ *         FLY_E_DOWN, FLY_E_MAXCLIENTS (the daemon is up but refused the
+ *         connection: too many clients), FLY_E_TIMEOUT, FLY_E_PROTO,
+ *         FLY_E_TOOBIG, -ENOMEM. */
 int fly_request(fly_client *c, const char *req, size_t len,
 		uint32_t timeout_ms, char **resp, size_t *resp_len);
 void fly_free(void *p);

@@ -50,6 +50,7 @@
 #define CTL_INVALID 8
 #define CTL_BUSY 9
 #define CTL_TIMEOUT 10
+#define CTL_MAXCLIENTS 11
 
 #define CTL_IMPORT_CAP (64u * 1024u * 1024u) /* import file size cap */
 #define CTL_CHUNK_BYTES 48000 /* import/... request payload budget */
@@ -162,7 +163,8 @@ static const char exit_codes[] =
 	"  2  usage                 3  daemon not running\n"
 	"  4  not found             7  permission denied\n"
 	"  8  validation (bad key, bad import file)\n"
-	"  9  busy (tuning queue full)   10  timeout\n";
+	"  9  busy (tuning queue full)   10  timeout\n"
+	"  11 too many clients (the daemon is at max_clients)\n";
 
 static const struct cmd *cmd_find(const char *name)
 {
@@ -237,6 +239,8 @@ static const char *code_for_exit(int rc)
 		return "busy";
 	case CTL_TIMEOUT:
 		return "timeout";
+	case CTL_MAXCLIENTS:
+		return "max_clients";
 	default:
 		return "internal";
 	}
@@ -288,7 +292,7 @@ static int ctl_exit_for_code(const char *code)
 		{ "bad_dtype", CTL_INVALID },  { "bad_dim", CTL_INVALID },
 		{ "overflow", CTL_INVALID },   { "key_too_long", CTL_INVALID },
 		{ "invalid", CTL_INVALID },    { "too_big", CTL_INVALID },
-		{ "busy", CTL_BUSY },          { "max_clients", CTL_BUSY },
+		{ "busy", CTL_BUSY },          { "max_clients", CTL_MAXCLIENTS },
 		{ "timeout", CTL_TIMEOUT },    { "down", CTL_DOWN },
 	};
 
@@ -308,6 +312,8 @@ static int exit_for_err(int err)
 		return CTL_TIMEOUT;
 	case FLY_E_PERM:
 		return CTL_PERM;
+	case FLY_E_MAXCLIENTS:
+		return CTL_MAXCLIENTS;
 	default:
 		return CTL_ERR;
 	}
@@ -454,7 +460,8 @@ static int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp
 
 		ctl_err(code_for_exit(exit_for_err(rc)), "%s failed: %s%s%s",
 			x->cmd, rc == FLY_E_DOWN ? "daemon not running" :
-						   fly_strerror(rc),
+				rc == FLY_E_MAXCLIENTS ? "too many clients" :
+							 fly_strerror(rc),
 			m[0] ? ": " : "", m);
 		return exit_for_err(rc);
 	}
@@ -1205,9 +1212,9 @@ static int ctl_tune(struct ctl *x, int argc, char **argv)
 	 * far (pending): that is the documented timeout, exit 10. */
 	rc = wait && !is_tuned(resp) ? CTL_TIMEOUT : CTL_OK;
 	if (rc == CTL_TIMEOUT)
-		fprintf(stderr, "tune failed: %s not tuned within %ld s "
+		fprintf(stderr, "tune failed: %s not tuned within %g s "
 			"(still queued; try again with a longer --timeout)\n",
-			argv[optind], secs);
+			argv[optind], (double)wait_ms / 1000.0);
 	cJSON_Delete(resp);
 	return rc;
 }

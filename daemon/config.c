@@ -35,6 +35,7 @@ void flyd_config_defaults(struct flyd_config *c)
 	c->bench_s_per_min = 30.0;
 	c->job_budget_s = 1.0;
 	c->cand_timeout_s = 5.0;
+	c->setup_timeout_s = 60.0;
 	c->margin = 0.03;
 	c->queue_cap = 1024;
 	c->shm_capacity = 65536;
@@ -198,6 +199,8 @@ static int apply_member(const cJSON *it, struct flyd_config *c, char *err,
 		return get_num(it, 0, 3600, 1, &c->job_budget_s, err, errcap);
 	if (strcmp(k, "candidate_timeout_s") == 0)
 		return get_num(it, 0, 3600, 1, &c->cand_timeout_s, err, errcap);
+	if (strcmp(k, "setup_timeout_s") == 0)
+		return get_num(it, 0, 3600, 1, &c->setup_timeout_s, err, errcap);
 	if (strcmp(k, "margin") == 0)
 		return get_num(it, 0, 1, 0, &c->margin, err, errcap);
 	if (strcmp(k, "queue_cap") == 0)

@@ -28,6 +28,8 @@ struct flyd_config {
 	double bench_s_per_min;      /* cap on benchmark seconds per minute */
 	double job_budget_s;         /* wall budget per job (default 1.0) */
 	double cand_timeout_s;       /* hard timeout per candidate (5.0) */
+	double setup_timeout_s;      /* hard timeout on a job's case set-up
+					(60.0) */
 	double margin;               /* incumbent margin (0.03) */
 	uint32_t queue_cap;          /* max queued jobs (1024) */
 	uint32_t shm_capacity;       /* shm slots (65536) */

@@ -319,7 +319,20 @@ static int h_get(struct flyd_ctx *ctx, struct flyd_session *s,
 	rc = flyd_store_result_get(ctx->store, key, ctx->device_id,
 				   ctx->libver, &r);
 	if (rc == FLY_E_NOTFOUND) {
+		struct flyd_failed f;
+		size_t cap;
+		char *b;
+
 		*msg = "no tuned result for this key on this device";
+		if (flyd_store_failed_get(ctx->store, ctx->device_id, key,
+					  &f) != 0)
+			return rc;
+		/* issue 18: a job given up on says so, until forced */
+		b = flyd_session_errbuf(s, &cap);
+		snprintf(b, cap, "no tuned result: tuning failed after %u "
+			 "worker faults (%s); tune with force to try again",
+			 f.faults, f.why);
+		*msg = b;
 		return rc;
 	}
 	if (rc < 0)
@@ -333,6 +346,22 @@ static int add_trial(void *arg, const struct flyd_trial *t)
 {
 	cJSON_AddItemToArray(arg, trial_json(t));
 	return 0;
+}
+
+/* explain's "failed" {faults, why, at} of a job given up on (issue 18). */
+static void failed_json(struct flyd_ctx *ctx, const char *key, cJSON *resp)
+{
+	struct flyd_failed f;
+	cJSON *o;
+
+	if (flyd_store_failed_get(ctx->store, ctx->device_id, key, &f) != 0)
+		return;
+	o = cJSON_AddObjectToObject(resp, "failed");
+	if (o == NULL)
+		return;
+	cJSON_AddNumberToObject(o, "faults", f.faults);
+	cJSON_AddStringToObject(o, "why", f.why);
+	cJSON_AddNumberToObject(o, "at", (double)f.at);
 }
 
 static int h_explain(struct flyd_ctx *ctx, struct flyd_session *s,
@@ -352,6 +381,7 @@ static int h_explain(struct flyd_ctx *ctx, struct flyd_session *s,
 	cJSON_AddStringToObject(resp, "key", key);
 	cJSON_AddItemToObject(resp, "result", rc == 0 ? result_json(&r) :
 			      cJSON_CreateNull());
+	failed_json(ctx, key, resp);
 	trials = cJSON_AddArrayToObject(resp, "trials");
 	rc = flyd_store_trial_iter(ctx->store, key, ctx->device_id,
 				   ctx->libver, add_trial, trials);
@@ -568,9 +598,10 @@ static const char *const result_fields[] = {
 	"mad_us", "tune_s", "tuned_at", NULL
 };
 
-/* Validate one result object into @p r.  @return NULL or what is wrong. */
-static const char *import_row(struct flyd_ctx *ctx, const cJSON *o,
-			      int retarget, struct flyd_result *r)
+/* Validate one result object's fields into @p r.  @return NULL or what
+ * is wrong. */
+static const char *import_fields(struct flyd_ctx *ctx, const cJSON *o,
+				 int retarget, struct flyd_result *r)
 {
 	const cJSON *it, *p;
 	const char *k, *dev, *lv, *var;
@@ -628,15 +659,49 @@ static const char *import_row(struct flyd_ctx *ctx, const cJSON *o,
 	if (!retarget) {
 		if (strcmp(dev, ctx->device_id) != 0)
 			return "'device' is not this instance's device id "
-			       "(use retarget)";
+			       "(another device's results are accepted only "
+			       "by an import request with \"retarget\": true)";
 		if (strcmp(lv, ctx->libver) != 0)
 			return "'libver' is not this instance's kernel library "
-			       "version (use retarget)";
+			       "version (another version's results are "
+			       "accepted only by an import request with "
+			       "\"retarget\": true)";
 	}
 	snprintf(r->device, sizeof(r->device), "%s", ctx->device_id);
 	snprintf(r->libver, sizeof(r->libver), "%s", ctx->libver);
 	r->d.status = FLY_STATUS_TUNED;
 	return NULL;
+}
+
+/* Validate row @p i into @p r: its fields, then its variant and params
+ * against the kernel registry (issue 18: rows naming no variant of this
+ * backend, or a point outside its space, were imported and served as
+ * tuned).  On failure *msg names the row.  @return 0 or an error. */
+static int import_row(struct flyd_ctx *ctx, struct flyd_session *s,
+		      const cJSON *o, int retarget, size_t i,
+		      struct flyd_result *r, const char **msg)
+{
+	const char *why = import_fields(ctx, o, retarget, r);
+	char buf[200];
+	size_t cap;
+	char *b;
+	int rc = FLY_E_INVALID;
+
+	if (why == NULL) {
+		rc = flyd_tuning_check_result(ctx, r->key, &r->d, buf,
+					      sizeof(buf));
+		if (rc == 0)
+			return 0;
+		why = buf;
+	}
+	b = flyd_session_errbuf(s, &cap);
+	if (why == buf) /* the fields were valid: name the key too */
+		snprintf(b, cap, "results[%zu] (%s) %s%s", i, r->key,
+			 rc == FLY_E_INVALID ? "" : "not checked: ", why);
+	else
+		snprintf(b, cap, "results[%zu] %s", i, why);
+	*msg = b;
+	return rc;
 }
 
 static int stage_grow(struct flyd_stage *st, size_t add)
@@ -686,18 +751,10 @@ static int h_import(struct flyd_ctx *ctx, struct flyd_session *s,
 	if ((rc = stage_grow(st, n)) < 0)
 		goto drop;
 	cJSON_ArrayForEach(o, rs) {
-		const char *why = import_row(ctx, o, retarget,
-					     &st->rows[st->n]);
-
-		if (why != NULL) {
-			size_t cap;
-			char *b = flyd_session_errbuf(s, &cap);
-
-			snprintf(b, cap, "results[%zu] %s", st->n, why);
-			*msg = b;
-			rc = FLY_E_INVALID;
+		rc = import_row(ctx, s, o, retarget, st->n, &st->rows[st->n],
+				msg);
+		if (rc < 0)
 			goto drop;
-		}
 		st->n++;
 		i++;
 	}

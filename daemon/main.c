@@ -129,11 +129,18 @@ static int build_paths(struct flyd_ctx *ctx, const struct opts *o)
 {
 	int n;
 
-	if (o->state_dir != NULL && mkdir(o->state_dir, 0755) < 0 &&
-	    errno != EEXIST) {
+	n = o->state_dir != NULL ? flyd_server_dir_check(o->state_dir) : 0;
+	if (n == -EPERM) {
+		flyd_log(FLYD_LOG_ERR, "state_dir_error",
+			 "dir=%s err=\"writable by group or others: they could "
+			 "replace the database (chmod go-w, or choose another "
+			 "directory)\"", o->state_dir);
+		return n;
+	}
+	if (n < 0) {
 		flyd_log(FLYD_LOG_ERR, "state_dir_error", "dir=%s err=%s",
-			 o->state_dir, strerror(errno));
-		return -errno;
+			 o->state_dir, strerror(-n));
+		return n;
 	}
 	if (o->socket != NULL)
 		n = snprintf(ctx->socket_path, sizeof(ctx->socket_path), "%s",

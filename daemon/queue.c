@@ -174,7 +174,7 @@ static int push_existing(struct flyd_queue *q, struct flyd_qjob *j,
 			 int prio, int force)
 {
 	if (j->state == FLYD_Q_FAILED) {
-		if (prio == FLYD_PRIO_BACKGROUND)
+		if (!force)
 			return 2;
 		if (q->cap != 0 && q->nqueued >= q->cap)
 			return FLY_E_BUSY;
@@ -182,6 +182,7 @@ static int push_existing(struct flyd_queue *q, struct flyd_qjob *j,
 		j->priority = prio;
 		j->force = force;
 		j->faults = 0;
+		j->not_before_ms = 0;
 		q->nqueued++;
 		list_append(&q->level[prio], j);
 		return 0;
@@ -248,6 +249,20 @@ struct flyd_qjob *flyd_queue_peek(const struct flyd_queue *q,
 	return NULL;
 }
 
+struct flyd_qjob *flyd_queue_peek_at(const struct flyd_queue *q,
+				     int allow_background, uint64_t now_ms)
+{
+	for (int l = FLYD_PRIO_EXPLICIT; l >= FLYD_PRIO_BACKGROUND; l--) {
+		if (l == FLYD_PRIO_BACKGROUND && !allow_background)
+			break;
+		for (struct flyd_qjob *j = q->level[l].head; j != NULL;
+		     j = j->next)
+			if (j->not_before_ms <= now_ms)
+				return j;
+	}
+	return NULL;
+}
+
 void flyd_queue_start(struct flyd_queue *q, struct flyd_qjob *j)
 {
 	if (j->state != FLYD_Q_QUEUED || q->running != NULL)
@@ -266,6 +281,18 @@ void flyd_queue_requeue_front(struct flyd_queue *q, struct flyd_qjob *j)
 	j->state = FLYD_Q_QUEUED;
 	q->nqueued++;
 	list_prepend(&q->level[j->priority], j);
+}
+
+void flyd_queue_requeue_back(struct flyd_queue *q, struct flyd_qjob *j,
+			     uint64_t not_before_ms)
+{
+	if (j->state != FLYD_Q_RUNNING)
+		abort();
+	q->running = NULL;
+	j->state = FLYD_Q_QUEUED;
+	j->not_before_ms = not_before_ms;
+	q->nqueued++;
+	list_append(&q->level[j->priority], j);
 }
 
 /* Take a record out of whatever list or slot its state puts it in. */

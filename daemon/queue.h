@@ -36,6 +36,8 @@ struct flyd_qjob {
 	int state;                /* enum flyd_qstate */
 	int persisted;            /* a jobs-table row exists */
 	uint32_t faults;          /* worker deaths while running this job */
+	int cancelled;            /* forgotten while RUNNING: drop its end */
+	uint64_t not_before_ms;   /* QUEUED: not started before (backoff) */
 	int64_t queued_at;        /* unix seconds */
 	uint64_t started_ms;      /* uv_now when it started running */
 	void *udata;              /* owner's data (tuning.c: waiters) */
@@ -60,7 +62,8 @@ uint32_t flyd_queue_cap(const struct flyd_queue *q);
  * - already QUEUED or RUNNING: nothing new; a QUEUED background job is
  *   promoted to the tail of the explicit level when @p priority is
  *   explicit; force is OR-ed in; returns 1.
- * - FAILED and a background push: returns 2 (not queued).
+ * - FAILED and a push without @p force: returns 2 (not queued); a job
+ *   given up on runs again only when forced (issue 18).
  * @param[out] out (may be NULL) the job record, borrowed; valid until
  *   flyd_queue_done() / flyd_queue_free().
  * @return 0, 1, 2, FLY_E_BUSY (cap reached, nothing changed), -ENOMEM,
@@ -74,11 +77,19 @@ struct flyd_qjob *flyd_queue_find(const struct flyd_queue *q,
  * background level (only when @p allow_background), or NULL.  Borrowed. */
 struct flyd_qjob *flyd_queue_peek(const struct flyd_queue *q,
 				  int allow_background);
+/* As flyd_queue_peek, skipping jobs whose not_before_ms is after
+ * @p now_ms (a faulted job's backoff). */
+struct flyd_qjob *flyd_queue_peek_at(const struct flyd_queue *q,
+				     int allow_background, uint64_t now_ms);
 /* Mark a QUEUED job RUNNING (removed from its list). */
 void flyd_queue_start(struct flyd_queue *q, struct flyd_qjob *j);
 /* Put a RUNNING job back at the head of its level (after a worker death;
  * never refused by the cap). */
 void flyd_queue_requeue_front(struct flyd_queue *q, struct flyd_qjob *j);
+/* Put a RUNNING job back at the tail of its level, not to start before
+ * @p not_before_ms (after a fault: the others go first). */
+void flyd_queue_requeue_back(struct flyd_queue *q, struct flyd_qjob *j,
+			     uint64_t not_before_ms);
 /* Mark a job FAILED (kept as a marker; udata cleared by the caller). */
 void flyd_queue_fail(struct flyd_queue *q, struct flyd_qjob *j);
 /* Remove and free a job record in any state. */

@@ -13,7 +13,14 @@
  * reopen the spare; if nothing could be accepted, accepting pauses for
  * 100 ms.  The warning is logged at most once per second.  The client
  * limit keeps FLYD_FD_RESERVE fds below RLIMIT_NOFILE for the DB, the
- * worker and the shm.
+ * worker and the shm, and room for the admin reserve and the lingering
+ * refusals.
+ *
+ * At max_clients, a peer whose SO_PEERCRED uid is 0 or the daemon's own
+ * still gets a session, up to FLYD_ADMIN_RESERVE more; anyone else gets a
+ * max_clients error frame ("too many clients") and, up to FLYD_LINGER_MAX
+ * at a time, a connection kept half-open for FLYD_LINGER_MS so the frame
+ * is read even by a client that sends its hello first.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,15 +52,16 @@ uint32_t flyd_server_max_clients(const struct flyd_ctx *ctx)
 	return ctx->server != NULL ? ctx->server->max_clients : 0;
 }
 
-/* min(cfg.max_clients, RLIMIT_NOFILE - reserve), at least 1. */
+/* min(cfg.max_clients, RLIMIT_NOFILE - reserves), at least 1. */
 static uint32_t client_limit(const struct flyd_ctx *ctx)
 {
+	const uint64_t rsv = FLYD_FD_RESERVE + FLYD_ADMIN_RESERVE +
+			     FLYD_LINGER_MAX;
 	struct rlimit rl;
 	uint32_t lim = ctx->cfg.max_clients;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-		uint64_t room = rl.rlim_cur > FLYD_FD_RESERVE + 1 ?
-			rl.rlim_cur - FLYD_FD_RESERVE : 1;
+		uint64_t room = rl.rlim_cur > rsv + 1 ? rl.rlim_cur - rsv : 1;
 
 		if (room < lim)
 			lim = (uint32_t)room;
@@ -67,13 +75,59 @@ void flyd_server_reconfigure(struct flyd_ctx *ctx)
 		ctx->server->max_clients = client_limit(ctx);
 }
 
-/* Over the limit: answer max_clients on the raw fd and close it. */
+/* Keep a refused @p fd half-open for FLYD_LINGER_MS (closed by the sweep),
+ * or close it now when every slot is taken. */
+static void linger_or_close(struct flyd_server *srv, int fd)
+{
+	for (int i = 0; i < FLYD_LINGER_MAX; i++)
+		if (srv->linger_fd[i] < 0) {
+			shutdown(fd, SHUT_WR);
+			srv->linger_fd[i] = fd;
+			srv->linger_at[i] = uv_now(srv->ctx->loop);
+			return;
+		}
+	close(fd);
+}
+
+/* Close the lingering refusals older than FLYD_LINGER_MS (all: @p all). */
+static void linger_sweep(struct flyd_server *srv, int all)
+{
+	uint64_t now = uv_now(srv->ctx->loop);
+
+	for (int i = 0; i < FLYD_LINGER_MAX; i++)
+		if (srv->linger_fd[i] >= 0 &&
+		    (all || now - srv->linger_at[i] >= FLYD_LINGER_MS)) {
+			close(srv->linger_fd[i]);
+			srv->linger_fd[i] = -1;
+		}
+}
+
+/* Whether the peer of @p fd is an admin peer for the reserve: uid 0 or
+ * the daemon's own uid (SO_PEERCRED; no /proc look-up on this path). */
+static int peer_is_reserved_admin(int fd)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+		return 0;
+	return cr.uid == 0 || cr.uid == geteuid();
+}
+
+/* Over the limit: answer max_clients on the raw fd, then linger or close. */
 static void reject_client(struct flyd_ctx *ctx, int fd)
 {
 	struct flyd_server *srv = ctx->server;
-	cJSON *e = fly_msg_error(FLY_E_MAXCLIENTS, "server at its client limit");
+	char m[160];
+	cJSON *e;
 	size_t len = 0;
-	char *text = e != NULL ? fly_msg_print(e, &len) : NULL;
+	char *text;
+
+	snprintf(m, sizeof(m), "too many clients (max_clients %u reached; "
+		 "%d more are kept for root and the daemon's user)",
+		 srv->max_clients, FLYD_ADMIN_RESERVE);
+	e = fly_msg_error(FLY_E_MAXCLIENTS, m);
+	text = e != NULL ? fly_msg_print(e, &len) : NULL;
 
 	if (text != NULL) {
 		uint8_t hdr[FLY_FRAME_HDR];
@@ -86,7 +140,7 @@ static void reject_client(struct flyd_ctx *ctx, int fd)
 	}
 	free(text);
 	cJSON_Delete(e);
-	close(fd);
+	linger_or_close(srv, fd);
 	ctx->stats.rejected_max_clients++;
 	if (srv->maxc_logged_ms == 0 ||
 	    uv_now(ctx->loop) - srv->maxc_logged_ms >= 1000) {
@@ -165,7 +219,9 @@ static void on_poll(uv_poll_t *h, int status, int events)
 					 "err=%s", strerror(errno));
 			return;
 		}
-		if (srv->nsessions >= srv->max_clients) {
+		if (srv->nsessions >= srv->max_clients &&
+		    (srv->nsessions >= srv->max_clients + FLYD_ADMIN_RESERVE ||
+		     !peer_is_reserved_admin(fd))) {
 			reject_client(ctx, fd);
 			continue;
 		}
@@ -181,6 +237,7 @@ static void on_sweep(uv_timer_t *t)
 	struct flyd_ctx *ctx = t->data;
 
 	flyd_session_sweep(ctx, uv_now(ctx->loop));
+	linger_sweep(ctx->server, 0);
 }
 
 /* The directory of @p path into @p dir ("." for a bare name). */
@@ -198,12 +255,12 @@ static void parent_of(const char *path, char *dir, size_t cap)
 		*slash = '\0';
 }
 
-/* Create the socket's directory @p dir (one level, 0755) where missing,
- * and refuse it when group or others may write it: they could unlink the
- * socket (or, sticky, take its name first) and bind their own at its
+/* The socket's directory: group or others who may write it could unlink
+ * the socket (or, sticky, take its name first) and bind their own at its
  * path, and clients would take that server's answers (RELIABILITY.md S1;
- * chrony refuses the same).  @return 0, -EPERM (unsafe) or -errno. */
-static int socket_dir_ok(const char *dir)
+ * chrony refuses the same).  The state directory follows the same rule
+ * (issue 18: they could replace tuning.db). */
+int flyd_server_dir_check(const char *dir)
 {
 	struct stat st;
 
@@ -263,7 +320,7 @@ int flyd_server_precheck(struct flyd_ctx *ctx, int listen_fd)
 	if (listen_fd >= 0)
 		return 0;
 	parent_of(path, dir, sizeof(dir));
-	rc = socket_dir_ok(dir);
+	rc = flyd_server_dir_check(dir);
 	if (rc == -EPERM) {
 		flyd_log(FLYD_LOG_ERR, "listen_error",
 			 "path=%s err=\"directory %s is writable by group or "
@@ -319,6 +376,8 @@ int flyd_server_start(struct flyd_ctx *ctx, int listen_fd)
 	srv->lfd = -1;
 	ctx->server = srv;
 	srv->max_clients = client_limit(ctx);
+	for (int i = 0; i < FLYD_LINGER_MAX; i++)
+		srv->linger_fd[i] = -1;
 	srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	uv_timer_init(ctx->loop, &srv->sweep);
 	uv_timer_init(ctx->loop, &srv->kick);
@@ -406,4 +465,5 @@ void flyd_server_stop(struct flyd_ctx *ctx, void (*done)(void *), void *arg)
 	if (srv->spare_fd >= 0)
 		close(srv->spare_fd);
 	srv->spare_fd = -1;
+	linger_sweep(srv, 1);
 }

@@ -31,6 +31,15 @@
 
 #define FLYD_FRAMES_PER_READ 16
 #define FLYD_FD_RESERVE 64
+/* Connections past max_clients kept for admin peers (uid 0 and the
+ * daemon's own uid), as PostgreSQL's superuser_reserved_connections
+ * (issue 18: root's `status` was refused at max_clients). */
+#define FLYD_ADMIN_RESERVE 4
+/* Refused connections kept open (their error frame sent, our side shut
+ * down) for FLYD_LINGER_MS, so a client that writes its hello first still
+ * reads "max_clients" instead of EPIPE; more than this are closed at once. */
+#define FLYD_LINGER_MAX 16
+#define FLYD_LINGER_MS 1000
 
 /* Listen on @p ctx->socket_path (or on the socket-activated @p listen_fd
  * when >= 0), after flyd_server_precheck passed.  A stale socket file is
@@ -44,6 +53,11 @@ int flyd_server_start(struct flyd_ctx *ctx, int listen_fd);
  * missing and must not be writable by group or others (-EPERM), logged.
  * @return 0 or -errno. */
 int flyd_server_precheck(struct flyd_ctx *ctx, int listen_fd);
+/* Create directory @p dir (one level, 0755) where missing, and refuse it
+ * when group or others may write it, sticky or not.  Used for the socket's
+ * directory and for --state-dir.
+ * @return 0, -EPERM (writable by group or others) or -errno. */
+int flyd_server_dir_check(const char *dir);
 /* Stop accepting (SIGTERM): the listener is closed, sessions stay. */
 void flyd_server_stop_accepting(struct flyd_ctx *ctx);
 /* Close every session and the listener; @p done runs when all handles are
@@ -53,7 +67,7 @@ void flyd_server_stop(struct flyd_ctx *ctx, void (*done)(void *), void *arg);
 void flyd_server_reconfigure(struct flyd_ctx *ctx);
 /* Sessions open now. */
 uint32_t flyd_server_connections(const struct flyd_ctx *ctx);
-/* The effective client limit. */
+/* The effective client limit (admin peers get FLYD_ADMIN_RESERVE more). */
 uint32_t flyd_server_max_clients(const struct flyd_ctx *ctx);
 
 /* --- internals shared by server.c, session.c and handlers.c --- */
@@ -74,6 +88,8 @@ struct flyd_server {
 	uint64_t emfile_logged_ms;   /* rate limit of the EMFILE warning */
 	uint64_t emfile_count;
 	uint64_t maxc_logged_ms;     /* rate limit of the max_clients warning */
+	int linger_fd[FLYD_LINGER_MAX];     /* refused, not yet closed; -1 */
+	uint64_t linger_at[FLYD_LINGER_MAX]; /* uv_now when refused */
 	int open_handles;            /* for stop's done callback */
 	void (*done)(void *);
 	void *done_arg;

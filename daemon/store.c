@@ -70,8 +70,8 @@ static const char *const stmt_sql[S_COUNT] = {
 		" params, median_us, mad_us, reps, outcome, reason, at)"
 		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     [S_JOB_PUT] = "INSERT OR REPLACE INTO main.jobs (key, device,"
-		  " priority, force, queued_at, state)"
-		  " VALUES (?1, ?2, ?3, ?4, ?5, 'queued')",
+		  " priority, force, queued_at, state, faults)"
+		  " VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)",
     [S_JOB_DEL] = "DELETE FROM main.jobs WHERE key = ?1 AND device = ?2",
     [S_FAULTED] = "SELECT 1 FROM main.trials WHERE key = ?1"
 		  " AND device = ?2 AND libver = ?3 AND variant = ?4"
@@ -1105,6 +1105,7 @@ int flyd_store_job_put(struct flyd_store *st, const char *device,
 	sqlite3_bind_int(s, 3, j->priority);
 	sqlite3_bind_int(s, 4, j->force);
 	sqlite3_bind_int64(s, 5, j->queued_at);
+	sqlite3_bind_int64(s, 6, j->faults);
 	return stmt_run(st, S_JOB_PUT, "job_put");
 }
 
@@ -1120,7 +1121,7 @@ int flyd_store_job_iter(struct flyd_store *st, const char *device,
 			flyd_job_cb cb, void *ctx)
 {
 	static const char *const sql =
-	    "SELECT key, priority, force, queued_at FROM main.jobs"
+	    "SELECT key, priority, force, queued_at, faults FROM main.jobs"
 	    " WHERE device = ?1 ORDER BY priority DESC, queued_at, key";
 	struct flyd_job j;
 	sqlite3_stmt *s = NULL;
@@ -1138,10 +1139,134 @@ int flyd_store_job_iter(struct flyd_store *st, const char *device,
 		j.priority = sqlite3_column_int(s, 1);
 		j.force = sqlite3_column_int(s, 2);
 		j.queued_at = sqlite3_column_int64(s, 3);
+		j.faults = (uint32_t)sqlite3_column_int64(s, 4);
 		stop = cb(ctx, &j);
 	}
 	sqlite3_finalize(s);
 	if (stop != 0)
 		return stop;
 	return rc == SQLITE_DONE ? 0 : store_err(st, rc, "job_iter");
+}
+
+/* ------------------------------------------------------------ failed jobs */
+
+/* Prepare @p sql and bind ?1 device, ?2 key (NULL: left NULL). */
+static int failed_prepare(struct flyd_store *st, const char *sql,
+			  const char *device, const char *key,
+			  sqlite3_stmt **out)
+{
+	int rc = sqlite3_prepare_v2(st->db, sql, -1, out, NULL);
+
+	if (rc != SQLITE_OK) {
+		sqlite3_finalize(*out);
+		*out = NULL;
+		return store_err(st, rc, "failed_prepare");
+	}
+	bind_str(*out, 1, device);
+	if (key != NULL)
+		bind_str(*out, 2, key);
+	return 0;
+}
+
+/* Run a one-step statement of failed_prepare.  @return 0 or an error. */
+static int failed_run(struct flyd_store *st, sqlite3_stmt *s, const char *op)
+{
+	int rc = sqlite3_step(s);
+
+	sqlite3_finalize(s);
+	return rc == SQLITE_DONE ? 0 : store_err(st, rc, op);
+}
+
+int flyd_store_failed_put(struct flyd_store *st, const char *device,
+			  const struct flyd_failed *f)
+{
+	sqlite3_stmt *s = NULL;
+	int rc;
+
+	if (f == NULL || !ids_ok(f->key, device, ""))
+		return -EINVAL;
+	rc = txn_begin(st);
+	if (rc != 0)
+		return rc;
+	rc = failed_prepare(st, "INSERT OR REPLACE INTO main.failed_jobs"
+			    " (device, key, faults, why, at)"
+			    " VALUES (?1, ?2, ?3, ?4, ?5)", device, f->key, &s);
+	if (rc == 0) {
+		sqlite3_bind_int64(s, 3, f->faults);
+		bind_str(s, 4, f->why);
+		sqlite3_bind_int64(s, 5, f->at);
+		rc = failed_run(st, s, "failed_put");
+	}
+	if (rc == 0)
+		rc = job_delete(st, device, f->key);
+	return txn_end(st, rc);
+}
+
+int flyd_store_failed_get(struct flyd_store *st, const char *device,
+			  const char *key, struct flyd_failed *out)
+{
+	sqlite3_stmt *s = NULL;
+	int rc;
+
+	if (key == NULL || out == NULL || !ids_ok(key, device, ""))
+		return -EINVAL;
+	rc = failed_prepare(st, "SELECT faults, why, at FROM main.failed_jobs"
+			    " WHERE device = ?1 AND key = ?2", device, key, &s);
+	if (rc != 0)
+		return rc;
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		memset(out, 0, sizeof(*out));
+		snprintf(out->key, sizeof(out->key), "%s", key);
+		out->faults = (uint32_t)sqlite3_column_int64(s, 0);
+		col_str(s, 1, out->why, sizeof(out->why));
+		out->at = sqlite3_column_int64(s, 2);
+	}
+	sqlite3_finalize(s);
+	if (rc == SQLITE_ROW)
+		return 0;
+	return rc == SQLITE_DONE ? FLY_E_NOTFOUND
+				 : store_err(st, rc, "failed_get");
+}
+
+int flyd_store_failed_del(struct flyd_store *st, const char *device,
+			  const char *key)
+{
+	sqlite3_stmt *s = NULL;
+	int rc;
+
+	if (!ids_ok(key, device, ""))
+		return -EINVAL;
+	rc = failed_prepare(st, "DELETE FROM main.failed_jobs WHERE"
+			    " device = ?1 AND (?2 IS NULL OR key = ?2)",
+			    device, key, &s);
+	return rc != 0 ? rc : failed_run(st, s, "failed_del");
+}
+
+int flyd_store_failed_iter(struct flyd_store *st, const char *device,
+			   flyd_failed_cb cb, void *ctx)
+{
+	struct flyd_failed f;
+	sqlite3_stmt *s = NULL;
+	int rc, stop = 0;
+
+	if (!ids_ok(NULL, device, "") || cb == NULL)
+		return -EINVAL;
+	rc = failed_prepare(st, "SELECT key, faults, why, at FROM"
+			    " main.failed_jobs WHERE device = ?1 ORDER BY key",
+			    device, NULL, &s);
+	if (rc != 0)
+		return rc;
+	while (stop == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		memset(&f, 0, sizeof(f));
+		col_str(s, 0, f.key, sizeof(f.key));
+		f.faults = (uint32_t)sqlite3_column_int64(s, 1);
+		col_str(s, 2, f.why, sizeof(f.why));
+		f.at = sqlite3_column_int64(s, 3);
+		stop = cb(ctx, &f);
+	}
+	sqlite3_finalize(s);
+	if (stop != 0)
+		return stop;
+	return rc == SQLITE_DONE ? 0 : store_err(st, rc, "failed_iter");
 }

@@ -57,6 +57,16 @@ struct flyd_job {
 	int priority;          /* 1 explicit tune, 0 background */
 	int force;
 	int64_t queued_at;
+	uint32_t faults;       /* worker deaths so far (0003) */
+};
+
+/* A job given up on (0003, failed_jobs): shown by get/explain, not queued
+ * again until a forced tune or a forget. */
+struct flyd_failed {
+	char key[FLY_KEY_MAX];
+	uint32_t faults;
+	char why[FLYD_REASON_MAX];
+	int64_t at;            /* unix seconds */
 };
 
 struct flyd_store;
@@ -134,6 +144,23 @@ int flyd_store_job_del(struct flyd_store *st, const char *device,
 typedef int (*flyd_job_cb)(void *ctx, const struct flyd_job *j);
 int flyd_store_job_iter(struct flyd_store *st, const char *device,
 			flyd_job_cb cb, void *ctx);
+
+/* Record a failed job and delete its jobs row, in one transaction.
+ * @return 0, -EINVAL, FLY_E_STORAGE. */
+int flyd_store_failed_put(struct flyd_store *st, const char *device,
+			  const struct flyd_failed *f);
+/* @return 0 (filled), FLY_E_NOTFOUND, -EINVAL, FLY_E_STORAGE. */
+int flyd_store_failed_get(struct flyd_store *st, const char *device,
+			  const char *key, struct flyd_failed *out);
+/* Delete the failed record of @p key (NULL: every key of the device).
+ * @return 0, -EINVAL, FLY_E_STORAGE. */
+int flyd_store_failed_del(struct flyd_store *st, const char *device,
+			  const char *key);
+typedef int (*flyd_failed_cb)(void *ctx, const struct flyd_failed *f);
+/* Each failed record of @p device; a non-zero return of @p cb stops and is
+ * returned.  @return 0, the callback's value, -EINVAL, FLY_E_STORAGE. */
+int flyd_store_failed_iter(struct flyd_store *st, const char *device,
+			   flyd_failed_cb cb, void *ctx);
 
 /* For tests: create (or migrate) @p path applying only migrations
  * 1..@p version, as an older binary would have left it, then close it.

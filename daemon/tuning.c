@@ -25,11 +25,14 @@
 #include "notify.h"
 #include "publish.h"
 #include "queue.h"
+#include "registry.h"
 #include "tuning.h"
 #include "worker.h"
 
 #define TICK_MS 200            /* policy / cap / worker re-check */
 #define MAX_FAULTS 8           /* worker deaths per key before giving up */
+#define FAULT_BACKOFF_MS 250   /* a faulted job waits this, doubling ... */
+#define FAULT_BACKOFF_MAX_MS 5000 /* ... up to this, behind the others */
 #define NSPANS 256             /* busy spans kept for the 60 s window */
 #define WINDOW_MS 60000
 #define WAIT_DEFAULT_MS 600000 /* `tune wait` without timeout_ms */
@@ -251,6 +254,7 @@ static void persist_job(struct flyd_tuning *t, struct flyd_qjob *j)
 	row.priority = j->priority;
 	row.force = j->force;
 	row.queued_at = j->queued_at;
+	row.faults = j->faults;
 	rc = flyd_store_job_put(t->ctx->store, t->ctx->device_id, &row);
 	if (rc < 0)
 		flyd_log(FLYD_LOG_WARN, "job_persist_failed", "key=%s rc=%d",
@@ -281,6 +285,10 @@ static int enqueue(struct flyd_tuning *t, const char *key, int prio,
 		return rc;
 	if (rc == 0) {
 		j->queued_at = (int64_t)time(NULL);
+		/* a forced tune of a failed key: its record goes */
+		if (force && t->ready_once)
+			(void)flyd_store_failed_del(t->ctx->store,
+						    t->ctx->device_id, key);
 		persist_job(t, j);
 	} else if (j->state == FLYD_Q_QUEUED &&
 		   (j->priority != before_prio || j->force != before_force)) {
@@ -537,6 +545,11 @@ int flyd_handle_tune(struct flyd_ctx *ctx, struct flyd_session *s,
 		*msg = "tuning queue full";
 		return rc;
 	}
+	if (rc == 2) {
+		*msg = "tuning this key failed (see get or explain); "
+		       "tune with force to try again";
+		return FLY_E_GPU;
+	}
 	if (rc < 0) {
 		*msg = fly_strerror(rc);
 		return rc;
@@ -597,19 +610,30 @@ static int build_job(struct flyd_tuning *t, const struct flyd_qjob *j)
 	return 0;
 }
 
-/* Give up on a job: waiters get @p code, its row is deleted, a FAILED
- * marker stops background decides from re-queueing it. */
+/* Give up on a job: waiters get @p code, its row is replaced by a
+ * failed_jobs record (shown by get and explain, kept across restarts), and
+ * a FAILED marker keeps it from being queued again until a forced tune or
+ * a forget (issue 18). */
 static void job_fail(struct flyd_tuning *t, struct flyd_qjob *j, int code,
 		     const char *why)
 {
 	struct flyd_ctx *ctx = t->ctx;
+	struct flyd_failed f;
 
-	flyd_log(FLYD_LOG_WARN, "job_failed", "key=%s rc=%d why=\"%s\"",
-		 j->key, code, why);
+	flyd_log(FLYD_LOG_WARN, "job_failed", "key=%s rc=%d faults=%u "
+		 "why=\"%s\"", j->key, code, j->faults, why);
 	ctx->stats.jobs_failed++;
 	answer_job_waiters_error(j, code, why);
-	if (ctx->device_id[0] != '\0')
-		(void)flyd_store_job_del(ctx->store, ctx->device_id, j->key);
+	if (ctx->device_id[0] != '\0') {
+		memset(&f, 0, sizeof(f));
+		snprintf(f.key, sizeof(f.key), "%s", j->key);
+		f.faults = j->faults;
+		snprintf(f.why, sizeof(f.why), "%s", why);
+		f.at = (int64_t)time(NULL);
+		if (flyd_store_failed_put(ctx->store, ctx->device_id, &f) < 0)
+			(void)flyd_store_job_del(ctx->store, ctx->device_id,
+						 j->key);
+	}
 	flyd_queue_fail(t->q, j);
 }
 
@@ -656,7 +680,8 @@ static void schedule(struct flyd_tuning *t)
 		    flyd_queue_running(t->q) != NULL ||
 		    flyd_worker_is_busy(t->worker))
 			return;
-		j = flyd_queue_peek(t->q, background_allowed(t));
+		j = flyd_queue_peek_at(t->q, background_allowed(t),
+				       uv_now(ctx->loop));
 		if (j == NULL)
 			return;
 		d = j->force ? NULL : lookup_tuned(t, j->key, 1);
@@ -746,7 +771,7 @@ static void job_faulted(struct flyd_tuning *t, struct flyd_qjob *j,
 			const struct flyd_tune_result *r)
 {
 	struct flyd_ctx *ctx = t->ctx;
-	uint64_t nf = 0;
+	uint64_t nf = 0, backoff;
 
 	for (size_t i = 0; i < r->ntrials; i++)
 		if (r->trials[i].outcome == FLYD_OUT_FAULTED)
@@ -758,13 +783,25 @@ static void job_faulted(struct flyd_tuning *t, struct flyd_qjob *j,
 			 j->key);
 	ctx->stats.candidates_faulted += nf > 0 ? nf : 1;
 	j->faults++;
-	flyd_log(FLYD_LOG_WARN, "candidate_faulted", "key=%s faults=%u",
-		 j->key, j->faults);
+	backoff = FAULT_BACKOFF_MS;
+	for (uint32_t i = 1; i < j->faults && backoff < FAULT_BACKOFF_MAX_MS;
+	     i++)
+		backoff *= 2;
+	if (backoff > FAULT_BACKOFF_MAX_MS)
+		backoff = FAULT_BACKOFF_MAX_MS;
+	flyd_log(FLYD_LOG_WARN, "job_faulted", "key=%s faults=%u max=%d "
+		 "backoff_ms=%llu", j->key, j->faults, MAX_FAULTS,
+		 (unsigned long long)backoff);
 	if (j->faults >= MAX_FAULTS) {
-		job_fail(t, j, FLY_E_GPU, "too many faulting candidates");
+		job_fail(t, j, FLY_E_GPU, "too many worker faults (set-up or "
+			 "candidates)");
 		return;
 	}
-	flyd_queue_requeue_front(t->q, j);
+	/* To the back, after a backoff: a job that keeps killing the worker
+	 * (a set-up too long for its limit) must not starve the others
+	 * (issue 18); its count is persisted for a restart. */
+	flyd_queue_requeue_back(t->q, j, uv_now(ctx->loop) + backoff);
+	persist_job(t, j);
 }
 
 static void done_cb(void *arg, const struct flyd_tune_result *r)
@@ -781,7 +818,13 @@ static void done_cb(void *arg, const struct flyd_tune_result *r)
 		return;
 	}
 	span_add(t, j->started_ms, uv_now(ctx->loop));
-	if (r->rc == 0) {
+	if (j->cancelled) {
+		/* forgotten while running: nothing of it is kept */
+		flyd_log(FLYD_LOG_INFO, "job_cancelled", "key=%s", j->key);
+		answer_job_waiters_error(j, FLY_E_NOTFOUND,
+					 "job cancelled by forget");
+		flyd_queue_done(t->q, j);
+	} else if (r->rc == 0) {
 		job_succeeded(t, j, r);
 	} else if (r->rc == -ECHILD) {
 		job_faulted(t, j, r);
@@ -794,6 +837,48 @@ static void done_cb(void *arg, const struct flyd_tune_result *r)
 		job_fail(t, j, r->rc, fly_strerror(r->rc));
 	}
 	kick_soon(t);
+}
+
+/* ------------------------------------------------------------ import */
+
+int flyd_tuning_check_result(const struct flyd_ctx *ctx, const char *key,
+			     const struct fly_decision *d, char *why,
+			     size_t cap)
+{
+	const struct flyd_tuning *t = ctx->tuning;
+	const struct flyd_registry *reg;
+	const struct flyk_variant *v;
+	struct fly_problem p, lo;
+	int rc;
+
+	reg = t != NULL ? flyd_worker_registry(t->worker) : NULL;
+	if (reg == NULL) {
+		snprintf(why, cap, "the worker has not reported its kernel "
+			 "registry yet");
+		return FLY_E_GPU;
+	}
+	rc = fly_key_parse(key, strlen(key), &p);
+	if (rc < 0) {
+		snprintf(why, cap, "'key' is not a canonical shape key");
+		return FLY_E_INVALID;
+	}
+	if (flyd_registry_check(reg, &p, d, why, cap) < 0)
+		return FLY_E_INVALID;
+	/* The in-process table is the worker's own (the CPU backend): its
+	 * feasibility needs no device, so check the point on the key and on
+	 * its bucket's floor, as a job does. */
+	v = t->btab != NULL ? flyk_variant_find(t->btab, p.op, d->variant)
+			    : NULL;
+	if (v == NULL)
+		return 0;
+	fly_problem_bucket_floor(&p, &ctx->cfg.bucket[p.op], &lo);
+	if (v->feasible(NULL, &p, d->params) != 0 ||
+	    v->feasible(NULL, &lo, d->params) != 0) {
+		snprintf(why, cap, "variant \"%s\" is not feasible for the key "
+			 "at these params", d->variant);
+		return FLY_E_INVALID;
+	}
+	return 0;
 }
 
 /* ------------------------------------------------------------ READY */
@@ -812,7 +897,21 @@ static int resume_one(void *arg, const struct flyd_job *row)
 	rc = flyd_queue_push(t->q, row->key, row->priority, row->force, &j);
 	if (rc == 0) {
 		j->queued_at = row->queued_at;
+		j->faults = row->faults;
 		j->persisted = 1;
+	}
+	return 0;
+}
+
+/* A failed job of an earlier run: a FAILED marker again. */
+static int resume_failed(void *arg, const struct flyd_failed *f)
+{
+	struct flyd_tuning *t = arg;
+	struct flyd_qjob *j;
+
+	if (flyd_queue_push(t->q, f->key, FLYD_PRIO_BACKGROUND, 0, &j) == 0) {
+		j->faults = f->faults;
+		flyd_queue_fail(t->q, j);
 	}
 	return 0;
 }
@@ -852,6 +951,10 @@ static void first_ready(struct flyd_tuning *t)
 	t->btab = backend_table(ctx->backend);
 	refill(t);
 	rc = flyd_store_job_iter(ctx->store, ctx->device_id, resume_one, t);
+	if (rc < 0)
+		flyd_log(FLYD_LOG_ERR, "jobs_resume_failed", "rc=%d", rc);
+	rc = flyd_store_failed_iter(ctx->store, ctx->device_id,
+				    resume_failed, t);
 	if (rc < 0)
 		flyd_log(FLYD_LOG_ERR, "jobs_resume_failed", "rc=%d", rc);
 	t->ready_once = 1;
@@ -911,6 +1014,7 @@ int flyd_tuning_start(struct flyd_ctx *ctx)
 	wo.device = ctx->device;
 	wo.backend = ctx->cfg.backend;
 	wo.cand_timeout_s = ctx->cfg.cand_timeout_s;
+	wo.setup_timeout_s = ctx->cfg.setup_timeout_s;
 	wo.max_restarts = 3;
 	/* READY and results arrive over the worker's pipe, never from
 	 * inside flyd_worker_start(): the timers may be set up after it. */
@@ -1068,6 +1172,43 @@ void flyd_tuning_status(const struct flyd_ctx *ctx, cJSON *resp)
 	cJSON_AddRawToObject(shm, "generation", gen);
 }
 
+/* forget cancels the key's job (NULL: every job): a queued one is
+ * dropped, a running one abandoned (the worker's child is killed; its end
+ * is dropped by done_cb); waiters get not_found (issue 18). */
+static void cancel_one(void *arg, struct flyd_qjob *j)
+{
+	struct flyd_tuning *t = arg;
+	struct flyd_ctx *ctx = t->ctx;
+
+	flyd_log(FLYD_LOG_INFO, "job_cancelled", "key=%s state=%s", j->key,
+		 j->state == FLYD_Q_RUNNING ? "running" : "queued");
+	answer_job_waiters_error(j, FLY_E_NOTFOUND, "job cancelled by forget");
+	if (ctx->device_id[0] != '\0')
+		(void)flyd_store_job_del(ctx->store, ctx->device_id, j->key);
+	if (j->state == FLYD_Q_RUNNING) {
+		j->cancelled = 1;
+		flyd_worker_cancel(t->worker);
+		return;
+	}
+	flyd_queue_done(t->q, j);
+}
+
+static void cancel_jobs(struct flyd_tuning *t, const char *key)
+{
+	struct flyd_qjob *j;
+
+	if (key != NULL) {
+		j = flyd_queue_find(t->q, key);
+		if (j != NULL && j->state != FLYD_Q_FAILED && !j->cancelled)
+			cancel_one(t, j);
+		return;
+	}
+	flyd_queue_foreach(t->q, cancel_one, t);
+	j = flyd_queue_running(t->q);
+	if (j != NULL && !j->cancelled)
+		cancel_one(t, j);
+}
+
 struct flyd_queue *flyd_tuning_queue(const struct flyd_ctx *ctx)
 {
 	const struct flyd_tuning *t = ctx->tuning;
@@ -1084,20 +1225,24 @@ int flyd_tuning_cancel(struct flyd_ctx *ctx, const char *key,
 	if (t == NULL || t->closing)
 		return FLY_E_DOWN;
 	j = flyd_queue_find(t->q, key);
-	if (j == NULL)
+	if (j == NULL || j->cancelled)
 		return FLY_E_NOTFOUND;
 	*was = j->state == FLYD_Q_RUNNING ? "running" :
 	       j->state == FLYD_Q_QUEUED ? "queued" : "failed";
-	flyd_log(FLYD_LOG_INFO, "job_cancelled", "key=%s state=%s", key,
-		 *was);
-	if (j->state == FLYD_Q_RUNNING)
-		span_add(t, j->started_ms, uv_now(ctx->loop));
-	answer_job_waiters_error(j, FLY_E_NOTFOUND, "job cancelled");
-	if (ctx->device_id[0] != '\0')
-		(void)flyd_store_job_del(ctx->store, ctx->device_id, key);
-	/* A running job's record goes too: done_cb then finds no running
-	 * job of that key and drops the worker's result ("stray_result"). */
-	flyd_queue_done(t->q, j);
+	if (j->state == FLYD_Q_FAILED) {
+		flyd_log(FLYD_LOG_INFO, "job_cancelled", "key=%s state=failed",
+			 key);
+		answer_job_waiters_error(j, FLY_E_NOTFOUND, "job cancelled");
+		if (ctx->device_id[0] != '\0')
+			(void)flyd_store_failed_del(ctx->store, ctx->device_id,
+						    key);
+		flyd_queue_clear_failed(t->q, key);
+	} else {
+		if (j->state == FLYD_Q_RUNNING)
+			span_add(t, j->started_ms, uv_now(ctx->loop));
+		/* a running job's worker is stopped; done_cb drops its end */
+		cancel_one(t, j);
+	}
 	kick_soon(t);
 	return 0;
 }
@@ -1116,6 +1261,9 @@ void flyd_tuning_forgotten(struct flyd_ctx *ctx, const char *key)
 		(void)flyd_publish_drop(t->pub, NULL);
 	}
 	flyd_queue_clear_failed(t->q, key);
+	if (ctx->device_id[0] != '\0')
+		(void)flyd_store_failed_del(ctx->store, ctx->device_id, key);
+	cancel_jobs(t, key);
 	flyd_publish_bump(t->pub);
 }
 

@@ -37,6 +37,16 @@ void flyd_tuning_status(const struct flyd_ctx *ctx, cJSON *resp);
  * system DB. */
 void flyd_tuning_forgotten(struct flyd_ctx *ctx, const char *key);
 void flyd_tuning_imported(struct flyd_ctx *ctx);
+/* Check a result to import (its canonical @p key, variant and params)
+ * against the worker's kernel registry (registry.h): the variant exists for
+ * the key's op and supports it, the params are in its space and, where the
+ * daemon holds the backend's table (cpu), feasible for the key and its
+ * bucket's floor.
+ * @param[out] why  what is wrong (@p cap bytes).
+ * @return 0, FLY_E_INVALID, FLY_E_GPU (no registry yet: worker not READY). */
+int flyd_tuning_check_result(const struct flyd_ctx *ctx, const char *key,
+			     const struct fly_decision *d, char *why,
+			     size_t cap);
 
 /* The job queue, for `jobs` and `list --status` (borrowed; NULL when
  * tuning is not running). */

@@ -44,6 +44,7 @@ struct wproc {
 	int eof;            /* pipe at EOF (or failed) */
 	int closing;
 	int ready;          /* READY rc == 0 received */
+	struct flyd_registry reg; /* VARIANT records before READY */
 	int pid;
 	int64_t exit_status;
 	int term_signal;
@@ -63,6 +64,7 @@ struct flyd_worker {
 	char *backend;
 	int device;
 	double cand_timeout_s;
+	double setup_timeout_s;  /* 0: derived, see setup_timeout_s() */
 	int max_restarts;
 	flyd_worker_ready_cb ready_cb;
 	flyd_job_done_cb done_cb;
@@ -83,6 +85,7 @@ struct flyd_worker {
 	size_t trials_cap;
 	struct flyd_trial cur;   /* candidate of the last START */
 	int has_cur;
+	struct flyd_registry reg; /* of the last child that was READY */
 
 	int restarts;                      /* total */
 	uint64_t restart_at[RESTART_HIST]; /* uv_now of recent restarts */
@@ -108,6 +111,7 @@ static void maybe_finish_stop(struct flyd_worker *w)
 	cb = w->stop_cb;
 	arg = w->stop_arg;
 	free(w->trials);
+	flyd_registry_clear(&w->reg);
 	free(w->exe);
 	free(w->backend);
 	free(w);
@@ -131,6 +135,7 @@ static void wproc_close_cb(uv_handle_t *h)
 	if (--wp->nopen > 0)
 		return;
 	free(wp->rbuf);
+	flyd_registry_clear(&wp->reg);
 	free(wp);
 	w->nwprocs--;
 	maybe_finish_stop(w);
@@ -214,6 +219,11 @@ static int trial_push(struct flyd_worker *w, const struct flyd_trial *t)
 	return 0;
 }
 
+static double setup_timeout_s(const struct flyd_worker *w);
+
+/* The hang guard fired: the job's set-up (no START yet) or a candidate,
+ * each under its own name and limit (issue 18: a set-up was logged as
+ * candidate_timeout with the candidate's limit). */
 static void cand_timeout_cb(uv_timer_t *t)
 {
 	struct flyd_worker *w = t->data;
@@ -221,10 +231,14 @@ static void cand_timeout_cb(uv_timer_t *t)
 	if (w->wp == NULL)
 		return;
 	w->timed_out = 1;
-	flyd_log(FLYD_LOG_WARN, "candidate_timeout",
-		 "key=%s variant=%s timeout_s=%.1f pid=%d", w->job.key,
-		 w->has_cur ? w->cur.variant : "-", w->cand_timeout_s,
-		 w->wp->pid);
+	if (w->has_cur)
+		flyd_log(FLYD_LOG_WARN, "candidate_timeout",
+			 "key=%s variant=%s timeout_s=%.1f pid=%d", w->job.key,
+			 w->cur.variant, w->cand_timeout_s, w->wp->pid);
+	else
+		flyd_log(FLYD_LOG_WARN, "setup_timeout",
+			 "key=%s timeout_s=%.1f pid=%d", w->job.key,
+			 setup_timeout_s(w), w->wp->pid);
 	wproc_kill(w->wp);
 }
 
@@ -238,11 +252,14 @@ static void arm_cand_timer(struct flyd_worker *w, double s)
 }
 
 /* The job's setup (the case: inputs, reference output) is no candidate:
- * it gets a longer guard than one launch. */
+ * it gets its own guard (opts->setup_timeout_s), by default longer than
+ * one launch. */
 static double setup_timeout_s(const struct flyd_worker *w)
 {
 	double s = 10 * w->cand_timeout_s;
 
+	if (w->setup_timeout_s > 0)
+		return w->setup_timeout_s;
 	return w->cand_timeout_s <= 0 ? 0 : s > SETUP_MIN_S ? s : SETUP_MIN_S;
 }
 
@@ -363,6 +380,7 @@ static void on_ready(struct flyd_worker *w, struct wproc *wp,
 		return; /* the child exits; restarts back off */
 	}
 	wp->ready = 1;
+	flyd_registry_move(&w->reg, &wp->reg);
 	snprintf(fpr, sizeof(fpr), "%s", m->fingerprint);
 	snprintf(be, sizeof(be), "%s", m->backend);
 	if (w->ready_cb != NULL)
@@ -412,6 +430,10 @@ static int on_record(struct flyd_worker *w, struct wproc *wp,
 	switch (h->type) {
 	case FLYD_WP_READY:
 		on_ready(w, wp, p);
+		return 0;
+	case FLYD_WP_VARIANT:
+		if (wp->ready || flyd_registry_add(&wp->reg, p) < 0)
+			return FLY_E_PROTO;
 		return 0;
 	case FLYD_WP_START:
 		if (!w->job_sent)
@@ -611,6 +633,7 @@ int flyd_worker_start(uv_loop_t *loop, const struct flyd_worker_opts *o,
 	w->backend = strdup(o->backend ? o->backend : "auto");
 	w->device = o->device;
 	w->cand_timeout_s = o->cand_timeout_s;
+	w->setup_timeout_s = o->setup_timeout_s;
 	w->max_restarts = o->max_restarts > 0 ? o->max_restarts : 5;
 	w->ready_cb = ready;
 	w->done_cb = done;
@@ -646,6 +669,24 @@ int flyd_worker_submit(struct flyd_worker *w, const struct flyd_tune_job *j)
 	return 0;
 }
 
+void flyd_worker_cancel(struct flyd_worker *w)
+{
+	struct flyd_tune_result r;
+
+	if (!w->busy || w->stopping)
+		return;
+	if (w->job_sent) {
+		flyd_log(FLYD_LOG_INFO, "job_cancel", "key=%s pid=%d",
+			 w->job.key, w->wp != NULL ? w->wp->pid : 0);
+		wproc_kill(w->wp);
+		return;
+	}
+	memset(&r, 0, sizeof(r));
+	snprintf(r.key, sizeof(r.key), "%s", w->job.key);
+	r.rc = -ECANCELED;
+	job_finish(w, &r);
+}
+
 int flyd_worker_is_busy(const struct flyd_worker *w)
 {
 	return w->busy;
@@ -659,6 +700,11 @@ int flyd_worker_is_healthy(const struct flyd_worker *w)
 int flyd_worker_restarts(const struct flyd_worker *w)
 {
 	return w->restarts;
+}
+
+const struct flyd_registry *flyd_worker_registry(const struct flyd_worker *w)
+{
+	return w->reg.n > 0 ? &w->reg : NULL;
 }
 
 int flyd_worker_pid(const struct flyd_worker *w)

@@ -32,6 +32,9 @@ struct flyd_worker_opts {
 	int device;               /* device index */
 	const char *backend;      /* "auto", "cpu", "cuda", "hip" */
 	double cand_timeout_s;    /* hard timeout per candidate */
+	double setup_timeout_s;   /* hard timeout on a job's case set-up
+				     (before its first START); 0: the
+				     larger of 10 x cand_timeout_s and 30 s */
 	int max_restarts;         /* in 60 s before the GPU is "degraded" */
 };
 
@@ -81,9 +84,18 @@ int flyd_worker_start(uv_loop_t *loop, const struct flyd_worker_opts *o,
 /* Submit one job (the worker runs one at a time).  @return 0, -EBUSY. */
 int flyd_worker_submit(struct flyd_worker *w, const struct flyd_tune_job *j);
 int flyd_worker_is_busy(const struct flyd_worker *w);
+/* Abandon the job in flight (forget): a job on the child kills it, and
+ * done() follows with rc -ECHILD once it is gone; a job not yet sent ends
+ * at once with rc -ECANCELED.  No job: no-op. */
+void flyd_worker_cancel(struct flyd_worker *w);
 int flyd_worker_is_healthy(const struct flyd_worker *w);
 int flyd_worker_restarts(const struct flyd_worker *w);
 int flyd_worker_pid(const struct flyd_worker *w);
+struct flyd_registry;
+/* The kernel registry of the last worker that was READY (registry.h).
+ * @return borrowed, valid until the next READY or flyd_worker_stop();
+ *         NULL before the first READY. */
+const struct flyd_registry *flyd_worker_registry(const struct flyd_worker *w);
 /* Stop: kill the child, close handles; @p done runs when all is closed. */
 void flyd_worker_stop(struct flyd_worker *w, void (*done)(void *), void *arg);
 

@@ -25,6 +25,11 @@
 #include "worker.h"
 #include "worker_proto.h"
 
+/* kernels/testing (flytuned-test only; NULL in the production daemon):
+ * makes a marked job's case set-up crash on demand. */
+extern void flyk_testing_setup_fault(const struct fly_problem *p)
+	__attribute__((weak));
+
 struct wm_args {
 	int device;
 	const char *backend;
@@ -104,6 +109,8 @@ static void run_job(struct flyd_backend *be, const struct wm_args *a,
 		     : be->kb->kind == FLYK_BACKEND_CPU ? 30 : 50;
 	o.on_start = on_start;
 	o.on_trial = on_trial;
+	if (flyk_testing_setup_fault != NULL)
+		flyk_testing_setup_fault(&j->problem);
 	rc = be->kb->case_new(be->dev, &j->problem, flyd_tuner_seed(j->key),
 			      &c);
 	if (rc < 0) {
@@ -125,7 +132,8 @@ static void run_job(struct flyd_backend *be, const struct wm_args *a,
 	flyd_tune_result_fini(&r);
 }
 
-/* READY: the backend's name and fingerprint, or why it failed. */
+/* READY: the backend's name and fingerprint, or why it failed; on
+ * success its registry first (one VARIANT record per variant). */
 static void send_ready(const struct flyd_backend *be, int rc)
 {
 	struct flyd_wp_ready m;
@@ -134,6 +142,12 @@ static void send_ready(const struct flyd_backend *be, int rc)
 	m.rc = rc;
 	m.pid = (int32_t)getpid();
 	if (rc == 0) {
+		static struct flyd_reg_variant v;
+
+		for (size_t i = 0; i < be->kb->nvariants; i++) {
+			flyd_reg_variant_from(&be->kb->variants[i], &v);
+			send_or_exit(FLYD_WP_VARIANT, &v, sizeof(v));
+		}
 		snprintf(m.backend, sizeof(m.backend), "%s", be->kb->name);
 		if (be->kb->fingerprint(be->dev, m.fingerprint,
 					sizeof(m.fingerprint)) < 0)

@@ -22,6 +22,8 @@ size_t flyd_wp_payload_size(uint32_t type)
 		return sizeof(struct flyd_trial);
 	case FLYD_WP_RESULT:
 		return sizeof(struct flyd_wp_result);
+	case FLYD_WP_VARIANT:
+		return sizeof(struct flyd_reg_variant);
 	default:
 		return 0;
 	}

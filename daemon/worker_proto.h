@@ -19,6 +19,8 @@
  *   12     4     reserved 0
  *
  * Flow (d = daemon, w = worker):
+ *   w->d VARIANT struct flyd_reg_variant (registry.h): one per variant of
+ *                the opened backend, before READY rc 0
  *   w->d READY   once, after the backend opened (rc 0) or failed (rc < 0,
  *                then the worker exits)
  *   d->w JOB     struct flyd_tune_job; one at a time
@@ -38,11 +40,12 @@
 #include <stdint.h>
 
 #include "fly_abi.h"
+#include "registry.h"
 #include "store.h"
 #include "worker.h"
 
 #define FLYD_WP_MAGIC 0x50574c46u /* "FLWP" little-endian */
-#define FLYD_WP_VERSION 1
+#define FLYD_WP_VERSION 2
 #define FLYD_WP_HDR 16
 #define FLYD_WP_FD 3             /* the pipe's fd in the worker */
 #define FLYD_WP_BACKEND_MAX 16
@@ -53,7 +56,8 @@ enum flyd_wp_type {
 	FLYD_WP_JOB = 2,
 	FLYD_WP_START = 3,
 	FLYD_WP_TRIAL = 4,
-	FLYD_WP_RESULT = 5
+	FLYD_WP_RESULT = 5,
+	FLYD_WP_VARIANT = 6
 };
 
 struct flyd_wp_hdr {

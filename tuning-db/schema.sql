@@ -1,4 +1,4 @@
--- schema.sql: the whole current schema (user_version 2), exactly as
+-- schema.sql: the whole current schema (user_version 3), exactly as
 -- `sqlite3 DB .schema` prints it for a freshly migrated DB.  Not applied:
 -- the migrations are.  tests/unit/test_store.c checks they agree.
 -- Regenerate: cat migrations/*.sql | sqlite3 /tmp/x.db && sqlite3 /tmp/x.db .schema
@@ -43,6 +43,15 @@ CREATE TABLE jobs (
 	force INTEGER NOT NULL,
 	queued_at INTEGER NOT NULL,
 	state TEXT NOT NULL CHECK (state IN ('queued', 'running')),
+	faults INTEGER NOT NULL DEFAULT 0,
 	PRIMARY KEY (key, device)
 );
 CREATE INDEX trials_key ON trials (key, device, libver);
+CREATE TABLE failed_jobs (
+	key TEXT NOT NULL,
+	device TEXT NOT NULL,
+	faults INTEGER NOT NULL,
+	why TEXT NOT NULL,
+	at INTEGER NOT NULL,
+	PRIMARY KEY (key, device)
+);

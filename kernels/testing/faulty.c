@@ -10,6 +10,10 @@
  *
  * Each is feasible only when FLYK_TESTING_FAULTS (comma-separated) names
  * it: "crash", "hang", "wrong"; otherwise feasible() returns -EINVAL.
+ *
+ * flyk_testing_setup_fault(), called by the worker before a job's case
+ * set-up, crashes it for rmsnorm problems with n = 4093 when the list
+ * names "setup_crash" (a job that faults every time, issue 18).
  * Owns: nothing.  Thread: any.
  */
 #include <errno.h>
@@ -114,3 +118,15 @@ const struct flyk_variant flyk_testing_variants[] = {
 };
 const size_t flyk_testing_nvariants =
 	sizeof(flyk_testing_variants) / sizeof(flyk_testing_variants[0]);
+
+#define SETUP_FAULT_N 4093 /* the marked problems' n: no other test uses it */
+
+void flyk_testing_setup_fault(const struct fly_problem *p);
+void flyk_testing_setup_fault(const struct fly_problem *p)
+{
+	volatile int *volatile np = NULL;
+
+	if (p->op == FLY_OP_RMSNORM && p->dims[1] == SETUP_FAULT_N &&
+	    fault_enabled("setup_crash"))
+		*np = 1;
+}

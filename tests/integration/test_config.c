@@ -237,7 +237,7 @@ static void test_sighup_system_db(void **state)
 	free(resp);
 	snprintf(req, sizeof(req), "{\"req\":\"import\",\"results\":[{"
 		 "\"key\":\"%s\",\"device\":\"%s\",\"libver\":\"%s\","
-		 "\"variant\":\"rmsnorm_rows\",\"params\":[64,1,4],"
+		 "\"variant\":\"rms_vec\",\"params\":[4,1,1],"
 		 "\"median_us\":3.5,\"mad_us\":0.1,\"tune_s\":0.5,"
 		 "\"tuned_at\":1700000000}]}", key, dev, lv);
 	assert_int_equal(fly_test_request(fd, req, &resp, T_MS), 0);
@@ -257,7 +257,7 @@ static void test_sighup_system_db(void **state)
 	assert_true(fly_test_daemon_log_has(&b, "attached=1"));
 	assert_true(wait_log(&b, "info reloaded"));
 	get_variant(&b, key, v, sizeof(v));
-	assert_string_equal(v, "rmsnorm_rows");
+	assert_string_equal(v, "rms_vec");
 	assert_int_equal(shm_count(&b), 1); /* published to the clients */
 	/* Removed: the row is gone with it. */
 	write_file(b.config, "{\"backend\":\"cpu\",\"policy\":\"on-request\"}");

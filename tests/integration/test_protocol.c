@@ -410,9 +410,11 @@ static int64_t conns_now(int fd)
 	return v;
 }
 
+/* max_clients 8, plus the 4 connections reserved for admin peers (this
+ * test runs as the daemon's uid, so it is one): the 13th is refused. */
 static void test_max_clients(void **state)
 {
-	int fds[8], extra, i;
+	int fds[12], extra, i;
 	char *resp = NULL;
 
 	if (d.external)
@@ -422,7 +424,7 @@ static void test_max_clients(void **state)
 	for (i = 0; i < 100 && conns_now(fds[0]) != 1; i++)
 		usleep(50 * 1000);
 	assert_int_equal(conns_now(fds[0]), 1);
-	for (i = 1; i < 8; i++) {
+	for (i = 1; i < 12; i++) {
 		fds[i] = fly_test_connect(d.sock);
 		assert_true(fds[i] >= 0);
 		assert_int_equal(fly_test_request(fds[i], "{\"req\":\"list\"}",
@@ -443,7 +445,7 @@ static void test_max_clients(void **state)
 					  T_MS), 0);
 	expect_ok(resp);
 	free(resp);
-	for (i = 0; i < 8; i++)
+	for (i = 0; i < 12; i++)
 		close(fds[i]);
 	assert_true(stat_of("rejected_max_clients") >= 1);
 	assert_alive();
@@ -642,7 +644,7 @@ static double num(const cJSON *o, const char *name)
 #define K1 "rmsnorm/fp32/m=32,n=4096"
 #define K2 "rmsnorm/fp32/m=64,n=4096"
 #define ROW "{\"key\":\"%s\",\"device\":\"%s\",\"libver\":\"%s\"," \
-	"\"variant\":\"%s\",\"params\":[%d],\"median_us\":%s," \
+	"\"variant\":\"%s\",\"params\":[%s],\"median_us\":%s," \
 	"\"mad_us\":0.5,\"tune_s\":1.25,\"tuned_at\":1700000000}"
 #define TAIL ",\"device\":\"x\",\"libver\":\"y\",\"mad_us\":0," \
 	"\"tune_s\":0,\"tuned_at\":0"
@@ -658,8 +660,10 @@ static void test_import_export_roundtrip(void **state)
 	o = ask(fd, "{\"req\":\"forget\",\"all\":true}");
 	assert_true(is_ok(o));
 	cJSON_Delete(o);
-	snprintf(row1, sizeof(row1), ROW, K1, dev, lv, "imp_a", 4, "12.5");
-	snprintf(row2, sizeof(row2), ROW, K2, dev, lv, "imp_b", 8, "20");
+	snprintf(row1, sizeof(row1), ROW, K1, dev, lv, "rms_twopass", "4,1",
+		 "12.5");
+	snprintf(row2, sizeof(row2), ROW, K2, dev, lv, "rms_vec", "8,4,1",
+		 "20");
 	/* Two chunks: staged, then committed together. */
 	o = ask(fd, "{\"req\":\"import\",\"more\":true,\"results\":[%s]}", row1);
 	assert_true(is_ok(o));
@@ -677,7 +681,7 @@ static void test_import_export_roundtrip(void **state)
 	assert_true(is_ok(o));
 	r = cJSON_GetObjectItem(o, "result");
 	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(r,
-						 "variant")), "imp_a");
+						 "variant")), "rms_twopass");
 	assert_int_equal((int)cJSON_GetArrayItem(cJSON_GetObjectItem(r,
 				"params"), 0)->valuedouble, 4);
 	assert_true(num(r, "median_us") == 12.5);
@@ -741,9 +745,11 @@ static void test_import_all_or_nothing(void **state)
 
 	assert_true(fd >= 0);
 	identity(fd, dev, sizeof(dev), lv, sizeof(lv));
-	snprintf(good, sizeof(good), ROW, K1, dev, lv, "imp_a", 1, "3");
+	snprintf(good, sizeof(good), ROW, K1, dev, lv, "rms_twopass", "1,1",
+		 "3");
 	/* An invalid row anywhere refuses the whole import. */
-	snprintf(bad, sizeof(bad), ROW, K2, dev, lv, "imp_b", 1, "-1");
+	snprintf(bad, sizeof(bad), ROW, K2, dev, lv, "rms_twopass", "1,1",
+		 "-1");
 	o = ask(fd, "{\"req\":\"import\",\"results\":[%s,%s]}", good, bad);
 	assert_string_equal(err_code(o), fly_err_name(FLY_E_INVALID));
 	assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(
@@ -753,7 +759,7 @@ static void test_import_all_or_nothing(void **state)
 	o = ask(fd, "{\"req\":\"import\",\"more\":true,\"results\":[%s]}", good);
 	assert_true(is_ok(o));
 	cJSON_Delete(o);
-	snprintf(bad, sizeof(bad), ROW, "gemm/fp32/nonsense", dev, lv, "x", 1,
+	snprintf(bad, sizeof(bad), ROW, "gemm/fp32/nonsense", dev, lv, "x", "1",
 		 "1");
 	o = ask(fd, "{\"req\":\"import\",\"results\":[%s]}", bad);
 	assert_string_equal(err_code(o), fly_err_name(FLY_E_INVALID));
@@ -762,8 +768,8 @@ static void test_import_all_or_nothing(void **state)
 	assert_string_equal(err_code(o), fly_err_name(FLY_E_NOTFOUND));
 	cJSON_Delete(o);
 	/* Another device's rows need retarget. */
-	snprintf(bad, sizeof(bad), ROW, K1, "00000000deadbeef", lv, "imp_a", 1,
-		 "3");
+	snprintf(bad, sizeof(bad), ROW, K1, "00000000deadbeef", lv,
+		 "rms_twopass", "1,1", "3");
 	o = ask(fd, "{\"req\":\"import\",\"results\":[%s]}", bad);
 	assert_string_equal(err_code(o), fly_err_name(FLY_E_INVALID));
 	cJSON_Delete(o);
@@ -795,7 +801,7 @@ static void test_import_all_or_nothing(void **state)
 	cJSON_Delete(o);
 	/* A complete row is accepted with retarget; one field short is not. */
 	o = ask(fd, "{\"req\":\"import\",\"retarget\":true,\"results\":[{\"key\":"
-		"\"" K2 "\",\"variant\":\"v\",\"params\":[],\"median_us\":1"
+		"\"" K2 "\",\"variant\":\"rms_ref\",\"params\":[],\"median_us\":1"
 		TAIL "}]}");
 	assert_true(is_ok(o));
 	cJSON_Delete(o);
@@ -831,7 +837,8 @@ static void test_responses_match_schemas(void **state)
 
 	assert_true(fd >= 0);
 	identity(fd, dev, sizeof(dev), lv, sizeof(lv));
-	snprintf(row, sizeof(row), ROW, K1, dev, lv, "imp_a", 4, "12.5");
+	snprintf(row, sizeof(row), ROW, K1, dev, lv, "rms_twopass", "4,1",
+		 "12.5");
 	conforms(fd, "hello.response.json", "{\"req\":\"hello\",\"version\":1,"
 		 "\"id\":1}");
 	conforms(fd, "status.response.json", "{\"req\":\"status\",\"id\":2}");
@@ -1272,7 +1279,7 @@ static void test_structured_fuzz(void **state)
 		fz_state = strtoull(env_s, NULL, 0) | 1u;
 	assert_true(fd >= 0);
 	identity(fd, dev, sizeof(dev), lv, sizeof(lv));
-	snprintf(row, sizeof(row), ROW, K2, dev, lv, "rmsnorm_rows", 4,
+	snprintf(row, sizeof(row), ROW, K2, dev, lv, "rms_twopass", "4,1",
 		 "12.5");
 	snprintf(imp, sizeof(imp), "{\"req\":\"import\",\"results\":[%s]}",
 		 row);

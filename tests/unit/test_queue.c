@@ -157,10 +157,12 @@ static void test_requeue_front_and_failed(void **state)
 	flyd_queue_fail(q, k);
 	assert_null(flyd_queue_running(q));
 	assert_int_equal(flyd_queue_len(q), 1);
-	/* Background pushes are refused for a failed key, explicit revive. */
+	/* Pushes are refused for a failed key until forced (issue 18). */
 	assert_int_equal(flyd_queue_push(q, "x", 0, 0, &j), 2);
 	assert_null(j);
-	assert_int_equal(flyd_queue_push(q, "x", 1, 0, &j), 0);
+	assert_int_equal(flyd_queue_push(q, "x", 1, 0, &j), 2);
+	assert_null(j);
+	assert_int_equal(flyd_queue_push(q, "x", 1, 1, &j), 0);
 	assert_int_equal(j->state, FLYD_Q_QUEUED);
 	assert_int_equal(j->faults, 0);
 	assert_string_equal(flyd_queue_peek(q, 1)->key, "x");
@@ -169,6 +171,30 @@ static void test_requeue_front_and_failed(void **state)
 	flyd_queue_clear_failed(q, NULL);
 	assert_null(flyd_queue_find(q, "x"));
 	assert_int_equal(flyd_queue_push(q, "x", 0, 0, NULL), 0);
+	flyd_queue_free(q);
+}
+
+/* issue 18: a faulted job goes to the back of its level and is not
+ * started before its backoff; the others go first. */
+static void test_issue_18_requeue_back_backoff(void **state)
+{
+	struct flyd_queue *q;
+	struct flyd_qjob *a, *b;
+
+	(void)state;
+	assert_int_equal(flyd_queue_new(0, &q), 0);
+	assert_int_equal(flyd_queue_push(q, "a", 1, 0, &a), 0);
+	assert_int_equal(flyd_queue_push(q, "b", 1, 0, &b), 0);
+	assert_ptr_equal(flyd_queue_peek_at(q, 1, 100), a);
+	flyd_queue_start(q, a);
+	flyd_queue_requeue_back(q, a, 1000);
+	assert_int_equal(flyd_queue_len(q), 2);
+	/* b first; a not before its time, even alone. */
+	assert_ptr_equal(flyd_queue_peek_at(q, 1, 100), b);
+	flyd_queue_start(q, b);
+	flyd_queue_done(q, b);
+	assert_null(flyd_queue_peek_at(q, 1, 999));
+	assert_ptr_equal(flyd_queue_peek_at(q, 1, 1000), a);
 	flyd_queue_free(q);
 }
 
@@ -204,6 +230,7 @@ static void test_many_keys(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_issue_18_requeue_back_backoff),
 		cmocka_unit_test(test_single_flight),
 		cmocka_unit_test(test_cap_busy),
 		cmocka_unit_test(test_priority_order),

@@ -289,12 +289,18 @@ static void test_migrate_from_every_version(void **state)
 		assert_int_equal(flyd_store_open_at_version(path, v), 0);
 		assert_int_equal(raw_int(path, "PRAGMA user_version"), v);
 		if (v >= 1) {
-			/* Rows as a version-1 binary wrote them. */
+			/* Rows as a version-1 binary wrote them (its
+			 * columns named: later versions add some). */
 			db = raw_open(path);
-			raw_exec(db, "INSERT INTO results VALUES ('gemm/old',"
+			raw_exec(db, "INSERT INTO results (key, device, libver,"
+				     " variant, params, median_us, mad_us,"
+				     " status, tune_s, tuned_at) VALUES"
+				     " ('gemm/old',"
 				     " '" DEV "', '" LIBVER "', 'tiled',"
 				     " '[ 1, 2 ]', 3.5, 0.5, 2, 9.0, 42);"
-				     "INSERT INTO jobs VALUES ('gemm/job',"
+				     "INSERT INTO jobs (key, device, priority,"
+				     " force, queued_at, state) VALUES"
+				     " ('gemm/job',"
 				     " '" DEV "', 1, 0, 7, 'queued');");
 			sqlite3_close(db);
 		}
