@@ -31,6 +31,10 @@
  *              block are skipped, and `split` (target blocks per SM) sets
  *              how finely KV is chunked for block-starved shapes (few
  *              query rows, long context: FlyDSL's grid.y split).
+ *              `pipe` 1 keeps the next tile's wgmma in flight during a
+ *              tile's epilogue (two accumulator sets); `tma` 1 fills the
+ *              ring with one thread's TMA copies on per-slot mbarriers
+ *              instead of every thread's cp.async.
  * e4m3fnuz inputs go to mqa_simt/mqa_ref on NVIDIA (the wgmma takes fn
  * only; fnuz 0x7f = 240 has no fn encoding at twice the value).
  */
@@ -42,6 +46,19 @@
 #include "flyk_gpu.h"
 #include "gpu_int.h"
 #include "gemm_tile.h"
+#include "gemm_tma.h"
+
+/* The KV tensor map parameter of the wgmma kernel (a dummy where there is
+ * no TMA, so the kernel keeps one signature). */
+#if GEMM_HAVE_TMA
+typedef CUtensorMap mqa_map_t;
+#define MQA_GRID_CONST __grid_constant__
+#else
+struct mqa_map_t {
+	uint64_t unused;
+};
+#define MQA_GRID_CONST
+#endif
 
 #define MQA_DTYPES ((1u << FLY_DT_FP8_E4M3) | (1u << FLY_DT_FP8_E4M3FNUZ))
 #define MQA_FLAGS (FLY_F_CLEAN | FLY_F_KV_FNUZ)
@@ -335,7 +352,7 @@ template <int BQ, int ST> struct mqa_wg_cfg {
 		Q_BYTES = N * MQA_D,
 		KV_BYTES = MQA_BKV * MQA_D,
 		W_BYTES = N * 4,
-		SMEM = 1024 + Q_BYTES + ST * KV_BYTES + W_BYTES,
+		SMEM = 1024 + Q_BYTES + ST * KV_BYTES + W_BYTES + ST * 8,
 	};
 };
 
@@ -446,24 +463,66 @@ __device__ __forceinline__ void mqa_load_tile(uint8_t *ring, int st,
 	gemm_cp_commit(); /* one group per tile, empty past the end */
 }
 
+/* The KV ring of @p ST 8 KiB slots, tile x in slot x % ST, filled by
+ * cp.async from every thread (TMA 0: one commit group per tile) or by one
+ * thread's TMA copy completing on the slot's mbarrier (TMA 1: the k-th
+ * use of a slot completes phase k, parity k & 1). */
+template <int ST, bool TMA> struct mqa_ring {
+	uint8_t *ring;
+	uint64_t *full;
+	const mqa_map_t *map;
+	const uint8_t *kv;
+	int64_t a, skv, nt;
+
+	__device__ __forceinline__ void load(int64_t x) const
+	{
+		if constexpr (TMA) {
+#if GEMM_HAVE_TMA
+			if (threadIdx.x == 0 && x < nt) {
+				int sl = (int)(x % ST);
+				gemm_bar_expect(&full[sl], MQA_BKV * MQA_D);
+				gemm_tma_2d(ring + sl * (MQA_BKV * MQA_D), map,
+					    &full[sl], 0, (int)(a + x * MQA_BKV));
+			}
+#endif
+		} else {
+			mqa_load_tile(ring, ST, kv, a, skv, x, nt);
+		}
+	}
+
+	/* Tile @p x has landed (cp.async: at most @p PEND newer groups
+	 * pending) and is visible to wgmma once the block syncs. */
+	template <int PEND>
+	__device__ __forceinline__ void wait(int64_t x) const
+	{
+		if constexpr (TMA) {
+#if GEMM_HAVE_TMA
+			gemm_bar_wait(&full[x % ST], (unsigned)((x / ST) & 1));
+#endif
+		} else {
+			gemm_cp_wait<PEND>();
+			gemm_fence_async_smem();
+		}
+	}
+};
+
 /* Pipelined step for tile @p it (tile it + 1 exists): make tile it + 1
  * visible, refill the slot tile it - 1 left, issue tile it + 1's wgmma
  * into @p nxt, wait for tile it's (in @p cur), and run its epilogue while
  * it + 1 computes.  The callers keep the control flow plain (a wgmma in
  * flight into the same registers on every path into a step), or ptxas
  * serialises every wgmma. */
-template <int BQ, int ST, bool CLEAN>
+template <int BQ, int ST, bool CLEAN, bool TMA>
 __device__ __forceinline__ void
-mqa_pipe_step(float *cur, float *nxt, const uint8_t *kv, uint8_t *ring,
+mqa_pipe_step(float *cur, float *nxt, const mqa_ring<ST, TMA> &rg,
 	      const uint8_t *sq_, const float *sw, const mqa_blk<BQ> &k,
 	      int64_t it)
 {
 	typedef mqa_wg_cfg<BQ, ST> C;
-	gemm_cp_wait<ST - 3>();
-	gemm_fence_async_smem();
+	rg.template wait<ST - 3>(it + 1);
 	__syncthreads();
-	mqa_load_tile(ring, ST, kv, k.a, k.skv, it + ST - 1, k.nt);
-	mqa_mma<C::N>(nxt, ring + ((it + 1) % ST) * C::KV_BYTES, sq_);
+	rg.load(it + ST - 1);
+	mqa_mma<C::N>(nxt, rg.ring + ((it + 1) % ST) * C::KV_BYTES, sq_);
 	gemm_wg_wait<1>();
 	gemm_wg_fence_acc<C::N / 2>(cur);
 	mqa_epilogue<BQ, CLEAN>(cur, sw, k, it);
@@ -487,18 +546,19 @@ __device__ __forceinline__ void mqa_pipe_last(float *cur, const float *sw,
  * tile it's epilogue (fewer blocks per SM: twice the accumulators; needs
  * ST >= 3).
  */
-template <int BQ, int ST, bool CLEAN, int PIPE>
+template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA>
 __global__ void __launch_bounds__(128)
 mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 		 const float *w, const int32_t *ks, const int32_t *ke,
 		 float *out, int64_t sq, int64_t skv, int64_t ld,
-		 int64_t chunk)
+		 int64_t chunk, const MQA_GRID_CONST mqa_map_t kvmap)
 {
 	typedef mqa_wg_cfg<BQ, ST> C;
 	FLYK_DYN_SMEM(uint8_t, raw);
 	uint8_t *smem = (uint8_t *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
 	uint8_t *sq_ = smem, *ring = smem + C::Q_BYTES;
 	float *sw = (float *)(ring + ST * C::KV_BYTES);
+	uint64_t *full = (uint64_t *)(sw + C::N);
 	const int t = threadIdx.x;
 	mqa_blk<BQ> k;
 	k.sq = sq;
@@ -544,6 +604,18 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 	if (k.nt == 0)
 		return;
 
+	const mqa_ring<ST, TMA> rg = {ring, full, &kvmap, kv, k.a, skv, k.nt};
+	if constexpr (TMA) {
+#if GEMM_HAVE_TMA
+		if (t == 0) {
+			gemm_tma_prefetch_map(&kvmap);
+#pragma unroll
+			for (int x = 0; x < ST; x++)
+				gemm_bar_init(&full[x], 1);
+			gemm_bar_init_fence();
+		}
+#endif
+	}
 	/* q rows (query r, head h) -> row r * 64 + h; the weights alike */
 	mqa_load_rows(sq_, q + k.q0 * MQA_H * MQA_D, C::N,
 		      (sq - k.q0) * MQA_H);
@@ -551,40 +623,43 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 		sw[x] = k.q0 * MQA_H + x < sq * MQA_H ? w[k.q0 * MQA_H + x]
 						      : 0.f;
 	gemm_cp_commit();
-	/* the ring: tiles 0 .. ST - 2 ahead (group 1 + x is tile x) */
+	/* the ring: tiles 0 .. ST - 2 ahead (cp.async: group 1 + x is tile
+	 * x, q is group 0) */
 #pragma unroll
 	for (int x = 0; x < ST - 1; x++)
-		mqa_load_tile(ring, ST, kv, k.a, skv, x, k.nt);
+		rg.load(x);
+	if constexpr (TMA) { /* q by cp.async; the barriers initialised */
+		gemm_cp_wait<0>();
+		gemm_fence_async_smem();
+		__syncthreads();
+	}
 	float acc[C::N / 2];
 	if constexpr (PIPE) {
 		float acc2[C::N / 2];
-		gemm_cp_wait<ST - 2>();
-		gemm_fence_async_smem();
+		rg.template wait<ST - 2>(0);
 		__syncthreads();
 		mqa_mma<C::N>(acc, ring, sq_);
 		/* acc's wgmma is in flight at the top of every iteration */
 		int64_t it = 0;
 		for (; it + 2 < k.nt; it += 2) {
-			mqa_pipe_step<BQ, ST, CLEAN>(acc, acc2, kv, ring, sq_,
-						     sw, k, it);
-			mqa_pipe_step<BQ, ST, CLEAN>(acc2, acc, kv, ring, sq_,
-						     sw, k, it + 1);
+			mqa_pipe_step<BQ, ST, CLEAN, TMA>(acc, acc2, rg, sq_,
+							  sw, k, it);
+			mqa_pipe_step<BQ, ST, CLEAN, TMA>(acc2, acc, rg, sq_,
+							  sw, k, it + 1);
 		}
 		if (it + 1 < k.nt) {
-			mqa_pipe_step<BQ, ST, CLEAN>(acc, acc2, kv, ring, sq_,
-						     sw, k, it);
+			mqa_pipe_step<BQ, ST, CLEAN, TMA>(acc, acc2, rg, sq_,
+							  sw, k, it);
 			mqa_pipe_last<BQ, ST, CLEAN>(acc2, sw, k, it + 1);
 		} else {
 			mqa_pipe_last<BQ, ST, CLEAN>(acc, sw, k, it);
 		}
 	} else {
 		for (int64_t it = 0; it < k.nt; it++) {
-			gemm_cp_wait<ST - 2>();
-			gemm_fence_async_smem();
+			rg.template wait<ST - 2>(it);
 			__syncthreads();
 			/* refill the slot tile it - 1 used (retired) */
-			mqa_load_tile(ring, ST, kv, k.a, skv, it + ST - 1,
-				      k.nt);
+			rg.load(it + ST - 1);
 			mqa_mma<C::N>(acc, ring + (it % ST) * C::KV_BYTES,
 				      sq_);
 			gemm_wg_wait<0>();
@@ -599,6 +674,7 @@ static const int64_t wg_rows_vals[] = {1, 2, 4};
 static const int64_t wg_stages_vals[] = {2, 3, 4};
 static const int64_t wg_split_vals[] = {4, 8, 16};
 static const int64_t wg_pipe_vals[] = {0, 1};
+static const int64_t wg_tma_vals[] = {0, 1};
 
 static int wg_feasible(const struct flyk_device *dev,
 		       const struct fly_problem *p, const int64_t *params)
@@ -612,10 +688,12 @@ static int wg_feasible(const struct flyk_device *dev,
 	if (dev && (dev->cc_major != 9 || dev->cc_minor != 0))
 		return -EINVAL;
 	int64_t rows = params[0], st = params[1], split = params[2];
-	int64_t pipe = params[3];
+	int64_t pipe = params[3], tma = params[4];
 	if ((rows != 1 && rows != 2 && rows != 4) || st < 2 || st > 4 ||
 	    (split != 4 && split != 8 && split != 16) ||
-	    (pipe != 0 && pipe != 1))
+	    (pipe != 0 && pipe != 1) || (tma != 0 && tma != 1))
+		return -EINVAL;
+	if (p->dims[1] > 0x7fffffff - MQA_BKV) /* TMA row coordinates */
 		return -EINVAL;
 	/* two accumulator sets of 4 x 64 columns do not fit in registers;
 	 * the pipeline needs a stage besides the two tiles in the MMA */
@@ -627,7 +705,8 @@ static int wg_feasible(const struct flyk_device *dev,
 	if ((p->dims[0] + rows - 1) / rows > 65535)
 		return -EINVAL;
 	size_t smem = 1024 + (size_t)rows * MQA_H * MQA_D +
-		      (size_t)st * MQA_BKV * MQA_D + (size_t)rows * MQA_H * 4;
+		      (size_t)st * MQA_BKV * MQA_D + (size_t)rows * MQA_H * 4 +
+		      (size_t)st * 8;
 	if (dev && smem > dev->smem_per_block_optin)
 		return -ENOSPC;
 	return 0;
@@ -637,16 +716,23 @@ static int wg_feasible(const struct flyk_device *dev,
 }
 
 #if defined(FLYK_SM90A) && !FLYK_AMD
-template <int BQ, int ST, bool CLEAN, int PIPE>
+template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA>
 static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 		 int64_t skv, int64_t ld, int64_t split, int sms,
 		 hipStream_t s)
 {
+	mqa_map_t map;
+	memset(&map, 0, sizeof(map));
+	if (TMA) { /* kv [skv, 128 bytes] as 64 bf16 a row: bytes moved */
+		uint64_t dims[2] = {MQA_D / 2, (uint64_t)skv};
+		if (gemm_tma_map(&map, a->kv, 2, dims, MQA_BKV))
+			return -EINVAL;
+	}
 	typedef mqa_wg_cfg<BQ, ST> C;
 	static bool attr_set = false; /* per instantiation */
 	if (!attr_set) {
 		const void *k =
-			(const void *)mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE>;
+			(const void *)mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>;
 		if (hipFuncSetAttribute(k,
 					hipFuncAttributeMaxDynamicSharedMemorySize,
 					(int)C::SMEM) != hipSuccess)
@@ -666,22 +752,28 @@ static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 	int64_t cb = (nkvb + nch - 1) / nch;
 	nch = (nkvb + cb - 1) / cb;
 	dim3 grid((unsigned)nch, (unsigned)nqb);
-	FLYK_GO(grid, 128, C::SMEM, s, mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE>)(
+	FLYK_GO(grid, 128, C::SMEM, s,
+		mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>)(
 		(const uint8_t *)a->q, (const uint8_t *)a->kv, a->kv_scale,
 		a->weights, a->ks, a->ke, a->logits, sq, skv, ld,
-		cb * MQA_BKV);
+		cb * MQA_BKV, map);
 	return hipGetLastError() == hipSuccess ? 0 : -EIO;
 }
 
 template <int BQ, int ST, int PIPE>
 static int wg_go_clean(const struct flyk_mqa_logits_args *a, bool clean,
-		       int64_t sq, int64_t skv, int64_t ld, int64_t split,
-		       int sms, hipStream_t s)
+		       bool tma, int64_t sq, int64_t skv, int64_t ld,
+		       int64_t split, int sms, hipStream_t s)
 {
-	return clean ? wg_go<BQ, ST, true, PIPE>(a, sq, skv, ld, split, sms,
-						 s)
-		     : wg_go<BQ, ST, false, PIPE>(a, sq, skv, ld, split, sms,
-						  s);
+	if (tma)
+		return clean ? wg_go<BQ, ST, true, PIPE, true>(a, sq, skv, ld,
+							       split, sms, s)
+			     : wg_go<BQ, ST, false, PIPE, true>(a, sq, skv, ld,
+								split, sms, s);
+	return clean ? wg_go<BQ, ST, true, PIPE, false>(a, sq, skv, ld, split,
+							sms, s)
+		     : wg_go<BQ, ST, false, PIPE, false>(a, sq, skv, ld, split,
+							 sms, s);
 }
 #endif
 
@@ -700,10 +792,11 @@ static int wg_launch(const struct flyk_device *dev,
 	hipStream_t s = (hipStream_t)stream;
 	int64_t rows = params[0], st = params[1], split = params[2];
 	int64_t pipe = params[3];
+	bool tma = params[4] != 0;
 #define MQA_WG_CASE(R, S, P)                                                   \
 	if (rows == R && st == S && pipe == P)                                 \
-		return wg_go_clean<R, S, P>(a, m.clean, m.sq, m.skv, m.ld,     \
-					    split, sms, s);
+		return wg_go_clean<R, S, P>(a, m.clean, tma, m.sq, m.skv,      \
+					    m.ld, split, sms, s);
 	MQA_WG_CASE(1, 2, 0) MQA_WG_CASE(1, 3, 0) MQA_WG_CASE(1, 4, 0)
 	MQA_WG_CASE(2, 2, 0) MQA_WG_CASE(2, 3, 0) MQA_WG_CASE(2, 4, 0)
 	MQA_WG_CASE(4, 2, 0) MQA_WG_CASE(4, 3, 0) MQA_WG_CASE(4, 4, 0)
@@ -732,11 +825,12 @@ static const struct flyk_variant mqa_variants[] = {
 	 1u << FLY_DT_FP8_E4M3,
 	 FLY_F_CLEAN,
 	 0,
-	 4,
+	 5,
 	 {{"rows", 3, wg_rows_vals},
 	  {"stages", 3, wg_stages_vals},
 	  {"split", 3, wg_split_vals},
-	  {"pipe", 2, wg_pipe_vals}},
+	  {"pipe", 2, wg_pipe_vals},
+	  {"tma", 2, wg_tma_vals}},
 	 wg_feasible,
 	 NULL,
 	 wg_launch,
