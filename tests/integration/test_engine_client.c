@@ -14,6 +14,12 @@
  *   - a missed deadline does not cost the connection: with the daemon
  *     alive (slow or stopped for a moment), the reconnect counter stays
  *     where it was.
+ * And (item 15) what README.md says about finding the daemon:
+ * fly_client_open(NULL, ...) uses $FLYTUNED_SOCKET, else
+ * /run/flytuned/gpu0.sock (named by fly_client_errmsg when it is not
+ * there), and the README's Python command line, run as written from a
+ * directory laid out like the repository after `run` (./.state/gpu0.sock),
+ * imports the package and answers from the daemon.
  * No assertion depends on how fast anything runs; the sanity checks
  * (socket errors happened, reconnects happened) make sure each test did
  * exercise the path it is about.
@@ -31,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,6 +71,8 @@ static void cleanup_dm(void)
 static int teardown(void **state)
 {
 	(void)state;
+	unsetenv("FLYTUNED_SOCKET");
+	unsetenv("FLYCLIENT_LIB");
 	cleanup_dm();
 	return 0;
 }
@@ -345,12 +354,117 @@ static void test_issue_18_no_downgrade_when_slow(void **state)
 	cleanup_dm();
 }
 
+/* The line of README.md that starts with @p prefix, or NULL. */
+static char *readme_line(const char *prefix)
+{
+	FILE *f = fopen(FLY_SRC_DIR "/README.md", "r");
+	char line[1024], *found = NULL;
+
+	assert_non_null(f);
+	while (found == NULL && fgets(line, sizeof(line), f) != NULL)
+		if (strncmp(line, prefix, strlen(prefix)) == 0) {
+			line[strcspn(line, "\n")] = '\0';
+			found = strdup(line);
+		}
+	fclose(f);
+	return found;
+}
+
+/* Run @p cmd with sh in @p dir; its output (stdout and stderr) in @p out.
+ * @return its exit status, or -1. */
+static int run_in(const char *dir, const char *cmd, char *out, size_t cap)
+{
+	char *full;
+	size_t n = 0;
+	FILE *p;
+	int st;
+
+	assert_true(asprintf(&full, "cd '%s' && %s 2>&1", dir, cmd) > 0);
+	p = popen(full, "r");
+	free(full);
+	assert_non_null(p);
+	while (n + 1 < cap && fgets(out + n, (int)(cap - n), p) != NULL)
+		n += strlen(out + n);
+	out[n] = '\0';
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Item 15: the README's account of how a client finds the daemon. */
+static void test_issue_18_readme_client(void **state)
+{
+	const char *key = "rmsnorm/fp32/m=64,n=4096";
+	struct fly_problem p = prob(key);
+	struct fly_decision t, d;
+	char dir[] = "/tmp/fly-readme-XXXXXX", path[512], out[4096];
+	char *line;
+	fly_client *c;
+	int rc;
+
+	(void)state;
+	start();
+	/* fly_client_open(NULL, ...) with $FLYTUNED_SOCKET: the daemon */
+	assert_int_equal(setenv("FLYTUNED_SOCKET", dm.sock, 1), 0);
+	assert_int_equal(fly_client_open(NULL, &c), 0);
+	wait_tuned(c, &p, &t);
+	fly_client_close(c);
+	/* without it: /run/flytuned/gpu0.sock, named when it is missing */
+	assert_int_equal(unsetenv("FLYTUNED_SOCKET"), 0);
+	assert_int_equal(fly_client_open(NULL, &c), 0);
+	assert_int_equal(fly_decide(c, &p, &d), 0);
+	if (access("/run/flytuned/gpu0.sock", F_OK) != 0) {
+		assert_int_equal(d.status, FLY_STATUS_DEFAULT);
+		assert_non_null(strstr(fly_client_errmsg(c),
+				       "/run/flytuned/gpu0.sock"));
+	}
+	fly_client_close(c);
+
+	/* the Python line, as written, from a directory laid out like the
+	 * repository after `run`: client/ and .state/gpu0.sock */
+	line = readme_line("FLYTUNED_SOCKET=$PWD/.state/gpu0.sock "
+			   "PYTHONPATH=client/python python3 -c ");
+	assert_non_null(line);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	/* python cannot load a libflyclient.so built with this sanitizer
+	 * (its runtime must come first); test_python.py covers it there */
+	free(line);
+	cleanup_dm();
+	return;
+#endif
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/client", dir);
+	assert_int_equal(symlink(FLY_SRC_DIR "/client", path), 0);
+	snprintf(path, sizeof(path), "%s/.state", dir);
+	assert_int_equal(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/.state/gpu0.sock", dir);
+	assert_int_equal(symlink(dm.sock, path), 0);
+	/* the library of this build (the README's line leaves it to the
+	 * package's search, which would find the tree's build/) */
+	assert_int_equal(setenv("FLYCLIENT_LIB",
+				FLY_BUILD_DIR "/libflyclient.so", 1), 0);
+	rc = run_in(dir, line, out, sizeof(out));
+	unsetenv("FLYCLIENT_LIB");
+	free(line);
+	snprintf(path, sizeof(path), "rm -rf '%s'", dir);
+	if (system(path) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+	if (rc != 0)
+		fprintf(stderr, "README python line: exit %d:\n%s\n", rc, out);
+	assert_int_equal(rc, 0);
+	/* answered from the daemon: the key tuned above */
+	assert_non_null(strstr(out, "'status': 'tuned'"));
+	assert_non_null(strstr(out, t.variant));
+	cleanup_dm();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_issue_18_mappings_bounded,
 					  teardown),
 		cmocka_unit_test_teardown(test_issue_18_no_downgrade_when_slow,
+					  teardown),
+		cmocka_unit_test_teardown(test_issue_18_readme_client,
 					  teardown),
 	};
 
