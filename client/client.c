@@ -3,17 +3,25 @@
  * (process cache -> shm table -> socket), reconnect with backoff, fork
  * detection, and the raw request entry point used by flytune-ctl.
  *
- * Owns: the socket fd, the shm readers (current and retired), the process
- * cache, the counters.
+ * Owns: the socket fd and its receive state, the shm readers (current
+ * and retired), the process cache, the counters.
  * Thread: any.  The cache and the shm table are read lock-free; the
- * socket and the connection state (fd, pid, backoff, current reader
- * swap) are guarded by c->mu, taken with a deadline so no caller queues
- * past its timeout.
- * Invariants: c->fd >= 0 only after a successful hello; a reader once
- * published stays mapped until fly_client_close (other threads may hold
- * it), so replaced readers go to c->retired_shm.  Fork: an atfork child
- * handler resets every open client (registry below) while the child is
- * single-threaded; getpid() in connect_locked is the fallback.
+ * socket and the connection state (fd, pid, backoff, owed reply) are
+ * guarded by c->mu, taken with a deadline so no caller queues past its
+ * timeout; table swaps and the retired tables by c->shm_mu, held only
+ * briefly (the atfork prepare handler takes it).
+ * Invariants: c->fd >= 0 only after a successful hello.  A thread uses a
+ * table only inside a read section (rd_enter/rd_exit) or while holding
+ * c->mu; a replaced table is retired and unmapped once every section
+ * that could have loaded it has ended (grace periods below), so a client
+ * holds one table mapping, two while it swaps (issue 18, item 1).  At
+ * most one request is outstanding on the socket: a reply that missed its
+ * caller's deadline is owed, and the next caller reads it first (issue
+ * 18, item 2: a missed deadline does not cost the connection).  An
+ * answer the client has is never replaced by a worse one because a
+ * deadline passed.  Fork: an atfork child handler resets every open
+ * client (registry below) while the child is single-threaded; getpid()
+ * in connect_locked is the fallback.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -23,12 +31,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "fly_abi.h"
+#include "fly_frame.h"
 #include "fly_key.h"
 #include "fly_msg.h"
 #include "fly_shm.h"
@@ -43,18 +53,42 @@
 #define REQUEST_DEFAULT_MS 30000
 #define WAIT_SLACK_MS 500 /* room for the daemon's own timeout reply */
 #define SOCK_PATH_MAX 108
+/* An owed reply this late (past the deadline it missed) means the session
+ * is broken, not slow: drop it and reconnect. */
+#define OWED_STALE_MS 10000
 
 struct retired_shm {
 	struct fly_shm_reader *r;
+	uint64_t flip;             /* c->gp_flips when it was retired */
 	struct retired_shm *next;
 };
 
-#define FLY_HIT_SHARDS 16 /* power of two */
+#define FLY_RD_SHARDS 16 /* power of two */
 
-struct hit_shard {
-	_Atomic uint64_t n;
-	char pad[64 - sizeof(uint64_t)];
+/* Per-CPU counters: the read sections in progress in each of the two
+ * grace-period phases, and cache hits.  One shared counter bumped by every
+ * hit bounced its cache line between cores and made two threads 3x slower
+ * per call than one (bench_client, 2 threads).  A section's count and the
+ * hit it ends with share one word (RD_ACTIVE_MASK: sections, above: hits),
+ * so a hit costs two atomic additions, not three (bench_client, hot key:
+ * 27 ns -> 21 ns; 17 ns before read sections existed).  Every RD_FOLD
+ * hits of a word move to @c folded. */
+struct rd_shard {
+	_Atomic uint64_t w[2];     /* per phase: hits << 24 | sections */
+	_Atomic uint64_t folded;   /* hits moved out of w[] */
+	char pad[64 - 3 * sizeof(uint64_t)];
 } __attribute__((aligned(64)));
+
+#define RD_HIT_SHIFT 24
+#define RD_ACTIVE_MASK ((1ull << RD_HIT_SHIFT) - 1)
+#define RD_HIT_ONE (1ull << RD_HIT_SHIFT)
+#define RD_FOLD (1ull << 38)
+
+/* A read section: where its count was taken. */
+struct rd_token {
+	unsigned shard;
+	unsigned phase;
+};
 
 struct fly_client {
 	char path[SOCK_PATH_MAX];  /* socket path */
@@ -64,6 +98,10 @@ struct fly_client {
 	struct fly_cache cache;    /* process cache */
 	_Atomic(struct fly_shm_reader *) shm; /* current table or NULL */
 	_Atomic uint64_t epoch;    /* bumps whenever shm is replaced */
+	_Atomic unsigned rd_phase; /* phase new read sections count in */
+	_Atomic int reclaim_wanted; /* retired tables wait for a grace period */
+	_Atomic uint64_t quiet_until_ns; /* fly_decide skips the socket until
+					    then (a reply is late) */
 	pthread_mutex_t mu;        /* guards everything below */
 	int fd;                    /* connected socket or -1 */
 	pid_t pid;                 /* process that opened fd */
@@ -72,12 +110,23 @@ struct fly_client {
 	struct fly_client *reg_prev;
 	uint64_t next_connect_ns;  /* backoff: no attempt before this */
 	uint32_t backoff_ms;       /* current backoff step */
+	uint32_t quiet_ms;         /* current quiet step after a late reply */
 	int64_t next_id;           /* request ids */
-	struct retired_shm *retired_shm; /* replaced readers (kept mapped) */
-	/* Cache hits are counted per CPU shard: one shared counter bumped by
-	 * every hit bounced its cache line between cores and made two
-	 * threads 3x slower per call than one (bench_client, 2 threads). */
-	struct hit_shard hits[FLY_HIT_SHARDS];
+	struct fly_conn_rx rx;     /* the reply being received */
+	int owed;                  /* a reply missed its deadline, unread */
+	int64_t owed_id;           /* its request id */
+	uint64_t owed_since_ns;    /* the deadline it missed */
+	dev_t shm_dev;             /* identity of the current table's memfd */
+	ino_t shm_ino;
+	/* Table swaps and reclaims: held for a few instructions and munmap
+	 * only (never across I/O), so the atfork prepare handler can take it
+	 * and the child never sees a table half swapped or half unmapped. */
+	pthread_mutex_t shm_mu;    /* guards the four below and c->shm writes */
+	struct retired_shm *retired_shm; /* replaced readers, still mapped */
+	uint64_t gp_flips;         /* grace periods started */
+	unsigned gp_old;           /* phase being drained */
+	int gp_busy;               /* a grace period is in progress */
+	struct rd_shard rd[FLY_RD_SHARDS];
 	_Atomic uint64_t n_shm_hits;
 	_Atomic uint64_t n_socket_requests;
 	_Atomic uint64_t n_socket_errors;
@@ -111,24 +160,137 @@ static void bump(_Atomic uint64_t *ctr)
 	atomic_fetch_add_explicit(ctr, 1, memory_order_relaxed);
 }
 
-/* Count a cache hit on this CPU's shard (sched_getcpu reads the rseq
- * area on current glibc: no syscall). */
-static void bump_hit(fly_client *c)
+static uint64_t hits_total(const fly_client *c)
 {
-	int cpu = sched_getcpu();
-	unsigned i = cpu < 0 ? 0 : (unsigned)cpu & (FLY_HIT_SHARDS - 1);
+	struct rd_shard *sh = ((fly_client *)c)->rd;
+	uint64_t n = 0;
 
-	atomic_fetch_add_explicit(&c->hits[i].n, 1, memory_order_relaxed);
+	for (int i = 0; i < FLY_RD_SHARDS; i++) {
+		n += atomic_load_explicit(&sh[i].folded, memory_order_relaxed);
+		for (int ph = 0; ph < 2; ph++)
+			n += atomic_load_explicit(&sh[i].w[ph],
+						  memory_order_relaxed) >>
+			     RD_HIT_SHIFT;
+	}
+	return n;
 }
 
-static uint64_t hits_total(const fly_client *c)
+/* Count a cache hit outside a read section. */
+static void bump_hit(fly_client *c, unsigned shard)
+{
+	atomic_fetch_add_explicit(&c->rd[shard].folded, 1,
+				  memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------ tables */
+
+/* Table lifetime, without a lock on the hot path (a sharded variant of
+ * SRCU).  A reader enters a section by counting itself in its CPU's shard
+ * for the current phase, then loads c->shm; it uses that table only
+ * until it leaves (rd_exit).  Under c->mu a writer replaces c->shm, puts
+ * the old table on c->retired_shm, flips the phase and waits -- without
+ * blocking: it checks now and again later -- for the old phase's counts to
+ * drain.  Correctness: a reader whose count the writer did not see
+ * counted itself after the writer read that shard (seq_cst), so after
+ * the flip, hence after the swap, and its load of c->shm returns a table
+ * newer than every retired one.  Sections are short (a cache probe and
+ * a bounded shm lookup), so a grace period ends within microseconds; the
+ * reader that ends it finishes the reclaim (rd_exit). */
+
+static void reclaim_shm_locked(fly_client *c);
+
+/* Enter a read section (sched_getcpu reads the rseq area on current
+ * glibc: no syscall).  The same shard is left, wherever the thread runs
+ * by then. */
+static struct rd_token rd_enter(fly_client *c)
+{
+	int cpu = sched_getcpu();
+	struct rd_token t;
+
+	t.shard = cpu < 0 ? 0 : (unsigned)cpu & (FLY_RD_SHARDS - 1);
+	t.phase = atomic_load(&c->rd_phase) & 1;
+	atomic_fetch_add(&c->rd[t.shard].w[t.phase], 1);
+	return t;
+}
+
+/* Leave a read section (@p hit: count a cache hit); help a pending
+ * reclaim along when its lock is free.  Never called with c->shm_mu
+ * held. */
+static void rd_exit(fly_client *c, struct rd_token t, int hit)
+{
+	struct rd_shard *sh = &c->rd[t.shard];
+	uint64_t old;
+
+	old = atomic_fetch_add_explicit(&sh->w[t.phase],
+					hit ? RD_HIT_ONE - 1 : (uint64_t)-1,
+					memory_order_release);
+	/* exactly one hit sees the count reach RD_FOLD: it moves them out */
+	if (hit && (old >> RD_HIT_SHIFT) == RD_FOLD - 1) {
+		atomic_fetch_add_explicit(&sh->folded, RD_FOLD,
+					  memory_order_relaxed);
+		atomic_fetch_sub_explicit(&sh->w[t.phase],
+					  RD_FOLD << RD_HIT_SHIFT,
+					  memory_order_relaxed);
+	}
+	if (atomic_load_explicit(&c->reclaim_wanted, memory_order_relaxed) &&
+	    pthread_mutex_trylock(&c->shm_mu) == 0) {
+		reclaim_shm_locked(c);
+		pthread_mutex_unlock(&c->shm_mu);
+	}
+}
+
+/* Read sections in progress that counted in @p phase. */
+static uint64_t rd_active(fly_client *c, unsigned phase)
 {
 	uint64_t n = 0;
 
-	for (int i = 0; i < FLY_HIT_SHARDS; i++)
-		n += atomic_load_explicit(&((fly_client *)c)->hits[i].n,
-					  memory_order_relaxed);
+	for (int i = 0; i < FLY_RD_SHARDS; i++)
+		n += atomic_load(&c->rd[i].w[phase]) & RD_ACTIVE_MASK;
 	return n;
+}
+
+/* Unmap the retired tables retired before grace period @p flip began. */
+static void free_retired_before(fly_client *c, uint64_t flip)
+{
+	struct retired_shm **pp = &c->retired_shm, *rs;
+
+	while ((rs = *pp) != NULL) {
+		if (rs->flip < flip) {
+			*pp = rs->next;
+			fly__shm_reader_close(rs->r);
+			free(rs);
+		} else {
+			pp = &rs->next;
+		}
+	}
+}
+
+/* Drive grace periods: finish the one in progress when its phase has
+ * drained, start one for tables retired since, finish it at once when
+ * no reader is in a section.  Never waits.  Caller holds c->shm_mu. */
+static void reclaim_shm_locked(fly_client *c)
+{
+	if (c->gp_busy) {
+		if (rd_active(c, c->gp_old) != 0)
+			return;
+		c->gp_busy = 0;
+		free_retired_before(c, c->gp_flips);
+	}
+	if (c->retired_shm == NULL) {
+		atomic_store(&c->reclaim_wanted, 0);
+		return;
+	}
+	c->gp_old = atomic_load(&c->rd_phase) & 1;
+	atomic_store(&c->rd_phase, c->gp_old ^ 1);
+	c->gp_flips++;
+	c->gp_busy = 1;
+	atomic_store(&c->reclaim_wanted, 1);
+	if (rd_active(c, c->gp_old) != 0)
+		return;
+	c->gp_busy = 0;
+	free_retired_before(c, c->gp_flips);
+	if (c->retired_shm == NULL)
+		atomic_store(&c->reclaim_wanted, 0);
 }
 
 /* ------------------------------------------------------------ fork */
@@ -145,10 +307,14 @@ static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
 static void fork_prepare(void)
 {
 	pthread_mutex_lock(&reg_mu);
+	for (fly_client *c = reg_head; c != NULL; c = c->reg_next)
+		pthread_mutex_lock(&c->shm_mu);
 }
 
 static void fork_parent(void)
 {
+	for (fly_client *c = reg_head; c != NULL; c = c->reg_next)
+		pthread_mutex_unlock(&c->shm_mu);
 	pthread_mutex_unlock(&reg_mu);
 }
 
@@ -166,19 +332,41 @@ static void shm_unmap_all(fly_client *c)
 		free(rs);
 	}
 	c->retired_shm = NULL;
+	c->gp_busy = 0;
+	c->shm_dev = 0;
+	c->shm_ino = 0;
+	atomic_store(&c->reclaim_wanted, 0);
 	atomic_fetch_add(&c->epoch, 1);
+}
+
+/* Forget the session: close the socket (sending nothing on it) and drop
+ * any partial or owed reply.  Caller holds c->mu (or is the fork child). */
+static void conn_reset_locked(fly_client *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	fly__conn_rx_reset(&c->rx);
+	c->owed = 0;
+	c->quiet_ms = BACKOFF_MIN_MS;
+	atomic_store(&c->quiet_until_ns, 0);
 }
 
 static void fork_child(void)
 {
 	for (fly_client *c = reg_head; c != NULL; c = c->reg_next) {
-		if (c->fd >= 0)
-			close(c->fd);
-		c->fd = -1;
+		conn_reset_locked(c);
 		c->next_connect_ns = 0;
 		c->backoff_ms = BACKOFF_MIN_MS;
 		shm_unmap_all(c);
+		/* the parent's threads, and their read sections, are gone
+		 * (their hits stay counted) */
+		for (int i = 0; i < FLY_RD_SHARDS; i++)
+			for (int ph = 0; ph < 2; ph++)
+				atomic_fetch_and(&c->rd[i].w[ph],
+						 ~RD_ACTIVE_MASK);
 		pthread_mutex_init(&c->mu, NULL);
+		pthread_mutex_init(&c->shm_mu, NULL);
 		pthread_mutex_init(&c->cache.mu, NULL);
 	}
 	pthread_mutex_unlock(&reg_mu);
@@ -263,17 +451,24 @@ int fly_client_open_opts(const struct fly_client_opts *o, fly_client **out)
 	rc = -pthread_mutex_init(&c->mu, NULL);
 	if (rc < 0)
 		goto err_cache;
+	rc = -pthread_mutex_init(&c->shm_mu, NULL);
+	if (rc < 0)
+		goto err_mu;
 	c->timeout_ms = o->timeout_ms ? o->timeout_ms : TIMEOUT_DEFAULT_MS;
 	c->recheck_ms = o->recheck_ms ? o->recheck_ms : RECHECK_DEFAULT_MS;
 	c->no_shm = o->no_shm;
 	c->fd = -1;
 	c->backoff_ms = BACKOFF_MIN_MS;
+	c->quiet_ms = BACKOFF_MIN_MS;
 	c->next_id = 1;
+	fly__conn_rx_init(&c->rx);
 	atomic_init(&c->shm, NULL);
 	reg_add(c);
 	*out = c;
 	return 0;
 
+err_mu:
+	pthread_mutex_destroy(&c->mu);
 err_cache:
 	fly__cache_fini(&c->cache);
 err_free:
@@ -286,10 +481,10 @@ void fly_client_close(fly_client *c)
 	if (c == NULL)
 		return;
 	reg_del(c);
-	if (c->fd >= 0)
-		close(c->fd);
+	conn_reset_locked(c);
 	shm_unmap_all(c);
 	fly__cache_fini(&c->cache);
+	pthread_mutex_destroy(&c->shm_mu);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
 }
@@ -373,58 +568,147 @@ static int lock_until(fly_client *c, uint64_t deadline_ns)
 }
 
 /* Install a new current table; the old one is retired, not unmapped:
- * another thread may be reading it right now.  Caller holds c->mu. */
+ * another thread may be reading it right now.  It is unmapped after a
+ * grace period (reclaim_shm_locked), at once when no reader is in a
+ * section.  Caller holds c->mu. */
 static void shm_replace_locked(fly_client *c, struct fly_shm_reader *r)
 {
-	struct fly_shm_reader *old = atomic_exchange(&c->shm, r);
-	struct retired_shm *rs;
+	struct retired_shm *rs = malloc(sizeof(*rs));
+	struct fly_shm_reader *old;
 
+	pthread_mutex_lock(&c->shm_mu);
+	old = atomic_exchange(&c->shm, r);
 	atomic_fetch_add(&c->epoch, 1);
-	if (old == NULL)
-		return;
-	rs = malloc(sizeof(*rs));
-	if (rs == NULL) {
-		/* cannot retire safely: leak the mapping rather than risk a
-		 * reader touching unmapped memory */
-		return;
+	if (old != NULL && rs != NULL) {
+		rs->r = old;
+		rs->flip = c->gp_flips;
+		rs->next = c->retired_shm;
+		c->retired_shm = rs;
+		rs = NULL;
 	}
-	rs->r = old;
-	rs->next = c->retired_shm;
-	c->retired_shm = rs;
+	/* (old and no memory to retire it: leak the mapping rather than
+	 * risk a reader touching unmapped memory) */
+	reclaim_shm_locked(c);
+	pthread_mutex_unlock(&c->shm_mu);
+	free(rs);
 }
 
-/* Drop the connection (timeout, EOF, garbage); reconnect after backoff.
- * Caller holds c->mu. */
+/* Drop the connection (EOF, garbage, a broken stream); reconnect after
+ * backoff.  Caller holds c->mu. */
 static void drop_locked(fly_client *c)
 {
-	if (c->fd >= 0)
-		close(c->fd);
-	c->fd = -1;
+	conn_reset_locked(c);
 	c->next_connect_ns = fly__now_ns() + c->backoff_ms * 1000000ull;
 	c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ?
 				BACKOFF_MAX_MS : c->backoff_ms * 2;
 }
 
-/* Send @p req and receive the reply; drop the connection on any failure
- * (a late reply would be read as the answer to the next request).
- * Caller holds c->mu and c->fd >= 0. */
-static int roundtrip_locked(fly_client *c, const char *req, size_t len,
-			    uint64_t deadline_ns, char **resp,
-			    size_t *resp_len, int *fd_out)
+/* A reply missed its caller's deadline; the connection stays.  fly_decide
+ * leaves the socket alone for a while (100 ms, doubling to 2 s while
+ * replies stay late) and answers from what it has.  Caller holds c->mu. */
+static void missed_locked(fly_client *c)
 {
+	bump(&c->n_socket_errors);
+	set_err(c, "socket %s: %s", c->path, fly_strerror(FLY_E_TIMEOUT));
+	atomic_store(&c->quiet_until_ns,
+		     fly__now_ns() + c->quiet_ms * 1000000ull);
+	c->quiet_ms = c->quiet_ms * 2 > BACKOFF_MAX_MS ?
+			      BACKOFF_MAX_MS : c->quiet_ms * 2;
+}
+
+/* A round trip failed for good: count it, drop the connection. */
+static void failed_locked(fly_client *c, int rc)
+{
+	bump(&c->n_socket_errors);
+	set_err(c, "socket %s: %s", c->path, fly_strerror(rc));
+	drop_locked(c);
+}
+
+/* The id a reply echoes: 0 (id in *id), 1 (none), FLY_E_PROTO. */
+static int reply_id(const char *buf, size_t len, int64_t *id)
+{
+	cJSON *o = NULL;
 	int rc;
 
-	bump(&c->n_socket_requests);
-	rc = fly__conn_send(c->fd, req, len, deadline_ns);
-	if (rc == 0)
-		rc = fly__conn_recv(c->fd, FLY_CONN_RESP_CAP, deadline_ns,
-				    resp, resp_len, fd_out);
-	if (rc < 0) {
-		bump(&c->n_socket_errors);
-		set_err(c, "socket %s: %s", c->path, fly_strerror(rc));
-		drop_locked(c);
+	if (fly_msg_parse((const uint8_t *)buf, len, &o) < 0)
+		return FLY_E_PROTO;
+	rc = fly_msg_opt_int(o, "id", id);
+	cJSON_Delete(o);
+	return rc < 0 ? FLY_E_PROTO : rc;
+}
+
+/* Read the owed reply, if any, before @p deadline_ns (and discard it).
+ * @return 0 (nothing owed now), FLY_E_TIMEOUT (still owed; nothing was
+ * sent), or an error after which the connection is dropped.  Caller
+ * holds c->mu and c->fd >= 0. */
+static int drain_locked(fly_client *c, uint64_t deadline_ns)
+{
+	char *buf = NULL;
+	size_t len;
+	int64_t id = 0;
+	int rc;
+
+	if (!c->owed)
+		return 0;
+	if (fly__now_ns() > c->owed_since_ns + OWED_STALE_MS * 1000000ull) {
+		failed_locked(c, FLY_E_TIMEOUT);
+		return FLY_E_DOWN;
 	}
-	return rc;
+	rc = fly__conn_recv(c->fd, &c->rx, FLY_CONN_RESP_CAP, deadline_ns,
+			    &buf, &len, NULL);
+	if (rc == FLY_E_TIMEOUT) {
+		missed_locked(c);
+		return rc;
+	}
+	if (rc == 0 && (reply_id(buf, len, &id) != 0 || id != c->owed_id))
+		rc = FLY_E_PROTO; /* a late reply always echoes its id */
+	free(buf);
+	if (rc < 0) {
+		failed_locked(c, rc);
+		return rc;
+	}
+	c->owed = 0;
+	return 0;
+}
+
+/* Send @p req and receive the reply.  A reply that misses the deadline is
+ * owed when @p id is known (>= 0): the connection stays and the next
+ * caller reads it first; otherwise, and on any other failure, the
+ * connection is dropped (a late reply would be read as the answer to the
+ * next request).  Caller holds c->mu and c->fd >= 0. */
+static int roundtrip_locked(fly_client *c, const char *req, size_t len,
+			    int64_t id, uint64_t deadline_ns, char **resp,
+			    size_t *resp_len, int *fd_out)
+{
+	size_t sent = 0;
+	int rc;
+
+	*resp = NULL;
+	rc = drain_locked(c, deadline_ns);
+	if (rc < 0)
+		return rc;
+	bump(&c->n_socket_requests);
+	rc = fly__conn_send(c->fd, req, len, deadline_ns, &sent);
+	if (rc == FLY_E_TIMEOUT && sent == 0) {
+		missed_locked(c); /* nothing went out: the stream is intact */
+		return rc;
+	}
+	if (rc == 0)
+		rc = fly__conn_recv(c->fd, &c->rx, FLY_CONN_RESP_CAP,
+				    deadline_ns, resp, resp_len, fd_out);
+	if (rc == FLY_E_TIMEOUT && sent == len + FLY_FRAME_HDR && id >= 0) {
+		c->owed = 1;
+		c->owed_id = id;
+		c->owed_since_ns = deadline_ns;
+		missed_locked(c);
+		return rc;
+	}
+	if (rc < 0) {
+		failed_locked(c, rc);
+		return rc;
+	}
+	c->quiet_ms = BACKOFF_MIN_MS;
+	return 0;
 }
 
 /* Parse a reply strictly; check its id when it echoes one.
@@ -446,15 +730,24 @@ static int parse_reply(const char *buf, size_t len, int64_t id, cJSON **out)
 	return 0;
 }
 
-/* Map the table passed with hello.  Caller holds c->mu; takes @p fd. */
+/* Map the table passed with hello.  The same table as the current one
+ * (a reconnect to the same daemon: same memfd) is kept as it is, so a
+ * reconnect neither maps it again nor makes cached answers stale.
+ * Caller holds c->mu; takes @p fd. */
 static void hello_map_locked(fly_client *c, int fd)
 {
 	struct fly_shm_reader *r;
+	struct stat st = { 0 };
 	int rc;
 
 	if (fd < 0)
 		return;
 	if (c->no_shm) {
+		close(fd);
+		return;
+	}
+	if (fstat(fd, &st) == 0 && atomic_load(&c->shm) != NULL &&
+	    st.st_dev == c->shm_dev && st.st_ino == c->shm_ino) {
 		close(fd);
 		return;
 	}
@@ -466,6 +759,8 @@ static void hello_map_locked(fly_client *c, int fd)
 		shm_replace_locked(c, NULL);
 		return;
 	}
+	c->shm_dev = st.st_dev;
+	c->shm_ino = st.st_ino;
 	shm_replace_locked(c, r);
 }
 
@@ -482,10 +777,14 @@ static int hello_locked(fly_client *c, uint64_t deadline_ns)
 		 "{\"req\":\"hello\",\"id\":%lld,\"version\":%d,"
 		 "\"client\":\"libflyclient\"}",
 		 (long long)id, FLY_PROTO_VERSION);
-	rc = roundtrip_locked(c, req, strlen(req), deadline_ns, &resp, &rlen,
-			      &fd);
-	if (rc < 0)
+	/* no id: a session without its hello answered is not kept */
+	rc = roundtrip_locked(c, req, strlen(req), -1, deadline_ns, &resp,
+			      &rlen, &fd);
+	if (rc < 0) {
+		if (c->fd >= 0)
+			drop_locked(c);
 		return rc;
+	}
 	rc = parse_reply(resp, rlen, id, &o);
 	if (rc == 0) {
 		const char *msg = "";
@@ -511,13 +810,11 @@ static int hello_locked(fly_client *c, uint64_t deadline_ns)
 
 /* After fork without the atfork handler having run (a raw clone()): the
  * inherited socket belongs to the parent's session.  Close our copy
- * without sending anything and forget the table (kept mapped: other
- * threads of this process may be reading it).  Caller holds c->mu. */
+ * without sending anything and forget the table (retired, not unmapped:
+ * other threads of this process may be reading it).  Caller holds c->mu. */
 static void forked_locked(fly_client *c)
 {
-	if (c->fd >= 0)
-		close(c->fd);
-	c->fd = -1;
+	conn_reset_locked(c);
 	c->next_connect_ns = 0;
 	c->backoff_ms = BACKOFF_MIN_MS;
 	shm_replace_locked(c, NULL);
@@ -565,22 +862,24 @@ static void decision_default(struct fly_decision *d)
 }
 
 /* Ask the socket for a decision.  Caller holds c->mu, connected.
- * @return 0 (d filled), or an error (connection dropped unless the daemon
- * answered with an error object). */
+ * @return 0 (d filled), or an error (d untouched; the connection is
+ * dropped unless the daemon answered with an error object or the reply
+ * is only late). */
 static int socket_decide_locked(fly_client *c, const char *key,
 				uint64_t deadline_ns, struct fly_decision *d)
 {
 	char req[FLY_KEY_MAX + 64], *resp = NULL;
 	int64_t id = c->next_id++;
 	const char *msg = "";
+	struct fly_decision got;
 	size_t rlen;
 	cJSON *o = NULL;
 	int rc;
 
 	snprintf(req, sizeof(req), "{\"req\":\"decide\",\"id\":%lld,"
 		 "\"key\":\"%s\"}", (long long)id, key);
-	rc = roundtrip_locked(c, req, strlen(req), deadline_ns, &resp, &rlen,
-			      NULL);
+	rc = roundtrip_locked(c, req, strlen(req), id, deadline_ns, &resp,
+			      &rlen, NULL);
 	if (rc < 0)
 		return rc;
 	rc = parse_reply(resp, rlen, id, &o);
@@ -591,19 +890,22 @@ static int socket_decide_locked(fly_client *c, const char *key,
 	}
 	if (rc == 0)
 		rc = fly_msg_decision_from_json(
-			cJSON_GetObjectItemCaseSensitive(o, "decision"), d);
+			cJSON_GetObjectItemCaseSensitive(o, "decision"), &got);
 	if (rc == FLY_E_PROTO) {
 		set_err(c, "decide %s: malformed reply", key);
 		bump(&c->n_socket_errors);
 		drop_locked(c);
 	}
+	if (rc == 0)
+		*d = got;
 	cJSON_Delete(o);
 	free(resp);
 	return rc;
 }
 
 /* Cache stamp of the current table: its generation, mixed with the epoch
- * so a new table (daemon restart) never matches an old stamp. */
+ * so a new table (daemon restart) never matches an old stamp.  Inside a
+ * read section or with c->mu held. */
 static uint64_t stamp_of(fly_client *c, struct fly_shm_reader *r,
 			 uint64_t *gen)
 {
@@ -638,12 +940,33 @@ static uint64_t problem_hash(const struct fly_problem *p)
 	return h;
 }
 
+static const struct fly_cache_entry *cache_get(fly_client *c,
+					       const struct fly_problem *p,
+					       uint64_t hash)
+{
+	return fly__cache_lookup(&c->cache, (const char *)p, sizeof(*p), hash);
+}
+
 static void cache_put(fly_client *c, const struct fly_problem *p,
 		      uint64_t hash, const struct fly_decision *d,
 		      uint64_t stamp)
 {
 	fly__cache_put(&c->cache, (const char *)p, sizeof(*p), hash, d, stamp,
 		       fly__now_ns());
+}
+
+/* The answer when the socket gave none (down, late, busy, refused): what
+ * the process cache holds for the problem now -- never worse than what
+ * this client already answered --, else the default. */
+static void fallback(fly_client *c, const struct fly_problem *p,
+		     uint64_t hash, uint64_t gen, struct fly_decision *d)
+{
+	const struct fly_cache_entry *e = cache_get(c, p, hash);
+
+	if (e != NULL)
+		from_entry(e, gen, d);
+	else
+		decision_default(d);
 }
 
 /* Try the shm table.  @return 1 on a hit (d filled, cached), else 0. */
@@ -658,18 +981,21 @@ static int try_shm(fly_client *c, struct fly_shm_reader *r,
 	return 1;
 }
 
-/* The socket step of fly_decide: bounded by @p deadline_ns. */
+/* The socket step of fly_decide: bounded by @p deadline_ns.  Without an
+ * answer from the daemon, d is fallback()'s. */
 static void decide_socket(fly_client *c, const struct fly_problem *p,
 			  const char *key, size_t len,
-			  uint64_t hash, uint64_t deadline_ns,
+			  uint64_t hash, uint64_t deadline_ns, uint64_t gen,
 			  struct fly_decision *d)
 {
 	struct fly_shm_reader *r;
-	uint64_t gen, stamp;
+	uint64_t stamp;
 	int rc;
 
-	if (lock_until(c, deadline_ns) < 0)
+	if (lock_until(c, deadline_ns) < 0) {
+		fallback(c, p, hash, gen, d);
 		return;
+	}
 	rc = connect_locked(c, deadline_ns, 0);
 	/* a fresh connection may have brought a table that answers */
 	r = atomic_load_explicit(&c->shm, memory_order_acquire);
@@ -681,21 +1007,24 @@ static void decide_socket(fly_client *c, const struct fly_problem *p,
 	}
 	if (rc == 0)
 		rc = socket_decide_locked(c, key, deadline_ns, d);
-	pthread_mutex_unlock(&c->mu);
-	if (rc < 0) {
-		decision_default(d);
-		return;
+	if (rc == 0) {
+		r = atomic_load_explicit(&c->shm, memory_order_acquire);
+		stamp = stamp_of(c, r, &gen);
+		d->generation = gen;
+		cache_put(c, p, hash, d, stamp);
 	}
-	r = atomic_load_explicit(&c->shm, memory_order_acquire);
-	stamp = stamp_of(c, r, &gen);
-	d->generation = gen;
-	cache_put(c, p, hash, d, stamp);
+	pthread_mutex_unlock(&c->mu);
+	if (rc < 0)
+		fallback(c, p, hash, gen, d);
 }
 
-/* Whether a cached pending/default answer is still fresh enough to serve
- * (only one thread re-asks the socket: the one whose CAS wins). */
-static int pending_fresh(fly_client *c, const struct fly_cache_entry *e,
-			 uint64_t now)
+/* Whether a cached answer is fresh enough to serve without asking the
+ * socket: a pending/default answer, or a tuned one the current table no
+ * longer confirms (stale stamp, shm miss), is re-asked at most every
+ * recheck_ms, by one thread only (the one whose CAS wins); the others
+ * serve it meanwhile. */
+static int recheck_not_due(fly_client *c, const struct fly_cache_entry *e,
+			   uint64_t now)
 {
 	uint64_t checked = atomic_load_explicit(&e->checked_ns,
 						memory_order_relaxed);
@@ -706,12 +1035,21 @@ static int pending_fresh(fly_client *c, const struct fly_cache_entry *e,
 		&((struct fly_cache_entry *)e)->checked_ns, &checked, now);
 }
 
+/* Whether fly_decide should leave the socket alone now: a reply is late
+ * (the daemon is slow or stopped), so the call answers from what it has. */
+static int socket_quiet(fly_client *c, uint64_t now)
+{
+	return now < atomic_load_explicit(&c->quiet_until_ns,
+					  memory_order_relaxed);
+}
+
 int fly_decide(fly_client *c, const struct fly_problem *p,
 	       struct fly_decision *d)
 {
 	char key[FLY_KEY_MAX];
 	const struct fly_cache_entry *e;
 	struct fly_shm_reader *r;
+	struct rd_token t;
 	uint64_t start, hash, gen, stamp;
 	int n;
 
@@ -723,32 +1061,39 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 	}
 	/* hot path: no validation, no formatting, no lock, no syscall */
 	hash = problem_hash(p);
-	r = atomic_load_explicit(&c->shm, memory_order_acquire);
+	t = rd_enter(c);
+	r = atomic_load(&c->shm);
 	stamp = stamp_of(c, r, &gen);
-	e = fly__cache_lookup(&c->cache, (const char *)p, sizeof(*p), hash);
+	e = cache_get(c, p, hash);
 	if (e != NULL && e->dec.status == FLY_STATUS_TUNED &&
 	    atomic_load_explicit(&e->generation, memory_order_relaxed) ==
 		    stamp) {
-		bump_hit(c);
 		from_entry(e, gen, d);
+		rd_exit(c, t, 1);
 		return 0;
 	}
 	start = fly__now_ns();
 	decision_default(d);
 	n = fly_problem_key(p, key, sizeof(key));
-	if (n < 0)
-		return n;
-	if (try_shm(c, r, p, key, (size_t)n, hash, stamp, d) &&
-	    d->status == FLY_STATUS_TUNED)
-		return 0;
-	if (e != NULL && e->dec.status != FLY_STATUS_TUNED &&
-	    pending_fresh(c, e, start)) {
-		bump_hit(c);
-		from_entry(e, gen, d);
+	if (n >= 0 && try_shm(c, r, p, key, (size_t)n, hash, stamp, d) &&
+	    d->status == FLY_STATUS_TUNED) {
+		rd_exit(c, t, 0);
 		return 0;
 	}
+	rd_exit(c, t, 0);
+	if (n < 0)
+		return n;
+	e = cache_get(c, p, hash); /* the shm step may have replaced it */
+	if (e != NULL && (socket_quiet(c, start) ||
+			  recheck_not_due(c, e, start))) {
+		from_entry(e, gen, d);
+		bump_hit(c, t.shard);
+		return 0;
+	}
+	if (socket_quiet(c, start))
+		return 0; /* d: the table's answer, else the default */
 	decide_socket(c, p, key, (size_t)n, hash,
-		      start + c->timeout_ms * 1000000ull, d);
+		      start + c->timeout_ms * 1000000ull, gen, d);
 	return 0;
 }
 
@@ -770,8 +1115,8 @@ static int tune_wait_locked(fly_client *c, const char *key,
 	snprintf(req, sizeof(req), "{\"req\":\"tune\",\"id\":%lld,"
 		 "\"key\":\"%s\",\"wait\":true,\"timeout_ms\":%u}",
 		 (long long)id, key, timeout_ms);
-	rc = roundtrip_locked(c, req, strlen(req), deadline_ns, &resp, &rlen,
-			      NULL);
+	rc = roundtrip_locked(c, req, strlen(req), id, deadline_ns, &resp,
+			      &rlen, NULL);
 	if (rc < 0)
 		return rc;
 	rc = parse_reply(resp, rlen, id, &o);
@@ -796,7 +1141,7 @@ int fly_decide_wait(fly_client *c, const struct fly_problem *p,
 		    uint32_t timeout_ms, struct fly_decision *d)
 {
 	char key[FLY_KEY_MAX];
-	uint64_t deadline, gen, stamp;
+	uint64_t deadline, hash, gen = 0, stamp;
 	struct fly_shm_reader *r;
 	int n, rc, have = 0;
 
@@ -808,22 +1153,28 @@ int fly_decide_wait(fly_client *c, const struct fly_problem *p,
 	n = fly_problem_key(p, key, sizeof(key));
 	if (n < 0)
 		return n;
+	hash = problem_hash(p);
 	deadline = fly__now_ns() + (timeout_ms + WAIT_SLACK_MS) * 1000000ull;
-	if (lock_until(c, deadline) < 0)
+	if (lock_until(c, deadline) < 0) {
+		fallback(c, p, hash, gen, d);
 		return FLY_E_TIMEOUT;
+	}
 	rc = connect_locked(c, deadline, 1);
 	if (rc == 0)
 		rc = tune_wait_locked(c, key, timeout_ms, deadline, d, &have);
+	/* answered without a decision (the daemon's own timeout): ask */
 	if ((rc == 0 || rc == FLY_E_TIMEOUT) && !have && c->fd >= 0 &&
-	    socket_decide_locked(c, key, deadline, d) < 0)
-		decision_default(d);
-	pthread_mutex_unlock(&c->mu);
-	if (rc == FLY_E_TIMEOUT || rc == 0) {
-		r = atomic_load_explicit(&c->shm, memory_order_acquire);
-		stamp = stamp_of(c, r, &gen);
+	    socket_decide_locked(c, key, deadline, d) == 0)
+		have = 1;
+	r = atomic_load_explicit(&c->shm, memory_order_acquire);
+	stamp = stamp_of(c, r, &gen);
+	if (have) {
 		d->generation = gen;
-		cache_put(c, p, problem_hash(p), d, stamp);
+		cache_put(c, p, hash, d, stamp);
 	}
+	pthread_mutex_unlock(&c->mu);
+	if (!have)
+		fallback(c, p, hash, gen, d);
 	if (rc == 0 && d->status != FLY_STATUS_TUNED)
 		rc = FLY_E_TIMEOUT;
 	return rc;
@@ -835,6 +1186,7 @@ int fly_request(fly_client *c, const char *req, size_t len,
 		uint32_t timeout_ms, char **resp, size_t *resp_len)
 {
 	uint64_t deadline;
+	int64_t id = -1;
 	size_t rl = 0;
 	int rc;
 
@@ -849,9 +1201,14 @@ int fly_request(fly_client *c, const char *req, size_t len,
 	deadline = fly__now_ns() + timeout_ms * 1000000ull;
 	if (lock_until(c, deadline) < 0)
 		return FLY_E_TIMEOUT;
+	/* a request that carries an id can be owed when its reply is late;
+	 * one without is dropped with the connection */
+	if (reply_id(req, len, &id) != 0)
+		id = -1;
 	rc = connect_locked(c, deadline, 1);
 	if (rc == 0)
-		rc = roundtrip_locked(c, req, len, deadline, resp, &rl, NULL);
+		rc = roundtrip_locked(c, req, len, id, deadline, resp, &rl,
+				      NULL);
 	pthread_mutex_unlock(&c->mu);
 	if (rc == -ENOMEM || rc == FLY_E_TOOBIG || rc == FLY_E_TIMEOUT ||
 	    rc == FLY_E_PROTO || rc == FLY_E_PERM || rc == FLY_E_MAXCLIENTS)

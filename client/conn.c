@@ -77,9 +77,10 @@ static int wait_fd(int fd, short events, uint64_t deadline_ns)
 	}
 }
 
-/* Send all of @p buf.  @return 0 or an error (see fly__conn_send). */
+/* Send all of @p buf, adding what was written to *sent.
+ * @return 0 or an error (see fly__conn_send). */
 static int send_all(int fd, const uint8_t *buf, size_t len,
-		    uint64_t deadline_ns)
+		    uint64_t deadline_ns, size_t *sent)
 {
 	while (len > 0) {
 		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -88,6 +89,7 @@ static int send_all(int fd, const uint8_t *buf, size_t len,
 		if (n > 0) {
 			buf += n;
 			len -= (size_t)n;
+			*sent += (size_t)n;
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
@@ -102,17 +104,19 @@ static int send_all(int fd, const uint8_t *buf, size_t len,
 }
 
 int fly__conn_send(int fd, const char *buf, size_t len,
-		   uint64_t deadline_ns)
+		   uint64_t deadline_ns, size_t *sent)
 {
 	uint8_t hdr[FLY_FRAME_HDR];
 	int rc;
 
+	*sent = 0;
 	if (len == 0 || len > UINT32_MAX)
 		return FLY_E_TOOBIG;
 	fly_frame_put_header(hdr, (uint32_t)len);
-	rc = send_all(fd, hdr, sizeof(hdr), deadline_ns);
+	rc = send_all(fd, hdr, sizeof(hdr), deadline_ns, sent);
 	if (rc == 0)
-		rc = send_all(fd, (const uint8_t *)buf, len, deadline_ns);
+		rc = send_all(fd, (const uint8_t *)buf, len, deadline_ns,
+			      sent);
 	return rc;
 }
 
@@ -142,17 +146,19 @@ static void take_fds(struct msghdr *mh, int *keep)
 	}
 }
 
-/* Read exactly @p len bytes, collecting passed fds into *fd_got.
+/* Read until *got == @p len bytes are in @p buf, collecting passed fds
+ * into *fd_got; progress stays in *got when the deadline passes.
  * @return 0 or an error (see fly__conn_recv). */
-static int recv_all(int fd, uint8_t *buf, size_t len, uint64_t deadline_ns,
-		    int *fd_got)
+static int recv_all(int fd, uint8_t *buf, size_t len, size_t *got,
+		    uint64_t deadline_ns, int *fd_got)
 {
-	while (len > 0) {
+	while (*got < len) {
 		union {
 			char b[CMSG_SPACE(sizeof(int) * 4)];
 			struct cmsghdr align;
 		} cbuf;
-		struct iovec iov = { .iov_base = buf, .iov_len = len };
+		struct iovec iov = { .iov_base = buf + *got,
+				     .iov_len = len - *got };
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
 				     .msg_control = cbuf.b,
 				     .msg_controllen = sizeof(cbuf.b) };
@@ -163,8 +169,7 @@ static int recv_all(int fd, uint8_t *buf, size_t len, uint64_t deadline_ns,
 			take_fds(&mh, fd_got);
 			if (mh.msg_flags & MSG_CTRUNC)
 				return FLY_E_PROTO;
-			buf += n;
-			len -= (size_t)n;
+			*got += (size_t)n;
 			continue;
 		}
 		if (n == 0)
@@ -180,45 +185,60 @@ static int recv_all(int fd, uint8_t *buf, size_t len, uint64_t deadline_ns,
 	return 0;
 }
 
-int fly__conn_recv(int fd, uint32_t cap, uint64_t deadline_ns, char **buf,
-		   size_t *len, int *fd_out)
+_Static_assert(sizeof(((struct fly_conn_rx *)0)->hdr) == FLY_FRAME_HDR,
+	       "fly_conn_rx.hdr holds one frame header");
+
+void fly__conn_rx_init(struct fly_conn_rx *rx)
 {
-	uint8_t hdr[FLY_FRAME_HDR];
-	int got = -1, rc;
+	memset(rx, 0, sizeof(*rx));
+	rx->fd = -1;
+}
+
+void fly__conn_rx_reset(struct fly_conn_rx *rx)
+{
+	free(rx->buf);
+	if (rx->fd >= 0)
+		close(rx->fd);
+	fly__conn_rx_init(rx);
+}
+
+int fly__conn_recv(int fd, struct fly_conn_rx *rx, uint32_t cap,
+		   uint64_t deadline_ns, char **buf, size_t *len,
+		   int *fd_out)
+{
 	int64_t n;
-	char *p;
+	int rc;
 
 	*buf = NULL;
 	*len = 0;
 	if (fd_out != NULL)
 		*fd_out = -1;
-	rc = recv_all(fd, hdr, sizeof(hdr), deadline_ns, &got);
+	if (rx->buf == NULL) {
+		rc = recv_all(fd, rx->hdr, sizeof(rx->hdr), &rx->hdr_got,
+			      deadline_ns, &rx->fd);
+		if (rc < 0)
+			return rc;
+		n = fly_frame_get_header(rx->hdr, cap);
+		if (n < 0)
+			return (int)n;
+		rx->buf = malloc((size_t)n + 1);
+		if (rx->buf == NULL)
+			return -ENOMEM;
+		rx->len = (size_t)n;
+		rx->got = 0;
+	}
+	rc = recv_all(fd, (uint8_t *)rx->buf, rx->len, &rx->got, deadline_ns,
+		      &rx->fd);
 	if (rc < 0)
-		goto out;
-	n = fly_frame_get_header(hdr, cap);
-	if (n < 0) {
-		rc = (int)n;
-		goto out;
+		return rc;
+	rx->buf[rx->len] = '\0';
+	*buf = rx->buf;
+	*len = rx->len;
+	if (fd_out != NULL) {
+		*fd_out = rx->fd;
+		rx->fd = -1;
 	}
-	p = malloc((size_t)n + 1);
-	if (p == NULL) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	rc = recv_all(fd, (uint8_t *)p, (size_t)n, deadline_ns, &got);
-	if (rc < 0) {
-		free(p);
-		goto out;
-	}
-	p[n] = '\0';
-	*buf = p;
-	*len = (size_t)n;
-out:
-	if (rc == 0 && fd_out != NULL) {
-		*fd_out = got;
-		got = -1;
-	}
-	if (got >= 0)
-		close(got);
-	return rc;
+	rx->buf = NULL;
+	fly__conn_rx_reset(rx);
+	return 0;
 }

@@ -59,14 +59,24 @@ void fly_client_close(fly_client *c);
 /* Decide which variant to launch for @p p.  Never waits for tuning:
  * answers from the process cache, else the shm table, else one socket
  * round trip bounded by the timeout; if the daemon is down, slow or
- * misbehaving, answers the `default` status (variant "" means "use your
- * own default").  Dims are bucketed by the shared policy.
+ * misbehaving, answers what the client already has for the problem, else
+ * the `default` status (variant "" means "use your own default").  Dims
+ * are bucketed by the shared policy.
  * A cached tuned answer costs no lock and no syscall; it is re-checked
- * in the shm table when the table's generation changes.  Pending and
- * default answers are re-checked in shm on every call and on the socket
- * at most every recheck_ms.  While the daemon is down, connects are
- * attempted at most every 100 ms, doubling to 2 s.  A socket timeout
- * drops the connection (a late reply would be out of sync).
+ * in the shm table when the table's generation changes (and, when the
+ * table does not have it, on the socket at most every recheck_ms, by one
+ * thread, the others answering the cached one).  Pending and default
+ * answers are re-checked in shm on every call and on the socket at most
+ * every recheck_ms.  While the daemon is down, connects are
+ * attempted at most every 100 ms, doubling to 2 s.  A reply that misses
+ * the timeout does not cost the connection: the next socket call reads
+ * it first (and discards it), and meanwhile fly_decide leaves the socket
+ * alone for 100 ms, doubling to 2 s while replies stay late.  Without an
+ * answer from the daemon (down, late, busy) the call answers what the
+ * client already has for the problem -- a tuned or pending answer is
+ * never replaced by a worse one because a deadline passed --, else
+ * `default`.  A client maps the daemon's shm table once (two mappings
+ * only while it swaps to a restarted daemon's table).
  * Thread-safe; fork-safe (see the file comment).
  * @param[out] d always filled, even on error (status default).
  * @return 0; FLY_E_BADOP, FLY_E_BADDTYPE, FLY_E_BADDIM, FLY_E_OVERFLOW,
@@ -90,7 +100,9 @@ int fly_decide_wait(fly_client *c, const struct fly_problem *p,
  * reconnect backoff).  Any fd passed with the response is closed.
  * Responses are capped at 16 MiB.  Thread-safe: requests on one client
  * are serialized (a caller that cannot get the connection before its
- * deadline gets FLY_E_TIMEOUT).
+ * deadline gets FLY_E_TIMEOUT).  A request with an integer "id" whose
+ * reply is late keeps the connection (the reply is read and discarded
+ * by the next request); without an id the connection is dropped.
  * @param[out] resp caller owns result; free with fly_free().
  * @return 0 (the daemon answered; the response may be an error object),
  *         FLY_E_DOWN, FLY_E_MAXCLIENTS (the daemon is up but refused the
@@ -126,7 +138,8 @@ struct fly_client_stats {
 void fly_client_stats_get(const fly_client *c, struct fly_client_stats *out);
 /* cache_hits: answers from the process cache; shm_hits: from the table;
  * socket_requests: frames sent (hello included); socket_errors: failed
- * round trips; reconnects: sessions after the first (a fork child's
+ * round trips, late replies included (a late reply keeps the
+ * connection); reconnects: sessions after the first (a fork child's
  * counts too); shm_refused: tables that failed validation (the client
  * then uses the socket only). */
 
