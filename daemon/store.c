@@ -708,6 +708,112 @@ int flyd_store_device_put(struct flyd_store *st, const char *fingerprint,
 	return 0;
 }
 
+/* The value of field @p name ("arch", "name"...) of a fingerprint line
+ * (space-separated name=value, a value may be "quoted"), into @p out;
+ * empty when absent. */
+static void fp_field(const char *fp, const char *name, char *out, size_t cap)
+{
+	size_t n = strlen(name), o = 0;
+	const char *p = fp;
+
+	out[0] = '\0';
+	while (p != NULL && *p != '\0') {
+		if ((p == fp || p[-1] == ' ') && strncmp(p, name, n) == 0 &&
+		    p[n] == '=') {
+			const char *v = p + n + 1;
+			char end = ' ';
+
+			if (*v == '"')
+				end = *v++;
+			while (*v != '\0' && *v != end && o + 1 < cap)
+				out[o++] = *v++;
+			out[o] = '\0';
+			return;
+		}
+		p = strchr(p, ' ');
+		if (p != NULL)
+			p++;
+	}
+}
+
+static int same_hardware(const char *a, const char *b)
+{
+	static const char *const f[] = { "arch", "units", "name" };
+	char x[128], y[128];
+
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+		fp_field(a, f[i], x, sizeof(x));
+		fp_field(b, f[i], y, sizeof(y));
+		if (x[0] == '\0' || strcmp(x, y) != 0)
+			return 0;
+	}
+	return 1;
+}
+
+int flyd_store_device_prune(struct flyd_store *st, const char *fingerprint,
+			    int64_t *ndev, int64_t *nres)
+{
+	static const char *const del[] = {
+		"DELETE FROM main.results WHERE device = ?1",
+		"DELETE FROM main.trials WHERE device = ?1",
+		"DELETE FROM main.jobs WHERE device = ?1",
+		"DELETE FROM main.failed_jobs WHERE device = ?1",
+		"DELETE FROM main.devices WHERE id = ?1",
+	};
+	enum { MAXDEV = 64 };
+	char ids[MAXDEV][FLYD_DEVID_MAX], me[FLYD_DEVID_MAX];
+	int nids = 0, rc;
+	int64_t nd = 0, nr = 0;
+	sqlite3_stmt *s = NULL;
+
+	if (fingerprint == NULL || *fingerprint == '\0')
+		return -EINVAL;
+	flyd_store_device_id(fingerprint, me);
+	rc = sqlite3_prepare_v2(st->db,
+				"SELECT id, fingerprint FROM main.devices"
+				" WHERE id <> ?1", -1, &s, NULL);
+	if (rc != SQLITE_OK)
+		return store_err(st, rc, "device_prune");
+	bind_str(s, 1, me);
+	while (nids < MAXDEV && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		const char *fp = (const char *)sqlite3_column_text(s, 1);
+
+		if (fp != NULL && same_hardware(fp, fingerprint))
+			col_str(s, 0, ids[nids++], FLYD_DEVID_MAX);
+	}
+	sqlite3_finalize(s);
+	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+		return store_err(st, rc, "device_prune");
+	rc = nids ? txn_begin(st) : 0;
+	for (int i = 0; rc == 0 && i < nids; i++) {
+		for (size_t q = 0; rc == 0 && q < sizeof(del) / sizeof(del[0]);
+		     q++) {
+			s = NULL;
+			rc = sqlite3_prepare_v2(st->db, del[q], -1, &s, NULL);
+			if (rc == SQLITE_OK) {
+				bind_str(s, 1, ids[i]);
+				rc = sqlite3_step(s);
+			}
+			sqlite3_finalize(s);
+			rc = rc == SQLITE_DONE ? 0
+					       : store_err(st, rc,
+							   "device_prune");
+			if (rc == 0 && q == 0)
+				nr += sqlite3_changes(st->db);
+		}
+		nd++;
+	}
+	if (nids)
+		rc = txn_end(st, rc);
+	if (rc == 0) {
+		if (ndev != NULL)
+			*ndev = nd;
+		if (nres != NULL)
+			*nres = nr;
+	}
+	return rc;
+}
+
 /* ------------------------------------------------------------ results */
 
 /* Fill @p r's row fields from columns variant, params, median_us, mad_us,

@@ -94,6 +94,15 @@ int flyd_store_ping(struct flyd_store *st);
 int flyd_store_device_put(struct flyd_store *st, const char *fingerprint,
 			  char id_out[FLYD_DEVID_MAX]);
 void flyd_store_device_id(const char *fingerprint, char id_out[FLYD_DEVID_MAX]);
+/* Delete the devices that are @p fingerprint's hardware (the same arch=,
+ * units= and name=) under another fingerprint (a kernel library, vendor
+ * BLAS, driver or runtime version since changed), with all their rows
+ * (results, trials, jobs, failed jobs): nothing would ever serve them
+ * again.  Devices of other hardware (other GPUs sharing the DB) stay.
+ * @p ndev / @p nres (may be NULL): devices and results deleted.
+ * @return 0 or an error. */
+int flyd_store_device_prune(struct flyd_store *st, const char *fingerprint,
+			    int64_t *ndev, int64_t *nres);
 
 /* Look up a result: local first, then the system DB.
  * @return 0, FLY_E_NOTFOUND, FLY_E_STORAGE. */

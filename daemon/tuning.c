@@ -948,6 +948,21 @@ static void first_ready(struct flyd_tuning *t)
 		flyd_store_device_id(ctx->fingerprint, ctx->device_id);
 	}
 	parse_libver(ctx->fingerprint, ctx->libver);
+	{
+		int64_t nd = 0, nr = 0;
+
+		rc = flyd_store_device_prune(ctx->store, ctx->fingerprint, &nd,
+					     &nr);
+		if (rc < 0)
+			flyd_log(FLYD_LOG_ERR, "device_prune_failed", "rc=%d",
+				 rc);
+		else if (nd > 0)
+			flyd_log(FLYD_LOG_INFO, "devices_pruned",
+				 "devices=%lld results=%lld why=\"this "
+				 "hardware under an older software stack "
+				 "(kernels, BLAS, driver or runtime)\"",
+				 (long long)nd, (long long)nr);
+	}
 	t->btab = backend_table(ctx->backend);
 	refill(t);
 	rc = flyd_store_job_iter(ctx->store, ctx->device_id, resume_one, t);

@@ -203,7 +203,8 @@ struct flyk_backend {
 	/* One line of space-separated key=value pairs naming what makes
 	 * results comparable: arch=sm_90 (or gfx942, or x86_64 model),
 	 * units=132 (SMs/CUs/cores), clock_mhz=, mem_clock_mhz=, driver=,
-	 * runtime=, l2_kb= (or cache sizes), lib=FLYK_VERSION, name="...".
+	 * runtime=, l2_kb= (or cache sizes), lib=FLYK_VERSION, blas= (the
+	 * vendor BLAS and its version, "none" without one), name="...".
 	 * @return length or -ENOSPC. */
 	int (*fingerprint)(const struct flyk_device *dev, char *buf,
 			   size_t cap);

@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -283,6 +284,14 @@ static int lt_algo_replay(struct lt_dev *ld, struct lt_entry *e,
 	memcpy(e->params, pr, sizeof(int64_t) * FLYK_CUBLASLT_NPARAMS);
 	e->has_algo = 1;
 	return 0;
+}
+
+/* The vendor BLAS in the fingerprint: "cublaslt-<cublasLtGetVersion()>",
+ * so a library upgrade is a new device identity (its algorithm indices
+ * and timings are not the old one's).  @return snprintf's. */
+int flyk_vendor_blas(char *buf, size_t cap)
+{
+	return snprintf(buf, cap, "cublaslt-%zu", cublasLtGetVersion());
 }
 
 int flyk_cublaslt_feasible(const struct flyk_device *dev,

@@ -199,7 +199,8 @@ int main(void)
 		return 1;
 	}
 	rc = b->fingerprint(dev, fp, sizeof(fp));
-	result(rc > 0 && strstr(fp, "arch=") && strstr(fp, "lib=" FLYK_VERSION),
+	result(rc > 0 && strstr(fp, "arch=") && strstr(fp, "lib=" FLYK_VERSION) &&
+		       strstr(fp, " blas="),
 	       "fingerprint", fp, rc);
 	printf("# %s backend, %zu variants: %s\n", b->name, b->nvariants, fp);
 	test_rmsnorm(b, dev);

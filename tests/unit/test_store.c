@@ -255,6 +255,60 @@ static void assert_schema_current(const char *path)
 
 /* ------------------------------------------------------------ open */
 
+/* issue 18 item 8: the devices of this hardware under an older software
+ * stack (another lib=/blas=/driver=) are pruned with all their rows; other
+ * hardware sharing the DB and the current device stay. */
+static void test_issue_18_device_prune(void **state)
+{
+	struct tdir *t = *state;
+	struct flyd_store *st = open_ok(t->db, NULL);
+	static const char *const fps[] = {
+		/* 0: now */
+		"arch=sm_90 units=132 driver=13000 lib=0.2.0 "
+		"blas=cublaslt-130100 name=\"NVIDIA H200\"",
+		/* 1: the same GPU before a cuBLASLt upgrade */
+		"arch=sm_90 units=132 driver=13000 lib=0.2.0 "
+		"blas=cublaslt-130000 name=\"NVIDIA H200\"",
+		/* 2: the same GPU before a driver upgrade */
+		"arch=sm_90 units=132 driver=12080 lib=0.2.0 "
+		"blas=cublaslt-130100 name=\"NVIDIA H200\"",
+		/* 3: another GPU model sharing the DB */
+		"arch=sm_90 units=132 driver=13000 lib=0.2.0 "
+		"blas=cublaslt-130100 name=\"NVIDIA H100 80GB HBM3\"",
+		/* 4: fewer units (a MIG slice): other hardware */
+		"arch=sm_90 units=16 driver=13000 lib=0.2.0 "
+		"blas=cublaslt-130000 name=\"NVIDIA H200\"",
+	};
+	char id[5][FLYD_DEVID_MAX];
+	int64_t nd = -1, nr = -1;
+	struct flyd_result got;
+
+	for (int i = 0; i < 5; i++) {
+		struct flyd_result r = mkres("gemm/bf16/NT/m=64,n=64,k=64",
+					     "gemm_mma", 10.0 + i);
+		struct flyd_trial tr = mktrial("gemm_mma", 64, 0);
+
+		assert_int_equal(flyd_store_device_put(st, fps[i], id[i]), 0);
+		snprintf(r.device, sizeof(r.device), "%.*s",
+			 (int)sizeof(r.device) - 1, id[i]);
+		assert_int_equal(flyd_store_result_put(st, &r, &tr, 1), 0);
+	}
+	assert_int_equal(flyd_store_device_prune(st, fps[0], &nd, &nr), 0);
+	assert_int_equal(nd, 2);
+	assert_int_equal(nr, 2);
+	for (int i = 0; i < 5; i++) {
+		int rc = flyd_store_result_get(st, "gemm/bf16/NT/m=64,n=64,k=64",
+					       id[i], LIBVER, &got);
+
+		assert_int_equal(rc, (i == 1 || i == 2) ? FLY_E_NOTFOUND : 0);
+	}
+	/* again: nothing left to prune */
+	assert_int_equal(flyd_store_device_prune(st, fps[0], &nd, &nr), 0);
+	assert_int_equal(nd, 0);
+	assert_int_equal(nr, 0);
+	flyd_store_close(st);
+}
+
 static void test_fresh_open_schema(void **state)
 {
 	struct tdir *t = *state;
@@ -1177,6 +1231,7 @@ static void test_device_id(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    T(test_issue_18_device_prune),
 	    T(test_fresh_open_schema),
 	    T(test_migrate_from_every_version),
 	    T(test_newer_schema_refused),
