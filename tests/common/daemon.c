@@ -531,3 +531,62 @@ void fly_test_daemon_cleanup(struct fly_test_daemon *d)
 		rm_tree(d->dir);
 	d->dir[0] = '\0';
 }
+
+int fly_test_run(const char *cmd, char **out)
+{
+	size_t n = 0, cap = 65536;
+	char *buf = malloc(cap);
+	FILE *p = popen(cmd, "r");
+	int st;
+
+	if (buf == NULL || p == NULL) {
+		free(buf);
+		if (p != NULL)
+			pclose(p);
+		if (out != NULL)
+			*out = NULL;
+		return 128;
+	}
+	for (;;) {
+		size_t r;
+
+		if (n + 1 >= cap) {
+			char *nb = realloc(buf, cap * 2);
+
+			if (nb == NULL)
+				break;
+			buf = nb;
+			cap *= 2;
+		}
+		r = fread(buf + n, 1, cap - n - 1, p);
+		if (r == 0)
+			break;
+		n += r;
+	}
+	buf[n] = '\0';
+	st = pclose(p);
+	if (out != NULL)
+		*out = buf;
+	else
+		free(buf);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+int fly_test_daemon_setup(void **state)
+{
+	*state = calloc(1, sizeof(struct fly_test_daemon));
+	return *state != NULL ? 0 : -1;
+}
+
+int fly_test_daemon_teardown(void **state)
+{
+	struct fly_test_daemon *d = *state;
+
+	if (d == NULL)
+		return 0;
+	if (d->pid > 0 || d->dir[0] != '\0')
+		fly_test_daemon_cleanup(d);
+	free(d);
+	*state = NULL;
+	return 0;
+}

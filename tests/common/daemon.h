@@ -77,6 +77,15 @@ int fly_test_recv_frame(int fd, char **resp, int timeout_ms);
 /* Wait until the peer closes the connection (EOF or reset), discarding
  * data.  @return 0 when closed, -ETIMEDOUT. */
 int fly_test_wait_closed(int fd, int timeout_ms);
+/* Run @p cmd (sh -c, through popen) to its end.  *out (caller frees; may
+ * be NULL to discard) is everything it printed on stdout.
+ * @return its exit status, 128 when it did not exit normally. */
+int fly_test_run(const char *cmd, char **out);
+/* CMocka fixtures for tests that start daemons: *state is a zeroed struct
+ * fly_test_daemon; teardown stops and removes whatever the test started,
+ * also when an assertion cut it short, and frees it. */
+int fly_test_daemon_setup(void **state);
+int fly_test_daemon_teardown(void **state);
 /* Timeout scaled by $FLY_TEST_TIMEOUT_MULTIPLIER. */
 int fly_test_timeout(int ms);
 

@@ -282,25 +282,9 @@ static void test_stop_resumes_job(void **state)
 	fly_test_daemon_cleanup(d);
 }
 
-/* Each test gets a zeroed harness record; teardown stops and removes
- * whatever the test started, also when an assertion cut it short. */
-static int setup(void **state)
-{
-	*state = calloc(1, sizeof(struct fly_test_daemon));
-	return *state != NULL ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	struct fly_test_daemon *d = *state;
-
-	if (d->pid > 0 || d->dir[0] != '\0')
-		fly_test_daemon_cleanup(d);
-	free(d);
-	return 0;
-}
-
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define T(fn)                                                                  \
+	cmocka_unit_test_setup_teardown(fn, fly_test_daemon_setup,             \
+					fly_test_daemon_teardown)
 
 int main(void)
 {

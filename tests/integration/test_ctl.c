@@ -41,11 +41,7 @@ static int ctl(char **out, int err2out, const char *fmt, ...)
 static int ctl(char **out, int err2out, const char *fmt, ...)
 {
 	char args[4096], cmd[8192];
-	size_t n = 0, cap = 65536;
-	char *buf = malloc(cap);
 	va_list ap;
-	FILE *p;
-	int st;
 
 	va_start(ap, fmt);
 	vsnprintf(args, sizeof(args), fmt, ap);
@@ -53,25 +49,7 @@ static int ctl(char **out, int err2out, const char *fmt, ...)
 	snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s %s %s",
 		 FLY_BUILD_DIR, sock_override ? sock_override : dm.sock, args,
 		 err2out ? "2>&1" : "2>/dev/null");
-	p = popen(cmd, "r");
-	assert_non_null(p);
-	for (;;) {
-		size_t r;
-
-		if (n + 1 >= cap)
-			buf = realloc(buf, cap *= 2);
-		r = fread(buf + n, 1, cap - n - 1, p);
-		if (r == 0)
-			break;
-		n += r;
-	}
-	buf[n] = '\0';
-	st = pclose(p);
-	if (out)
-		*out = buf;
-	else
-		free(buf);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	return fly_test_run(cmd, out);
 }
 
 static void valid(const char *schema, const char *json)

@@ -40,37 +40,14 @@ static int ctl(const struct fly_test_daemon *d, char **out, const char *fmt,
 	       ...)
 {
 	char args[2048], cmd[4096];
-	size_t n = 0, cap = 65536;
-	char *buf = malloc(cap);
 	va_list ap;
-	FILE *p;
-	int st;
 
 	va_start(ap, fmt);
 	vsnprintf(args, sizeof(args), fmt, ap);
 	va_end(ap);
 	snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s %s 2>&1",
 		 FLY_BUILD_DIR, d->sock, args);
-	p = popen(cmd, "r");
-	assert_non_null(p);
-	assert_non_null(buf);
-	for (;;) {
-		size_t r;
-
-		if (n + 1 >= cap)
-			buf = realloc(buf, cap *= 2);
-		r = fread(buf + n, 1, cap - n - 1, p);
-		if (r == 0)
-			break;
-		n += r;
-	}
-	buf[n] = '\0';
-	st = pclose(p);
-	if (out)
-		*out = buf;
-	else
-		free(buf);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	return fly_test_run(cmd, out);
 }
 
 static const char *str_at(const cJSON *o, const char *a, const char *b)
@@ -470,25 +447,9 @@ static void test_issue_18_faulting_setup_back_of_queue_then_failed(void **state)
 
 /* ---------------------------------------------------------------- main */
 
-/* Each test gets a zeroed harness record; teardown stops and removes
- * whatever the test started, also when an assertion cut it short. */
-static int setup(void **state)
-{
-	*state = calloc(1, sizeof(struct fly_test_daemon));
-	return *state != NULL ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	struct fly_test_daemon *d = *state;
-
-	if (d->pid > 0 || d->dir[0] != '\0')
-		fly_test_daemon_cleanup(d);
-	free(d);
-	return 0;
-}
-
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define T(fn)                                                                  \
+	cmocka_unit_test_setup_teardown(fn, fly_test_daemon_setup,             \
+					fly_test_daemon_teardown)
 
 int main(void)
 {

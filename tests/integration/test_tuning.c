@@ -630,30 +630,19 @@ static void test_forget_and_wait_timeout(void **state)
 	fly_test_daemon_cleanup(d);
 }
 
-/* Each test gets a zeroed harness record; teardown stops and removes
- * whatever the test started, also when an assertion cut it short. */
-static int setup(void **state)
-{
-	*state = calloc(1, sizeof(struct fly_test_daemon));
-	return *state != NULL ? 0 : -1;
-}
-
+/* The shared fixture, and the second daemon some tests start. */
 static int teardown(void **state)
 {
-	struct fly_test_daemon *d = *state;
-
-	if (d->pid > 0 || d->dir[0] != '\0')
-		fly_test_daemon_cleanup(d);
 	if (second_pid > 0) {
 		kill(second_pid, SIGKILL);
 		waitpid(second_pid, NULL, 0);
 		second_pid = 0;
 	}
-	free(d);
-	return 0;
+	return fly_test_daemon_teardown(state);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define T(fn)                                                                  \
+	cmocka_unit_test_setup_teardown(fn, fly_test_daemon_setup, teardown)
 
 int main(void)
 {
