@@ -347,16 +347,19 @@ err_delete:
 	return rc;
 }
 
-/* Whether a number is an integer that cJSON would not print as one:
- * cJSON prints 15 significant digits when that reads back equal, so
- * 1796229956770520 (the shm generation) came out 1.79622995677052e+15.
- * From 1e15 up to 2^63, integral doubles are printed with "%.0f". */
+/* Whether a number is one cJSON would not print exactly: cJSON prints 15
+ * significant digits when that reads back equal within an epsilon, so
+ * 1796229956770520 (the shm generation) came out 1.79622995677052e+15,
+ * and 1000000000000000.125 as 1e+15, which reads back as an integer (the
+ * message fuzzer: printing was then not stable).  From 1e15 up to 2^63,
+ * integral doubles are printed with "%.0f", the others with "%.17g"
+ * (exact: they read back as the same double). */
 static int is_long_int(const cJSON *it)
 {
 	double v = it->valuedouble;
 
-	return cJSON_IsNumber(it) && isfinite(v) && v == floor(v) &&
-	       fabs(v) >= 1e15 && fabs(v) < 9223372036854775808.0;
+	return cJSON_IsNumber(it) && isfinite(v) && fabs(v) >= 1e15 &&
+	       fabs(v) < 9223372036854775808.0;
 }
 
 static int has_long_int(const cJSON *o)
@@ -380,7 +383,10 @@ static int raw_long_ints(cJSON *o)
 		if (is_long_int(it)) {
 			char *v;
 
-			snprintf(buf, sizeof(buf), "%.0f", it->valuedouble);
+			double x = it->valuedouble;
+
+			snprintf(buf, sizeof(buf), x == floor(x) ? "%.0f" : "%.17g",
+				 x);
 			v = strdup(buf);
 			if (v == NULL)
 				return -ENOMEM;
