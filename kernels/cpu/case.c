@@ -532,17 +532,6 @@ static int check_topk(struct flyk_case *c, double *max_err)
 	return rc;
 }
 
-/* Row i's window clamped to [0, skv). */
-static void mqa_window(const struct flyk_case *c, int64_t i, int64_t *lo,
-		       int64_t *hi)
-{
-	int64_t skv = c->p.dims[1], s = c->args.mqa_logits.ks[i];
-	int64_t e = c->args.mqa_logits.ke[i];
-
-	*lo = s < 0 ? 0 : (s > skv ? skv : s);
-	*hi = e > skv ? skv : (e < *lo ? *lo : e);
-}
-
 static int check_mqa(struct flyk_case *c, double *max_err)
 {
 	int64_t sq = c->p.dims[0], skv = c->p.dims[1];
@@ -554,7 +543,7 @@ static int check_mqa(struct flyk_case *c, double *max_err)
 	for (int64_t i = 0; i < sq; i++) {
 		int64_t lo, hi;
 
-		mqa_window(c, i, &lo, &hi);
+		flyk_cpu_mqa_window(&c->args.mqa_logits, skv, i, &lo, &hi);
 		for (int64_t j = 0; j < skv; j++) {
 			float ov = o[i * skv + j], rv = r[i * skv + j];
 

@@ -211,6 +211,10 @@ extern const struct flyk_variant flyk_cpu_grouped_gemm_variants[];
 extern const size_t flyk_cpu_grouped_gemm_nvariants;
 extern const struct flyk_variant flyk_cpu_mqa_logits_variants[];
 extern const size_t flyk_cpu_mqa_logits_nvariants;
+/* Row @p i's mqa_logits window, ks[i] .. ke[i] clamped to [0, skv);
+ * empty when *lo >= *hi (mqa_logits.c; the case's check uses it too). */
+void flyk_cpu_mqa_window(const struct flyk_mqa_logits_args *a, int64_t skv,
+			 int64_t i, int64_t *lo, int64_t *hi);
 
 /* The blocked GEMM core shared by gemm_blocked and ggemm_blocked:
  * C[M,N] = alpha * A[M,K] . B (NT: B [N,K]; NN: B [K,N]) + bias, elements

@@ -51,9 +51,8 @@ static int kv_fnuz(const struct fly_problem *p)
 	return q_fnuz(p) || (p->flags & FLY_F_KV_FNUZ);
 }
 
-/* Row i's window clamped to [0, skv); empty when *lo >= *hi. */
-static void window(const struct flyk_mqa_logits_args *a, int64_t skv,
-		   int64_t i, int64_t *lo, int64_t *hi)
+void flyk_cpu_mqa_window(const struct flyk_mqa_logits_args *a, int64_t skv,
+			 int64_t i, int64_t *lo, int64_t *hi)
 {
 	int64_t s = a->ks[i], e = a->ke[i];
 
@@ -95,7 +94,7 @@ static int ref_launch(const struct flyk_device *dev,
 		float *row = a->logits + i * ld;
 		int64_t lo, hi;
 
-		window(a, skv, i, &lo, &hi);
+		flyk_cpu_mqa_window(a, skv, i, &lo, &hi);
 		if (p->flags & FLY_F_CLEAN)
 			clean_row(row, skv, lo, hi);
 		for (int64_t j = lo; j < hi; j++) {
@@ -142,7 +141,7 @@ static void block_run(const struct mqa_ctx *c, int64_t r0, int64_t r1,
 	for (int64_t i = r0; i < r1; i++) {
 		int64_t lo, hi;
 
-		window(a, skv, i, &lo, &hi);
+		flyk_cpu_mqa_window(a, skv, i, &lo, &hi);
 		if (p->flags & FLY_F_CLEAN)
 			clean_row(a->logits + i * ld, skv, lo, hi);
 		if (lo < hi) {
@@ -165,7 +164,7 @@ static void block_run(const struct mqa_ctx *c, int64_t r0, int64_t r1,
 			float *row = a->logits + i * ld;
 			int64_t lo, hi;
 
-			window(a, skv, i, &lo, &hi);
+			flyk_cpu_mqa_window(a, skv, i, &lo, &hi);
 			lo = lo > t0 ? lo : t0;
 			hi = hi < t1 ? hi : t1;
 			for (int64_t j = lo; j < hi; j++) {
