@@ -124,6 +124,8 @@ static const char *preferred_name(const struct fly_problem *p)
 		return "ggemm_blocked";
 	if (p->op == FLY_OP_MQA_LOGITS)
 		return "mqa_blocked";
+	if (p->op == FLY_OP_SCALED_GEMM)
+		return "sg_blocked";
 	return NULL;
 }
 

@@ -149,6 +149,15 @@ int fly_op_has_layout(uint32_t op)
 	return oi ? oi->has_layout : 0;
 }
 
+/* The OCP MX formats scale blocks of 32 along K: K % 32 != 0 has no
+ * meaning (no partial block). */
+static int fly_problem_mx_k_bad(const struct fly_problem *p)
+{
+	return p->op == FLY_OP_SCALED_GEMM &&
+	       (p->dtype == FLY_DT_MXFP8 || p->dtype == FLY_DT_MXFP4) &&
+	       p->dims[2] % 32 != 0;
+}
+
 int fly_problem_validate(const struct fly_problem *p)
 {
 	const struct op_info *oi;
@@ -169,6 +178,8 @@ int fly_problem_validate(const struct fly_problem *p)
 		if (__builtin_mul_overflow(prod, p->dims[i], &prod))
 			return FLY_E_OVERFLOW;
 	}
+	if (fly_problem_mx_k_bad(p))
+		return FLY_E_BADDIM;
 	if (oi->has_layout ? (p->layout == FLY_LAYOUT_NONE ||
 			      p->layout >= FLY_LAYOUT_COUNT)
 			   : p->layout != FLY_LAYOUT_NONE)
@@ -596,6 +607,14 @@ static void explain_tail(struct cur *c, const struct op_info *oi, int rc,
 	}
 	if (rc == FLY_E_OVERFLOW) {
 		put(buf, cap, "the product of the dims overflows 64 bits");
+		return;
+	}
+	p.op = (uint32_t)(oi - ops);
+	if (rc == FLY_E_BADDIM && p.op == FLY_OP_SCALED_GEMM &&
+	    p.dims[2] % 32 != 0) {
+		put(buf, cap, "k=%lld is not a multiple of 32: the MX formats "
+		    "(mxfp8, mxfp4) scale blocks of 32 along k",
+		    (long long)p.dims[2]);
 		return;
 	}
 	put(buf, cap, "not in canonical form (%s)", fly_strerror(rc));

@@ -49,6 +49,8 @@ static void table_build(void)
 		     flyk_cpu_grouped_gemm_nvariants);
 	table_append(flyk_cpu_mqa_logits_variants,
 		     flyk_cpu_mqa_logits_nvariants);
+	table_append(flyk_cpu_scaled_gemm_variants,
+		     flyk_cpu_scaled_gemm_nvariants);
 	if (flyk_testing_variants && &flyk_testing_nvariants)
 		table_append(flyk_testing_variants, flyk_testing_nvariants);
 }

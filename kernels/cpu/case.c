@@ -11,6 +11,8 @@
  * Tolerances (|out - ref| per element, abs + rel):
  *   rmsnorm  fp32 1e-4, bf16 2e-2, fp16 5e-3      times (1 + |ref|)
  *   gemm     fp32 1e-3*sqrt(K), bf16 2e-2*sqrt(K) times (1 + |ref|)
+ *   scaled_gemm  (bf16 out, any format) 2^-6 |ref| + 2^-8 max|ref|: two
+ *            bf16 roundings of the same sum plus fp32-vs-double order
  *   mqa_logits  max |out - ref| over each row's window <= 2e-3 x the
  *            largest |ref| there (the upstream test's relative error);
  *            with FLY_F_CLEAN every other position exactly -inf
@@ -295,6 +297,71 @@ static int setup_mqa(struct flyk_case *c, uint64_t *s)
 	return 0;
 }
 
+/* Operand bytes of @p rows x @p k elements of a scaled-GEMM dtype, and
+ * its scales: one fp32 (per tensor, in [0.5, 1.5)) or rows x k/32 e8m0
+ * bytes (2^-3 .. 2^3, never the NaN 0xFF). */
+static int scaled_operand(struct flyk_case *c, int64_t rows, void **x,
+			  void **scale, uint64_t *s)
+{
+	uint32_t dt = c->p.dtype;
+	int64_t k = c->p.dims[2];
+	size_t n = elems(rows, k);
+	int fp4 = dt == FLY_DT_MXFP4;
+	int mx = fp4 || dt == FLY_DT_MXFP8;
+
+	*x = case_alloc(c, fp4 ? n / 2 : n, 1);
+	*scale = mx ? case_alloc(c, elems(rows, k / 32), 1)
+		    : case_alloc(c, 1, sizeof(float));
+	if (!n || !*x || !*scale)
+		return -ENOMEM;
+	if (fp4) {
+		uint8_t *b = *x;
+
+		for (size_t i = 0; i < n / 2; i++)
+			b[i] = (uint8_t)(rng_next(s) >> 56);
+	} else {
+		fill_fp8(*x, n, s);
+	}
+	if (mx) {
+		uint8_t *e = *scale;
+
+		for (size_t i = 0; i < elems(rows, k / 32); i++)
+			e[i] = (uint8_t)(124u + (rng_next(s) >> 32) % 7u);
+	} else {
+		fill(*scale, 1, FLY_DT_FP32, 0.5f, 1.5f, s);
+	}
+	return 0;
+}
+
+static int setup_scaled(struct flyk_case *c, uint64_t *s)
+{
+	struct flyk_scaled_gemm_args *a = &c->args.scaled_gemm;
+	int64_t m = c->p.dims[0], n = c->p.dims[1];
+	size_t mn = elems(m, n);
+	void *x, *y, *sx, *sy, *bias = NULL;
+	int rc;
+
+	rc = scaled_operand(c, m, &x, &sx, s);
+	if (!rc)
+		rc = scaled_operand(c, n, &y, &sy, s);
+	if (rc)
+		return rc;
+	c->out = case_alloc(c, mn, 2);
+	c->ref = case_alloc(c, mn, 2);
+	c->out_bytes = mn * 2;
+	if (!mn || !c->out || !c->ref)
+		return -ENOMEM;
+	if (c->p.flags & FLY_F_BIAS) {
+		bias = case_alloc(c, (size_t)n, 2);
+		if (!bias)
+			return -ENOMEM;
+		fill(bias, (size_t)n, FLY_DT_BF16, -1.0f, 1.0f, s);
+	}
+	*a = (struct flyk_scaled_gemm_args){ x, y, c->ref, bias, sx, sy,
+					     NULL, 0 };
+	return 0;
+}
+
 /* Point the args' outputs at the case outputs (after the reference). */
 static void point_at_outputs(struct flyk_case *c)
 {
@@ -311,6 +378,9 @@ static void point_at_outputs(struct flyk_case *c)
 		break;
 	case FLY_OP_MQA_LOGITS:
 		c->args.mqa_logits.logits = c->out;
+		break;
+	case FLY_OP_SCALED_GEMM:
+		c->args.scaled_gemm.c = c->out;
 		break;
 	default:
 		c->args.grouped_gemm.c = c->out;
@@ -333,6 +403,8 @@ static int setup(struct flyk_case *c, uint64_t seed)
 		return setup_grouped(c, &s);
 	case FLY_OP_MQA_LOGITS:
 		return setup_mqa(c, &s);
+	case FLY_OP_SCALED_GEMM:
+		return setup_scaled(c, &s);
 	default:
 		return -EOPNOTSUPP;
 	}
@@ -567,6 +639,39 @@ static int check_mqa(struct flyk_case *c, double *max_err)
 	return rc;
 }
 
+/* bf16 outputs against the reference: |o - r| <= 2^-6 |r| + 2^-8 R,
+ * R = max |r| (see the header). */
+static int check_scaled(struct flyk_case *c, double *max_err)
+{
+	size_t n = c->out_bytes / 2;
+	double big = 0.0;
+	int rc = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double r = flyk_cpu_load(c->ref, i, FLY_DT_BF16);
+
+		if (fabs(r) > big)
+			big = fabs(r);
+	}
+	for (size_t i = 0; i < n; i++) {
+		double o = flyk_cpu_load(c->out, i, FLY_DT_BF16);
+		double r = flyk_cpu_load(c->ref, i, FLY_DT_BF16);
+		double d = fabs(o - r);
+
+		if (isnan(o) != isnan(r)) {
+			*max_err = INFINITY;
+			return -EDOM;
+		}
+		if (isnan(o))
+			continue;
+		if (d > *max_err)
+			*max_err = d;
+		if (d > 0x1p-6 * fabs(r) + 0x1p-8 * big)
+			rc = -EDOM;
+	}
+	return rc;
+}
+
 int flyk_cpu_case_check(struct flyk_case *c, double *max_err)
 {
 	uint32_t dt;
@@ -593,6 +698,8 @@ int flyk_cpu_case_check(struct flyk_case *c, double *max_err)
 				 gemm_tol(dt, c->p.dims[2]), max_err);
 	case FLY_OP_MQA_LOGITS:
 		return check_mqa(c, max_err);
+	case FLY_OP_SCALED_GEMM:
+		return check_scaled(c, max_err);
 	default:
 		return cmp_float(c->out, c->ref, c->out_bytes / es, dt,
 				 gemm_tol(dt, c->p.dims[3]), max_err);

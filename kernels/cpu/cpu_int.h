@@ -120,6 +120,27 @@ static inline float flyk_cpu_fp8_to_f32(uint8_t b, int fnuz)
 	return (b & 0x80u) ? -v : v;
 }
 
+/* One e2m1 (fp4) code, the low 4 bits of @p nib: sign, 2 exponent bits
+ * (bias 1), 1 mantissa bit; values 0, 0.5, 1, 1.5, 2, 3, 4, 6.  Exact. */
+static inline float flyk_cpu_e2m1_to_f32(uint8_t nib)
+{
+	static const float mag[8] = { 0.0f, 0.5f, 1.0f, 1.5f,
+				      2.0f, 3.0f, 4.0f, 6.0f };
+	float v = mag[nib & 7u];
+
+	return (nib & 8u) ? -v : v;
+}
+
+/* One e8m0 scale byte: 2^(e - 127); 0xFF is NaN (OCP MX v1.0 5.4). */
+static inline float flyk_cpu_e8m0_to_f32(uint8_t e)
+{
+	if (e == 0xffu)
+		return flyk_cpu_bits_f32(0x7fc00000u);
+	if (e == 0)
+		return 0x1p-127f; /* the one subnormal fp32 scale */
+	return flyk_cpu_bits_f32((uint32_t)e << 23);
+}
+
 /* Bytes per element of @p dtype (0 when unsupported here). */
 static inline size_t flyk_cpu_dtsize(uint32_t dtype)
 {
@@ -209,6 +230,13 @@ extern const struct flyk_variant flyk_cpu_gemm_variants[];
 extern const size_t flyk_cpu_gemm_nvariants;
 extern const struct flyk_variant flyk_cpu_grouped_gemm_variants[];
 extern const size_t flyk_cpu_grouped_gemm_nvariants;
+extern const struct flyk_variant flyk_cpu_scaled_gemm_variants[];
+extern const size_t flyk_cpu_scaled_gemm_nvariants;
+/* Element (i, k) of a scaled-GEMM operand of @p dtype, its scale applied
+ * (MX formats; per-tensor scales are applied by the caller), as fp32
+ * (scaled_gemm.c; the case's setup uses it too). */
+float flyk_cpu_scaled_elem(uint32_t dtype, const void *x, const void *scale,
+			   int64_t k, int64_t i, int64_t q);
 extern const struct flyk_variant flyk_cpu_mqa_logits_variants[];
 extern const size_t flyk_cpu_mqa_logits_nvariants;
 /* Row @p i's mqa_logits window, ks[i] .. ke[i] clamped to [0, skv);

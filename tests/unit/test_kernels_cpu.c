@@ -729,6 +729,150 @@ static void test_mqa_check_catches(void **state)
 	B->close(dev);
 }
 
+/* ---------------------------------------------------------- scaled_gemm */
+
+static void test_mx_decode(void **state)
+{
+	static const float e2m1[8] = { 0, 0.5f, 1, 1.5f, 2, 3, 4, 6 };
+	/* mxfp4 packing: the low nibble is the even k */
+	static const uint8_t packed[16] = { 0x21, 0xf9, 0, 0, 0, 0, 0, 0,
+					    0, 0, 0, 0, 0, 0, 0, 0 };
+	uint8_t sc = 128; /* 2^1 */
+
+	(void)state;
+	for (int i = 0; i < 8; i++) {
+		assert_true(flyk_cpu_e2m1_to_f32((uint8_t)i) == e2m1[i]);
+		assert_true(flyk_cpu_e2m1_to_f32((uint8_t)(i | 8)) == -e2m1[i]);
+	}
+	assert_true(flyk_cpu_e8m0_to_f32(127) == 1.0f);
+	assert_true(flyk_cpu_e8m0_to_f32(128) == 2.0f);
+	assert_true(flyk_cpu_e8m0_to_f32(120) == 0x1p-7f);
+	assert_true(flyk_cpu_e8m0_to_f32(0) == 0x1p-127f);
+	assert_true(flyk_cpu_e8m0_to_f32(254) == 0x1p127f);
+	assert_true(isnan(flyk_cpu_e8m0_to_f32(255)));
+	assert_true(flyk_cpu_scaled_elem(FLY_DT_MXFP4, packed, &sc, 32, 0, 0) ==
+		    1.0f);
+	assert_true(flyk_cpu_scaled_elem(FLY_DT_MXFP4, packed, &sc, 32, 0, 1) ==
+		    2.0f);
+	assert_true(flyk_cpu_scaled_elem(FLY_DT_MXFP4, packed, &sc, 32, 0, 2) ==
+		    -1.0f);
+	assert_true(flyk_cpu_scaled_elem(FLY_DT_MXFP4, packed, &sc, 32, 0, 3) ==
+		    -12.0f);
+}
+
+static void test_scaled_all_variants(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	/* M = 1, N and K off every tile; the MX shapes keep K % 32 == 0 */
+	static const int64_t any[][3] = { { 1, 1, 1 }, { 1, 37, 7 },
+					  { 5, 3, 33 }, { 33, 70, 130 } };
+	static const int64_t mx[][3] = { { 1, 1, 32 }, { 1, 37, 64 },
+					 { 5, 3, 96 }, { 33, 70, 160 },
+					 { 64, 64, 256 } };
+	static const uint32_t dts[] = { FLY_DT_FP8_E4M3, FLY_DT_FP8_E4M3FNUZ,
+					FLY_DT_MXFP8, FLY_DT_MXFP4 };
+	uint64_t seed = 70;
+
+	for (size_t d = 0; d < 4; d++)
+		for (size_t i = 0; i < (d < 2 ? 4u : 5u); i++)
+			for (uint32_t f = 0; f <= FLY_F_BIAS; f += FLY_F_BIAS) {
+				const int64_t *s = d < 2 ? any[i] : mx[i];
+				struct fly_problem p = prob(
+					FLY_OP_SCALED_GEMM, dts[d],
+					FLY_LAYOUT_NT, f, s[0], s[1], s[2], 0);
+
+				assert_true(run_all_points(dev, &p, seed++) >=
+					    2);
+			}
+	B->close(dev);
+}
+
+/* MX needs K % 32 == 0; only NT; no fp8 e5m2 kernels (yet). */
+static void test_scaled_errors(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	struct flyk_case *c = NULL;
+	const struct flyk_variant *ref =
+		flyk_variant_find(B, FLY_OP_SCALED_GEMM, "sg_ref");
+	struct fly_problem k48 = prob(FLY_OP_SCALED_GEMM, FLY_DT_MXFP8,
+				      FLY_LAYOUT_NT, 0, 4, 4, 48, 0);
+	struct fly_problem k20 = prob(FLY_OP_SCALED_GEMM, FLY_DT_MXFP4,
+				      FLY_LAYOUT_NT, 0, 4, 4, 20, 0);
+	struct fly_problem nn = prob(FLY_OP_SCALED_GEMM, FLY_DT_FP8_E4M3,
+				     FLY_LAYOUT_NN, 0, 4, 4, 32, 0);
+
+	assert_non_null(ref);
+	assert_int_equal(ref->feasible(dev, &k48, NULL), -EINVAL);
+	assert_int_equal(B->case_new(dev, &k48, 1, &c), -EINVAL);
+	assert_int_equal(B->case_new(dev, &k20, 1, &c), -EINVAL);
+	assert_int_equal(B->case_new(dev, &nn, 1, &c), -EINVAL);
+	assert_null(c);
+	B->close(dev);
+}
+
+/* All-zero blocks, max-magnitude blocks (e4m3 448, e2m1 6, scales 2^+-8
+ * apart), a NaN scale: the blocked variant and the reference agree
+ * exactly (every product and sum here is exact in fp32), and a NaN scale
+ * makes exactly its rows' outputs NaN. */
+static void test_scaled_edge_blocks(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	const struct flyk_variant *ref =
+		flyk_variant_find(B, FLY_OP_SCALED_GEMM, "sg_ref");
+	const struct flyk_variant *blk =
+		flyk_variant_find(B, FLY_OP_SCALED_GEMM, "sg_blocked");
+	int64_t pt[5] = { 32, 64, 64, 0, 1 };
+
+	for (int fp4 = 0; fp4 < 2; fp4++) {
+		uint32_t dt = fp4 ? FLY_DT_MXFP4 : FLY_DT_MXFP8;
+		struct fly_problem p = prob(FLY_OP_SCALED_GEMM, dt,
+					    FLY_LAYOUT_NT, 0, 3, 2, 64, 0);
+		size_t kb = fp4 ? 32 : 64; /* bytes per row */
+		uint8_t a[3 * 64], b[2 * 64], sa[3 * 2], sb[2 * 2];
+		uint16_t c1[6], c2[6];
+		union flyk_args args = { .scaled_gemm = {
+			a, b, c1, NULL, sa, sb, NULL, 0 } };
+		uint8_t big = fp4 ? 0x77 : 0x7e; /* 6 | 6 ; 448 */
+
+		memset(a, 0, sizeof(a));
+		memset(b, 0, sizeof(b));
+		/* row 0: block 0 zero, block 1 max; row 1: both max (neg in
+		 * block 0); row 2: block 1 max with a NaN scale */
+		memset(a + kb / 2, big, kb / 2);
+		memset(a + kb, (uint8_t)(big | (fp4 ? 0x88 : 0x80)), kb / 2);
+		memset(a + kb + kb / 2, big, kb / 2);
+		memset(a + 2 * kb + kb / 2, big, kb / 2);
+		memset(b, big, 2 * kb);
+		sa[0] = 127 + 8; sa[1] = 127 + 8;
+		sa[2] = 127 - 8; sa[3] = 127 + 8;
+		sa[4] = 127; sa[5] = 255;
+		sb[0] = 127 - 8; sb[1] = 127 - 8;
+		sb[2] = 127; sb[3] = 127;
+		assert_int_equal(ref->launch(dev, &p, NULL, &args, NULL), 0);
+		args.scaled_gemm.c = c2;
+		assert_int_equal(blk->launch(dev, &p, pt, &args, NULL), 0);
+		for (int i = 0; i < 6; i++) {
+			float r = flyk_cpu_bf16_to_f32(c1[i]);
+			float o = flyk_cpu_bf16_to_f32(c2[i]);
+
+			if (i >= 4) {
+				assert_true(isnan(r) && isnan(o));
+				continue;
+			}
+			assert_true(r == o);
+		}
+		/* row 0, col 0: 32 products of max * max scaled 2^8 * 2^-8 */
+		float mx = fp4 ? 6.0f : 448.0f;
+		assert_true(flyk_cpu_bf16_to_f32(c1[0]) ==
+			    flyk_cpu_round(32.0f * mx * mx, FLY_DT_BF16));
+		/* row 1, col 0: -32 max^2 2^-16 + 32 max^2 */
+		assert_true(flyk_cpu_bf16_to_f32(c1[2]) ==
+			    flyk_cpu_round(32.0f * mx * mx * (1.0f - 0x1p-16f),
+					   FLY_DT_BF16));
+	}
+	B->close(dev);
+}
+
 static void test_case_errors(void **state)
 {
 	struct flyk_device *dev = dev_open();
@@ -923,6 +1067,10 @@ int main(void)
 		cmocka_unit_test(test_mqa_all_variants),
 		cmocka_unit_test(test_mqa_windows),
 		cmocka_unit_test(test_mqa_check_catches),
+		cmocka_unit_test(test_mx_decode),
+		cmocka_unit_test(test_scaled_all_variants),
+		cmocka_unit_test(test_scaled_errors),
+		cmocka_unit_test(test_scaled_edge_blocks),
 		cmocka_unit_test(test_case_errors),
 		cmocka_unit_test(test_launch_and_default),
 		cmocka_unit_test(test_default_per_op),

@@ -19,6 +19,7 @@ static const char *const good_keys[] = {
     "gemm/fp16/NN/m=7,n=8,k=9/scale",
     "grouped_gemm/fp16/TN/g=8,m=1024,n=512,k=256",
     "scaled_gemm/fp8_e4m3/NT/m=128,n=256,k=512",
+    "scaled_gemm/fp8_e4m3/NT/m=1,n=1,k=33",
     "scaled_gemm/mxfp4/NT/m=128,n=256,k=512",
     "rmsnorm/fp16/m=8192,n=4097/residual",
     "rmsnorm/bf16/m=1,n=4096",
@@ -89,6 +90,9 @@ static const struct bad bad_keys[] = {
     {"gemm/fp64/NT/m=1,n=1,k=1", FLY_E_BADDTYPE},
     {"gemm/fp8_e4m3/NT/m=1,n=1,k=1", FLY_E_BADDTYPE},
     {"scaled_gemm/bf16/NT/m=1,n=1,k=1", FLY_E_BADDTYPE},
+    /* issue 15: an MX format with k not a multiple of 32; fp8 takes any k */
+    {"scaled_gemm/mxfp8/NT/m=1,n=1,k=33", FLY_E_BADDIM},
+    {"scaled_gemm/mxfp4/NT/m=8,n=8,k=100", FLY_E_BADDIM},
     {"attention/fp32/b=1,sq=1,skv=1,hq=1,hkv=1,d=1", FLY_E_BADDTYPE},
     {"mqa_logits/fp16/sq=1,skv=1,h=1,d=1", FLY_E_BADDTYPE},
     {"gemm/fp8_e4m3fnuz/NT/m=1,n=1,k=1", FLY_E_BADDTYPE},
@@ -467,6 +471,11 @@ static void test_issue_18_key_explain(void **state)
 		{ "rmsnorm/fp32/m=8,n=64/residual/x",
 		  { "unexpected text after the key: '/x'", NULL, NULL } },
 		{ "", { "empty", NULL, NULL } },
+		/* issue 15: MX scales blocks of 32 along k */
+		{ "scaled_gemm/mxfp8/NT/m=4,n=4,k=48",
+		  { "k=48 is not a multiple of 32", "mxfp8, mxfp4", NULL } },
+		{ "scaled_gemm/mxfp4/NT/m=4,n=4,k=20",
+		  { "k=20 is not a multiple of 32", NULL, NULL } },
 	};
 	char why[512];
 
