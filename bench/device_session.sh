@@ -13,6 +13,8 @@
 #   gemm       bench/gemm_bench.py (GEMM, grouped GEMM; daemon-driven)
 #   mqa        bench/mqa_bench.py (FP8 MQA logits vs the Triton peer;
 #              daemon-driven)
+#   scaled     bench/scaled_gemm_bench.py (fp8 / MXFP8 / MXFP4 GEMM vs
+#              torch._scaled_mm and dequantize + matmul; daemon-driven)
 #   points     bench/gemm_points.py on the shapes of POINTS (every point of
 #              the variants of POINTS_ARGS timed; a diagnostic)
 #
@@ -21,8 +23,8 @@
 # Default stages: build test rt gemm.  Environment: CASES (cases.json;
 # default ../shared/bench/cases.json, else .devdeps/cases.json), BUILD
 # (build/gpu), OUT (results; else bench/results), T_QUICK, T_TEST, T_RT,
-# T_SWEEP, T_GEMM, T_MQA, T_POINTS (seconds per stage), RT_ARGS, GEMM_ARGS,
-# MQA_ARGS,
+# T_SWEEP, T_GEMM, T_MQA, T_SCALED, T_POINTS (seconds per stage), RT_ARGS, GEMM_ARGS,
+# MQA_ARGS, SCALED_ARGS,
 # POINTS_ARGS (extra arguments), POINTS (see points),
 # FLY_COMMIT (the commit to record where the tree has no .git).
 # OUT receives the result JSON files, summary.txt and logs.tgz (every log,
@@ -118,6 +120,12 @@ temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 500 \
 		kill "$_smi" 2>/dev/null
 		grep -v '^\s*$' "$W/mqa.txt" | tail -40 | tee -a "$S"
 		;;
+	scaled)
+		stage scaled "${T_SCALED:-420}" env PYTHONUNBUFFERED=1 python3 \
+			bench/scaled_gemm_bench.py --build "$B" --cases "$C" \
+			--out "$W/scaled" ${SCALED_ARGS:-}
+		grep -v '^\s*$' "$W/scaled.txt" | tail -60 | tee -a "$S"
+		;;
 	points)
 		# shellcheck disable=SC2086
 		stage points "${T_POINTS:-200}" env PYTHONUNBUFFERED=1 \
@@ -132,7 +140,7 @@ temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 500 \
 done
 
 # Results (JSON) straight into OUT; everything else in one archive.
-for d in rt gemm mqa; do
+for d in rt gemm mqa scaled; do
 	[ -d "$W/$d" ] && cp "$W/$d"/h200-*.json "$R/" 2>/dev/null
 done
 tar -C "$W" -czf "$R/logs.tgz" . 2>/dev/null

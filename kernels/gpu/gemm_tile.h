@@ -85,6 +85,46 @@ struct gemm_cfg {
 	static_assert(BK_ % 16 == 0, "BK");
 };
 
+/* The low-precision formats of scaled GEMM, decoded exactly.
+ * One e8m0 scale as fp32: 2^(e - 127), 0xFF NaN (OCP MX v1.0). */
+__device__ __forceinline__ float gemm_e8m0(uint32_t e)
+{
+	return e == 0xffu ? __uint_as_float(0x7fc00000u)
+	       : e	  ? __uint_as_float(e << 23)
+			  : __uint_as_float(0x00400000u);
+}
+
+/* One e4m3 byte as fp32: fn (bias 7, 0x7f/0xff NaN) or fnuz (bias 8,
+ * 0x80 the only NaN). */
+__device__ __forceinline__ float gemm_e4m3(uint32_t b, bool fnuz)
+{
+	uint32_t e = (b >> 3) & 15u, m = b & 7u;
+	if (fnuz ? b == 0x80u : (b & 0x7fu) == 0x7fu)
+		return __uint_as_float(0x7fc00000u);
+	float v = e ? __uint_as_float(((e + 127u - (fnuz ? 8u : 7u)) << 23) |
+				      (m << 20))
+		    : (float)m * (fnuz ? 0x1p-10f : 0x1p-9f);
+	return (b & 0x80u) ? -v : v;
+}
+
+/* One e2m1 code (low 4 bits) as fp32: 0, .5, 1, 1.5, 2, 3, 4, 6. */
+__device__ __forceinline__ float gemm_e2m1(uint32_t c)
+{
+	uint32_t e = (c >> 1) & 3u, m = c & 1u;
+	float v = e ? __uint_as_float(((e + 126u) << 23) | (m << 22))
+		    : (float)m * 0.5f;
+	return (c & 8u) ? -v : v;
+}
+
+/* e2m1 code -> the e4m3fn byte of the same value (every e2m1 value is an
+ * e4m3 value): exponent rebiased 1 -> 7, the mantissa bit on top. */
+__device__ __forceinline__ uint32_t gemm_e2m1_to_e4m3(uint32_t c)
+{
+	uint32_t e = (c >> 1) & 3u, m = c & 1u;
+	uint32_t v = e ? ((e + 6u) << 3) | (m << 2) : (m ? 0x30u : 0u);
+	return v | ((c & 8u) << 4);
+}
+
 /* The epilogue's view of the output. */
 struct gemm_out {
 	uint16_t *c;   /* bf16 C (NULL: write fp32 partials to ws) */
@@ -559,6 +599,83 @@ gemm_wgmma_asm<256>(float *d, uint64_t da, uint64_t db)
 		     : "l"(da), "l"(db), "r"(1));
 }
 #endif
+
+#if FLYK_WGMMA_DEVICE
+/* wgmma.mma_async m64nNk32 e4m3 x e4m3 -> f32, D = A * B + (acc ? D : 0),
+ * both from K-major 128B-swizzled shared memory (mqa_logits,
+ * scaled_gemm). */
+template <int N>
+__device__ __forceinline__ void gemm_wgmma_e4m3_asm(float *d, uint64_t da,
+					      uint64_t db, int acc);
+
+template <> __device__ __forceinline__ void
+gemm_wgmma_e4m3_asm<64>(float *d, uint64_t da, uint64_t db, int acc)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
+		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+		     "%24,%25,%26,%27,%28,%29,%30,%31"
+		     "}, %32, %33, p, 1, 1;\n}\n"
+		     : GEMM_WG_D32(0)
+		     : "l"(da), "l"(db), "r"(acc));
+}
+
+template <> __device__ __forceinline__ void
+gemm_wgmma_e4m3_asm<128>(float *d, uint64_t da, uint64_t db, int acc)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
+		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+		     "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"
+		     "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,"
+		     "%60,%61,%62,%63"
+		     "}, %64, %65, p, 1, 1;\n}\n"
+		     : GEMM_WG_D32(0), GEMM_WG_D32(32)
+		     : "l"(da), "l"(db), "r"(acc));
+}
+
+template <> __device__ __forceinline__ void
+gemm_wgmma_e4m3_asm<256>(float *d, uint64_t da, uint64_t db, int acc)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
+		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+		     "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"
+		     "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,"
+		     "%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,"
+		     "%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,"
+		     "%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+		     "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,"
+		     "%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,"
+		     "%120,%121,%122,%123,%124,%125,%126,%127"
+		     "}, %128, %129, p, 1, 1;\n}\n"
+		     : GEMM_WG_D32(0), GEMM_WG_D32(32), GEMM_WG_D32(64),
+		       GEMM_WG_D32(96)
+		     : "l"(da), "l"(db), "r"(acc));
+}
+#endif
+
+/* One m64nBNk32 e4m3 step, D = A * B + (acc ? D : 0): the PTX above on
+ * the GPU; nothing elsewhere (no emulation of the fp8 wgmma: its kernels
+ * are sm_90a only, checked by the GPU tests). */
+template <int BN>
+__device__ __forceinline__ void gemm_wgmma_e4m3(float *d, uint64_t da,
+						uint64_t db, int acc)
+{
+#if FLYK_WGMMA_DEVICE
+	gemm_wgmma_e4m3_asm<BN>(d, da, db, acc);
+#else
+	(void)d;
+	(void)da;
+	(void)db;
+	(void)acc;
+#endif
+}
 
 /* One m64nBNk16 step: the PTX above on the GPU, flyk_emu_wgmma() under
  * the emulator. */

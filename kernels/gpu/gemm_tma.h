@@ -99,9 +99,16 @@
 	X(128, 256, 4, 4, 1, 1)                                                \
 	X(128, 256, 4, 4, 2, 1)
 
-template <int BM_, int BN_, int ST_, int TS_, int CL_, int KP_>
+/* F8_: 0 bf16 operands (a panel is 64 k); 1 e4m3 operands, one scale per
+ * tensor (a panel is 128 k: the same 128 bytes a row), the fp8 wgmma's
+ * sums promoted into fp32 registers every k-tile; 2 the same with MX
+ * scales, one e8m0 per 32 k of each row of A and B, applied to every k32
+ * wgmma's sums as they are promoted (gemm_tma_consume_f8). */
+template <int BM_, int BN_, int ST_, int TS_, int CL_, int KP_, int F8_ = 0>
 struct gemm_tma_cfg {
 	enum {
+		F8 = F8_,
+		KE = F8_ ? 128 : 64, /* k elements of a 64-bf16-wide panel */
 		BM = BM_,
 		BN = BN_,
 		KP = KP_, /* 64-wide k panels a stage (BK = 64 KP) */
@@ -126,6 +133,8 @@ struct gemm_tma_cfg {
 	static_assert(BM_ <= 256 && BN_ <= 256, "a TMA box is <= 256 rows");
 	static_assert(CL_ == 1 || CL_ == 2, "cluster");
 	static_assert(KP_ == 1 || KP_ == 2, "k panels");
+	static_assert(!F8_ || (KP_ == 1 && 2 * SLABS * NACC <= 128),
+		      "fp8: one panel a stage, sums and promoted sums fit");
 	static_assert((TS_ == 0 || TS_ == 1 || TS_ == 2 || TS_ == 4) &&
 			  BN_ >= 64 * (TS_ ? TS_ : 1),
 		      "store passes");
@@ -143,6 +152,10 @@ struct gemm_tma_unit {
 	int tstore;  /* 1: the TMA store may write the whole tile (its rows
 		      * past out.m_end are past the C map too) */
 	gemm_out out;
+	/* MX (C::F8 == 2): e8m0 scales of A's rows [m_end, kblocks] and of
+	 * B's rows [n_end, kblocks] (row stride kblocks = K / 32) */
+	const uint8_t *sa, *sb;
+	int kblocks;
 };
 
 /* ------------------------------------------------------------ PTX */
@@ -443,6 +456,7 @@ gemm_tma_panel(const gemm_tma_unit &w, int rank, int kp, int k,
 {
 	enum { BH = C::BN / C::CL }; /* the B map's box rows */
 	uint16_t *da = sa + kp * C::BM * 64, *db = sb + kp * C::BN * 64;
+	/* (k counts elements: 64 bf16 or 128 fp8 a panel, 128 bytes a row) */
 	gemm_tma_2d(da, map_a, bar, k, w.a_row);
 	if constexpr (C::CL == 1) {
 		if (b3d)
@@ -483,7 +497,7 @@ gemm_tma_produce(const W &work, int units, int first, int step, int rank,
 #pragma unroll
 			for (int kp = 0; kp < C::KP; kp++)
 				gemm_tma_panel<C>(w, rank, kp,
-						  w.k0 + (kt + kp) * 64, map_a,
+						  w.k0 + (kt + kp) * C::KE, map_a,
 						  map_b, b3d, sa + s * C::A_ST,
 						  sb + s * C::B_ST, &full[s]);
 		}
@@ -502,6 +516,57 @@ __device__ __forceinline__ void gemm_tma_release(uint64_t *empty, int s,
 		gemm_bar_arrive_peer(&empty[s], (unsigned)(rank ^ 1));
 }
 
+/* Consumer @p cw's accumulators of unit @p w out: through the TMA-store
+ * epilogue (C::TS, where the unit allows) or straight from registers.
+ * D fragment (as gemm_wgmma_tile): warp wi of the slab owns rows
+ * 16wi..16wi+15; lane l rows l/4 and l/4 + 8, columns 8q + 2(l%4) +
+ * {0,1}. */
+template <class C>
+__device__ __forceinline__ void
+gemm_tma_store_unit(const gemm_tma_unit &w, float (*acc)[C::NACC],
+		    uint16_t *sc, const void *map_c, int cw, int t)
+{
+	const int wi = t / 32, l = t % 32;
+	if constexpr (C::TS != 0) {
+		if (w.tstore) {
+			gemm_tma_epilogue<C>(w, acc, sc, map_c, cw, t);
+			return;
+		}
+	}
+#pragma unroll
+	for (int j = 0; j < C::SLABS; j++) {
+		const int64_t r =
+		    w.m0 + (cw * C::SLABS + j) * 64 + wi * 16 + l / 4;
+#pragma unroll
+		for (int q = 0; q < C::BN / 8; q++) {
+			int64_t c = w.n0 + q * 8 + 2 * (l % 4);
+			gemm_store2(w.out, r, c, acc[j][4 * q],
+				    acc[j][4 * q + 1]);
+			gemm_store2(w.out, r + 8, c, acc[j][4 * q + 2],
+				    acc[j][4 * q + 3]);
+		}
+	}
+}
+
+/* The 4 scale bytes of k-tile @p kb0 (4 blocks of 32) of row @p row of an
+ * MX scale tensor [rows, nb], row clamped to the tensor (rows past it
+ * compute zeros that are never stored) and blocks past nb read as 0 (their
+ * data is TMA zero fill). */
+__device__ __forceinline__ uint32_t gemm_mx_scales4(const uint8_t *s,
+						    int64_t row, int64_t rows,
+						    int nb, int kb0)
+{
+	const uint8_t *p = s + (row < rows ? row : rows - 1) * (int64_t)nb;
+	if (kb0 + 4 <= nb && !(((uintptr_t)(p + kb0)) & 3))
+		return __ldg((const unsigned int *)(p + kb0));
+	uint32_t v = 0;
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		if (kb0 + i < nb)
+			v |= (uint32_t)__ldg(p + kb0 + i) << (8 * i);
+	return v;
+}
+
 /* Consumer warpgroup @p cw: wgmma over the stages, then the epilogue. */
 template <class C, class W>
 __device__ __forceinline__ void
@@ -510,7 +575,7 @@ gemm_tma_consume(const W &work, int units, int first, int step, int rank,
 		 const uint16_t *sb, uint16_t *sc, uint64_t *full,
 		 uint64_t *empty)
 {
-	const int t = threadIdx.x % 128, wi = t / 32, l = t % 32;
+	const int t = threadIdx.x % 128, l = t % 32;
 	uint32_t it = 0;
 	for (int u = first; u < units; u += step) {
 		gemm_tma_unit w;
@@ -560,31 +625,169 @@ gemm_tma_consume(const W &work, int units, int first, int step, int rank,
 #pragma unroll
 		for (int j = 0; j < C::SLABS; j++)
 			gemm_wg_fence_acc<C::NACC>(acc[j]);
-		if constexpr (C::TS != 0) {
-			if (w.tstore) {
-				gemm_tma_epilogue<C>(w, acc, sc, map_c, cw, t);
-				continue;
-			}
-		}
-		/* D fragment (as gemm_wgmma_tile): warp wi of the slab owns
-		 * rows 16wi..16wi+15; lane l rows l/4 and l/4 + 8, columns
-		 * 8q + 2(l%4) + {0,1}. */
-#pragma unroll
-		for (int j = 0; j < C::SLABS; j++) {
-			const int64_t r = w.m0 + (cw * C::SLABS + j) * 64 +
-					  wi * 16 + l / 4;
-#pragma unroll
-			for (int q = 0; q < C::BN / 8; q++) {
-				int64_t c = w.n0 + q * 8 + 2 * (l % 4);
-				gemm_store2(w.out, r, c, acc[j][4 * q],
-					    acc[j][4 * q + 1]);
-				gemm_store2(w.out, r + 8, c, acc[j][4 * q + 2],
-					    acc[j][4 * q + 3]);
-			}
-		}
+		gemm_tma_store_unit<C>(w, acc, sc, map_c, cw, t);
 	}
 	if constexpr (C::TS != 0) {
 		if (t == 0) /* the block's shared memory outlives the stores */
+			gemm_tma_store_wait();
+	}
+}
+
+/*
+ * The fp8 consumer (C::F8): per k-tile (128 k), the four k32 wgmmas of a
+ * slab sum into `part` (the first with scale-d 0), the group is waited
+ * for and the stage released, and `part` is promoted into the fp32
+ * accumulators: Hopper's fp8 MMA keeps fewer bits in its own sums than
+ * fp32, so long K is summed in registers, as cuBLAS does without fast
+ * accumulation.  C::F8 == 2 (MX): one k32 wgmma at a time, promoted with
+ * its block's scales, acc += part * sa[row] * sb[col].  Both consumer
+ * warpgroups of a BM 128 tile interleave, so one's promotion overlaps the
+ * other's MMA.
+ */
+template <class C, class W>
+__device__ __forceinline__ void
+gemm_tma_consume_f8(const W &work, int units, int first, int step, int rank,
+		    int cw, const void *map_c, const uint16_t *sa,
+		    const uint16_t *sb, uint16_t *sc, uint64_t *full,
+		    uint64_t *empty)
+{
+	const int t = threadIdx.x % 128, wi = t / 32, l = t % 32;
+	uint32_t it = 0;
+	for (int u = first; u < units; u += step) {
+		gemm_tma_unit w;
+		work(u, rank, &w);
+		float acc[C::SLABS][C::NACC], part[C::SLABS][C::NACC];
+#pragma unroll
+		for (int j = 0; j < C::SLABS; j++)
+#pragma unroll
+			for (int i = 0; i < C::NACC; i++)
+				acc[j][i] = 0.f;
+		for (int kt = 0; kt < w.nk; kt++, it++) {
+			int s = (int)(it % C::ST);
+			uint32_t ra[C::SLABS][2], rb[C::BN / 8][2];
+			if constexpr (C::F8 == 2) {
+				int kb0 = (w.k0 + kt * 128) / 32;
+#pragma unroll
+				for (int j = 0; j < C::SLABS; j++)
+#pragma unroll
+					for (int h = 0; h < 2; h++)
+						ra[j][h] = gemm_mx_scales4(
+						    w.sa,
+						    w.m0 +
+							(cw * C::SLABS + j) *
+							    64 +
+							wi * 16 + l / 4 +
+							8 * h,
+						    w.out.m_end, w.kblocks,
+						    kb0);
+#pragma unroll
+				for (int q = 0; q < C::BN / 8; q++)
+#pragma unroll
+					for (int e = 0; e < 2; e++)
+						rb[q][e] = gemm_mx_scales4(
+						    w.sb,
+						    w.n0 + q * 8 +
+							2 * (l % 4) + e,
+						    w.out.n_end, w.kblocks,
+						    kb0);
+			}
+			gemm_bar_wait(&full[s], (it / C::ST) & 1);
+			const uint16_t *a =
+			    sa + s * C::A_ST + cw * C::SLABS * 64 * 64;
+			const uint16_t *b = sb + s * C::B_ST;
+			if constexpr (C::F8 == 1) {
+				gemm_wg_fence();
+#pragma unroll
+				for (int j = 0; j < C::SLABS; j++)
+#pragma unroll
+					for (int kk = 0; kk < 4; kk++)
+						gemm_wgmma_e4m3<C::BN>(
+						    part[j],
+						    gemm_wg_desc(a +
+								 j * 64 * 64 +
+								 kk * 16),
+						    gemm_wg_desc(b + kk * 16),
+						    kk);
+				gemm_wg_commit();
+				gemm_wg_wait<0>();
+				if (l == 0)
+					gemm_tma_release<C>(empty, s, rank);
+#pragma unroll
+				for (int j = 0; j < C::SLABS; j++) {
+					gemm_wg_fence_acc<C::NACC>(part[j]);
+#pragma unroll
+					for (int i = 0; i < C::NACC; i++)
+						acc[j][i] += part[j][i];
+				}
+			} else {
+#pragma unroll
+				for (int kk = 0; kk < 4; kk++) {
+					gemm_wg_fence();
+#pragma unroll
+					for (int j = 0; j < C::SLABS; j++)
+						gemm_wgmma_e4m3<C::BN>(
+						    part[j],
+						    gemm_wg_desc(a +
+								 j * 64 * 64 +
+								 kk * 16),
+						    gemm_wg_desc(b + kk * 16),
+						    0);
+					gemm_wg_commit();
+					gemm_wg_wait<0>();
+					if (kk == 3 && l == 0)
+						gemm_tma_release<C>(empty, s,
+								    rank);
+					float fb[C::BN / 8][2];
+#pragma unroll
+					for (int q = 0; q < C::BN / 8; q++)
+#pragma unroll
+						for (int e = 0; e < 2; e++)
+							fb[q][e] = gemm_e8m0(
+							    (rb[q][e] >>
+							     (8 * kk)) &
+							    0xffu);
+#pragma unroll
+					for (int j = 0; j < C::SLABS; j++) {
+						gemm_wg_fence_acc<C::NACC>(
+						    part[j]);
+						float fa[2];
+#pragma unroll
+						for (int h = 0; h < 2; h++)
+							fa[h] = gemm_e8m0(
+							    (ra[j][h] >>
+							     (8 * kk)) &
+							    0xffu);
+#pragma unroll
+						for (int q = 0; q < C::BN / 8;
+						     q++)
+#pragma unroll
+							for (int h = 0; h < 2;
+							     h++)
+#pragma unroll
+								for (int e = 0;
+								     e < 2;
+								     e++) {
+									int i =
+									    4 * q +
+									    2 * h +
+									    e;
+									acc[j][i] = fmaf(
+									    part[j][i] *
+										fb[q][e],
+									    fa[h],
+									    acc[j][i]);
+								}
+					}
+				}
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < C::SLABS; j++)
+			gemm_wg_fence_acc<C::NACC>(acc[j]);
+		gemm_tma_store_unit<C>(w, acc, sc, map_c, cw, t);
+	}
+	if constexpr (C::TS != 0) {
+		if (t == 0)
 			gemm_tma_store_wait();
 	}
 }
@@ -646,8 +849,14 @@ gemm_tma_run(const W &work, int units, int first, int step,
 	} else {
 		if constexpr (C::NCW == 2)
 			gemm_reg_inc<232>();
-		gemm_tma_consume<C>(work, units, first, step, rank, wg - 1,
-				    map_c, sa, sb, sc, full, empty);
+		if constexpr (C::F8 != 0)
+			gemm_tma_consume_f8<C>(work, units, first, step, rank,
+					       wg - 1, map_c, sa, sb, sc, full,
+					       empty);
+		else
+			gemm_tma_consume<C>(work, units, first, step, rank,
+					    wg - 1, map_c, sa, sb, sc, full,
+					    empty);
 	}
 	/* No block leaves while its peer may still write into it or arrive
 	 * on its barriers. */
@@ -685,17 +894,18 @@ static gemm_tma_encode_fn gemm_tma_encoder(void)
 struct gemm_tma_key {
 	const void *base;
 	uint64_t dims[3];
-	uint32_t rank, box_rows;
+	uint32_t rank, box_rows, f8;
 };
 
 /*
- * A bf16 tensor map of @p rank (2 or 3) dims {dims[0] (k, contiguous),
- * dims[1], dims[2]}, box {64, box_rows, 1}, 128B swizzle, zero fill.  A
+ * A bf16 (@p f8: one-byte) tensor map of @p rank (2 or 3) dims {dims[0]
+ * (k, contiguous), dims[1], dims[2]}, box {64 (f8: 128), box_rows, 1}:
+ * 128-byte rows, 128B swizzle, zero fill.  A
  * small per-thread cache keeps launches free of the encoding (the caller's
  * timing starts before the host call).  @return 0 or -EINVAL.
  */
 static int gemm_tma_map(CUtensorMap *m, const void *base, uint32_t rank,
-			const uint64_t *dims, uint32_t box_rows)
+			const uint64_t *dims, uint32_t box_rows, int f8 = 0)
 {
 	enum { NCACHE = 16 };
 	static thread_local struct {
@@ -708,6 +918,7 @@ static int gemm_tma_map(CUtensorMap *m, const void *base, uint32_t rank,
 	k.base = base;
 	k.rank = rank;
 	k.box_rows = box_rows;
+	k.f8 = (uint32_t)f8;
 	for (uint32_t i = 0; i < rank; i++)
 		k.dims[i] = dims[i];
 	for (int i = 0; i < used; i++)
@@ -716,15 +927,19 @@ static int gemm_tma_map(CUtensorMap *m, const void *base, uint32_t rank,
 			return 0;
 		}
 	gemm_tma_encode_fn enc = gemm_tma_encoder();
-	if (!enc || ((uintptr_t)base & 15) || (dims[0] * 2) % 16)
+	const uint64_t eb = f8 ? 1 : 2;
+	if (!enc || ((uintptr_t)base & 15) || (dims[0] * eb) % 16)
 		return -EINVAL;
 	cuuint64_t gd[3], gs[2];
-	cuuint32_t box[3] = {64, box_rows, 1}, es[3] = {1, 1, 1};
+	cuuint32_t box[3] = {f8 ? 128u : 64u, box_rows, 1}, es[3] = {1, 1, 1};
 	for (uint32_t i = 0; i < rank; i++)
 		gd[i] = dims[i];
-	gs[0] = dims[0] * 2;
-	gs[1] = dims[0] * dims[1] * 2;
-	if (enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, (void *)base, gd,
+	gs[0] = dims[0] * eb;
+	gs[1] = dims[0] * dims[1] * eb;
+	if (enc(m,
+		f8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+		   : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+		rank, (void *)base, gd,
 		gs, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
 		CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
 		CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
@@ -806,8 +1021,8 @@ static int gemm_tma_maps(const void *a, const void *b, void *c, int64_t m,
 	uint64_t da[2] = {(uint64_t)k, (uint64_t)m};
 	uint64_t db[3] = {(uint64_t)k, (uint64_t)n, (uint64_t)g};
 	uint64_t dc[2] = {(uint64_t)n, (uint64_t)m};
-	if (gemm_tma_map(ma, a, 2, da, C::BM) ||
-	    gemm_tma_map(mb, b, g ? 3 : 2, db, C::BN / C::CL))
+	if (gemm_tma_map(ma, a, 2, da, C::BM, C::F8 != 0) ||
+	    gemm_tma_map(mb, b, g ? 3 : 2, db, C::BN / C::CL, C::F8 != 0))
 		return -EINVAL;
 	memset(mc, 0, sizeof(*mc));
 	if (C::TS != 0 && gemm_tma_map(mc, c, 2, dc, C::BM / C::NCW))

@@ -88,6 +88,7 @@ extern const struct flyk_gpu_op flyk_gpu_topk_op;
 extern const struct flyk_gpu_op flyk_gpu_gemm_op;
 extern const struct flyk_gpu_op flyk_gpu_grouped_gemm_op;
 extern const struct flyk_gpu_op flyk_gpu_mqa_logits_op;
+extern const struct flyk_gpu_op flyk_gpu_scaled_gemm_op;
 
 /* The vendor BLAS library and version for the fingerprint
  * (kernels/vendor; absent where no vendor module is linked). */

@@ -107,6 +107,39 @@ FLYK_EXPORT int flyk_gpu_mqa_logits(const struct fly_problem *p,
 	return flyk_launch(flyk_gpu_backend(), &a->dev, p, d, &args, stream);
 }
 
+/* Scaled GEMM, NT (struct flyk_scaled_gemm_args): a [m,k] and b [n,k] in
+ * the problem's format (mxfp4: [m,k/2], [n,k/2] bytes, low nibble the
+ * even k), scale_a/scale_b one fp32 each (fp8 per tensor) or [m,k/32] and
+ * [n,k/32] e8m0 bytes (MX), bias [n] bf16 or NULL, c [m,n] bf16; all
+ * device pointers.  The workspace (may be NULL) serves the variants that
+ * need one: sg_wgmma on mxfp4 needs (m + n) * k bytes, a cuBLASLt
+ * algorithm its own (else -ENOSPC / -EINVAL). */
+FLYK_EXPORT int flyk_gpu_scaled_gemm(const struct fly_problem *p,
+				     const struct fly_decision *d,
+				     const void *a, const void *b,
+				     const void *scale_a, const void *scale_b,
+				     const void *bias, void *c,
+				     void *workspace, size_t workspace_size,
+				     void *stream)
+{
+	struct api_dev *ad = api_device();
+	if (ad->rc)
+		return ad->rc;
+	if (!p || !d || p->op != FLY_OP_SCALED_GEMM)
+		return -EINVAL;
+	union flyk_args args;
+	memset(&args, 0, sizeof(args));
+	args.scaled_gemm.a = a;
+	args.scaled_gemm.b = b;
+	args.scaled_gemm.c = c;
+	args.scaled_gemm.bias = bias;
+	args.scaled_gemm.scale_a = scale_a;
+	args.scaled_gemm.scale_b = scale_b;
+	args.scaled_gemm.workspace = workspace;
+	args.scaled_gemm.workspace_size = workspace_size;
+	return flyk_launch(flyk_gpu_backend(), &ad->dev, p, d, &args, stream);
+}
+
 /* The heuristic default for @p p (flyk_default). */
 FLYK_EXPORT int flyk_gpu_default(const struct fly_problem *p,
 				 struct fly_decision *out)

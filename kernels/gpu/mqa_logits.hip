@@ -282,64 +282,7 @@ static int simt_launch(const struct flyk_device *dev,
 
 /* ------------------------------------------------------------ wgmma */
 
-#if FLYK_WGMMA_DEVICE
-/* wgmma.mma_async m64nNk32 e4m3 x e4m3 -> f32, D = A * B + (acc ? D : 0),
- * both from K-major 128B-swizzled shared memory. */
-template <int N>
-__device__ __forceinline__ void mqa_wgmma_asm(float *d, uint64_t da,
-					      uint64_t db, int acc);
-
-template <> __device__ __forceinline__ void
-mqa_wgmma_asm<64>(float *d, uint64_t da, uint64_t db, int acc)
-{
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-		     "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
-		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
-		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-		     "%24,%25,%26,%27,%28,%29,%30,%31"
-		     "}, %32, %33, p, 1, 1;\n}\n"
-		     : GEMM_WG_D32(0)
-		     : "l"(da), "l"(db), "r"(acc));
-}
-
-template <> __device__ __forceinline__ void
-mqa_wgmma_asm<128>(float *d, uint64_t da, uint64_t db, int acc)
-{
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-		     "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
-		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
-		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-		     "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"
-		     "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,"
-		     "%60,%61,%62,%63"
-		     "}, %64, %65, p, 1, 1;\n}\n"
-		     : GEMM_WG_D32(0), GEMM_WG_D32(32)
-		     : "l"(da), "l"(db), "r"(acc));
-}
-
-template <> __device__ __forceinline__ void
-mqa_wgmma_asm<256>(float *d, uint64_t da, uint64_t db, int acc)
-{
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-		     "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {"
-		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
-		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-		     "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"
-		     "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,"
-		     "%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,"
-		     "%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,"
-		     "%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-		     "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,"
-		     "%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,"
-		     "%120,%121,%122,%123,%124,%125,%126,%127"
-		     "}, %128, %129, p, 1, 1;\n}\n"
-		     : GEMM_WG_D32(0), GEMM_WG_D32(32), GEMM_WG_D32(64),
-		       GEMM_WG_D32(96)
-		     : "l"(da), "l"(db), "r"(acc));
-}
-#endif
+/* the fp8 wgmma: gemm_wgmma_e4m3_asm (gemm_tile.h) */
 
 #define MQA_H 64   /* heads of the wgmma variant */
 #define MQA_D 128  /* head dim: one 128-byte swizzle row per operand row */
@@ -381,7 +324,7 @@ __device__ __forceinline__ void mqa_mma(float *acc, const uint8_t *ka,
 	 * ptxas would then see touched between wgmma stages */
 #pragma unroll
 	for (int kk = 0; kk < MQA_D / 32; kk++)
-		mqa_wgmma_asm<N>(acc,
+		gemm_wgmma_e4m3_asm<N>(acc,
 				 gemm_wg_desc((const uint16_t *)(ka + kk * 32)),
 				 gemm_wg_desc((const uint16_t *)(qa + kk * 32)),
 				 kk > 0);

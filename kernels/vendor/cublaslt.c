@@ -2,7 +2,10 @@
  * cublaslt.c -- the vendor candidates of the CUDA backend's gemm op:
  * "cublaslt" (one cuBLASLt algorithm, as the heuristic reported it, replayed
  * exactly from its config attributes) and "cublas_default" (cublasGemmEx
- * with CUBLAS_GEMM_DEFAULT, what most engines call today).
+ * with CUBLAS_GEMM_DEFAULT, what most engines call today); and of the
+ * scaled_gemm op: "sg_cublaslt", the same for e4m3 operands with one fp32
+ * scale per tensor (A/B scale pointers, fp32 accumulation without
+ * CUBLASLT_MATMUL_DESC_FAST_ACCUM: what torch._scaled_mm runs by default).
  *
  * Owns: one cublasLt handle and one cublas handle per device (lazily
  * created, process lifetime), and a small cache of matmul descriptors and
@@ -62,10 +65,29 @@ static struct lt_dev lt_devs[LT_MAX_DEV];
 static struct lt_entry lt_cache[LT_CACHE];
 static unsigned lt_next;
 
+/* The operands' cuBLAS type: bf16 GEMM, or scaled GEMM with e4m3 operands
+ * and one fp32 scale per tensor (bf16 C either way). */
+static int lt_scaled(const struct fly_problem *p)
+{
+	return p->op == FLY_OP_SCALED_GEMM;
+}
+
+static cudaDataType_t lt_ab_type(const struct fly_problem *p)
+{
+	return lt_scaled(p) ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+}
+
 static int lt_problem_ok(const struct fly_problem *p)
 {
-	if (p->op != FLY_OP_GEMM || p->dtype != FLY_DT_BF16)
+	if (lt_scaled(p)) {
+		/* cuBLASLt's fp8 wants "TN" (our NT), K % 16 == 0 */
+		if (p->dtype != FLY_DT_FP8_E4M3 ||
+		    p->layout != FLY_LAYOUT_NT || (p->flags & ~FLY_F_BIAS) ||
+		    p->dims[2] % 16)
+			return -EINVAL;
+	} else if (p->op != FLY_OP_GEMM || p->dtype != FLY_DT_BF16) {
 		return -EINVAL;
+	}
 	if (p->layout != FLY_LAYOUT_NT && p->layout != FLY_LAYOUT_NN)
 		return -EINVAL;
 	if (p->flags & ~(FLY_F_BIAS | FLY_F_SCALE))
@@ -132,11 +154,11 @@ static int lt_entry_build(struct lt_entry *e, int dev,
 		    sizeof(bt));
 	}
 	/* cuBLAS's A is our B: [k x n_cublas] stored (NT) as N rows of K. */
+	cudaDataType_t ab = lt_ab_type(p);
 	cublasStatus_t s1 =
-	    nn ? cublasLtMatrixLayoutCreate(&e->la, CUDA_R_16BF, n, k, n)
-	       : cublasLtMatrixLayoutCreate(&e->la, CUDA_R_16BF, k, n, k);
-	cublasStatus_t s2 =
-	    cublasLtMatrixLayoutCreate(&e->lb, CUDA_R_16BF, k, m, k);
+	    nn ? cublasLtMatrixLayoutCreate(&e->la, ab, n, k, n)
+	       : cublasLtMatrixLayoutCreate(&e->la, ab, k, n, k);
+	cublasStatus_t s2 = cublasLtMatrixLayoutCreate(&e->lb, ab, k, m, k);
 	cublasStatus_t s3 =
 	    cublasLtMatrixLayoutCreate(&e->lc, CUDA_R_16BF, n, m, n);
 	e->used = 1;
@@ -258,8 +280,8 @@ static int lt_algo_replay(struct lt_dev *ld, struct lt_entry *e,
 {
 	cublasLtMatmulAlgo_t a;
 	if (cublasLtMatmulAlgoInit(ld->lt, CUBLAS_COMPUTE_32F, CUDA_R_32F,
-				   CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
-				   CUDA_R_16BF, (int)pr[0],
+				   lt_ab_type(&e->p), lt_ab_type(&e->p),
+				   CUDA_R_16BF, CUDA_R_16BF, (int)pr[0],
 				   &a) != CUBLAS_STATUS_SUCCESS)
 		return -EINVAL;
 	int64_t inner = (pr[7] >> 16) & 0xffff;
@@ -356,10 +378,20 @@ int flyk_cublaslt_launch(const struct flyk_device *dev,
 			 const struct fly_problem *p, const int64_t *params,
 			 const union flyk_args *args, void *stream)
 {
+	struct flyk_gemm_args gg;
 	const struct flyk_gemm_args *g = &args->gemm;
+	const struct flyk_scaled_gemm_args *sg = &args->scaled_gemm;
 	int rc = flyk_cublaslt_feasible(dev, p, params), d = 0;
 	if (rc)
 		return rc;
+	if (lt_scaled(p)) {
+		if (!sg->scale_a || !sg->scale_b)
+			return -EINVAL;
+		gg = (struct flyk_gemm_args){ sg->a, sg->b, sg->c, sg->bias,
+					      1.0f, sg->workspace,
+					      sg->workspace_size };
+		g = &gg;
+	}
 	if (!g->a || !g->b || !g->c || ((p->flags & FLY_F_BIAS) && !g->bias))
 		return -EINVAL;
 	float alpha = (p->flags & FLY_F_SCALE) ? g->alpha : 1.0f, beta = 0.f;
@@ -377,6 +409,15 @@ int flyk_cublaslt_launch(const struct flyk_device *dev,
 		cublasLtMatmulDescSetAttribute(
 		    e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
 		    sizeof(g->bias));
+	if (lt_scaled(p)) {
+		/* cuBLAS's A is our B: its scale is scale_b */
+		cublasLtMatmulDescSetAttribute(
+		    e->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sg->scale_b,
+		    sizeof(sg->scale_b));
+		cublasLtMatmulDescSetAttribute(
+		    e->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sg->scale_a,
+		    sizeof(sg->scale_a));
+	}
 	rc = cublasLtMatmul(ld->lt, e->op, &alpha, g->b, e->la, g->a, e->lb,
 			    &beta, g->c, e->lc, g->c, e->lc, &e->algo,
 			    g->workspace, g->workspace_size,
@@ -394,7 +435,7 @@ int flyk_cublas_default_feasible(const struct flyk_device *dev,
 {
 	(void)dev;
 	(void)params;
-	if (lt_problem_ok(p) || (p->flags & FLY_F_BIAS))
+	if (lt_problem_ok(p) || lt_scaled(p) || (p->flags & FLY_F_BIAS))
 		return -EINVAL;
 	return 0;
 }

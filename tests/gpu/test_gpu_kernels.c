@@ -188,6 +188,41 @@ static void test_mqa(const struct flyk_backend *b, struct flyk_device *dev)
 		}
 }
 
+/* scaled_gemm: every format, with and without bias, on M = 1, N and K
+ * off the tiles, K % 32 for MX (fp8 also K = 33, which only the
+ * reference takes), ragged and benchmark-sized shapes. */
+static void test_scaled(const struct flyk_backend *b, struct flyk_device *dev)
+{
+	static const int64_t shapes[][3] = {
+		{1, 64, 128},	 {33, 200, 96},	   {130, 257, 256},
+		{3, 5, 32},	 {256, 512, 4096}, {4096, 256, 1024},
+		{1000, 1000, 544},
+	};
+	static const uint32_t sdts[] = {FLY_DT_FP8_E4M3, FLY_DT_FP8_E4M3FNUZ,
+					FLY_DT_MXFP8, FLY_DT_MXFP4};
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+		for (size_t d = 0; d < 4; d++)
+			for (uint32_t f = 0; f <= FLY_F_BIAS; f += FLY_F_BIAS) {
+				struct fly_problem p;
+				memset(&p, 0, sizeof(p));
+				p.op = FLY_OP_SCALED_GEMM;
+				p.dtype = sdts[d];
+				p.layout = FLY_LAYOUT_NT;
+				p.flags = f;
+				memcpy(p.dims, shapes[s], sizeof(shapes[s]));
+				test_problem(b, dev, &p, 400 + s * 7 + d + f);
+			}
+	struct fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = FLY_OP_SCALED_GEMM;
+	p.dtype = FLY_DT_FP8_E4M3;
+	p.layout = FLY_LAYOUT_NT;
+	p.dims[0] = 7;
+	p.dims[1] = 9;
+	p.dims[2] = 33;
+	test_problem(b, dev, &p, 499);
+}
+
 int main(void)
 {
 	const struct flyk_backend *b = flyk_gpu_backend();
@@ -206,6 +241,7 @@ int main(void)
 	test_rmsnorm(b, dev);
 	test_topk(b, dev);
 	test_mqa(b, dev);
+	test_scaled(b, dev);
 	b->close(dev);
 	printf("%d passed, %d failed\n", npass, nfail);
 	return nfail ? 1 : 0;

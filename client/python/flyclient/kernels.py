@@ -78,6 +78,10 @@ class Kernels(object):
         lib.flyk_gpu_mqa_logits.argtypes = [P(Problem), P(Decision), vp, vp,
                                             vp, vp, vp, vp, vp, i64, vp]
         lib.flyk_gpu_mqa_logits.restype = ctypes.c_int
+        lib.flyk_gpu_scaled_gemm.argtypes = [P(Problem), P(Decision), vp, vp,
+                                             vp, vp, vp, vp, vp,
+                                             ctypes.c_size_t, vp]
+        lib.flyk_gpu_scaled_gemm.restype = ctypes.c_int
         lib.flyk_gpu_default.argtypes = [P(Problem), P(Decision)]
         lib.flyk_gpu_default.restype = ctypes.c_int
         self.lib = lib
@@ -121,3 +125,34 @@ class Kernels(object):
         if rc:
             raise FlyKernelError("flyk_gpu_mqa_logits", rc)
         return logits
+
+    def scaled_problem(self, m, n, k, dtype="fp8_e4m3", bias=False):
+        p = Problem()
+        p.op, p.dtype, p.layout = OPS["scaled_gemm"], DTYPES[dtype], 1
+        p.flags = FLAGS["bias"] if bias else 0
+        for i, v in enumerate((m, n, k)):
+            p.dims[i] = int(v)
+        return p
+
+    def scaled_gemm(self, d, a, b, scale_a, scale_b, c, bias=None,
+                    dtype="fp8_e4m3", workspace=None, stream=None,
+                    problem=None):
+        """c[m,n] (bf16) = a[m,k] . b[n,k]^T with the format's scales, +
+        bias[n].  fp8_e4m3/fp8_e4m3fnuz: scale_a, scale_b one fp32 each;
+        mxfp8: [m,k/32] and [n,k/32] e8m0 bytes; mxfp4: a [m,k/2], b
+        [n,k/2] bytes (low nibble the even k), scales as mxfp8.  workspace:
+        a byte tensor (mxfp4 on sg_wgmma needs (m + n) * k bytes)."""
+        if problem is None:
+            m, n = c.shape
+            k = a.shape[1] * (2 if dtype == "mxfp4" else 1)
+            problem = self.scaled_problem(m, n, k, dtype, bias is not None)
+        dec = decision(d)
+        ws_size = 0 if workspace is None else \
+            workspace.numel() * workspace.element_size()
+        rc = self.lib.flyk_gpu_scaled_gemm(
+            ctypes.byref(problem), ctypes.byref(dec), _ptr(a), _ptr(b),
+            _ptr(scale_a), _ptr(scale_b), _ptr(bias), _ptr(c),
+            _ptr(workspace), ws_size, self._stream(stream))
+        if rc:
+            raise FlyKernelError("flyk_gpu_scaled_gemm", rc)
+        return c

@@ -1,0 +1,635 @@
+/*
+ * scaled_gemm.hip -- scaled low-precision GEMM on the GPU, NT:
+ *   C[m, n] = sum_k A[m, k] B[n, k] (with the format's scales) + bias[n]
+ * fp32 accumulation, bf16 C and bias.  Formats (the problem's dtype; the
+ * operands as struct flyk_scaled_gemm_args in flyk.h):
+ *   fp8_e4m3, fp8_e4m3fnuz  one fp32 scale per tensor (device pointers)
+ *   mxfp8                   e4m3fn, one e8m0 scale per 32 k of a row
+ *   mxfp4                   e2m1 two per byte (low nibble the even k),
+ *                           e8m0 per 32 k
+ * MX needs K % 32 == 0.
+ *
+ * Owns: the scaled_gemm variants and flyk_gpu_scaled_gemm_op; the case
+ * state (reference output on the device).  Thread: tables are immutable;
+ * launches are asynchronous on the caller's stream.
+ *
+ * Variants (params in their stable order):
+ *   sg_ref     portable (AMD, fnuz, any shape): 16 x 16 outputs a block,
+ *              each 32-k block of A and B decoded into shared memory,
+ *              fp32 sums per block times the block's scales: the
+ *              reference.
+ *   sg_wgmma   (NVIDIA sm_90a; e4m3fn, mxfp8, mxfp4) the warp-specialised
+ *              TMA + wgmma mainloop of gemm_tma.h with fp8 operands
+ *              (gemm_tma_consume_f8: fp8 wgmma sums promoted into fp32
+ *              registers every 128 k, or every 32 k times the MX scales).
+ *              mxfp4 is first unpacked to e4m3 (exact) into the workspace
+ *              by one pass, then runs as mxfp8: it needs a workspace of
+ *              (M + N) * K bytes (launch: -ENOSPC without).  Params
+ *              tile_m, tile_n, store (TMA-store epilogue), cluster (B
+ *              multicast to two blocks), swizzle (tile rows per raster
+ *              group).  K % 16 == 0 (fp8 rows 16-byte aligned for TMA).
+ *   sg_cublaslt  (nvcc) every fp8 algorithm cuBLASLt's heuristic proposes
+ *              for per-tensor e4m3 (kernels/vendor/cublaslt.c).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flyk_gpu.h"
+#include "gpu_int.h"
+#include "gemm_tma.h"
+#if !FLYK_AMD && !defined(FLYK_EMU)
+#include "gemm_vendor.h"
+#endif
+#ifndef FLYK_GEMM_WS_BYTES
+#define FLYK_GEMM_WS_BYTES ((size_t)32 << 20)
+#endif
+
+#define SG_DT_FP8 (1u << FLY_DT_FP8_E4M3)
+#define SG_DT_FNUZ (1u << FLY_DT_FP8_E4M3FNUZ)
+#define SG_DT_MX8 (1u << FLY_DT_MXFP8)
+#define SG_DT_MX4 (1u << FLY_DT_MXFP4)
+#define SG_DTYPES (SG_DT_FP8 | SG_DT_FNUZ | SG_DT_MX8 | SG_DT_MX4)
+
+static int sg_is_mx(uint32_t dt)
+{
+	return dt == FLY_DT_MXFP8 || dt == FLY_DT_MXFP4;
+}
+
+static int sg_problem_ok(const struct fly_problem *p)
+{
+	if (p->op != FLY_OP_SCALED_GEMM || !(SG_DTYPES & (1u << p->dtype)))
+		return -EINVAL;
+	if (p->layout != FLY_LAYOUT_NT || (p->flags & ~FLY_F_BIAS))
+		return -EINVAL;
+	for (int i = 0; i < 3; i++)
+		if (p->dims[i] < 1 || p->dims[i] > 0x7fffffff)
+			return -EINVAL;
+	if (sg_is_mx(p->dtype) && p->dims[2] % 32)
+		return -EINVAL;
+	return 0;
+}
+
+/* ------------------------------------------------------------ reference */
+
+/* Element (row, k) of operand @p x in format @p fmt (the dtype code),
+ * the block's MX scale not applied. */
+__device__ __forceinline__ float sg_elem(const uint8_t *x, int fmt,
+					 int64_t row, int64_t k, int64_t kk)
+{
+	if (fmt == FLY_DT_MXFP4) {
+		uint32_t b = x[(row * k + kk) / 2];
+		return gemm_e2m1(kk & 1 ? b >> 4 : b & 15u);
+	}
+	return gemm_e4m3(x[row * k + kk], fmt == FLY_DT_FP8_E4M3FNUZ);
+}
+
+/* 16 x 16 outputs a block: each 32-k block of 16 rows of A and of B
+ * decoded to shared memory; sum per block in fp32, times its scales. */
+__global__ void sg_ref_kernel(const uint8_t *a, const uint8_t *b,
+			      const void *sa, const void *sb,
+			      const uint16_t *bias, uint16_t *c, int64_t m,
+			      int64_t n, int64_t k, int fmt)
+{
+	__shared__ float ta[16][33], tb[16][33];
+	const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+	const int64_t i = (int64_t)blockIdx.y * 16 + ty;
+	const int64_t j = (int64_t)blockIdx.x * 16 + tx;
+	const bool mx = fmt == FLY_DT_MXFP8 || fmt == FLY_DT_MXFP4;
+	const int64_t nb = (k + 31) / 32;
+	float acc = 0.f;
+	for (int64_t kb = 0; kb < nb; kb++) {
+		for (int e = threadIdx.x; e < 16 * 32; e += 256) {
+			int r = e / 32, q = e % 32;
+			int64_t kk = kb * 32 + q;
+			int64_t ra = (int64_t)blockIdx.y * 16 + r;
+			int64_t rb = (int64_t)blockIdx.x * 16 + r;
+			ta[r][q] = ra < m && kk < k ? sg_elem(a, fmt, ra, k, kk)
+						    : 0.f;
+			tb[r][q] = rb < n && kk < k ? sg_elem(b, fmt, rb, k, kk)
+						    : 0.f;
+		}
+		__syncthreads();
+		float part = 0.f;
+#pragma unroll 8
+		for (int q = 0; q < 32; q++)
+			part = fmaf(ta[ty][q], tb[tx][q], part);
+		if (mx && i < m && j < n)
+			part *= gemm_e8m0(((const uint8_t *)sa)[i * nb + kb]) *
+				gemm_e8m0(((const uint8_t *)sb)[j * nb + kb]);
+		acc += part;
+		__syncthreads();
+	}
+	if (i >= m || j >= n)
+		return;
+	if (!mx)
+		acc *= *(const float *)sa * *(const float *)sb;
+	if (bias)
+		acc += flyk_db2f(bias[j]);
+	c[i * n + j] = flyk_df2b(acc);
+}
+
+static int sg_launch_err(void)
+{
+	hipError_t e = hipGetLastError();
+	return e == hipSuccess ? 0 : e == hipErrorInvalidValue ? -EINVAL : -EIO;
+}
+
+static int ref_feasible(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *pr)
+{
+	(void)dev;
+	(void)pr;
+	return sg_problem_ok(p);
+}
+
+static int ref_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *pr,
+		      const union flyk_args *args, void *stream)
+{
+	int rc = ref_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	const struct flyk_scaled_gemm_args *g = &args->scaled_gemm;
+	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
+	if (!g->a || !g->b || !g->c || !g->scale_a || !g->scale_b ||
+	    ((p->flags & FLY_F_BIAS) && !g->bias))
+		return -EINVAL;
+	dim3 grid((unsigned)((n + 15) / 16), (unsigned)((m + 15) / 16));
+	if ((m + 15) / 16 > 65535)
+		return -EINVAL;
+	FLYK_GO(grid, 256, 0, (hipStream_t)stream, sg_ref_kernel)(
+	    (const uint8_t *)g->a, (const uint8_t *)g->b, g->scale_a,
+	    g->scale_b,
+	    (p->flags & FLY_F_BIAS) ? (const uint16_t *)g->bias : NULL,
+	    (uint16_t *)g->c, m, n, k, (int)p->dtype);
+	return sg_launch_err();
+}
+
+/* ------------------------------------------------------------ wgmma */
+
+/* mxfp4 -> e4m3fn bytes, two codes a byte in, two bytes out. */
+__global__ void sg_unpack4_kernel(const uint8_t *in, uint16_t *out, size_t n)
+{
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		uint32_t b = in[i];
+		out[i] = (uint16_t)(gemm_e2m1_to_e4m3(b & 15u) |
+				    (gemm_e2m1_to_e4m3(b >> 4) << 8));
+	}
+}
+
+static const int64_t sg_tile_m[] = {64, 128};
+static const int64_t sg_tile_n[] = {64, 128};
+static const int64_t sg_store[] = {0, 1};
+static const int64_t sg_cluster[] = {1, 2};
+static const int64_t sg_swizzle[] = {1, 4, 8};
+
+#if GEMM_HAVE_TMA
+/* A dense scaled GEMM's launch: units = tiles_mc * tiles_n (no split). */
+struct sg_job {
+	int64_t m, n, k;
+	int tiles_mc, tiles_n, swz, units, cl, kblocks;
+	uint16_t *c;
+	const uint16_t *bias;
+	const float *tsa, *tsb; /* per-tensor scales (F8 1) */
+	const uint8_t *sa, *sb; /* MX scales (F8 2) */
+};
+
+/* Unit u: gemm_tma_dense's rasterisation (groups of swz cluster rows, n
+ * across a group), 128-k tiles, the scales of the format. */
+template <int BM, int BN, int F8> struct sg_unit {
+	sg_job j;
+	__device__ __forceinline__ void operator()(int u, int rank,
+						   gemm_tma_unit *w) const
+	{
+		int per = j.swz * j.tiles_n, first = (u / per) * j.swz;
+		int gs =
+		    j.tiles_mc - first < j.swz ? j.tiles_mc - first : j.swz;
+		int local = u % per, tm = first + local % gs, tn = local / gs;
+		tm = tm * j.cl + rank;
+		w->a_row = tm * BM;
+		w->b_row = tn * BN;
+		w->b_z = 0;
+		w->k0 = 0;
+		w->nk = (int)((j.k + 127) / 128);
+		w->m0 = (int64_t)tm * BM;
+		w->n0 = (int64_t)tn * BN;
+		w->out.c = j.c;
+		w->out.ws = NULL;
+		w->out.ldc = j.n;
+		w->out.m_end = j.m;
+		w->out.n_end = j.n;
+		w->out.alpha = F8 == 1 ? __ldg(j.tsa) * __ldg(j.tsb) : 1.f;
+		w->out.bias = j.bias;
+		w->tstore = 1;
+		w->sa = j.sa;
+		w->sb = j.sb;
+		w->kblocks = j.kblocks;
+	}
+};
+
+template <class C>
+__global__ void __launch_bounds__(C::THREADS, 1)
+    sg_tma_kernel(const __grid_constant__ CUtensorMap ma,
+		  const __grid_constant__ CUtensorMap mb,
+		  const __grid_constant__ CUtensorMap mc, const sg_job j)
+{
+	FLYK_DYN_SMEM(uint4, sg_tma_dsmem);
+	__shared__ uint64_t sg_tma_bars[2 * C::ST];
+	sg_unit<C::BM, C::BN, C::F8> w{j};
+	gemm_tma_run<C>(w, j.units, blockIdx.x / C::CL, gridDim.x / C::CL,
+			&ma, &mb, false, &mc, (uint16_t *)sg_tma_dsmem,
+			sg_tma_bars);
+}
+
+/* The shapes of GEMM_TMA_CFGS whose fp32 sums and promoted sums fit in a
+ * consumer's registers (one m64 slab of at most 128 columns), one k
+ * panel: BM, BN, stages, TS, CL. */
+#define SG_TMA_CFGS(X)                                                         \
+	X(64, 64, 12, 0, 1)                                                    \
+	X(64, 128, 8, 0, 1)                                                    \
+	X(128, 128, 6, 0, 1)                                                   \
+	X(64, 128, 7, 1, 1)                                                    \
+	X(128, 128, 5, 1, 1)                                                   \
+	X(64, 128, 8, 0, 2)                                                    \
+	X(128, 128, 6, 0, 2)                                                   \
+	X(128, 128, 5, 1, 2)
+
+struct sg_args {
+	const void *a, *b; /* e4m3 (mxfp4: unpacked) */
+	const struct flyk_scaled_gemm_args *g;
+	int mx;
+	int swz;
+	hipStream_t s;
+};
+
+typedef int (*sg_go_fn)(const struct fly_problem *p, const sg_args *x,
+			int sms);
+
+template <class C> static int sg_go(const struct fly_problem *p,
+				    const sg_args *x, int sms)
+{
+	static int done[16];
+	if (flyk_gemm_smem_optin((const void *)sg_tma_kernel<C>, C::SMEM, done))
+		return -ENOSPC;
+	sg_job j;
+	j.m = p->dims[0];
+	j.n = p->dims[1];
+	j.k = p->dims[2];
+	int tiles_m = (int)((j.m + C::BM - 1) / C::BM);
+	j.cl = C::CL;
+	j.tiles_mc = (tiles_m + C::CL - 1) / C::CL;
+	j.tiles_n = (int)((j.n + C::BN - 1) / C::BN);
+	j.swz = x->swz < j.tiles_mc ? x->swz : j.tiles_mc;
+	j.units = j.tiles_mc * j.tiles_n;
+	j.kblocks = (int)(j.k / 32);
+	j.c = (uint16_t *)x->g->c;
+	j.bias = (const uint16_t *)x->g->bias;
+	j.tsa = (const float *)x->g->scale_a;
+	j.tsb = (const float *)x->g->scale_b;
+	j.sa = (const uint8_t *)x->g->scale_a;
+	j.sb = (const uint8_t *)x->g->scale_b;
+	CUtensorMap ma, mb, mc;
+	if (gemm_tma_maps<C>(x->a, x->b, x->g->c, j.m, j.n, j.k, 0, &ma, &mb,
+			     &mc))
+		return -EINVAL;
+	int clusters = j.units < sms / C::CL ? j.units : sms / C::CL;
+	return gemm_tma_go(sg_tma_kernel<C>, clusters, C::THREADS, C::SMEM,
+			   C::CL, x->s, ma, mb, mc, j);
+}
+
+struct sg_ent {
+	int bm, bn, ts, cl, smem;
+	sg_go_fn go[2]; /* per tensor, MX */
+};
+
+#define SG_ENT(BM, BN, ST, TS, CL)                                             \
+	{BM, BN, TS, CL, gemm_tma_cfg<BM, BN, ST, TS, CL, 1, 1>::SMEM,          \
+	 {sg_go<gemm_tma_cfg<BM, BN, ST, TS, CL, 1, 1>>,                        \
+	  sg_go<gemm_tma_cfg<BM, BN, ST, TS, CL, 1, 2>>}},
+static const sg_ent sg_ents[] = {SG_TMA_CFGS(SG_ENT)};
+
+static const sg_ent *sg_find(const int64_t *pr)
+{
+	for (size_t i = 0; i < sizeof(sg_ents) / sizeof(sg_ents[0]); i++)
+		if (sg_ents[i].bm == pr[0] && sg_ents[i].bn == pr[1] &&
+		    sg_ents[i].ts == pr[2] && sg_ents[i].cl == pr[3])
+			return &sg_ents[i];
+	return NULL;
+}
+#endif
+
+static int wgmma_feasible(const struct flyk_device *dev,
+			  const struct fly_problem *p, const int64_t *pr)
+{
+	if (sg_problem_ok(p))
+		return -EINVAL;
+	if (p->dtype == FLY_DT_FP8_E4M3FNUZ)
+		return -EINVAL; /* fn only: fnuz goes to sg_ref on NVIDIA */
+#if !GEMM_HAVE_TMA
+	(void)dev;
+	(void)pr;
+	return -ENOSPC;
+#else
+	if (dev->cc_major != 9)
+		return -ENOSPC;
+	const sg_ent *e = sg_find(pr);
+	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
+	if (!e || k % 16)
+		return -EINVAL;
+	if (e->ts && n % 8)
+		return -EINVAL;
+	if ((size_t)e->smem > dev->smem_per_block_optin)
+		return -ENOSPC;
+	int64_t mb = flyk_gemm_bucket_m(m);
+	if ((e->bm > 64 && e->bm / 2 >= mb) || (e->bn > 64 && e->bn / 2 >= n))
+		return -EINVAL;
+	int64_t tm = (mb + e->bm - 1) / e->bm, tn = (n + e->bn - 1) / e->bn;
+	if (tm * tn > 0x7fffffff / 8)
+		return -EINVAL;
+	if (e->cl > 1 && tm < e->cl)
+		return -EINVAL;
+	tm = (tm + e->cl - 1) / e->cl;
+	if (pr[4] > 1 && (tm < 2 * pr[4] || tn < 2))
+		return -EINVAL;
+	return 0;
+#endif
+}
+
+static int wgmma_launch(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *pr,
+			const union flyk_args *args, void *stream)
+{
+	int rc = wgmma_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+#if !GEMM_HAVE_TMA
+	(void)args;
+	(void)stream;
+	return -EOPNOTSUPP;
+#else
+	const struct flyk_scaled_gemm_args *g = &args->scaled_gemm;
+	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
+	if (!g->a || !g->b || !g->c || !g->scale_a || !g->scale_b ||
+	    ((p->flags & FLY_F_BIAS) && !g->bias))
+		return -EINVAL;
+	if (((uintptr_t)g->c & 15) && pr[2])
+		return -EINVAL;
+	sg_args x = {g->a, g->b, g, sg_is_mx(p->dtype), (int)pr[4],
+		     (hipStream_t)stream};
+	if (p->dtype == FLY_DT_MXFP4) {
+		size_t need = (size_t)(m + n) * (size_t)k;
+		if (!g->workspace || g->workspace_size < need)
+			return -ENOSPC;
+		uint8_t *ua = (uint8_t *)g->workspace, *ub = ua + (size_t)m * k;
+		unsigned blocks = (unsigned)(dev->sms * 4);
+		FLYK_GO(blocks, 256, 0, x.s, sg_unpack4_kernel)(
+		    (const uint8_t *)g->a, (uint16_t *)ua, (size_t)m * k / 2);
+		FLYK_GO(blocks, 256, 0, x.s, sg_unpack4_kernel)(
+		    (const uint8_t *)g->b, (uint16_t *)ub, (size_t)n * k / 2);
+		if ((rc = sg_launch_err()))
+			return rc;
+		x.a = ua;
+		x.b = ub;
+	}
+	const sg_ent *e = sg_find(pr);
+	return e->go[x.mx](p, &x, dev->sms);
+#endif
+}
+
+/* ------------------------------------------------------------ variants */
+
+#define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
+#if !FLYK_DEVICE_PASS
+#if !FLYK_AMD && !defined(FLYK_EMU)
+static const int64_t sg_lt_placeholder[] = {-1};
+#endif
+static const struct flyk_variant sg_variants[] = {
+    {"sg_ref", FLY_OP_SCALED_GEMM, SG_DTYPES, FLY_F_BIAS, 1, 0, {},
+     ref_feasible, NULL, ref_launch, NULL},
+    {"sg_wgmma",
+     FLY_OP_SCALED_GEMM,
+     SG_DT_FP8 | SG_DT_MX8 | SG_DT_MX4,
+     FLY_F_BIAS,
+     0,
+     5,
+     {{"tile_m", NV(sg_tile_m)},
+      {"tile_n", NV(sg_tile_n)},
+      {"store", NV(sg_store)},
+      {"cluster", NV(sg_cluster)},
+      {"swizzle", NV(sg_swizzle)}},
+     wgmma_feasible,
+     NULL,
+     wgmma_launch,
+     NULL},
+#if !FLYK_AMD && !defined(FLYK_EMU)
+    {"sg_cublaslt",
+     FLY_OP_SCALED_GEMM,
+     SG_DT_FP8,
+     FLY_F_BIAS,
+     0,
+     FLYK_CUBLASLT_NPARAMS,
+     {{"algo", NV(sg_lt_placeholder)},
+      {"tile", NV(sg_lt_placeholder)},
+      {"stages", NV(sg_lt_placeholder)},
+      {"splitk", NV(sg_lt_placeholder)},
+      {"reduction", NV(sg_lt_placeholder)},
+      {"swizzle", NV(sg_lt_placeholder)},
+      {"custom", NV(sg_lt_placeholder)},
+      {"shape", NV(sg_lt_placeholder)}},
+     flyk_cublaslt_feasible,
+     flyk_cublaslt_enumerate,
+     flyk_cublaslt_launch,
+     NULL},
+#endif
+};
+#endif
+
+/* ------------------------------------------------------------ case */
+
+/* Random operand bytes: @p kind 0 e4m3 (sign, exponent field 4..9, any
+ * mantissa: never zero or NaN in fn or fnuz), 1 any byte (two e2m1
+ * codes), 2 e8m0 scales 2^-3 .. 2^3. */
+__global__ void sg_fill_kernel(uint8_t *p, size_t n, int kind, uint64_t seed)
+{
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull + seed;
+		z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+		z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+		z ^= z >> 31;
+		uint32_t r = (uint32_t)(z >> 32);
+		p[i] = kind == 0   ? (uint8_t)(((r & 1u) << 7) |
+					       ((4u + (r >> 1) % 6u) << 3) |
+					       ((r >> 8) & 7u))
+		       : kind == 1 ? (uint8_t)r
+				   : (uint8_t)(124u + r % 7u);
+	}
+}
+
+/* out[0]: max |ref| (float bits) */
+__global__ void sg_max_kernel(const uint16_t *ref, size_t n, unsigned *out)
+{
+	float mx = 0.f;
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		float r = fabsf(flyk_db2f(ref[i]));
+		if (r == r)
+			mx = fmaxf(mx, r);
+	}
+	atomicMax(&out[0], __float_as_uint(mx));
+}
+
+/* out[1]: max |got - ref| (+inf for NaN); out[2]: elements off by more
+ * than 2^-6 |ref| + 2^-8 max|ref| (the CPU backend's rule, case.c). */
+__global__ void sg_cmp_kernel(const uint16_t *got, const uint16_t *ref,
+			      size_t n, unsigned *out)
+{
+	float big = __uint_as_float(out[0]), mx = 0.f;
+	unsigned bad = 0;
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		float g = flyk_db2f(got[i]), r = flyk_db2f(ref[i]);
+		float e = fabsf(g - r);
+		if (!(e == e)) {
+			e = INFINITY;
+			bad++;
+		} else if (e > fabsf(r) * 0x1p-6f + big * 0x1p-8f) {
+			bad++;
+		}
+		mx = fmaxf(mx, e);
+	}
+	atomicMax(&out[1], __float_as_uint(mx));
+	if (bad)
+		atomicAdd(&out[2], bad);
+}
+
+struct sg_state {
+	void *d_ref;
+	unsigned *d_cmp; /* max |ref|, max err, bad */
+	size_t n;
+};
+
+/* Operand of @p rows and its scales (see sg_fill_kernel). */
+static int sg_operand(struct flyk_case *c, int64_t rows, uint64_t seed,
+		      void **x, void **sc)
+{
+	const struct fly_problem *p = &c->p;
+	int64_t k = p->dims[2];
+	int fp4 = p->dtype == FLY_DT_MXFP4, mx = sg_is_mx(p->dtype);
+	size_t bytes = (size_t)rows * (size_t)k / (fp4 ? 2 : 1);
+	size_t sbytes = mx ? (size_t)rows * (size_t)(k / 32) : 4;
+	if (flyk_gpu_case_alloc(c, bytes ? bytes : 1, 0, x) < 0 ||
+	    flyk_gpu_case_alloc(c, sbytes, 0, sc) < 0)
+		return -ENOMEM;
+	hipStream_t s = (hipStream_t)c->dev->stream;
+	unsigned blocks = (unsigned)(c->dev->sms * 8);
+	FLYK_GO(blocks, 256, 0, s, sg_fill_kernel)((uint8_t *)*x, bytes,
+						   fp4 ? 1 : 0, seed);
+	if (mx)
+		FLYK_GO(blocks, 256, 0, s, sg_fill_kernel)((uint8_t *)*sc,
+							   sbytes, 2, seed + 7);
+	int rc = sg_launch_err();
+	if (!rc && !mx)
+		rc = flyk_gpu_fill_random(c->dev, *sc, 1, FLY_DT_FP32, 0.5f,
+					  1.5f, seed + 7);
+	return rc;
+}
+
+static int sg_setup(struct flyk_case *c, uint64_t seed)
+{
+	const struct fly_problem *p = &c->p;
+	if (sg_problem_ok(p))
+		return -EOPNOTSUPP;
+	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
+	if ((m + 15) / 16 > 65535)
+		return -EOPNOTSUPP;
+	struct sg_state *st = (struct sg_state *)calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	c->state = st;
+	st->n = (size_t)m * n;
+	struct flyk_scaled_gemm_args *a = &c->args.scaled_gemm;
+	void *x, *y, *sx, *sy, *out, *ref, *bias = NULL, *ws, *cmp;
+	size_t wsb = (size_t)(m + n) * (size_t)k;
+	if (wsb < FLYK_GEMM_WS_BYTES)
+		wsb = FLYK_GEMM_WS_BYTES;
+	int rc = sg_operand(c, m, seed, &x, &sx);
+	if (!rc)
+		rc = sg_operand(c, n, seed + 1, &y, &sy);
+	if (rc)
+		return rc;
+	if (flyk_gpu_case_alloc(c, st->n * 2, 1, &out) < 0 ||
+	    flyk_gpu_case_alloc(c, st->n * 2, 0, &ref) < 0 ||
+	    flyk_gpu_case_alloc(c, 4 * sizeof(unsigned), 0, &cmp) < 0 ||
+	    flyk_gpu_case_alloc(c, wsb, 0, &ws) < 0)
+		return -ENOMEM;
+	if ((p->flags & FLY_F_BIAS) &&
+	    (flyk_gpu_case_alloc(c, (size_t)n * 2, 0, &bias) < 0 ||
+	     flyk_gpu_fill_random(c->dev, bias, (size_t)n, FLY_DT_BF16, -1.f,
+				  1.f, seed + 2)))
+		return -ENOMEM;
+	*a = (struct flyk_scaled_gemm_args){x, y, ref, bias, sx, sy, ws, wsb};
+	st->d_ref = ref;
+	st->d_cmp = (unsigned *)cmp;
+	rc = ref_launch(c->dev, p, NULL, &c->args, c->dev->stream);
+	a->c = out;
+	if (rc)
+		return rc;
+	unsigned h[4] = {0, 0, 0, 0};
+	rc = flyk_gpu_upload(c->dev, st->d_cmp, h, sizeof(h));
+	if (rc)
+		return rc;
+	FLYK_GO((unsigned)(c->dev->sms * 8), 256, 0,
+		(hipStream_t)c->dev->stream,
+		sg_max_kernel)((const uint16_t *)ref, st->n, st->d_cmp);
+	return sg_launch_err();
+}
+
+static int sg_check(struct flyk_case *c, double *max_err)
+{
+	struct sg_state *st = (struct sg_state *)c->state;
+	unsigned h[4];
+	*max_err = 0;
+	int rc = flyk_gpu_download(c->dev, h, st->d_cmp, sizeof(h));
+	if (rc)
+		return rc;
+	h[1] = h[2] = 0; /* keep max |ref| */
+	if ((rc = flyk_gpu_upload(c->dev, st->d_cmp, h, sizeof(h))))
+		return rc;
+	FLYK_GO((unsigned)(c->dev->sms * 8), 256, 0,
+		(hipStream_t)c->dev->stream,
+		sg_cmp_kernel)((const uint16_t *)c->args.scaled_gemm.c,
+			       (const uint16_t *)st->d_ref, st->n, st->d_cmp);
+	if ((rc = sg_launch_err()) ||
+	    (rc = flyk_gpu_download(c->dev, h, st->d_cmp, sizeof(h))))
+		return rc;
+	float e;
+	memcpy(&e, &h[1], 4);
+	*max_err = e;
+	return h[2] ? -EDOM : 0;
+}
+
+static void sg_fini(struct flyk_case *c)
+{
+	free(c->state);
+	c->state = NULL;
+}
+
+#if !FLYK_DEVICE_PASS
+extern "C" const struct flyk_gpu_op flyk_gpu_scaled_gemm_op = {
+    FLY_OP_SCALED_GEMM,
+    sg_variants,
+    sizeof(sg_variants) / sizeof(sg_variants[0]),
+    sg_setup,
+    sg_check,
+    sg_fini,
+    NULL,
+};
+#endif
