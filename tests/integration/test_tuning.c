@@ -641,6 +641,51 @@ static int teardown(void **state)
 	return fly_test_daemon_teardown(state);
 }
 
+/* issue 15: the three scaled-GEMM formats are tuned, persisted and
+ * served by the daemon (CPU backend); an MX key whose k is not a multiple
+ * of 32 is refused with bad_dim and no job. */
+static void test_issue_15_scaled_gemm_formats(void **state)
+{
+	struct fly_test_daemon *d = *state;
+	static const char *const keys[] = {
+		"scaled_gemm/fp8_e4m3/NT/m=16,n=48,k=96",
+		"scaled_gemm/mxfp8/NT/m=16,n=48,k=96/bias",
+		"scaled_gemm/mxfp4/NT/m=16,n=48,k=64",
+	};
+	struct answer a[3], b;
+	int fd;
+
+	assert_int_equal(fly_test_daemon_start(d, "{\"policy\":\"always\","
+					       FAST_CFG "}", NULL), 0);
+	fd = fly_test_connect(d->sock);
+	assert_true(fd >= 0);
+	for (int i = 0; i < 3; i++) {
+		wait_tuned(fd, keys[i], 60000, &a[i]);
+		assert_string_equal(a[i].key, keys[i]);
+		assert_true(strncmp(a[i].text, "sg_", 3) == 0);
+	}
+	{
+		cJSON *o = fly_test_req(fd, "{\"req\":\"decide\",\"key\":"
+				 "\"scaled_gemm/mxfp8/NT/m=16,n=48,k=48\"}");
+
+		assert_false(fly_test_is_ok(o));
+		assert_string_equal(err_code(o), "bad_dim");
+		cJSON_Delete(o);
+	}
+	close(fd);
+	assert_int_equal(fly_test_daemon_restart(d), 0);
+	fd = fly_test_connect(d->sock);
+	assert_true(fd >= 0);
+	for (int i = 0; i < 3; i++) {
+		decide(fd, keys[i], &b);
+		assert_string_equal(b.status, "tuned");
+		assert_string_equal(b.text, a[i].text);
+	}
+	assert_int_equal((int)stat_num(fd, "jobs_done"), 0);
+	close(fd);
+	fly_test_daemon_cleanup(d);
+}
+
 #define T(fn)                                                                  \
 	cmocka_unit_test_setup_teardown(fn, fly_test_daemon_setup, teardown)
 
@@ -654,6 +699,7 @@ int main(void)
 		T(test_policy_idle_and_force),
 		T(test_bench_cap),
 		T(test_forget_and_wait_timeout),
+		T(test_issue_15_scaled_gemm_formats),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
