@@ -74,6 +74,14 @@ def dequant_mx(x, s, fmt, k):
     return (v * sc.repeat_interleave(32, dim=1)).to(torch.bfloat16)
 
 
+def decide(daemon, fmt, m, n, k):
+    t0 = time.time()
+    d = daemon.client.decide_wait("scaled_gemm", fmt,
+                                  {"m": m, "n": n, "k": k}, layout="NT",
+                                  timeout_ms=60000)
+    return d, time.time() - t0
+
+
 def check(out, ref):
     o, r = out.float(), ref.float()
     big = r.abs().max().item()
@@ -89,7 +97,7 @@ def one_case(args, kern, daemon, idx, c, fmt):
     g = torch.Generator(device="cuda")
     g.manual_seed(1000 + idx)
     gflop = 2.0 * m * n * k / 1e9
-    d, tune_s = daemon.decide("scaled_gemm", fmt, {"m": m, "n": n, "k": k})
+    d, tune_s = decide(daemon, fmt, m, n, k)
     out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
     ws = torch.empty(max((m + n) * k, 32 << 20), dtype=torch.uint8,
                      device="cuda")
@@ -123,8 +131,7 @@ def one_case(args, kern, daemon, idx, c, fmt):
         fns["dequant_matmul"] = peer
         ref = peer()
         # flytuned's own fp8 per-tensor decision on this shape
-        d8, _ = daemon.decide("scaled_gemm", "fp8_e4m3",
-                              {"m": m, "n": n, "k": k})
+        d8, _ = decide(daemon, "fp8_e4m3", m, n, k)
         p8 = kern.scaled_problem(m, n, k, "fp8_e4m3")
         one = torch.ones((), device="cuda")
         o8 = torch.empty_like(out)

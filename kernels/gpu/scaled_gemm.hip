@@ -18,6 +18,9 @@
  *              each 32-k block of A and B decoded into shared memory,
  *              fp32 sums per block times the block's scales: the
  *              reference.
+ *   sg_simt    portable, the same kernel with `tile` x `tile` outputs a
+ *              block (2 x 2 or 4 x 4 a thread): AMD's path today, and
+ *              fnuz and K % 16 != 0 on NVIDIA; successor sg_wgmma.
  *   sg_wgmma   (NVIDIA sm_90a; e4m3fn, mxfp8, mxfp4) the warp-specialised
  *              TMA + wgmma mainloop of gemm_tma.h with fp8 operands
  *              (gemm_tma_consume_f8: fp8 wgmma sums promoted into fp32
@@ -85,49 +88,88 @@ __device__ __forceinline__ float sg_elem(const uint8_t *x, int fmt,
 	return gemm_e4m3(x[row * k + kk], fmt == FLY_DT_FP8_E4M3FNUZ);
 }
 
-/* 16 x 16 outputs a block: each 32-k block of 16 rows of A and of B
- * decoded to shared memory; sum per block in fp32, times its scales. */
-__global__ void sg_ref_kernel(const uint8_t *a, const uint8_t *b,
-			      const void *sa, const void *sb,
-			      const uint16_t *bias, uint16_t *c, int64_t m,
-			      int64_t n, int64_t k, int fmt)
+/* 16R x 16R outputs a block of 256 threads, R x R a thread (rows ty +
+ * 16 r, columns tx + 16 c): each 32-k block of the tile's rows of A and
+ * of B decoded to shared memory; sums per block in fp32, times its
+ * scales.  R = 1 is the reference. */
+template <int R>
+__global__ void __launch_bounds__(256)
+    sg_tile_kernel(const uint8_t *a, const uint8_t *b, const void *sa,
+		   const void *sb, const uint16_t *bias, uint16_t *c,
+		   int64_t m, int64_t n, int64_t k, int fmt)
 {
-	__shared__ float ta[16][33], tb[16][33];
+	__shared__ float ta[16 * R][33], tb[16 * R][33];
 	const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-	const int64_t i = (int64_t)blockIdx.y * 16 + ty;
-	const int64_t j = (int64_t)blockIdx.x * 16 + tx;
+	const int64_t i0 = (int64_t)blockIdx.y * 16 * R;
+	const int64_t j0 = (int64_t)blockIdx.x * 16 * R;
 	const bool mx = fmt == FLY_DT_MXFP8 || fmt == FLY_DT_MXFP4;
 	const int64_t nb = (k + 31) / 32;
-	float acc = 0.f;
+	float acc[R][R];
+#pragma unroll
+	for (int r = 0; r < R; r++)
+#pragma unroll
+		for (int q = 0; q < R; q++)
+			acc[r][q] = 0.f;
 	for (int64_t kb = 0; kb < nb; kb++) {
-		for (int e = threadIdx.x; e < 16 * 32; e += 256) {
+		for (int e = threadIdx.x; e < 16 * R * 32; e += 256) {
 			int r = e / 32, q = e % 32;
-			int64_t kk = kb * 32 + q;
-			int64_t ra = (int64_t)blockIdx.y * 16 + r;
-			int64_t rb = (int64_t)blockIdx.x * 16 + r;
+			int64_t kk = kb * 32 + q, ra = i0 + r, rb = j0 + r;
 			ta[r][q] = ra < m && kk < k ? sg_elem(a, fmt, ra, k, kk)
 						    : 0.f;
 			tb[r][q] = rb < n && kk < k ? sg_elem(b, fmt, rb, k, kk)
 						    : 0.f;
 		}
 		__syncthreads();
-		float part = 0.f;
+		float part[R][R];
+#pragma unroll
+		for (int r = 0; r < R; r++)
+#pragma unroll
+			for (int q = 0; q < R; q++)
+				part[r][q] = 0.f;
 #pragma unroll 8
-		for (int q = 0; q < 32; q++)
-			part = fmaf(ta[ty][q], tb[tx][q], part);
-		if (mx && i < m && j < n)
-			part *= gemm_e8m0(((const uint8_t *)sa)[i * nb + kb]) *
-				gemm_e8m0(((const uint8_t *)sb)[j * nb + kb]);
-		acc += part;
+		for (int q = 0; q < 32; q++) {
+			float av[R], bv[R];
+#pragma unroll
+			for (int r = 0; r < R; r++) {
+				av[r] = ta[ty + 16 * r][q];
+				bv[r] = tb[tx + 16 * r][q];
+			}
+#pragma unroll
+			for (int r = 0; r < R; r++)
+#pragma unroll
+				for (int cc = 0; cc < R; cc++)
+					part[r][cc] =
+					    fmaf(av[r], bv[cc], part[r][cc]);
+		}
+#pragma unroll
+		for (int r = 0; r < R; r++)
+#pragma unroll
+			for (int cc = 0; cc < R; cc++) {
+				int64_t i = i0 + ty + 16 * r;
+				int64_t j = j0 + tx + 16 * cc;
+				float f = part[r][cc];
+				if (mx && i < m && j < n)
+					f *= gemm_e8m0(((const uint8_t *)
+							    sa)[i * nb + kb]) *
+					     gemm_e8m0(((const uint8_t *)
+							    sb)[j * nb + kb]);
+				acc[r][cc] += f;
+			}
 		__syncthreads();
 	}
-	if (i >= m || j >= n)
-		return;
-	if (!mx)
-		acc *= *(const float *)sa * *(const float *)sb;
-	if (bias)
-		acc += flyk_db2f(bias[j]);
-	c[i * n + j] = flyk_df2b(acc);
+	const float ts = mx ? 1.f : *(const float *)sa * *(const float *)sb;
+#pragma unroll
+	for (int r = 0; r < R; r++)
+#pragma unroll
+		for (int cc = 0; cc < R; cc++) {
+			int64_t i = i0 + ty + 16 * r, j = j0 + tx + 16 * cc;
+			if (i >= m || j >= n)
+				continue;
+			float v = acc[r][cc] * ts;
+			if (bias)
+				v += flyk_db2f(bias[j]);
+			c[i * n + j] = flyk_df2b(v);
+		}
 }
 
 static int sg_launch_err(void)
@@ -144,27 +186,68 @@ static int ref_feasible(const struct flyk_device *dev,
 	return sg_problem_ok(p);
 }
 
-static int ref_launch(const struct flyk_device *dev,
-		      const struct fly_problem *p, const int64_t *pr,
-		      const union flyk_args *args, void *stream)
+/* sg_tile_kernel<@p r> over the problem. */
+static int tile_go(const struct fly_problem *p, const union flyk_args *args,
+		   int r, void *stream)
 {
-	int rc = ref_feasible(dev, p, pr);
-	if (rc)
-		return rc;
 	const struct flyk_scaled_gemm_args *g = &args->scaled_gemm;
 	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
 	if (!g->a || !g->b || !g->c || !g->scale_a || !g->scale_b ||
 	    ((p->flags & FLY_F_BIAS) && !g->bias))
 		return -EINVAL;
-	dim3 grid((unsigned)((n + 15) / 16), (unsigned)((m + 15) / 16));
-	if ((m + 15) / 16 > 65535)
+	int64_t t = 16 * r;
+	dim3 grid((unsigned)((n + t - 1) / t), (unsigned)((m + t - 1) / t));
+	if ((m + t - 1) / t > 65535)
 		return -EINVAL;
-	FLYK_GO(grid, 256, 0, (hipStream_t)stream, sg_ref_kernel)(
-	    (const uint8_t *)g->a, (const uint8_t *)g->b, g->scale_a,
-	    g->scale_b,
-	    (p->flags & FLY_F_BIAS) ? (const uint16_t *)g->bias : NULL,
-	    (uint16_t *)g->c, m, n, k, (int)p->dtype);
+	const uint8_t *a = (const uint8_t *)g->a, *b = (const uint8_t *)g->b;
+	const uint16_t *bias =
+	    (p->flags & FLY_F_BIAS) ? (const uint16_t *)g->bias : NULL;
+	hipStream_t s = (hipStream_t)stream;
+	int fmt = (int)p->dtype;
+	if (r == 1)
+		FLYK_GO(grid, 256, 0, s, sg_tile_kernel<1>)(
+		    a, b, g->scale_a, g->scale_b, bias, (uint16_t *)g->c, m, n,
+		    k, fmt);
+	else if (r == 2)
+		FLYK_GO(grid, 256, 0, s, sg_tile_kernel<2>)(
+		    a, b, g->scale_a, g->scale_b, bias, (uint16_t *)g->c, m, n,
+		    k, fmt);
+	else
+		FLYK_GO(grid, 256, 0, s, sg_tile_kernel<4>)(
+		    a, b, g->scale_a, g->scale_b, bias, (uint16_t *)g->c, m, n,
+		    k, fmt);
 	return sg_launch_err();
+}
+
+static int ref_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *pr,
+		      const union flyk_args *args, void *stream)
+{
+	int rc = ref_feasible(dev, p, pr);
+	return rc ? rc : tile_go(p, args, 1, stream);
+}
+
+/* sg_simt: the same kernel, R x R outputs a thread (R = tile / 16). */
+static const int64_t sg_simt_tile[] = {32, 64};
+
+static int simt_feasible(const struct flyk_device *dev,
+			 const struct fly_problem *p, const int64_t *pr)
+{
+	(void)dev;
+	if (sg_problem_ok(p) || (pr[0] != 32 && pr[0] != 64))
+		return -EINVAL;
+	/* a tile twice the problem buys nothing over the smaller one */
+	if (pr[0] > 32 && p->dims[0] <= 32 && p->dims[1] <= 32)
+		return -EINVAL;
+	return (p->dims[0] + pr[0] - 1) / pr[0] > 65535 ? -EINVAL : 0;
+}
+
+static int simt_launch(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *pr,
+		       const union flyk_args *args, void *stream)
+{
+	int rc = simt_feasible(dev, p, pr);
+	return rc ? rc : tile_go(p, args, (int)(pr[0] / 16), stream);
 }
 
 /* ------------------------------------------------------------ wgmma */
@@ -410,6 +493,9 @@ static const int64_t sg_lt_placeholder[] = {-1};
 static const struct flyk_variant sg_variants[] = {
     {"sg_ref", FLY_OP_SCALED_GEMM, SG_DTYPES, FLY_F_BIAS, 1, 0, {},
      ref_feasible, NULL, ref_launch, NULL},
+    {"sg_simt", FLY_OP_SCALED_GEMM, SG_DTYPES, FLY_F_BIAS, 0, 1,
+     {{"tile", NV(sg_simt_tile)}}, simt_feasible, NULL, simt_launch,
+     "sg_wgmma"},
     {"sg_wgmma",
      FLY_OP_SCALED_GEMM,
      SG_DT_FP8 | SG_DT_MX8 | SG_DT_MX4,
@@ -565,11 +651,13 @@ static int sg_setup(struct flyk_case *c, uint64_t seed)
 		rc = sg_operand(c, n, seed + 1, &y, &sy);
 	if (rc)
 		return rc;
+	/* (8 buffers a case: the compare words ride behind the reference) */
+	size_t refb = (st->n * 2 + 15) / 16 * 16;
 	if (flyk_gpu_case_alloc(c, st->n * 2, 1, &out) < 0 ||
-	    flyk_gpu_case_alloc(c, st->n * 2, 0, &ref) < 0 ||
-	    flyk_gpu_case_alloc(c, 4 * sizeof(unsigned), 0, &cmp) < 0 ||
+	    flyk_gpu_case_alloc(c, refb + 16, 0, &ref) < 0 ||
 	    flyk_gpu_case_alloc(c, wsb, 0, &ws) < 0)
 		return -ENOMEM;
+	cmp = (char *)ref + refb;
 	if ((p->flags & FLY_F_BIAS) &&
 	    (flyk_gpu_case_alloc(c, (size_t)n * 2, 0, &bias) < 0 ||
 	     flyk_gpu_fill_random(c->dev, bias, (size_t)n, FLY_DT_BF16, -1.f,
