@@ -5,8 +5,8 @@
  * Thread: loop thread only (one connection per process; several processes
  * may open the same file: WAL + busy timeout).
  * Identity: rows are keyed by (key, device id, kernel-library version);
- * the device id is fly_key_hash() of the fingerprint line in hex, so
- * identical GPUs on one host share winners.
+ * the device id is fly__hash_str() (FNV-1a 64) of the fingerprint line
+ * in hex, so identical GPUs on one host share winners.
  */
 #ifndef FLYD_STORE_H
 #define FLYD_STORE_H
