@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "fly_abi.h"
+#include "table.h"
 
 enum flyd_qstate {
 	FLYD_Q_QUEUED = 0,  /* waiting in its priority list */
@@ -41,7 +42,7 @@ struct flyd_qjob {
 	int64_t queued_at;        /* unix seconds */
 	uint64_t started_ms;      /* uv_now when it started running */
 	void *udata;              /* owner's data (tuning.c: waiters) */
-	struct flyd_qjob *hnext;  /* hash chain */
+	struct flyd_tnode node;   /* in the queue's table by key */
 	struct flyd_qjob *prev;   /* priority list links */
 	struct flyd_qjob *next;
 };
