@@ -323,7 +323,7 @@ static int daemon_start(struct flyd_ctx *ctx, int listen_fd)
 			 rc);
 		return 1;
 	}
-	rc = flyd_server_start(ctx, listen_fd);
+	rc = flyd_server_start(ctx, listen_fd, flyd_handlers_dispatch, ctx);
 	if (rc == 0)
 		rc = flyd_tuning_start(ctx);
 	if (rc < 0) {

@@ -324,7 +324,7 @@ static void waiter_answer(struct waiter *w, cJSON *resp)
 		w->job = NULL;
 	}
 	if (w->reply != NULL) {
-		(void)flyd_session_reply(w->reply, resp);
+		(void)flyd_reply_send(w->reply, resp);
 		w->reply = NULL;
 	} else {
 		cJSON_Delete(resp);
@@ -402,7 +402,7 @@ static int provisional(struct flyd_tuning *t, const char *key,
 	return rc;
 }
 
-int flyd_handle_decide(struct flyd_ctx *ctx, struct flyd_session *s,
+int flyd_handle_decide(struct flyd_ctx *ctx, struct flyd_req *rq,
 		       const cJSON *req, cJSON *resp, const char **msg)
 {
 	struct flyd_tuning *t = ctx->tuning;
@@ -413,7 +413,7 @@ int flyd_handle_decide(struct flyd_ctx *ctx, struct flyd_session *s,
 	struct flyd_qjob *j;
 	int rc, queued = 0;
 
-	(void)s;
+	(void)rq;
 	ctx->stats.decides++;
 	if (t == NULL || t->closing) {
 		*msg = "tuning is stopped";
@@ -472,14 +472,14 @@ static void waiter_timeout(uv_timer_t *h)
 	waiter_answer(w, tune_resp(w->key, &d, 1));
 }
 
-static int add_waiter(struct flyd_tuning *t, struct flyd_session *s,
+static int add_waiter(struct flyd_tuning *t, struct flyd_req *rq,
 		      struct flyd_qjob *j, int64_t timeout_ms)
 {
 	struct waiter *w = calloc(1, sizeof(*w));
 
 	if (w == NULL)
 		return -ENOMEM;
-	w->reply = flyd_session_defer(s);
+	w->reply = flyd_req_defer(rq);
 	if (w->reply == NULL) {
 		free(w);
 		return -ENOMEM;
@@ -499,7 +499,7 @@ static int add_waiter(struct flyd_tuning *t, struct flyd_session *s,
 	return 0;
 }
 
-int flyd_handle_tune(struct flyd_ctx *ctx, struct flyd_session *s,
+int flyd_handle_tune(struct flyd_ctx *ctx, struct flyd_req *rq,
 		     const cJSON *req, cJSON *resp, const char **msg)
 {
 	struct flyd_tuning *t = ctx->tuning;
@@ -556,7 +556,7 @@ int flyd_handle_tune(struct flyd_ctx *ctx, struct flyd_session *s,
 	}
 	kick_soon(t);
 	if (wait) {
-		rc = add_waiter(t, s, j, timeout_ms);
+		rc = add_waiter(t, rq, j, timeout_ms);
 		if (rc < 0)
 			return rc;
 		return FLYD_DEFERRED;

@@ -12,7 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "daemon.h"
-#include "session.h"
+#include "reply.h"
 
 /* Create the tuning state: shm table (capacity from cfg), fill it from the
  * DB once the worker reports its fingerprint, resume queued jobs, start
@@ -61,9 +61,9 @@ int flyd_tuning_cancel(struct flyd_ctx *ctx, const char *key,
 		       const char **was);
 
 /* Request handlers (dispatched by handlers.c). */
-int flyd_handle_decide(struct flyd_ctx *ctx, struct flyd_session *s,
+int flyd_handle_decide(struct flyd_ctx *ctx, struct flyd_req *rq,
 		       const cJSON *req, cJSON *resp, const char **msg);
-int flyd_handle_tune(struct flyd_ctx *ctx, struct flyd_session *s,
+int flyd_handle_tune(struct flyd_ctx *ctx, struct flyd_req *rq,
 		     const cJSON *req, cJSON *resp, const char **msg);
 
 #endif /* FLYD_TUNING_H */
