@@ -1,6 +1,7 @@
 /*
  * handlers.c -- request dispatch and the non-tuning handlers (see
- * handlers.h; the protocol table is in docs/architecture.md).
+ * handlers.h; the protocol table is in docs/architecture.md; decide and
+ * tune are in tune_handlers.c).
  *
  * Owns: the list of hellos waiting for readiness.  Thread: loop thread.
  * Field checks: a field of the wrong type is "invalid" naming the field;
@@ -23,12 +24,14 @@
 #include "fly_key.h"
 #include "fly_msg.h"
 #include "handlers.h"
+#include "handlers_int.h"
 #include "log.h"
 #include "queue.h"
 #include "reply.h"
+#include "results.h"
+#include "scheduler.h"
 #include "server.h"
 #include "store.h"
-#include "tuning.h"
 
 #define LIST_LIMIT_DEFAULT 1000
 #define LIST_LIMIT_MAX 10000
@@ -257,9 +260,9 @@ static void hello_fill(struct flyd_ctx *ctx, cJSON *resp, int64_t version)
 	cJSON_AddItemToObject(resp, "device", dev);
 	cJSON_AddStringToObject(resp, "libver", ctx->libver);
 	cJSON_AddNumberToObject(shm, "capacity",
-				flyd_tuning_shm_capacity(ctx));
+				flyd_results_shm_capacity(ctx->results));
 	cJSON_AddNumberToObject(shm, "size",
-				(double)flyd_tuning_shm_size(ctx));
+				(double)flyd_results_shm_size(ctx->results));
 	cJSON_AddItemToObject(resp, "shm", shm);
 }
 
@@ -312,7 +315,7 @@ static int h_hello(struct flyd_ctx *ctx, struct flyd_req *rq,
 		return FLYD_DEFERRED;
 	}
 	hello_fill(ctx, resp, v);
-	shm_fd = flyd_tuning_shm_fd(ctx);
+	shm_fd = flyd_results_shm_fd(ctx->results);
 	if (shm_fd >= 0) {
 		rc = flyd_req_attach_fd(rq, shm_fd);
 		if (rc < 0) {
@@ -329,7 +332,7 @@ void flyd_handlers_ready(struct flyd_ctx *ctx)
 
 	while ((w = hello_waiting) != NULL) {
 		cJSON *resp = cJSON_CreateObject();
-		int fd = flyd_tuning_shm_fd(ctx);
+		int fd = flyd_results_shm_fd(ctx->results);
 
 		hello_waiting = w->next;
 		hello_nwaiting--;
@@ -538,7 +541,7 @@ static const char *job_state_name(const struct flyd_qjob *j)
 static int run_page_jobs(struct flyd_ctx *ctx, const struct page *pg,
 			 const char *after, cJSON *resp)
 {
-	struct flyd_queue *q = flyd_tuning_queue(ctx);
+	struct flyd_queue *q = flyd_sched_queue(ctx->sched);
 	struct jpage jp = {.status = pg->status, .op = pg->op,
 			   .dtype = pg->dtype, .after = after};
 	size_t i;
@@ -743,7 +746,7 @@ static int import_row(struct flyd_ctx *ctx, struct flyd_req *rq,
 	int rc = FLY_E_INVALID;
 
 	if (why == NULL) {
-		rc = flyd_tuning_check_result(ctx, r->key, &r->d, buf,
+		rc = flyd_sched_check_result(ctx->sched, r->key, &r->d, buf,
 					      sizeof(buf));
 		if (rc == 0)
 			return 0;
@@ -825,7 +828,7 @@ static int h_import(struct flyd_ctx *ctx, struct flyd_req *rq,
 		return rc;
 	flyd_log(FLYD_LOG_INFO, "imported", "rows=%zu uid=%d", n,
 		 (int)rq->uid);
-	flyd_tuning_imported(ctx);
+	flyd_results_refill(ctx->results);
 	/* A large import leaves the staging rows and the parsed chunks as
 	 * free heap: give it back (measured: +~10 MiB RSS kept after 100k). */
 	malloc_trim(0);
@@ -862,7 +865,7 @@ static int h_forget(struct flyd_ctx *ctx, struct flyd_req *rq,
 	flyd_log(FLYD_LOG_INFO, "forgotten", "key=%s rows=%lld uid=%d",
 		 key != NULL ? key : "*", (long long)n,
 		 (int)rq->uid);
-	flyd_tuning_forgotten(ctx, key);
+	flyd_sched_forget(ctx->sched, key);
 	cJSON_AddNumberToObject(resp, "forgotten", (double)n);
 	return 0;
 }
@@ -923,7 +926,7 @@ static void move_item(cJSON *from, const char *name, cJSON *to)
 static int h_status(struct flyd_ctx *ctx, struct flyd_req *rq,
 		    const cJSON *req, cJSON *resp, const char **msg)
 {
-	int degraded = ctx->degraded || !flyd_tuning_is_healthy(ctx) ||
+	int degraded = ctx->degraded || !flyd_sched_is_healthy(ctx->sched) ||
 		       flyd_store_was_quarantined(ctx->store);
 	const char *backend = ctx->backend[0] ? ctx->backend : ctx->cfg.backend;
 	cJSON *dev = cJSON_CreateObject(), *t = cJSON_CreateObject(), *q;
@@ -943,7 +946,8 @@ static int h_status(struct flyd_ctx *ctx, struct flyd_req *rq,
 	cJSON_AddStringToObject(dev, "fingerprint", ctx->fingerprint);
 	cJSON_AddStringToObject(dev, "id", ctx->device_id);
 	cJSON_AddItemToObject(resp, "device", dev);
-	flyd_tuning_status(ctx, t);
+	flyd_sched_status(ctx->sched, t);
+	flyd_results_status(ctx->results, t);
 	q = cJSON_DetachItemFromObjectCaseSensitive(t, "queue");
 	if (q == NULL)
 		q = cJSON_CreateObject();
@@ -1021,7 +1025,7 @@ static void job_json(void *arg, struct flyd_qjob *j)
 static int h_jobs(struct flyd_ctx *ctx, struct flyd_req *rq,
 		  const cJSON *req, cJSON *resp, const char **msg)
 {
-	struct flyd_queue *q = flyd_tuning_queue(ctx);
+	struct flyd_queue *q = flyd_sched_queue(ctx->sched);
 	struct jobs_out jo = {.now_ms = uv_now(ctx->loop)};
 
 	(void)rq;
@@ -1057,7 +1061,7 @@ static int h_cancel(struct flyd_ctx *ctx, struct flyd_req *rq,
 		fly_problem_bucket(&p, &ctx->cfg.bucket[p.op]);
 	if (fly_key_format(&p, bk, sizeof(bk)) < 0)
 		snprintf(bk, sizeof(bk), "%s", key);
-	rc = flyd_tuning_cancel(ctx, bk, &was);
+	rc = flyd_sched_cancel(ctx->sched, bk, &was);
 	if (rc == FLY_E_NOTFOUND) {
 		*msg = "no tuning job for this key";
 		return rc;
