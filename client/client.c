@@ -39,6 +39,7 @@
 
 #include "fly_abi.h"
 #include "fly_frame.h"
+#include "fly_hash.h"
 #include "fly_key.h"
 #include "fly_msg.h"
 #include "fly_shm.h"
@@ -925,19 +926,15 @@ static void from_entry(const struct fly_cache_entry *e, uint64_t gen,
 /* The process cache is keyed by the problem's raw bytes, so a hit needs
  * neither validation nor key formatting (a problem only gets an entry
  * after it validated).  A canonical key has no NUL byte, a problem has
- * several, so the two can never be confused.  Hash: 64-bit multiply-mix
- * over the ten words. */
+ * several, so the two can never be confused.  Hash: the project's one
+ * hash (fly_hash.h) a word at a time, through its finalizer, since the
+ * cache masks it. */
 static uint64_t problem_hash(const struct fly_problem *p)
 {
-	uint64_t w[sizeof(*p) / 8], h = 0x9e3779b97f4a7c15ull;
+	uint64_t w[sizeof(*p) / 8];
 
 	memcpy(w, p, sizeof(w));
-	for (size_t i = 0; i < sizeof(w) / 8; i++) {
-		h ^= w[i];
-		h *= 0xff51afd7ed558ccdull;
-		h ^= h >> 33;
-	}
-	return h;
+	return fly__hash_mix(fly__hash_words(w, sizeof(w) / 8));
 }
 
 static const struct fly_cache_entry *cache_get(fly_client *c,

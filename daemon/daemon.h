@@ -16,9 +16,8 @@
 #include "store.h"
 
 struct flyd_server;   /* server.c: listener and sessions */
-struct flyd_tuning;   /* tuning.c: queue, worker, decide, publication */
-struct flyd_worker;   /* worker.c */
-struct fly_shm_writer;
+struct flyd_sched;    /* scheduler.c: queue, policy, worker */
+struct flyd_results;  /* results.c: map, commit, shm, waiters */
 
 struct flyd_ctx {
 	uv_loop_t *loop;
@@ -30,8 +29,9 @@ struct flyd_ctx {
 	char db_path[4096];
 	struct flyd_store *store;
 	struct flyd_server *server;
-	struct flyd_tuning *tuning;
-	/* Learned from the worker's READY (tuning.c sets them). */
+	struct flyd_results *results;  /* NULL before start, after stop */
+	struct flyd_sched *sched;      /* NULL before start, after stop */
+	/* Learned from the worker's READY (scheduler.c sets them). */
 	char backend[16];            /* "cpu", "cuda", "hip" */
 	char fingerprint[512];       /* backend fingerprint line */
 	char device_id[FLYD_DEVID_MAX];

@@ -1,21 +1,24 @@
 /*
  * decide.c -- tuned-results map, neighbour search, defaults (decide.h).
  *
- * Owns: the entries, a chained hash by key and, per class (op, dtype,
- * layout, flags), a list of the class's entries so a neighbour search
- * scans only comparable problems.  Thread: loop thread only.
- * Invariant: every entry is in the key hash and in exactly one class
+ * Owns: the entries, a table of them by key (table.h) and, per class
+ * (op, dtype, layout, flags), a list of the class's entries so a
+ * neighbour search scans only comparable problems.  Thread: loop thread only.
+ * Invariant: every entry is in the key table and in exactly one class
  * list; a class record lives while its list is non-empty.
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "decide.h"
+#include "fly_hash.h"
 #include "flyk.h"
+#include "table.h"
 
 struct rclass;
 
@@ -33,7 +36,7 @@ struct rdec {
 };
 
 struct rentry {
-	struct rentry *hnext;     /* key hash chain */
+	struct flyd_tnode node;   /* in the map's table by key */
 	struct rentry *cprev;     /* class list */
 	struct rentry *cnext;
 	struct rclass *cls;
@@ -49,9 +52,7 @@ struct rclass {
 };
 
 struct flyd_rmap {
-	size_t count;
-	size_t nbuckets;          /* key buckets, power of two */
-	struct rentry **buckets;
+	struct flyd_table keys;   /* every entry, by key (table.h) */
 	size_t ncbuckets;         /* class buckets, fixed */
 	struct rclass **cbuckets;
 	char **names;             /* interned variant names (few) */
@@ -113,32 +114,17 @@ static void unpack(const struct rdec *r, struct fly_decision *out)
 
 #define RMAP_CBUCKETS 256
 
-/* FNV-1a, then the fmix64 finalizer: FNV's low bits, which pick the
- * bucket, depend only on the low bits of the key's bytes (keys that differ
- * in one digit share buckets). */
-static uint64_t str_hash(const char *s)
+static struct rentry *entry_of(struct flyd_tnode *n)
 {
-	uint64_t h = 1469598103934665603ull;
-
-	for (; *s != '\0'; s++) {
-		h ^= (unsigned char)*s;
-		h *= 1099511628211ull;
-	}
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	h *= 0xc4ceb9fe1a85ec53ull;
-	return h ^ (h >> 33);
+	return n != NULL ? FLYD_CONTAINER_OF(n, struct rentry, node) : NULL;
 }
 
 static size_t class_hash(const struct fly_problem *p)
 {
-	uint64_t h = p->op * 0x9e3779b97f4a7c15ull;
+	uint32_t c[4] = {p->op, p->dtype, p->layout, p->flags};
 
-	h ^= (p->dtype + 0x51ull) * 0xc2b2ae3d27d4eb4full;
-	h ^= (p->layout + 0x13ull) * 0x165667b19e3779f9ull;
-	h ^= (p->flags + 0x77ull) * 0x27d4eb2f165667c5ull;
-	return (size_t)(h ^ (h >> 29)) & (RMAP_CBUCKETS - 1);
+	return (size_t)fly__hash_mix(fly__hash(c, sizeof(c))) &
+	       (RMAP_CBUCKETS - 1);
 }
 
 static int same_class(const struct rclass *c, const struct fly_problem *p)
@@ -155,12 +141,12 @@ int flyd_rmap_new(struct flyd_rmap **out)
 	m = calloc(1, sizeof(*m));
 	if (m == NULL)
 		return -ENOMEM;
-	m->nbuckets = 1024;
 	m->ncbuckets = RMAP_CBUCKETS;
-	m->buckets = calloc(m->nbuckets, sizeof(*m->buckets));
 	m->cbuckets = calloc(m->ncbuckets, sizeof(*m->cbuckets));
-	if (m->buckets == NULL || m->cbuckets == NULL) {
-		free(m->buckets);
+	if (m->cbuckets == NULL ||
+	    flyd_table_init(&m->keys, 1024,
+			    offsetof(struct rentry, key) -
+			    offsetof(struct rentry, node)) < 0) {
 		free(m->cbuckets);
 		free(m);
 		return -ENOMEM;
@@ -177,24 +163,21 @@ void flyd_rmap_free(struct flyd_rmap *m)
 	for (size_t i = 0; i < m->nnames; i++)
 		free(m->names[i]);
 	free(m->names);
-	free(m->buckets);
+	flyd_table_fini(&m->keys);
 	free(m->cbuckets);
 	free(m);
 }
 
+static void free_entry(void *arg, struct flyd_tnode *n)
+{
+	(void)arg;
+	free(entry_of(n));
+}
+
 void flyd_rmap_clear(struct flyd_rmap *m)
 {
-	for (size_t i = 0; i < m->nbuckets; i++) {
-		struct rentry *e = m->buckets[i];
-
-		while (e != NULL) {
-			struct rentry *n = e->hnext;
-
-			free(e);
-			e = n;
-		}
-		m->buckets[i] = NULL;
-	}
+	flyd_table_foreach(&m->keys, free_entry, NULL);
+	flyd_table_clear(&m->keys);
 	for (size_t i = 0; i < m->ncbuckets; i++) {
 		struct rclass *c = m->cbuckets[i];
 
@@ -206,22 +189,16 @@ void flyd_rmap_clear(struct flyd_rmap *m)
 		}
 		m->cbuckets[i] = NULL;
 	}
-	m->count = 0;
 }
 
 size_t flyd_rmap_count(const struct flyd_rmap *m)
 {
-	return m->count;
+	return m->keys.count;
 }
 
 static struct rentry *find(const struct flyd_rmap *m, const char *key)
 {
-	struct rentry *e = m->buckets[str_hash(key) & (m->nbuckets - 1)];
-
-	for (; e != NULL; e = e->hnext)
-		if (strcmp(e->key, key) == 0)
-			return e;
-	return NULL;
+	return entry_of(flyd_table_get(&m->keys, key));
 }
 
 const struct fly_decision *flyd_rmap_get(struct flyd_rmap *m,
@@ -233,30 +210,6 @@ const struct fly_decision *flyd_rmap_get(struct flyd_rmap *m,
 		return NULL;
 	unpack(&e->d, &m->out);
 	return &m->out;
-}
-
-static void grow(struct flyd_rmap *m)
-{
-	size_t nb = m->nbuckets * 2;
-	struct rentry **b = calloc(nb, sizeof(*b));
-
-	if (b == NULL)
-		return; /* keep the old array: only slower */
-	for (size_t i = 0; i < m->nbuckets; i++) {
-		struct rentry *e = m->buckets[i];
-
-		while (e != NULL) {
-			struct rentry *n = e->hnext;
-			size_t h = str_hash(e->key) & (nb - 1);
-
-			e->hnext = b[h];
-			b[h] = e;
-			e = n;
-		}
-	}
-	free(m->buckets);
-	m->buckets = b;
-	m->nbuckets = nb;
 }
 
 /* The class record of @p p, created when @p create. */
@@ -321,7 +274,6 @@ int flyd_rmap_put(struct flyd_rmap *m, const char *key,
 	struct rentry *e;
 	struct rclass *c;
 	struct rdec rd;
-	size_t h;
 
 	if (len >= FLY_KEY_MAX)
 		return FLY_E_KEYLEN;
@@ -350,31 +302,20 @@ int flyd_rmap_put(struct flyd_rmap *m, const char *key,
 	e->p = *p;
 	e->d = rd;
 	class_link(c, e);
-	if (m->count >= m->nbuckets)
-		grow(m);
-	h = str_hash(key) & (m->nbuckets - 1);
-	e->hnext = m->buckets[h];
-	m->buckets[h] = e;
-	m->count++;
+	flyd_table_add(&m->keys, &e->node);
 	return 0;
 }
 
 int flyd_rmap_del(struct flyd_rmap *m, const char *key)
 {
-	struct rentry **pp = &m->buckets[str_hash(key) & (m->nbuckets - 1)];
+	struct rentry *e = find(m, key);
 
-	for (; *pp != NULL; pp = &(*pp)->hnext) {
-		struct rentry *e = *pp;
-
-		if (strcmp(e->key, key) != 0)
-			continue;
-		*pp = e->hnext;
-		class_unlink(m, e);
-		free(e);
-		m->count--;
-		return 0;
-	}
-	return FLY_E_NOTFOUND;
+	if (e == NULL)
+		return FLY_E_NOTFOUND;
+	(void)flyd_table_del(&m->keys, &e->node);
+	class_unlink(m, e);
+	free(e);
+	return 0;
 }
 
 double flyd_problem_distance(const struct fly_problem *a,

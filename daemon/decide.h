@@ -4,7 +4,7 @@
  * heuristic default.
  *
  * Owns: its entries (copies of keys, problems and decisions).
- * Thread: loop thread only.  Pure: no I/O; tuning.c keeps it coherent
+ * Thread: loop thread only.  Pure: no I/O; results.c keeps it coherent
  * with the store (loaded at start, updated on put/forget/import).
  *
  * Neighbours: same op, dtype, layout and flags; distance is the sum over

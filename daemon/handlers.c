@@ -1,11 +1,12 @@
 /*
  * handlers.c -- request dispatch and the non-tuning handlers (see
- * handlers.h; the protocol table is in docs/architecture.md).
+ * handlers.h; the protocol table is in docs/architecture.md; decide and
+ * tune are in tune_handlers.c).
  *
  * Owns: the list of hellos waiting for readiness.  Thread: loop thread.
  * Field checks: a field of the wrong type is "invalid" naming the field;
  * keys must be canonical (fly_key_parse).  Import is all-or-nothing: rows
- * are staged per session while "more" is true and committed in one
+ * are staged per connection (rq->stage) while "more" is true and committed in one
  * transaction with the last chunk; any invalid row drops the staging.
  */
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -22,12 +24,14 @@
 #include "fly_key.h"
 #include "fly_msg.h"
 #include "handlers.h"
+#include "handlers_int.h"
 #include "log.h"
 #include "queue.h"
+#include "reply.h"
+#include "results.h"
+#include "scheduler.h"
 #include "server.h"
-#include "session.h"
 #include "store.h"
-#include "tuning.h"
 
 #define LIST_LIMIT_DEFAULT 1000
 #define LIST_LIMIT_MAX 10000
@@ -35,14 +39,68 @@
 #define IMPORT_CHUNK_MAX 10000
 #define HELLO_PENDING_MAX 4096
 
+/* ---------------------------------------------------------------- peers */
+
+/* Whether /proc/PID/status lists @p gid among the supplementary groups. */
+static int proc_has_group(pid_t pid, gid_t gid)
+{
+	char path[64], line[4096];
+	int found = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return 0;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		char *p, *end;
+
+		if (strncmp(line, "Groups:", 7) != 0)
+			continue;
+		for (p = line + 7;; p = end) {
+			unsigned long g = strtoul(p, &end, 10);
+
+			if (end == p)
+				break;
+			if ((gid_t)g == gid)
+				found = 1;
+		}
+		break;
+	}
+	fclose(f);
+	return found;
+}
+
+/* Whether the peer may make state-changing requests: uid 0, the daemon's
+ * own uid, or a member of cfg.admin_group. */
+static int peer_is_admin(const struct flyd_ctx *ctx,
+			 const struct flyd_req *rq)
+{
+	gid_t ag = ctx->admin_gid;
+
+	if (rq->uid == 0 || rq->uid == geteuid())
+		return 1;
+	if (ag == (gid_t)-1)
+		return 0;
+	return rq->gid == ag || proc_has_group(rq->pid, ag);
+}
+
+static void stage_clear(struct flyd_stage *st)
+{
+	free(st->rows);
+	st->rows = NULL;
+	st->n = 0;
+	st->cap = 0;
+}
+
 /* ---------------------------------------------------------------- fields */
 
 /* Format "'NAME' must be WHAT" into the session's buffer. */
-static int bad_field(struct flyd_session *s, const char **msg,
+static int bad_field(struct flyd_req *rq, const char **msg,
 		     const char *name, const char *what)
 {
 	size_t cap;
-	char *b = flyd_session_errbuf(s, &cap);
+	char *b = (cap = rq->errcap, rq->errbuf);
 
 	snprintf(b, cap, "'%s' must be %s", name, what);
 	*msg = b;
@@ -50,7 +108,7 @@ static int bad_field(struct flyd_session *s, const char **msg,
 }
 
 /* Optional string field: 1 absent, 0 present, or FLY_E_INVALID. */
-static int opt_str(struct flyd_session *s, const cJSON *o, const char *name,
+static int opt_str(struct flyd_req *rq, const cJSON *o, const char *name,
 		   const char **out, const char **msg)
 {
 	const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, name);
@@ -58,12 +116,12 @@ static int opt_str(struct flyd_session *s, const cJSON *o, const char *name,
 	if (it == NULL || cJSON_IsNull(it))
 		return 1;
 	if (!cJSON_IsString(it))
-		return bad_field(s, msg, name, "a string");
+		return bad_field(rq, msg, name, "a string");
 	*out = it->valuestring;
 	return 0;
 }
 
-static int opt_int(struct flyd_session *s, const cJSON *o, const char *name,
+static int opt_int(struct flyd_req *rq, const cJSON *o, const char *name,
 		   int64_t *out, const char **msg)
 {
 	const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, name);
@@ -73,12 +131,12 @@ static int opt_int(struct flyd_session *s, const cJSON *o, const char *name,
 		return 1;
 	v = it->valuedouble;
 	if (!cJSON_IsNumber(it) || v != floor(v) || fabs(v) > 9.0e15)
-		return bad_field(s, msg, name, "an integer");
+		return bad_field(rq, msg, name, "an integer");
 	*out = (int64_t)v;
 	return 0;
 }
 
-static int opt_bool(struct flyd_session *s, const cJSON *o, const char *name,
+static int opt_bool(struct flyd_req *rq, const cJSON *o, const char *name,
 		    int *out, const char **msg)
 {
 	const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, name);
@@ -86,26 +144,26 @@ static int opt_bool(struct flyd_session *s, const cJSON *o, const char *name,
 	if (it == NULL || cJSON_IsNull(it))
 		return 1;
 	if (!cJSON_IsBool(it))
-		return bad_field(s, msg, name, "a boolean");
+		return bad_field(rq, msg, name, "a boolean");
 	*out = cJSON_IsTrue(it);
 	return 0;
 }
 
 /* The required canonical "key". */
-static int req_key(struct flyd_session *s, const cJSON *req, const char **key,
+static int req_key(struct flyd_req *rq, const cJSON *req, const char **key,
 		   const char **msg)
 {
 	struct fly_problem p;
-	int rc = opt_str(s, req, "key", key, msg);
+	int rc = opt_str(rq, req, "key", key, msg);
 
 	if (rc == 1)
-		return bad_field(s, msg, "key", "present");
+		return bad_field(rq, msg, "key", "present");
 	if (rc < 0)
 		return rc;
 	rc = fly_key_parse(*key, strlen(*key), &p);
 	if (rc < 0) {
 		size_t cap;
-		char *b = flyd_session_errbuf(s, &cap);
+		char *b = (cap = rq->errcap, rq->errbuf);
 		size_t n = (size_t)snprintf(b, cap, "'key': ");
 
 		if (n < cap)
@@ -117,12 +175,12 @@ static int req_key(struct flyd_session *s, const cJSON *req, const char **key,
 }
 
 /* "'NAME' must be one of: a, b, c" from a name table (index 1..n-1). */
-static int bad_name(struct flyd_session *s, const char **msg,
+static int bad_name(struct flyd_req *rq, const char **msg,
 		    const char *name, const char *(*name_of)(uint32_t),
 		    uint32_t n)
 {
 	size_t cap, len;
-	char *b = flyd_session_errbuf(s, &cap);
+	char *b = (cap = rq->errcap, rq->errbuf);
 
 	len = (size_t)snprintf(b, cap, "'%s' must be one of:", name);
 	for (uint32_t i = 1; i < n && len < cap; i++)
@@ -202,28 +260,28 @@ static void hello_fill(struct flyd_ctx *ctx, cJSON *resp, int64_t version)
 	cJSON_AddItemToObject(resp, "device", dev);
 	cJSON_AddStringToObject(resp, "libver", ctx->libver);
 	cJSON_AddNumberToObject(shm, "capacity",
-				flyd_tuning_shm_capacity(ctx));
+				flyd_results_shm_capacity(ctx->results));
 	cJSON_AddNumberToObject(shm, "size",
-				(double)flyd_tuning_shm_size(ctx));
+				(double)flyd_results_shm_size(ctx->results));
 	cJSON_AddItemToObject(resp, "shm", shm);
 }
 
-static int h_hello(struct flyd_ctx *ctx, struct flyd_session *s,
+static int h_hello(struct flyd_ctx *ctx, struct flyd_req *rq,
 		   const cJSON *req, cJSON *resp, const char **msg)
 {
 	int64_t v = FLY_PROTO_VERSION;
 	int shm_fd, rc;
 
-	rc = opt_int(s, req, "version", &v, msg);
+	rc = opt_int(rq, req, "version", &v, msg);
 	if (rc == 1)
-		return bad_field(s, msg, "version", "present (an integer >= 1)");
+		return bad_field(rq, msg, "version", "present (an integer >= 1)");
 	if (rc < 0)
 		return rc;
 	if (v != FLY_PROTO_VERSION) {
 		/* No negotiation: libflyclient refuses any other version in
 		 * the answer, so a silent downgrade helps no one (issue 18). */
 		size_t cap;
-		char *b = flyd_session_errbuf(s, &cap);
+		char *b = (cap = rq->errcap, rq->errbuf);
 
 		snprintf(b, cap, "protocol version %lld is not supported: this "
 			 "daemon speaks version %d", (long long)v,
@@ -245,7 +303,7 @@ static int h_hello(struct flyd_ctx *ctx, struct flyd_session *s,
 		w = malloc(sizeof(*w));
 		if (w == NULL)
 			return -ENOMEM;
-		w->r = flyd_session_defer(s);
+		w->r = flyd_req_defer(rq);
 		if (w->r == NULL) {
 			free(w);
 			return -ENOMEM;
@@ -257,9 +315,9 @@ static int h_hello(struct flyd_ctx *ctx, struct flyd_session *s,
 		return FLYD_DEFERRED;
 	}
 	hello_fill(ctx, resp, v);
-	shm_fd = flyd_tuning_shm_fd(ctx);
+	shm_fd = flyd_results_shm_fd(ctx->results);
 	if (shm_fd >= 0) {
-		rc = flyd_session_attach_fd(s, shm_fd);
+		rc = flyd_req_attach_fd(rq, shm_fd);
 		if (rc < 0) {
 			*msg = "cannot pass the shm table";
 			return rc;
@@ -274,7 +332,7 @@ void flyd_handlers_ready(struct flyd_ctx *ctx)
 
 	while ((w = hello_waiting) != NULL) {
 		cJSON *resp = cJSON_CreateObject();
-		int fd = flyd_tuning_shm_fd(ctx);
+		int fd = flyd_results_shm_fd(ctx->results);
 
 		hello_waiting = w->next;
 		hello_nwaiting--;
@@ -287,7 +345,7 @@ void flyd_handlers_ready(struct flyd_ctx *ctx)
 			resp = fly_msg_error(-EMFILE,
 					     "cannot pass the shm table");
 		}
-		flyd_session_reply(w->r, resp);
+		flyd_reply_send(w->r, resp);
 		free(w);
 	}
 }
@@ -299,7 +357,7 @@ void flyd_handlers_stop(struct flyd_ctx *ctx)
 	while ((w = hello_waiting) != NULL) {
 		hello_waiting = w->next;
 		hello_nwaiting--;
-		flyd_session_reply(w->r, fly_msg_error(FLY_E_DOWN,
+		flyd_reply_send(w->r, fly_msg_error(FLY_E_DOWN,
 						       "daemon is stopping"));
 		free(w);
 	}
@@ -307,12 +365,12 @@ void flyd_handlers_stop(struct flyd_ctx *ctx)
 
 /* ---------------------------------------------------------------- get */
 
-static int h_get(struct flyd_ctx *ctx, struct flyd_session *s,
+static int h_get(struct flyd_ctx *ctx, struct flyd_req *rq,
 		 const cJSON *req, cJSON *resp, const char **msg)
 {
 	struct flyd_result r;
 	const char *key;
-	int rc = req_key(s, req, &key, msg);
+	int rc = req_key(rq, req, &key, msg);
 
 	if (rc < 0)
 		return rc;
@@ -328,7 +386,7 @@ static int h_get(struct flyd_ctx *ctx, struct flyd_session *s,
 					  &f) != 0)
 			return rc;
 		/* issue 18: a job given up on says so, until forced */
-		b = flyd_session_errbuf(s, &cap);
+		b = (cap = rq->errcap, rq->errbuf);
 		snprintf(b, cap, "no tuned result: tuning failed after %u "
 			 "worker faults (%s); tune with force to try again",
 			 f.faults, f.why);
@@ -364,13 +422,13 @@ static void failed_json(struct flyd_ctx *ctx, const char *key, cJSON *resp)
 	cJSON_AddNumberToObject(o, "at", (double)f.at);
 }
 
-static int h_explain(struct flyd_ctx *ctx, struct flyd_session *s,
+static int h_explain(struct flyd_ctx *ctx, struct flyd_req *rq,
 		     const cJSON *req, cJSON *resp, const char **msg)
 {
 	struct flyd_result r;
 	const char *key;
 	cJSON *trials;
-	int rc = req_key(s, req, &key, msg);
+	int rc = req_key(rq, req, &key, msg);
 
 	if (rc < 0)
 		return rc;
@@ -483,7 +541,7 @@ static const char *job_state_name(const struct flyd_qjob *j)
 static int run_page_jobs(struct flyd_ctx *ctx, const struct page *pg,
 			 const char *after, cJSON *resp)
 {
-	struct flyd_queue *q = flyd_tuning_queue(ctx);
+	struct flyd_queue *q = flyd_sched_queue(ctx->sched);
 	struct jpage jp = {.status = pg->status, .op = pg->op,
 			   .dtype = pg->dtype, .after = after};
 	size_t i;
@@ -514,7 +572,7 @@ static int run_page_jobs(struct flyd_ctx *ctx, const struct page *pg,
 }
 
 /* list (with filters) and export (without). */
-static int run_page(struct flyd_ctx *ctx, struct flyd_session *s,
+static int run_page(struct flyd_ctx *ctx, struct flyd_req *rq,
 		    const cJSON *req, cJSON *resp, const char **msg,
 		    int filters)
 {
@@ -522,30 +580,30 @@ static int run_page(struct flyd_ctx *ctx, struct flyd_session *s,
 	const char *after = NULL, *str;
 	int rc;
 
-	if ((rc = opt_str(s, req, "after", &after, msg)) < 0)
+	if ((rc = opt_str(rq, req, "after", &after, msg)) < 0)
 		return rc;
-	if ((rc = opt_int(s, req, "limit", &pg.limit, msg)) < 0)
+	if ((rc = opt_int(rq, req, "limit", &pg.limit, msg)) < 0)
 		return rc;
 	if (pg.limit < 1 || pg.limit > LIST_LIMIT_MAX)
-		return bad_field(s, msg, "limit", "an integer in 1..10000");
+		return bad_field(rq, msg, "limit", "an integer in 1..10000");
 	if (filters) {
 		str = NULL;
-		if ((rc = opt_str(s, req, "op", &str, msg)) < 0)
+		if ((rc = opt_str(rq, req, "op", &str, msg)) < 0)
 			return rc;
 		if (str != NULL && (pg.op = fly_op_parse(str, strlen(str))) == 0)
-			return bad_name(s, msg, "op", fly_op_name, FLY_OP_COUNT);
+			return bad_name(rq, msg, "op", fly_op_name, FLY_OP_COUNT);
 		str = NULL;
-		if ((rc = opt_str(s, req, "dtype", &str, msg)) < 0)
+		if ((rc = opt_str(rq, req, "dtype", &str, msg)) < 0)
 			return rc;
 		if (str != NULL &&
 		    (pg.dtype = fly_dtype_parse(str, strlen(str))) == 0)
-			return bad_name(s, msg, "dtype", fly_dtype_name,
+			return bad_name(rq, msg, "dtype", fly_dtype_name,
 					FLY_DT_COUNT);
 		str = NULL;
-		if ((rc = opt_str(s, req, "status", &str, msg)) < 0)
+		if ((rc = opt_str(rq, req, "status", &str, msg)) < 0)
 			return rc;
 		if (str != NULL && (pg.status = fly_status_parse(str)) < 0)
-			return bad_field(s, msg, "status",
+			return bad_field(rq, msg, "status",
 					 "one of: default, pending, tuned");
 	}
 	pg.results = cJSON_AddArrayToObject(resp, "results");
@@ -564,16 +622,16 @@ static int run_page(struct flyd_ctx *ctx, struct flyd_session *s,
 	return 0;
 }
 
-static int h_list(struct flyd_ctx *ctx, struct flyd_session *s,
+static int h_list(struct flyd_ctx *ctx, struct flyd_req *rq,
 		  const cJSON *req, cJSON *resp, const char **msg)
 {
-	return run_page(ctx, s, req, resp, msg, 1);
+	return run_page(ctx, rq, req, resp, msg, 1);
 }
 
-static int h_export(struct flyd_ctx *ctx, struct flyd_session *s,
+static int h_export(struct flyd_ctx *ctx, struct flyd_req *rq,
 		    const cJSON *req, cJSON *resp, const char **msg)
 {
-	return run_page(ctx, s, req, resp, msg, 0);
+	return run_page(ctx, rq, req, resp, msg, 0);
 }
 
 /* ---------------------------------------------------------------- import */
@@ -677,7 +735,7 @@ static const char *import_fields(struct flyd_ctx *ctx, const cJSON *o,
  * against the kernel registry (issue 18: rows naming no variant of this
  * backend, or a point outside its space, were imported and served as
  * tuned).  On failure *msg names the row.  @return 0 or an error. */
-static int import_row(struct flyd_ctx *ctx, struct flyd_session *s,
+static int import_row(struct flyd_ctx *ctx, struct flyd_req *rq,
 		      const cJSON *o, int retarget, size_t i,
 		      struct flyd_result *r, const char **msg)
 {
@@ -688,13 +746,13 @@ static int import_row(struct flyd_ctx *ctx, struct flyd_session *s,
 	int rc = FLY_E_INVALID;
 
 	if (why == NULL) {
-		rc = flyd_tuning_check_result(ctx, r->key, &r->d, buf,
+		rc = flyd_sched_check_result(ctx->sched, r->key, &r->d, buf,
 					      sizeof(buf));
 		if (rc == 0)
 			return 0;
 		why = buf;
 	}
-	b = flyd_session_errbuf(s, &cap);
+	b = (cap = rq->errcap, rq->errbuf);
 	if (why == buf) /* the fields were valid: name the key too */
 		snprintf(b, cap, "results[%zu] (%s) %s%s", i, r->key,
 			 rc == FLY_E_INVALID ? "" : "not checked: ", why);
@@ -721,20 +779,20 @@ static int stage_grow(struct flyd_stage *st, size_t add)
 	return 0;
 }
 
-static int h_import(struct flyd_ctx *ctx, struct flyd_session *s,
+static int h_import(struct flyd_ctx *ctx, struct flyd_req *rq,
 		    const cJSON *req, cJSON *resp, const char **msg)
 {
-	struct flyd_stage *st = flyd_session_stage(s);
+	struct flyd_stage *st = rq->stage;
 	const cJSON *rs = cJSON_GetObjectItemCaseSensitive(req, "results");
 	int more = 0, retarget = 0, rc;
 	const cJSON *o;
 	size_t i = 0, n;
 
-	if ((rc = opt_bool(s, req, "more", &more, msg)) < 0 ||
-	    (rc = opt_bool(s, req, "retarget", &retarget, msg)) < 0)
+	if ((rc = opt_bool(rq, req, "more", &more, msg)) < 0 ||
+	    (rc = opt_bool(rq, req, "retarget", &retarget, msg)) < 0)
 		goto drop;
 	if (!cJSON_IsArray(rs)) {
-		rc = bad_field(s, msg, "results", "an array");
+		rc = bad_field(rq, msg, "results", "an array");
 		goto drop;
 	}
 	n = (size_t)cJSON_GetArraySize(rs);
@@ -751,7 +809,7 @@ static int h_import(struct flyd_ctx *ctx, struct flyd_session *s,
 	if ((rc = stage_grow(st, n)) < 0)
 		goto drop;
 	cJSON_ArrayForEach(o, rs) {
-		rc = import_row(ctx, s, o, retarget, st->n, &st->rows[st->n],
+		rc = import_row(ctx, rq, o, retarget, st->n, &st->rows[st->n],
 				msg);
 		if (rc < 0)
 			goto drop;
@@ -765,12 +823,12 @@ static int h_import(struct flyd_ctx *ctx, struct flyd_session *s,
 	}
 	n = st->n;
 	rc = flyd_store_import(ctx->store, st->rows, n);
-	flyd_stage_clear(st);
+	stage_clear(st);
 	if (rc < 0)
 		return rc;
 	flyd_log(FLYD_LOG_INFO, "imported", "rows=%zu uid=%d", n,
-		 (int)flyd_session_uid(s));
-	flyd_tuning_imported(ctx);
+		 (int)rq->uid);
+	flyd_results_refill(ctx->results);
 	/* A large import leaves the staging rows and the parsed chunks as
 	 * free heap: give it back (measured: +~10 MiB RSS kept after 100k). */
 	malloc_trim(0);
@@ -778,23 +836,23 @@ static int h_import(struct flyd_ctx *ctx, struct flyd_session *s,
 	return 0;
 drop:
 	(void)i;
-	flyd_stage_clear(st);
+	stage_clear(st);
 	return rc;
 }
 
 /* ---------------------------------------------------------------- forget */
 
-static int h_forget(struct flyd_ctx *ctx, struct flyd_session *s,
+static int h_forget(struct flyd_ctx *ctx, struct flyd_req *rq,
 		    const cJSON *req, cJSON *resp, const char **msg)
 {
 	const char *key = NULL;
 	int all = 0, rc;
 	int64_t n = 0;
 
-	if ((rc = opt_bool(s, req, "all", &all, msg)) < 0)
+	if ((rc = opt_bool(rq, req, "all", &all, msg)) < 0)
 		return rc;
 	if (!all) {
-		if ((rc = req_key(s, req, &key, msg)) < 0)
+		if ((rc = req_key(rq, req, &key, msg)) < 0)
 			return rc;
 	} else if (cJSON_HasObjectItem(req, "key")) {
 		*msg = "give either 'key' or 'all', not both";
@@ -806,8 +864,8 @@ static int h_forget(struct flyd_ctx *ctx, struct flyd_session *s,
 		return rc;
 	flyd_log(FLYD_LOG_INFO, "forgotten", "key=%s rows=%lld uid=%d",
 		 key != NULL ? key : "*", (long long)n,
-		 (int)flyd_session_uid(s));
-	flyd_tuning_forgotten(ctx, key);
+		 (int)rq->uid);
+	flyd_sched_forget(ctx->sched, key);
 	cJSON_AddNumberToObject(resp, "forgotten", (double)n);
 	return 0;
 }
@@ -820,7 +878,7 @@ static double uptime_s(const struct flyd_ctx *ctx)
 }
 
 /* schemas/stats.response.json: integer counters under "counters". */
-static int h_stats(struct flyd_ctx *ctx, struct flyd_session *s,
+static int h_stats(struct flyd_ctx *ctx, struct flyd_req *rq,
 		   const cJSON *req, cJSON *resp, const char **msg)
 {
 	cJSON *c = cJSON_AddObjectToObject(resp, "counters");
@@ -865,10 +923,10 @@ static void move_item(cJSON *from, const char *name, cJSON *to)
 /* schemas/status.response.json (no other top-level members): tuning's
  * "policy" goes inside "queue"; the shm table has its own "shm" object
  * (issue 18: its fields were printed as queue.shm.*). */
-static int h_status(struct flyd_ctx *ctx, struct flyd_session *s,
+static int h_status(struct flyd_ctx *ctx, struct flyd_req *rq,
 		    const cJSON *req, cJSON *resp, const char **msg)
 {
-	int degraded = ctx->degraded || !flyd_tuning_is_healthy(ctx) ||
+	int degraded = ctx->degraded || !flyd_sched_is_healthy(ctx->sched) ||
 		       flyd_store_was_quarantined(ctx->store);
 	const char *backend = ctx->backend[0] ? ctx->backend : ctx->cfg.backend;
 	cJSON *dev = cJSON_CreateObject(), *t = cJSON_CreateObject(), *q;
@@ -888,7 +946,8 @@ static int h_status(struct flyd_ctx *ctx, struct flyd_session *s,
 	cJSON_AddStringToObject(dev, "fingerprint", ctx->fingerprint);
 	cJSON_AddStringToObject(dev, "id", ctx->device_id);
 	cJSON_AddItemToObject(resp, "device", dev);
-	flyd_tuning_status(ctx, t);
+	flyd_sched_status(ctx->sched, t);
+	flyd_results_status(ctx->results, t);
 	q = cJSON_DetachItemFromObjectCaseSensitive(t, "queue");
 	if (q == NULL)
 		q = cJSON_CreateObject();
@@ -908,24 +967,24 @@ static int h_status(struct flyd_ctx *ctx, struct flyd_session *s,
 
 /* ---------------------------------------------------------------- tuning */
 
-static int h_decide(struct flyd_ctx *ctx, struct flyd_session *s,
+static int h_decide(struct flyd_ctx *ctx, struct flyd_req *rq,
 		    const cJSON *req, cJSON *resp, const char **msg)
 {
-	return flyd_handle_decide(ctx, s, req, resp, msg);
+	return flyd_handle_decide(ctx, rq, req, resp, msg);
 }
 
-static int h_tune(struct flyd_ctx *ctx, struct flyd_session *s,
+static int h_tune(struct flyd_ctx *ctx, struct flyd_req *rq,
 		  const cJSON *req, cJSON *resp, const char **msg)
 {
 	int force = 0, rc;
 
-	if ((rc = opt_bool(s, req, "force", &force, msg)) < 0)
+	if ((rc = opt_bool(rq, req, "force", &force, msg)) < 0)
 		return rc;
-	if (force && !flyd_session_is_admin(s)) {
+	if (force && !peer_is_admin(ctx, rq)) {
 		*msg = "tune with force needs an admin peer";
 		return FLY_E_PERM;
 	}
-	return flyd_handle_tune(ctx, s, req, resp, msg);
+	return flyd_handle_tune(ctx, rq, req, resp, msg);
 }
 
 /* ---------------------------------------------------------------- jobs */
@@ -963,13 +1022,13 @@ static void job_json(void *arg, struct flyd_qjob *j)
 
 /* schemas/jobs.response.json: the running job (position 0), then the
  * queued ones in run order. */
-static int h_jobs(struct flyd_ctx *ctx, struct flyd_session *s,
+static int h_jobs(struct flyd_ctx *ctx, struct flyd_req *rq,
 		  const cJSON *req, cJSON *resp, const char **msg)
 {
-	struct flyd_queue *q = flyd_tuning_queue(ctx);
+	struct flyd_queue *q = flyd_sched_queue(ctx->sched);
 	struct jobs_out jo = {.now_ms = uv_now(ctx->loop)};
 
-	(void)s;
+	(void)rq;
 	(void)req;
 	jo.arr = cJSON_AddArrayToObject(resp, "jobs");
 	if (jo.arr == NULL)
@@ -987,13 +1046,13 @@ static int h_jobs(struct flyd_ctx *ctx, struct flyd_session *s,
 
 /* schemas/cancel.request.json (admin): the key is bucketed as decide and
  * tune bucket it, since the queue holds bucketed keys. */
-static int h_cancel(struct flyd_ctx *ctx, struct flyd_session *s,
+static int h_cancel(struct flyd_ctx *ctx, struct flyd_req *rq,
 		    const cJSON *req, cJSON *resp, const char **msg)
 {
 	char bk[FLY_KEY_MAX];
 	struct fly_problem p;
 	const char *key, *was = "";
-	int rc = req_key(s, req, &key, msg);
+	int rc = req_key(rq, req, &key, msg);
 
 	if (rc < 0)
 		return rc;
@@ -1002,7 +1061,7 @@ static int h_cancel(struct flyd_ctx *ctx, struct flyd_session *s,
 		fly_problem_bucket(&p, &ctx->cfg.bucket[p.op]);
 	if (fly_key_format(&p, bk, sizeof(bk)) < 0)
 		snprintf(bk, sizeof(bk), "%s", key);
-	rc = flyd_tuning_cancel(ctx, bk, &was);
+	rc = flyd_sched_cancel(ctx->sched, bk, &was);
 	if (rc == FLY_E_NOTFOUND) {
 		*msg = "no tuning job for this key";
 		return rc;
@@ -1010,7 +1069,7 @@ static int h_cancel(struct flyd_ctx *ctx, struct flyd_session *s,
 	if (rc < 0)
 		return rc;
 	flyd_log(FLYD_LOG_INFO, "cancelled", "key=%s was=%s uid=%d", bk, was,
-		 (int)flyd_session_uid(s));
+		 (int)rq->uid);
 	cJSON_AddStringToObject(resp, "key", bk);
 	cJSON_AddStringToObject(resp, "was", was);
 	return 0;
@@ -1038,9 +1097,10 @@ static const struct handler table[] = {
 #undef FLY_MSG
 };
 
-int flyd_handlers_dispatch(struct flyd_ctx *ctx, struct flyd_session *s,
-			   const cJSON *req, cJSON *resp, const char **msg)
+int flyd_handlers_dispatch(void *arg, struct flyd_req *rq, const cJSON *req,
+			   cJSON *resp, const char **msg)
 {
+	struct flyd_ctx *ctx = arg;
 	const cJSON *r = cJSON_GetObjectItemCaseSensitive(req, "req");
 	size_t cap;
 	char *b;
@@ -1054,8 +1114,8 @@ int flyd_handlers_dispatch(struct flyd_ctx *ctx, struct flyd_session *s,
 		if (strcmp(table[i].name, r->valuestring) != 0)
 			continue;
 		if ((table[i].flags & FLY_MSGF_ADMIN) &&
-		    !flyd_session_is_admin(s)) {
-			b = flyd_session_errbuf(s, &cap);
+		    !peer_is_admin(ctx, rq)) {
+			b = (cap = rq->errcap, rq->errbuf);
 			snprintf(b, cap, "'%s' needs an admin peer (root, the "
 				 "daemon's user or group %s)", table[i].name,
 				 ctx->cfg.admin_group);
@@ -1066,10 +1126,10 @@ int flyd_handlers_dispatch(struct flyd_ctx *ctx, struct flyd_session *s,
 			*msg = "daemon is starting (device not identified yet)";
 			return FLY_E_DOWN;
 		}
-		return table[i].fn(ctx, s, req, resp, msg);
+		return table[i].fn(ctx, rq, req, resp, msg);
 	}
 	ctx->stats.protocol_errors++;
-	b = flyd_session_errbuf(s, &cap);
+	b = (cap = rq->errcap, rq->errbuf);
 	snprintf(b, cap, "unknown request '%.64s'", r->valuestring);
 	*msg = b;
 	return FLY_E_PROTO;

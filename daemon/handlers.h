@@ -1,13 +1,18 @@
 /*
  * handlers.h -- the request dispatch table (expanded from
  * proto/fly_msgs.def) and the non-tuning handlers: hello, get, explain,
- * list, export, import, forget, stats, status.  decide and tune live in
- * tuning.c (flyd_handle_decide / flyd_handle_tune).
+ * list, export, import, forget, stats, status, jobs, cancel.  decide and
+ * tune live in tune_handlers.c (handlers_int.h).
  *
  * Thread: loop thread.
  * Admin: requests flagged FLY_MSGF_ADMIN, and tune with "force": true,
- * need flyd_session_is_admin() (uid 0, the daemon's own uid, or a member
- * of cfg.admin_group); others get "permission".
+ * need an admin peer (uid 0, the daemon's own uid, or a member of
+ * cfg.admin_group); others get "permission".
+ *
+ * main.c hands flyd_handlers_dispatch to flyd_server_start() as the
+ * session layer's dispatch callback; handlers answer through the struct
+ * flyd_req they are given (reply.h) and call services below them, never
+ * the session layer by name.
  */
 #ifndef FLYD_HANDLERS_H
 #define FLYD_HANDLERS_H
@@ -15,12 +20,14 @@
 #include <cjson/cJSON.h>
 
 #include "daemon.h"
-#include "session.h"
+#include "reply.h"
 
-/* Dispatch one parsed request (an object).  @p resp has "ok": true.
- * @return 0, FLYD_DEFERRED, or a negative error with *msg set. */
-int flyd_handlers_dispatch(struct flyd_ctx *ctx, struct flyd_session *s,
-			   const cJSON *req, cJSON *resp, const char **msg);
+/* Dispatch one parsed request (an object) of a session: a
+ * flyd_dispatch_fn whose @p arg is the struct flyd_ctx.  @p resp has
+ * "ok": true.  @return 0, FLYD_DEFERRED, or a negative error with *msg
+ * set. */
+int flyd_handlers_dispatch(void *arg, struct flyd_req *rq, const cJSON *req,
+			   cJSON *resp, const char **msg);
 /* The daemon became ready: answer the hellos that waited for it. */
 void flyd_handlers_ready(struct flyd_ctx *ctx);
 /* Shutting down: fail the hellos still waiting. */

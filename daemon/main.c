@@ -1,7 +1,12 @@
 /*
- * main.c -- flytuned: options, the context, the loop.
+ * main.c -- flytuned: options, the context, the loop, and the order of
+ * start, readiness and stop.
  *
- * Owns: the process (signals, exit code).  Thread: loop thread.
+ * Owns: the process (signals, exit code) and the sequencing: the socket's
+ * directory, the DB, the listener (handed the dispatch table), the results
+ * and the scheduler (which starts the worker), then, at the worker's first
+ * READY, ctx->ready, sd_notify READY=1 and the hellos that waited.  Stop
+ * runs the other way.  Thread: loop thread.
  *
  * flytuned never forks itself: it always runs in the foreground (systemd
  * Type=notify supervises it); --foreground only adds a human banner.
@@ -24,9 +29,10 @@
 #include "handlers.h"
 #include "log.h"
 #include "notify.h"
+#include "results.h"
+#include "scheduler.h"
 #include "server.h"
 #include "store.h"
-#include "tuning.h"
 #include "worker.h"
 
 #define FLYTUNED_VERSION FLY_VERSION /* the VERSION file, via the Makefile */
@@ -205,16 +211,26 @@ static void on_server_stopped(void *arg)
 		 exit_code);
 }
 
-static void on_tuning_stopped(void *arg)
+static int tuning_parts; /* scheduler and results still stopping */
+
+/* Both the scheduler and the results have stopped: the hellos still
+ * waiting get "down", then the sessions and the listener close. */
+static void on_tuning_part_stopped(void *arg)
 {
 	struct flyd_ctx *ctx = arg;
 
+	if (tuning_parts > 0 && --tuning_parts > 0)
+		return;
+	ctx->sched = NULL; /* freed itself before calling back */
+	flyd_results_free(ctx->results);
+	ctx->results = NULL;
 	flyd_handlers_stop(ctx);
 	flyd_server_stop(ctx, on_server_stopped, ctx);
 }
 
-/* SIGTERM/SIGINT or a failed start: stop accepting, stop tuning (the job
- * in flight stays queued in the DB), close sessions, close the DB. */
+/* SIGTERM/SIGINT or a failed start: stop accepting, stop the scheduler
+ * (requests see tuning stopped at once; the job in flight stays queued in
+ * the DB), answer the `tune wait` waiters, close sessions, close the DB. */
 static void shutdown_begin(struct flyd_ctx *ctx, const char *why)
 {
 	if (ctx->stopping)
@@ -224,10 +240,57 @@ static void shutdown_begin(struct flyd_ctx *ctx, const char *why)
 	flyd_log(FLYD_LOG_INFO, "stopping", "reason=%s", why);
 	flyd_notify_watchdog_stop();
 	flyd_server_stop_accepting(ctx);
-	if (ctx->tuning != NULL)
-		flyd_tuning_stop(ctx, on_tuning_stopped, ctx);
+	tuning_parts = 2;
+	flyd_sched_stop(ctx->sched, on_tuning_part_stopped, ctx);
+	if (ctx->results != NULL)
+		flyd_results_stop(ctx->results, on_tuning_part_stopped, ctx);
 	else
-		on_tuning_stopped(ctx);
+		on_tuning_part_stopped(ctx);
+}
+
+/* Send "STATUS=..." (starting, ready or degraded, and the backend). */
+static void send_status(struct flyd_ctx *ctx)
+{
+	char msg[256];
+	int degraded = ctx->degraded || !flyd_sched_is_healthy(ctx->sched) ||
+		       (ctx->store != NULL &&
+			flyd_store_was_quarantined(ctx->store));
+
+	snprintf(msg, sizeof(msg), "STATUS=%s backend=%s device=%d",
+		 !ctx->ready ? "starting" : degraded ? "degraded" : "ready",
+		 ctx->backend[0] ? ctx->backend : "?", ctx->device);
+	flyd_notify_send(msg);
+}
+
+/* The scheduler's first READY: the device is identified and the results
+ * are loaded, so the daemon is ready: READY=1, the status, the log line,
+ * and the hellos that waited. */
+static void daemon_ready(void *arg)
+{
+	struct flyd_ctx *ctx = arg;
+	int first = !ctx->ready;
+
+	ctx->ready = 1;
+	if (first) {
+		flyd_notify_send("READY=1");
+		flyd_log(FLYD_LOG_INFO, "ready", "device=%d backend=%s id=%s "
+			 "libver=%s socket=%s", ctx->device, ctx->backend,
+			 ctx->device_id, ctx->libver, ctx->socket_path);
+	}
+	send_status(ctx);
+	flyd_handlers_ready(ctx);
+}
+
+/* The watchdog's health: the worker healthy and the DB answering. */
+static int watchdog_ok(void *arg)
+{
+	struct flyd_ctx *ctx = arg;
+	int healthy = flyd_sched_is_healthy(ctx->sched);
+
+	if (healthy && ctx->store != NULL && flyd_store_ping(ctx->store) == 0)
+		return 1;
+	flyd_log(FLYD_LOG_WARN, "watchdog_skip", "healthy=%d", healthy);
+	return 0;
 }
 
 /* Layer the system DB @p path ("" for none) under the local one.
@@ -267,13 +330,15 @@ static void reload(struct flyd_ctx *ctx)
 		ctx->cfg = c;
 		apply_config(ctx);
 		flyd_server_reconfigure(ctx);
-		flyd_tuning_reconfigure(ctx);
+		flyd_sched_reconfigure(ctx->sched);
 		if (sys_changed) /* the map and the shm table from the store */
-			flyd_tuning_imported(ctx);
+			flyd_results_refill(ctx->results);
 		flyd_log(FLYD_LOG_INFO, "reloaded", "path=%s",
 			 ctx->config_path ? ctx->config_path : DEFAULT_CONFIG);
 	}
-	flyd_notify_reloaded(ctx);
+	if (ctx->ready)
+		flyd_notify_send("READY=1");
+	send_status(ctx);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -296,7 +361,10 @@ static void banner(const struct flyd_ctx *ctx)
 	fflush(stdout);
 }
 
-/* Signals, store, tuning, listener.  @return 0 or an exit code. */
+/* Signals, then in order: the socket's directory, the DB, the listener
+ * (the dispatch table handed to the session layer), the results (the shm
+ * table), the scheduler (the worker; its first READY calls daemon_ready),
+ * the watchdog and STATUS=starting.  @return 0 or an exit code. */
 static int daemon_start(struct flyd_ctx *ctx, int listen_fd)
 {
 	const char *sys = ctx->cfg.system_db[0] ? ctx->cfg.system_db : NULL;
@@ -323,15 +391,18 @@ static int daemon_start(struct flyd_ctx *ctx, int listen_fd)
 			 rc);
 		return 1;
 	}
-	rc = flyd_server_start(ctx, listen_fd);
+	rc = flyd_server_start(ctx, listen_fd, flyd_handlers_dispatch, ctx);
 	if (rc == 0)
-		rc = flyd_tuning_start(ctx);
+		rc = flyd_results_open(ctx, &ctx->results);
+	if (rc == 0)
+		rc = flyd_sched_start(ctx, ctx->results, daemon_ready, ctx,
+				      &ctx->sched);
 	if (rc < 0) {
 		flyd_log(FLYD_LOG_ERR, "start_failed", "rc=%d", rc);
 		return 1;
 	}
-	flyd_notify_watchdog_start(ctx);
-	flyd_notify_status(ctx);
+	flyd_notify_watchdog_start(ctx->loop, watchdog_ok, ctx);
+	send_status(ctx);
 	flyd_log(FLYD_LOG_INFO, "started", "device=%d socket=%s db=%s pid=%d",
 		 ctx->device, ctx->socket_path, ctx->db_path, (int)getpid());
 	return 0;

@@ -3,6 +3,8 @@
  *
  * Owns: the notify address (process global, read once at start) and the
  * watchdog timer.  Thread: loop thread.
+ * Calls nothing of the daemon but the log: what to say and when (READY,
+ * STATUS, health) is main.c's.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -14,18 +16,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon.h"
-#include "handlers.h"
 #include "log.h"
 #include "notify.h"
-#include "store.h"
-#include "tuning.h"
 
 static struct sockaddr_un notify_addr;
 static socklen_t notify_len;
 static uint64_t watchdog_usec;
 static uv_timer_t watchdog_timer;
 static int watchdog_on;
+static int (*watchdog_ok)(void *arg);
 
 int flyd_notify_init(void)
 {
@@ -85,17 +84,12 @@ int flyd_notify_send(const char *msg)
 
 static void on_watchdog(uv_timer_t *t)
 {
-	struct flyd_ctx *ctx = t->data;
-
-	if (flyd_tuning_is_healthy(ctx) && ctx->store != NULL &&
-	    flyd_store_ping(ctx->store) == 0)
+	if (watchdog_ok(t->data))
 		flyd_notify_send("WATCHDOG=1");
-	else
-		flyd_log(FLYD_LOG_WARN, "watchdog_skip", "healthy=%d",
-			 flyd_tuning_is_healthy(ctx));
 }
 
-int flyd_notify_watchdog_start(struct flyd_ctx *ctx)
+int flyd_notify_watchdog_start(uv_loop_t *loop, int (*ok)(void *arg),
+			       void *arg)
 {
 	uint64_t ms = watchdog_usec / 2000;
 
@@ -103,8 +97,9 @@ int flyd_notify_watchdog_start(struct flyd_ctx *ctx)
 		return 0;
 	if (ms == 0)
 		ms = 1;
-	uv_timer_init(ctx->loop, &watchdog_timer);
-	watchdog_timer.data = ctx;
+	uv_timer_init(loop, &watchdog_timer);
+	watchdog_timer.data = arg;
+	watchdog_ok = ok;
 	watchdog_on = 1;
 	flyd_log(FLYD_LOG_INFO, "watchdog", "interval_ms=%llu",
 		 (unsigned long long)ms);
@@ -131,42 +126,7 @@ void flyd_notify_reloading(void)
 	flyd_notify_send(msg);
 }
 
-void flyd_notify_status(struct flyd_ctx *ctx)
-{
-	char msg[256];
-	int degraded = ctx->degraded || !flyd_tuning_is_healthy(ctx) ||
-		       (ctx->store != NULL &&
-			flyd_store_was_quarantined(ctx->store));
-
-	snprintf(msg, sizeof(msg), "STATUS=%s backend=%s device=%d",
-		 !ctx->ready ? "starting" : degraded ? "degraded" : "ready",
-		 ctx->backend[0] ? ctx->backend : "?", ctx->device);
-	flyd_notify_send(msg);
-}
-
-void flyd_notify_reloaded(struct flyd_ctx *ctx)
-{
-	if (ctx->ready)
-		flyd_notify_send("READY=1");
-	flyd_notify_status(ctx);
-}
-
 void flyd_notify_stopping(void)
 {
 	flyd_notify_send("STOPPING=1");
-}
-
-void flyd_daemon_ready(struct flyd_ctx *ctx)
-{
-	int first = !ctx->ready;
-
-	ctx->ready = 1;
-	if (first) {
-		flyd_notify_send("READY=1");
-		flyd_log(FLYD_LOG_INFO, "ready", "device=%d backend=%s id=%s "
-			 "libver=%s socket=%s", ctx->device, ctx->backend,
-			 ctx->device_id, ctx->libver, ctx->socket_path);
-	}
-	flyd_notify_status(ctx);
-	flyd_handlers_ready(ctx);
 }

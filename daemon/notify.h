@@ -12,7 +12,7 @@
 #ifndef FLYD_NOTIFY_H
 #define FLYD_NOTIFY_H
 
-#include "daemon.h"
+#include <uv.h>
 
 /* Read and unset the environment.  Call first thing in the daemon.
  * @return the socket-activated listener fd (3) or -1 when not activated;
@@ -21,23 +21,17 @@ int flyd_notify_init(void);
 /* Send one datagram, e.g. "STATUS=ready".  No-op without NOTIFY_SOCKET.
  * @return 0, or -errno. */
 int flyd_notify_send(const char *msg);
-/* Start the watchdog timer: WATCHDOG=1 every $WATCHDOG_USEC / 2 while
- * flyd_tuning_is_healthy() and flyd_store_ping() == 0.  No-op when systemd
- * asked for none. */
-int flyd_notify_watchdog_start(struct flyd_ctx *ctx);
+/* Start the watchdog timer: WATCHDOG=1 every $WATCHDOG_USEC / 2 when
+ * @p ok(@p arg) says the daemon is healthy (main.c: the worker healthy and
+ * flyd_store_ping() == 0; it logs a skip).  No-op when systemd asked for
+ * none. */
+int flyd_notify_watchdog_start(uv_loop_t *loop, int (*ok)(void *arg),
+			       void *arg);
 void flyd_notify_watchdog_stop(void);
-/* "RELOADING=1" with MONOTONIC_USEC, then flyd_notify_reloaded() sends
- * "READY=1" and the status again. */
+/* "RELOADING=1" with MONOTONIC_USEC (main.c sends READY=1 and the status
+ * again once reloaded). */
 void flyd_notify_reloading(void);
-void flyd_notify_reloaded(struct flyd_ctx *ctx);
 /* "STOPPING=1". */
 void flyd_notify_stopping(void);
-/* Send "STATUS=..." describing ctx (ready/degraded, backend). */
-void flyd_notify_status(struct flyd_ctx *ctx);
-
-/* Called by tuning.c once the worker reported its fingerprint and the shm
- * table is filled: sets ctx->ready, sends READY=1 and STATUS=, logs
- * "ready", and answers the hellos that waited. */
-void flyd_daemon_ready(struct flyd_ctx *ctx);
 
 #endif /* FLYD_NOTIFY_H */

@@ -6,7 +6,7 @@
  * Owns: the fly_shm_writer (memfd and its one writable mapping).
  * Thread: loop thread only (the single writer).
  * Invariant: an entry is put here only after its result was committed to
- * the store with synchronous=FULL (tuning.c's order: commit, publish,
+ * the store with synchronous=FULL (results.c's order: commit, publish,
  * answer).
  */
 #ifndef FLYD_PUBLISH_H
@@ -27,7 +27,7 @@ int flyd_publish_open(uint32_t capacity, struct flyd_publish **out);
 void flyd_publish_close(struct flyd_publish *p);
 
 /* Clear the table and put every stored result of @p device / @p libver;
- * @p each (may be NULL) is called for every result too (tuning.c loads
+ * @p each (may be NULL) is called for every result too (results.c loads
  * its in-memory map in the same pass).  Entries that do not fit are
  * skipped (logged once).  @return the number of results seen, or
  * FLY_E_STORAGE. */

@@ -1,12 +1,13 @@
 /*
  * queue.c -- the tuning job queue (see queue.h).
  *
- * Owns: the job records, a chained hash of them by key, and two intrusive
- * FIFO lists (explicit, background).  Thread: loop thread only.
- * Invariant: every record is in the hash; a record is in a list iff its
+ * Owns: the job records, a table of them by key (table.h), and two
+ * intrusive FIFO lists (explicit, background).  Thread: loop thread only.
+ * Invariant: every record is in the table; a record is in a list iff its
  * state is QUEUED; nqueued == length of both lists.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,30 +21,14 @@ struct qlist {
 struct flyd_queue {
 	uint32_t cap;               /* max QUEUED jobs, 0: unlimited */
 	uint32_t nqueued;           /* QUEUED jobs */
-	size_t nrecords;            /* records in the hash */
-	size_t nbuckets;            /* power of two */
-	struct flyd_qjob **buckets;
+	struct flyd_table records;  /* every record, by key (table.h) */
 	struct qlist level[2];      /* [FLYD_PRIO_BACKGROUND], [EXPLICIT] */
 	struct flyd_qjob *running;
 };
 
-/* FNV-1a, the same function as fly_key_hash (kept local: no link
- * dependency for a pure data structure). */
-static uint64_t key_hash(const char *s)
+static struct flyd_qjob *job_of(struct flyd_tnode *n)
 {
-	uint64_t h = 1469598103934665603ull;
-
-	for (; *s != '\0'; s++) {
-		h ^= (unsigned char)*s;
-		h *= 1099511628211ull;
-	}
-	return h;
-}
-
-static struct flyd_qjob **bucket_of(const struct flyd_queue *q,
-				    const char *key)
-{
-	return &q->buckets[key_hash(key) & (q->nbuckets - 1)];
+	return n != NULL ? FLYD_CONTAINER_OF(n, struct flyd_qjob, node) : NULL;
 }
 
 int flyd_queue_new(uint32_t cap, struct flyd_queue **out)
@@ -54,9 +39,9 @@ int flyd_queue_new(uint32_t cap, struct flyd_queue **out)
 	q = calloc(1, sizeof(*q));
 	if (q == NULL)
 		return -ENOMEM;
-	q->nbuckets = 256;
-	q->buckets = calloc(q->nbuckets, sizeof(*q->buckets));
-	if (q->buckets == NULL) {
+	if (flyd_table_init(&q->records, 256,
+			    offsetof(struct flyd_qjob, key) -
+			    offsetof(struct flyd_qjob, node)) < 0) {
 		free(q);
 		return -ENOMEM;
 	}
@@ -65,21 +50,17 @@ int flyd_queue_new(uint32_t cap, struct flyd_queue **out)
 	return 0;
 }
 
+static void free_job(void *arg, struct flyd_tnode *n)
+{
+	free(job_of(n));
+}
+
 void flyd_queue_free(struct flyd_queue *q)
 {
 	if (q == NULL)
 		return;
-	for (size_t i = 0; i < q->nbuckets; i++) {
-		struct flyd_qjob *j = q->buckets[i];
-
-		while (j != NULL) {
-			struct flyd_qjob *n = j->hnext;
-
-			free(j);
-			j = n;
-		}
-	}
-	free(q->buckets);
+	flyd_table_foreach(&q->records, free_job, NULL);
+	flyd_table_fini(&q->records);
 	free(q);
 }
 
@@ -91,32 +72,6 @@ void flyd_queue_set_cap(struct flyd_queue *q, uint32_t cap)
 uint32_t flyd_queue_cap(const struct flyd_queue *q)
 {
 	return q->cap;
-}
-
-/* Double the bucket array when the chains get long; on allocation failure
- * keep the old one (only slower). */
-static void hash_grow(struct flyd_queue *q)
-{
-	size_t nb = q->nbuckets * 2;
-	struct flyd_qjob **b = calloc(nb, sizeof(*b));
-
-	if (b == NULL)
-		return;
-	for (size_t i = 0; i < q->nbuckets; i++) {
-		struct flyd_qjob *j = q->buckets[i];
-
-		while (j != NULL) {
-			struct flyd_qjob *n = j->hnext;
-			size_t h = key_hash(j->key) & (nb - 1);
-
-			j->hnext = b[h];
-			b[h] = j;
-			j = n;
-		}
-	}
-	free(q->buckets);
-	q->buckets = b;
-	q->nbuckets = nb;
 }
 
 static void list_append(struct qlist *l, struct flyd_qjob *j)
@@ -162,11 +117,7 @@ static int prio_index(int priority)
 struct flyd_qjob *flyd_queue_find(const struct flyd_queue *q,
 				  const char *key)
 {
-	for (struct flyd_qjob *j = *bucket_of(q, key); j != NULL;
-	     j = j->hnext)
-		if (strcmp(j->key, key) == 0)
-			return j;
-	return NULL;
+	return job_of(flyd_table_get(&q->records, key));
 }
 
 /* An existing record: promote, merge force, or refuse a FAILED one. */
@@ -202,7 +153,6 @@ int flyd_queue_push(struct flyd_queue *q, const char *key, int priority,
 {
 	int prio = prio_index(priority);
 	struct flyd_qjob *j;
-	struct flyd_qjob **b;
 	size_t len = strlen(key);
 	int rc;
 
@@ -226,12 +176,7 @@ int flyd_queue_push(struct flyd_queue *q, const char *key, int priority,
 	j->priority = prio;
 	j->force = force != 0;
 	j->state = FLYD_Q_QUEUED;
-	if (q->nrecords >= q->nbuckets)
-		hash_grow(q);
-	b = bucket_of(q, key);
-	j->hnext = *b;
-	*b = j;
-	q->nrecords++;
+	flyd_table_add(&q->records, &j->node);
 	q->nqueued++;
 	list_append(&q->level[prio], j);
 	if (out != NULL)
@@ -314,16 +259,17 @@ void flyd_queue_fail(struct flyd_queue *q, struct flyd_qjob *j)
 
 void flyd_queue_done(struct flyd_queue *q, struct flyd_qjob *j)
 {
-	struct flyd_qjob **pp = bucket_of(q, j->key);
-
 	detach(q, j);
-	while (*pp != NULL && *pp != j)
-		pp = &(*pp)->hnext;
-	if (*pp == j) {
-		*pp = j->hnext;
-		q->nrecords--;
-	}
+	(void)flyd_table_del(&q->records, &j->node);
 	free(j);
+}
+
+static void clear_failed_one(void *arg, struct flyd_tnode *n)
+{
+	struct flyd_qjob *j = job_of(n);
+
+	if (j->state == FLYD_Q_FAILED)
+		flyd_queue_done(arg, j);
 }
 
 void flyd_queue_clear_failed(struct flyd_queue *q, const char *key)
@@ -335,17 +281,7 @@ void flyd_queue_clear_failed(struct flyd_queue *q, const char *key)
 			flyd_queue_done(q, j);
 		return;
 	}
-	for (size_t i = 0; i < q->nbuckets; i++) {
-		struct flyd_qjob *j = q->buckets[i];
-
-		while (j != NULL) {
-			struct flyd_qjob *n = j->hnext;
-
-			if (j->state == FLYD_Q_FAILED)
-				flyd_queue_done(q, j);
-			j = n;
-		}
-	}
+	flyd_table_foreach(&q->records, clear_failed_one, q);
 }
 
 struct flyd_qjob *flyd_queue_running(const struct flyd_queue *q)
@@ -358,13 +294,25 @@ uint32_t flyd_queue_len(const struct flyd_queue *q)
 	return q->nqueued;
 }
 
+struct each_ctx {
+	void (*cb)(void *arg, struct flyd_qjob *j);
+	void *arg;
+};
+
+static void each_record(void *arg, struct flyd_tnode *n)
+{
+	struct each_ctx *e = arg;
+
+	e->cb(e->arg, job_of(n));
+}
+
 void flyd_queue_foreach_record(struct flyd_queue *q,
 			       void (*cb)(void *arg, struct flyd_qjob *j),
 			       void *arg)
 {
-	for (size_t i = 0; i < q->nbuckets; i++)
-		for (struct flyd_qjob *j = q->buckets[i]; j; j = j->hnext)
-			cb(arg, j);
+	struct each_ctx e = {cb, arg};
+
+	flyd_table_foreach(&q->records, each_record, &e);
 }
 
 void flyd_queue_foreach(struct flyd_queue *q,

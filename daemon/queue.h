@@ -6,7 +6,7 @@
  * Owns: its jobs (struct flyd_qjob), including the one running and the
  * keys whose job failed (so background decides do not re-queue them in a
  * loop).  Thread: loop thread only.  Pure data structure: no I/O, no
- * store, no libuv; tuning.c persists and drives it.
+ * store, no libuv; scheduler.c persists and drives it.
  *
  * Invariant: a key has at most one job record at any time, in exactly one
  * state; only QUEUED jobs count against the cap; at most one job is
@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "fly_abi.h"
+#include "table.h"
 
 enum flyd_qstate {
 	FLYD_Q_QUEUED = 0,  /* waiting in its priority list */
@@ -40,8 +41,8 @@ struct flyd_qjob {
 	uint64_t not_before_ms;   /* QUEUED: not started before (backoff) */
 	int64_t queued_at;        /* unix seconds */
 	uint64_t started_ms;      /* uv_now when it started running */
-	void *udata;              /* owner's data (tuning.c: waiters) */
-	struct flyd_qjob *hnext;  /* hash chain */
+	void *udata;              /* owner's data (results.c: waiters) */
+	struct flyd_tnode node;   /* in the queue's table by key */
 	struct flyd_qjob *prev;   /* priority list links */
 	struct flyd_qjob *next;
 };

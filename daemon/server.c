@@ -39,6 +39,8 @@
 #include "fly_msg.h"
 #include "log.h"
 #include "server.h"
+#include "server_int.h"
+#include "session.h"
 
 #define SWEEP_MS 100
 
@@ -365,7 +367,8 @@ static int listen_path(struct flyd_ctx *ctx)
 	return rc;
 }
 
-int flyd_server_start(struct flyd_ctx *ctx, int listen_fd)
+int flyd_server_start(struct flyd_ctx *ctx, int listen_fd,
+		      flyd_dispatch_fn dispatch, void *arg)
 {
 	struct flyd_server *srv = calloc(1, sizeof(*srv));
 	int rc;
@@ -373,6 +376,8 @@ int flyd_server_start(struct flyd_ctx *ctx, int listen_fd)
 	if (srv == NULL)
 		return -ENOMEM;
 	srv->ctx = ctx;
+	srv->dispatch = dispatch;
+	srv->dispatch_arg = arg;
 	srv->lfd = -1;
 	ctx->server = srv;
 	srv->max_clients = client_limit(ctx);

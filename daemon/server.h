@@ -24,10 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <cjson/cJSON.h>
-
 #include "daemon.h"
-#include "session.h"
+#include "reply.h"
 
 #define FLYD_FRAMES_PER_READ 16
 #define FLYD_FD_RESERVE 64
@@ -42,11 +40,14 @@
 #define FLYD_LINGER_MS 1000
 
 /* Listen on @p ctx->socket_path (or on the socket-activated @p listen_fd
- * when >= 0), after flyd_server_precheck passed.  A stale socket file is
+ * when >= 0), after flyd_server_precheck passed.  Every request of every
+ * session goes to @p dispatch (called with @p arg): the session layer
+ * knows no handler by name.  A stale socket file is
  * removed only when nothing answers on it; another live daemon on the
  * path refuses the start (-EADDRINUSE).  The socket is chmod 0660.
  * @return 0 or -errno. */
-int flyd_server_start(struct flyd_ctx *ctx, int listen_fd);
+int flyd_server_start(struct flyd_ctx *ctx, int listen_fd,
+		      flyd_dispatch_fn dispatch, void *arg);
 
 /* Before anything is opened there (none with a socket-activated
  * @p listen_fd >= 0): the socket's directory is created 0755 where
@@ -69,66 +70,5 @@ void flyd_server_reconfigure(struct flyd_ctx *ctx);
 uint32_t flyd_server_connections(const struct flyd_ctx *ctx);
 /* The effective client limit (admin peers get FLYD_ADMIN_RESERVE more). */
 uint32_t flyd_server_max_clients(const struct flyd_ctx *ctx);
-
-/* --- internals shared by server.c, session.c and handlers.c --- */
-
-struct flyd_server {
-	struct flyd_ctx *ctx;
-	int lfd;                     /* listening socket, -1 when closed */
-	uv_poll_t poll;              /* readable lfd: connections pending */
-	uv_timer_t pause;            /* accept paused after EMFILE */
-	uv_timer_t sweep;            /* frame/idle timeouts */
-	uv_timer_t kick;             /* backlogged frames, pending fd sends */
-	int spare_fd;                /* reserve fd for the EMFILE trick */
-	int listening;
-	int activated;               /* listener came from LISTEN_FDS */
-	uint32_t max_clients;
-	uint32_t nsessions;
-	struct flyd_session *head;   /* every open session */
-	uint64_t emfile_logged_ms;   /* rate limit of the EMFILE warning */
-	uint64_t emfile_count;
-	uint64_t maxc_logged_ms;     /* rate limit of the max_clients warning */
-	int linger_fd[FLYD_LINGER_MAX];     /* refused, not yet closed; -1 */
-	uint64_t linger_at[FLYD_LINGER_MAX]; /* uv_now when refused */
-	int open_handles;            /* for stop's done callback */
-	void (*done)(void *);
-	void *done_arg;
-	char rbuf[65536];            /* shared read buffer */
-};
-
-
-/* Make a session of an accepted connection @p fd (server.c checked the
- * client limit); the fd is owned by the call, even on failure.
- * @return 0 or -errno. */
-int flyd_session_open(struct flyd_ctx *ctx, int fd);
-/* Close a session (idempotent); freed once deferred tokens are released. */
-void flyd_session_close(struct flyd_session *s);
-/* Timers: close sessions whose partial frame or idleness is too old. */
-void flyd_session_sweep(struct flyd_ctx *ctx, uint64_t now_ms);
-/* Handle backlogged frames (fairness) and pending fd sends. */
-void flyd_session_kick(struct flyd_ctx *ctx);
-/* Whether any session has backlogged input or a pending fd send. */
-int flyd_session_has_work(const struct flyd_ctx *ctx);
-/* Close every session. */
-void flyd_session_close_all(struct flyd_ctx *ctx);
-
-/* Attach an fd (dup'd by the call; the caller keeps its own) to the
- * response of the request being handled right now, or to a deferred
- * token's reply.  It travels with SCM_RIGHTS on the frame's first byte.
- * @return 0 or -errno. */
-int flyd_session_attach_fd(struct flyd_session *s, int fd);
-int flyd_reply_attach_fd(struct flyd_reply *r, int fd);
-
-/* Per-session import staging (handlers.c): rows staged while "more". */
-struct flyd_stage {
-	struct flyd_result *rows;
-	size_t n;
-	size_t cap;
-};
-struct flyd_stage *flyd_session_stage(struct flyd_session *s);
-/* A per-session buffer for an error message a handler formats (valid
- * until the next request of the session). */
-char *flyd_session_errbuf(struct flyd_session *s, size_t *cap);
-void flyd_stage_clear(struct flyd_stage *st);
 
 #endif /* FLYD_SERVER_H */

@@ -4,17 +4,21 @@
  *
  * Owns: each struct flyd_session, its decoder, its backlog of unhandled
  * input, its queue of responses held behind an fd-carrying one, its
- * import staging.  Thread: loop thread.
+ * import staging, and the struct flyd_req and reply ops (reply.h) its
+ * handler answers through.  Thread: loop thread.
+ *
+ * A parsed request goes to the server's dispatch callback, never to a
+ * handler by name: this file calls nothing above it.
  *
  * Lifetime: a session is freed when its handle closed and no deferred
- * token (struct flyd_reply) refers to it.  Responses go out with
+ * token (struct sreply) refers to it.  Responses go out with
  * uv_write (a struct flyd_wreq owns the buffer until write_cb); a response
  * that carries an fd is sent with sendmsg(SCM_RIGHTS) on the raw socket
  * once libuv's write queue is empty, so byte order is kept.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,9 +31,9 @@
 #include "fly_err.h"
 #include "fly_frame.h"
 #include "fly_msg.h"
-#include "handlers.h"
 #include "log.h"
-#include "server.h"
+#include "reply.h"
+#include "server_int.h"
 #include "session.h"
 
 /* A response waiting behind an fd-carrying one (or being that one). */
@@ -46,7 +50,9 @@ struct flyd_wreq {
 	uint8_t *buf;
 };
 
-struct flyd_reply {
+/* A deferred reply token (reply.h), the session's side of it. */
+struct sreply {
+	struct flyd_reply base;    /* ops: session_ops */
 	struct flyd_session *s;
 	int has_id;
 	int64_t id;
@@ -77,86 +83,12 @@ struct flyd_session {
 	int cur_has_id;            /* the request being handled */
 	int64_t cur_id;
 	int cur_fd;
+	struct flyd_req rq;        /* what the handler sees (reply.h) */
 	struct flyd_stage stage;
 	char errbuf[256];
 };
 
 static uint64_t next_serial = 1;
-
-uid_t flyd_session_uid(const struct flyd_session *s)
-{
-	return s->uid;
-}
-
-gid_t flyd_session_gid(const struct flyd_session *s)
-{
-	return s->gid;
-}
-
-pid_t flyd_session_pid(const struct flyd_session *s)
-{
-	return s->pid;
-}
-
-/* Whether /proc/PID/status lists @p gid among the supplementary groups. */
-static int proc_has_group(pid_t pid, gid_t gid)
-{
-	char path[64], line[4096];
-	int found = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	if (f == NULL)
-		return 0;
-	while (fgets(line, sizeof(line), f) != NULL) {
-		char *p, *end;
-
-		if (strncmp(line, "Groups:", 7) != 0)
-			continue;
-		for (p = line + 7;; p = end) {
-			unsigned long g = strtoul(p, &end, 10);
-
-			if (end == p)
-				break;
-			if ((gid_t)g == gid)
-				found = 1;
-		}
-		break;
-	}
-	fclose(f);
-	return found;
-}
-
-int flyd_session_is_admin(const struct flyd_session *s)
-{
-	gid_t ag = s->ctx->admin_gid;
-
-	if (s->uid == 0 || s->uid == geteuid())
-		return 1;
-	if (ag == (gid_t)-1)
-		return 0;
-	return s->gid == ag || proc_has_group(s->pid, ag);
-}
-
-struct flyd_stage *flyd_session_stage(struct flyd_session *s)
-{
-	return &s->stage;
-}
-
-void flyd_stage_clear(struct flyd_stage *st)
-{
-	free(st->rows);
-	st->rows = NULL;
-	st->n = 0;
-	st->cap = 0;
-}
-
-char *flyd_session_errbuf(struct flyd_session *s, size_t *cap)
-{
-	*cap = sizeof(s->errbuf);
-	return s->errbuf;
-}
 
 static void session_unref_free(struct flyd_session *s)
 {
@@ -208,7 +140,8 @@ static void session_close_why(struct flyd_session *s, const char *why)
 	free(s->backlog);
 	s->backlog = NULL;
 	fly_frame_dec_fini(&s->dec);
-	flyd_stage_clear(&s->stage);
+	free(s->stage.rows);
+	memset(&s->stage, 0, sizeof(s->stage));
 	uv_read_stop((uv_stream_t *)&s->pipe);
 	uv_close((uv_handle_t *)&s->pipe, on_close);
 }
@@ -476,22 +409,38 @@ static void send_resp(struct flyd_session *s, cJSON *resp, int has_id,
 	out_enqueue(s, buf, FLY_FRAME_HDR + len, fd);
 }
 
-struct flyd_reply *flyd_session_defer(struct flyd_session *s)
+static struct flyd_session *session_of(struct flyd_req *rq)
 {
-	struct flyd_reply *r = malloc(sizeof(*r));
+	return (struct flyd_session *)(void *)((char *)rq -
+					      offsetof(struct flyd_session, rq));
+}
+
+static struct sreply *sreply_of(struct flyd_reply *r)
+{
+	return (struct sreply *)(void *)r; /* base is the first member */
+}
+
+static const struct flyd_reply_ops session_ops;
+
+static struct flyd_reply *session_defer(struct flyd_req *rq)
+{
+	struct flyd_session *s = session_of(rq);
+	struct sreply *r = malloc(sizeof(*r));
 
 	if (r == NULL)
 		return NULL;
+	r->base.ops = &session_ops;
 	r->s = s;
 	r->has_id = s->cur_has_id;
 	r->id = s->cur_id;
 	r->fd = -1;
 	s->refs++;
-	return r;
+	return &r->base;
 }
 
-int flyd_session_reply(struct flyd_reply *r, cJSON *resp)
+static int session_send(struct flyd_reply *token, cJSON *resp)
 {
+	struct sreply *r = sreply_of(token);
 	struct flyd_session *s = r->s;
 	int rc = 0;
 
@@ -513,8 +462,9 @@ int flyd_session_reply(struct flyd_reply *r, cJSON *resp)
 	return rc;
 }
 
-int flyd_session_attach_fd(struct flyd_session *s, int fd)
+static int session_attach_fd(struct flyd_req *rq, int fd)
 {
+	struct flyd_session *s = session_of(rq);
 	int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 
 	if (d < 0)
@@ -525,8 +475,9 @@ int flyd_session_attach_fd(struct flyd_session *s, int fd)
 	return 0;
 }
 
-int flyd_reply_attach_fd(struct flyd_reply *r, int fd)
+static int session_reply_attach_fd(struct flyd_reply *token, int fd)
 {
+	struct sreply *r = sreply_of(token);
 	int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 
 	if (d < 0)
@@ -536,6 +487,13 @@ int flyd_reply_attach_fd(struct flyd_reply *r, int fd)
 	r->fd = d;
 	return 0;
 }
+
+static const struct flyd_reply_ops session_ops = {
+	.defer = session_defer,
+	.attach_fd = session_attach_fd,
+	.send = session_send,
+	.reply_attach_fd = session_reply_attach_fd,
+};
 
 /* Parse, dispatch and answer one request frame. */
 static void handle_frame(struct flyd_session *s, const uint8_t *frame,
@@ -572,7 +530,7 @@ static void handle_frame(struct flyd_session *s, const uint8_t *frame,
 		rc = -ENOMEM;
 		goto reply;
 	}
-	rc = flyd_handlers_dispatch(ctx, s, req, resp, &msg);
+	rc = s->srv->dispatch(s->srv->dispatch_arg, &s->rq, req, resp, &msg);
 	if (rc == FLYD_DEFERRED) {
 		cJSON_Delete(resp);
 		cJSON_Delete(req);
@@ -748,6 +706,15 @@ int flyd_session_open(struct flyd_ctx *ctx, int sfd)
 		s->uid = (uid_t)-1;
 		s->gid = (gid_t)-1;
 	}
+	s->rq = (struct flyd_req){
+		.ops = &session_ops,
+		.uid = s->uid,
+		.gid = s->gid,
+		.pid = s->pid,
+		.errbuf = s->errbuf,
+		.errcap = sizeof(s->errbuf),
+		.stage = &s->stage,
+	};
 	fly_frame_dec_init(&s->dec, ctx->cfg.frame_cap);
 	s->last_active = uv_now(ctx->loop);
 	s->next = srv->head;

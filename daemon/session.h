@@ -1,48 +1,31 @@
 /*
- * session.h -- one client connection, as handlers see it.
+ * session.h -- one client connection: framing, the request's context for
+ * its handler (reply.h), replies and the output queue.  Used by server.c
+ * only; handlers see a session through struct flyd_req and its ops.
  *
- * Thread: loop thread.  A handler answers synchronously by filling the
- * response object it is given, or asynchronously: it calls
- * flyd_session_defer() to get a token, returns FLYD_DEFERRED, and later
- * calls flyd_session_reply(token, resp) exactly once.  If the connection
- * closed meanwhile, reply() frees resp and returns -ENOTCONN; the token
- * stays valid until reply() (sessions are refcounted for that).
+ * Thread: loop thread only.
  */
 #ifndef FLYD_SESSION_H
 #define FLYD_SESSION_H
 
 #include <stdint.h>
-#include <sys/types.h>
 
-#include <cjson/cJSON.h>
-
-struct flyd_session;
 struct flyd_ctx;
+struct flyd_session;
 
-#define FLYD_DEFERRED 1
-
-/* Peer credentials (SO_PEERCRED at accept). */
-uid_t flyd_session_uid(const struct flyd_session *s);
-gid_t flyd_session_gid(const struct flyd_session *s);
-pid_t flyd_session_pid(const struct flyd_session *s);
-/* Whether the peer may make state-changing requests (root, or member of
- * the service group). */
-int flyd_session_is_admin(const struct flyd_session *s);
-
-struct flyd_reply; /* a deferred reply token */
-/* Take a token for a later reply to the request being handled (its "id"
- * is remembered).  Caller owns the token until flyd_session_reply(). */
-struct flyd_reply *flyd_session_defer(struct flyd_session *s);
-/* Send @p resp (takes ownership, even on failure) for a deferred token and
- * release the token.  "ok"/"id" are added if missing.
- * @return 0 or -ENOTCONN (client gone). */
-int flyd_session_reply(struct flyd_reply *r, cJSON *resp);
-
-/* Handler signature: fill @p resp (an object with "ok": true already set;
- * on error return a negative FLY_E_* / -errno and optionally set *msg to a
- * static or session-owned message) or return FLYD_DEFERRED. */
-typedef int (*flyd_handler_fn)(struct flyd_ctx *ctx, struct flyd_session *s,
-			       const cJSON *req, cJSON *resp,
-			       const char **msg);
+/* Make a session of an accepted connection @p fd (server.c checked the
+ * client limit); the fd is owned by the call, even on failure.
+ * @return 0 or -errno. */
+int flyd_session_open(struct flyd_ctx *ctx, int fd);
+/* Close a session (idempotent); freed once deferred tokens are released. */
+void flyd_session_close(struct flyd_session *s);
+/* Timers: close sessions whose partial frame or idleness is too old. */
+void flyd_session_sweep(struct flyd_ctx *ctx, uint64_t now_ms);
+/* Handle backlogged frames (fairness) and pending fd sends. */
+void flyd_session_kick(struct flyd_ctx *ctx);
+/* Whether any session has backlogged input or a pending fd send. */
+int flyd_session_has_work(const struct flyd_ctx *ctx);
+/* Close every session. */
+void flyd_session_close_all(struct flyd_ctx *ctx);
 
 #endif /* FLYD_SESSION_H */

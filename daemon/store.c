@@ -28,6 +28,7 @@
 #include <sqlite3.h>
 
 #include "fly_abi.h"
+#include "fly_hash.h"
 #include "log.h"
 #include "migrations.h"
 #include "store.h"
@@ -669,13 +670,8 @@ int flyd_store_ping(struct flyd_store *st)
 
 void flyd_store_device_id(const char *fingerprint, char id_out[FLYD_DEVID_MAX])
 {
-	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a 64 */
+	uint64_t h = fly__hash_str(fingerprint != NULL ? fingerprint : "");
 
-	for (const unsigned char *p = (const unsigned char *)fingerprint;
-	     p != NULL && *p != '\0'; p++) {
-		h ^= *p;
-		h *= 0x100000001b3ULL;
-	}
 	snprintf(id_out, FLYD_DEVID_MAX, "%016llx", (unsigned long long)h);
 }
 

@@ -5,8 +5,8 @@
  * Thread: loop thread only (one connection per process; several processes
  * may open the same file: WAL + busy timeout).
  * Identity: rows are keyed by (key, device id, kernel-library version);
- * the device id is fly_key_hash() of the fingerprint line in hex, so
- * identical GPUs on one host share winners.
+ * the device id is fly__hash_str() (FNV-1a 64) of the fingerprint line
+ * in hex, so identical GPUs on one host share winners.
  */
 #ifndef FLYD_STORE_H
 #define FLYD_STORE_H
@@ -15,19 +15,10 @@
 #include <stdint.h>
 
 #include "fly_abi.h"
+#include "job.h"
 
 #define FLYD_DEVID_MAX 24   /* 16 hex digits + NUL, rounded */
 #define FLYD_LIBVER_MAX 32
-#define FLYD_REASON_MAX 160
-
-enum flyd_outcome {
-	FLYD_OUT_OK = 0,         /* measured, agreed with the reference */
-	FLYD_OUT_REJECTED = 1,   /* dropped early (clear loser) */
-	FLYD_OUT_WRONG = 2,      /* numerical check failed */
-	FLYD_OUT_FAULTED = 3,    /* crashed or hung the worker: never retried */
-	FLYD_OUT_INFEASIBLE = 4, /* refused at launch */
-	FLYD_OUT_ERROR = 5       /* launch returned an error */
-};
 const char *flyd_outcome_name(int outcome);
 int flyd_outcome_parse(const char *s);
 
@@ -39,17 +30,6 @@ struct flyd_result {
 	double mad_us;         /* noise of the winner */
 	double tune_s;         /* wall time the job took */
 	int64_t tuned_at;      /* unix seconds */
-};
-
-struct flyd_trial {
-	char variant[FLY_VARIANT_MAX];
-	uint32_t nparams;
-	int64_t params[FLY_PARAMS_MAX];
-	double median_us;      /* 0 when not measured */
-	double mad_us;
-	uint32_t reps;
-	int outcome;           /* enum flyd_outcome */
-	char reason[FLYD_REASON_MAX];
 };
 
 struct flyd_job {

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fly_hash.h"
 #include "tuner.h"
 
 /* One rep each first: on a large key the points at 1.5-3x (small tiles)
@@ -86,13 +87,7 @@ void flyd_tuner_opts_init(struct flyd_tuner_opts *o)
 
 uint64_t flyd_tuner_seed(const char *key)
 {
-	uint64_t h = 14695981039346656037ull;
-
-	for (const unsigned char *s = (const unsigned char *)key; *s; s++) {
-		h ^= *s;
-		h *= 1099511628211ull;
-	}
-	return h;
+	return fly__hash_str(key);
 }
 
 int flyd_trial_same(const struct flyd_trial *t, const char *variant,

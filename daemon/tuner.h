@@ -55,7 +55,7 @@
 #include <stdint.h>
 
 #include "flyk.h"
-#include "worker.h"
+#include "job.h"
 
 #define FLYD_TUNER_MAX_CANDS 4096 /* candidates considered per job */
 #define FLYD_TUNER_MAX_REPS 200   /* hard cap on opts->max_reps */

@@ -23,9 +23,7 @@
 #include <uv.h>
 
 #include "fly_abi.h"
-#include "store.h"
-
-#define FLYD_EXCLUDE_MAX 64
+#include "job.h"
 
 struct flyd_worker_opts {
 	const char *exe;          /* path of the flytuned binary */
@@ -36,37 +34,6 @@ struct flyd_worker_opts {
 				     (before its first START); 0: the
 				     larger of 10 x cand_timeout_s and 30 s */
 	int max_restarts;         /* in 60 s before the GPU is "degraded" */
-};
-
-struct flyd_tune_job {
-	char key[FLY_KEY_MAX];
-	struct fly_problem problem;
-	/* The smallest problem of the key's bucket (problem itself when
-	 * nothing is bucketed): candidates must be feasible on both, since
-	 * the winner is launched for every M in the bucket. */
-	struct fly_problem problem_lo;
-	double budget_s;             /* wall budget for the job */
-	double margin;               /* e.g. 0.03 */
-	int has_incumbent;
-	struct fly_decision incumbent;
-	uint32_t nexclude;           /* faulted candidates to skip */
-	struct flyd_trial exclude[FLYD_EXCLUDE_MAX];
-};
-
-struct flyd_tune_result {
-	char key[FLY_KEY_MAX];
-	int rc;                      /* 0, or why no winner */
-	struct fly_decision winner;  /* status TUNED when rc == 0 */
-	double mad_us;
-	double tune_s;
-	size_t ntrials;
-	struct flyd_trial *trials;   /* borrowed; valid during the callback */
-	uint32_t ncandidates;
-	/* Added by the worker module (additive): */
-	uint32_t ninfeasible;        /* points skipped: feasible() != 0 */
-	uint32_t nexcluded;          /* points skipped: in job->exclude */
-	int budget_hit;              /* 1: budget_s ran out, reps were cut */
-	uint32_t nunmeasured;        /* candidates never run (budget) */
 };
 
 struct flyd_worker;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "fly_err.h"
+#include "fly_hash.h"
 #include "fly_key.h"
 
 #define DT(x) (1u << FLY_DT_##x)
@@ -745,11 +746,5 @@ void fly_problem_bucket_floor(const struct fly_problem *bucketed,
 
 uint64_t fly_key_hash(const char *s, size_t len)
 {
-	uint64_t h = 14695981039346656037ull;
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= (unsigned char)s[i];
-		h *= 1099511628211ull;
-	}
-	return h;
+	return fly__hash(s, len);
 }

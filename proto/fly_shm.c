@@ -15,16 +15,19 @@
  *  - the reader copies the constant header fields once, at open, after
  *    checking them; later changes to the shared header cannot move any
  *    index out of bounds.
- *  - slot checksum: FNV-1a style over the 31 little-endian 64-bit words
- *    at bytes 8..255 of the slot with the checksum field taken as 0
- *    (hash, key length, status, nparams, key, variant, params,
- *    median_us, padding), h = (h ^ word) * 0x100000001b3 from the FNV
- *    offset basis, folded to 32 bits as (h ^ h >> 32).  Word-wise: the
- *    byte-wise FNV-1a it replaced cost ~330 ns a slot, most of a lookup.
- *    Readers verify it on the slot whose key matches, the one whose
- *    decision they return.
- *  - header checksum: 32-bit FNV-1a over bytes 0..31 and 44..47 (magic,
- *    version, sizes, capacity, total size, max probe).
+ *  - slot checksum: fly__hash_words() (FNV-1a 64 a word at a time) over
+ *    the 31 little-endian 64-bit words at bytes 8..255 of the slot with
+ *    the checksum field taken as 0 (hash, key length, status, nparams,
+ *    key, variant, params, median_us, padding), h = (h ^ word) *
+ *    0x100000001b3 from the FNV offset basis, folded to 32 bits as
+ *    (h ^ h >> 32).  Word-wise: the byte-wise FNV-1a it replaced cost
+ *    ~330 ns a slot, most of a lookup.  Readers verify it on the slot
+ *    whose key matches, the one whose decision they return.
+ *  - header checksum (layout version 2): FNV-1a 64 (fly__hash) over bytes
+ *    0..31 then 44..47 (magic, version, sizes, capacity, total size, max
+ *    probe), folded to 32 bits as (h ^ h >> 32).  Version 1 used the
+ *    32-bit FNV-1a there; a version-1 reader refuses a version-2 table
+ *    (FLY_E_VERSION) before it looks at the checksum.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fly_hash.h"
 #include "fly_key.h"
 #include "fly_shm.h"
 
@@ -63,7 +67,7 @@ struct shm_header {
 	_Atomic uint64_t generation; /* bumps on forget/import/re-tune */
 	_Atomic uint32_t count;	     /* live entries */
 	uint32_t max_probe;	     /* longest probe the writer ever needs */
-	uint32_t checksum;	     /* FNV-1a 32 over the constant fields */
+	uint32_t checksum;	     /* see the file comment */
 	uint8_t pad[204];
 };
 
@@ -133,36 +137,19 @@ struct fly_shm_reader {
 	uint32_t probe; /* min(header max_probe, FLY_SHM_MAX_PROBE, cap) */
 };
 
-static uint32_t fnv32(uint32_t h, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-
-	for (size_t i = 0; i < n; i++) {
-		h ^= b[i];
-		h *= 16777619u;
-	}
-	return h;
-}
-
 uint32_t fly__shm_header_sum(const void *hdr)
 {
 	const uint8_t *b = hdr;
-	uint32_t h = 2166136261u;
 
-	h = fnv32(h, b, 32);
-	return fnv32(h, b + 44, 4);
+	return fly__hash_fold32(fly__hash_more(fly__hash(b, 32), b + 44, 4));
 }
 
 static uint32_t slot_sum(const union slot_img *img)
 {
 	union slot_img t = *img;
 
-	uint64_t h = 14695981039346656037ull;
-
 	t.s.checksum = 0;
-	for (int k = 1; k < SLOT_WORDS; k++)
-		h = (h ^ t.w[k]) * 1099511628211ull;
-	return (uint32_t)(h ^ (h >> 32));
+	return fly__hash_fold32(fly__hash_words(&t.w[1], SLOT_WORDS - 1));
 }
 
 static _Atomic uint64_t *slot_words(const uint8_t *base, uint32_t i)
@@ -171,19 +158,11 @@ static _Atomic uint64_t *slot_words(const uint8_t *base, uint32_t i)
 					       (size_t)i * FLY_SHM_SLOT_SIZE);
 }
 
-/* A key's home slot: FNV-1a's low bits depend only on the low bits of
- * the key's bytes, so keys that differ in a digit ("n=4097", "n=4098")
- * crowd into a few homes and probe chains grow to the cap (measured: a
- * 20,000-key table answered a lookup in ~950 ns).  The fmix64 finalizer
- * spreads every bit of the hash over the index bits. */
+/* A key's home slot: the finalizer over the key's hash (fly_hash.h says
+ * why a raw FNV-1a hash must not index a table). */
 uint64_t fly__shm_home(uint64_t hash)
 {
-	hash ^= hash >> 33;
-	hash *= 0xff51afd7ed558ccdull;
-	hash ^= hash >> 33;
-	hash *= 0xc4ceb9fe1a85ec53ull;
-	hash ^= hash >> 33;
-	return hash;
+	return fly__hash_mix(hash);
 }
 
 static struct shm_header *hdr_of(const uint8_t *base)

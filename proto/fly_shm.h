@@ -18,8 +18,8 @@
  *                 capacity (u32, power of two), total size (u64),
  *                 generation (atomic u64, bumps on forget/import/re-tune
  *                 and on every restart), count (atomic u32), max probe
- *                 (u32), header checksum (u32, FNV-1a over the constant
- *                 fields), padding.
+ *                 (u32), header checksum (u32, FNV-1a 64 over the constant
+ *                 fields, folded), padding.
  *   offset 256    capacity slots of 256 bytes, cache-line aligned:
  *                 seq (atomic u64: odd while written, 0 never used),
  *                 key hash (u64), key length (u16, 0 = tombstone),
@@ -43,7 +43,9 @@
 
 #include "fly_abi.h"
 
-#define FLY_SHM_LAYOUT_VERSION 1
+/* 2: the header checksum is FNV-1a 64 folded to 32 bits (fly_hash.h),
+ * not the 32-bit FNV-1a of version 1 (issue 23: one hash). */
+#define FLY_SHM_LAYOUT_VERSION 2
 #define FLY_SHM_SLOT_SIZE 256
 #define FLY_SHM_HEADER_SIZE 256
 #define FLY_SHM_MAX_PROBE 64

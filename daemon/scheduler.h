@@ -1,0 +1,84 @@
+/*
+ * scheduler.h -- the tuning job stream: the queue and its policy, the
+ * benchmark budget, the worker and what its READY and results mean.
+ *
+ * Owns: struct flyd_sched (the queue, the worker supervisor, two timers,
+ * the busy spans of the last minute, the job being built for the worker).
+ * Thread: loop thread only.
+ * A job's row stays in the store's jobs table until its winner is
+ * committed (results.h), so a restart resumes it.
+ * Calls: queue, worker, registry, store and the results (commit, waiters);
+ * never a handler.  Readiness goes up through the callback main.c gives
+ * flyd_sched_start().
+ */
+#ifndef FLYD_SCHEDULER_H
+#define FLYD_SCHEDULER_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "daemon.h"
+#include "queue.h"
+#include "results.h"
+
+struct flyd_sched;
+
+/* Start the worker; results are committed into @p res (borrowed, must
+ * outlive the scheduler).  On the worker's first READY the device is
+ * identified (ctx->backend, fingerprint, device_id, libver), @p res is
+ * loaded, queued jobs of an earlier run resume, then @p on_ready(@p arg)
+ * runs once.  @return 0 or an error (the worker could not start). */
+int flyd_sched_start(struct flyd_ctx *ctx, struct flyd_results *res,
+		     void (*on_ready)(void *arg), void *arg,
+		     struct flyd_sched **out);
+/* Stop: the job in flight is left in the jobs table (resumed at start),
+ * the worker killed, handles closed; the scheduler frees itself and then
+ * @p done runs.  Requests see it stopped (is_running() 0) at once. */
+void flyd_sched_stop(struct flyd_sched *sc, void (*done)(void *), void *arg);
+/* Config reloaded (SIGHUP): queue cap, policy. */
+void flyd_sched_reconfigure(struct flyd_sched *sc);
+/* Whether jobs are accepted (started, not stopping).  NULL: 0. */
+int flyd_sched_is_running(const struct flyd_sched *sc);
+/* Health for the watchdog and `status`: running, worker healthy. */
+int flyd_sched_is_healthy(const struct flyd_sched *sc);
+/* Fill `status`'s "queue", "worker" and "policy". */
+void flyd_sched_status(const struct flyd_sched *sc, cJSON *resp);
+
+/* A decide or tune arrived: the idle policy counts from now. */
+void flyd_sched_note_request(struct flyd_sched *sc);
+/* Queue a job for @p key (persisted; a forced tune of a failed key drops
+ * its failed record).  @return as flyd_queue_push(): 0 queued, 1 already
+ * there, 2 failed before, FLY_E_BUSY (counted), FLY_E_KEYLEN, -ENOMEM. */
+int flyd_sched_enqueue(struct flyd_sched *sc, const char *key, int prio,
+		       int force, struct flyd_qjob **out);
+/* Run the scheduler soon (after an enqueue). */
+void flyd_sched_kick(struct flyd_sched *sc);
+/* The job queue, for `jobs`, `list --status` and lookups (borrowed; NULL
+ * when not running). */
+struct flyd_queue *flyd_sched_queue(const struct flyd_sched *sc);
+
+/* Cancel @p key's job: a queued job is removed; a running one is
+ * abandoned (the worker's result for it is dropped, it is not retried).
+ * Its waiters are answered not_found ("cancelled"), its jobs-table row is
+ * deleted, and a FAILED marker is cleared.
+ * @param[out] was "queued", "running" or "failed".
+ * @return 0, FLY_E_NOTFOUND (no job for the key), FLY_E_DOWN. */
+int flyd_sched_cancel(struct flyd_sched *sc, const char *key,
+		      const char **was);
+/* After a forget of @p key (NULL: all) in the store: drop it from the
+ * results, clear its failed marker and record, cancel its job, bump the
+ * shm generation. */
+void flyd_sched_forget(struct flyd_sched *sc, const char *key);
+/* Check a result to import (its canonical @p key, variant and params)
+ * against the worker's kernel registry (registry.h): the variant exists for
+ * the key's op and supports it, the params are in its space and, where the
+ * daemon holds the backend's table (cpu), feasible for the key and its
+ * bucket's floor.
+ * @param[out] why  what is wrong (@p cap bytes).
+ * @return 0, FLY_E_INVALID, FLY_E_GPU (no registry yet: worker not READY). */
+int flyd_sched_check_result(const struct flyd_sched *sc, const char *key,
+			    const struct fly_decision *d, char *why,
+			    size_t cap);
+
+#endif /* FLYD_SCHEDULER_H */
