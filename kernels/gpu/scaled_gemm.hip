@@ -31,6 +31,13 @@
  *              tile_m, tile_n, store (TMA-store epilogue), cluster (B
  *              multicast to two blocks), swizzle (tile rows per raster
  *              group).  K % 16 == 0 (fp8 rows 16-byte aligned for TMA).
+ *   sg_dq_tma, sg_dq_lt  (MX) both operands dequantized to bf16 into the
+ *              workspace by one pass (exact: e4m3 and e2m1 values times
+ *              a power of two are bf16 values), then the gemm op's
+ *              gemm_tma (its feasible points) or cuBLASLt (its bf16
+ *              algorithms) on them; workspace 32 MiB + 2 (M + N) K bytes.
+ *              Hopper has no block-scaled MMA: this is what MX costs
+ *              there, against promoting every k32 wgmma (sg_wgmma).
  *   sg_cublaslt  (nvcc) every fp8 algorithm cuBLASLt's heuristic proposes
  *              for per-tensor e4m3 (kernels/vendor/cublaslt.c).
  */
@@ -483,10 +490,213 @@ static int wgmma_launch(const struct flyk_device *dev,
 #endif
 }
 
+/* ------------------------------------------------------------ dequant */
+
+/* MX operand -> bf16 [rows, k] with its block scales folded in: one
+ * thread per 32-k block.  Exact (every e4m3 / e2m1 value times a power of
+ * two is a bf16 value) while the product stays in bf16's range; a NaN
+ * scale makes the block NaN, as the spec says. */
+__global__ void sg_dequant_kernel(const uint8_t *x, const uint8_t *sc,
+				  uint16_t *out, int64_t rows, int64_t k,
+				  int fp4)
+{
+	const int64_t nb = k / 32;
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     t < (size_t)(rows * nb); t += stride) {
+		float s = gemm_e8m0(sc[t]);
+		uint32_t w[16];
+		if (fp4) {
+			const uint4 v = ((const uint4 *)x)[t];
+			const uint32_t in[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+			for (int i = 0; i < 16; i++) {
+				uint32_t b = (in[i / 4] >> (8 * (i % 4))) & 0xffu;
+				w[i] = flyk_df2b2(gemm_e2m1(b & 15u) * s,
+						  gemm_e2m1(b >> 4) * s);
+			}
+		} else {
+			const uint4 *p = (const uint4 *)(x + t * 32);
+			const uint4 v0 = p[0], v1 = p[1];
+			const uint32_t in[8] = {v0.x, v0.y, v0.z, v0.w,
+						v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+			for (int i = 0; i < 16; i++) {
+				uint32_t h = in[i / 2] >> (16 * (i % 2));
+				w[i] = flyk_df2b2(gemm_e4m3(h & 0xffu, false) * s,
+						  gemm_e4m3((h >> 8) & 0xffu,
+							    false) * s);
+			}
+		}
+		uint4 *o = (uint4 *)(out + t * 32);
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			o[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2],
+					  w[4 * i + 3]);
+	}
+}
+
+/* The dequantizing variants: both MX operands to bf16 in the workspace
+ * (one pass, sg_dequant_kernel), then a bf16 GEMM variant of the gemm op
+ * on them -- sg_dq_tma runs gemm_tma, sg_dq_lt cuBLASLt -- with that
+ * variant's own points (its space, or its enumerate()).  Workspace:
+ * SG_DQ_WS for the inner GEMM, then A and B as bf16: 32 MiB + 2 (m + n) k
+ * bytes (launch: -ENOSPC without). */
+#define SG_DQ_WS ((size_t)32 << 20)
+
+static size_t sg_dq_ws_bytes(const struct fly_problem *p)
+{
+	return SG_DQ_WS +
+	       2 * (size_t)(p->dims[0] + p->dims[1]) * (size_t)p->dims[2];
+}
+
+static const char *sg_dq_inner_name(const char *outer)
+{
+	return strcmp(outer, "sg_dq_lt") == 0 ? "cublaslt" : "gemm_tma";
+}
+
+static const struct flyk_variant *sg_dq_inner(const char *outer)
+{
+	const struct flyk_gpu_op *g = &flyk_gpu_gemm_op;
+	const char *nm = sg_dq_inner_name(outer);
+	if (!g->variants)
+		return NULL;
+	for (size_t i = 0; i < g->nvariants; i++)
+		if (strcmp(g->variants[i].name, nm) == 0)
+			return &g->variants[i];
+	return NULL;
+}
+
+/* The bf16 GEMM problem the inner variant runs. */
+static struct fly_problem sg_dq_problem(const struct fly_problem *p)
+{
+	struct fly_problem g;
+	memset(&g, 0, sizeof(g));
+	g.op = FLY_OP_GEMM;
+	g.dtype = FLY_DT_BF16;
+	g.layout = FLY_LAYOUT_NT;
+	g.flags = p->flags & FLY_F_BIAS;
+	g.dims[0] = p->dims[0];
+	g.dims[1] = p->dims[1];
+	g.dims[2] = p->dims[2];
+	return g;
+}
+
+static int sg_dq_feasible_of(const char *outer, const struct flyk_device *dev,
+			     const struct fly_problem *p, const int64_t *pr)
+{
+	if (sg_problem_ok(p) || !sg_is_mx(p->dtype))
+		return -EINVAL;
+	const struct flyk_variant *in = sg_dq_inner(outer);
+	if (!in)
+		return -ENOSPC;
+	struct fly_problem g = sg_dq_problem(p);
+	return in->feasible(dev, &g, pr);
+}
+
+static int sg_dq_enumerate_of(const char *outer, const struct flyk_device *dev,
+			      const struct fly_problem *p,
+			      int64_t (*out)[FLY_PARAMS_MAX], int max)
+{
+	if (sg_problem_ok(p) || !sg_is_mx(p->dtype))
+		return -EINVAL;
+	const struct flyk_variant *in = sg_dq_inner(outer);
+	if (!in)
+		return 0;
+	struct fly_problem g = sg_dq_problem(p);
+	if (in->enumerate)
+		return in->enumerate(dev, &g, out, max);
+	/* the inner variant's space, last parameter fastest, feasible only */
+	uint32_t pos[FLY_PARAMS_MAX] = {0};
+	int n = 0;
+	for (;;) {
+		int64_t pt[FLY_PARAMS_MAX] = {0};
+		for (uint32_t i = 0; i < in->nparams; i++)
+			pt[i] = in->params[i].vals[pos[i]];
+		if (n < max && in->feasible(dev, &g, pt) == 0)
+			memcpy(out[n++], pt, sizeof(pt));
+		uint32_t i = in->nparams;
+		for (; i > 0; i--) {
+			if (++pos[i - 1] < in->params[i - 1].nvals)
+				break;
+			pos[i - 1] = 0;
+		}
+		if (i == 0 || n >= max)
+			return n;
+	}
+}
+
+static int sg_dq_launch_of(const char *outer, const struct flyk_device *dev,
+			   const struct fly_problem *p, const int64_t *pr,
+			   const union flyk_args *args, void *stream)
+{
+	int rc = sg_dq_feasible_of(outer, dev, p, pr);
+	if (rc)
+		return rc;
+	const struct flyk_scaled_gemm_args *g = &args->scaled_gemm;
+	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
+	if (!g->a || !g->b || !g->c || !g->scale_a || !g->scale_b ||
+	    ((p->flags & FLY_F_BIAS) && !g->bias))
+		return -EINVAL;
+	if (!g->workspace || g->workspace_size < sg_dq_ws_bytes(p) ||
+	    ((uintptr_t)g->workspace & 15) ||
+	    ((uintptr_t)g->a & 15) || ((uintptr_t)g->b & 15))
+		return -ENOSPC;
+	uint16_t *da = (uint16_t *)((char *)g->workspace + SG_DQ_WS);
+	uint16_t *db = da + (size_t)m * k;
+	int fp4 = p->dtype == FLY_DT_MXFP4;
+	hipStream_t s = (hipStream_t)stream;
+	unsigned blocks = (unsigned)(dev->sms * 8);
+	FLYK_GO(blocks, 256, 0, s, sg_dequant_kernel)(
+	    (const uint8_t *)g->a, (const uint8_t *)g->scale_a, da, m, k, fp4);
+	FLYK_GO(blocks, 256, 0, s, sg_dequant_kernel)(
+	    (const uint8_t *)g->b, (const uint8_t *)g->scale_b, db, n, k, fp4);
+	if ((rc = sg_launch_err()))
+		return rc;
+	struct fly_problem gp = sg_dq_problem(p);
+	union flyk_args ga;
+	memset(&ga, 0, sizeof(ga));
+	ga.gemm.a = da;
+	ga.gemm.b = db;
+	ga.gemm.c = g->c;
+	ga.gemm.bias = (p->flags & FLY_F_BIAS) ? g->bias : NULL;
+	ga.gemm.alpha = 1.0f;
+	ga.gemm.workspace = g->workspace;
+	ga.gemm.workspace_size = SG_DQ_WS;
+	return sg_dq_inner(outer)->launch(dev, &gp, pr, &ga, stream);
+}
+
+#define SG_DQ_HOOKS(NAME, FN)                                                  \
+	static int FN##_feasible(const struct flyk_device *dev,                \
+				 const struct fly_problem *p,                  \
+				 const int64_t *pr)                            \
+	{                                                                      \
+		return sg_dq_feasible_of(NAME, dev, p, pr);                    \
+	}                                                                      \
+	static int FN##_enumerate(const struct flyk_device *dev,               \
+				  const struct fly_problem *p,                 \
+				  int64_t (*out)[FLY_PARAMS_MAX], int max)     \
+	{                                                                      \
+		return sg_dq_enumerate_of(NAME, dev, p, out, max);             \
+	}                                                                      \
+	static int FN##_launch(const struct flyk_device *dev,                  \
+			       const struct fly_problem *p, const int64_t *pr, \
+			       const union flyk_args *args, void *stream)      \
+	{                                                                      \
+		return sg_dq_launch_of(NAME, dev, p, pr, args, stream);        \
+	}
+SG_DQ_HOOKS("sg_dq_tma", dq_tma)
+#if !FLYK_AMD && !defined(FLYK_EMU)
+SG_DQ_HOOKS("sg_dq_lt", dq_lt)
+#endif
+
 /* ------------------------------------------------------------ variants */
 
 #define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
 #if !FLYK_DEVICE_PASS
+/* The points of the enumerating variants come from enumerate(): each
+ * declared list holds one placeholder (-1), never feasible. */
+static const int64_t sg_dq_none[] = {-1};
 #if !FLYK_AMD && !defined(FLYK_EMU)
 static const int64_t sg_lt_placeholder[] = {-1};
 #endif
@@ -511,7 +721,42 @@ static const struct flyk_variant sg_variants[] = {
      NULL,
      wgmma_launch,
      NULL},
+    {"sg_dq_tma",
+     FLY_OP_SCALED_GEMM,
+     SG_DT_MX8 | SG_DT_MX4,
+     FLY_F_BIAS,
+     0,
+     7,
+     {{"tile_m", NV(sg_dq_none)},
+      {"tile_n", NV(sg_dq_none)},
+      {"split_k", NV(sg_dq_none)},
+      {"swizzle", NV(sg_dq_none)},
+      {"store", NV(sg_dq_none)},
+      {"cluster", NV(sg_dq_none)},
+      {"k_tile", NV(sg_dq_none)}},
+     dq_tma_feasible,
+     dq_tma_enumerate,
+     dq_tma_launch,
+     NULL},
 #if !FLYK_AMD && !defined(FLYK_EMU)
+    {"sg_dq_lt",
+     FLY_OP_SCALED_GEMM,
+     SG_DT_MX8 | SG_DT_MX4,
+     FLY_F_BIAS,
+     0,
+     FLYK_CUBLASLT_NPARAMS,
+     {{"algo", NV(sg_lt_placeholder)},
+      {"tile", NV(sg_lt_placeholder)},
+      {"stages", NV(sg_lt_placeholder)},
+      {"splitk", NV(sg_lt_placeholder)},
+      {"reduction", NV(sg_lt_placeholder)},
+      {"swizzle", NV(sg_lt_placeholder)},
+      {"custom", NV(sg_lt_placeholder)},
+      {"shape", NV(sg_lt_placeholder)}},
+     dq_lt_feasible,
+     dq_lt_enumerate,
+     dq_lt_launch,
+     NULL},
     {"sg_cublaslt",
      FLY_OP_SCALED_GEMM,
      SG_DT_FP8,
@@ -633,7 +878,7 @@ static int sg_setup(struct flyk_case *c, uint64_t seed)
 	const struct fly_problem *p = &c->p;
 	if (sg_problem_ok(p))
 		return -EOPNOTSUPP;
-	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
+	int64_t m = p->dims[0], n = p->dims[1];
 	if ((m + 15) / 16 > 65535)
 		return -EOPNOTSUPP;
 	struct sg_state *st = (struct sg_state *)calloc(1, sizeof(*st));
@@ -643,9 +888,7 @@ static int sg_setup(struct flyk_case *c, uint64_t seed)
 	st->n = (size_t)m * n;
 	struct flyk_scaled_gemm_args *a = &c->args.scaled_gemm;
 	void *x, *y, *sx, *sy, *out, *ref, *bias = NULL, *ws, *cmp;
-	size_t wsb = (size_t)(m + n) * (size_t)k;
-	if (wsb < FLYK_GEMM_WS_BYTES)
-		wsb = FLYK_GEMM_WS_BYTES;
+	size_t wsb = sg_dq_ws_bytes(p); /* >= the mxfp4 unpack's (m + n) k */
 	int rc = sg_operand(c, m, seed, &x, &sx);
 	if (!rc)
 		rc = sg_operand(c, n, seed + 1, &y, &sy);

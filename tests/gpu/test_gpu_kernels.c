@@ -63,6 +63,20 @@ static void test_variant(const struct flyk_backend *b,
 {
 	uint32_t pos[FLY_PARAMS_MAX] = {0}, np = v->nparams;
 	char key[256];
+	if (v->enumerate) { /* vendor or composed: the points it proposes */
+		static int64_t pts[64][FLY_PARAMS_MAX];
+		int n = v->enumerate(dev, p, pts, 64);
+		pkey(p, v->name, NULL, 0, key, sizeof(key));
+		result(n >= 0, "enumerate", key, n);
+		for (int i = 0; i < n; i++) {
+			int rc = v->feasible(dev, p, pts[i]);
+			if (rc == 0)
+				rc = run_point(b, c, v, pts[i]);
+			pkey(p, v->name, pts[i], np, key, sizeof(key));
+			result(rc == 0, "variant", key, rc);
+		}
+		return;
+	}
 	for (;;) {
 		int64_t pt[FLY_PARAMS_MAX] = {0};
 		for (uint32_t j = 0; j < np; j++)
