@@ -99,7 +99,8 @@ def one_case(args, kern, daemon, idx, c, fmt):
     gflop = 2.0 * m * n * k / 1e9
     d, tune_s = decide(daemon, fmt, m, n, k)
     out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
-    ws = torch.empty(max((m + n) * k, 32 << 20), dtype=torch.uint8,
+    # the library's largest need: 32 MiB + A and B as bf16 (sg_dq_*)
+    ws = torch.empty((32 << 20) + 2 * (m + n) * k, dtype=torch.uint8,
                      device="cuda")
     a8, b8 = rand_fp8(m, k, g), rand_fp8(n, k, g)
     fns, peers = {}, {}
