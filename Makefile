@@ -9,7 +9,7 @@
 #   make run        build and start flytuned in the foreground on ./.state
 #   make asan ubsan tsan coverage   the test suite under a sanitizer
 #   make install    PREFIX=/usr/local DESTDIR= (PYTHONDIR=, UNITDIR=)
-#   make gen        regenerate proto/fly_msgs.def from schemas/
+#   make gen        regenerate proto/fly_msgs.def and fly_record.def from schemas/
 #   make test-gpu   GPU tests (needs a GPU; see tests/gpu/)
 #   make deps       install missing Debian packages (apt-get)
 #   V=1             show commands
@@ -57,10 +57,12 @@ LIBS := -lsqlite3 -luv -lcjson -lpthread -lm -ldl
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
 # Include paths per module: a module sees only what it may depend on
-# (STYLE.md R2); tools/check-layering.sh also checks every #include.
+# (STYLE.md R2); tools/check-layering.sh also checks every #include (ctl/
+# gets -Iproto for proto/fly_record.h alone, the export-record validator
+# it shares with the daemon; the check refuses any other proto header).
 INC_proto   := -Iproto
 INC_client  := -Iproto -Iclient
-INC_ctl     := -I$(BUILD)/include
+INC_ctl     := -I$(BUILD)/include -Iproto -Ictl
 INC_kernels := -Iproto -Ikernels/include
 INC_daemon  := -Iproto -Ikernels/include -Idaemon
 INC_tests   := -Iproto -Ikernels/include -Idaemon -Iclient -Itests/common
@@ -240,9 +242,9 @@ $(FLYTUNED): $(MAIN_OBJ) $(LIBFLYD) $(LIBKCPU) $(LIBPROTO)
 $(FLYTUNED_T): $(MAIN_OBJ) $(LIBFLYD) $(KTEST_OBJ) $(LIBKCPU) $(LIBPROTO)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(MAIN_OBJ) $(KTEST_OBJ) $(LIBFLYD) $(LIBKCPU) $(LIBPROTO) $(LIBS)
-$(CTL): $(CTL_OBJ) $(LIBCLIENT_A)
+$(CTL): $(CTL_OBJ) $(LIBCLIENT_A) $(LIBPROTO)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $(CTL_OBJ) $(LIBCLIENT_A) -lcjson -lpthread -lm
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $(CTL_OBJ) $(LIBCLIENT_A) $(LIBPROTO) -lcjson -lpthread -lm
 
 $(HEADER): client/flyclient.h proto/fly_abi.h
 	@mkdir -p $(@D)
@@ -417,12 +419,15 @@ coverage:
 	$(MAKE) BUILD=build/coverage COVERAGE=1 GPU=none test
 
 gen:
-	$(Q)python3 tools/gen_proto.py schemas proto/fly_msgs.def
+	$(Q)python3 tools/gen_proto.py schemas proto/fly_msgs.def proto/fly_record.def
 gen-check:
 	$(Q)if command -v python3 >/dev/null; then \
-		python3 tools/gen_proto.py schemas $(BUILD)/fly_msgs.def.check && \
-		cmp -s $(BUILD)/fly_msgs.def.check proto/fly_msgs.def || \
-		{ echo "proto/fly_msgs.def is stale: run make gen"; exit 1; }; fi
+		mkdir -p $(BUILD) && \
+		python3 tools/gen_proto.py schemas $(BUILD)/fly_msgs.def.check \
+			$(BUILD)/fly_record.def.check && \
+		cmp -s $(BUILD)/fly_msgs.def.check proto/fly_msgs.def && \
+		cmp -s $(BUILD)/fly_record.def.check proto/fly_record.def || \
+		{ echo "proto/fly_msgs.def or proto/fly_record.def is stale: run make gen"; exit 1; }; fi
 
 # ---------------------------------------------------------------- run
 run: all

@@ -22,16 +22,16 @@
 #
 # Default stages: build test rt gemm.  Environment: CASES (cases.json;
 # default ../shared/bench/cases.json, else .devdeps/cases.json), BUILD
-# (build/gpu), OUT (results; else bench/results), T_QUICK, T_TEST, T_RT,
-# T_SWEEP, T_GEMM, T_MQA, T_SCALED, T_POINTS (seconds per stage), RT_ARGS, GEMM_ARGS,
-# MQA_ARGS, SCALED_ARGS,
+# (build/gpu), OUT (results; else build/bench-results), T_QUICK, T_TEST, T_RT,
+# T_SWEEP, T_GEMM, T_MQA, T_SCALED, T_POINTS (seconds per stage), RT_ARGS,
+# GEMM_ARGS, MQA_ARGS, SCALED_ARGS,
 # POINTS_ARGS (extra arguments), POINTS (see points),
 # FLY_COMMIT (the commit to record where the tree has no .git).
 # OUT receives the result JSON files, summary.txt and logs.tgz (every log,
 # the daemons' logs included): few files, as the device tool returns <= 8.
 set -u
 B=${BUILD:-build/gpu}
-R=${OUT:-bench/results}
+R=${OUT:-build/bench-results}
 W=$(mktemp -d /tmp/flysession.XXXXXX)
 mkdir -p "$R"
 STAGES=${*:-build test rt gemm}

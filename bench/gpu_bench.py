@@ -492,7 +492,7 @@ def main(argv=None):
     ap.add_argument("--cases", default=os.path.join(ROOT, "..", "shared",
                                                     "bench", "cases.json"))
     ap.add_argument("--out", default=os.environ.get(
-        "OUT", os.path.join(ROOT, "bench", "results")))
+        "OUT", os.path.join(ROOT, "build", "bench-results")))
     ap.add_argument("--ops", default="rmsnorm,topk")
     ap.add_argument("--sets", default="primary,serving")
     ap.add_argument("--no-compile", action="store_true")

@@ -134,7 +134,7 @@ def main(argv=None):
     ap.add_argument("--cases", default=os.path.join(ROOT, "..", "shared",
                                                     "bench", "cases.json"))
     ap.add_argument("--out", default=os.environ.get(
-        "OUT", os.path.join(ROOT, "bench", "results")))
+        "OUT", os.path.join(ROOT, "build", "bench-results")))
     ap.add_argument("--only", default="")
     ap.add_argument("--reps", type=int, default=50)
     args = ap.parse_args(argv)

@@ -3,10 +3,11 @@
 # backend and the daemon, run the GPU kernel test, then the benchmark.
 #   . .devdeps/prelude.sh && sh bench/run_gpu_bench.sh [--standalone] [...]
 # Extra arguments go to bench/gpu_bench.py.  Results land in $OUT (else
-# bench/results).  BUILD (default build/gpu) names the build directory.
+# build/bench-results; bench/results holds only the results of record).
+# BUILD (default build/gpu) names the build directory.
 set -e
 B=${BUILD:-build/gpu}
-R=${OUT:-bench/results}
+R=${OUT:-build/bench-results}
 mkdir -p "$R"
 make -j"$(nproc)" BUILD="$B" GPU=cuda "$B/flytuned" "$B/libflyclient.so" \
 	"$B/libflykernels_cuda.so" "$B/tests/gpu/test_gpu_kernels"

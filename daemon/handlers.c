@@ -23,6 +23,7 @@
 #include "daemon.h"
 #include "fly_key.h"
 #include "fly_msg.h"
+#include "fly_record.h"
 #include "handlers.h"
 #include "handlers_int.h"
 #include "log.h"
@@ -636,95 +637,50 @@ static int h_export(struct flyd_ctx *ctx, struct flyd_req *rq,
 
 /* ---------------------------------------------------------------- import */
 
-/* A number field >= 0 (or > 0 when @p positive), finite. */
-static int num_field(const cJSON *o, const char *name, int required,
-		     int positive, double *out)
+/* The value of number field @p name of a checked record. */
+static double rec_num(const cJSON *o, const char *name)
 {
-	const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, name);
-
-	if (it == NULL)
-		return required ? -1 : 0;
-	if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) ||
-	    it->valuedouble < 0 || (positive && it->valuedouble <= 0))
-		return -1;
-	*out = it->valuedouble;
-	return 0;
+	return cJSON_GetObjectItemCaseSensitive(o, name)->valuedouble;
 }
 
-static const char *const result_fields[] = {
-	"key", "device", "libver", "variant", "params", "median_us",
-	"mad_us", "tune_s", "tuned_at", NULL
-};
-
-/* Validate one result object's fields into @p r.  @return NULL or what
- * is wrong. */
-static const char *import_fields(struct flyd_ctx *ctx, const cJSON *o,
-				 int retarget, struct flyd_result *r)
+/* The value of string field @p name of a checked record. */
+static const char *rec_str(const cJSON *o, const char *name)
 {
-	const cJSON *it, *p;
-	const char *k, *dev, *lv, *var;
-	struct fly_problem prob;
-	double t = 0;
+	return cJSON_GetObjectItemCaseSensitive(o, name)->valuestring;
+}
 
-	if (!cJSON_IsObject(o))
-		return "is not an object";
-	cJSON_ArrayForEach(it, o) {
-		const char *const *f;
+/* Read one result object into @p r after the one record check
+ * (proto/fly_record.h, shared with flytune-ctl and schemas/).
+ * @return NULL or what is wrong (in @p why, or a constant). */
+static const char *import_fields(struct flyd_ctx *ctx, const cJSON *o,
+				 int retarget, struct flyd_result *r,
+				 char *why, size_t cap)
+{
+	const cJSON *it;
 
-		for (f = result_fields; *f != NULL; f++)
-			if (strcmp(*f, it->string) == 0)
-				break;
-		if (*f == NULL)
-			return "has an unknown field";
-	}
-	memset(r, 0, sizeof(*r));
-	k = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "key"));
-	if (k == NULL || fly_key_parse(k, strlen(k), &prob) < 0)
-		return "'key' is not a canonical shape key";
-	snprintf(r->key, sizeof(r->key), "%s", k);
-	var = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o,
-								    "variant"));
-	if (var == NULL || var[0] == '\0' || strlen(var) >= FLY_VARIANT_MAX)
-		return "'variant' must be a non-empty string shorter than 40";
-	snprintf(r->d.variant, sizeof(r->d.variant), "%s", var);
-	p = cJSON_GetObjectItemCaseSensitive(o, "params");
-	if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) > FLY_PARAMS_MAX)
-		return "'params' must be an array of at most 8 integers";
-	cJSON_ArrayForEach(it, p) {
-		double v = it->valuedouble;
-
-		if (!cJSON_IsNumber(it) || v != floor(v) || fabs(v) > 9.0e15)
-			return "'params' must be an array of at most 8 integers";
-		r->d.params[r->d.nparams++] = (int64_t)v;
-	}
-	if (num_field(o, "median_us", 1, 1, &r->d.median_us) < 0)
-		return "'median_us' must be a finite number > 0";
-	if (num_field(o, "mad_us", 1, 0, &r->mad_us) < 0)
-		return "'mad_us' must be a finite number >= 0";
-	if (num_field(o, "tune_s", 1, 0, &r->tune_s) < 0)
-		return "'tune_s' must be a finite number >= 0";
-	if (num_field(o, "tuned_at", 1, 0, &t) < 0 || t != floor(t) ||
-	    t > 9.0e15)
-		return "'tuned_at' must be an integer >= 0";
-	r->tuned_at = (int64_t)t;
-	dev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o,
-								    "device"));
-	lv = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o,
-								   "libver"));
-	if (dev == NULL || dev[0] == '\0' || strlen(dev) > 63 || lv == NULL ||
-	    lv[0] == '\0' || strlen(lv) >= FLYD_LIBVER_MAX)
-		return "'device' and 'libver' must be non-empty strings";
+	if (fly_record_check(o, why, cap) < 0)
+		return why;
 	if (!retarget) {
-		if (strcmp(dev, ctx->device_id) != 0)
+		if (strcmp(rec_str(o, "device"), ctx->device_id) != 0)
 			return "'device' is not this instance's device id "
 			       "(another device's results are accepted only "
 			       "by an import request with \"retarget\": true)";
-		if (strcmp(lv, ctx->libver) != 0)
+		if (strcmp(rec_str(o, "libver"), ctx->libver) != 0)
 			return "'libver' is not this instance's kernel library "
 			       "version (another version's results are "
 			       "accepted only by an import request with "
 			       "\"retarget\": true)";
 	}
+	memset(r, 0, sizeof(*r));
+	snprintf(r->key, sizeof(r->key), "%s", rec_str(o, "key"));
+	snprintf(r->d.variant, sizeof(r->d.variant), "%s",
+		 rec_str(o, "variant"));
+	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(o, "params"))
+		r->d.params[r->d.nparams++] = (int64_t)it->valuedouble;
+	r->d.median_us = rec_num(o, "median_us");
+	r->mad_us = rec_num(o, "mad_us");
+	r->tune_s = rec_num(o, "tune_s");
+	r->tuned_at = (int64_t)rec_num(o, "tuned_at");
 	snprintf(r->device, sizeof(r->device), "%s", ctx->device_id);
 	snprintf(r->libver, sizeof(r->libver), "%s", ctx->libver);
 	r->d.status = FLY_STATUS_TUNED;
@@ -739,8 +695,9 @@ static int import_row(struct flyd_ctx *ctx, struct flyd_req *rq,
 		      const cJSON *o, int retarget, size_t i,
 		      struct flyd_result *r, const char **msg)
 {
-	const char *why = import_fields(ctx, o, retarget, r);
-	char buf[200];
+	char buf[200], fbuf[160];
+	const char *why = import_fields(ctx, o, retarget, r, fbuf,
+					sizeof(fbuf));
 	size_t cap;
 	char *b;
 	int rc = FLY_E_INVALID;

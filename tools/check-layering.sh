@@ -3,7 +3,9 @@
 # directions of STYLE.md (R2):
 #   proto/   may include only proto/ headers (and system headers)
 #   client/  proto/, client/
-#   ctl/     only flyclient.h (the installed header)
+#   ctl/     flyclient.h (the installed header), its own ctl/ headers and
+#            proto/fly_record.h (the one export-record validator, which
+#            the daemon uses too: issue 23)
 #   kernels/ proto/, kernels/
 #   daemon/  proto/, kernels/include/flyk.h, daemon/
 # and when a daemon symbol (flyd_) appears in client/ or ctl/.
@@ -52,8 +54,11 @@ for mod in proto client ctl kernels daemon; do
 			home=$(header_home "$inc")
 			[ -n "$home" ] || continue
 			if [ "$allow" = "ctl-only" ]; then
-				[ "$(basename "$inc")" = flyclient.h ] && continue
-				echo "$f:$ln: layering: ctl/ may include only flyclient.h, not \"$inc\""
+				case "$(basename "$inc")" in
+				flyclient.h|fly_record.h) continue ;;
+				esac
+				[ "$home" = ctl ] && continue
+				echo "$f:$ln: layering: ctl/ may include only flyclient.h, fly_record.h and ctl/ headers, not \"$inc\""
 				echo x
 				continue
 			fi

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""gen_proto.py SCHEMAS_DIR OUT -- write proto/fly_msgs.def from schemas/.
+"""gen_proto.py SCHEMAS_DIR OUT [RECORD_OUT] -- write proto/fly_msgs.def
+(and proto/fly_record.def) from schemas/.
 
 Each schemas/NAME.request.json carries "x-fly-id" (the request's wire id,
 a positive integer, unique) and "x-fly-flags" (a list of "admin": changes
@@ -7,6 +8,17 @@ state, needs a trusted peer; "fd": the response carries a file
 descriptor).  Its "properties.req.const" must equal NAME.  The output is
 one FLY_MSG(name, id, flags) line per request, ordered by id (STYLE.md
 R16); `make gen` writes it and `make gen-check` fails on a diff.
+
+RECORD_OUT gets the export record (common.json#/$defs/result, the rows of
+export files and import requests) as one FLY_RECORD_FIELD(name, kind,
+min, max) line per property, in the schema's order, which
+proto/fly_record.c expands into the one record validator that
+flytune-ctl and the daemon call (issue 23).  Kinds: FLY_RF_KEY (a
+canonical shape key, max = maxLength), FLY_RF_STRING (min/max length),
+FLY_RF_INTEGERS (an array of integers, max = maxItems), FLY_RF_NUMBER
+(>= min), FLY_RF_NUMBER_GT (> min), FLY_RF_INTEGER (>= min).  A property
+the generator cannot express in those kinds is an error, so the schema
+cannot say more than the validator checks.
 """
 import json
 import os
@@ -54,15 +66,71 @@ def render(reqs):
     return "".join(out)
 
 
-def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: gen_proto.py SCHEMAS_DIR OUT")
-    text = render(load(sys.argv[1]))
-    tmp = sys.argv[2] + ".tmp"
-    os.makedirs(os.path.dirname(os.path.abspath(sys.argv[2])), exist_ok=True)
+ANNOTATIONS = {"description", "title", "$comment"}
+
+
+def field(name, prop, defs):
+    """One record property -> (kind, min, max); exits on what the C
+    validator cannot check."""
+    ref = prop.get("$ref")
+    if ref is not None:
+        target = ref.split("#/$defs/")[-1]
+        if target not in defs or set(prop) - ANNOTATIONS - {"$ref"}:
+            sys.exit("result.%s: unsupported $ref %r" % (name, ref))
+        if target == "key":
+            return ("FLY_RF_KEY", 1, defs["key"].get("maxLength", 0))
+        prop = defs[target]
+    keys = set(prop) - ANNOTATIONS
+    t = prop.get("type")
+    if t == "string" and keys <= {"type", "minLength", "maxLength"}:
+        return ("FLY_RF_STRING", prop.get("minLength", 0),
+                prop.get("maxLength", -1))
+    if (t == "array" and keys <= {"type", "items", "maxItems"}
+            and prop.get("items") == {"type": "integer"}):
+        return ("FLY_RF_INTEGERS", 0, prop.get("maxItems", -1))
+    if t == "number" and keys == {"type", "minimum"}:
+        return ("FLY_RF_NUMBER", prop["minimum"], -1)
+    if t == "number" and keys == {"type", "exclusiveMinimum"}:
+        return ("FLY_RF_NUMBER_GT", prop["exclusiveMinimum"], -1)
+    if t == "integer" and keys == {"type", "minimum"}:
+        return ("FLY_RF_INTEGER", prop["minimum"], -1)
+    sys.exit("result.%s: the record validator cannot check %r" % (name, prop))
+
+
+def render_record(schemas):
+    with open(os.path.join(schemas, "common.json"), encoding="utf-8") as f:
+        defs = json.load(f)["$defs"]
+    res = defs["result"]
+    props = res["properties"]
+    if res.get("additionalProperties") is not False:
+        sys.exit("result: additionalProperties must be false")
+    if sorted(res.get("required", [])) != sorted(props):
+        sys.exit("result: every property must be required")
+    out = [HEADER,
+           "/* FLY_RECORD_FIELD(name, kind, min, max): the export record,\n"
+           " * schemas/common.json#/$defs/result (-1: no max). */\n"]
+    for name, prop in props.items():
+        if not name.isidentifier():
+            sys.exit("result.%s: not a C identifier" % name)
+        kind, lo, hi = field(name, prop, defs)
+        out.append("FLY_RECORD_FIELD(%s, %s, %s, %s)\n" % (name, kind, lo, hi))
+    return "".join(out)
+
+
+def write(path, text):
+    tmp = path + ".tmp"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
-    os.replace(tmp, sys.argv[2])
+    os.replace(tmp, path)
+
+
+def main():
+    if len(sys.argv) not in (3, 4):
+        sys.exit("usage: gen_proto.py SCHEMAS_DIR OUT [RECORD_OUT]")
+    write(sys.argv[2], render(load(sys.argv[1])))
+    if len(sys.argv) == 4:
+        write(sys.argv[3], render_record(sys.argv[1]))
 
 
 if __name__ == "__main__":

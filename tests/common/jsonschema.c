@@ -290,6 +290,11 @@ static int check_scalar(struct vctx *c, const cJSON *s, const cJSON *d,
 			verr(c, path, "below minimum %g", k->valuedouble);
 			return 1;
 		}
+		k = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMinimum");
+		if (k && d->valuedouble <= k->valuedouble) {
+			verr(c, path, "not above %g", k->valuedouble);
+			return 1;
+		}
 		k = cJSON_GetObjectItemCaseSensitive(s, "maximum");
 		if (k && d->valuedouble > k->valuedouble) {
 			verr(c, path, "above maximum %g", k->valuedouble);
@@ -361,7 +366,8 @@ static int check_of(struct vctx *c, const cJSON *list, int one,
 static const char *const known[] = {
     "type",	   "properties", "required", "additionalProperties",
     "enum",	   "const",	 "items",    "minItems",
-    "maxItems",	   "minimum",	 "maximum",  "minLength",
+    "maxItems",	   "minimum",	 "maximum",  "exclusiveMinimum",
+    "minLength",
     "maxLength",   "pattern",	 "$ref",     "oneOf",
     "anyOf",	   "$schema",	 "$id",	     "title",
     "description", "$defs",	 "$comment", "examples",

@@ -7,11 +7,12 @@
  * Supported keywords: type (a name or an array of names, "integer"
  * included), properties, required, additionalProperties (false or a
  * schema), enum, const, items, minItems, maxItems, minimum, maximum,
- * minLength, maxLength (in code points), pattern (POSIX ERE, unanchored
- * as in JSON Schema), $ref ("#/$defs/x" and "common.json#/$defs/x"),
- * oneOf, anyOf.  Annotations ($schema, $id, title, description, x-*) are
- * ignored.  An unknown keyword is an error, so a schema cannot silently
- * rely on something the validator does not check.
+ * exclusiveMinimum, minLength, maxLength (in code points), pattern
+ * (POSIX ERE, unanchored as in JSON Schema), $ref ("#/$defs/x" and
+ * "common.json#/$defs/x"), oneOf, anyOf.  Annotations ($schema, $id,
+ * title, description, x-*) are ignored.  An unknown keyword is an
+ * error, so a schema cannot silently rely on something the validator
+ * does not check.
  */
 #ifndef FLY_TEST_JSONSCHEMA_H
 #define FLY_TEST_JSONSCHEMA_H

@@ -18,6 +18,7 @@
 
 #include "config.h"
 #include "fly_msg.h"
+#include "fly_record.h"
 #include "jsonschema.h"
 
 #define RESULT                                                                 \
@@ -345,6 +346,93 @@ static void test_table_matches_schemas(void **state)
 	}
 }
 
+/* Records that differ from RESULT in one field: @p field is set to the
+ * JSON text @p value ("" removes it), @p valid is the verdict. */
+static const struct {
+	const char *field;
+	const char *value;
+	int valid;
+} record_cases[] = {
+    {NULL, NULL, 1},
+    {"key", "\"rmsnorm/fp16/m=8192,n=4097/residual\"", 1},
+    {"key", "\"rmsnorm/fp32/m=0,n=64\"", 0},
+    {"key", "\"gemm/bf16\"", 0},
+    {"key", "7", 0},
+    {"key", "", 0},
+    {"device", "\"\"", 0},
+    {"device", "\"0123456789012345678901234567890123456789012345678901"
+	       "23456789012\"", 1},
+    {"device", "\"0123456789012345678901234567890123456789012345678901"
+	       "234567890123\"", 0},
+    {"libver", "\"0123456789012345678901234567890\"", 1},
+    {"libver", "\"01234567890123456789012345678901\"", 0},
+    {"variant", "\"\"", 0},
+    {"variant", "\"012345678901234567890123456789012345678\"", 1},
+    {"variant", "\"0123456789012345678901234567890123456789\"", 0},
+    {"params", "[]", 1},
+    {"params", "[1,2,3,4,5,6,7,8]", 1},
+    {"params", "[1,2,3,4,5,6,7,8,9]", 0},
+    {"params", "[1.5]", 0},
+    {"params", "[\"1\"]", 0},
+    {"params", "1", 0},
+    /* issue 23: the daemon refused a median of 0, ctl and schema took it */
+    {"median_us", "0", 0},
+    {"median_us", "0.001", 1},
+    {"median_us", "-1", 0},
+    {"mad_us", "0", 1},
+    {"mad_us", "-0.5", 0},
+    {"tune_s", "0", 1},
+    {"tune_s", "\"3\"", 0},
+    {"tuned_at", "0", 1},
+    {"tuned_at", "1.5", 0},
+    {"tuned_at", "-1", 0},
+    {"tuned_at", "", 0},
+    {"extra", "1", 0},
+};
+
+/* issue 23: one record validator.  The record check that flytune-ctl and
+ * the daemon call (proto/fly_record.c, its table generated from
+ * schemas/common.json) and the schema give every case the same verdict. */
+static void test_issue_23_record_check_matches_schema(void **state)
+{
+	char err[512], why[256];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(record_cases) / sizeof(record_cases[0]);
+	     i++) {
+		cJSON *req = cJSON_Parse("{\"req\":\"import\",\"results\":["
+					 RESULT "]}");
+		cJSON *r = cJSON_GetArrayItem(
+			cJSON_GetObjectItem(req, "results"), 0), *v;
+		const char *f = record_cases[i].field;
+		int sc, rc;
+
+		assert_non_null(r);
+		if (f != NULL)
+			cJSON_DeleteItemFromObjectCaseSensitive(r, f);
+		if (f != NULL && record_cases[i].value[0] != '\0') {
+			v = cJSON_Parse(record_cases[i].value);
+			assert_non_null(v);
+			cJSON_AddItemToObject(r, f, v);
+		}
+		sc = fly_test_schema_validate("import.request.json", req, err,
+					      sizeof(err));
+		why[0] = '\0';
+		rc = fly_record_check(r, why, sizeof(why));
+		if (sc != !record_cases[i].valid ||
+		    rc != (record_cases[i].valid ? 0 : -1))
+			fail_msg("case %zu (%s=%s): schema %d (%s), "
+				 "fly_record_check %d (%s), expected %s", i,
+				 f ? f : "-", f ? record_cases[i].value : "-",
+				 sc, err, rc, why,
+				 record_cases[i].valid ? "valid" : "invalid");
+		if (rc != 0 && (f == NULL || strstr(why, f) == NULL))
+			fail_msg("case %zu: the reason '%s' does not name %s",
+				 i, why, f ? f : "-");
+		cJSON_Delete(req);
+	}
+}
+
 /* The text of FLY_SRC_DIR/@p rel (caller frees). */
 static char *slurp(const char *rel)
 {
@@ -531,6 +619,7 @@ int main(void)
 	    cmocka_unit_test(test_validator_refuses_bad_schemas),
 	    cmocka_unit_test(test_encoder_output),
 	    cmocka_unit_test(test_table_matches_schemas),
+	    cmocka_unit_test(test_issue_23_record_check_matches_schema),
 	    cmocka_unit_test(test_issue_18_config_defaults_documented),
 	    cmocka_unit_test(test_issue_18_ctl_man_admin_requests),
 	};
