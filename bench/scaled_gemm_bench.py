@@ -33,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 
@@ -72,6 +73,19 @@ def dequant_mx(x, s, fmt, k):
         v = x.view(torch.float8_e4m3fn).to(torch.float32)
     sc = torch.exp2(s.to(torch.float32) - 127.0)
     return (v * sc.repeat_interleave(32, dim=1)).to(torch.bfloat16)
+
+
+def trials(build, daemon, key):
+    """(measured, total) trials of the key, from flytune-ctl explain."""
+    try:
+        out = subprocess.check_output(
+            [os.path.join(build, "flytune-ctl"), "--socket",
+             daemon.sock, "explain", key, "--json"], timeout=20)
+        t = json.loads(out).get("trials", [])
+        ok = [x for x in t if x.get("outcome") == "ok"]
+        return len(ok), len(t)
+    except Exception as e:
+        return None, repr(e)
 
 
 def decide(daemon, fmt, m, n, k):
@@ -141,6 +155,7 @@ def one_case(args, kern, daemon, idx, c, fmt):
             problem=p8)
         peers["fp8_variant"] = d8["variant"]
     p = kern.scaled_problem(m, n, k, fmt)
+    measured, total = trials(args.build, daemon, d["key"])
 
     def ours():
         kern.scaled_gemm(d, a, b, sa, sb, out, dtype=fmt, workspace=ws,
@@ -156,6 +171,7 @@ def one_case(args, kern, daemon, idx, c, fmt):
     r = {"op": "scaled_gemm", "format": fmt, "case": dict(c, index=idx),
          "variant": d["variant"], "params": d["params"],
          "status": d["status"], "tune_s": tune_s,
+         "trials_measured": measured, "trials": total,
          "flytuned_ms": ms["flytuned"],
          "peers": dict({x: ms[x] for x in ms if x != "flytuned"}, **peers),
          "gflop": gflop,
@@ -164,11 +180,11 @@ def one_case(args, kern, daemon, idx, c, fmt):
     if "flytuned_fp8" in ms:
         r["fp8_over_mx"] = ms["flytuned_fp8"] / ms["flytuned"]
     print("%-8s %2d m%-5d n%-5d k%-5d ours %-11s %-28s %.4f ms (%5.0f TF/s)"
-          "  %s %.4f ms  x%.2f%s  tune %.2fs  ok=%s" %
+          "  %s %.4f ms  x%.2f%s  tune %.2fs (%s trials)  ok=%s" %
           (fmt, idx, m, n, k, d["variant"], d["params"], ms["flytuned"],
            gflop / ms["flytuned"], peer_name, ms[peer_name], r["x_vs_peer"],
            ("  fp8/mx %.2f" % r["fp8_over_mx"]) if "fp8_over_mx" in r
-           else "", tune_s or 0, chk["ok"]), flush=True)
+           else "", tune_s or 0, measured, chk["ok"]), flush=True)
     del a, b, a8, b8, out, ws, ref
     torch.cuda.empty_cache()
     return r
