@@ -30,7 +30,11 @@
  *              (M + N) * K bytes (launch: -ENOSPC without).  Params
  *              tile_m, tile_n, store (TMA-store epilogue), cluster (B
  *              multicast to two blocks), swizzle (tile rows per raster
- *              group).  K % 16 == 0 (fp8 rows 16-byte aligned for TMA).
+ *              group), split_k (fp8 per tensor: k split over blocks,
+ *              fp32 partials in the workspace -- 32 MiB -- then one
+ *              reduce kernel applies the scales and the bias; for the
+ *              few-tile shapes, small M).  K % 16 == 0 (fp8 rows 16-byte
+ *              aligned for TMA).
  *   sg_dq_tma, sg_dq_lt  (MX) both operands dequantized to bf16 into the
  *              workspace by one pass (exact: e4m3 and e2m1 values times
  *              a power of two are bf16 values), then the gemm op's
@@ -276,45 +280,58 @@ static const int64_t sg_tile_n[] = {64, 128};
 static const int64_t sg_store[] = {0, 1};
 static const int64_t sg_cluster[] = {1, 2};
 static const int64_t sg_swizzle[] = {1, 4, 8};
+static const int64_t sg_split[] = {1, 2, 4, 8};
+/* fp32 partials of a split sg_wgmma: at most this much workspace */
+#define SG_SPLIT_WS ((size_t)32 << 20)
 
 #if GEMM_HAVE_TMA
 /* A dense scaled GEMM's launch: units = tiles_mc * tiles_n (no split). */
 struct sg_job {
 	int64_t m, n, k;
-	int tiles_mc, tiles_n, swz, units, cl, kblocks;
+	int tiles_mc, tiles_n, swz, units, cl, kblocks, split;
+	int64_t kps; /* k per split, a multiple of 128 */
 	uint16_t *c;
+	float *ws; /* split > 1: fp32 partials [split, m, n] */
 	const uint16_t *bias;
 	const float *tsa, *tsb; /* per-tensor scales (F8 1) */
 	const uint8_t *sa, *sb; /* MX scales (F8 2) */
 };
 
-/* Unit u: gemm_tma_dense's rasterisation (groups of swz cluster rows, n
- * across a group), 128-k tiles, the scales of the format. */
+/* Unit u: split u / tiles, then gemm_tma_dense's rasterisation (groups of
+ * swz cluster rows, n across a group), 128-k tiles, the scales of the
+ * format; a split writes unscaled fp32 partials (sg_reduce_kernel scales,
+ * sums and adds the bias). */
 template <int BM, int BN, int F8> struct sg_unit {
 	sg_job j;
 	__device__ __forceinline__ void operator()(int u, int rank,
 						   gemm_tma_unit *w) const
 	{
+		int tiles = j.tiles_mc * j.tiles_n, ks = u / tiles;
+		u -= ks * tiles;
 		int per = j.swz * j.tiles_n, first = (u / per) * j.swz;
 		int gs =
 		    j.tiles_mc - first < j.swz ? j.tiles_mc - first : j.swz;
 		int local = u % per, tm = first + local % gs, tn = local / gs;
+		int64_t kb = (int64_t)ks * j.kps;
+		int64_t ke = kb + j.kps < j.k ? kb + j.kps : j.k;
 		tm = tm * j.cl + rank;
 		w->a_row = tm * BM;
 		w->b_row = tn * BN;
 		w->b_z = 0;
-		w->k0 = 0;
-		w->nk = (int)((j.k + 127) / 128);
+		w->k0 = (int)kb;
+		w->nk = (int)((ke - kb + 127) / 128);
 		w->m0 = (int64_t)tm * BM;
 		w->n0 = (int64_t)tn * BN;
-		w->out.c = j.c;
-		w->out.ws = NULL;
+		w->out.c = j.split > 1 ? NULL : j.c;
+		w->out.ws = j.split > 1 ? j.ws + (size_t)ks * j.m * j.n : NULL;
 		w->out.ldc = j.n;
 		w->out.m_end = j.m;
 		w->out.n_end = j.n;
-		w->out.alpha = F8 == 1 ? __ldg(j.tsa) * __ldg(j.tsb) : 1.f;
-		w->out.bias = j.bias;
-		w->tstore = 1;
+		w->out.alpha = F8 == 1 && j.split == 1
+				   ? __ldg(j.tsa) * __ldg(j.tsb)
+				   : 1.f;
+		w->out.bias = j.split > 1 ? NULL : j.bias;
+		w->tstore = j.split == 1;
 		w->sa = j.sa;
 		w->sb = j.sb;
 		w->kblocks = j.kblocks;
@@ -335,6 +352,25 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 			sg_tma_bars);
 }
 
+/* C = bf16(sa * sb * sum of the splits' partials + bias). */
+__global__ void sg_reduce_kernel(const float *ws, int split, size_t mn,
+				 int64_t n, const float *tsa, const float *tsb,
+				 const uint16_t *bias, uint16_t *c)
+{
+	const float al = __ldg(tsa) * __ldg(tsb);
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < mn;
+	     i += stride) {
+		float v = 0.f;
+		for (int s = 0; s < split; s++)
+			v += ws[(size_t)s * mn + i];
+		v *= al;
+		if (bias)
+			v += flyk_db2f(bias[i % (size_t)n]);
+		c[i] = flyk_df2b(v);
+	}
+}
+
 /* The shapes of GEMM_TMA_CFGS whose fp32 sums and promoted sums fit in a
  * consumer's registers (one m64 slab of at most 128 columns), one k
  * panel: BM, BN, stages, TS, CL. */
@@ -353,6 +389,7 @@ struct sg_args {
 	const struct flyk_scaled_gemm_args *g;
 	int mx;
 	int swz;
+	int split;
 	hipStream_t s;
 };
 
@@ -374,7 +411,10 @@ template <class C> static int sg_go(const struct fly_problem *p,
 	j.tiles_mc = (tiles_m + C::CL - 1) / C::CL;
 	j.tiles_n = (int)((j.n + C::BN - 1) / C::BN);
 	j.swz = x->swz < j.tiles_mc ? x->swz : j.tiles_mc;
-	j.units = j.tiles_mc * j.tiles_n;
+	j.kps = ((j.k + x->split - 1) / x->split + 127) / 128 * 128;
+	j.split = (int)((j.k + j.kps - 1) / j.kps);
+	j.units = j.tiles_mc * j.tiles_n * j.split;
+	j.ws = (float *)x->g->workspace;
 	j.kblocks = (int)(j.k / 32);
 	j.c = (uint16_t *)x->g->c;
 	j.bias = (const uint16_t *)x->g->bias;
@@ -387,8 +427,17 @@ template <class C> static int sg_go(const struct fly_problem *p,
 			     &mc))
 		return -EINVAL;
 	int clusters = j.units < sms / C::CL ? j.units : sms / C::CL;
-	return gemm_tma_go(sg_tma_kernel<C>, clusters, C::THREADS, C::SMEM,
-			   C::CL, x->s, ma, mb, mc, j);
+	int rc = gemm_tma_go(sg_tma_kernel<C>, clusters, C::THREADS, C::SMEM,
+			     C::CL, x->s, ma, mb, mc, j);
+	if (rc || j.split == 1)
+		return rc;
+	size_t mn = (size_t)j.m * j.n;
+	unsigned blocks = (unsigned)((mn + 255) / 256);
+	if (blocks > (unsigned)sms * 8)
+		blocks = (unsigned)sms * 8;
+	FLYK_GO(blocks, 256, 0, x->s, sg_reduce_kernel)(
+	    j.ws, j.split, mn, j.n, j.tsa, j.tsb, j.bias, j.c);
+	return sg_launch_err();
 }
 
 struct sg_ent {
@@ -445,6 +494,17 @@ static int wgmma_feasible(const struct flyk_device *dev,
 	tm = (tm + e->cl - 1) / e->cl;
 	if (pr[4] > 1 && (tm < 2 * pr[4] || tn < 2))
 		return -EINVAL;
+	int64_t split = pr[5];
+	if (split > 1) {
+		/* per tensor only; while the tiles are fewer than two waves,
+		 * >= 2 k-tiles a split, the partials in SG_SPLIT_WS, no TMA
+		 * store (the reduce writes C) */
+		if (sg_is_mx(p->dtype) || e->ts ||
+		    tm * tn * split > 2 * (int64_t)dev->sms / e->cl ||
+		    k / split < 256 ||
+		    (uint64_t)split * m * n * 4 > SG_SPLIT_WS)
+			return -EINVAL;
+	}
 	return 0;
 #endif
 }
@@ -468,8 +528,11 @@ static int wgmma_launch(const struct flyk_device *dev,
 		return -EINVAL;
 	if (((uintptr_t)g->c & 15) && pr[2])
 		return -EINVAL;
+	if (pr[5] > 1 && (!g->workspace || g->workspace_size < SG_SPLIT_WS ||
+			  ((uintptr_t)g->workspace & 15)))
+		return -ENOSPC;
 	sg_args x = {g->a, g->b, g, sg_is_mx(p->dtype), (int)pr[4],
-		     (hipStream_t)stream};
+		     (int)pr[5], (hipStream_t)stream};
 	if (p->dtype == FLY_DT_MXFP4) {
 		size_t need = (size_t)(m + n) * (size_t)k;
 		if (!g->workspace || g->workspace_size < need)
@@ -711,12 +774,13 @@ static const struct flyk_variant sg_variants[] = {
      SG_DT_FP8 | SG_DT_MX8 | SG_DT_MX4,
      FLY_F_BIAS,
      0,
-     5,
+     6,
      {{"tile_m", NV(sg_tile_m)},
       {"tile_n", NV(sg_tile_n)},
       {"store", NV(sg_store)},
       {"cluster", NV(sg_cluster)},
-      {"swizzle", NV(sg_swizzle)}},
+      {"swizzle", NV(sg_swizzle)},
+      {"split_k", NV(sg_split)}},
      wgmma_feasible,
      NULL,
      wgmma_launch,
