@@ -1,8 +1,10 @@
 #!/bin/sh
 # check-layering-selftest.sh -- shows that the layering check fails on an
-# illegal include: builds a scratch tree where client/ includes a daemon
-# header and expects check-layering.sh to refuse it, then a clean tree it
-# must accept.  Prints a plain "N passed, N failed" line.
+# illegal include and on a call cycle between the files of a folder:
+# builds scratch trees where client/ includes a daemon header, ctl/ a
+# proto header, and two daemon files call each other, and expects
+# check-layering.sh to refuse each, then clean trees it must accept.
+# Prints a plain "N passed, N failed" line.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
@@ -27,5 +29,36 @@ printf '#include "fly_key.h"\n' > "$tmp/ctl/ctl.c"
 if sh "$here/check-layering.sh" "$tmp" 2>/dev/null; then
 	echo "layering selftest: ctl/ including a proto header was accepted"; fail=$((fail+1))
 else pass=$((pass+1)); fi
+rm -f "$tmp/ctl/ctl.c"
+# A call cycle between two files of one folder fails (issue 23), and so
+# does one through a function table; breaking it passes; a static
+# function or a struct member named like another file's function is no
+# use of it.
+printf 'int flyd_b(void);\nint flyd_a(void)\n{\n\treturn flyd_b();\n}\n' \
+	> "$tmp/daemon/a.c"
+printf 'int flyd_a(void);\nint flyd_b(void)\n{\n\treturn flyd_a() + 1;\n}\n' \
+	> "$tmp/daemon/b.c"
+if sh "$here/check-layering.sh" "$tmp" 2>"$tmp/err"; then
+	echo "layering selftest: a 2-file call cycle was accepted"; fail=$((fail+1))
+else
+	grep -q 'daemon/: a circle of 2 files: a.c b.c' "$tmp/err" &&
+		pass=$((pass+1)) || { cat "$tmp/err"; fail=$((fail+1)); }
+fi
+printf 'int flyd_a(void);\nstatic int (*const t[])(void) = { flyd_a };\n'\
+'int flyd_b(void)\n{\n\treturn t[0]() + 1;\n}\n' > "$tmp/daemon/b.c"
+if sh "$here/check-layering.sh" "$tmp" 2>/dev/null; then
+	echo "layering selftest: a cycle through a function table was accepted"
+	fail=$((fail+1))
+else pass=$((pass+1)); fi
+printf 'struct s { int (*flyd_a)(void); };\nstatic int flyd_a(void)\n{\n'\
+'\treturn 2;\n}\nint flyd_b(const struct s *x)\n{\n'\
+'\treturn flyd_a() + x->flyd_a();\n}\n' > "$tmp/daemon/b.c"
+if sh "$here/check-layering.sh" "$tmp" 2>"$tmp/err"; then pass=$((pass+1)); else
+	echo "layering selftest: a one-way pair was refused:"; cat "$tmp/err"
+	fail=$((fail+1))
+fi
+if sh "$here/check-layering.sh" --no-cycles "$tmp" 2>/dev/null; then
+	pass=$((pass+1)); else
+	echo "layering selftest: --no-cycles refused a clean tree"; fail=$((fail+1)); fi
 echo "layering: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -8,9 +8,19 @@
 #            the daemon uses too: issue 23)
 #   kernels/ proto/, kernels/
 #   daemon/  proto/, kernels/include/flyk.h, daemon/
-# and when a daemon symbol (flyd_) appears in client/ or ctl/.
-# Usage in the build: `make` runs it before compiling anything.
+# and when a daemon symbol (flyd_) appears in client/ or ctl/; and, unless
+# --no-cycles is given, when the files of one folder call each other in a
+# circle (tools/check-cycles.py; issue 23).
+# Usage: `make` runs it with --no-cycles before compiling anything (an
+# #include across the layers fails the build at once); `make layering`,
+# `make check` and the test suite (tools/check.sh) run all of it.
 set -u
+here=$(cd "$(dirname "$0")" && pwd)
+cycles=1
+if [ "${1:-}" = --no-cycles ]; then
+	cycles=0
+	shift
+fi
 root=${1:-.}
 cd "$root" || exit 2
 fail=0
@@ -82,4 +92,13 @@ if grep -qx x /tmp/layering.$$; then
 	fail=1
 fi
 rm -f /tmp/layering.$$
+if [ $cycles = 1 ]; then
+	if ! command -v python3 >/dev/null 2>&1; then
+		echo "layering: python3 not found: call cycles not checked" >&2
+	elif ! python3 "$here/check-cycles.py" . >/tmp/cycles.$$ 2>&1; then
+		cat /tmp/cycles.$$ >&2
+		fail=1
+	fi
+	rm -f /tmp/cycles.$$
+fi
 exit $fail
