@@ -64,7 +64,7 @@ for s in $STAGES; do
 	build)
 		stage build 300 make -j"$(nproc)" BUILD="$B" GPU=cuda \
 			"$B/flytuned" "$B/libflyclient.so" \
-			"$B/libflykernels_cuda.so" \
+			"$B/libflykernels_cuda.so" "$B/flytune-ctl" \
 			"$B/tests/gpu/test_gpu_kernels" \
 			"$B/tests/gpu/test_gpu_gemm" ||
 			{ tail -30 "$W/build.txt" | tee -a "$S"; break; }
