@@ -966,12 +966,19 @@ static void fallback(fly_client *c, const struct fly_problem *p,
 		decision_default(d);
 }
 
-/* Try the shm table.  @return 1 on a hit (d filled, cached), else 0. */
+/* Whether the daemon has moved to a larger table than @p r. */
+static int superseded(const struct fly_shm_reader *r)
+{
+	return r != NULL && fly__shm_reader_superseded(r);
+}
+
+/* Try the shm table.  @return 1 on a hit (d filled, cached), else 0 (a
+ * superseded table answers nothing: the caller moves to the new one). */
 static int try_shm(fly_client *c, struct fly_shm_reader *r,
 		   const struct fly_problem *p, const char *key, size_t len,
 		   uint64_t hash, uint64_t stamp, struct fly_decision *d)
 {
-	if (r == NULL || fly_shm_lookup(r, key, len, d) != 0)
+	if (r == NULL || superseded(r) || fly_shm_lookup(r, key, len, d) != 0)
 		return 0;
 	bump(&c->n_shm_hits);
 	cache_put(c, p, hash, d, stamp);
@@ -993,7 +1000,16 @@ static void decide_socket(fly_client *c, const struct fly_problem *p,
 		fallback(c, p, hash, gen, d);
 		return;
 	}
-	rc = connect_locked(c, deadline_ns, 0);
+	/* The daemon grew its table: the next hello hands out the larger
+	 * one (one reconnect per growth; the old mapping is released once
+	 * no reader holds it). */
+	if (c->fd >= 0 &&
+	    superseded(atomic_load_explicit(&c->shm, memory_order_acquire))) {
+		conn_reset_locked(c);
+		rc = connect_locked(c, deadline_ns, 1);
+	} else {
+		rc = connect_locked(c, deadline_ns, 0);
+	}
 	/* a fresh connection may have brought a table that answers */
 	r = atomic_load_explicit(&c->shm, memory_order_acquire);
 	stamp = stamp_of(c, r, &gen);
@@ -1081,8 +1097,8 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 	if (n < 0)
 		return n;
 	e = cache_get(c, p, hash); /* the shm step may have replaced it */
-	if (e != NULL && (socket_quiet(c, start) ||
-			  recheck_not_due(c, e, start))) {
+	if (e != NULL && !superseded(r) &&
+	    (socket_quiet(c, start) || recheck_not_due(c, e, start))) {
 		from_entry(e, gen, d);
 		bump_hit(c, t.shard);
 		return 0;

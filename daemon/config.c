@@ -39,6 +39,7 @@ void flyd_config_defaults(struct flyd_config *c)
 	c->margin = 0.03;
 	c->queue_cap = 1024;
 	c->shm_capacity = 65536;
+	c->shm_max_bytes = 1073741824u;
 	c->max_clients = 1024;
 	c->frame_cap = 64u * 1024u;
 	c->out_buf_cap = 1024u * 1024u;
@@ -207,6 +208,9 @@ static int apply_member(const cJSON *it, struct flyd_config *c, char *err,
 		return get_u32(it, 1, 1000000, &c->queue_cap, err, errcap);
 	if (strcmp(k, "shm_capacity") == 0)
 		return get_u32(it, 16, 16777216, &c->shm_capacity, err, errcap);
+	if (strcmp(k, "shm_max_bytes") == 0)
+		return get_u32(it, 16384, 4294967295u, &c->shm_max_bytes, err,
+			       errcap);
 	if (strcmp(k, "max_clients") == 0)
 		return get_u32(it, 1, 1000000, &c->max_clients, err, errcap);
 	if (strcmp(k, "frame_cap") == 0)

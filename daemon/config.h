@@ -32,7 +32,8 @@ struct flyd_config {
 					(60.0) */
 	double margin;               /* incumbent margin (0.03) */
 	uint32_t queue_cap;          /* max queued jobs (1024) */
-	uint32_t shm_capacity;       /* shm slots (65536) */
+	uint32_t shm_capacity;       /* shm slots at start (65536) */
+	uint32_t shm_max_bytes;      /* the table's slots grow up to (1 GiB) */
 	uint32_t max_clients;        /* (1024), reduced below RLIMIT_NOFILE */
 	uint32_t frame_cap;          /* request frame cap bytes (65536) */
 	uint32_t out_buf_cap;        /* per-client output cap bytes (1 MiB) */

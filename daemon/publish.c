@@ -15,10 +15,23 @@
 struct flyd_publish {
 	struct fly_shm_writer *w;
 	uint64_t generation;   /* last value returned by fly__shm_bump */
+	uint32_t max_capacity; /* slots of the largest table (shm_max_bytes) */
 	int warned_full;       /* -ENOSPC logged once per fill */
 };
 
-int flyd_publish_open(uint32_t capacity, struct flyd_publish **out)
+/* The largest power-of-two slot count whose slots fit in @p max_bytes
+ * (the 256-byte header aside), never below @p capacity. */
+static uint32_t cap_of_bytes(uint64_t max_bytes, uint32_t capacity)
+{
+	uint64_t n = 64;
+
+	while (n * 2 * FLY_SHM_SLOT_SIZE <= max_bytes && n * 2 <= (1u << 24))
+		n *= 2;
+	return n < capacity ? capacity : (uint32_t)n;
+}
+
+int flyd_publish_open(uint32_t capacity, uint64_t max_bytes,
+		      struct flyd_publish **out)
 {
 	struct flyd_publish *p;
 	int rc;
@@ -32,7 +45,47 @@ int flyd_publish_open(uint32_t capacity, struct flyd_publish **out)
 		free(p);
 		return rc;
 	}
+	p->max_capacity =
+	    cap_of_bytes(max_bytes, fly__shm_writer_capacity(p->w));
 	*out = p;
+	return 0;
+}
+
+/* Move to a table of at least twice the slots, below the cap: a new
+ * sealed memfd gets every live entry, then the old one is marked
+ * superseded (its generation bumped) and closed here -- clients still
+ * mapping it keep it until they move, which they do on their next miss
+ * (a new hello hands out the new fd).  @return 0, -ENOSPC (at the cap),
+ * or an error of the new table (the old one is kept). */
+static int grow(struct flyd_publish *p, uint32_t need)
+{
+	struct fly_shm_writer *nw;
+	uint32_t cap = fly__shm_writer_capacity(p->w), ncap = cap * 2;
+	int rc;
+
+	while (ncap < p->max_capacity && ncap / 2 < need)
+		ncap *= 2;
+	if (cap >= p->max_capacity || ncap > p->max_capacity)
+		return -ENOSPC;
+	rc = fly__shm_writer_open(ncap, &nw);
+	if (rc < 0) {
+		flyd_log(FLYD_LOG_WARN, "shm_grow_failed",
+			 "capacity=%u new_capacity=%u rc=%d", cap, ncap, rc);
+		return rc;
+	}
+	rc = fly__shm_writer_copy(nw, p->w);
+	if (rc < 0) {
+		fly__shm_writer_close(nw);
+		return rc;
+	}
+	fly__shm_writer_supersede(p->w);
+	fly__shm_writer_close(p->w);
+	p->w = nw;
+	p->generation = fly__shm_bump(p->w);
+	p->warned_full = 0;
+	flyd_log(FLYD_LOG_INFO, "shm_grown",
+		 "capacity=%u new_capacity=%u entries=%d max_capacity=%u", cap,
+		 ncap, rc, p->max_capacity);
 	return 0;
 }
 
@@ -52,7 +105,14 @@ int flyd_publish_put(struct flyd_publish *p, const char *key,
 
 	pub.status = FLY_STATUS_TUNED;
 	pub.provisional = 0;
+	/* at most half full: probes stay short and the window never fills
+	 * before the cap */
+	if (fly__shm_writer_count(p->w) + 1 >
+	    fly__shm_writer_capacity(p->w) / 2)
+		(void)grow(p, fly__shm_writer_count(p->w) + 1);
 	rc = fly__shm_put(p->w, key, strlen(key), &pub);
+	if (rc == -ENOSPC && grow(p, fly__shm_writer_count(p->w) + 1) == 0)
+		rc = fly__shm_put(p->w, key, strlen(key), &pub);
 	if (rc == -ENOSPC && !p->warned_full) {
 		p->warned_full = 1;
 		flyd_log(FLYD_LOG_WARN, "shm_full",

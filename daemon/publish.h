@@ -20,9 +20,12 @@
 
 struct flyd_publish;
 
-/* Create the sealed table with room for @p capacity slots.
+/* Create the sealed table with room for @p capacity slots; it grows (a
+ * new, larger sealed memfd; the old one superseded) whenever it would be
+ * more than half full, while its slots fit in @p max_bytes.
  * @return 0, -ENOMEM, -errno (memfd_create, ftruncate, mmap, fcntl). */
-int flyd_publish_open(uint32_t capacity, struct flyd_publish **out);
+int flyd_publish_open(uint32_t capacity, uint64_t max_bytes,
+		      struct flyd_publish **out);
 /* NULL: no-op. */
 void flyd_publish_close(struct flyd_publish *p);
 
@@ -35,9 +38,9 @@ int flyd_publish_fill(struct flyd_publish *p, struct flyd_store *st,
 		      const char *device, const char *libver,
 		      void (*each)(void *arg, const struct flyd_result *r),
 		      void *arg);
-/* Insert or replace a committed winner.
- * @return 0, -ENOSPC (probe window full: logged, clients use the
- * socket), FLY_E_KEYLEN. */
+/* Insert or replace a committed winner (growing the table first when it
+ * would pass half full).  @return 0, -ENOSPC (at the size cap and the
+ * probe window full: logged, clients use the socket), FLY_E_KEYLEN. */
 int flyd_publish_put(struct flyd_publish *p, const char *key,
 		     const struct fly_decision *d);
 /* Drop one key (NULL: every key).  @return 0 or FLY_E_NOTFOUND. */

@@ -73,7 +73,8 @@ int flyd_results_open(struct flyd_ctx *ctx, struct flyd_results **out)
 	rc = flyd_rmap_new(&res->rmap);
 	if (rc < 0)
 		goto err_free;
-	rc = flyd_publish_open(ctx->cfg.shm_capacity, &res->pub);
+	rc = flyd_publish_open(ctx->cfg.shm_capacity, ctx->cfg.shm_max_bytes,
+			       &res->pub);
 	if (rc < 0)
 		goto err_free;
 	res->btab = backend_table(ctx->cfg.backend);

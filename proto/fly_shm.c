@@ -28,6 +28,12 @@
  *    probe), folded to 32 bits as (h ^ h >> 32).  Version 1 used the
  *    32-bit FNV-1a there; a version-1 reader refuses a version-2 table
  *    (FLY_E_VERSION) before it looks at the checksum.
+ *  - superseded (layout version 3): set once, by the writer, after every
+ *    live entry was copied into a larger table and just before the
+ *    generation bump that makes readers look again; the table stays
+ *    valid (its entries were current at that moment) but is never
+ *    written again.  A version-2 reader would not see the flag and
+ *    would keep serving a frozen table: it refuses version 3.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -68,7 +74,10 @@ struct shm_header {
 	_Atomic uint32_t count;	     /* live entries */
 	uint32_t max_probe;	     /* longest probe the writer ever needs */
 	uint32_t checksum;	     /* see the file comment */
-	uint8_t pad[204];
+	/* 1 once the writer moved to a larger table (layout 3): readers
+	 * ask the daemon for the new one on their next miss */
+	_Atomic uint32_t superseded;
+	uint8_t pad[200];
 };
 
 struct shm_slot {
@@ -96,6 +105,7 @@ _Static_assert(offsetof(struct shm_header, generation) == 32, "gen");
 _Static_assert(offsetof(struct shm_header, count) == 40, "count");
 _Static_assert(offsetof(struct shm_header, max_probe) == 44, "max_probe");
 _Static_assert(offsetof(struct shm_header, checksum) == 48, "checksum");
+_Static_assert(offsetof(struct shm_header, superseded) == 52, "superseded");
 _Static_assert(sizeof(struct shm_slot) == FLY_SHM_SLOT_SIZE, "slot");
 _Static_assert(offsetof(struct shm_slot, seq) == 0, "seq");
 _Static_assert(offsetof(struct shm_slot, hash) == 8, "hash");
@@ -437,6 +447,51 @@ void fly__shm_clear(struct fly_shm_writer *w)
 			slot_publish(w, i, &img, 1);
 	}
 	atomic_store_explicit(&hdr_of(w->base)->count, 0, memory_order_relaxed);
+}
+
+int fly__shm_writer_copy(struct fly_shm_writer *dst,
+			 const struct fly_shm_writer *src)
+{
+	union slot_img img;
+	int n = 0;
+
+	for (uint32_t i = 0; i < src->capacity; i++) {
+		struct fly_decision d;
+		int rc;
+
+		if (!src->written[i])
+			continue;
+		slot_peek(src, i, &img);
+		if (img.w[0] == 0 || img.s.keylen == 0 ||
+		    img.s.keylen > FLY_KEY_MAX - 1 ||
+		    img.s.nparams > FLY_PARAMS_MAX)
+			continue;
+		memset(&d, 0, sizeof(d));
+		d.status = img.s.status;
+		memcpy(d.variant, img.s.variant, FLY_VARIANT_MAX);
+		d.variant[FLY_VARIANT_MAX - 1] = '\0';
+		d.nparams = img.s.nparams;
+		memcpy(d.params, img.s.params, sizeof(d.params));
+		d.median_us = img.s.median_us;
+		rc = fly__shm_put(dst, img.s.key, img.s.keylen, &d);
+		if (rc < 0)
+			return rc;
+		n++;
+	}
+	return n;
+}
+
+void fly__shm_writer_supersede(struct fly_shm_writer *w)
+{
+	atomic_store_explicit(&hdr_of(w->base)->superseded, 1,
+			      memory_order_release);
+	(void)fly__shm_bump(w);
+}
+
+int fly__shm_reader_superseded(const struct fly_shm_reader *r)
+{
+	return atomic_load_explicit(&hdr_of(r->base)->superseded,
+				    memory_order_acquire) != 0;
 }
 
 uint64_t fly__shm_bump(struct fly_shm_writer *w)

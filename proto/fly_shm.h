@@ -45,7 +45,7 @@
 
 /* 2: the header checksum is FNV-1a 64 folded to 32 bits (fly_hash.h),
  * not the 32-bit FNV-1a of version 1 (issue 23: one hash). */
-#define FLY_SHM_LAYOUT_VERSION 2
+#define FLY_SHM_LAYOUT_VERSION 3
 #define FLY_SHM_SLOT_SIZE 256
 #define FLY_SHM_HEADER_SIZE 256
 #define FLY_SHM_MAX_PROBE 64
@@ -78,6 +78,13 @@ int fly__shm_del(struct fly_shm_writer *w, const char *key, size_t len);
 void fly__shm_clear(struct fly_shm_writer *w);
 /* Bump and return the generation (release store). */
 uint64_t fly__shm_bump(struct fly_shm_writer *w);
+/* Copy every live entry of @p src into @p dst (growing the table).
+ * @return entries copied, or fly__shm_put's error (-ENOSPC). */
+int fly__shm_writer_copy(struct fly_shm_writer *dst,
+			 const struct fly_shm_writer *src);
+/* Mark @p w superseded by a larger table and bump its generation, so
+ * readers look again and move on their next miss (layout 3). */
+void fly__shm_writer_supersede(struct fly_shm_writer *w);
 
 /* 1 when F_SEAL_FUTURE_WRITE was applied; 0 when the kernel refused it
  * (before Linux 5.1) and only SHRINK|GROW seal the table. */
@@ -100,6 +107,9 @@ int fly__shm_reader_open(int fd, struct fly_shm_reader **out);
 void fly__shm_reader_close(struct fly_shm_reader *r);
 /* Current generation (acquire load). */
 uint64_t fly__shm_reader_generation(const struct fly_shm_reader *r);
+/* 1 when the daemon has moved to a larger table: this one is frozen, the
+ * next hello hands out the new one. */
+int fly__shm_reader_superseded(const struct fly_shm_reader *r);
 
 /* Look a key up.  Never crashes on a hostile table; every index is
  * bounded.  @param[out] out filled on a hit, generation set.

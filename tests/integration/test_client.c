@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "../common/daemon.h"
 #include "flyclient.h"
 
@@ -144,6 +146,121 @@ static void test_pending_then_tuned_via_shm(void **state)
 	assert_string_equal(e.variant, t.variant);
 	assert_int_equal(s2.shm_hits, s1.shm_hits + 1);
 	assert_int_equal(s2.socket_requests, s1.socket_requests);
+	fly_client_close(c2);
+	fly_client_close(c);
+	cleanup_dm();
+}
+
+/* issue 19: the shm table grows.  A daemon started with 64 slots takes
+ * 600 imported winners: it moves to a larger sealed table (status says
+ * capacity >= 2048); a client that mapped the small table before moves
+ * once (one reconnect) on its next miss and then answers every key from
+ * the new table without a decide request; a fresh client maps the large
+ * table at once. */
+static char *ctl_out(const char *args)
+{
+	char cmd[1024], *out = NULL;
+
+	snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s %s 2>&1",
+		 FLY_BUILD_DIR, dm.sock, args);
+	assert_int_equal(fly_test_run(cmd, &out), 0);
+	return out;
+}
+
+static void test_issue_19_table_grows(void **state)
+{
+	enum { N = 600 };
+	struct fly_client_stats s0, s1;
+	struct fly_problem p = prob(key_a);
+	struct fly_decision d;
+	char path[512], args[600], *out;
+	cJSON *doc, *res, *one;
+	FILE *f;
+	fly_client *c, *c2;
+	int rc;
+
+	(void)state;
+	memset(&dm, 0, sizeof(dm));
+	rc = fly_test_daemon_start(&dm, "{\"shm_capacity\":64,"
+				   "\"shm_max_bytes\":1048576}", NULL);
+	if (rc < 0)
+		fly_test_daemon_print_log(&dm);
+	assert_int_equal(rc, 0);
+	c = client(dm.sock, fly_test_timeout(2000));
+	assert_int_equal(fly_decide_wait(c, &p, fly_test_timeout(TUNE_MS), &d),
+			 0);
+	assert_int_equal(d.status, FLY_STATUS_TUNED);
+	/* N copies of the tuned result under N keys */
+	snprintf(path, sizeof(path), "%s/one.json", dm.dir);
+	snprintf(args, sizeof(args), "export %s", path);
+	free(ctl_out(args));
+	f = fopen(path, "r");
+	assert_non_null(f);
+	{
+		static char buf[1 << 16];
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+
+		buf[n] = '\0';
+		doc = cJSON_Parse(buf);
+	}
+	fclose(f);
+	assert_non_null(doc);
+	res = cJSON_GetObjectItem(doc, "results");
+	one = cJSON_DetachItemFromArray(res, 0);
+	assert_non_null(one);
+	for (int i = 0; i < N; i++) {
+		cJSON *r = cJSON_Duplicate(one, 1);
+		struct fly_problem q = prob_n(i);
+		char key[FLY_KEY_MAX];
+
+		assert_true(fly_problem_key(&q, key, sizeof(key)) > 0);
+		cJSON_ReplaceItemInObject(r, "key", cJSON_CreateString(key));
+		cJSON_AddItemToArray(res, r);
+	}
+	cJSON_Delete(one);
+	snprintf(path, sizeof(path), "%s/many.json", dm.dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	out = cJSON_PrintUnformatted(doc);
+	fputs(out, f);
+	fclose(f);
+	free(out);
+	cJSON_Delete(doc);
+	snprintf(args, sizeof(args), "import %s", path);
+	free(ctl_out(args));
+	out = ctl_out("--json status");
+	doc = cJSON_Parse(out);
+	free(out);
+	assert_non_null(doc);
+	assert_true(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "shm"),
+					"capacity")->valuedouble >= 2048);
+	cJSON_Delete(doc);
+
+	/* the client of the small table: one move, then the table */
+	fly_client_stats_get(c, &s0);
+	for (int i = 0; i < N; i++) {
+		struct fly_problem q = prob_n(i);
+
+		assert_int_equal(fly_decide(c, &q, &d), 0);
+		assert_int_equal(d.status, FLY_STATUS_TUNED);
+	}
+	fly_client_stats_get(c, &s1);
+	assert_int_equal(s1.reconnects, s0.reconnects + 1);
+	assert_true(s1.shm_hits >= s0.shm_hits + N);
+	assert_true(s1.socket_requests <= s0.socket_requests + 2);
+	/* a fresh client maps the large table */
+	c2 = client(dm.sock, fly_test_timeout(2000));
+	assert_int_equal(fly_decide(c2, &p, &d), 0);
+	fly_client_stats_get(c2, &s0);
+	for (int i = 0; i < N; i++) {
+		struct fly_problem q = prob_n(i);
+
+		assert_int_equal(fly_decide(c2, &q, &d), 0);
+		assert_int_equal(d.status, FLY_STATUS_TUNED);
+	}
+	fly_client_stats_get(c2, &s1);
+	assert_int_equal(s1.shm_hits, s0.shm_hits + N);
+	assert_int_equal(s1.socket_requests, s0.socket_requests);
 	fly_client_close(c2);
 	fly_client_close(c);
 	cleanup_dm();
@@ -449,6 +566,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_bad_problems, teardown),
 		cmocka_unit_test_teardown(test_pending_then_tuned_via_shm, teardown),
+		cmocka_unit_test_teardown(test_issue_19_table_grows, teardown),
 		cmocka_unit_test_teardown(test_survives_kill_and_restart, teardown),
 		cmocka_unit_test_teardown(test_fork_child_own_connection, teardown),
 		cmocka_unit_test_teardown(test_fork_while_socket_busy, teardown),

@@ -127,6 +127,50 @@ static void test_roundtrip(void **state)
 	fly__shm_writer_close(w);
 }
 
+/* issue 19: growing copies every live entry (tombstones not) into the
+ * larger table, and the old table's readers see it superseded with a new
+ * generation while its entries stay readable. */
+static void test_copy_and_supersede(void **state)
+{
+	struct fly_shm_writer *w = wopen(64), *big = wopen(1024);
+	struct fly_shm_reader *r = NULL, *rb = NULL;
+	struct fly_decision d;
+	char k[FLY_KEY_MAX];
+	uint64_t g0;
+
+	(void)state;
+	for (int i = 0; i < 30; i++) {
+		key_of(k, i);
+		assert_int_equal(put(w, k, 3), 0);
+	}
+	key_of(k, 7);
+	assert_int_equal(fly__shm_del(w, k, strlen(k)), 0);
+	assert_int_equal(ropen(w, &r), 0);
+	assert_int_equal(fly__shm_reader_superseded(r), 0);
+	g0 = fly__shm_reader_generation(r);
+	assert_int_equal(fly__shm_writer_copy(big, w), 29);
+	assert_int_equal(fly__shm_writer_count(big), 29);
+	fly__shm_writer_supersede(w);
+	assert_int_equal(fly__shm_reader_superseded(r), 1);
+	assert_true(fly__shm_reader_generation(r) > g0);
+	assert_int_equal(ropen(big, &rb), 0);
+	assert_int_equal(fly__shm_reader_superseded(rb), 0);
+	for (int i = 0; i < 30; i++) {
+		key_of(k, i);
+		assert_int_equal(fly_shm_lookup(rb, k, strlen(k), &d),
+				 i == 7 ? FLY_E_NOTFOUND : 0);
+		if (i != 7) {
+			assert_true(dec_ok(k, &d));
+			/* the old table still answers what it held */
+			assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
+		}
+	}
+	fly__shm_reader_close(r);
+	fly__shm_reader_close(rb);
+	fly__shm_writer_close(w);
+	fly__shm_writer_close(big);
+}
+
 static void test_overwrite_delete_clear(void **state)
 {
 	struct fly_shm_writer *w = wopen(64);
@@ -658,6 +702,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_roundtrip),
+	    cmocka_unit_test(test_copy_and_supersede),
 	    cmocka_unit_test(test_overwrite_delete_clear),
 	    cmocka_unit_test(test_tombstone_keeps_probe),
 	    cmocka_unit_test(test_probe_window_full),
