@@ -11,10 +11,11 @@
  *    table, shm lookup): p50/p99 over FRESH clients.
  * 3. a socket round trip: fly_request of a decide.
  *
- *   bench_client SOCKET KEY --shm FORMAT N
+ *   bench_client SOCKET KEY --shm FORMAT N [STEP]
  *
  * 4. a connected client whose process cache is cold: the first fly_decide
- *    of each of N distinct tuned keys (FORMAT with one %d, 1..N), each a
+ *    of each of N distinct tuned keys (FORMAT with one %d, STEP..N*STEP:
+ *    the imported winners must be feasible for every key), each a
  *    process-cache miss answered from the shm table; p50/p99 per call.
  * Prints "name value" lines (ns) that run_service_bench.sh tabulates.
  * Owns: its clients.  Thread: main + 2 bench threads.
@@ -143,7 +144,7 @@ static void bench_fresh(const char *sock, const struct fly_problem *p)
 	       (unsigned long long)pct(v, FRESH, 0.99), shm, FRESH);
 }
 
-static void bench_shm(const char *sock, const char *fmt, int n)
+static void bench_shm(const char *sock, const char *fmt, int n, int step)
 {
 	struct fly_client_opts o = { .socket_path = sock, .timeout_ms = 1000 };
 	struct fly_client_stats st0, st1;
@@ -156,14 +157,14 @@ static void bench_shm(const char *sock, const char *fmt, int n)
 	if (v == NULL || fly_client_open_opts(&o, &c) < 0)
 		exit(1);
 	/* connect, hello, map: with a key outside the measured set */
-	snprintf(key, sizeof(key), fmt, n + 1);
+	snprintf(key, sizeof(key), fmt, (n + 1) * step);
 	if (fly_problem_from_key(key, &p) == 0)
 		fly_decide(c, &p, &d);
 	fly_client_stats_get(c, &st0);
 	for (int i = 0; i < n; i++) {
 		uint64_t s;
 
-		snprintf(key, sizeof(key), fmt, i + 1);
+		snprintf(key, sizeof(key), fmt, (i + 1) * step);
 		if (fly_problem_from_key(key, &p) < 0)
 			exit(1);
 		s = now_ns();
@@ -215,8 +216,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	o.socket_path = argv[1];
-	if (argc == 6 && strcmp(argv[3], "--shm") == 0) {
-		bench_shm(argv[1], argv[4], atoi(argv[5]));
+	if ((argc == 6 || argc == 7) && strcmp(argv[3], "--shm") == 0) {
+		bench_shm(argv[1], argv[4], atoi(argv[5]),
+			  argc == 7 ? atoi(argv[6]) : 1);
 		return 0;
 	}
 	if (fly_problem_from_key(key, &p) < 0 ||

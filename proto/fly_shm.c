@@ -660,7 +660,19 @@ int fly_shm_lookup(const struct fly_shm_reader *r, const char *key, size_t len,
 	h0 = fly__shm_home(hash);
 	mask = r->capacity - 1;
 	for (uint32_t p = 0; p < r->probe; p++) {
-		rc = slot_read(r, (uint32_t)(h0 + p) & mask, &img);
+		uint32_t i = (uint32_t)(h0 + p) & mask;
+		_Atomic uint64_t *sw = slot_words(r->base, i);
+		uint64_t s0 = atomic_load_explicit(&sw[0], memory_order_acquire);
+
+		if (s0 == 0)
+			return FLY_E_NOTFOUND;
+		/* A stable slot whose hash differs is passed over on two
+		 * loads; only a match (or a slot being written) is copied
+		 * whole under the seqlock and checked. */
+		if (!(s0 & 1) &&
+		    atomic_load_explicit(&sw[1], memory_order_relaxed) != hash)
+			continue;
+		rc = slot_read(r, i, &img);
 		if (rc < 0)
 			return rc;
 		if (img.w[0] == 0)
