@@ -116,6 +116,7 @@ int ctl_parse_duration(const char *arg, double max_s, uint32_t *ms);
  * (argv[0] is the subcommand name).  Returns an exit code. */
 int ctl_status(struct ctl *x, int argc, char **argv);   /* cmd_query.c */
 int ctl_stats(struct ctl *x, int argc, char **argv);    /* cmd_query.c */
+int ctl_metrics(struct ctl *x, int argc, char **argv);  /* cmd_query.c */
 int ctl_get(struct ctl *x, int argc, char **argv);      /* cmd_query.c */
 int ctl_list(struct ctl *x, int argc, char **argv);     /* cmd_query.c */
 int ctl_jobs(struct ctl *x, int argc, char **argv);     /* cmd_query.c */

@@ -1,8 +1,8 @@
 /*
  * main.c -- flytune-ctl: the admin CLI of flytuned.  Parses the global
  * options, opens a client and dispatches to a subcommand (the table
- * below; one file per group: cmd_query.c status, stats, get, list, jobs,
- * cancel; cmd_explain.c; cmd_tune.c tune, forget; cmd_decide.c;
+ * below; one file per group: cmd_query.c status, stats, metrics, get,
+ * list, jobs, cancel; cmd_explain.c; cmd_tune.c tune, forget; cmd_decide.c;
  * cmd_export.c; cmd_import.c).  Every result and error goes out through
  * out.c, every request through call.c.
  *
@@ -61,6 +61,10 @@ static const struct cmd cmds[] = {
 	{ "forget", ctl_forget, "forget KEY | --all",
 	  "Forget one key's result, or every result." },
 	{ "stats", ctl_stats, "stats", "Show the daemon's counters." },
+	{ "metrics", ctl_metrics, "metrics",
+	  "Print the daemon's counters and gauges as Prometheus text\n"
+	  "  (format 0.0.4), as its metrics_listen HTTP listener serves them;\n"
+	  "  for node_exporter's textfile collector." },
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
 

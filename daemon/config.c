@@ -21,6 +21,7 @@
 #include "config.h"
 #include "fly_key.h"
 #include "fly_msg.h"
+#include "http.h"
 #include "log.h"
 
 #define CONFIG_FILE_MAX (1024 * 1024)
@@ -168,6 +169,26 @@ static int get_bucketing(const cJSON *o, struct flyd_config *c, char *err,
 	return 0;
 }
 
+/* "metrics_listen": "" (off) or a numeric "HOST:PORT" / "[V6]:PORT". */
+static int get_listen(const cJSON *it, struct flyd_config *c, char *err,
+		      size_t errcap)
+{
+	struct sockaddr_storage ss;
+	char v[sizeof(c->metrics_listen)];
+	int rc = get_str(it, NULL, v, sizeof(v), err, errcap);
+
+	if (rc < 0)
+		return rc;
+	if (v[0] != '\0' && flyd_http_parse_addr(v, &ss) < 0) {
+		snprintf(err, errcap, "config: 'metrics_listen' must be \"\" or "
+			 "a numeric HOST:PORT (\"127.0.0.1:9464\", "
+			 "\"[::1]:9464\"), not '%.64s'", v);
+		return -EINVAL;
+	}
+	snprintf(c->metrics_listen, sizeof(c->metrics_listen), "%s", v);
+	return 0;
+}
+
 /* Apply one top-level member to @p c. */
 static int apply_member(const cJSON *it, struct flyd_config *c, char *err,
 			size_t errcap)
@@ -228,6 +249,8 @@ static int apply_member(const cJSON *it, struct flyd_config *c, char *err,
 			       err, errcap);
 	if (strcmp(k, "bucketing") == 0)
 		return get_bucketing(it, c, err, errcap);
+	if (strcmp(k, "metrics_listen") == 0)
+		return get_listen(it, c, err, errcap);
 	snprintf(err, errcap, "config: unknown key '%.64s'", k);
 	return -EINVAL;
 }

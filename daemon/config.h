@@ -41,6 +41,8 @@ struct flyd_config {
 	char admin_group[64];        /* group allowed admin requests
 					("flytune") */
 	char log_level[16];          /* "info" */
+	char metrics_listen[64];     /* "HOST:PORT" of the metrics listener,
+					"" (default): none */
 	struct fly_bucket_policy bucket[FLY_OP_COUNT]; /* per-op bucketing */
 };
 
