@@ -409,6 +409,7 @@ def main():
         check("http_errors", t_http_errors, dm)
         check("http_slow_request_times_out",
               t_http_slow_request_times_out, dm)
+        check("dashboard_names_exist", t_dashboard_names_exist, dm)
         if RESULTS[1]:
             print(dm.tail())
     except Exception:
