@@ -26,7 +26,7 @@
 /* Read a whole file ("-": stdin) of at most CTL_IMPORT_CAP bytes; the
  * size of a regular file is checked before reading anything.
  * @return CTL_OK (caller frees *buf), CTL_INVALID (too big), CTL_ERR. */
-static int read_capped(const char *file, char **buf, size_t *len)
+int ctl_read_file(const char *file, char **buf, size_t *len)
 {
 	int fd = strcmp(file, "-") == 0 ? STDIN_FILENO :
 					   open(file, O_RDONLY | O_CLOEXEC);
@@ -245,24 +245,32 @@ int ctl_import(struct ctl *x, int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
+		{ "format", required_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
 	cJSON *doc, *last = NULL;
 	size_t len;
 	char *buf;
-	int ch, rc;
+	int ch, rc, tunableop = 0;
 
 	opterr = 0;
 	optind = 0; /* 0: glibc re-initialises (permuting again) */
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (ch != 'j')
-			return ctl_usage(x, "bad option '%s'",
-					 argv[optind - 1]);
-		x->json = 1;
+		if (ch == 'j')
+			x->json = 1;
+		else if (ch == 'f' && strcmp(optarg, "tunableop") == 0)
+			tunableop = 1;
+		else if (ch == 'f' && strcmp(optarg, "json") == 0)
+			tunableop = 0;
+		else
+			return ctl_usage(x, "bad option '%s' (--format "
+					 "json|tunableop)", argv[optind - 1]);
 	}
 	if (argc - optind != 1)
 		return ctl_usage(x, "import needs exactly one FILE");
-	rc = read_capped(argv[optind], &buf, &len);
+	if (tunableop)
+		return ctl_import_tunableop(x, argv[optind]);
+	rc = ctl_read_file(argv[optind], &buf, &len);
 	if (rc != CTL_OK)
 		return rc;
 	doc = cJSON_ParseWithLength(buf, len);
