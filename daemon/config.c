@@ -9,6 +9,8 @@
  * reported naming its key.  Nothing is written to @p c unless the whole
  * file is valid.
  */
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +23,6 @@
 #include "config.h"
 #include "fly_key.h"
 #include "fly_msg.h"
-#include "http.h"
 #include "log.h"
 
 #define CONFIG_FILE_MAX (1024 * 1024)
@@ -169,6 +170,41 @@ static int get_bucketing(const cJSON *o, struct flyd_config *c, char *err,
 	return 0;
 }
 
+int flyd_config_parse_listen(const char *s, struct sockaddr_storage *out)
+{
+	struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)out;
+	struct sockaddr_in *a4 = (struct sockaddr_in *)out;
+	const char *colon = strrchr(s, ':');
+	char host[64], *end;
+	size_t hl;
+	long port;
+
+	memset(out, 0, sizeof(*out));
+	if (colon == NULL || colon == s || colon[1] == '\0')
+		return -EINVAL;
+	port = strtol(colon + 1, &end, 10);
+	if (*end != '\0' || !isdigit((unsigned char)colon[1]) || port > 65535)
+		return -EINVAL;
+	hl = (size_t)(colon - s);
+	if (s[0] == '[') { /* [v6]:port */
+		if (hl < 3 || s[hl - 1] != ']' || hl - 2 >= sizeof(host))
+			return -EINVAL;
+		memcpy(host, s + 1, hl - 2);
+		host[hl - 2] = '\0';
+		a6->sin6_family = AF_INET6;
+		a6->sin6_port = htons((uint16_t)port);
+		return inet_pton(AF_INET6, host, &a6->sin6_addr) == 1 ? 0 :
+		       -EINVAL;
+	}
+	if (hl >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, s, hl);
+	host[hl] = '\0';
+	a4->sin_family = AF_INET;
+	a4->sin_port = htons((uint16_t)port);
+	return inet_pton(AF_INET, host, &a4->sin_addr) == 1 ? 0 : -EINVAL;
+}
+
 /* "metrics_listen": "" (off) or a numeric "HOST:PORT" / "[V6]:PORT". */
 static int get_listen(const cJSON *it, struct flyd_config *c, char *err,
 		      size_t errcap)
@@ -179,7 +215,7 @@ static int get_listen(const cJSON *it, struct flyd_config *c, char *err,
 
 	if (rc < 0)
 		return rc;
-	if (v[0] != '\0' && flyd_http_parse_addr(v, &ss) < 0) {
+	if (v[0] != '\0' && flyd_config_parse_listen(v, &ss) < 0) {
 		snprintf(err, errcap, "config: 'metrics_listen' must be \"\" or "
 			 "a numeric HOST:PORT (\"127.0.0.1:9464\", "
 			 "\"[::1]:9464\"), not '%.64s'", v);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "http.h"
 
 struct hconn {
@@ -309,37 +310,6 @@ static void on_connection(uv_stream_t *srv, int status)
 
 /* ---------------------------------------------------------------- api */
 
-int flyd_http_parse_addr(const char *s, struct sockaddr_storage *out)
-{
-	char host[64];
-	const char *colon = strrchr(s, ':');
-	char *end;
-	long port;
-	size_t hl;
-
-	memset(out, 0, sizeof(*out));
-	if (colon == NULL || colon == s)
-		return -EINVAL;
-	port = strtol(colon + 1, &end, 10);
-	if (*end != '\0' || end == colon + 1 || port < 0 || port > 65535)
-		return -EINVAL;
-	hl = (size_t)(colon - s);
-	if (s[0] == '[') { /* [v6]:port */
-		if (hl < 3 || s[hl - 1] != ']' || hl - 2 >= sizeof(host))
-			return -EINVAL;
-		memcpy(host, s + 1, hl - 2);
-		host[hl - 2] = '\0';
-		return uv_ip6_addr(host, (int)port,
-				   (struct sockaddr_in6 *)out) < 0 ? -EINVAL : 0;
-	}
-	if (hl >= sizeof(host))
-		return -EINVAL;
-	memcpy(host, s, hl);
-	host[hl] = '\0';
-	return uv_ip4_addr(host, (int)port, (struct sockaddr_in *)out) < 0 ?
-	       -EINVAL : 0;
-}
-
 static void listener_closed(uv_handle_t *hd)
 {
 	http_unref(hd->data);
@@ -355,7 +325,7 @@ int flyd_http_start(uv_loop_t *loop, const char *addr,
 	struct flyd_http *h;
 
 	*out = NULL;
-	rc = flyd_http_parse_addr(addr, &ss);
+	rc = flyd_config_parse_listen(addr, &ss);
 	if (rc < 0)
 		return rc;
 	h = calloc(1, sizeof(*h));

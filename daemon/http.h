@@ -42,10 +42,7 @@ struct flyd_http_counts {
 
 struct flyd_http;
 
-/* Parse "HOST:PORT" ("127.0.0.1:9464", "[::1]:9464"; numeric only).
- * @return 0 or -EINVAL. */
-int flyd_http_parse_addr(const char *s, struct sockaddr_storage *out);
-/* Listen on @p addr (flyd_http_parse_addr's syntax).
+/* Listen on @p addr (flyd_config_parse_listen's syntax).
  * @param[out] out caller owns; stop with flyd_http_stop().
  * @return 0, -EINVAL (bad address), or -errno of bind/listen. */
 int flyd_http_start(uv_loop_t *loop, const char *addr,

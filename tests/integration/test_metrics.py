@@ -340,14 +340,17 @@ def t_metrics_listen_refused():
     d = tempfile.mkdtemp(prefix="flymet.")
     try:
         conf = os.path.join(d, "c.json")
-        with open(conf, "w") as f:
-            json.dump({"backend": "cpu", "metrics_listen": "nohost"}, f)
-        p = subprocess.run([os.path.join(BUILD, "flytuned-test"),
-                            "--state-dir", d, "--config", conf],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           timeout=30 * MULT)
-        assert p.returncode == 6, (p.returncode, p.stderr[-500:])
-        assert b"metrics_listen" in p.stderr, p.stderr[-500:]
+        for bad in ("nohost", "localhost:9464", "127.0.0.1:65536",
+                    "127.0.0.1:", "127.0.0.1:-1", "[::1]", "::1:9464x",
+                    "1.2.3:80", 9464):
+            with open(conf, "w") as f:
+                json.dump({"backend": "cpu", "metrics_listen": bad}, f)
+            p = subprocess.run([os.path.join(BUILD, "flytuned-test"),
+                                "--state-dir", d, "--config", conf],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               timeout=30 * MULT)
+            assert p.returncode == 6, (bad, p.returncode, p.stderr[-500:])
+            assert b"metrics_listen" in p.stderr, p.stderr[-500:]
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
