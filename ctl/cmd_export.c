@@ -169,22 +169,6 @@ static int export_write(struct ctl *x, const char *file, int csv,
 	return CTL_OK;
 }
 
-/* After an export to a file: {"ok":true,"exported":N} with --json, else
- * a note on stderr (stdout stays empty). */
-void ctl_export_done(const struct ctl *x, const char *file, int n)
-{
-	cJSON *o = cJSON_CreateObject();
-
-	if (o != NULL) {
-		cJSON_AddTrueToObject(o, "ok");
-		cJSON_AddNumberToObject(o, "exported", n);
-		ctl_out(x, o, NULL);
-	}
-	cJSON_Delete(o);
-	if (!x->json)
-		fprintf(stderr, "exported %d result(s) to %s\n", n, file);
-}
-
 int ctl_export(struct ctl *x, int argc, char **argv)
 {
 	cJSON *doc, *results, *device, *libver, *base;

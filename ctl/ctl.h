@@ -128,12 +128,12 @@ int ctl_decide(struct ctl *x, int argc, char **argv);   /* cmd_decide.c */
 int ctl_export(struct ctl *x, int argc, char **argv);   /* cmd_export.c */
 int ctl_import(struct ctl *x, int argc, char **argv);   /* cmd_import.c */
 
-/* cmd_import.c: read a whole file ("-": stdin) of at most 64 MiB (a
+/* file.c: read a whole file ("-": stdin) of at most 64 MiB (a
  * regular file's size is checked first).  @return CTL_OK (caller frees
  * *buf, NUL-terminated), CTL_INVALID (too big), CTL_ERR (message
  * printed). */
 int ctl_read_file(const char *file, char **buf, size_t *len);
-/* cmd_export.c: after an export to a file, {"ok":true,"exported":N} with
+/* out.c: after an export to a file, {"ok":true,"exported":N} with
  * --json, else a note on stderr. */
 void ctl_export_done(const struct ctl *x, const char *file, int n);
 /* cmd_tunableop.c: @p results (every result, as export pages them) as a
