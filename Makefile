@@ -389,6 +389,7 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ)
 	$(Q)FLY_BUILD_DIR=$(abspath $(BUILD)) FLY_PY_ENV="$(PY_ENV)" \
 		FUZZ_SECONDS=$(FUZZ_SECONDS) sh tools/run-tests.sh all \
 		$(UNIT_BIN) $(INTEG_BIN) tests/integration/test_python.py \
+		tests/integration/test_metrics.py tests/integration/test_journal.py \
 		tests/gpu/emu/run-emu-kernels.sh tests/gpu/emu/run-emu-gemm.sh \
 		$(if $(TEST_FUZZ),tests/fuzz/run-fuzz.sh) \
 		tools/systemd-verify.sh tools/install-check.sh \

@@ -1,9 +1,10 @@
 /*
- * cmd_export.c -- export [--format json|csv] [FILE]: every result, paged
- * from the daemon, as an export file (schemas/export-file.json:
- * {"format":"flytuned-export","version":1,"device":..,"libver":..,
- * "results":[result...]}) or as CSV (a header line, then one row per
- * result).
+ * cmd_export.c -- export [--format json|csv|tunableop] [FILE]: every
+ * result, paged from the daemon, as an export file
+ * (schemas/export-file.json: {"format":"flytuned-export","version":1,
+ * "device":..,"libver":..,"results":[result...]}), as CSV (a header line,
+ * then one row per result) or as a PyTorch TunableOp results file
+ * (cmd_tunableop.c).
  *
  * Owns: the file it writes.  Thread: main.
  */
@@ -84,13 +85,22 @@ static void write_csv(FILE *f, const cJSON *results)
 	}
 }
 
+/* The tunableop format's options. */
+struct topts {
+	int on;               /* --format tunableop */
+	const char *pt;       /* --pt-version */
+	const char *from;     /* --validators FILE */
+};
+
 /* Parse export's options.  @return -1 to go on, else an exit code. */
 static int export_opts(struct ctl *x, int argc, char **argv, int *csv,
-		       const char **file)
+		       const char **file, struct topts *to)
 {
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
 		{ "format", required_argument, NULL, 'f' },
+		{ "pt-version", required_argument, NULL, 'p' },
+		{ "validators", required_argument, NULL, 'v' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int ch;
@@ -104,11 +114,21 @@ static int export_opts(struct ctl *x, int argc, char **argv, int *csv,
 			*csv = 0;
 		} else if (ch == 'f' && strcmp(optarg, "csv") == 0) {
 			*csv = 1;
+		} else if (ch == 'f' && strcmp(optarg, "tunableop") == 0) {
+			to->on = 1;
+		} else if (ch == 'p') {
+			to->pt = optarg;
+		} else if (ch == 'v') {
+			to->from = optarg;
 		} else {
-			return ctl_usage(x, "bad option '%s' (--format json|csv)",
+			return ctl_usage(x, "bad option '%s' (--format "
+					 "json|csv|tunableop)",
 					 argv[optind - 1]);
 		}
 	}
+	if ((to->pt != NULL || to->from != NULL) && !to->on)
+		return ctl_usage(x, "--pt-version and --validators go with "
+				 "--format tunableop");
 	if (argc - optind > 1)
 		return ctl_usage(x, "export takes at most one FILE");
 	*file = argc > optind ? argv[optind] : "-";
@@ -149,29 +169,14 @@ static int export_write(struct ctl *x, const char *file, int csv,
 	return CTL_OK;
 }
 
-/* After an export to a file: {"ok":true,"exported":N} with --json, else
- * a note on stderr (stdout stays empty). */
-static void export_done(const struct ctl *x, const char *file, int n)
-{
-	cJSON *o = cJSON_CreateObject();
-
-	if (o != NULL) {
-		cJSON_AddTrueToObject(o, "ok");
-		cJSON_AddNumberToObject(o, "exported", n);
-		ctl_out(x, o, NULL);
-	}
-	cJSON_Delete(o);
-	if (!x->json)
-		fprintf(stderr, "exported %d result(s) to %s\n", n, file);
-}
-
 int ctl_export(struct ctl *x, int argc, char **argv)
 {
 	cJSON *doc, *results, *device, *libver, *base;
 	const char *file = "-";
+	struct topts to = {0};
 	int csv = 0, rc;
 
-	rc = export_opts(x, argc, argv, &csv, &file);
+	rc = export_opts(x, argc, argv, &csv, &file, &to);
 	if (rc >= 0)
 		return rc;
 	rc = identity(x, &device, &libver);
@@ -185,6 +190,13 @@ int ctl_export(struct ctl *x, int argc, char **argv)
 		cJSON_Delete(libver);
 		return rc;
 	}
+	if (to.on) {
+		cJSON_Delete(device);
+		cJSON_Delete(libver);
+		rc = ctl_export_tunableop(x, results, file, to.pt, to.from);
+		cJSON_Delete(results);
+		return rc;
+	}
 	doc = cJSON_CreateObject();
 	cJSON_AddStringToObject(doc, "format", CTL_EXPORT_FORMAT);
 	cJSON_AddNumberToObject(doc, "version", CTL_EXPORT_VERSION);
@@ -193,7 +205,7 @@ int ctl_export(struct ctl *x, int argc, char **argv)
 	cJSON_AddItemToObject(doc, "results", results);
 	rc = export_write(x, file, csv, doc);
 	if (rc == CTL_OK && strcmp(file, "-") != 0)
-		export_done(x, file, cJSON_GetArraySize(results));
+		ctl_export_done(x, file, cJSON_GetArraySize(results));
 	cJSON_Delete(doc);
 	return rc;
 }

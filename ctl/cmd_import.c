@@ -1,93 +1,22 @@
 /*
  * cmd_import.c -- import FILE: validate a whole export file first (size
- * cap checked before reading, then the header and every record, the
+ * cap checked before reading, file.c; then the header and every record, the
  * records by fly_record_check, the validator the daemon uses too), then
  * send it in chunks with "more": true until the last, so the daemon
  * commits all or nothing.
  *
  * Owns: the file it reads.  Thread: main.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "ctl.h"
 #include "fly_record.h"
 
-#define CTL_IMPORT_CAP (64u * 1024u * 1024u) /* import file size cap */
 #define CTL_CHUNK_BYTES 48000 /* import/... request payload budget */
-
-/* Read a whole file ("-": stdin) of at most CTL_IMPORT_CAP bytes; the
- * size of a regular file is checked before reading anything.
- * @return CTL_OK (caller frees *buf), CTL_INVALID (too big), CTL_ERR. */
-static int read_capped(const char *file, char **buf, size_t *len)
-{
-	int fd = strcmp(file, "-") == 0 ? STDIN_FILENO :
-					   open(file, O_RDONLY | O_CLOEXEC);
-	size_t cap = CTL_IMPORT_CAP, n = 0, size = 65536;
-	struct stat st;
-	char *p = NULL, *q;
-	ssize_t r;
-
-	*buf = NULL;
-	if (fd < 0) {
-		ctl_err(errno == ENOENT ? "not_found" : "internal",
-			"import failed: %s: %s", file, strerror(errno));
-		return CTL_ERR;
-	}
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-	    (uint64_t)st.st_size > cap) {
-		ctl_err("too_big", "import failed: %s: %lld bytes, over the "
-			"%zu-byte cap", file, (long long)st.st_size, cap);
-		goto err_too_big;
-	}
-	for (;;) {
-		if (n == size || p == NULL) {
-			size = p == NULL ? size : size * 2;
-			q = realloc(p, size + 1);
-			if (q == NULL)
-				goto err_io;
-			p = q;
-		}
-		r = read(fd, p + n, size - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			goto err_io;
-		if (r == 0)
-			break;
-		n += (size_t)r;
-		if (n > cap) {
-			ctl_err("too_big", "import failed: %s: over the "
-				"%zu-byte cap", file, cap);
-			goto err_too_big;
-		}
-	}
-	if (fd != STDIN_FILENO)
-		close(fd);
-	p[n] = '\0';
-	*buf = p;
-	*len = n;
-	return CTL_OK;
-
-err_io:
-	ctl_err("internal", "import failed: %s: %s", file, strerror(errno));
-	free(p);
-	if (fd != STDIN_FILENO)
-		close(fd);
-	return CTL_ERR;
-err_too_big:
-	free(p);
-	if (fd != STDIN_FILENO)
-		close(fd);
-	return CTL_INVALID;
-}
 
 static int is_int(const cJSON *v)
 {
@@ -245,24 +174,32 @@ int ctl_import(struct ctl *x, int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
+		{ "format", required_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
 	cJSON *doc, *last = NULL;
 	size_t len;
 	char *buf;
-	int ch, rc;
+	int ch, rc, tunableop = 0;
 
 	opterr = 0;
 	optind = 0; /* 0: glibc re-initialises (permuting again) */
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (ch != 'j')
-			return ctl_usage(x, "bad option '%s'",
-					 argv[optind - 1]);
-		x->json = 1;
+		if (ch == 'j')
+			x->json = 1;
+		else if (ch == 'f' && strcmp(optarg, "tunableop") == 0)
+			tunableop = 1;
+		else if (ch == 'f' && strcmp(optarg, "json") == 0)
+			tunableop = 0;
+		else
+			return ctl_usage(x, "bad option '%s' (--format "
+					 "json|tunableop)", argv[optind - 1]);
 	}
 	if (argc - optind != 1)
 		return ctl_usage(x, "import needs exactly one FILE");
-	rc = read_capped(argv[optind], &buf, &len);
+	if (tunableop)
+		return ctl_import_tunableop(x, argv[optind]);
+	rc = ctl_read_file(argv[optind], &buf, &len);
 	if (rc != CTL_OK)
 		return rc;
 	doc = cJSON_ParseWithLength(buf, len);

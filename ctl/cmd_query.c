@@ -1,7 +1,7 @@
 /*
  * cmd_query.c -- the subcommands that ask and show: status, stats, get
- * (flat "name: value" lines), list (paged, one row per key), jobs and
- * cancel.
+ * (flat "name: value" lines), metrics (the Prometheus text as is), list
+ * (paged, one row per key), jobs and cancel.
  *
  * Owns: nothing between calls.  Thread: main.
  */
@@ -30,6 +30,25 @@ int ctl_status(struct ctl *x, int argc, char **argv)
 int ctl_stats(struct ctl *x, int argc, char **argv)
 {
 	return simple(x, argc, argv, "stats");
+}
+
+/* The reply's "text" exactly as the daemon rendered it (the exposition
+ * format ends every line with a newline). */
+static void print_metrics(const cJSON *doc)
+{
+	const char *t = ctl_str(doc, "text");
+
+	if (t != NULL)
+		fputs(t, stdout);
+}
+
+int ctl_metrics(struct ctl *x, int argc, char **argv)
+{
+	int rc = ctl_parse_simple(x, argc, argv, 0);
+
+	if (rc >= 0)
+		return rc;
+	return ctl_call_out(x, ctl_req("metrics"), print_metrics);
 }
 
 int ctl_get(struct ctl *x, int argc, char **argv)

@@ -116,6 +116,7 @@ int ctl_parse_duration(const char *arg, double max_s, uint32_t *ms);
  * (argv[0] is the subcommand name).  Returns an exit code. */
 int ctl_status(struct ctl *x, int argc, char **argv);   /* cmd_query.c */
 int ctl_stats(struct ctl *x, int argc, char **argv);    /* cmd_query.c */
+int ctl_metrics(struct ctl *x, int argc, char **argv);  /* cmd_query.c */
 int ctl_get(struct ctl *x, int argc, char **argv);      /* cmd_query.c */
 int ctl_list(struct ctl *x, int argc, char **argv);     /* cmd_query.c */
 int ctl_jobs(struct ctl *x, int argc, char **argv);     /* cmd_query.c */
@@ -126,5 +127,26 @@ int ctl_forget(struct ctl *x, int argc, char **argv);   /* cmd_tune.c */
 int ctl_decide(struct ctl *x, int argc, char **argv);   /* cmd_decide.c */
 int ctl_export(struct ctl *x, int argc, char **argv);   /* cmd_export.c */
 int ctl_import(struct ctl *x, int argc, char **argv);   /* cmd_import.c */
+
+/* file.c: read a whole file ("-": stdin) of at most 64 MiB (a
+ * regular file's size is checked first).  @return CTL_OK (caller frees
+ * *buf, NUL-terminated), CTL_INVALID (too big), CTL_ERR (message
+ * printed). */
+int ctl_read_file(const char *file, char **buf, size_t *len);
+/* out.c: after an export to a file, {"ok":true,"exported":N} with
+ * --json, else a note on stderr. */
+void ctl_export_done(const struct ctl *x, const char *file, int n);
+/* cmd_tunableop.c: @p results (every result, as export pages them) as a
+ * PyTorch TunableOp results file at @p file ("-": stdout): Validator
+ * lines copied from @p from (a file PyTorch wrote) when given, else
+ * PT_VERSION @p pt, else python3's torch.__version__; then the GEMM
+ * winners that are vendor algorithms.  @return exit code. */
+int ctl_export_tunableop(struct ctl *x, const cJSON *results,
+			 const char *file, const char *pt, const char *from);
+/* cmd_tunableop.c: read a TunableOp results file and queue a tune job
+ * (not forced) for each plain GEMM entry's key; print what was queued,
+ * each entry's TunableOp solution and what was skipped.
+ * @return exit code. */
+int ctl_import_tunableop(struct ctl *x, const char *file);
 
 #endif /* FLY_CTL_H */

@@ -1,8 +1,8 @@
 /*
  * main.c -- flytune-ctl: the admin CLI of flytuned.  Parses the global
  * options, opens a client and dispatches to a subcommand (the table
- * below; one file per group: cmd_query.c status, stats, get, list, jobs,
- * cancel; cmd_explain.c; cmd_tune.c tune, forget; cmd_decide.c;
+ * below; one file per group: cmd_query.c status, stats, metrics, get,
+ * list, jobs, cancel; cmd_explain.c; cmd_tune.c tune, forget; cmd_decide.c;
  * cmd_export.c; cmd_import.c).  Every result and error goes out through
  * out.c, every request through call.c.
  *
@@ -52,15 +52,28 @@ static const struct cmd cmds[] = {
 	  "Queue a key for tuning now; --force re-tunes a tuned key; --wait\n"
 	  "  waits for the result (default 600 s; fractions and 500ms also\n"
 	  "  work), showing progress on a terminal." },
-	{ "export", ctl_export, "export [--format json|csv] [FILE]",
+	{ "export", ctl_export,
+	  "export [--format json|csv|tunableop] [--pt-version V]\n"
+	  "         [--validators FILE] [FILE]",
 	  "Write every result as an export file (json, the default) or as\n"
-	  "  CSV; FILE \"-\" or none: stdout." },
-	{ "import", ctl_import, "import FILE",
+	  "  CSV; FILE \"-\" or none: stdout.  tunableop: a PyTorch\n"
+	  "  TunableOp results file of the GEMM winners that are vendor\n"
+	  "  algorithms (Default, Gemm_Cublaslt_*), with Validator lines\n"
+	  "  copied from --validators FILE (one PyTorch wrote here), else\n"
+	  "  PT_VERSION --pt-version, else python3's torch version." },
+	{ "import", ctl_import, "import [--format json|tunableop] FILE",
 	  "Validate an export file (at most 64 MiB) and import it; the\n"
-	  "  daemon commits all of it or nothing." },
+	  "  daemon commits all of it or nothing.  tunableop: read a\n"
+	  "  PyTorch TunableOp results file and queue a tune job for each\n"
+	  "  GEMM entry's key (never imported as a winner: flytuned\n"
+	  "  measures); prints each key with TunableOp's pick." },
 	{ "forget", ctl_forget, "forget KEY | --all",
 	  "Forget one key's result, or every result." },
 	{ "stats", ctl_stats, "stats", "Show the daemon's counters." },
+	{ "metrics", ctl_metrics, "metrics",
+	  "Print the daemon's counters and gauges as Prometheus text\n"
+	  "  (format 0.0.4), as its metrics_listen HTTP listener serves them;\n"
+	  "  for node_exporter's textfile collector." },
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
 

@@ -193,3 +193,19 @@ void ctl_params_text(const cJSON *o, char *buf, size_t cap)
 	snprintf(buf, cap, "%s", s ? s : "[]");
 	free(s);
 }
+
+/* After an export to a file: {"ok":true,"exported":N} with --json, else
+ * a note on stderr (stdout stays empty). */
+void ctl_export_done(const struct ctl *x, const char *file, int n)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	if (o != NULL) {
+		cJSON_AddTrueToObject(o, "ok");
+		cJSON_AddNumberToObject(o, "exported", n);
+		ctl_out(x, o, NULL);
+	}
+	cJSON_Delete(o);
+	if (!x->json)
+		fprintf(stderr, "exported %d result(s) to %s\n", n, file);
+}

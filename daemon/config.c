@@ -9,6 +9,8 @@
  * reported naming its key.  Nothing is written to @p c unless the whole
  * file is valid.
  */
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -169,6 +171,61 @@ static int get_bucketing(const cJSON *o, struct flyd_config *c, char *err,
 	return 0;
 }
 
+int flyd_config_parse_listen(const char *s, struct sockaddr_storage *out)
+{
+	struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)out;
+	struct sockaddr_in *a4 = (struct sockaddr_in *)out;
+	const char *colon = strrchr(s, ':');
+	char host[64], *end;
+	size_t hl;
+	long port;
+
+	memset(out, 0, sizeof(*out));
+	if (colon == NULL || colon == s || colon[1] == '\0')
+		return -EINVAL;
+	port = strtol(colon + 1, &end, 10);
+	if (*end != '\0' || !isdigit((unsigned char)colon[1]) || port > 65535)
+		return -EINVAL;
+	hl = (size_t)(colon - s);
+	if (s[0] == '[') { /* [v6]:port */
+		if (hl < 3 || s[hl - 1] != ']' || hl - 2 >= sizeof(host))
+			return -EINVAL;
+		memcpy(host, s + 1, hl - 2);
+		host[hl - 2] = '\0';
+		a6->sin6_family = AF_INET6;
+		a6->sin6_port = htons((uint16_t)port);
+		return inet_pton(AF_INET6, host, &a6->sin6_addr) == 1 ? 0 :
+		       -EINVAL;
+	}
+	if (hl >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, s, hl);
+	host[hl] = '\0';
+	a4->sin_family = AF_INET;
+	a4->sin_port = htons((uint16_t)port);
+	return inet_pton(AF_INET, host, &a4->sin_addr) == 1 ? 0 : -EINVAL;
+}
+
+/* "metrics_listen": "" (off) or a numeric "HOST:PORT" / "[V6]:PORT". */
+static int get_listen(const cJSON *it, struct flyd_config *c, char *err,
+		      size_t errcap)
+{
+	struct sockaddr_storage ss;
+	char v[sizeof(c->metrics_listen)];
+	int rc = get_str(it, NULL, v, sizeof(v), err, errcap);
+
+	if (rc < 0)
+		return rc;
+	if (v[0] != '\0' && flyd_config_parse_listen(v, &ss) < 0) {
+		snprintf(err, errcap, "config: 'metrics_listen' must be \"\" or "
+			 "a numeric HOST:PORT (\"127.0.0.1:9464\", "
+			 "\"[::1]:9464\"), not '%.64s'", v);
+		return -EINVAL;
+	}
+	snprintf(c->metrics_listen, sizeof(c->metrics_listen), "%s", v);
+	return 0;
+}
+
 /* Apply one top-level member to @p c. */
 static int apply_member(const cJSON *it, struct flyd_config *c, char *err,
 			size_t errcap)
@@ -232,6 +289,8 @@ static int apply_member(const cJSON *it, struct flyd_config *c, char *err,
 			       err, errcap);
 	if (strcmp(k, "bucketing") == 0)
 		return get_bucketing(it, c, err, errcap);
+	if (strcmp(k, "metrics_listen") == 0)
+		return get_listen(it, c, err, errcap);
 	snprintf(err, errcap, "config: unknown key '%.64s'", k);
 	return -EINVAL;
 }

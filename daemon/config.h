@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "fly_abi.h"
 #include "fly_key.h"
@@ -42,6 +43,8 @@ struct flyd_config {
 	char admin_group[64];        /* group allowed admin requests
 					("flytune") */
 	char log_level[16];          /* "info" */
+	char metrics_listen[64];     /* "HOST:PORT" of the metrics listener,
+					"" (default): none */
 	struct fly_bucket_policy bucket[FLY_OP_COUNT]; /* per-op bucketing */
 };
 
@@ -58,5 +61,10 @@ int flyd_config_load(const char *path, int required, struct flyd_config *c,
  * failure @p c is unchanged.  @return 0 or -EINVAL. */
 int flyd_config_parse(const char *text, size_t len, const char *name,
 		      struct flyd_config *c, char *err, size_t errcap);
+
+/* Parse a metrics_listen value: numeric "HOST:PORT" ("127.0.0.1:9464")
+ * or "[V6]:PORT" ("[::1]:9464"), port 0..65535.
+ * @return 0 (@p out an AF_INET or AF_INET6 address) or -EINVAL. */
+int flyd_config_parse_listen(const char *s, struct sockaddr_storage *out);
 
 #endif /* FLYD_CONFIG_H */

@@ -13,11 +13,13 @@
 
 #include "config.h"
 #include "fly_abi.h"
+#include "stats.h"
 #include "store.h"
 
 struct flyd_server;   /* server.c: listener and sessions */
 struct flyd_sched;    /* scheduler.c: queue, policy, worker */
 struct flyd_results;  /* results.c: map, commit, shm, waiters */
+struct flyd_http;     /* http.c: the metrics listener */
 
 struct flyd_ctx {
 	uv_loop_t *loop;
@@ -41,24 +43,9 @@ struct flyd_ctx {
 	int stopping;
 	uint64_t started_ms;         /* uv_now at start */
 	gid_t admin_gid;             /* service group allowed admin requests */
-	/* Counters for `stats`. */
-	struct {
-		uint64_t requests;
-		uint64_t errors;
-		uint64_t protocol_errors;
-		uint64_t connections;
-		uint64_t rejected_max_clients;
-		uint64_t rejected_slow;
-		uint64_t timeouts;
-		uint64_t decides;
-		uint64_t decide_tuned;
-		uint64_t decide_pending;
-		uint64_t decide_default;
-		uint64_t jobs_done;
-		uint64_t jobs_failed;
-		uint64_t candidates_faulted;
-		uint64_t busy_rejections;
-	} stats;
+	struct flyd_stats stats;     /* stats.h: `stats` and `metrics` */
+	const char *version;         /* flytuned's version (VERSION) */
+	struct flyd_http *http;      /* metrics listener; NULL: off */
 };
 
 #endif /* FLYD_DAEMON_H */

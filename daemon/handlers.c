@@ -27,6 +27,7 @@
 #include "handlers.h"
 #include "handlers_int.h"
 #include "log.h"
+#include "metrics.h"
 #include "queue.h"
 #include "reply.h"
 #include "results.h"
@@ -851,11 +852,16 @@ static int h_stats(struct flyd_ctx *ctx, struct flyd_req *rq,
 	STAT(rejected_slow);
 	STAT(timeouts);
 	STAT(decides);
-	STAT(decide_tuned);
-	STAT(decide_pending);
-	STAT(decide_default);
-	STAT(jobs_done);
-	STAT(jobs_failed);
+	cJSON_AddNumberToObject(c, "decide_tuned", (double)flyd_stats_decided(
+					&ctx->stats, FLY_STATUS_TUNED));
+	cJSON_AddNumberToObject(c, "decide_pending", (double)flyd_stats_decided(
+					&ctx->stats, FLY_STATUS_PENDING));
+	cJSON_AddNumberToObject(c, "decide_default", (double)flyd_stats_decided(
+					&ctx->stats, FLY_STATUS_DEFAULT));
+	cJSON_AddNumberToObject(c, "jobs_done", (double)flyd_stats_jobs(
+					&ctx->stats, FLYD_JOB_TUNED));
+	cJSON_AddNumberToObject(c, "jobs_failed", (double)flyd_stats_jobs(
+					&ctx->stats, FLYD_JOB_FAILED));
 	STAT(candidates_faulted);
 	STAT(busy_rejections);
 #undef STAT
@@ -863,6 +869,27 @@ static int h_stats(struct flyd_ctx *ctx, struct flyd_req *rq,
 				flyd_server_connections(ctx));
 	cJSON_AddNumberToObject(c, "max_clients", flyd_server_max_clients(ctx));
 	cJSON_AddNumberToObject(c, "uptime_s", floor(uptime_s(ctx)));
+	return 0;
+}
+
+/* schemas/metrics.response.json: the Prometheus text (metrics.c), the
+ * same the HTTP listener serves. */
+static int h_metrics(struct flyd_ctx *ctx, struct flyd_req *rq,
+		     const cJSON *req, cJSON *resp, const char **msg)
+{
+	size_t len = 0;
+	char *text = NULL;
+	int rc;
+
+	(void)rq;
+	(void)req;
+	(void)msg;
+	rc = flyd_metrics_render(ctx, &text, &len);
+	if (rc < 0)
+		return rc;
+	cJSON_AddStringToObject(resp, "content_type", FLYD_METRICS_CTYPE);
+	cJSON_AddStringToObject(resp, "text", text);
+	free(text);
 	return 0;
 }
 
@@ -1038,6 +1065,7 @@ struct handler {
 	const char *name;
 	flyd_handler_fn fn;
 	uint32_t flags;
+	int id;                      /* wire id: the stats' index */
 };
 
 /* Requests answered from the DB need the device id and libver, known
@@ -1049,7 +1077,7 @@ static int needs_identity(flyd_handler_fn fn)
 }
 
 static const struct handler table[] = {
-#define FLY_MSG(name, id, flags) {#name, h_##name, flags},
+#define FLY_MSG(name, id, flags) {#name, h_##name, flags, id},
 #include "fly_msgs.def"
 #undef FLY_MSG
 };
@@ -1061,6 +1089,7 @@ int flyd_handlers_dispatch(void *arg, struct flyd_req *rq, const cJSON *req,
 	const cJSON *r = cJSON_GetObjectItemCaseSensitive(req, "req");
 	size_t cap;
 	char *b;
+	int rc;
 
 	if (!cJSON_IsString(r)) {
 		ctx->stats.protocol_errors++;
@@ -1081,9 +1110,17 @@ int flyd_handlers_dispatch(void *arg, struct flyd_req *rq, const cJSON *req,
 		}
 		if (!ctx->ready && needs_identity(table[i].fn)) {
 			*msg = "daemon is starting (device not identified yet)";
-			return FLY_E_DOWN;
+			rc = FLY_E_DOWN;
+		} else {
+			rc = table[i].fn(ctx, rq, req, resp, msg);
 		}
-		return table[i].fn(ctx, rq, req, resp, msg);
+		if (table[i].id < FLY_REQ_COUNT) {
+			if (rc < 0)
+				ctx->stats.req_err[table[i].id]++;
+			else
+				ctx->stats.req_ok[table[i].id]++;
+		}
+		return rc;
 	}
 	ctx->stats.protocol_errors++;
 	b = (cap = rq->errcap, rq->errbuf);

@@ -1,8 +1,8 @@
 /*
  * handlers.h -- the request dispatch table (expanded from
  * proto/fly_msgs.def) and the non-tuning handlers: hello, get, explain,
- * list, export, import, forget, stats, status, jobs, cancel.  decide and
- * tune live in tune_handlers.c (handlers_int.h).
+ * list, export, import, forget, stats, metrics, status, jobs, cancel.
+ * decide and tune live in tune_handlers.c (handlers_int.h).
  *
  * Thread: loop thread.
  * Admin: requests flagged FLY_MSGF_ADMIN, and tune with "force": true,

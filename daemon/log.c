@@ -1,15 +1,24 @@
 /*
  * log.c -- event lines to stderr (see log.h).
  *
- * Owns: the level and source tag (process globals, set at start).
- * Thread: any; a line is formatted into a local buffer and written with a
- * single write(2) so lines from the daemon and its worker never interleave.
+ * Owns: the level, the source tag and whether stderr is the journal
+ * (process globals, set at start).  Thread: any; a line is formatted into
+ * a local buffer and written with a single write(2) so lines from the
+ * daemon and its worker never interleave.
+ *
+ * When stderr is connected to the journal -- $JOURNAL_STREAM holds
+ * "DEV:INODE" and they are stderr's own (systemd.exec(5); checking the
+ * pair, not just the variable, keeps a redirected stderr plain) -- each
+ * line starts with its syslog priority, "<3>" err .. "<7>" debug ("<2>"
+ * crit), as sd-daemon(3) describes, and without our timestamp (the
+ * journal has its own); otherwise lines are plain.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +27,10 @@
 
 static int log_level = -1;
 static const char *log_source;
+static int log_journal = -1;   /* -1: not checked yet */
+
+/* syslog priorities of the levels (sd-daemon(3): SD_DEBUG .. SD_CRIT). */
+static const int level_prio[] = {7, 6, 4, 3, 2};
 
 static const char *const level_names[] = {"debug", "info", "warn", "err",
 					  "crit"};
@@ -50,6 +63,24 @@ static int log_threshold(void)
 	return log_level;
 }
 
+int flyd_log_is_journal(void)
+{
+	unsigned long long dev, ino;
+	const char *js;
+	struct stat st;
+	char tail;
+
+	if (log_journal >= 0)
+		return log_journal;
+	js = getenv("JOURNAL_STREAM");
+	log_journal = js != NULL &&
+		      sscanf(js, "%llu:%llu%c", &dev, &ino, &tail) == 2 &&
+		      fstat(STDERR_FILENO, &st) == 0 &&
+		      (unsigned long long)st.st_dev == dev &&
+		      (unsigned long long)st.st_ino == ino;
+	return log_journal;
+}
+
 void flyd_log(int level, const char *event, const char *fmt, ...)
 {
 	char line[1024];
@@ -62,14 +93,22 @@ void flyd_log(int level, const char *event, const char *fmt, ...)
 		return;
 	if (level < 0 || level > FLYD_LOG_CRIT)
 		level = FLYD_LOG_ERR;
-	gettimeofday(&tv, NULL);
-	gmtime_r(&tv.tv_sec, &tm);
-	n = snprintf(line, sizeof(line),
-		     "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %s %s%s%s ",
-		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-		     tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000),
-		     level_names[level], event, log_source ? " src=" : "",
-		     log_source ? log_source : "");
+	if (flyd_log_is_journal()) {
+		n = snprintf(line, sizeof(line), "<%d>%s %s%s%s ",
+			     level_prio[level], level_names[level], event,
+			     log_source ? " src=" : "",
+			     log_source ? log_source : "");
+	} else {
+		gettimeofday(&tv, NULL);
+		gmtime_r(&tv.tv_sec, &tm);
+		n = snprintf(line, sizeof(line),
+			     "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %s %s%s%s ",
+			     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+			     tm.tm_hour, tm.tm_min, tm.tm_sec,
+			     (int)(tv.tv_usec / 1000), level_names[level],
+			     event, log_source ? " src=" : "",
+			     log_source ? log_source : "");
+	}
 	if (n < 0)
 		return;
 	if ((size_t)n < sizeof(line) - 1) {

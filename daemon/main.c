@@ -3,7 +3,8 @@
  * start, readiness and stop.
  *
  * Owns: the process (signals, exit code) and the sequencing: the socket's
- * directory, the DB, the listener (handed the dispatch table), the results
+ * directory, the DB, the listener (handed the dispatch table), the metrics
+ * listener (handed flyd_metrics_http_render; metrics_listen), the results
  * and the scheduler (which starts the worker), then, at the worker's first
  * READY, ctx->ready, sd_notify READY=1 and the hellos that waited.  Stop
  * runs the other way.  Thread: loop thread.
@@ -27,7 +28,9 @@
 #include "daemon.h"
 #include "flyk.h"
 #include "handlers.h"
+#include "http.h"
 #include "log.h"
+#include "metrics.h"
 #include "notify.h"
 #include "results.h"
 #include "scheduler.h"
@@ -240,6 +243,8 @@ static void shutdown_begin(struct flyd_ctx *ctx, const char *why)
 	flyd_log(FLYD_LOG_INFO, "stopping", "reason=%s", why);
 	flyd_notify_watchdog_stop();
 	flyd_server_stop_accepting(ctx);
+	flyd_http_stop(ctx->http);
+	ctx->http = NULL;
 	tuning_parts = 2;
 	flyd_sched_stop(ctx->sched, on_tuning_part_stopped, ctx);
 	if (ctx->results != NULL)
@@ -322,6 +327,10 @@ static void reload(struct flyd_ctx *ctx)
 	} else {
 		int sys_changed = strcmp(c.system_db, ctx->cfg.system_db) != 0;
 
+		if (strcmp(c.metrics_listen, ctx->cfg.metrics_listen) != 0)
+			flyd_log(FLYD_LOG_WARN, "metrics_listen_kept",
+				 "msg=\"metrics_listen changes at restart\"");
+
 		if (sys_changed && !swap_system_db(ctx, c.system_db)) {
 			snprintf(c.system_db, sizeof(c.system_db), "%s",
 				 ctx->cfg.system_db);
@@ -361,6 +370,27 @@ static void banner(const struct flyd_ctx *ctx)
 	fflush(stdout);
 }
 
+/* The metrics listener, when metrics_listen is set.  @return 0 or the
+ * bind error (logged). */
+static int metrics_start(struct flyd_ctx *ctx)
+{
+	const char *addr = ctx->cfg.metrics_listen;
+	int rc;
+
+	if (addr[0] == '\0')
+		return 0;
+	rc = flyd_http_start(ctx->loop, addr, flyd_metrics_http_render, ctx,
+			     &ctx->http);
+	if (rc < 0) {
+		flyd_log(FLYD_LOG_ERR, "metrics_listen_failed", "addr=%s err=%s",
+			 addr, uv_strerror(rc));
+		return rc;
+	}
+	flyd_log(FLYD_LOG_INFO, "metrics_listening", "addr=%s port=%d", addr,
+		 flyd_http_port(ctx->http));
+	return 0;
+}
+
 /* Signals, then in order: the socket's directory, the DB, the listener
  * (the dispatch table handed to the session layer), the results (the shm
  * table), the scheduler (the worker; its first READY calls daemon_ready),
@@ -393,6 +423,8 @@ static int daemon_start(struct flyd_ctx *ctx, int listen_fd)
 	}
 	rc = flyd_server_start(ctx, listen_fd, flyd_handlers_dispatch, ctx);
 	if (rc == 0)
+		rc = metrics_start(ctx);
+	if (rc == 0)
 		rc = flyd_results_open(ctx, &ctx->results);
 	if (rc == 0)
 		rc = flyd_sched_start(ctx, ctx->results, daemon_ready, ctx,
@@ -423,6 +455,7 @@ int main(int argc, char **argv)
 	listen_fd = flyd_notify_init();
 	ctx->loop = uv_default_loop();
 	ctx->device = o.device;
+	ctx->version = FLYTUNED_VERSION;
 	ctx->config_path = o.config;
 	n = readlink("/proc/self/exe", exe_path, sizeof(exe_path) - 1);
 	ctx->exe = n > 0 ? (exe_path[n] = '\0', exe_path) : argv[0];

@@ -386,6 +386,7 @@ int flyd_results_commit(struct flyd_results *res, struct flyd_qjob *j,
 	struct flyd_ctx *ctx = res->ctx;
 	struct flyd_result row;
 	int rc, replaced = 0;
+	uint64_t t0;
 
 	memset(&row, 0, sizeof(row));
 	memcpy(row.key, j->key, sizeof(row.key));
@@ -398,7 +399,10 @@ int flyd_results_commit(struct flyd_results *res, struct flyd_qjob *j,
 	row.mad_us = r->mad_us;
 	row.tune_s = r->tune_s;
 	row.tuned_at = (int64_t)time(NULL);
+	t0 = uv_hrtime();
 	rc = flyd_store_result_put(ctx->store, &row, r->trials, r->ntrials);
+	flyd_hist_observe(&ctx->stats.commit_s, FLYD_HIST_COMMIT,
+			  (double)(uv_hrtime() - t0) / 1e9);
 	if (rc < 0) {
 		flyd_log(FLYD_LOG_ERR, "commit_failed", "key=%s rc=%d",
 			 j->key, rc);
@@ -450,4 +454,17 @@ void flyd_results_status(const struct flyd_results *res, cJSON *resp)
 	snprintf(gen, sizeof(gen), "%llu",
 		 (unsigned long long)flyd_publish_generation(res->pub));
 	cJSON_AddRawToObject(shm, "generation", gen);
+}
+
+void flyd_results_gauges(const struct flyd_results *res,
+			 struct flyd_results_gauges *g)
+{
+	memset(g, 0, sizeof(*g));
+	if (res == NULL)
+		return;
+	g->results = flyd_rmap_count(res->rmap);
+	g->shm_used = flyd_publish_count(res->pub);
+	g->shm_capacity = flyd_publish_capacity(res->pub);
+	g->shm_generation = flyd_publish_generation(res->pub);
+	g->shm_bytes = flyd_publish_size(res->pub);
 }

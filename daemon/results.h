@@ -98,4 +98,15 @@ uint32_t flyd_results_shm_capacity(const struct flyd_results *res);
 /* Fill `status`'s "shm" object (count, capacity, generation). */
 void flyd_results_status(const struct flyd_results *res, cJSON *resp);
 
+/* The results' gauges for metrics.c (all 0 when @p res is NULL). */
+struct flyd_results_gauges {
+	size_t results;           /* tuned keys in the map */
+	uint32_t shm_used;        /* shm slots holding an entry */
+	uint32_t shm_capacity;    /* shm slots */
+	uint64_t shm_generation;  /* the table's generation */
+	size_t shm_bytes;         /* the mapping's size */
+};
+void flyd_results_gauges(const struct flyd_results *res,
+			 struct flyd_results_gauges *g);
+
 #endif /* FLYD_RESULTS_H */

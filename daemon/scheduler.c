@@ -62,6 +62,71 @@ struct flyd_sched {
 static void schedule(struct flyd_sched *sc);
 static void kick_soon(struct flyd_sched *sc);
 
+/* ------------------------------------------------------------ counters */
+
+/* The op of a canonical key (FLY_OP_NONE when it does not parse). */
+static uint32_t key_op(const char *key)
+{
+	struct fly_problem p;
+
+	if (fly_key_parse(key, strlen(key), &p) < 0 || p.op >= FLY_OP_COUNT)
+		return FLY_OP_NONE;
+	return p.op;
+}
+
+/* Count a job's end (stats.h enum flyd_job_end). */
+static void count_job(struct flyd_sched *sc, const char *key, int end)
+{
+	sc->ctx->stats.jobs[key_op(key)][end]++;
+}
+
+static int trial_end(const struct flyd_trial *t,
+		     const struct flyd_tune_result *r)
+{
+	switch (t->outcome) {
+	case FLYD_OUT_OK:
+		return r->rc == 0 &&
+		       strcmp(t->variant, r->winner.variant) == 0 &&
+		       t->nparams == r->winner.nparams &&
+		       memcmp(t->params, r->winner.params,
+			      t->nparams * sizeof(t->params[0])) == 0 ?
+		       FLYD_TRIAL_WINNER : FLYD_TRIAL_MEASURED;
+	case FLYD_OUT_REJECTED:
+		return FLYD_TRIAL_REJECTED;
+	case FLYD_OUT_WRONG:
+		return FLYD_TRIAL_WRONG;
+	case FLYD_OUT_FAULTED:
+		/* worker.c's death_reason(): "timed out after ..." */
+		return strstr(t->reason, "timed out") != NULL ?
+		       FLYD_TRIAL_TIMED_OUT : FLYD_TRIAL_FAULTED;
+	case FLYD_OUT_INFEASIBLE:
+		return FLYD_TRIAL_INFEASIBLE;
+	default:
+		return FLYD_TRIAL_ERROR;
+	}
+}
+
+/* A job's run ended (not cancelled): its seconds and its trials. */
+static void count_run(struct flyd_sched *sc, const struct flyd_qjob *j,
+		      const struct flyd_tune_result *r)
+{
+	struct flyd_stats *st = &sc->ctx->stats;
+	uint64_t now = uv_now(sc->ctx->loop);
+	uint32_t op = key_op(j->key);
+	int won = 0;
+
+	flyd_hist_observe(&st->tune_s[op], FLYD_HIST_TUNE,
+			  now > j->started_ms ?
+			  (double)(now - j->started_ms) / 1000.0 : 0.0);
+	for (size_t i = 0; i < r->ntrials; i++) {
+		int e = trial_end(&r->trials[i], r);
+
+		if (e == FLYD_TRIAL_WINNER && won++)
+			e = FLYD_TRIAL_MEASURED; /* a point measured twice */
+		st->trials[op][e]++;
+	}
+}
+
 /* ------------------------------------------------------------ policy */
 
 static const char *policy_name(int p)
@@ -254,7 +319,7 @@ static void job_fail(struct flyd_sched *sc, struct flyd_qjob *j, int code,
 
 	flyd_log(FLYD_LOG_WARN, "job_failed", "key=%s rc=%d faults=%u "
 		 "why=\"%s\"", j->key, code, j->faults, why);
-	ctx->stats.jobs_failed++;
+	count_job(sc, j->key, FLYD_JOB_FAILED);
 	flyd_results_answer_error(sc->res, j, code, why);
 	if (ctx->device_id[0] != '\0') {
 		memset(&f, 0, sizeof(f));
@@ -278,6 +343,7 @@ static void job_adopt(struct flyd_sched *sc, struct flyd_qjob *j,
 	struct fly_decision copy = *d;
 
 	flyd_log(FLYD_LOG_INFO, "job_adopted", "key=%s", j->key);
+	count_job(sc, j->key, FLYD_JOB_ADOPTED);
 	flyd_results_answer(sc->res, j, &copy);
 	(void)flyd_store_job_del(ctx->store, ctx->device_id, j->key);
 	flyd_queue_done(sc->q, j);
@@ -358,14 +424,12 @@ static void tick_cb(uv_timer_t *h)
 static void job_succeeded(struct flyd_sched *sc, struct flyd_qjob *j,
 			  const struct flyd_tune_result *r)
 {
-	struct flyd_ctx *ctx = sc->ctx;
-
 	if (flyd_results_commit(sc->res, j, r) < 0) {
-		ctx->stats.jobs_failed++;
+		count_job(sc, j->key, FLYD_JOB_FAILED);
 		flyd_queue_fail(sc->q, j);
 		return;
 	}
-	ctx->stats.jobs_done++;
+	count_job(sc, j->key, FLYD_JOB_TUNED);
 	flyd_queue_done(sc->q, j);
 }
 
@@ -385,6 +449,7 @@ static void job_faulted(struct flyd_sched *sc, struct flyd_qjob *j,
 		flyd_log(FLYD_LOG_ERR, "trials_store_failed", "key=%s",
 			 j->key);
 	ctx->stats.candidates_faulted += nf > 0 ? nf : 1;
+	count_job(sc, j->key, FLYD_JOB_FAULTED);
 	j->faults++;
 	backoff = FAULT_BACKOFF_MS;
 	for (uint32_t i = 1; i < j->faults && backoff < FAULT_BACKOFF_MAX_MS;
@@ -424,14 +489,18 @@ static void done_cb(void *arg, const struct flyd_tune_result *r)
 	if (j->cancelled) {
 		/* forgotten while running: nothing of it is kept */
 		flyd_log(FLYD_LOG_INFO, "job_cancelled", "key=%s", j->key);
+		count_job(sc, j->key, FLYD_JOB_CANCELLED);
 		flyd_results_answer_error(sc->res, j, FLY_E_NOTFOUND,
 					  "job cancelled by forget");
 		flyd_queue_done(sc->q, j);
 	} else if (r->rc == 0) {
+		count_run(sc, j, r);
 		job_succeeded(sc, j, r);
 	} else if (r->rc == -ECHILD) {
+		count_run(sc, j, r);
 		job_faulted(sc, j, r);
 	} else {
+		count_run(sc, j, r);
 		if (r->ntrials > 0)
 			(void)flyd_store_trials_add(ctx->store, j->key,
 						    ctx->device_id,
@@ -742,6 +811,19 @@ void flyd_sched_status(const struct flyd_sched *sc, cJSON *resp)
 	cJSON_AddStringToObject(resp, "policy", policy_name(sc->ctx->cfg.policy));
 }
 
+void flyd_sched_gauges(const struct flyd_sched *sc,
+		       struct flyd_sched_gauges *g)
+{
+	memset(g, 0, sizeof(*g));
+	if (!flyd_sched_is_running(sc))
+		return;
+	g->queued = flyd_queue_len(sc->q);
+	g->running = flyd_queue_running(sc->q) != NULL;
+	g->cap = flyd_queue_cap(sc->q);
+	g->restarts = sc->worker != NULL ? flyd_worker_restarts(sc->worker) : 0;
+	g->healthy = flyd_sched_is_healthy(sc);
+}
+
 /* ------------------------------------------------------------ cancel */
 
 /* forget cancels the key's job (NULL: every job): a queued one is
@@ -759,10 +841,11 @@ static void cancel_one(void *arg, struct flyd_qjob *j)
 	if (ctx->device_id[0] != '\0')
 		(void)flyd_store_job_del(ctx->store, ctx->device_id, j->key);
 	if (j->state == FLYD_Q_RUNNING) {
-		j->cancelled = 1;
+		j->cancelled = 1; /* counted when its end comes back */
 		flyd_worker_cancel(sc->worker);
 		return;
 	}
+	count_job(sc, j->key, FLYD_JOB_CANCELLED);
 	flyd_queue_done(sc->q, j);
 }
 

@@ -45,6 +45,17 @@ int flyd_sched_is_healthy(const struct flyd_sched *sc);
 /* Fill `status`'s "queue", "worker" and "policy". */
 void flyd_sched_status(const struct flyd_sched *sc, cJSON *resp);
 
+/* The scheduler's gauges for metrics.c (all 0 when stopped). */
+struct flyd_sched_gauges {
+	uint32_t queued;      /* jobs waiting */
+	uint32_t running;     /* 0 or 1 */
+	uint32_t cap;         /* queue cap */
+	int restarts;         /* worker restarts since start */
+	int healthy;          /* worker healthy */
+};
+void flyd_sched_gauges(const struct flyd_sched *sc,
+		       struct flyd_sched_gauges *g);
+
 /* A decide or tune arrived: the idle policy counts from now. */
 void flyd_sched_note_request(struct flyd_sched *sc);
 /* Queue a job for @p key (persisted; a forced tune of a failed key drops

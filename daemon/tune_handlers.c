@@ -83,7 +83,6 @@ int flyd_handle_decide(struct flyd_ctx *ctx, struct flyd_req *rq,
 	j = flyd_queue_find(flyd_sched_queue(sc), key);
 	tuned = flyd_results_lookup(res, key, j == NULL);
 	if (tuned != NULL) {
-		ctx->stats.decide_tuned++;
 		d = *tuned;
 		goto answer;
 	}
@@ -97,11 +96,9 @@ int flyd_handle_decide(struct flyd_ctx *ctx, struct flyd_req *rq,
 		queued = j->state != FLYD_Q_FAILED;
 	}
 	(void)flyd_results_provisional(res, key, &p, queued, &d);
-	if (queued)
-		ctx->stats.decide_pending++;
-	else
-		ctx->stats.decide_default++;
 answer:
+	if (p.op < FLY_OP_COUNT && d.status <= FLY_STATUS_TUNED)
+		ctx->stats.decide[p.op][d.status]++;
 	cJSON_AddStringToObject(resp, "key", key);
 	cJSON_AddItemToObject(resp, "decision", fly_msg_decision_to_json(&d));
 	return 0;

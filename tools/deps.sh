@@ -13,7 +13,9 @@ list=0
 # systemd: systemd-analyze verify (tools/systemd-verify.sh); procps: the
 # unit's ExecReload=/bin/kill, which verify needs to exist (a minimal
 # Debian 12 has no /bin/kill).
-pkgs="gcc g++ make libc6-dev pkg-config libuv1-dev libsqlite3-dev libcjson-dev libcmocka-dev python3 systemd procps"
+# python3-prometheus-client: the exposition parser of the metrics test
+# (tests/integration/test_metrics.py, issue 20).
+pkgs="gcc g++ make libc6-dev pkg-config libuv1-dev libsqlite3-dev libcjson-dev libcmocka-dev python3 python3-prometheus-client systemd procps"
 # The fuzzers (tests/fuzz): clang and its libFuzzer runtime, whose package
 # carries clang's major version (14 on Debian 12, 18 on Ubuntu 24.04).
 clang_v=$(apt-cache depends clang 2>/dev/null | sed -n 's/.*Depends: clang-\([0-9][0-9]*\)$/\1/p' | head -n 1)

@@ -843,6 +843,7 @@ static void test_responses_match_schemas(void **state)
 		 "\"id\":1}");
 	conforms(fd, "status.response.json", "{\"req\":\"status\",\"id\":2}");
 	conforms(fd, "stats.response.json", "{\"req\":\"stats\"}");
+	conforms(fd, "metrics.response.json", "{\"req\":\"metrics\"}");
 	snprintf(req, sizeof(req), "{\"req\":\"import\",\"more\":true,"
 		 "\"results\":[%s]}", row);
 	conforms(fd, "import.response.json", req);

@@ -100,6 +100,10 @@ static const struct sample good[] = {
     {"stats.request.json", "{\"req\":\"stats\"}"},
     {"stats.response.json", "{\"ok\":true,\"counters\":{\"requests\":10,"
 			    "\"decides\":4,\"errors\":0}}"},
+    {"metrics.request.json", "{\"req\":\"metrics\",\"id\":3}"},
+    {"metrics.response.json", "{\"ok\":true,\"content_type\":"
+     "\"text/plain; version=0.0.4; charset=utf-8\",\"text\":"
+     "\"# HELP a b\\n# TYPE a gauge\\na 1\\n\"}"},
     {"status.request.json", "{\"req\":\"status\",\"id\":2}"},
     {"status.response.json", "{\"ok\":true,\"state\":\"ready\","
 			     "\"backend\":\"cpu\",\"device\":" DEVICE ","
@@ -167,6 +171,9 @@ static const struct sample bad[] = {
      "\"median_us\":0,\"mad_us\":0,\"reps\":0,\"outcome\":\"great\"}]}"},
     {"get.response.json", "{\"ok\":true,\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\","
 			  "\"result\":{\"key\":\"gemm/bf16/NT/m=1,n=1,k=1\"}}"},
+    /* the text is required */
+    {"metrics.response.json", "{\"ok\":true,\"content_type\":"
+     "\"text/plain; version=0.0.4; charset=utf-8\"}"},
     /* additionalProperties schema: counters must be integers */
     {"stats.response.json",
      "{\"ok\":true,\"counters\":{\"requests\":\"many\"}}"},
