@@ -15,6 +15,8 @@
 #              daemon-driven)
 #   scaled     bench/scaled_gemm_bench.py (fp8 / MXFP8 / MXFP4 GEMM vs
 #              torch._scaled_mm and dequantize + matmul; daemon-driven)
+#   tunableop  bench/tunableop_roundtrip.py (flytuned's TunableOp export
+#              read by PyTorch, PyTorch's file imported by flytuned)
 #   points     bench/gemm_points.py on the shapes of POINTS (every point of
 #              the variants of POINTS_ARGS timed; a diagnostic)
 #
@@ -125,6 +127,12 @@ temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 500 \
 			bench/scaled_gemm_bench.py --build "$B" --cases "$C" \
 			--out "$W/scaled" ${SCALED_ARGS:-}
 		grep -v '^\s*$' "$W/scaled.txt" | tail -60 | tee -a "$S"
+		;;
+	tunableop)
+		stage tunableop "${T_TUNABLEOP:-180}" env PYTHONUNBUFFERED=1 \
+			python3 bench/tunableop_roundtrip.py --build "$B" \
+			--out "$R"
+		tail -30 "$W/tunableop.txt" | tee -a "$S"
 		;;
 	points)
 		# shellcheck disable=SC2086
