@@ -379,6 +379,10 @@ $(BUILD)/tests/emu/flyk.o: kernels/flyk.c kernels/include/flyk.h
 	@mkdir -p $(@D)
 	$(Q)$(CC) -std=gnu11 -O1 -D_GNU_SOURCE $(INC_kernels) -c $< -o $@
 
+# The Debian packages: built (GPU=none, nocheck) and checked by lintian
+# (tests/pkg/test-deb.sh, about a minute); a sanitizer or coverage run of
+# the suite leaves them out.
+TEST_DEB := $(if $(SAN)$(COVERAGE),,tests/pkg/test-deb.sh)
 test-bins: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ)
 # Python loads the sanitized libflyclient.so: the ASan runtime must come
 # first, and Python's own allocations are not ours to leak-check.
@@ -392,7 +396,7 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ)
 		tests/gpu/emu/run-emu-kernels.sh tests/gpu/emu/run-emu-gemm.sh \
 		$(if $(TEST_FUZZ),tests/fuzz/run-fuzz.sh) \
 		tools/systemd-verify.sh tools/install-check.sh \
-		tools/check-layering-selftest.sh
+		tools/check-layering-selftest.sh $(TEST_DEB)
 
 test-gpu: all $(GPUTEST_BIN)
 	$(Q)sh tools/run-tests.sh gpu $(GPUTEST_BIN)
@@ -488,6 +492,8 @@ install-python: $(BUILD)/python/flyclient/__init__.py
 #   GPU=none|cuda|hip|auto   which GPU kernel libraries the package has
 #   DEB_BUILD_OPTIONS=nocheck parallel=2 noddebs   as for dpkg-buildpackage
 #   DEB_LINTIAN=0            skip lintian
+# (The package build does not see this make's command line: MAKEFLAGS is
+# dropped, so `make test SAN=...` or BUILD=... cannot leak into it.)
 DEB_DIR ?= $(BUILD)/deb
 DEB_LINTIAN ?= 1
 deb: deb-version
@@ -495,7 +501,8 @@ deb: deb-version
 	$(Q)tar -cf - --exclude=./build --exclude=./$(BUILD) --exclude=./.git \
 		--exclude=./.state --exclude=./.devdeps --exclude=__pycache__ . | \
 		tar -C $(DEB_DIR)/flytuned -xf -
-	$(Q)cd $(DEB_DIR)/flytuned && GPU=$(GPU) dpkg-buildpackage -us -uc -b \
+	$(Q)cd $(DEB_DIR)/flytuned && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
+		GPU=$(GPU) dpkg-buildpackage -us -uc -b \
 		> ../build.log 2>&1 || { tail -40 ../build.log; \
 		echo "deb: dpkg-buildpackage failed (log: $(DEB_DIR)/build.log)"; exit 1; }
 	$(Q)rm -rf $(DEB_DIR)/flytuned
