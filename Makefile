@@ -9,6 +9,8 @@
 #                   call cycles, generated code); `make checks` alone
 #   make run        build and start flytuned in the foreground on ./.state
 #   make asan ubsan tsan coverage   the test suite under a sanitizer
+#   make deb        the Debian packages in build/deb/ (dpkg-buildpackage,
+#                   then lintian); GPU= picks the GPU libraries as for make
 #   make install    PREFIX=/usr/local DESTDIR= (PYTHONDIR=, UNITDIR=)
 #   make gen        regenerate proto/fly_msgs.def and fly_record.def from schemas/
 #   make test-gpu   GPU tests (needs a GPU; see tests/gpu/)
@@ -153,6 +155,7 @@ ALL_TARGETS := $(LAYERING) $(HEADER) $(LIBCLIENT_A) $(LIBCLIENT_SO) \
 
 .PHONY: all test test-bins unit integration python-test check checks style layering run \
 	deps asan ubsan tsan coverage install uninstall clean gen gen-check \
+	deb deb-version \
 	test-gpu bench systemd-verify fuzz fuzz-bins FORCE
 .DEFAULT_GOAL := all
 # Keep every intermediate object (no rebuilds of objects make deleted).
@@ -379,6 +382,10 @@ $(BUILD)/tests/emu/flyk.o: kernels/flyk.c kernels/include/flyk.h
 	@mkdir -p $(@D)
 	$(Q)$(CC) -std=gnu11 -O1 -D_GNU_SOURCE $(INC_kernels) -c $< -o $@
 
+# The Debian packages: built (GPU=none, nocheck) and checked by lintian
+# (tests/pkg/test-deb.sh, about a minute); a sanitizer or coverage run of
+# the suite leaves them out.
+TEST_DEB := $(if $(SAN)$(COVERAGE),,tests/pkg/test-deb.sh)
 test-bins: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ)
 # Python loads the sanitized libflyclient.so: the ASan runtime must come
 # first, and Python's own allocations are not ours to leak-check.
@@ -393,7 +400,7 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ)
 		tests/gpu/emu/run-emu-kernels.sh tests/gpu/emu/run-emu-gemm.sh \
 		$(if $(TEST_FUZZ),tests/fuzz/run-fuzz.sh) \
 		tools/systemd-verify.sh tools/install-check.sh \
-		tools/check.sh
+		$(TEST_DEB) tools/check.sh
 
 test-gpu: all $(GPUTEST_BIN)
 	$(Q)sh tools/run-tests.sh gpu $(GPUTEST_BIN)
@@ -482,11 +489,52 @@ install-data: $(BUILD)/flyclient.pc $(MANPAGES)
 	install -m 644 schemas/*.json $(DESTDIR)$(DATADIR)/schemas/
 	install -m 644 $(BUILD)/man/flytune-ctl.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 $(BUILD)/man/flytuned.8 $(DESTDIR)$(MANDIR)/man8/
+# The package's other modules (flyclient.kernels) as they are.
+PY_MODULES := $(filter-out %/__init__.py,$(wildcard client/python/flyclient/*.py))
 install-python: $(BUILD)/python/flyclient/__init__.py
 	install -d $(DESTDIR)$(PYTHONDIR)/flyclient
-	install -m 644 $< $(DESTDIR)$(PYTHONDIR)/flyclient/
+	install -m 644 $< $(PY_MODULES) $(DESTDIR)$(PYTHONDIR)/flyclient/
+
+# ---------------------------------------------------------------- Debian
+# `make deb`: the packages (flytuned, libflyclient0, libflyclient-dev,
+# python3-flyclient) built by dpkg-buildpackage from debian/ in a copy of
+# the tree ($(DEB_DIR)/flytuned: its clean step and build stay out of this
+# tree's build/), then checked by lintian (tags not overridden in
+# debian/*.lintian-overrides fail).  The .debs land in $(DEB_DIR).
+#   GPU=none|cuda|hip|auto   which GPU kernel libraries the package has
+#   DEB_BUILD_OPTIONS=nocheck parallel=2 noddebs   as for dpkg-buildpackage
+#   DEB_LINTIAN=0            skip lintian
+# (The package build does not see this make's command line: MAKEFLAGS is
+# dropped, so `make test SAN=...` or BUILD=... cannot leak into it.)
+DEB_DIR ?= $(BUILD)/deb
+DEB_LINTIAN ?= 1
+deb: deb-version
+	$(Q)rm -rf $(DEB_DIR) && mkdir -p $(DEB_DIR)/flytuned
+	$(Q)tar -cf - --exclude=./build --exclude=./$(BUILD) --exclude=./.git \
+		--exclude=./.state --exclude=./.devdeps --exclude=__pycache__ . | \
+		tar -C $(DEB_DIR)/flytuned -xf -
+	$(Q)cd $(DEB_DIR)/flytuned && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
+		GPU=$(GPU) dpkg-buildpackage -us -uc -b \
+		> ../build.log 2>&1 || { tail -40 ../build.log; \
+		echo "deb: dpkg-buildpackage failed (log: $(DEB_DIR)/build.log)"; exit 1; }
+	$(Q)rm -rf $(DEB_DIR)/flytuned
+	$(Q)ls $(DEB_DIR)/*.deb
+ifneq ($(DEB_LINTIAN),0)
+	$(Q)lintian --fail-on error,warning --display-info $(DEB_DIR)/*.changes
+endif
+# The package's version is the project's: debian/changelog's top entry is
+# VERSION, or VERSION+suffix (a local rebuild) or VERSION-N (a Debian
+# revision).
+deb-version:
+	$(Q)v=$$(sed -n '1s/^flytuned (\([^)]*\)).*/\1/p' debian/changelog); \
+	case "$$v" in \
+	"$(VERSION)"|"$(VERSION)"+*|"$(VERSION)"-*) ;; \
+	*) echo "debian/changelog says '$$v', VERSION says $(VERSION)"; exit 1 ;; \
+	esac
 
 clean:
 	rm -rf build
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+# (Not the copy of the tree that `make deb` builds in $(DEB_DIR), nor its
+# tmpfiles.d and sysusers.d directories.)
+-include $(shell find $(BUILD) -path '$(DEB_DIR)' -prune -o -type f -name '*.d' -print 2>/dev/null)

@@ -16,6 +16,12 @@ list=0
 # python3-prometheus-client: the exposition parser of the metrics test
 # (tests/integration/test_metrics.py, issue 20).
 pkgs="gcc g++ make libc6-dev pkg-config libuv1-dev libsqlite3-dev libcjson-dev libcmocka-dev python3 python3-prometheus-client systemd procps"
+# The Debian packages (make deb, tests/pkg/test-deb.sh): debhelper (and
+# dpkg-dev), dh-python, lintian, and build-essential, which
+# dpkg-buildpackage requires and which is only a Recommends of dpkg-dev
+# (found by a fresh Debian 12 chroot: "Unmet build dependencies:
+# build-essential:native").
+pkgs="$pkgs build-essential debhelper dh-python lintian"
 # The fuzzers (tests/fuzz): clang and its libFuzzer runtime, whose package
 # carries clang's major version (14 on Debian 12, 18 on Ubuntu 24.04).
 clang_v=$(apt-cache depends clang 2>/dev/null | sed -n 's/.*Depends: clang-\([0-9][0-9]*\)$/\1/p' | head -n 1)
