@@ -62,15 +62,23 @@ def _find():
         return env
     here = os.path.dirname(os.path.abspath(__file__))
     build = os.path.normpath(os.path.join(here, "..", "..", "..", "build"))
-    for name in ("libflykernels_cuda.so", "libflykernels_hip.so"):
-        if os.path.exists(os.path.join(build, name)):
-            return os.path.join(build, name)
-    raise OSError("libflykernels_{cuda,hip}.so not found: set FLYK_LIB")
+    dirs = [build]
+    # installed: beside the daemon's, PREFIX/lib/flytuned (the package's
+    # /usr/lib/flytuned), PREFIX from where libflyclient was installed
+    from . import _INSTALLED_LIB
+    if _INSTALLED_LIB:
+        dirs.append(os.path.join(os.path.dirname(_INSTALLED_LIB), "flytuned"))
+    for d in dirs:
+        for name in ("libflykernels_cuda.so", "libflykernels_hip.so"):
+            if os.path.exists(os.path.join(d, name)):
+                return os.path.join(d, name)
+    raise OSError("libflykernels_{cuda,hip}.so not found in %s: set "
+                  "FLYK_LIB" % ", ".join(dirs))
 
 
 class Kernels(object):
     """The GPU kernel library; path None: $FLYK_LIB, else the source
-    tree's build/."""
+    tree's build/, else the installed PREFIX/lib/flytuned."""
 
     def __init__(self, path=None):
         lib = ctypes.CDLL(path or _find())
