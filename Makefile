@@ -103,6 +103,7 @@ KCOMMON_SRC := $(wildcard kernels/*.c)
 KCPU_SRC    := $(wildcard kernels/cpu/*.c)
 KTEST_SRC   := $(wildcard kernels/testing/*.c)
 KGPU_SRC    := $(wildcard kernels/gpu/*.hip)
+KGPU_HDR    := $(wildcard kernels/gpu/*.h kernels/gpu/*/*.h)
 DAEMON_SRC  := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 TCOMMON_SRC := $(wildcard tests/common/*.c)
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
@@ -160,7 +161,7 @@ all: $(ALL_TARGETS)
 # ---------------------------------------------------------------- compile
 $(LAYERING): tools/check-layering.sh $(PROTO_SRC) $(CLIENT_SRC) $(CTL_SRC) \
 		$(KCOMMON_SRC) $(KCPU_SRC) $(KTEST_SRC) $(KGPU_SRC) \
-		$(DAEMON_SRC) daemon/main.c $(wildcard */*.h */*/*.h)
+		$(DAEMON_SRC) daemon/main.c $(wildcard */*.h */*/*.h) $(KGPU_HDR)
 	@mkdir -p $(@D)
 	$(Q)sh tools/check-layering.sh . && touch $@
 
@@ -286,7 +287,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBCLIENT_A) $(LIBPROTO)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBCLIENT_A) $(LIBPROTO) -lcjson -lpthread -lm
 
 # ---------------------------------------------------------------- GPU builds
-$(BUILD)/cuda/%.o: %.hip $(wildcard kernels/gpu/*.h) kernels/include/flyk.h
+$(BUILD)/cuda/%.o: %.hip $(KGPU_HDR) kernels/include/flyk.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  NVCC    $<")
 	$(Q)$(NVCC) $(NVCCFLAGS) $(CUDA_DEFS) -x cu -c $< -o $@
@@ -294,7 +295,7 @@ $(BUILD)/cuda/%.o: %.c kernels/include/flyk.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $< (cuda)")
 	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -Ikernels/gpu -I$(CUDA_HOME)/include -c $< -o $@
-$(BUILD)/hip/%.o: %.hip $(wildcard kernels/gpu/*.h) kernels/include/flyk.h
+$(BUILD)/hip/%.o: %.hip $(KGPU_HDR) kernels/include/flyk.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  HIPCC   $<")
 	$(Q)$(HIPCC) $(HIPFLAGS) -c $< -o $@
@@ -356,7 +357,7 @@ EMU_BIN := $(BUILD)/tests/emu/flyk_emu $(BUILD)/tests/emu/flyk_emu_gemm
 EMU_FLAGS := -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu -Itests/gpu/emu
 $(BUILD)/tests/emu/flyk_emu: tests/gpu/emu/emu_main.cpp tests/gpu/emu/flyk_emu.h \
 		tests/gpu/emu/emu_sched.h \
-		kernels/gpu/rmsnorm.hip kernels/gpu/topk.hip $(wildcard kernels/gpu/*.h)
+		kernels/gpu/rmsnorm.hip kernels/gpu/topk.hip $(KGPU_HDR)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $@")
 	$(Q)$(CXX) $(EMU_FLAGS) -x c++ tests/gpu/emu/emu_main.cpp \
@@ -364,7 +365,7 @@ $(BUILD)/tests/emu/flyk_emu: tests/gpu/emu/emu_main.cpp tests/gpu/emu/flyk_emu.h
 $(BUILD)/tests/emu/flyk_emu_gemm: tests/gpu/emu/emu_gemm.cpp tests/gpu/emu/emu_gemm.h \
 		tests/gpu/emu/emu_sched.h \
 		tests/gpu/emu/flyk_emu.h kernels/gpu/gemm.hip kernels/gpu/grouped_gemm.hip \
-		$(wildcard kernels/gpu/*.h) $(BUILD)/tests/emu/flyk.o
+		$(KGPU_HDR) $(BUILD)/tests/emu/flyk.o
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $@")
 	$(Q)$(CXX) $(EMU_FLAGS) -include tests/gpu/emu/emu_gemm.h \

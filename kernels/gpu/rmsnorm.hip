@@ -35,13 +35,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flyk_gpu.h"
 #include "gpu_int.h"
-
-#if FLYK_HAS_CLUSTERS
-#include <cooperative_groups.h>
-namespace cg = cooperative_groups;
-#endif
+#include "prim/cluster.h"
+#include "prim/flyk_gpu.h"
+#include "prim/mem.h"
 
 #define DT_MASK ((1u << FLY_DT_FP32) | (1u << FLY_DT_FP16) | (1u << FLY_DT_BF16))
 #define MAX_WARPS (1024 / 32)
@@ -53,26 +50,6 @@ namespace cg = cooperative_groups;
 template <int BYTES, typename T> struct alignas(BYTES) rms_vec {
 	T e[BYTES / sizeof(T)];
 };
-
-/* Two floats to a packed pair of 16-bit DT elements (lo in the low half):
- * one F2FP instruction on sm_80+; the generic bf16 rounding (flyk_df2b)
- * costs ~6 integer ops per element, enough to make bf16 compute-bound
- * near 4 TB/s (H200 run 1: bf16 3579 GB/s vs fp16 3950 at one point). */
-template <int DT>
-__device__ __forceinline__ uint32_t rms_pack2(float lo, float hi)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-	uint32_t r;
-	if (DT == FLY_DT_BF16)
-		asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-	else
-		asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-	return r;
-#else
-	return (uint32_t)flyk_elem<DT>::store(lo) |
-	       (uint32_t)flyk_elem<DT>::store(hi) << 16;
-#endif
-}
 
 /* x * rstd * w element-wise over one vector (w: VEC elements anywhere). */
 template <int DT, int VB>
@@ -92,7 +69,7 @@ rms_scale(const rms_vec<VB, typename flyk_elem<DT>::T> &x,
 		uint32_t pk[VB / 4];
 #pragma unroll
 		for (int k = 0; k < VB / 4; k++)
-			pk[k] = rms_pack2<DT>(
+			pk[k] = flyk_pack2<DT>(
 				E::load(x.e[2 * k]) * rstd * E::load(w[2 * k]),
 				E::load(x.e[2 * k + 1]) * rstd *
 					E::load(w[2 * k + 1]));
@@ -118,7 +95,7 @@ rms_add(const rms_vec<VB, typename flyk_elem<DT>::T> &x,
 		uint32_t pk[VB / 4];
 #pragma unroll
 		for (int k = 0; k < VB / 4; k++)
-			pk[k] = rms_pack2<DT>(
+			pk[k] = flyk_pack2<DT>(
 				E::load(x.e[2 * k]) + E::load(r.e[2 * k]),
 				E::load(x.e[2 * k + 1]) + E::load(r.e[2 * k + 1]));
 		memcpy(&o, pk, VB);
@@ -399,98 +376,6 @@ __global__ void __launch_bounds__(1024)
 		yr[ti] = E::store(E::load(src[ti]) * rstd * E::load(w[ti]));
 }
 
-/* 16-byte global load with an L2 eviction policy (sm_80+; a plain load
- * elsewhere).  volatile + "memory": never moved across the residual's
- * stores or the reduction's barrier. */
-template <typename V>
-__device__ __forceinline__ V rms_ld_pol(const V *p, uint64_t pol)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-	uint32_t r[4];
-	asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, "
-		     "[%4], %5;"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "l"(p), "l"(pol)
-		     : "memory");
-	V v;
-	memcpy(&v, r, 16);
-	return v;
-#else
-	(void)pol;
-	return *p;
-#endif
-}
-
-/* The same for data no thread writes (w): no volatile, no clobber, so
- * the compiler may schedule it freely (loading all U vectors of w ahead
- * of the stores instead spilled at unroll 4-8 under 64 registers). */
-template <typename V>
-__device__ __forceinline__ V rms_ld_pol_ro(const V *p, uint64_t pol)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-	uint32_t r[4];
-	asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-	    : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-	    : "l"(p), "l"(pol));
-	V v;
-	memcpy(&v, r, 16);
-	return v;
-#else
-	(void)pol;
-	return *p;
-#endif
-}
-
-/* L2 policies: evict_last for the first read of a row (it is read again
- * soon), evict_first for the second (last use). */
-__device__ __forceinline__ uint64_t rms_pol(bool keep)
-{
-	uint64_t pol = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-	if (keep)
-		asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;"
-		    : "=l"(pol));
-	else
-		asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;"
-		    : "=l"(pol));
-#else
-	(void)keep;
-#endif
-	return pol;
-}
-
-/* 16-byte store with an L2 eviction policy (plain elsewhere). */
-template <typename V>
-__device__ __forceinline__ void rms_st_pol(V *p, const V &v, uint64_t pol)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-	uint32_t r[4];
-	memcpy(r, &v, 16);
-	asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, "
-		     "%5;"
-		     :
-		     : "l"(p), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]),
-		       "l"(pol)
-		     : "memory");
-#else
-	(void)pol;
-	*p = v;
-#endif
-}
-
-/* Streaming (evict-first) 16-byte store: y must not push x out of L2. */
-template <typename V>
-__device__ __forceinline__ void rms_st_stream(V *p, const V &v)
-{
-#if defined(__CUDA_ARCH__)
-	uint4 u;
-	memcpy(&u, &v, 16);
-	__stcs((uint4 *)p, u);
-#else
-	*p = v;
-#endif
-}
-
 /* rmsnorm_l2 pass 2 over the body vectors, last chunk first (the most
  * recently read lines are the likeliest L1/L2 hits). */
 template <int DT, int U, bool WALIGNED>
@@ -505,13 +390,13 @@ rms_l2_scale(const typename flyk_elem<DT>::T *src,
 	int t = threadIdx.x, G = blockDim.x, C = G * U;
 	/* w is read by every row: evict_last like x's first read, or the
 	 * evict_last x lines would push it out of L2 first. */
-	uint64_t pol = rms_pol(false), keep = rms_pol(true);
+	uint64_t pol = flyk_l2_policy(false), keep = flyk_l2_policy(true);
 	for (int c0 = nb > 0 ? (nb - 1) / C * C : -1; c0 >= 0; c0 -= C) {
 		V a[U];
 #pragma unroll
 		for (int u = 0; u < U; u++)
 			if (c0 + u * G + t < nb)
-				a[u] = rms_ld_pol((const V *)src + c0 + u * G + t,
+				a[u] = flyk_ld_pol((const V *)src + c0 + u * G + t,
 						  pol);
 #pragma unroll
 		for (int u = 0; u < U; u++) {
@@ -520,12 +405,12 @@ rms_l2_scale(const typename flyk_elem<DT>::T *src,
 				continue;
 			V o;
 			if (WALIGNED) {
-				V wj = rms_ld_pol_ro((const V *)w + j, keep);
+				V wj = flyk_ld_pol_ro((const V *)w + j, keep);
 				o = rms_scale<DT, 16>(a[u], wj.e, rstd);
 			} else {
 				o = rms_scale<DT, 16>(a[u], w + j * VEC, rstd);
 			}
-			rms_st_stream((V *)yr + j, o);
+			flyk_st_stream((V *)yr + j, o);
 		}
 	}
 }
@@ -564,7 +449,7 @@ __global__ void __launch_bounds__(L2_MAXT(U, RES))
 	V *rv = (V *)(rr + p);
 	/* RES: x and r are dead after pass 1 (plain loads) and s = x + r is
 	 * what pass 2 re-reads, so s is the one kept. */
-	uint64_t keep = rms_pol(true);
+	uint64_t keep = flyk_l2_policy(true);
 	float ss = 0.f;
 	for (int j0 = t; j0 < nb; j0 += G * U) {
 		V a[U];
@@ -572,7 +457,7 @@ __global__ void __launch_bounds__(L2_MAXT(U, RES))
 		for (int u = 0; u < U; u++)
 			if (j0 + u * G < nb)
 				a[u] = RES ? xv[j0 + u * G]
-					   : rms_ld_pol(xv + j0 + u * G, keep);
+					   : flyk_ld_pol(xv + j0 + u * G, keep);
 		if (RES) {
 			V b[U];
 #pragma unroll
@@ -584,7 +469,7 @@ __global__ void __launch_bounds__(L2_MAXT(U, RES))
 				if (j0 + u * G >= nb)
 					continue;
 				a[u] = rms_add<DT, 16>(a[u], b[u]);
-				rms_st_pol(rv + j0 + u * G, a[u], keep);
+				flyk_st_pol(rv + j0 + u * G, a[u], keep);
 			}
 		}
 #pragma unroll

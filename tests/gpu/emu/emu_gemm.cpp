@@ -24,7 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "flyk_gpu.h"
+#include "prim/flyk_gpu.h"
 #include "gpu_int.h"
 #include "gemm_vendor.h"
 

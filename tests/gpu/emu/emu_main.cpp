@@ -19,7 +19,7 @@
 
 #include <algorithm>
 
-#include "flyk_gpu.h"
+#include "prim/flyk_gpu.h"
 #include "gpu_int.h"
 
 

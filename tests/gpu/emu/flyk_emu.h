@@ -125,6 +125,8 @@ static inline int flyk_emu_shfl(int v, int l) { return (int)flyk_emu_shfl_u((uns
 static inline float flyk_emu_shfl(float v, int l) { return flyk_emu_shfl_f(v, l); }
 #define FLYK_SHFL_XOR(v, m) flyk_emu_shfl((v), (int)(threadIdx.x % 32) ^ (m))
 #define FLYK_SHFL(v, l) flyk_emu_shfl((v), (l))
+/* Lanes below @p o keep their own value (only lanes >= o read it). */
+#define FLYK_SHFL_UP(v, o) flyk_emu_shfl((v), (int)(threadIdx.x % 32) - (int)(o))
 static inline unsigned flyk_emu_ballot(int p)
 {
 	unsigned *sl = flyk_emu_warp_slots();
