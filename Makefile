@@ -102,7 +102,9 @@ CTL_SRC     := $(wildcard ctl/*.c)
 KCOMMON_SRC := $(wildcard kernels/*.c)
 KCPU_SRC    := $(wildcard kernels/cpu/*.c)
 KTEST_SRC   := $(wildcard kernels/testing/*.c)
-KGPU_SRC    := $(wildcard kernels/gpu/*.hip)
+# kernels/gpu: the core (backend, launch API) at the top, prim/ (headers
+# only), one folder per op family (gemm/, norm/, topk/, mqa/).
+KGPU_SRC    := $(wildcard kernels/gpu/*.hip kernels/gpu/*/*.hip)
 KGPU_HDR    := $(wildcard kernels/gpu/*.h kernels/gpu/*/*.h)
 DAEMON_SRC  := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 TCOMMON_SRC := $(wildcard tests/common/*.c)
@@ -354,23 +356,26 @@ python-test: all
 # per GPU thread, warp primitives and mma/ldmatrix/cp.async emulated), so CI
 # without a GPU still runs every kernel against a host reference.
 EMU_BIN := $(BUILD)/tests/emu/flyk_emu $(BUILD)/tests/emu/flyk_emu_gemm
+# The op sources each emulator binary runs.
+EMU_KSRC := kernels/gpu/norm/rmsnorm.hip kernels/gpu/topk/topk.hip
+EMU_GSRC := kernels/gpu/gemm/gemm.hip kernels/gpu/gemm/grouped_gemm.hip
 EMU_FLAGS := -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu -Itests/gpu/emu
 $(BUILD)/tests/emu/flyk_emu: tests/gpu/emu/emu_main.cpp tests/gpu/emu/flyk_emu.h \
 		tests/gpu/emu/emu_sched.h \
-		kernels/gpu/rmsnorm.hip kernels/gpu/topk.hip $(KGPU_HDR)
+		$(EMU_KSRC) $(KGPU_HDR)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $@")
 	$(Q)$(CXX) $(EMU_FLAGS) -x c++ tests/gpu/emu/emu_main.cpp \
-		kernels/gpu/rmsnorm.hip kernels/gpu/topk.hip -o $@
+		$(EMU_KSRC) -o $@
 $(BUILD)/tests/emu/flyk_emu_gemm: tests/gpu/emu/emu_gemm.cpp tests/gpu/emu/emu_gemm.h \
 		tests/gpu/emu/emu_sched.h \
-		tests/gpu/emu/flyk_emu.h kernels/gpu/gemm.hip kernels/gpu/grouped_gemm.hip \
+		tests/gpu/emu/flyk_emu.h $(EMU_GSRC) \
 		$(KGPU_HDR) $(BUILD)/tests/emu/flyk.o
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $@")
 	$(Q)$(CXX) $(EMU_FLAGS) -include tests/gpu/emu/emu_gemm.h \
-		-x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm.hip \
-		kernels/gpu/grouped_gemm.hip -x none $(BUILD)/tests/emu/flyk.o -o $@
+		-x c++ tests/gpu/emu/emu_gemm.cpp $(EMU_GSRC) \
+		-x none $(BUILD)/tests/emu/flyk.o -o $@
 # The emulator is never built with a sanitizer (it switches stacks with
 # swapcontext): its own unsanitized copy of kernels/flyk.c.
 $(BUILD)/tests/emu/flyk.o: kernels/flyk.c kernels/include/flyk.h

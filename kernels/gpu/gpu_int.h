@@ -1,14 +1,17 @@
 /*
- * gpu_int.h -- internals shared by the GPU backend's files (kernels/gpu/NAME.hip
- * and kernels/vendor/NAME.c).  Not installed; not seen by the daemon.
+ * gpu_int.h -- internals shared by the GPU backend's files (kernels/gpu's
+ * core and op folders, and kernels/vendor/NAME.c).  Not installed; not
+ * seen by the daemon.
  *
- * Shape of the backend: backend.hip owns struct flyk_device, the benchmark
- * case (allocation, poisoning, L2 cleaning by *reading* a buffer of >= 4x
- * the L2, event timing) and assembles flyk_gpu_backend() from the op
- * modules below.  Each op module (rmsnorm.hip, topk.hip, gemm.hip,
- * grouped_gemm.hip, vendor/cublaslt.c) exports one `struct flyk_gpu_op`
- * and knows only its op: its variants, how to make inputs, how to compute
- * the reference, how to check.
+ * Shape of the backend: the core (this header, backend.hip, launch_api.hip
+ * at kernels/gpu's top) owns struct flyk_device, the benchmark case
+ * (allocation, poisoning, L2 cleaning by *reading* a buffer of >= 4x the
+ * L2, event timing) and assembles flyk_gpu_backend() from the op modules
+ * below.  Each op module (norm/rmsnorm.hip, topk/topk.hip, gemm/gemm.hip,
+ * gemm/grouped_gemm.hip, mqa/mqa_logits.hip) exports one
+ * `struct flyk_gpu_op` and knows only its op: its variants, how to make
+ * inputs, how to compute the reference, how to check.  The ops build on
+ * prim/ (the device primitives) and the core only, never on each other.
  *
  * Thread: a device and its cases belong to one thread at a time.
  */

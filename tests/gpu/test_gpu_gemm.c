@@ -23,7 +23,7 @@
 #include "flyk.h"
 #include "gemm_ties.h"
 
-/* Exported by libflykernels_cuda.so (kernels/gpu/gemm_api.hip). */
+/* Exported by libflykernels_cuda.so (kernels/gpu/gemm/gemm_api.hip). */
 int flyk_gpu_gemm(const struct fly_problem *p, const struct fly_decision *d,
 		  const void *a, const void *b, void *c, const void *bias,
 		  float alpha, void *workspace, size_t ws_size, void *stream);

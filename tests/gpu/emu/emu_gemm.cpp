@@ -10,8 +10,8 @@
  *
  *   g++ -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu \
  *       -Itests/gpu/emu -include tests/gpu/emu/emu_gemm.h \
- *       -x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm.hip \
- *       kernels/gpu/grouped_gemm.hip -o /tmp/flyk_emu_gemm
+ *       -x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm/gemm.hip \
+ *       kernels/gpu/gemm/grouped_gemm.hip -o /tmp/flyk_emu_gemm
  *   /tmp/flyk_emu_gemm [quick]
  *
  * Own scheduler (a copy of emu_main.cpp's, with 2-D grids).  Not emulated:
@@ -26,7 +26,7 @@
 
 #include "prim/flyk_gpu.h"
 #include "gpu_int.h"
-#include "gemm_vendor.h"
+#include "gemm/gemm_vendor.h"
 
 
 #include "emu_sched.h"

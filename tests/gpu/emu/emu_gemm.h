@@ -1,5 +1,5 @@
 /*
- * emu_gemm.h -- force-included (-include) ahead of kernels/gpu/gemm.hip and
+ * emu_gemm.h -- force-included (-include) ahead of kernels/gpu/gemm/gemm.hip and
  * grouped_gemm.hip in the emulator build (tests/gpu/emu/emu_gemm.cpp): the
  * few runtime names those files use beyond what flyk_emu.h provides.
  *

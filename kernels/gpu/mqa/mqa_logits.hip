@@ -1,5 +1,5 @@
 /*
- * mqa_logits.hip -- FP8 MQA logits on the GPU (the DeepSeek lightning
+ * mqa/mqa_logits.hip -- FP8 MQA logits on the GPU (the DeepSeek lightning
  * indexer):
  *   logits[i, j] = sum_h w[i, h] * relu(q[i, h, :] . kv[j, :]) * kv_scale[j]
  * for ks[i] <= j < ke[i] (clamped to [0, skv)); with FLY_F_CLEAN every

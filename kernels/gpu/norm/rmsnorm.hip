@@ -1,5 +1,5 @@
 /*
- * rmsnorm.hip -- RMSNorm on the GPU: y = x * rsqrt(mean(x^2) + eps) * w,
+ * norm/rmsnorm.hip -- RMSNorm on the GPU: y = x * rsqrt(mean(x^2) + eps) * w,
  * optionally with a fused residual (s = x + r written back to r, then s is
  * normalised).  fp32 math; fp32/fp16/bf16 in and out.
  *

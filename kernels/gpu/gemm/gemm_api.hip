@@ -1,5 +1,5 @@
 /*
- * gemm_api.hip -- exported, ctypes-friendly launchers of the gemm and
+ * gemm/gemm_api.hip -- exported, ctypes-friendly launchers of the gemm and
  * grouped_gemm decisions in libflykernels_{cuda,hip}.so: a C or Python
  * engine passes the problem, the daemon's decision and its own device
  * pointers and stream, and runs exactly what was measured.

@@ -1,5 +1,5 @@
 /*
- * gemm.hip -- BF16 GEMM on the GPU: C[M,N] = alpha * A[M,K] x op(B) + bias,
+ * gemm/gemm.hip -- BF16 GEMM on the GPU: C[M,N] = alpha * A[M,K] x op(B) + bias,
  * NT (B [N,K]) and NN (B [K,N]), fp32 accumulation, bf16 out; and the gemm
  * op module (flyk_gpu_gemm_op), whose variant table also lists the vendor
  * candidates of kernels/vendor/cublaslt.c under nvcc.
@@ -38,13 +38,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gemm_tile.h"
-#include "gemm_tma.h"
+#include "gemm/gemm_tile.h"
+#include "gemm/gemm_tma.h"
 #include "gpu_int.h"
 #include "prim/flyk_gpu.h"
 #include "prim/launch.h"
 #if FLYK_HAS_CUBLAS
-#include "gemm_vendor.h"
+#include "gemm/gemm_vendor.h"
 #else
 #define FLYK_GEMM_WS_BYTES ((size_t)32 << 20)
 #endif

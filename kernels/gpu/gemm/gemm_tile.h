@@ -1,5 +1,5 @@
 /*
- * gemm_tile.h -- the bf16 GEMM tile engines shared by gemm.hip and
+ * gemm/gemm_tile.h -- the bf16 GEMM tile engines shared by gemm.hip and
  * grouped_gemm.hip: one output tile C[m0:m0+BM, n0:n0+BN] of
  * A[M,K] x B (NT: B[N,K]; NN: B[K,N]) over a K range, fp32 accumulation,
  * and the epilogues (alpha, bias, bf16 store; fp32 split-K partials).

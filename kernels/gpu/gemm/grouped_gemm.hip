@@ -1,5 +1,5 @@
 /*
- * grouped_gemm.hip -- grouped (MoE) BF16 GEMM on the GPU in one launch: for
+ * gemm/grouped_gemm.hip -- grouped (MoE) BF16 GEMM on the GPU in one launch: for
  * each expert g, rows [offsets[g], offsets[g+1]) of A [sum rows, K] times
  * B[g]^T (B [G, N, K], NT per expert) into the same rows of C [sum rows,
  * N]; fp32 accumulation, bf16 out.  Semantics as kernels/cpu/grouped_gemm.c.
@@ -33,8 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gemm_tile.h"
-#include "gemm_tma.h"
+#include "gemm/gemm_tile.h"
+#include "gemm/gemm_tma.h"
 #include "gpu_int.h"
 #include "prim/flyk_gpu.h"
 #include "prim/launch.h"

@@ -1,5 +1,5 @@
 /*
- * gemm_tma.h -- the Hopper GEMM mainloop (sm_90a): tiles brought in by the
+ * gemm/gemm_tma.h -- the Hopper GEMM mainloop (sm_90a): tiles brought in by the
  * tensor memory accelerator, a warp-specialised persistent block, wgmma.
  *
  *   - A ring of ST shared-memory stages, each KP panels (1 or 2) of a
@@ -37,7 +37,7 @@
 #ifndef FLYK_GEMM_TMA_H
 #define FLYK_GEMM_TMA_H
 
-#include "gemm_tile.h"
+#include "gemm/gemm_tile.h"
 #include "prim/cluster.h"
 #include "prim/tma.h"
 

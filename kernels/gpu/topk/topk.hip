@@ -1,5 +1,5 @@
 /*
- * topk.hip -- TopK along the last dim on the GPU: the k largest of each row
+ * topk/topk.hip -- TopK along the last dim on the GPU: the k largest of each row
  * of x [m, n], sorted descending, values (x's dtype) and int64 indices.
  *
  * Owns: the topk variants and flyk_gpu_topk_op.  Thread: tables are
