@@ -359,7 +359,10 @@ EMU_BIN := $(BUILD)/tests/emu/flyk_emu $(BUILD)/tests/emu/flyk_emu_gemm
 # The op sources each emulator binary runs.
 EMU_KSRC := kernels/gpu/norm/rmsnorm.hip kernels/gpu/topk/topk.hip
 EMU_GSRC := kernels/gpu/gemm/gemm.hip kernels/gpu/gemm/grouped_gemm.hip
-EMU_FLAGS := -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu -Itests/gpu/emu
+# The emulator's device model is force-included: no kernels/ header
+# includes a test header (tools/check-layering.sh).
+EMU_FLAGS := -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu \
+	-include tests/gpu/emu/flyk_emu.h
 $(BUILD)/tests/emu/flyk_emu: tests/gpu/emu/emu_main.cpp tests/gpu/emu/flyk_emu.h \
 		tests/gpu/emu/emu_sched.h \
 		$(EMU_KSRC) $(KGPU_HDR)

@@ -30,6 +30,7 @@
 
 #include "prim/cp_async.h"
 #include "prim/flyk_gpu.h"
+#include "prim/mem.h"
 #include "prim/mma.h"
 #include "prim/wgmma.h"
 
@@ -102,15 +103,6 @@ __device__ __forceinline__ float gemm_fin(const gemm_out &o, int64_t col,
 	return v;
 }
 
-#ifdef FLYK_EMU
-/* tests/gpu/emu/emu_gemm.cpp: a vector store must be aligned on the GPU
- * (a misaligned one is a sticky launch error); the emulator counts them. */
-void flyk_emu_align(const void *p, unsigned bytes);
-#define GEMM_VST_ALIGNED(p, b) flyk_emu_align((const void *)(p), (b))
-#else
-#define GEMM_VST_ALIGNED(p, b) ((void)0)
-#endif
-
 /* Store two adjacent outputs (row, col) and (row, col + 1).  A paired
  * store only where the address itself is aligned: a split's partials start
  * at ws + split * M * N, which is odd-aligned when M * N is odd. */
@@ -123,7 +115,7 @@ __device__ __forceinline__ void gemm_store2(const gemm_out &o, int64_t row,
 	bool two = col + 1 < o.n_end;
 	if (!o.c) {
 		if (two && !((uintptr_t)(o.ws + i) & 7)) {
-			GEMM_VST_ALIGNED(o.ws + i, 8);
+			FLYK_VST_ALIGNED(o.ws + i, 8);
 			*(float2 *)(o.ws + i) = make_float2(v0, v1);
 		} else {
 			o.ws[i] = v0;
@@ -135,7 +127,7 @@ __device__ __forceinline__ void gemm_store2(const gemm_out &o, int64_t row,
 	uint32_t pk = flyk_df2b2(gemm_fin(o, col, v0),
 				 two ? gemm_fin(o, col + 1, v1) : 0.f);
 	if (two && !((uintptr_t)(o.c + i) & 3)) {
-		GEMM_VST_ALIGNED(o.c + i, 4);
+		FLYK_VST_ALIGNED(o.c + i, 4);
 		*(uint32_t *)(o.c + i) = pk;
 		return;
 	}

@@ -14,11 +14,6 @@
 
 #include "prim/flyk_gpu.h"
 
-#ifdef FLYK_EMU
-/* tests/gpu/emu/emu_gemm.cpp: the PTX below, emulated lane by lane. */
-void flyk_emu_cp16(void *smem, const void *g, bool pred);
-#endif
-
 __device__ __forceinline__ void flyk_cp16(void *smem, const void *g, bool pred)
 {
 #if FLYK_MMA_DEVICE

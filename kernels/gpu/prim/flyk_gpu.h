@@ -45,8 +45,12 @@
 #define FLYK_HAS_CLUSTERS 1
 #elif defined(FLYK_EMU)
 /* tests/gpu/emu: the kernels run on the CPU, one coroutine per thread, to
- * check their logic on a machine without a GPU (never a shipped build). */
-#include "flyk_emu.h"
+ * check their logic on a machine without a GPU (never a shipped build).
+ * That build force-includes its device model (-include
+ * tests/gpu/emu/flyk_emu.h): no kernels/ header includes a test header. */
+#ifndef FLYK_EMU_H
+#error "FLYK_EMU builds force-include tests/gpu/emu/flyk_emu.h"
+#endif
 #else
 #error "kernels/gpu needs hipcc (AMD) or nvcc (NVIDIA)"
 #endif

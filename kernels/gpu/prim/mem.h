@@ -16,6 +16,15 @@
 #include "fly_abi.h"
 #include "prim/flyk_gpu.h"
 
+/* A vector store of @p b bytes at @p p is about to be made: it must be
+ * aligned on the GPU (a misaligned one is a sticky launch error); the
+ * emulator counts the misaligned ones, elsewhere it is nothing. */
+#ifdef FLYK_EMU
+#define FLYK_VST_ALIGNED(p, b) flyk_emu_align((const void *)(p), (b))
+#else
+#define FLYK_VST_ALIGNED(p, b) ((void)0)
+#endif
+
 /* Two floats to a packed pair of 16-bit DT elements (lo in the low half):
  * one F2FP instruction on sm_80+; the generic bf16 rounding (flyk_df2b)
  * costs ~6 integer ops per element, enough to make bf16 compute-bound

@@ -12,11 +12,6 @@
 
 #include "prim/flyk_gpu.h"
 
-#ifdef FLYK_EMU
-void flyk_emu_ldmatrix(uint32_t *r, const uint16_t *p, bool trans);
-void flyk_emu_mma16816(float *c, const uint32_t *a, const uint32_t *b);
-#endif
-
 __device__ __forceinline__ void flyk_ldm4(uint32_t *r, const uint16_t *p)
 {
 #if FLYK_MMA_DEVICE

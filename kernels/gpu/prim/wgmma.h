@@ -19,10 +19,6 @@
 
 #include "prim/flyk_gpu.h"
 
-#ifdef FLYK_EMU
-void flyk_emu_wgmma(float *d, uint64_t da, uint64_t db, int bn);
-#endif
-
 /* The shared-memory descriptor of a K-major, 128B-swizzled operand
  * starting at @p p: start >> 4, leading byte offset 16 (unused with this
  * swizzle), stride byte offset 1024 (8 rows of 128 bytes), swizzle mode 1

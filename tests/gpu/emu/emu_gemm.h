@@ -9,7 +9,7 @@
 #ifndef FLYK_EMU_GEMM_H
 #define FLYK_EMU_GEMM_H
 
-#include "prim/flyk_gpu.h"
+#include "prim/flyk_gpu.h" /* after flyk_emu.h, force-included first */
 
 struct float2 {
 	float x, y;
