@@ -103,6 +103,16 @@ int flyk_gpu_case_alloc(struct flyk_case *c, size_t bytes, int is_output,
  * (never all zeros), deterministic in @p seed. */
 int flyk_gpu_fill_random(struct flyk_device *dev, void *buf, size_t n,
 			 uint32_t dtype, float lo, float hi, uint64_t seed);
+/* Compare @p n elements of @p dtype (fp32, fp16, bf16) at @p got with
+ * @p ref, both on the device, through the two device words @p d_cmp
+ * (prim/compare.h's kernel; only 8 bytes come back): *max_err = the max
+ * abs error (+inf for a NaN); -EDOM when an element is NaN or off by more
+ * than rel * max(|ref|, floor) + slack.  @return 0, -EDOM, -EOPNOTSUPP or
+ * a launch or copy error (kernels/gpu/compare.hip). */
+int flyk_gpu_compare(struct flyk_device *dev, uint32_t dtype,
+		     const void *got, const void *ref, size_t n, float rel,
+		     float floor_, float slack, unsigned *d_cmp,
+		     double *max_err);
 /* Copy device -> host (synchronous on the benchmark stream). */
 int flyk_gpu_download(struct flyk_device *dev, void *host, const void *dbuf,
 		      size_t bytes);

@@ -917,59 +917,16 @@ static int gemm_setup(struct flyk_case *c, uint64_t seed)
 	return rc;
 }
 
-/* Compare bf16 @p got with @p ref on the device: out[0] = max |got - ref|
- * as float bits (+inf for NaN), out[1] = elements off by more than
- * |ref| / 64 + slack (one bf16 rounding each side, fp32 summation order). */
-__global__ void gemm_cmp_kernel(const uint16_t *got, const uint16_t *ref,
-				size_t n, float slack, unsigned *out)
-{
-	float mx = 0.f;
-	unsigned bad = 0;
-	size_t stride = (size_t)gridDim.x * blockDim.x;
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride) {
-		float g = flyk_db2f(got[i]), r = flyk_db2f(ref[i]);
-		float e = fabsf(g - r);
-		if (!(e == e)) {
-			e = INFINITY;
-			bad++;
-		} else if (e > fabsf(r) / 64.f + slack) {
-			bad++;
-		}
-		mx = fmaxf(mx, e);
-	}
-	atomicMax(&out[0], __float_as_uint(mx));
-	if (bad)
-		atomicAdd(&out[1], bad);
-}
-
+/* The GEMM check: |got - ref| <= |ref| / 64 + 2e-3 * sqrt(k) (one bf16
+ * rounding each side, fp32 summation order), no NaN. */
 extern "C" int flyk_gpu_gemm_compare(struct flyk_device *dev,
 				     const void *got, const void *ref,
 				     size_t n, int64_t k, unsigned *d_cmp,
 				     double *max_err)
 {
-	unsigned h[2] = {0, 0};
-	float mx;
-	*max_err = 0;
-	int rc = flyk_gpu_upload(dev, d_cmp, h, sizeof(h));
-	if (rc)
-		return rc;
-	size_t blocks = (n + 255) / 256;
-	if (blocks > (size_t)dev->sms * 8)
-		blocks = (size_t)dev->sms * 8;
-	if (blocks < 1)
-		blocks = 1;
-	FLYK_GO((unsigned)blocks, 256, 0, (hipStream_t)dev->stream,
-		gemm_cmp_kernel)((const uint16_t *)got, (const uint16_t *)ref, n,
-				 (float)(2e-3 * sqrt((double)k)), d_cmp);
-	rc = flyk_launch_err();
-	if (!rc)
-		rc = flyk_gpu_download(dev, h, d_cmp, sizeof(h));
-	if (rc)
-		return rc;
-	memcpy(&mx, &h[0], sizeof(mx));
-	*max_err = mx;
-	return h[1] ? -EDOM : 0;
+	return flyk_gpu_compare(dev, FLY_DT_BF16, got, ref, n, 1.f / 64.f, 0.f,
+				(float)(2e-3 * sqrt((double)k)), d_cmp,
+				max_err);
 }
 
 static int gemm_check(struct flyk_case *c, double *max_err)

@@ -1006,41 +1006,11 @@ static const struct flyk_variant rms_variants[] = {
 
 /* ------------------------------------------------------------ case */
 
-/* Compare @p got with @p ref on the device: out[0] = max |got - ref| as
- * float bits (+inf for NaN), out[1] = elements over tolerance (relative
- * to max(|ref|, 1)) or NaN.  Keeps the check off the host: a 2 GB case is
- * compared in a few hundred microseconds, not downloaded. */
-template <int DT>
-__global__ void rms_cmp_kernel(const typename flyk_elem<DT>::T *got,
-			       const typename flyk_elem<DT>::T *ref, size_t n,
-			       float tol, unsigned *out)
-{
-	typedef flyk_elem<DT> E;
-	float mx = 0.f;
-	unsigned bad = 0;
-	size_t stride = (size_t)gridDim.x * blockDim.x;
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride) {
-		float g = E::load(got[i]), r = E::load(ref[i]);
-		float e = fabsf(g - r);
-		if (!(e == e)) {
-			e = INFINITY;
-			bad++;
-		} else if (e > tol * fmaxf(fabsf(r), 1.f)) {
-			bad++;
-		}
-		mx = fmaxf(mx, e);
-	}
-	atomicMax(&out[0], __float_as_uint(mx));
-	if (bad)
-		atomicAdd(&out[1], bad);
-}
-
 struct rms_state {
 	void *d_yref;   /* reference y */
 	void *d_rref;   /* reference residual after (RESIDUAL) */
 	void *d_r0;     /* pristine residual, restored before each rep */
-	unsigned *d_cmp; /* rms_cmp_kernel's two words */
+	unsigned *d_cmp; /* flyk_gpu_compare's two words */
 	size_t bytes;   /* m * n * elem */
 };
 
@@ -1116,48 +1086,21 @@ static float rms_tol(uint32_t dt)
 	return dt == FLY_DT_BF16 ? 2e-2f : dt == FLY_DT_FP16 ? 5e-3f : 1e-5f;
 }
 
-template <int DT>
-static void rms_cmp_go(struct flyk_case *c, const void *got, const void *ref)
-{
-	typedef typename flyk_elem<DT>::T T;
-	struct rms_state *st = (struct rms_state *)c->state;
-	size_t n = st->bytes / sizeof(T);
-	size_t blocks = (n + 255) / 256;
-	if (blocks > (size_t)c->dev->sms * 8)
-		blocks = (size_t)c->dev->sms * 8;
-	if (blocks < 1)
-		blocks = 1;
-	FLYK_GO((unsigned)blocks, 256, 0, (hipStream_t)c->dev->stream,
-		rms_cmp_kernel<DT>)((const T *)got, (const T *)ref, n,
-				    rms_tol(DT), st->d_cmp);
-}
-
 /* Max abs error of @p got vs @p ref into *max_err (kept if larger);
- * -EDOM when any element is NaN or over tolerance. */
+ * -EDOM when any element is NaN or off by more than rms_tol(dt) *
+ * max(|ref|, 1). */
 static int rms_compare(struct flyk_case *c, const void *got, const void *ref,
 		       double *max_err)
 {
 	struct rms_state *st = (struct rms_state *)c->state;
-	unsigned h[2] = {0, 0};
-	int rc = flyk_gpu_upload(c->dev, st->d_cmp, h, sizeof(h));
-	if (rc)
-		return rc;
-	if (c->p.dtype == FLY_DT_FP32)
-		rms_cmp_go<FLY_DT_FP32>(c, got, ref);
-	else if (c->p.dtype == FLY_DT_FP16)
-		rms_cmp_go<FLY_DT_FP16>(c, got, ref);
-	else
-		rms_cmp_go<FLY_DT_BF16>(c, got, ref);
-	if (hipGetLastError() != hipSuccess)
-		return -EIO;
-	rc = flyk_gpu_download(c->dev, h, st->d_cmp, sizeof(h));
-	if (rc)
-		return rc;
-	float e;
-	memcpy(&e, &h[0], sizeof(e));
-	if ((double)e > *max_err)
+	uint32_t dt = c->p.dtype;
+	double e = 0;
+	int rc = flyk_gpu_compare(c->dev, dt, got, ref,
+				  st->bytes / flyk_dtype_bytes(dt), rms_tol(dt),
+				  1.f, 0.f, st->d_cmp, &e);
+	if (e > *max_err)
 		*max_err = e;
-	return h[1] ? -EDOM : 0;
+	return rc;
 }
 
 static int rms_check(struct flyk_case *c, double *max_err)
