@@ -404,11 +404,13 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ)
 
 test-gpu: all $(GPUTEST_BIN)
 	$(Q)sh tools/run-tests.sh gpu $(GPUTEST_BIN)
-$(BUILD)/tests/gpu/%: tests/gpu/%.c tests/common/gemm_ties.h \
+# Each GPU test links the harness they share (tests/gpu/gpu_harness.c).
+$(BUILD)/tests/gpu/%: tests/gpu/%.c tests/gpu/gpu_harness.c \
+		tests/gpu/gpu_harness.h tests/common/gemm_ties.h \
 		$(BUILD)/libflykernels_cuda.so
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -Itests/common \
-		-I$(CUDA_HOME)/include -o $@ $< \
+		-I$(CUDA_HOME)/include -o $@ $< tests/gpu/gpu_harness.c \
 		-L$(BUILD) -lflykernels_cuda -Wl,-rpath,$(abspath $(BUILD)) \
 		-L$(CUDA_HOME)/lib64 -lcudart -lm
 
