@@ -107,7 +107,10 @@ CTL_SRC     := $(wildcard ctl/*.c)
 KCOMMON_SRC := $(wildcard kernels/*.c)
 KCPU_SRC    := $(wildcard kernels/cpu/*.c)
 KTEST_SRC   := $(wildcard kernels/testing/*.c)
-KGPU_SRC    := $(wildcard kernels/gpu/*.hip)
+# kernels/gpu: the core (backend, launch API) at the top, prim/ (headers
+# only), one folder per op family (gemm/, norm/, topk/, mqa/).
+KGPU_SRC    := $(wildcard kernels/gpu/*.hip kernels/gpu/*/*.hip)
+KGPU_HDR    := $(wildcard kernels/gpu/*.h kernels/gpu/*/*.h)
 DAEMON_SRC  := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 TCOMMON_SRC := $(wildcard tests/common/*.c)
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
@@ -166,7 +169,7 @@ all: $(ALL_TARGETS)
 # ---------------------------------------------------------------- compile
 $(LAYERING): tools/check-layering.sh $(PROTO_SRC) $(CLIENT_SRC) $(CTL_SRC) \
 		$(KCOMMON_SRC) $(KCPU_SRC) $(KTEST_SRC) $(KGPU_SRC) \
-		$(DAEMON_SRC) daemon/main.c $(wildcard */*.h */*/*.h)
+		$(DAEMON_SRC) daemon/main.c $(wildcard */*.h */*/*.h) $(KGPU_HDR)
 	@mkdir -p $(@D)
 	$(Q)sh tools/check-layering.sh --no-cycles . && touch $@
 
@@ -292,7 +295,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBCLIENT_A) $(LIBPROTO)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBCLIENT_A) $(LIBPROTO) -lcjson -lpthread -lm
 
 # ---------------------------------------------------------------- GPU builds
-$(BUILD)/cuda/%.o: %.hip $(wildcard kernels/gpu/*.h) kernels/include/flyk.h
+$(BUILD)/cuda/%.o: %.hip $(KGPU_HDR) kernels/include/flyk.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  NVCC    $<")
 	$(Q)$(NVCC) $(NVCCFLAGS) $(CUDA_DEFS) -x cu -c $< -o $@
@@ -300,7 +303,7 @@ $(BUILD)/cuda/%.o: %.c kernels/include/flyk.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $< (cuda)")
 	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -Ikernels/gpu -I$(CUDA_HOME)/include -c $< -o $@
-$(BUILD)/hip/%.o: %.hip $(wildcard kernels/gpu/*.h) kernels/include/flyk.h
+$(BUILD)/hip/%.o: %.hip $(KGPU_HDR) kernels/include/flyk.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  HIPCC   $<")
 	$(Q)$(HIPCC) $(HIPFLAGS) -c $< -o $@
@@ -359,23 +362,31 @@ python-test: all
 # per GPU thread, warp primitives and mma/ldmatrix/cp.async emulated), so CI
 # without a GPU still runs every kernel against a host reference.
 EMU_BIN := $(BUILD)/tests/emu/flyk_emu $(BUILD)/tests/emu/flyk_emu_gemm
-EMU_FLAGS := -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu -Itests/gpu/emu
+# The op sources each emulator binary runs.
+EMU_KSRC := kernels/gpu/norm/rmsnorm.hip kernels/gpu/topk/topk.hip \
+	kernels/gpu/compare.hip
+EMU_GSRC := kernels/gpu/gemm/gemm.hip kernels/gpu/gemm/grouped_gemm.hip \
+	kernels/gpu/compare.hip
+# The emulator's device model is force-included: no kernels/ header
+# includes a test header (tools/check-layering.sh).
+EMU_FLAGS := -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu \
+	-include tests/gpu/emu/flyk_emu.h
 $(BUILD)/tests/emu/flyk_emu: tests/gpu/emu/emu_main.cpp tests/gpu/emu/flyk_emu.h \
 		tests/gpu/emu/emu_sched.h \
-		kernels/gpu/rmsnorm.hip kernels/gpu/topk.hip $(wildcard kernels/gpu/*.h)
+		$(EMU_KSRC) $(KGPU_HDR)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $@")
 	$(Q)$(CXX) $(EMU_FLAGS) -x c++ tests/gpu/emu/emu_main.cpp \
-		kernels/gpu/rmsnorm.hip kernels/gpu/topk.hip -o $@
+		$(EMU_KSRC) -o $@
 $(BUILD)/tests/emu/flyk_emu_gemm: tests/gpu/emu/emu_gemm.cpp tests/gpu/emu/emu_gemm.h \
 		tests/gpu/emu/emu_sched.h \
-		tests/gpu/emu/flyk_emu.h kernels/gpu/gemm.hip kernels/gpu/grouped_gemm.hip \
-		$(wildcard kernels/gpu/*.h) $(BUILD)/tests/emu/flyk.o
+		tests/gpu/emu/flyk_emu.h $(EMU_GSRC) \
+		$(KGPU_HDR) $(BUILD)/tests/emu/flyk.o
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $@")
 	$(Q)$(CXX) $(EMU_FLAGS) -include tests/gpu/emu/emu_gemm.h \
-		-x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm.hip \
-		kernels/gpu/grouped_gemm.hip -x none $(BUILD)/tests/emu/flyk.o -o $@
+		-x c++ tests/gpu/emu/emu_gemm.cpp $(EMU_GSRC) \
+		-x none $(BUILD)/tests/emu/flyk.o -o $@
 # The emulator is never built with a sanitizer (it switches stacks with
 # swapcontext): its own unsanitized copy of kernels/flyk.c.
 $(BUILD)/tests/emu/flyk.o: kernels/flyk.c kernels/include/flyk.h
@@ -404,11 +415,13 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ)
 
 test-gpu: all $(GPUTEST_BIN)
 	$(Q)sh tools/run-tests.sh gpu $(GPUTEST_BIN)
-$(BUILD)/tests/gpu/%: tests/gpu/%.c tests/common/gemm_ties.h \
+# Each GPU test links the harness they share (tests/gpu/gpu_harness.c).
+$(BUILD)/tests/gpu/%: tests/gpu/%.c tests/gpu/gpu_harness.c \
+		tests/gpu/gpu_harness.h tests/common/gemm_ties.h \
 		$(BUILD)/libflykernels_cuda.so
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -Itests/common \
-		-I$(CUDA_HOME)/include -o $@ $< \
+		-I$(CUDA_HOME)/include -o $@ $< tests/gpu/gpu_harness.c \
 		-L$(BUILD) -lflykernels_cuda -Wl,-rpath,$(abspath $(BUILD)) \
 		-L$(CUDA_HOME)/lib64 -lcudart -lm
 

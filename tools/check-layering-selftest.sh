@@ -2,7 +2,8 @@
 # check-layering-selftest.sh -- shows that the layering check fails on an
 # illegal include and on a call cycle between the files of a folder:
 # builds scratch trees where client/ includes a daemon header, ctl/ a
-# proto header, and two daemon files call each other, and expects
+# proto header, two daemon files call each other, and kernels/gpu's
+# prim/, core and op folders include across their floors, and expects
 # check-layering.sh to refuse each, then clean trees it must accept.
 # Prints a plain "N passed, N failed" line.
 set -u
@@ -60,5 +61,29 @@ fi
 if sh "$here/check-layering.sh" --no-cycles "$tmp" 2>/dev/null; then
 	pass=$((pass+1)); else
 	echo "layering selftest: --no-cycles refused a clean tree"; fail=$((fail+1)); fi
+# kernels/gpu: primitives under ops.  A clean tree (an op including prim/,
+# the core and its own folder) passes; prim/ including the core, an op
+# including another op, and a kernels/ file including a tests/ header fail.
+mkdir -p "$tmp/kernels/gpu/prim" "$tmp/kernels/gpu/gemm" "$tmp/kernels/gpu/norm" "$tmp/tests/gpu/emu"
+: > "$tmp/kernels/gpu/prim/flyk_gpu.h"
+: > "$tmp/kernels/gpu/gpu_int.h"
+: > "$tmp/tests/gpu/emu/flyk_emu.h"
+printf '#include "prim/flyk_gpu.h"\n' > "$tmp/kernels/gpu/gemm/gemm_tile.h"
+printf '#include "gpu_int.h"\n#include "prim/flyk_gpu.h"\n#include "gemm/gemm_tile.h"\n' > "$tmp/kernels/gpu/gemm/gemm.hip"
+printf '#include "gpu_int.h"\n#include "prim/flyk_gpu.h"\n' > "$tmp/kernels/gpu/norm/rmsnorm.hip"
+if sh "$here/check-layering.sh" "$tmp" 2>"$tmp/err"; then pass=$((pass+1)); else
+	echo "layering selftest: a clean kernels/gpu tree was refused"; cat "$tmp/err"; fail=$((fail+1)); fi
+gpu_refused() { # FILE TEXT EXPECT
+	printf "$2" > "$tmp/$1"
+	if sh "$here/check-layering.sh" "$tmp" 2>"$tmp/err"; then
+		echo "layering selftest: $1 with $2 was accepted"; fail=$((fail+1))
+	else
+		grep -q "$3" "$tmp/err" && pass=$((pass+1)) || { cat "$tmp/err"; fail=$((fail+1)); }
+	fi
+	rm -f "$tmp/$1"
+}
+gpu_refused kernels/gpu/prim/bad.h '#include "gpu_int.h"\n' 'prim must not include core'
+gpu_refused kernels/gpu/norm/bad.hip '#include "gemm/gemm_tile.h"\n' 'op:norm must not include op:gemm'
+gpu_refused kernels/gpu/prim/emu.h '#include "flyk_emu.h"\n' 'must not include the test header'
 echo "layering: $pass passed, $fail failed"
 [ $fail = 0 ]

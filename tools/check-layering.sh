@@ -8,9 +8,14 @@
 #            the daemon uses too: issue 23)
 #   kernels/ proto/, kernels/
 #   daemon/  proto/, kernels/include/flyk.h, daemon/
-# and when a daemon symbol (flyd_) appears in client/ or ctl/; and, unless
-# --no-cycles is given, when the files of one folder call each other in a
-# circle (tools/check-cycles.py; issue 23).
+# and when a daemon symbol (flyd_) appears in client/ or ctl/.
+# Inside kernels/gpu (see kernels_gpu below): prim/ includes only prim/;
+# the core (backend, launch API, gpu_int.h at kernels/gpu's top) prim/
+# and the core; an op folder (gemm/, norm/, topk/, mqa/, ...) prim/, the
+# core and itself, never another op; kernels/vendor the core and gemm/;
+# and nothing under kernels/ includes a tests/ header.  Unless
+# --no-cycles is given, it also fails when the files of one folder call
+# each other in a circle (tools/check-cycles.py; issue 23).
 # Usage: `make` runs it with --no-cycles before compiling anything (an
 # #include across the layers fails the build at once); `make layering`,
 # `make check` and the test suite (tools/check.sh) run all of it.
@@ -40,7 +45,7 @@ allowed_for() {
 # header_home NAME -> which module owns a project header of that name
 header_home() {
 	base=$(basename "$1")
-	for d in proto client daemon kernels/include kernels/gpu kernels/cpu kernels/vendor kernels/testing kernels ctl; do
+	for d in proto client daemon kernels/include kernels/gpu kernels/gpu/* kernels/cpu kernels/vendor kernels/testing kernels ctl; do
 		if [ -f "$d/$base" ]; then
 			echo "${d%%/*}"
 			return
@@ -87,6 +92,52 @@ for mod in client ctl proto kernels; do
 		sed 's/$/  <- layering: daemon symbol outside daemon\//' >> /tmp/layering.$$
 	[ -n "$(grep -rln --include='*.c' --include='*.h' -E '\bflyd_' "$mod" 2>/dev/null)" ] && echo x >> /tmp/layering.$$
 done
+# gpu_zone FILE -> prim | core | op:NAME | vendor | "" (outside)
+gpu_zone() {
+	case "$1" in
+	kernels/gpu/prim/*) echo prim ;;
+	kernels/gpu/*/*) n=${1#kernels/gpu/}; echo "op:${n%%/*}" ;;
+	kernels/gpu/*) echo core ;;
+	kernels/vendor/*) echo vendor ;;
+	*) echo "" ;;
+	esac
+}
+# gpu_allowed ZONE TARGET_ZONE -> 0 when ZONE may include TARGET_ZONE
+gpu_allowed() {
+	case "$1:$2" in
+	prim:prim | core:prim | core:core) return 0 ;;
+	op:*:prim | op:*:core) return 0 ;;
+	vendor:core | vendor:op:gemm) return 0 ;;
+	esac
+	case "$1" in op:*) [ "$1" = "$2" ] && return 0 ;; esac
+	return 1
+}
+kernels_gpu() {
+	files=$(find kernels/gpu kernels/vendor -type f \( -name '*.c' -o -name '*.h' -o -name '*.hip' \) 2>/dev/null)
+	for f in $files; do
+		z=$(gpu_zone "$f")
+		grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
+		while IFS= read -r line; do
+			inc=$(echo "$line" | sed 's/.*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/')
+			ln=${line%%:*}
+			if [ -n "$(find tests -name "$(basename "$inc")" 2>/dev/null | head -1)" ] &&
+			   [ ! -f "kernels/gpu/$inc" ] && [ ! -f "$(dirname "$f")/$inc" ]; then
+				echo "$f:$ln: layering: kernels/ must not include the test header \"$inc\""
+				echo x
+				continue
+			fi
+			if [ -f "kernels/gpu/$inc" ]; then t="kernels/gpu/$inc"
+			elif [ -f "$(dirname "$f")/$inc" ]; then t="$(dirname "$f")/$inc"
+			else continue; fi
+			tz=$(gpu_zone "$t")
+			if ! gpu_allowed "$z" "$tz"; then
+				echo "$f:$ln: layering: kernels/gpu $z must not include $tz header \"$inc\""
+				echo x
+			fi
+		done
+	done
+}
+[ -d kernels ] && kernels_gpu >> /tmp/layering.$$ 2>&1
 if grep -qx x /tmp/layering.$$; then
 	grep -vx x /tmp/layering.$$ >&2
 	fail=1

@@ -19,8 +19,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "flyk_gpu.h"
 #include "gpu_int.h"
+#include "prim/flyk_gpu.h"
+#include "prim/rand.h"
 
 /* Op modules not written yet resolve to NULL and are skipped. */
 #pragma weak flyk_gpu_gemm_op
@@ -69,20 +70,13 @@ __global__ void flyk_flush_kernel(const uint4 *buf, size_t n, float *sink)
 		*sink = acc;
 }
 
-__device__ __forceinline__ uint64_t flyk_mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 __global__ void flyk_fill_kernel(void *buf, size_t n, uint32_t dtype,
 				 float lo, float hi, uint64_t seed)
 {
 	size_t stride = (size_t)gridDim.x * blockDim.x;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride) {
-		uint64_t r = flyk_mix64(seed * 0x9e3779b97f4a7c15ull + i);
+		uint64_t r = flyk_rand64(seed, i);
 		float u = (float)(r >> 40) * (1.0f / 16777216.0f);
 		float f = lo + (hi - lo) * u;
 		if (dtype == FLY_DT_FP32)

@@ -1,14 +1,17 @@
 /*
- * gpu_int.h -- internals shared by the GPU backend's files (kernels/gpu/NAME.hip
- * and kernels/vendor/NAME.c).  Not installed; not seen by the daemon.
+ * gpu_int.h -- internals shared by the GPU backend's files (kernels/gpu's
+ * core and op folders, and kernels/vendor/NAME.c).  Not installed; not
+ * seen by the daemon.
  *
- * Shape of the backend: backend.hip owns struct flyk_device, the benchmark
- * case (allocation, poisoning, L2 cleaning by *reading* a buffer of >= 4x
- * the L2, event timing) and assembles flyk_gpu_backend() from the op
- * modules below.  Each op module (rmsnorm.hip, topk.hip, gemm.hip,
- * grouped_gemm.hip, vendor/cublaslt.c) exports one `struct flyk_gpu_op`
- * and knows only its op: its variants, how to make inputs, how to compute
- * the reference, how to check.
+ * Shape of the backend: the core (this header, backend.hip, launch_api.hip
+ * at kernels/gpu's top) owns struct flyk_device, the benchmark case
+ * (allocation, poisoning, L2 cleaning by *reading* a buffer of >= 4x the
+ * L2, event timing) and assembles flyk_gpu_backend() from the op modules
+ * below.  Each op module (norm/rmsnorm.hip, topk/topk.hip, gemm/gemm.hip,
+ * gemm/grouped_gemm.hip, mqa/mqa_logits.hip) exports one
+ * `struct flyk_gpu_op` and knows only its op: its variants, how to make
+ * inputs, how to compute the reference, how to check.  The ops build on
+ * prim/ (the device primitives) and the core only, never on each other.
  *
  * Thread: a device and its cases belong to one thread at a time.
  */
@@ -101,6 +104,16 @@ int flyk_gpu_case_alloc(struct flyk_case *c, size_t bytes, int is_output,
  * (never all zeros), deterministic in @p seed. */
 int flyk_gpu_fill_random(struct flyk_device *dev, void *buf, size_t n,
 			 uint32_t dtype, float lo, float hi, uint64_t seed);
+/* Compare @p n elements of @p dtype (fp32, fp16, bf16) at @p got with
+ * @p ref, both on the device, through the two device words @p d_cmp
+ * (prim/compare.h's kernel; only 8 bytes come back): *max_err = the max
+ * abs error (+inf for a NaN); -EDOM when an element is NaN or off by more
+ * than rel * max(|ref|, floor) + slack.  @return 0, -EDOM, -EOPNOTSUPP or
+ * a launch or copy error (kernels/gpu/compare.hip). */
+int flyk_gpu_compare(struct flyk_device *dev, uint32_t dtype,
+		     const void *got, const void *ref, size_t n, float rel,
+		     float floor_, float slack, unsigned *d_cmp,
+		     double *max_err);
 /* Copy device -> host (synchronous on the benchmark stream). */
 int flyk_gpu_download(struct flyk_device *dev, void *host, const void *dbuf,
 		      size_t bytes);

@@ -16,8 +16,8 @@
 #include <errno.h>
 #include <string.h>
 
-#include "flyk_gpu.h"
 #include "gpu_int.h"
+#include "prim/flyk_gpu.h"
 
 #define FLYK_EXPORT extern "C" __attribute__((visibility("default")))
 

@@ -34,7 +34,7 @@
 #include <cuda_runtime_api.h>
 #pragma GCC diagnostic pop
 
-#include "gemm_vendor.h"
+#include "gemm/gemm_vendor.h"
 #include "gpu_int.h"
 
 #define LT_MAX_DEV 16

@@ -7,10 +7,12 @@
  * flyk_gpu_grouped_gemm) on the test's own buffers, checked against a host
  * double-precision reference; the launchers' error contract.
  *
- * Runs on a machine with a GPU (make test-gpu); links libflykernels_cuda.so
- * and cudart.  Prints one line per failure and "N passed, N failed"; exits
- * non-zero on any failure or when no GPU is found.  Contracts only: no
- * timing is asserted, and nothing depends on which candidate is fastest.
+ * Runs on a machine with a GPU (make test-gpu); links libflykernels_cuda.so,
+ * cudart and the harness it shares with test_gpu_kernels.c
+ * (gpu_harness.c: every feasible point of every variant of a case).
+ * Prints one line per failure and "N passed, N failed"; exits non-zero on
+ * any failure or when no GPU is found.  Contracts only: no timing is
+ * asserted, and nothing depends on which candidate is fastest.
  */
 #include <errno.h>
 #include <math.h>
@@ -22,8 +24,9 @@
 
 #include "flyk.h"
 #include "gemm_ties.h"
+#include "gpu_harness.h"
 
-/* Exported by libflykernels_cuda.so (kernels/gpu/gemm_api.hip). */
+/* Exported by libflykernels_cuda.so (kernels/gpu/gemm/gemm_api.hip). */
 int flyk_gpu_gemm(const struct fly_problem *p, const struct fly_decision *d,
 		  const void *a, const void *b, void *c, const void *bias,
 		  float alpha, void *workspace, size_t ws_size, void *stream);
@@ -33,156 +36,6 @@ int flyk_gpu_grouped_gemm(const struct fly_problem *p,
 			  void *stream);
 int flyk_gpu_gemm_vendor_candidates(const struct fly_problem *p,
 				    struct fly_decision *out, int max);
-
-static int npass, nfail;
-
-/* FLYK_TEST_VARIANTS: run only the variants whose name contains it (a
- * quick look at one family); unset, all of them. */
-static const char *only;
-
-/* Points run per variant, printed at the end: a variant that never ran
- * on this GPU shows as 0. */
-#define NRAN 64
-static const char *ran_name[NRAN];
-static int ran_n[NRAN];
-
-static void count_ran(const char *name, int n)
-{
-	for (int i = 0; i < NRAN; i++)
-		if (!ran_name[i] || !strcmp(ran_name[i], name)) {
-			ran_name[i] = name;
-			ran_n[i] += n;
-			return;
-		}
-}
-
-static void result(int ok, const char *what, const char *key, int rc)
-{
-	if (ok) {
-		npass++;
-		return;
-	}
-	nfail++;
-	printf("FAIL %s %s (rc %d)\n", what, key, rc);
-}
-
-static void pkey(const struct fly_problem *p, const char *vname,
-		 const int64_t *pt, uint32_t np, char *buf, size_t cap)
-{
-	int n = snprintf(buf, cap,
-			 "op=%u layout=%u flags=%u dims=%lld,%lld,%lld,%lld "
-			 "%s(",
-			 p->op, p->layout, p->flags, (long long)p->dims[0],
-			 (long long)p->dims[1], (long long)p->dims[2],
-			 (long long)p->dims[3], vname);
-	for (uint32_t i = 0; i < np && n > 0 && (size_t)n < cap; i++)
-		n += snprintf(buf + n, cap - n, "%s%lld", i ? "," : "",
-			      (long long)pt[i]);
-	if (n > 0 && (size_t)n < cap)
-		snprintf(buf + n, cap - n, ")");
-}
-
-/* ------------------------------------------------------------ cases */
-
-static int run_point(const struct flyk_backend *b, struct flyk_case *c,
-		     const struct flyk_variant *v, const int64_t *pt)
-{
-	double us = 0, err = 0;
-	int rc = b->case_poison(c);
-	if (!rc)
-		rc = b->case_time(c, v, pt, &us);
-	if (!rc)
-		rc = b->case_check(c, &err);
-	if (!rc && !(us > 0))
-		rc = -ERANGE;
-	return rc;
-}
-
-/* Every feasible point of @p v (enumerated or the odometer); returns how
- * many ran. */
-static int test_variant(const struct flyk_backend *b, struct flyk_device *dev,
-			struct flyk_case *c, const struct fly_problem *p,
-			const struct flyk_variant *v)
-{
-	char key[320];
-	int ran = 0;
-	if (v->enumerate) {
-		int64_t pts[64][FLY_PARAMS_MAX];
-		int n = v->enumerate(dev, p, pts, 64);
-		/* aligned operands must get algorithms; unaligned may not */
-		int aligned = p->dims[2] % 8 == 0 && p->dims[1] % 8 == 0;
-		pkey(p, v->name, NULL, 0, key, sizeof(key));
-		result(n > 0 || (n == 0 && !aligned), "enumerate", key, n);
-		for (int i = 0; i < n; i++) {
-			if (v->feasible(dev, p, pts[i]) != 0) {
-				pkey(p, v->name, pts[i], v->nparams, key,
-				     sizeof(key));
-				result(0, "enumerated-infeasible", key, 0);
-				continue;
-			}
-			int rc = run_point(b, c, v, pts[i]);
-			pkey(p, v->name, pts[i], v->nparams, key, sizeof(key));
-			result(rc == 0, "variant", key, rc);
-			ran++;
-		}
-		return ran;
-	}
-	uint32_t pos[FLY_PARAMS_MAX] = {0}, np = v->nparams;
-	for (;;) {
-		int64_t pt[FLY_PARAMS_MAX] = {0};
-		for (uint32_t j = 0; j < np; j++)
-			pt[j] = v->params[j].vals[pos[j]];
-		if (v->feasible(dev, p, pt) == 0) {
-			int rc = run_point(b, c, v, pt);
-			pkey(p, v->name, pt, np, key, sizeof(key));
-			result(rc == 0, "variant", key, rc);
-			ran++;
-		}
-		uint32_t j = np;
-		for (; j > 0; j--) {
-			if (++pos[j - 1] < v->params[j - 1].nvals)
-				break;
-			pos[j - 1] = 0;
-		}
-		if (j == 0)
-			break;
-	}
-	return ran;
-}
-
-/* All variants on @p p; @return the number of candidates that ran. */
-static int test_problem(const struct flyk_backend *b, struct flyk_device *dev,
-			const struct fly_problem *p, uint64_t seed)
-{
-	struct flyk_case *c = NULL;
-	char key[320];
-	int total = 0;
-	pkey(p, "case", NULL, 0, key, sizeof(key));
-	int rc = b->case_new(dev, p, seed, &c);
-	result(rc == 0, "case_new", key, rc);
-	if (rc)
-		return 0;
-	for (size_t i = 0; i < b->nvariants; i++) {
-		const struct flyk_variant *v = &b->variants[i];
-		if (!flyk_variant_supports(v, p) ||
-		    (only && !strstr(v->name, only)))
-			continue;
-		int n = test_variant(b, dev, c, p, v);
-		count_ran(v->name, n);
-		total += n;
-	}
-	struct fly_decision d;
-	rc = flyk_default(b, dev, p, &d);
-	result(rc == 0, "default", key, rc);
-	if (rc == 0) {
-		const struct flyk_variant *v =
-		    flyk_variant_find(b, p->op, d.variant);
-		rc = v ? run_point(b, c, v, d.params) : -ENOENT;
-		result(rc == 0 && !v->is_reference, "default-runs", key, rc);
-	}
-	b->case_free(c);
-	return total;
-}
 
 /* A bf16 NT problem of @p op over the @p nd dims @p dims. */
 static struct fly_problem bf16_problem(uint32_t op, const int64_t *dims,
@@ -220,21 +73,21 @@ static void test_gemm_cases(const struct flyk_backend *b,
 				 * on all shapes */
 				if (f && s % 3 != 1 && f != 3)
 					continue;
-				test_problem(b, dev, &p, 300 + s * 7 + f);
+				gt_problem(b, dev, &p, 300 + s * 7 + f);
 			}
 	/* Primary shapes: the tuner's candidate count (>= 30 asked), at
 	 * large M and at decode M. */
 	static const int64_t prim[][3] = {{4096, 256, 4096}, {16, 4096, 4096}};
 	for (size_t s = 0; s < 2; s++) {
 		struct fly_problem p = bf16_problem(FLY_OP_GEMM, prim[s], 3);
-		int n = test_problem(b, dev, &p, 999 + s);
+		int n = gt_problem(b, dev, &p, 999 + s);
 		char key[64];
 		snprintf(key, sizeof(key), "M%lld N%lld K%lld: %d candidates",
 			 (long long)prim[s][0], (long long)prim[s][1],
 			 (long long)prim[s][2], n);
 		printf("# %s\n", key);
-		if (!only)
-			result(n >= 30, "candidates>=30", key, n);
+		if (!gt_only)
+			gt_result(n >= 30, "candidates>=30", key, n);
 	}
 }
 
@@ -249,7 +102,7 @@ static void test_grouped_cases(const struct flyk_backend *b,
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
 		struct fly_problem p =
 		    bf16_problem(FLY_OP_GROUPED_GEMM, shapes[s], 4);
-		test_problem(b, dev, &p, 500 + s);
+		gt_problem(b, dev, &p, 500 + s);
 	}
 }
 
@@ -357,27 +210,20 @@ static int key_decisions(struct flyk_device *dev, const struct fly_problem *p,
 			}
 			continue;
 		}
-		uint32_t pos[FLY_PARAMS_MAX] = {0}, np = var->nparams;
-		for (;;) {
-			struct fly_decision *d = &out[n];
+		uint32_t pos[FLY_PARAMS_MAX] = {0};
+		do {
+			int64_t pt[FLY_PARAMS_MAX] = {0};
+			gt_point(var, pos, pt);
+			if (n >= max || var->feasible(dev, p, pt) != 0)
+				continue;
+			struct fly_decision *d = &out[n++];
 			memset(d, 0, sizeof(*d));
 			snprintf(d->variant, sizeof(d->variant), "%s",
 				 var->name);
-			d->nparams = np;
+			d->nparams = var->nparams;
 			d->status = FLY_STATUS_TUNED;
-			for (uint32_t j = 0; j < np; j++)
-				d->params[j] = var->params[j].vals[pos[j]];
-			if (n < max && var->feasible(dev, p, d->params) == 0)
-				n++;
-			uint32_t j = np;
-			for (; j > 0; j--) {
-				if (++pos[j - 1] < var->params[j - 1].nvals)
-					break;
-				pos[j - 1] = 0;
-			}
-			if (j == 0)
-				break;
-		}
+			memcpy(d->params, pt, sizeof(pt));
+		} while (gt_next(var, pos));
 	}
 	return n;
 }
@@ -403,7 +249,7 @@ static void grouped_api_one(struct flyk_device *dev, const struct ggcase *gc)
 	snprintf(key, sizeof(key), "g=%d m=%lld n=%lld k=%lld", gc->g,
 		 (long long)m, (long long)n, (long long)k);
 	if (!ha || !hb || !hc || !ref || !ds || !da || !db || !dc || !doff) {
-		result(0, "grouped-alloc", key, -ENOMEM);
+		gt_result(0, "grouped-alloc", key, -ENOMEM);
 		goto out;
 	}
 	for (int e = 0; e < gc->g; e++)
@@ -422,7 +268,7 @@ static void grouped_api_one(struct flyk_device *dev, const struct ggcase *gc)
 	int nd = key_decisions(dev, &p, ds, 512);
 	for (int i = 0; i < nd; i++) {
 		char dkey[400];
-		pkey(&p, i ? ds[i].variant : "default", ds[i].params,
+		gt_key(&p, i ? ds[i].variant : "default", ds[i].params,
 		     ds[i].nparams, dkey, sizeof(dkey));
 		cudaMemset(dc, 0xff, mn * 2);
 		int rc =
@@ -435,9 +281,9 @@ static void grouped_api_one(struct flyk_device *dev, const struct ggcase *gc)
 		double err = 0;
 		if (!rc)
 			rc = compare(hc, ref, mn, k, &err);
-		result(rc == 0, "grouped-api", dkey, rc);
+		gt_result(rc == 0, "grouped-api", dkey, rc);
 	}
-	result(nd > 2, "grouped-decisions", key, nd);
+	gt_result(nd > 2, "grouped-decisions", key, nd);
 out:
 	cudaFree(da);
 	cudaFree(db);
@@ -481,7 +327,7 @@ static void test_gemm_api(void)
 	     *ws = dev_copy(NULL, ws_size);
 	if (!ha || !hb || !hbias || !hc || !ref || !da || !db || !dbias ||
 	    !dc || !ws) {
-		result(0, "gemm-api-alloc", "", -ENOMEM);
+		gt_result(0, "gemm-api-alloc", "", -ENOMEM);
 		goto out;
 	}
 	const float alpha = 0.5f;
@@ -499,13 +345,13 @@ static void test_gemm_api(void)
 	struct fly_decision cand[17];
 	memset(cand, 0, sizeof(cand));
 	int nc = flyk_gpu_gemm_vendor_candidates(&p, cand + 1, 16);
-	result(nc > 0, "vendor-candidates", "m96 n200 k264 bias scale", nc);
+	gt_result(nc > 0, "vendor-candidates", "m96 n200 k264 bias scale", nc);
 	if (nc < 0)
 		nc = 0;
 	for (int i = 0; i <= nc; i++) { /* [0]: the empty decision */
 		char key[200];
 		double err = 0;
-		pkey(&p, i ? cand[i].variant : "default", cand[i].params,
+		gt_key(&p, i ? cand[i].variant : "default", cand[i].params,
 		     i ? cand[i].nparams : 0, key, sizeof(key));
 		cudaMemset(dc, 0xff, (size_t)m * n * 2);
 		int rc = flyk_gpu_gemm(&p, &cand[i], da, db, dc, dbias, alpha,
@@ -517,7 +363,7 @@ static void test_gemm_api(void)
 				   cudaMemcpyDeviceToHost);
 		if (!rc)
 			rc = compare(hc, ref, (size_t)m * n, k, &err);
-		result(rc == 0, "gemm-api", key, rc);
+		gt_result(rc == 0, "gemm-api", key, rc);
 	}
 	/* distinct points: no two replay alike (the heuristic index, the
 	 * low 16 bits of params[7], aside) */
@@ -530,7 +376,7 @@ static void test_gemm_api(void)
 				same = cand[i].params[q] == cand[j].params[q];
 			dup += same;
 		}
-	result(dup == 0, "vendor-distinct", "", dup);
+	gt_result(dup == 0, "vendor-distinct", "", dup);
 	/* errors: unknown variant, out of space, misaligned, no workspace */
 	struct fly_decision bad;
 	memset(&bad, 0, sizeof(bad));
@@ -538,28 +384,28 @@ static void test_gemm_api(void)
 	snprintf(bad.variant, sizeof(bad.variant), "no_such_gemm");
 	int rc = flyk_gpu_gemm(&p, &bad, da, db, dc, dbias, alpha, ws, ws_size,
 			       NULL);
-	result(rc == -ENOENT, "api-enoent", "", rc);
+	gt_result(rc == -ENOENT, "api-enoent", "", rc);
 	snprintf(bad.variant, sizeof(bad.variant), "gemm_mma");
 	bad.nparams = 7;
 	int64_t oob[7] = {24, 64, 32, 4, 3, 1, 1}; /* tile_m 24: not built */
 	memcpy(bad.params, oob, sizeof(oob));
 	rc = flyk_gpu_gemm(&p, &bad, da, db, dc, dbias, alpha, ws, ws_size,
 			   NULL);
-	result(rc == -EINVAL, "api-out-of-space", "", rc);
+	gt_result(rc == -EINVAL, "api-out-of-space", "", rc);
 	int64_t ok[7] = {64, 64, 32, 4, 2, 1, 1};
 	memcpy(bad.params, ok, sizeof(ok));
 	rc = flyk_gpu_gemm(&p, &bad, (const char *)da + 2, db, dc, dbias, alpha,
 			   ws, ws_size, NULL);
-	result(rc == -EINVAL, "api-misaligned", "", rc);
+	gt_result(rc == -EINVAL, "api-misaligned", "", rc);
 	struct fly_problem p2 = p;
 	p2.dims[0] = 8; /* under-filled: split_k allowed */
 	int64_t sp[7] = {16, 64, 64, 4, 4, 2, 1}; /* 2 x 2 k-tiles */
 	memcpy(bad.params, sp, sizeof(sp));
 	rc = flyk_gpu_gemm(&p2, &bad, da, db, dc, dbias, alpha, NULL, 0, NULL);
-	result(rc == -EINVAL, "api-split-needs-workspace", "", rc);
+	gt_result(rc == -EINVAL, "api-split-needs-workspace", "", rc);
 	rc = flyk_gpu_gemm(&p2, &bad, da, db, dc, dbias, alpha, ws, ws_size,
 			   NULL);
-	result(rc == 0, "api-split-with-workspace", "", rc);
+	gt_result(rc == 0, "api-split-with-workspace", "", rc);
 out:
 	cudaFree(da);
 	cudaFree(db);
@@ -600,13 +446,13 @@ static void test_gemm_rounding(struct flyk_device *dev)
 		struct fly_problem p = bf16_problem(FLY_OP_GEMM, shapes[s], 3);
 		int nd = ds ? key_decisions(dev, &p, ds, MAXD) : 0;
 		if (!hc || !da || !db || !dc || !ws || nd < 2) {
-			result(0, "rounding-setup", "", -ENOMEM);
+			gt_result(0, "rounding-setup", "", -ENOMEM);
 			nd = 0;
 		}
 		for (int i = 0; i < nd; i++) {
 			char key[200];
 			int64_t fi = 0, fj = 0, bad = 0;
-			pkey(&p, i ? ds[i].variant : "default", ds[i].params,
+			gt_key(&p, i ? ds[i].variant : "default", ds[i].params,
 			     ds[i].nparams, key, sizeof(key));
 			cudaMemset(dc, 0xff, (size_t)(m * n) * 2);
 			int rc = flyk_gpu_gemm(&p, &ds[i], da, db, dc, NULL,
@@ -626,7 +472,7 @@ static void test_gemm_rounding(struct flyk_device *dev)
 				       gemm_ties_want(fi, fj));
 				rc = -EDOM;
 			}
-			result(rc == 0, "rounding", key, rc);
+			gt_result(rc == 0, "rounding", key, rc);
 		}
 		cudaFree(da);
 		cudaFree(db);
@@ -641,30 +487,23 @@ static void test_gemm_rounding(struct flyk_device *dev)
 
 int main(void)
 {
-	const struct flyk_backend *b = flyk_gpu_backend();
-	struct flyk_device *dev = NULL;
-	int rc = b->open(0, &dev);
-	if (rc) {
-		printf("no GPU: open failed (%d)\n0 passed, 1 failed\n", rc);
+	const struct flyk_backend *b;
+	struct flyk_device *dev;
+	if (gt_open(&b, &dev))
 		return 1;
-	}
-	only = getenv("FLYK_TEST_VARIANTS");
 	printf("# %s backend, %zu variants\n", b->name, b->nvariants);
-	result(flyk_variant_find(b, FLY_OP_GEMM, "cublaslt") != NULL &&
-		   flyk_variant_find(b, FLY_OP_GEMM, "cublas_default") &&
-		   flyk_variant_find(b, FLY_OP_GEMM, "gemm_mma") &&
-		   flyk_variant_find(b, FLY_OP_GROUPED_GEMM, "ggemm_mma"),
-	       "variants-listed", b->name, 0);
+	gt_result(flyk_variant_find(b, FLY_OP_GEMM, "cublaslt") != NULL &&
+		      flyk_variant_find(b, FLY_OP_GEMM, "cublas_default") &&
+		      flyk_variant_find(b, FLY_OP_GEMM, "gemm_mma") &&
+		      flyk_variant_find(b, FLY_OP_GROUPED_GEMM, "ggemm_mma"),
+		  "variants-listed", b->name, 0);
 	test_gemm_cases(b, dev);
 	test_grouped_cases(b, dev);
-	if (!only) {
+	if (!gt_only) {
 		test_grouped_api(dev);
 		test_gemm_api();
 		test_gemm_rounding(dev);
 	}
-	for (int i = 0; i < NRAN && ran_name[i]; i++)
-		printf("# ran %s: %d points\n", ran_name[i], ran_n[i]);
 	b->close(dev);
-	printf("%d passed, %d failed\n", npass, nfail);
-	return nfail ? 1 : 0;
+	return gt_finish();
 }

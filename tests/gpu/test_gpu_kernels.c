@@ -4,127 +4,16 @@
  * (NaN / -1) before each run; plus flyk_default() on each problem.
  *
  * Runs on a machine with a GPU (make test-gpu); links
- * libflykernels_cuda.so.  Prints one line per failure and a summary
- * "N passed, N failed"; exits non-zero on any failure or when no GPU is
- * found.  Contracts only: no timing is asserted.
+ * libflykernels_cuda.so and the harness it shares with test_gpu_gemm.c
+ * (gpu_harness.c).  Prints one line per failure and a summary "N passed,
+ * N failed"; exits non-zero on any failure or when no GPU is found.
+ * Contracts only: no timing is asserted.
  */
-#include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "flyk.h"
-
-static int npass, nfail;
-
-static void result(int ok, const char *what, const char *key, int rc)
-{
-	if (ok) {
-		npass++;
-		return;
-	}
-	nfail++;
-	printf("FAIL %s %s (rc %d)\n", what, key, rc);
-}
-
-static void pkey(const struct fly_problem *p, const char *vname,
-		 const int64_t *pt, uint32_t np, char *buf, size_t cap)
-{
-	int n = snprintf(buf, cap, "op=%u dt=%u flags=%u dims=%lld,%lld,%lld,"
-			 "%lld %s(", p->op, p->dtype, p->flags,
-			 (long long)p->dims[0], (long long)p->dims[1],
-			 (long long)p->dims[2], (long long)p->dims[3], vname);
-	for (uint32_t i = 0; i < np && n > 0 && (size_t)n < cap; i++)
-		n += snprintf(buf + n, cap - n, "%s%lld", i ? "," : "",
-			      (long long)pt[i]);
-	if (n > 0 && (size_t)n < cap)
-		snprintf(buf + n, cap - n, ")");
-}
-
-/* Poison, run once, check. */
-static int run_point(const struct flyk_backend *b, struct flyk_case *c,
-		     const struct flyk_variant *v, const int64_t *pt)
-{
-	double us = 0, err = 0;
-	int rc = b->case_poison(c);
-	if (!rc)
-		rc = b->case_time(c, v, pt, &us);
-	if (!rc)
-		rc = b->case_check(c, &err);
-	if (!rc && !(us > 0))
-		rc = -ERANGE; /* the events must have measured something */
-	return rc;
-}
-
-static void test_variant(const struct flyk_backend *b,
-			 struct flyk_device *dev, struct flyk_case *c,
-			 const struct fly_problem *p,
-			 const struct flyk_variant *v)
-{
-	uint32_t pos[FLY_PARAMS_MAX] = {0}, np = v->nparams;
-	char key[256];
-	if (v->enumerate) { /* vendor or composed: the points it proposes */
-		static int64_t pts[64][FLY_PARAMS_MAX];
-		int n = v->enumerate(dev, p, pts, 64);
-		pkey(p, v->name, NULL, 0, key, sizeof(key));
-		/* -EINVAL: not a problem it takes; -EOPNOTSUPP: the vendor
-		 * heuristic has no algorithm for it */
-		result(n >= 0 || n == -EINVAL || n == -EOPNOTSUPP, "enumerate",
-		       key, n);
-		for (int i = 0; i < n; i++) {
-			int rc = v->feasible(dev, p, pts[i]);
-			if (rc == 0)
-				rc = run_point(b, c, v, pts[i]);
-			pkey(p, v->name, pts[i], np, key, sizeof(key));
-			result(rc == 0, "variant", key, rc);
-		}
-		return;
-	}
-	for (;;) {
-		int64_t pt[FLY_PARAMS_MAX] = {0};
-		for (uint32_t j = 0; j < np; j++)
-			pt[j] = v->params[j].vals[pos[j]];
-		if (v->feasible(dev, p, pt) == 0) {
-			int rc = run_point(b, c, v, pt);
-			pkey(p, v->name, pt, np, key, sizeof(key));
-			result(rc == 0, "variant", key, rc);
-		}
-		uint32_t j = np;
-		for (; j > 0; j--) {
-			if (++pos[j - 1] < v->params[j - 1].nvals)
-				break;
-			pos[j - 1] = 0;
-		}
-		if (j == 0)
-			break;
-	}
-}
-
-static void test_problem(const struct flyk_backend *b,
-			 struct flyk_device *dev, const struct fly_problem *p,
-			 uint64_t seed)
-{
-	struct flyk_case *c = NULL;
-	char key[256];
-	pkey(p, "case", NULL, 0, key, sizeof(key));
-	int rc = b->case_new(dev, p, seed, &c);
-	result(rc == 0, "case_new", key, rc);
-	if (rc)
-		return;
-	for (size_t i = 0; i < b->nvariants; i++)
-		if (flyk_variant_supports(&b->variants[i], p))
-			test_variant(b, dev, c, p, &b->variants[i]);
-	struct fly_decision d;
-	rc = flyk_default(b, dev, p, &d);
-	result(rc == 0, "default", key, rc);
-	if (rc == 0) {
-		const struct flyk_variant *v =
-			flyk_variant_find(b, p->op, d.variant);
-		rc = v ? run_point(b, c, v, d.params) : -ENOENT;
-		result(rc == 0 && !v->is_reference, "default-runs", key, rc);
-	}
-	b->case_free(c);
-}
+#include "gpu_harness.h"
 
 static const uint32_t dts[] = {FLY_DT_FP32, FLY_DT_FP16, FLY_DT_BF16};
 
@@ -146,7 +35,7 @@ static void test_rmsnorm(const struct flyk_backend *b,
 				p.flags = res ? FLY_F_RESIDUAL : 0;
 				p.dims[0] = shapes[s][0];
 				p.dims[1] = shapes[s][1];
-				test_problem(b, dev, &p, 100 + s * 7 + d);
+				gt_problem(b, dev, &p, 100 + s * 7 + d);
 			}
 }
 
@@ -172,7 +61,7 @@ static void test_topk(const struct flyk_backend *b, struct flyk_device *dev)
 				p.dims[0] = shapes[s][0];
 				p.dims[1] = shapes[s][1];
 				p.dims[2] = shapes[s][2];
-				test_problem(b, dev, &p, 200 + s * 7 + d);
+				gt_problem(b, dev, &p, 200 + s * 7 + d);
 			}
 }
 
@@ -201,7 +90,7 @@ static void test_mqa(const struct flyk_backend *b, struct flyk_device *dev)
 			p.dtype = fl[f][0];
 			p.flags = fl[f][1];
 			memcpy(p.dims, shapes[s], sizeof(shapes[s]));
-			test_problem(b, dev, &p, 300 + s * 7 + f);
+			gt_problem(b, dev, &p, 300 + s * 7 + f);
 		}
 }
 
@@ -227,7 +116,7 @@ static void test_scaled(const struct flyk_backend *b, struct flyk_device *dev)
 				p.layout = FLY_LAYOUT_NT;
 				p.flags = f;
 				memcpy(p.dims, shapes[s], sizeof(shapes[s]));
-				test_problem(b, dev, &p, 400 + s * 7 + d + f);
+				gt_problem(b, dev, &p, 400 + s * 7 + d + f);
 			}
 	struct fly_problem p;
 	memset(&p, 0, sizeof(p));
@@ -237,29 +126,25 @@ static void test_scaled(const struct flyk_backend *b, struct flyk_device *dev)
 	p.dims[0] = 7;
 	p.dims[1] = 9;
 	p.dims[2] = 33;
-	test_problem(b, dev, &p, 499);
+	gt_problem(b, dev, &p, 499);
 }
 
 int main(void)
 {
-	const struct flyk_backend *b = flyk_gpu_backend();
-	struct flyk_device *dev = NULL;
+	const struct flyk_backend *b;
+	struct flyk_device *dev;
 	char fp[512];
-	int rc = b->open(0, &dev);
-	if (rc) {
-		printf("no GPU: open failed (%d)\n0 passed, 1 failed\n", rc);
+	if (gt_open(&b, &dev))
 		return 1;
-	}
-	rc = b->fingerprint(dev, fp, sizeof(fp));
-	result(rc > 0 && strstr(fp, "arch=") && strstr(fp, "lib=" FLYK_VERSION) &&
-		       strstr(fp, " blas="),
-	       "fingerprint", fp, rc);
+	int rc = b->fingerprint(dev, fp, sizeof(fp));
+	gt_result(rc > 0 && strstr(fp, "arch=") &&
+		      strstr(fp, "lib=" FLYK_VERSION) && strstr(fp, " blas="),
+		  "fingerprint", fp, rc);
 	printf("# %s backend, %zu variants: %s\n", b->name, b->nvariants, fp);
 	test_rmsnorm(b, dev);
 	test_topk(b, dev);
 	test_mqa(b, dev);
 	test_scaled(b, dev);
 	b->close(dev);
-	printf("%d passed, %d failed\n", npass, nfail);
-	return nfail ? 1 : 0;
+	return gt_finish();
 }

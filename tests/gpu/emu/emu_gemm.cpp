@@ -10,9 +10,9 @@
  *
  *   g++ -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu \
  *       -Itests/gpu/emu -include tests/gpu/emu/emu_gemm.h \
- *       -x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm.hip \
- *       kernels/gpu/grouped_gemm.hip -o /tmp/flyk_emu_gemm
- *   /tmp/flyk_emu_gemm [quick]
+ *       -x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm/gemm.hip \
+ *       kernels/gpu/gemm/grouped_gemm.hip -o /tmp/flyk_emu_gemm
+ *   /tmp/flyk_emu_gemm [quick|compare]   (compare: only the case check)
  *
  * Own scheduler (a copy of emu_main.cpp's, with 2-D grids).  Not emulated:
  * the asynchrony of cp.async (copies complete at once), timing, the
@@ -24,9 +24,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "flyk_gpu.h"
+#include "prim/flyk_gpu.h"
 #include "gpu_int.h"
-#include "gemm_vendor.h"
+#include "gemm/gemm_tile.h" /* flyk_gpu_gemm_compare */
+#include "gemm/gemm_vendor.h"
 
 
 #include "emu_sched.h"
@@ -178,15 +179,18 @@ extern "C" int flyk_gpu_fill_random(struct flyk_device *, void *, size_t,
 {
 	return -ENOMEM;
 }
-extern "C" int flyk_gpu_download(struct flyk_device *, void *, const void *,
-				 size_t)
+/* Host memory stands for device memory (flyk_gpu_compare's words). */
+extern "C" int flyk_gpu_download(struct flyk_device *, void *h, const void *d,
+				 size_t n)
 {
-	return -EIO;
+	memcpy(h, d, n);
+	return 0;
 }
-extern "C" int flyk_gpu_upload(struct flyk_device *, void *, const void *,
-			       size_t)
+extern "C" int flyk_gpu_upload(struct flyk_device *, void *d, const void *h,
+			       size_t n)
 {
-	return -EIO;
+	memcpy(d, h, n);
+	return 0;
 }
 
 /* The vendor candidates need cuBLAS: never feasible here. */
@@ -432,6 +436,36 @@ static void grouped_one(const struct flyk_backend *b,
 	}
 }
 
+/* The cases' device-side GEMM check (flyk_gpu_gemm_compare: |got - ref|
+ * <= |ref| / 64 + 2e-3 * sqrt(k), no NaN) on either side of its bound,
+ * through the backend's compare kernel. */
+static void compare_rule(void)
+{
+	enum { N = 256 };
+	static uint16_t ref[N], got[N];
+	unsigned words[2];
+	struct flyk_device dev;
+	memset(&dev, 0, sizeof(dev));
+	dev.sms = 4;
+	int64_t k = 100; /* slack 0.02 */
+	for (int i = 0; i < N; i++)
+		ref[i] = got[i] = flyk_float_to_bf16((float)(i % 17) - 8.f);
+	double err = -1;
+	int rc = flyk_gpu_gemm_compare(&dev, got, ref, N, k, words, &err);
+	result(rc == 0 && err == 0, "compare", "equal", rc);
+	/* ref 8: bound 8 / 64 + 0.02 = 0.145; bf16 steps near 8 are 1/16 */
+	int at = 16; /* (16 % 17) - 8 = 8 */
+	got[at] = flyk_float_to_bf16(8.125f); /* off 0.125: inside */
+	rc = flyk_gpu_gemm_compare(&dev, got, ref, N, k, words, &err);
+	result(rc == 0 && err == 0.125, "compare", "inside-bound", rc);
+	got[at] = flyk_float_to_bf16(8.1875f); /* off 0.1875: outside */
+	rc = flyk_gpu_gemm_compare(&dev, got, ref, N, k, words, &err);
+	result(rc == -EDOM && err == 0.1875, "compare", "outside-bound", rc);
+	got[at] = 0x7fc0; /* NaN */
+	rc = flyk_gpu_gemm_compare(&dev, got, ref, N, k, words, &err);
+	result(rc == -EDOM && isinf(err), "compare", "nan", rc);
+}
+
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && !strcmp(argv[1], "quick");
@@ -445,6 +479,11 @@ int main(int argc, char **argv)
 		      flyk_gpu_grouped_gemm_op.nvariants);
 	b.variants = vs.data();
 	b.nvariants = vs.size();
+	if (argc > 1 && !strcmp(argv[1], "compare")) { /* the check only */
+		compare_rule();
+		printf("%d passed, %d failed\n", npass, nfail);
+		return nfail ? 1 : 0;
+	}
 	int st = quick ? 5 : 1;
 	/* small shapes: tails in M, N and K; split-K (4 SMs); swizzle */
 	gemm_one(&b, 37, 72, 48, FLY_LAYOUT_NT, 0, st);
@@ -463,6 +502,7 @@ int main(int argc, char **argv)
 	 * (the stage ring wraps), tails in M, N and K */
 	gemm_one(&b, 130, 136, 328, FLY_LAYOUT_NT, FLY_F_BIAS | FLY_F_SCALE,
 		 quick ? 8 : 1);
+	compare_rule();
 	printf("# gemm: %d passed, %d failed\n", npass, nfail);
 	grouped_one(&b, {64, 64, 64, 64}, 72, 48, st);
 	grouped_one(&b, {0, 130, 0, 17, 129, 1, 64, 0}, 64, 40, st);

@@ -8,7 +8,7 @@
  *
  *   g++ -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu \
  *       -Itests/gpu/emu -x c++ tests/gpu/emu/emu_main.cpp \
- *       kernels/gpu/rmsnorm.hip kernels/gpu/topk.hip -o /tmp/flyk_emu
+ *       kernels/gpu/norm/rmsnorm.hip kernels/gpu/topk/topk.hip -o /tmp/flyk_emu
  *
  *   /tmp/flyk_emu [quick|cases]   (cases: only the op modules' case paths)
  *
@@ -19,7 +19,7 @@
 
 #include <algorithm>
 
-#include "flyk_gpu.h"
+#include "prim/flyk_gpu.h"
 #include "gpu_int.h"
 
 

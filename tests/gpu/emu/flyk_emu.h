@@ -6,7 +6,9 @@
  * array between two warp barriers.  Memory is host memory.
  *
  * Owns: the emulator's global state.  Thread: one host thread.
- * Test-only (tests/gpu/emu/emu_main.cpp); never part of a shipped build.
+ * Test-only; never part of a shipped build.  The emulator build
+ * force-includes it (-include) ahead of every source, so kernels/gpu
+ * includes no test header (prim/flyk_gpu.h checks that it was).
  * Not emulated: clusters (FLYK_HAS_CLUSTERS 0), timing, real concurrency
  * (atomics are plain adds: threads only switch at barriers).
  */
@@ -125,6 +127,8 @@ static inline int flyk_emu_shfl(int v, int l) { return (int)flyk_emu_shfl_u((uns
 static inline float flyk_emu_shfl(float v, int l) { return flyk_emu_shfl_f(v, l); }
 #define FLYK_SHFL_XOR(v, m) flyk_emu_shfl((v), (int)(threadIdx.x % 32) ^ (m))
 #define FLYK_SHFL(v, l) flyk_emu_shfl((v), (l))
+/* Lanes below @p o keep their own value (only lanes >= o read it). */
+#define FLYK_SHFL_UP(v, o) flyk_emu_shfl((v), (int)(threadIdx.x % 32) - (int)(o))
 static inline unsigned flyk_emu_ballot(int p)
 {
 	unsigned *sl = flyk_emu_warp_slots();
@@ -138,6 +142,16 @@ static inline unsigned flyk_emu_ballot(int p)
 	return r;
 }
 #define FLYK_BALLOT(p) flyk_emu_ballot(p)
+
+/* ---- the primitives' hooks: kernels/gpu/prim calls these under FLYK_EMU
+ * in place of its PTX (defined in emu_gemm.cpp; a build that runs no
+ * kernel using them needs no definition). */
+void flyk_emu_cp16(void *smem, const void *g, bool pred);
+void flyk_emu_ldmatrix(uint32_t *r, const uint16_t *p, bool trans);
+void flyk_emu_mma16816(float *c, const uint32_t *a, const uint32_t *b);
+void flyk_emu_wgmma(float *d, uint64_t da, uint64_t db, int bn);
+/* a vector store must be aligned on the GPU: counts the ones that are not */
+void flyk_emu_align(const void *p, unsigned bytes);
 
 /* ---- math and bits */
 static inline unsigned __float_as_uint(float f)

@@ -1,5 +1,5 @@
 /*
- * mqa_logits.hip -- FP8 MQA logits on the GPU (the DeepSeek lightning
+ * mqa/mqa_logits.hip -- FP8 MQA logits on the GPU (the DeepSeek lightning
  * indexer):
  *   logits[i, j] = sum_h w[i, h] * relu(q[i, h, :] . kv[j, :]) * kv_scale[j]
  * for ks[i] <= j < ke[i] (clamped to [0, skv)); with FLY_F_CLEAN every
@@ -43,14 +43,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flyk_gpu.h"
 #include "gpu_int.h"
-#include "gemm_tile.h"
-#include "gemm_tma.h"
+#include "prim/cp_async.h"
+#include "prim/flyk_gpu.h"
+#include "prim/launch.h"
+#include "prim/rand.h"
+#include "prim/tma.h"
+#include "prim/wgmma.h"
 
 /* The KV tensor map parameter of the wgmma kernel (a dummy where there is
  * no TMA, so the kernel keeps one signature). */
-#if GEMM_HAVE_TMA
+#if FLYK_HAS_TMA
 typedef CUtensorMap mqa_map_t;
 #define MQA_GRID_CONST __grid_constant__
 #else
@@ -282,8 +285,6 @@ static int simt_launch(const struct flyk_device *dev,
 
 /* ------------------------------------------------------------ wgmma */
 
-/* the fp8 wgmma: gemm_wgmma_e4m3_asm (gemm_tile.h) */
-
 #define MQA_H 64   /* heads of the wgmma variant */
 #define MQA_D 128  /* head dim: one 128-byte swizzle row per operand row */
 #define MQA_BKV 64 /* KV rows per tile: the wgmma's M */
@@ -309,7 +310,7 @@ __device__ __forceinline__ void mqa_load_rows(uint8_t *s, const uint8_t *g,
 		int r = c / 8, ch = c % 8;
 		bool ok = r < valid;
 		const uint8_t *src = ok ? g + (int64_t)r * MQA_D + ch * 16 : g;
-		gemm_cp16(s + r * MQA_D + ((ch ^ (r & 7)) * 16), src, ok);
+		flyk_cp16(s + r * MQA_D + ((ch ^ (r & 7)) * 16), src, ok);
 	}
 }
 
@@ -318,24 +319,16 @@ template <int N>
 __device__ __forceinline__ void mqa_mma(float *acc, const uint8_t *ka,
 					const uint8_t *qa)
 {
-	gemm_wg_fence();
-#if FLYK_WGMMA_DEVICE
+	flyk_wg_fence();
 	/* the first k step overwrites D: no zeroing of registers that
 	 * ptxas would then see touched between wgmma stages */
 #pragma unroll
 	for (int kk = 0; kk < MQA_D / 32; kk++)
-		gemm_wgmma_e4m3_asm<N>(acc,
-				 gemm_wg_desc((const uint16_t *)(ka + kk * 32)),
-				 gemm_wg_desc((const uint16_t *)(qa + kk * 32)),
-				 kk > 0);
-#else
-#pragma unroll
-	for (int x = 0; x < N / 2; x++)
-		acc[x] = 0.f;
-	(void)ka;
-	(void)qa;
-#endif
-	gemm_wg_commit();
+		flyk_wgmma_fp8<N>(acc,
+				  flyk_wg_desc((const uint16_t *)(ka + kk * 32)),
+				  flyk_wg_desc((const uint16_t *)(qa + kk * 32)),
+				  kk > 0);
+	flyk_wg_commit();
 }
 
 /* What every block of the wgmma kernel shares: its rows, windows and
@@ -403,7 +396,7 @@ __device__ __forceinline__ void mqa_load_tile(uint8_t *ring, int st,
 		mqa_load_rows(ring + (x % st) * (MQA_BKV * MQA_D),
 			      kv + (a + x * MQA_BKV) * MQA_D, MQA_BKV,
 			      skv - (a + x * MQA_BKV));
-	gemm_cp_commit(); /* one group per tile, empty past the end */
+	flyk_cp_commit(); /* one group per tile, empty past the end */
 }
 
 /* The KV ring of @p ST 8 KiB slots, tile x in slot x % ST, filled by
@@ -420,11 +413,11 @@ template <int ST, bool TMA> struct mqa_ring {
 	__device__ __forceinline__ void load(int64_t x) const
 	{
 		if constexpr (TMA) {
-#if GEMM_HAVE_TMA
+#if FLYK_HAS_TMA
 			if (threadIdx.x == 0 && x < nt) {
 				int sl = (int)(x % ST);
-				gemm_bar_expect(&full[sl], MQA_BKV * MQA_D);
-				gemm_tma_2d(ring + sl * (MQA_BKV * MQA_D), map,
+				flyk_bar_expect(&full[sl], MQA_BKV * MQA_D);
+				flyk_tma_2d(ring + sl * (MQA_BKV * MQA_D), map,
 					    &full[sl], 0, (int)(a + x * MQA_BKV));
 			}
 #endif
@@ -439,12 +432,12 @@ template <int ST, bool TMA> struct mqa_ring {
 	__device__ __forceinline__ void wait(int64_t x) const
 	{
 		if constexpr (TMA) {
-#if GEMM_HAVE_TMA
-			gemm_bar_wait(&full[x % ST], (unsigned)((x / ST) & 1));
+#if FLYK_HAS_TMA
+			flyk_bar_wait(&full[x % ST], (unsigned)((x / ST) & 1));
 #endif
 		} else {
-			gemm_cp_wait<PEND>();
-			gemm_fence_async_smem();
+			flyk_cp_wait<PEND>();
+			flyk_fence_async_smem();
 		}
 	}
 };
@@ -466,8 +459,8 @@ mqa_pipe_step(float *cur, float *nxt, const mqa_ring<ST, TMA> &rg,
 	__syncthreads();
 	rg.load(it + ST - 1);
 	mqa_mma<C::N>(nxt, rg.ring + ((it + 1) % ST) * C::KV_BYTES, sq_);
-	gemm_wg_wait<1>();
-	gemm_wg_fence_acc<C::N / 2>(cur);
+	flyk_wg_wait<1>();
+	flyk_wg_fence_acc<C::N / 2>(cur);
 	mqa_epilogue<BQ, CLEAN>(cur, sw, k, it);
 }
 
@@ -477,8 +470,8 @@ __device__ __forceinline__ void mqa_pipe_last(float *cur, const float *sw,
 					      const mqa_blk<BQ> &k,
 					      int64_t it)
 {
-	gemm_wg_wait<0>();
-	gemm_wg_fence_acc<BQ * MQA_H / 2>(cur);
+	flyk_wg_wait<0>();
+	flyk_wg_fence_acc<BQ * MQA_H / 2>(cur);
 	mqa_epilogue<BQ, CLEAN>(cur, sw, k, it);
 }
 
@@ -549,13 +542,13 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 
 	const mqa_ring<ST, TMA> rg = {ring, full, &kvmap, kv, k.a, skv, k.nt};
 	if constexpr (TMA) {
-#if GEMM_HAVE_TMA
+#if FLYK_HAS_TMA
 		if (t == 0) {
-			gemm_tma_prefetch_map(&kvmap);
+			flyk_tma_prefetch_map(&kvmap);
 #pragma unroll
 			for (int x = 0; x < ST; x++)
-				gemm_bar_init(&full[x], 1);
-			gemm_bar_init_fence();
+				flyk_bar_init(&full[x], 1);
+			flyk_bar_init_fence();
 		}
 #endif
 	}
@@ -565,15 +558,15 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 	for (int x = t; x < C::N; x += 128)
 		sw[x] = k.q0 * MQA_H + x < sq * MQA_H ? w[k.q0 * MQA_H + x]
 						      : 0.f;
-	gemm_cp_commit();
+	flyk_cp_commit();
 	/* the ring: tiles 0 .. ST - 2 ahead (cp.async: group 1 + x is tile
 	 * x, q is group 0) */
 #pragma unroll
 	for (int x = 0; x < ST - 1; x++)
 		rg.load(x);
 	if constexpr (TMA) { /* q by cp.async; the barriers initialised */
-		gemm_cp_wait<0>();
-		gemm_fence_async_smem();
+		flyk_cp_wait<0>();
+		flyk_fence_async_smem();
 		__syncthreads();
 	}
 	float acc[C::N / 2];
@@ -605,12 +598,12 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 			rg.load(it + ST - 1);
 			mqa_mma<C::N>(acc, ring + (it % ST) * C::KV_BYTES,
 				      sq_);
-			gemm_wg_wait<0>();
-			gemm_wg_fence_acc<C::N / 2>(acc);
+			flyk_wg_wait<0>();
+			flyk_wg_fence_acc<C::N / 2>(acc);
 			mqa_epilogue<BQ, CLEAN>(acc, sw, k, it);
 		}
 	}
-	gemm_cp_wait<0>();
+	flyk_cp_wait<0>();
 }
 
 static const int64_t wg_rows_vals[] = {1, 2, 4};
@@ -622,7 +615,7 @@ static const int64_t wg_tma_vals[] = {0, 1};
 static int wg_feasible(const struct flyk_device *dev,
 		       const struct fly_problem *p, const int64_t *params)
 {
-#if defined(FLYK_SM90A) && !FLYK_AMD
+#if FLYK_HAS_WGMMA
 	if (mqa_problem_ok(p) < 0 || p->dtype != FLY_DT_FP8_E4M3 ||
 	    (p->flags & FLY_F_KV_FNUZ))
 		return -EINVAL;
@@ -658,7 +651,7 @@ static int wg_feasible(const struct flyk_device *dev,
 #endif
 }
 
-#if defined(FLYK_SM90A) && !FLYK_AMD
+#if FLYK_HAS_WGMMA
 template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA>
 static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 		 int64_t skv, int64_t ld, int64_t split, int sms,
@@ -668,20 +661,13 @@ static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 	memset(&map, 0, sizeof(map));
 	if (TMA) { /* kv [skv, 128 bytes] as 64 bf16 a row: bytes moved */
 		uint64_t dims[2] = {MQA_D / 2, (uint64_t)skv};
-		if (gemm_tma_map(&map, a->kv, 2, dims, MQA_BKV))
+		if (flyk_tma_map(&map, a->kv, 2, dims, MQA_BKV))
 			return -EINVAL;
 	}
 	typedef mqa_wg_cfg<BQ, ST> C;
-	static bool attr_set = false; /* per instantiation */
-	if (!attr_set) {
-		const void *k =
-			(const void *)mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>;
-		if (hipFuncSetAttribute(k,
-					hipFuncAttributeMaxDynamicSharedMemorySize,
-					(int)C::SMEM) != hipSuccess)
-			return -EIO;
-		attr_set = true;
-	}
+	if (flyk_smem_optin<mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>>(
+		(int)C::SMEM))
+		return -EIO;
 	/* KV chunks: enough blocks for `split` per SM, chunks of >= 2
 	 * tiles (>= 64 tiles once the query blocks alone fill the GPU) */
 	int64_t nqb = (sq + BQ - 1) / BQ;
@@ -724,7 +710,7 @@ static int wg_launch(const struct flyk_device *dev,
 		     const struct fly_problem *p, const int64_t *params,
 		     const union flyk_args *args, void *stream)
 {
-#if defined(FLYK_SM90A) && !FLYK_AMD
+#if FLYK_HAS_WGMMA
 	const struct flyk_mqa_logits_args *a = &args->mqa_logits;
 	struct mqa_dims m;
 	mqa_dims_of(p, a, &m);
@@ -801,10 +787,7 @@ __global__ void mqa_fill_fp8_kernel(uint8_t *b, size_t n, uint64_t seed)
 	size_t stride = (size_t)gridDim.x * blockDim.x;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride) {
-		uint64_t z = seed * 0x9e3779b97f4a7c15ull + i;
-		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-		uint32_t r = (uint32_t)((z ^ (z >> 31)) >> 32);
+		uint32_t r = (uint32_t)(flyk_rand64(seed, i) >> 32);
 		/* sign, exponent field 4..9, any mantissa: never 0 or NaN */
 		b[i] = (uint8_t)(((r & 1u) << 7) | ((4u + (r >> 1) % 6u) << 3) |
 				 ((r >> 8) & 7u));

@@ -1,5 +1,5 @@
 /*
- * gemm_api.hip -- exported, ctypes-friendly launchers of the gemm and
+ * gemm/gemm_api.hip -- exported, ctypes-friendly launchers of the gemm and
  * grouped_gemm decisions in libflykernels_{cuda,hip}.so: a C or Python
  * engine passes the problem, the daemon's decision and its own device
  * pointers and stream, and runs exactly what was measured.
@@ -18,8 +18,8 @@
 #include <errno.h>
 #include <string.h>
 
-#include "flyk_gpu.h"
 #include "gpu_int.h"
+#include "prim/flyk_gpu.h"
 
 #define FLYK_EXPORT extern "C" __attribute__((visibility("default")))
 

@@ -1,5 +1,5 @@
 /*
- * hip_on_cuda.h -- the hip* names kernels/gpu uses, mapped onto CUDA's, so
+ * prim/hip_on_cuda.h -- the hip* names kernels/gpu uses, mapped onto CUDA's, so
  * nvcc builds the same .hip sources that hipcc builds (STYLE.md R17).
  *
  * Owns: nothing (macros and inline wrappers).  Thread: n/a.
@@ -72,5 +72,6 @@ typedef cudaFuncAttribute hipFuncAttribute;
 #define FLYK_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
 #define FLYK_SHFL(v, l) __shfl_sync(0xffffffffu, (v), (l))
 #define FLYK_BALLOT(p) __ballot_sync(0xffffffffu, (p))
+#define FLYK_SHFL_UP(v, o) __shfl_up_sync(0xffffffffu, (v), (o))
 
 #endif /* FLYK_HIP_ON_CUDA_H */

@@ -1,24 +1,24 @@
 /*
- * gemm_tile.h -- the bf16 GEMM tile engines shared by gemm.hip and
+ * gemm/gemm_tile.h -- the bf16 GEMM tile engines shared by gemm.hip and
  * grouped_gemm.hip: one output tile C[m0:m0+BM, n0:n0+BN] of
  * A[M,K] x B (NT: B[N,K]; NN: B[K,N]) over a K range, fp32 accumulation,
  * and the epilogues (alpha, bias, bf16 store; fp32 split-K partials).
  *
  * Owns: nothing (device templates).  Thread: device code only.
  *
- * Three engines:
+ * Three engines, on the primitives of prim/ (cp_async.h, mma.h, wgmma.h):
  *   wgmma (NVIDIA sm_90a)  warpgroup MMA from 128B-swizzled shared memory
  *        (see its section below); NT only.
  *   mma  (NVIDIA sm_80+)  multistage cp.async pipeline (STAGES buffers,
  *        zero-filled out of bounds), ldmatrix (.trans for NN's B) and
- *        mma.sync.m16n8k16 bf16 -> fp32 via inline PTX.  Needs K % 8 == 0
+ *        mma.sync.m16n8k16 bf16 -> fp32.  Needs K % 8 == 0
  *        (NN: N % 8 == 0 too) and 16-byte aligned A and B bases, so every
  *        16-byte chunk is either wholly inside or wholly outside.
  *   fma  (anywhere, AMD's portable path)  64x64x16 shared-memory tiles,
  *        256 threads, a 4x4 register micro-tile each; any shape, any
  *        alignment.
- * Under FLYK_EMU (tests/gpu/emu/emu_gemm.cpp) the PTX is replaced by
- * lane-by-lane emulations, so the same code runs on the CPU.
+ * Under FLYK_EMU (tests/gpu/emu/emu_gemm.cpp) the primitives' PTX is
+ * replaced by lane-by-lane emulations, so the same code runs on the CPU.
  * Shared memory rows are padded by 8 halves: every ldmatrix phase (8 rows
  * of 16 bytes) then hits 8 distinct 16-byte bank groups.
  */
@@ -28,13 +28,11 @@
 #include <errno.h>
 #include <stdint.h>
 
-#include "flyk_gpu.h"
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define FLYK_MMA_DEVICE 1
-#else
-#define FLYK_MMA_DEVICE 0
-#endif
+#include "prim/cp_async.h"
+#include "prim/flyk_gpu.h"
+#include "prim/mem.h"
+#include "prim/mma.h"
+#include "prim/wgmma.h"
 
 /* The mma tile shapes built (gemm_mma and ggemm_mma): BM, BN, BK, warps
  * along M, warps along N, stages. */
@@ -145,15 +143,6 @@ __device__ __forceinline__ float gemm_fin(const gemm_out &o, int64_t col,
 	return v;
 }
 
-#ifdef FLYK_EMU
-/* tests/gpu/emu/emu_gemm.cpp: a vector store must be aligned on the GPU
- * (a misaligned one is a sticky launch error); the emulator counts them. */
-void flyk_emu_align(const void *p, unsigned bytes);
-#define GEMM_VST_ALIGNED(p, b) flyk_emu_align((const void *)(p), (b))
-#else
-#define GEMM_VST_ALIGNED(p, b) ((void)0)
-#endif
-
 /* Store two adjacent outputs (row, col) and (row, col + 1).  A paired
  * store only where the address itself is aligned: a split's partials start
  * at ws + split * M * N, which is odd-aligned when M * N is odd. */
@@ -166,7 +155,7 @@ __device__ __forceinline__ void gemm_store2(const gemm_out &o, int64_t row,
 	bool two = col + 1 < o.n_end;
 	if (!o.c) {
 		if (two && !((uintptr_t)(o.ws + i) & 7)) {
-			GEMM_VST_ALIGNED(o.ws + i, 8);
+			FLYK_VST_ALIGNED(o.ws + i, 8);
 			*(float2 *)(o.ws + i) = make_float2(v0, v1);
 		} else {
 			o.ws[i] = v0;
@@ -178,7 +167,7 @@ __device__ __forceinline__ void gemm_store2(const gemm_out &o, int64_t row,
 	uint32_t pk = flyk_df2b2(gemm_fin(o, col, v0),
 				 two ? gemm_fin(o, col + 1, v1) : 0.f);
 	if (two && !((uintptr_t)(o.c + i) & 3)) {
-		GEMM_VST_ALIGNED(o.c + i, 4);
+		FLYK_VST_ALIGNED(o.c + i, 4);
 		*(uint32_t *)(o.c + i) = pk;
 		return;
 	}
@@ -188,80 +177,6 @@ __device__ __forceinline__ void gemm_store2(const gemm_out &o, int64_t row,
 }
 
 /* ------------------------------------------------------------ mma engine */
-
-#ifdef FLYK_EMU
-/* tests/gpu/emu/emu_gemm.cpp: the PTX below, emulated lane by lane. */
-void flyk_emu_cp16(void *smem, const void *g, bool pred);
-void flyk_emu_ldmatrix(uint32_t *r, const uint16_t *p, bool trans);
-void flyk_emu_mma16816(float *c, const uint32_t *a, const uint32_t *b);
-#endif
-
-__device__ __forceinline__ void gemm_cp16(void *smem, const void *g, bool pred)
-{
-#if FLYK_MMA_DEVICE
-	unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-	int sz = pred ? 16 : 0;
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s),
-		     "l"(g), "r"(sz));
-#elif defined(FLYK_EMU)
-	flyk_emu_cp16(smem, g, pred);
-#endif
-}
-
-__device__ __forceinline__ void gemm_cp_commit(void)
-{
-#if FLYK_MMA_DEVICE
-	asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-template <int N> __device__ __forceinline__ void gemm_cp_wait(void)
-{
-#if FLYK_MMA_DEVICE
-	asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
-
-__device__ __forceinline__ void gemm_ldm4(uint32_t *r, const uint16_t *p)
-{
-#if FLYK_MMA_DEVICE
-	unsigned s = (unsigned)__cvta_generic_to_shared(p);
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
-		     "{%0,%1,%2,%3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(s));
-#elif defined(FLYK_EMU)
-	flyk_emu_ldmatrix(r, p, false);
-#endif
-}
-
-__device__ __forceinline__ void gemm_ldm4t(uint32_t *r, const uint16_t *p)
-{
-#if FLYK_MMA_DEVICE
-	unsigned s = (unsigned)__cvta_generic_to_shared(p);
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
-		     "{%0,%1,%2,%3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(s));
-#elif defined(FLYK_EMU)
-	flyk_emu_ldmatrix(r, p, true);
-#endif
-}
-
-__device__ __forceinline__ void gemm_mma16816(float *c, const uint32_t *a,
-					      const uint32_t *b)
-{
-#if FLYK_MMA_DEVICE
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-		     "{%0,%1,%2,%3};\n"
-		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
-		       "r"(b[1]));
-#elif defined(FLYK_EMU)
-	flyk_emu_mma16816(c, a, b);
-#endif
-}
 
 /* Operands of one tile: A rows from m0 (row-major, lda = K), B from the
  * tile's n0 (NT: rows of B[N,K]; NN: columns of B[K,N], ldb = N). */
@@ -286,7 +201,7 @@ __device__ __forceinline__ void gemm_load_stage(const gemm_opnd &o,
 		int64_t gr = o.m0 + r, gk = k0 + kc;
 		bool ok = gr < o.m_end && gk < k_end;
 		const uint16_t *src = ok ? o.a + gr * o.lda + gk : o.a;
-		gemm_cp16(sa + r * C::LDA + kc, src, ok);
+		flyk_cp16(sa + r * C::LDA + kc, src, ok);
 	}
 	if (!C::NN) {
 		for (int c = tid; c < C::BN * KC; c += C::THREADS) {
@@ -294,7 +209,7 @@ __device__ __forceinline__ void gemm_load_stage(const gemm_opnd &o,
 			int64_t gn = o.n0 + r, gk = k0 + kc;
 			bool ok = gn < o.n_end && gk < k_end;
 			const uint16_t *src = ok ? o.b + gn * o.ldb + gk : o.b;
-			gemm_cp16(sb + r * C::LDB + kc, src, ok);
+			flyk_cp16(sb + r * C::LDB + kc, src, ok);
 		}
 	} else {
 		const int NC = C::BN / 8;
@@ -303,7 +218,7 @@ __device__ __forceinline__ void gemm_load_stage(const gemm_opnd &o,
 			int64_t gk = k0 + r, gn = o.n0 + nc;
 			bool ok = gk < k_end && gn < o.n_end;
 			const uint16_t *src = ok ? o.b + gk * o.ldb + gn : o.b;
-			gemm_cp16(sb + r * C::LDB + nc, src, ok);
+			flyk_cp16(sb + r * C::LDB + nc, src, ok);
 		}
 	}
 }
@@ -324,7 +239,7 @@ __device__ __forceinline__ void gemm_compute_stage(const uint16_t *sa,
 			int r = wm * C::WTM + mi * 16 + (lane % 8) +
 				((lane / 8) % 2) * 8;
 			int k = kk * 16 + (lane / 16) * 8;
-			gemm_ldm4(af[mi], sa + r * C::LDA + k);
+			flyk_ldm4(af[mi], sa + r * C::LDA + k);
 		}
 #pragma unroll
 		for (int nj = 0; nj < C::NI / 2; nj++) {
@@ -333,12 +248,12 @@ __device__ __forceinline__ void gemm_compute_stage(const uint16_t *sa,
 				int n = wn * C::WTN + nj * 16 + (lane % 8) +
 					(lane / 16) * 8;
 				int k = kk * 16 + ((lane / 8) % 2) * 8;
-				gemm_ldm4(t, sb + n * C::LDB + k);
+				flyk_ldm4(t, sb + n * C::LDB + k);
 			} else {
 				int k =
 				    kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
 				int n = wn * C::WTN + nj * 16 + (lane / 16) * 8;
-				gemm_ldm4t(t, sb + k * C::LDB + n);
+				flyk_ldm4t(t, sb + k * C::LDB + n);
 			}
 			bf[2 * nj][0] = t[0];
 			bf[2 * nj][1] = t[1];
@@ -349,7 +264,7 @@ __device__ __forceinline__ void gemm_compute_stage(const uint16_t *sa,
 		for (int mi = 0; mi < C::MI; mi++)
 #pragma unroll
 			for (int ni = 0; ni < C::NI; ni++)
-				gemm_mma16816(acc[mi][ni], af[mi], bf[ni]);
+				flyk_mma16816(acc[mi][ni], af[mi], bf[ni]);
 	}
 }
 
@@ -383,10 +298,10 @@ gemm_mma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
 			gemm_load_stage<C>(o, sa + s * C::A_ST,
 					   sb + s * C::B_ST,
 					   k_begin + (int64_t)s * C::BK, k_end);
-		gemm_cp_commit();
+		flyk_cp_commit();
 	}
 	for (int64_t kt = 0; kt < nk; kt++) {
-		gemm_cp_wait<C::ST - 2>();
+		flyk_cp_wait<C::ST - 2>();
 		__syncthreads();
 		int64_t pf = kt + C::ST - 1;
 		if (pf < nk) {
@@ -395,12 +310,12 @@ gemm_mma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
 					   sb + ps * C::B_ST,
 					   k_begin + pf * C::BK, k_end);
 		}
-		gemm_cp_commit();
+		flyk_cp_commit();
 		int cs = (int)(kt % C::ST);
 		gemm_compute_stage<C>(sa + cs * C::A_ST, sb + cs * C::B_ST,
 				      acc);
 	}
-	gemm_cp_wait<0>();
+	flyk_cp_wait<0>();
 	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 	const int wm = warp / C::WN, wn = warp % C::WN;
 	const int g = lane / 4, t = lane % 4;
@@ -433,11 +348,6 @@ gemm_mma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
  * aligned A and B bases.  Under FLYK_EMU the descriptor carries the host
  * address and flyk_emu_wgmma() computes each thread's fragment.
  */
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define FLYK_WGMMA_DEVICE 1
-#else
-#define FLYK_WGMMA_DEVICE 0
-#endif
 
 /* The wgmma tile shapes built (gemm_wgmma and ggemm_wgmma): BM, BN,
  * stages. */
@@ -472,226 +382,6 @@ template <int BM_, int BN_, int ST_> struct gemm_wg_cfg {
 	static_assert(ST_ >= 3, "two stages besides the one in flight");
 };
 
-#ifdef FLYK_EMU
-void flyk_emu_wgmma(float *d, uint64_t da, uint64_t db, int bn);
-#endif
-
-/* The shared-memory descriptor of a K-major, 128B-swizzled operand
- * starting at @p p: start >> 4, leading byte offset 16 (unused with this
- * swizzle), stride byte offset 1024 (8 rows of 128 bytes), swizzle mode 1
- * (128B) in bits 62-63. */
-__device__ __forceinline__ uint64_t gemm_wg_desc(const uint16_t *p)
-{
-#if FLYK_WGMMA_DEVICE
-	uint64_t a = (uint64_t)__cvta_generic_to_shared(p);
-	return ((a & 0x3ffff) >> 4) | ((uint64_t)(16 >> 4) << 16) |
-	       ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
-#else
-	return (uint64_t)(uintptr_t)p;
-#endif
-}
-
-__device__ __forceinline__ void gemm_wg_fence(void)
-{
-#if FLYK_WGMMA_DEVICE
-	asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void gemm_wg_commit(void)
-{
-#if FLYK_WGMMA_DEVICE
-	asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-
-/* Wait until at most @p N committed wgmma groups are pending. */
-template <int N> __device__ __forceinline__ void gemm_wg_wait(void)
-{
-#if FLYK_WGMMA_DEVICE
-	asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
-/* Make this thread's generic-proxy shared-memory writes (cp.async landed)
- * visible to the async proxy that wgmma reads through. */
-__device__ __forceinline__ void gemm_fence_async_smem(void)
-{
-#if FLYK_WGMMA_DEVICE
-	asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-
-/* Pin the accumulators: no instruction may be moved across this point
- * (ptxas otherwise serialises wgmma when the tile loop of a persistent
- * kernel puts the epilogue's reads near the next tile's wgmma). */
-template <int N>
-__device__ __forceinline__ void gemm_wg_fence_acc(float *acc)
-{
-#if FLYK_WGMMA_DEVICE
-#pragma unroll
-	for (int i = 0; i < N; i++)
-		asm volatile("" : "+f"(acc[i])::"memory");
-#else
-	(void)acc;
-#endif
-}
-
-#if FLYK_WGMMA_DEVICE
-/* The accumulator operands d[i .. i + 31] of a wgmma asm statement. */
-#define GEMM_WG_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
-#define GEMM_WG_D16(i)                                                         \
-	GEMM_WG_D4(i), GEMM_WG_D4(i + 4), GEMM_WG_D4(i + 8), GEMM_WG_D4(i + 12)
-#define GEMM_WG_D32(i) GEMM_WG_D16(i), GEMM_WG_D16(i + 16)
-
-/* wgmma.mma_async m64nBNk16 bf16 -> fp32, D += A * B (scale-d 1). */
-template <int BN>
-__device__ __forceinline__ void gemm_wgmma_asm(float *d, uint64_t da,
-					       uint64_t db);
-
-template <> __device__ __forceinline__ void
-gemm_wgmma_asm<64>(float *d, uint64_t da, uint64_t db)
-{
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-		     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
-		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-		     "%24,%25,%26,%27,%28,%29,%30,%31"
-		     "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-		     : GEMM_WG_D32(0)
-		     : "l"(da), "l"(db), "r"(1));
-}
-
-template <> __device__ __forceinline__ void
-gemm_wgmma_asm<128>(float *d, uint64_t da, uint64_t db)
-{
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-		     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
-		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-		     "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"
-		     "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,"
-		     "%60,%61,%62,%63"
-		     "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-		     : GEMM_WG_D32(0), GEMM_WG_D32(32)
-		     : "l"(da), "l"(db), "r"(1));
-}
-
-template <> __device__ __forceinline__ void
-gemm_wgmma_asm<256>(float *d, uint64_t da, uint64_t db)
-{
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-		     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
-		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-		     "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"
-		     "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,"
-		     "%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,"
-		     "%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,"
-		     "%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-		     "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,"
-		     "%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,"
-		     "%120,%121,%122,%123,%124,%125,%126,%127"
-		     "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-		     : GEMM_WG_D32(0), GEMM_WG_D32(32), GEMM_WG_D32(64), GEMM_WG_D32(96)
-		     : "l"(da), "l"(db), "r"(1));
-}
-#endif
-
-#if FLYK_WGMMA_DEVICE
-/* wgmma.mma_async m64nNk32 e4m3 x e4m3 -> f32, D = A * B + (acc ? D : 0),
- * both from K-major 128B-swizzled shared memory (mqa_logits,
- * scaled_gemm). */
-template <int N>
-__device__ __forceinline__ void gemm_wgmma_e4m3_asm(float *d, uint64_t da,
-					      uint64_t db, int acc);
-
-template <> __device__ __forceinline__ void
-gemm_wgmma_e4m3_asm<64>(float *d, uint64_t da, uint64_t db, int acc)
-{
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-		     "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
-		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
-		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-		     "%24,%25,%26,%27,%28,%29,%30,%31"
-		     "}, %32, %33, p, 1, 1;\n}\n"
-		     : GEMM_WG_D32(0)
-		     : "l"(da), "l"(db), "r"(acc));
-}
-
-template <> __device__ __forceinline__ void
-gemm_wgmma_e4m3_asm<128>(float *d, uint64_t da, uint64_t db, int acc)
-{
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-		     "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
-		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
-		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-		     "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"
-		     "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,"
-		     "%60,%61,%62,%63"
-		     "}, %64, %65, p, 1, 1;\n}\n"
-		     : GEMM_WG_D32(0), GEMM_WG_D32(32)
-		     : "l"(da), "l"(db), "r"(acc));
-}
-
-template <> __device__ __forceinline__ void
-gemm_wgmma_e4m3_asm<256>(float *d, uint64_t da, uint64_t db, int acc)
-{
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-		     "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {"
-		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
-		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-		     "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"
-		     "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,"
-		     "%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,"
-		     "%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,"
-		     "%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-		     "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,"
-		     "%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,"
-		     "%120,%121,%122,%123,%124,%125,%126,%127"
-		     "}, %128, %129, p, 1, 1;\n}\n"
-		     : GEMM_WG_D32(0), GEMM_WG_D32(32), GEMM_WG_D32(64),
-		       GEMM_WG_D32(96)
-		     : "l"(da), "l"(db), "r"(acc));
-}
-#endif
-
-/* One m64nBNk32 e4m3 step, D = A * B + (acc ? D : 0): the PTX above on
- * the GPU; nothing elsewhere (no emulation of the fp8 wgmma: its kernels
- * are sm_90a only, checked by the GPU tests). */
-template <int BN>
-__device__ __forceinline__ void gemm_wgmma_e4m3(float *d, uint64_t da,
-						uint64_t db, int acc)
-{
-#if FLYK_WGMMA_DEVICE
-	gemm_wgmma_e4m3_asm<BN>(d, da, db, acc);
-#else
-	(void)d;
-	(void)da;
-	(void)db;
-	(void)acc;
-#endif
-}
-
-/* One m64nBNk16 step: the PTX above on the GPU, flyk_emu_wgmma() under
- * the emulator. */
-template <int BN>
-__device__ __forceinline__ void gemm_wgmma(float *d, uint64_t da, uint64_t db)
-{
-#if FLYK_WGMMA_DEVICE
-	gemm_wgmma_asm<BN>(d, da, db);
-#elif defined(FLYK_EMU)
-	flyk_emu_wgmma(d, da, db, BN);
-#else
-	(void)d;
-	(void)da;
-	(void)db;
-#endif
-}
 
 /* Issue the cp.async copies of one k-tile (64 deep) into the swizzled
  * stage buffers @p sa (BM rows) and @p sb (BN rows). */
@@ -705,14 +395,14 @@ __device__ __forceinline__ void gemm_wg_load(const gemm_opnd &o, uint16_t *sa,
 		int64_t gr = o.m0 + r, gk = k0 + ch * 8;
 		bool ok = gr < o.m_end && gk < k_end;
 		const uint16_t *src = ok ? o.a + gr * o.lda + gk : o.a;
-		gemm_cp16(sa + r * 64 + (ch ^ (r & 7)) * 8, src, ok);
+		flyk_cp16(sa + r * 64 + (ch ^ (r & 7)) * 8, src, ok);
 	}
 	for (int c = threadIdx.x; c < C::BN * 8; c += C::THREADS) {
 		int r = c / 8, ch = c % 8;
 		int64_t gn = o.n0 + r, gk = k0 + ch * 8;
 		bool ok = gn < o.n_end && gk < k_end;
 		const uint16_t *src = ok ? o.b + gn * o.ldb + gk : o.b;
-		gemm_cp16(sb + r * 64 + (ch ^ (r & 7)) * 8, src, ok);
+		flyk_cp16(sb + r * 64 + (ch ^ (r & 7)) * 8, src, ok);
 	}
 }
 
@@ -737,7 +427,7 @@ gemm_wgmma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
 	int64_t nk = (k_end - k_begin + C::BK - 1) / C::BK;
 	if (nk < 0)
 		nk = 0;
-	gemm_wg_fence_acc<C::NACC>(acc);
+	flyk_wg_fence_acc<C::NACC>(acc);
 	__syncthreads(); /* a previous tile may still read the buffers */
 	/* Pipeline: ST - 2 k-tiles of loads ahead, one wgmma group in flight
 	 * behind the one just issued.  At k-tile kt the stage refilled,
@@ -749,11 +439,11 @@ gemm_wgmma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
 		if (s < nk)
 			gemm_wg_load<C>(o, sa + s * C::A_ST, sb + s * C::B_ST,
 					k_begin + (int64_t)s * C::BK, k_end);
-		gemm_cp_commit();
+		flyk_cp_commit();
 	}
 	for (int64_t kt = 0; kt < nk; kt++) {
-		gemm_cp_wait<C::ST - 3>(); /* this thread's copies of kt */
-		gemm_fence_async_smem();
+		flyk_cp_wait<C::ST - 3>(); /* this thread's copies of kt */
+		flyk_fence_async_smem();
 		__syncthreads();
 		int64_t pf = kt + C::ST - 2;
 		if (pf < nk) {
@@ -761,21 +451,21 @@ gemm_wgmma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
 			gemm_wg_load<C>(o, sa + ps * C::A_ST, sb + ps * C::B_ST,
 					k_begin + pf * C::BK, k_end);
 		}
-		gemm_cp_commit();
+		flyk_cp_commit();
 		int cs = (int)(kt % C::ST);
 		const uint16_t *a = sa + cs * C::A_ST + wg * 64 * 64;
 		const uint16_t *b = sb + cs * C::B_ST;
-		gemm_wg_fence();
+		flyk_wg_fence();
 #pragma unroll
 		for (int kk = 0; kk < 4; kk++) /* k16 steps: +32 bytes */
-			gemm_wgmma<C::BN>(acc, gemm_wg_desc(a + kk * 16),
-					  gemm_wg_desc(b + kk * 16));
-		gemm_wg_commit();
-		gemm_wg_wait<1>();
+			flyk_wgmma_bf16<C::BN>(acc, flyk_wg_desc(a + kk * 16),
+					  flyk_wg_desc(b + kk * 16));
+		flyk_wg_commit();
+		flyk_wg_wait<1>();
 	}
-	gemm_wg_wait<0>();
-	gemm_wg_fence_acc<C::NACC>(acc);
-	gemm_cp_wait<0>();
+	flyk_wg_wait<0>();
+	flyk_wg_fence_acc<C::NACC>(acc);
+	flyk_cp_wait<0>();
 	/* D fragment: warp w of the warpgroup owns rows 16w..16w+15; lane l
 	 * holds rows l/4 and l/4 + 8, columns 8j + 2(l%4) + {0,1}. */
 	const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
@@ -882,24 +572,6 @@ static inline int64_t flyk_gemm_bucket_m(int64_t m)
 	return (m + 1023) / 1024 * 1024;
 }
 
-#if !FLYK_DEVICE_PASS
-/* Raise @p kernel's dynamic shared-memory limit to @p bytes, once per
- * device (@p done: 16 flags; a race only repeats the call). */
-static inline int flyk_gemm_smem_optin(const void *kernel, int bytes, int *done)
-{
-	int d = 0;
-	(void)hipGetDevice(&d);
-	if (d >= 0 && d < 16 && done[d])
-		return 0;
-	if (hipFuncSetAttribute(kernel,
-				hipFuncAttributeMaxDynamicSharedMemorySize,
-				bytes) != hipSuccess)
-		return -ENOSPC;
-	if (d >= 0 && d < 16)
-		done[d] = 1;
-	return 0;
-}
-#endif
 
 /* Host: compare the bf16 device buffers @p got and @p ref (@p n elements)
  * on the device, through the two device words @p d_cmp: *max_err = max

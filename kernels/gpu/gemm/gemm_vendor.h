@@ -1,5 +1,5 @@
 /*
- * gemm_vendor.h -- the vendor GEMM candidates of the CUDA backend
+ * gemm/gemm_vendor.h -- the vendor GEMM candidates of the CUDA backend
  * (kernels/vendor/cublaslt.c), seen by gemm.hip, which lists them in the
  * gemm op's variant table under nvcc only.  Not installed.
  *

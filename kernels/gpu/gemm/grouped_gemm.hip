@@ -1,5 +1,5 @@
 /*
- * grouped_gemm.hip -- grouped (MoE) BF16 GEMM on the GPU in one launch: for
+ * gemm/grouped_gemm.hip -- grouped (MoE) BF16 GEMM on the GPU in one launch: for
  * each expert g, rows [offsets[g], offsets[g+1]) of A [sum rows, K] times
  * B[g]^T (B [G, N, K], NT per expert) into the same rows of C [sum rows,
  * N]; fp32 accumulation, bf16 out.  Semantics as kernels/cpu/grouped_gemm.c.
@@ -33,24 +33,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flyk_gpu.h"
+#include "gemm/gemm_tile.h"
+#include "gemm/gemm_tma.h"
 #include "gpu_int.h"
-#include "gemm_tile.h"
-#include "gemm_tma.h"
+#include "prim/flyk_gpu.h"
+#include "prim/launch.h"
 
 #define GG_MAX_G 1024
-
-#if FLYK_AMD
-#define GG_SHFL_UP(v, o) __shfl_up((v), (o))
-#else
-#define GG_SHFL_UP(v, o) __shfl_up_sync(0xffffffffu, (v), (o))
-#endif
-
-static int gg_launch_err(void)
-{
-	hipError_t e = hipGetLastError();
-	return e == hipSuccess ? 0 : e == hipErrorInvalidValue ? -EINVAL : -EIO;
-}
 
 static int gg_problem_ok(const struct fly_problem *p)
 {
@@ -98,7 +87,7 @@ __device__ void gg_prefix(const int64_t *off, int G, int64_t M, int bm,
 				v = (int)((r1 - r0 + bm - 1) / bm) * tiles_n;
 			}
 			for (int o = 1; o < FLYK_WARP; o <<= 1) {
-				int y = GG_SHFL_UP(v, o);
+				int y = FLYK_SHFL_UP(v, o);
 				if (lane >= o)
 					v += y;
 			}
@@ -183,7 +172,7 @@ __global__ void __launch_bounds__(C::THREADS) gg_mma_kernel(gg_job j)
 	}
 }
 
-#if GEMM_HAVE_TMA
+#if FLYK_HAS_TMA
 /* Tile t of the grouped problem as a TMA work unit: A from the expert's
  * row (rows past the expert are loaded, computed and not stored), B[e]
  * through the 3-D map (expert, n, k).  With clusters of CL blocks the
@@ -310,12 +299,10 @@ typedef int (*gg_go_fn)(const struct gg_job *j, unsigned grid, hipStream_t s);
 template <class C>
 static int gg_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 {
-	static int done[16]; /* always: static + dynamic may pass 48 KiB */
-	if (flyk_gemm_smem_optin((const void *)gg_mma_kernel<C>, C::SMEM,
-				 done))
+	if (flyk_smem_optin<gg_mma_kernel<C>>(C::SMEM))
 		return -ENOSPC;
 	FLYK_GO(grid, C::THREADS, C::SMEM, s, gg_mma_kernel<C>)(*j);
-	return gg_launch_err();
+	return flyk_launch_err();
 }
 
 struct gg_ent {
@@ -342,7 +329,7 @@ struct gg_ent {
 	 gemm_wg_cfg<BM, BN, ST>::SMEM,                                        \
 	 gg_go<gemm_wg_cfg<BM, BN, ST>>},
 
-#if !FLYK_AMD
+#if FLYK_HAS_MMA
 static const struct gg_ent gg_ents[] = {GEMM_CFGS(GG_ENT)};
 #define NGG (sizeof(gg_ents) / sizeof(gg_ents[0]))
 static const struct gg_ent gg_wg_ents[] = {GEMM_WG_CFGS(GG_WG_ENT)};
@@ -381,14 +368,6 @@ static const int64_t gg_wg_tile_m[] = {64, 128, 256};
 static const int64_t gg_wg_tile_n[] = {128, 256};
 static const int64_t gg_wg_stages[] = {3, 4, 6};
 
-/* Whether this library's device code has the wgmma kernels (an sm_90a
- * build: the Makefile defines FLYK_SM90A), or the emulator runs. */
-#if defined(FLYK_SM90A) || defined(FLYK_EMU)
-#define GG_HAVE_WGMMA 1
-#else
-#define GG_HAVE_WGMMA 0
-#endif
-
 /* persist > 0 only where it shrinks the grid. */
 static int gg_persist_ok(const struct flyk_device *dev,
 			 const struct fly_problem *p, int bm, int bn,
@@ -405,7 +384,7 @@ static int gg_persist_ok(const struct flyk_device *dev,
 	       (int64_t)dev->sms * persist < (mb / bm + p->dims[0]) * tn;
 }
 
-#if !FLYK_AMD
+#if FLYK_HAS_MMA
 /* The rules shared by ggemm_mma and ggemm_wgmma for entry @p e. */
 static int gg_ent_feasible(const struct flyk_device *dev,
 			   const struct fly_problem *p,
@@ -432,7 +411,7 @@ static int mma_feasible(const struct flyk_device *dev,
 {
 	if (gg_problem_ok(p))
 		return -EINVAL;
-#if FLYK_AMD
+#if !FLYK_HAS_MMA
 	(void)dev;
 	(void)pr;
 	return -ENOSPC;
@@ -450,7 +429,7 @@ static int wg_feasible(const struct flyk_device *dev,
 {
 	if (gg_problem_ok(p))
 		return -EINVAL;
-#if FLYK_AMD || !GG_HAVE_WGMMA
+#if !FLYK_HAS_WGMMA
 	(void)dev;
 	(void)pr;
 	return -ENOSPC;
@@ -463,7 +442,7 @@ static int wg_feasible(const struct flyk_device *dev,
 #endif
 }
 
-#if !FLYK_AMD
+#if FLYK_HAS_MMA
 /* Launch the tile kernel @p go (bm x bn tiles, feasible) with @p persist
  * blocks per SM, tiles in the order @p mfirst (gg_job); A and B 16-byte
  * aligned, C to @p c_al bytes. */
@@ -503,7 +482,7 @@ static int mma_launch(const struct flyk_device *dev,
 	int rc = mma_feasible(dev, p, pr);
 	if (rc)
 		return rc;
-#if FLYK_AMD
+#if !FLYK_HAS_MMA
 	(void)args;
 	(void)stream;
 	return -EOPNOTSUPP;
@@ -519,7 +498,7 @@ static int wg_launch(const struct flyk_device *dev,
 	int rc = wg_feasible(dev, p, pr);
 	if (rc)
 		return rc;
-#if FLYK_AMD
+#if !FLYK_HAS_MMA
 	(void)args;
 	(void)stream;
 	return -EOPNOTSUPP;
@@ -552,21 +531,19 @@ static const int64_t gg_tma_cluster[] = {1, 2};
 static const int64_t gg_tma_raster[] = {0, 1};
 static const int64_t gg_tma_k_tile[] = {64, 128};
 
-#if GEMM_HAVE_TMA
+#if FLYK_HAS_TMA
 template <class C>
 static int gg_tma_go(const struct gg_job *j, unsigned grid, hipStream_t s)
 {
-	static int done[16];
-	if (flyk_gemm_smem_optin((const void *)gg_tma_kernel<C>, C::SMEM,
-				 done))
+	if (flyk_smem_optin<gg_tma_kernel<C>>(C::SMEM))
 		return -ENOSPC;
 	CUtensorMap ma, mb, mc;
 	if (gemm_tma_maps<C>(j->a, j->b, j->c, j->m, j->n, j->k, j->g, &ma,
 			     &mb, &mc))
 		return -EINVAL;
 	/* @p grid counts clusters (gg_grid over tiles of CL * BM rows, at
-	 * most one per SM): gemm_tma_go caps it at the resident ones. */
-	return gemm_tma_go(gg_tma_kernel<C>, grid, C::THREADS, C::SMEM, C::CL,
+	 * most one per SM): flyk_cluster_go caps it at the resident ones. */
+	return flyk_cluster_go(gg_tma_kernel<C>, grid, C::THREADS, C::SMEM, C::CL,
 			   s, ma, mb, mc, *j);
 }
 
@@ -590,7 +567,7 @@ static int tma_feasible(const struct flyk_device *dev,
 {
 	if (gg_problem_ok(p))
 		return -EINVAL;
-#if !GEMM_HAVE_TMA
+#if !FLYK_HAS_TMA
 	(void)dev;
 	(void)pr;
 	return -ENOSPC;
@@ -632,7 +609,7 @@ static int tma_launch(const struct flyk_device *dev,
 	int rc = tma_feasible(dev, p, pr);
 	if (rc)
 		return rc;
-#if !GEMM_HAVE_TMA
+#if !FLYK_HAS_TMA
 	(void)args;
 	(void)stream;
 	return -EOPNOTSUPP;
@@ -670,7 +647,7 @@ static int fma_launch(const struct flyk_device *dev,
 	FLYK_GO((unsigned)grid, GEMM_FMA_THREADS, 0, (hipStream_t)stream,
 		gg_fma_kernel)
 	(j);
-	return gg_launch_err();
+	return flyk_launch_err();
 }
 
 static int ref_feasible(const struct flyk_device *dev,
@@ -695,7 +672,7 @@ static int ref_launch(const struct flyk_device *dev,
 	dim3 grid((unsigned)((j.n + 127) / 128),
 		  (unsigned)(j.m < 65535 ? j.m : 65535));
 	FLYK_GO(grid, 128, 0, (hipStream_t)stream, gg_ref_kernel)(j);
-	return gg_launch_err();
+	return flyk_launch_err();
 }
 
 /* ------------------------------------------------------------ table */

@@ -1,11 +1,23 @@
 /*
- * flyk_gpu.h -- the one runtime header of the kernels/gpu sources: picks
- * <hip/hip_runtime.h> on AMD or hip_on_cuda.h under nvcc, and defines the
- * wave size, target and conversion helpers the kernels are written against.
+ * prim/flyk_gpu.h -- the one runtime header of the kernels/gpu sources:
+ * picks <hip/hip_runtime.h> on AMD or hip_on_cuda.h under nvcc, and
+ * defines the wave size, target, feature and conversion helpers the
+ * kernels are written against.
  *
  * Owns: nothing.  Thread: n/a.
  * Warp-level code uses FLYK_WARP (32 on NVIDIA, 64 on AMD CDNA) and the
- * FLYK_SHFL* macros, never a literal 32 or a *_sync name.
+ * FLYK_SHFL* macros, never a literal 32 or a *_sync name.  Vendor and
+ * architecture tests (__HIP_PLATFORM_*, __CUDA_ARCH__) live in prim/ only:
+ * an op asks for a feature (FLYK_HAS_*) or calls a primitive.
+ *   FLYK_HAS_CLUSTERS  thread-block clusters, distributed shared memory
+ *   FLYK_HAS_MMA       the mma.sync / ldmatrix / cp.async engines
+ *                      (NVIDIA, and the emulator)
+ *   FLYK_HAS_WGMMA     wgmma kernels (an sm_90a build, and the emulator)
+ *   FLYK_HAS_TMA       TMA, mbarriers, cluster launches (an sm_90a build
+ *                      under nvcc; not the emulator)
+ *   FLYK_HAS_CUBLAS    the vendor GEMM candidates (kernels/vendor, CUDA)
+ * FLYK_MMA_DEVICE / FLYK_WGMMA_DEVICE: 1 in the device pass that emits
+ * that PTX (the primitives' own test; ops use FLYK_HAS_*).
  */
 #ifndef FLYK_GPU_H
 #define FLYK_GPU_H
@@ -22,8 +34,9 @@
 #define FLYK_SHFL_XOR(v, m) __shfl_xor((v), (m))
 #define FLYK_SHFL(v, l) __shfl((v), (l))
 #define FLYK_BALLOT(p) __ballot(p)
+#define FLYK_SHFL_UP(v, o) __shfl_up((v), (o))
 #elif defined(__CUDACC__)
-#include "hip_on_cuda.h"
+#include "prim/hip_on_cuda.h"
 #define FLYK_AMD 0
 #define FLYK_WARP 32
 #define FLYK_BACKEND_NAME "cuda"
@@ -32,10 +45,38 @@
 #define FLYK_HAS_CLUSTERS 1
 #elif defined(FLYK_EMU)
 /* tests/gpu/emu: the kernels run on the CPU, one coroutine per thread, to
- * check their logic on a machine without a GPU (never a shipped build). */
-#include "flyk_emu.h"
+ * check their logic on a machine without a GPU (never a shipped build).
+ * That build force-includes its device model (-include
+ * tests/gpu/emu/flyk_emu.h): no kernels/ header includes a test header. */
+#ifndef FLYK_EMU_H
+#error "FLYK_EMU builds force-include tests/gpu/emu/flyk_emu.h"
+#endif
 #else
 #error "kernels/gpu needs hipcc (AMD) or nvcc (NVIDIA)"
+#endif
+
+#define FLYK_HAS_CUBLAS (!FLYK_AMD)
+#define FLYK_HAS_MMA (!FLYK_AMD)
+#if !FLYK_AMD && (defined(FLYK_SM90A) || defined(FLYK_EMU))
+#define FLYK_HAS_WGMMA 1
+#else
+#define FLYK_HAS_WGMMA 0
+#endif
+#if defined(FLYK_SM90A) && !defined(FLYK_EMU) && !FLYK_AMD
+#define FLYK_HAS_TMA 1
+#else
+#define FLYK_HAS_TMA 0
+#endif
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define FLYK_MMA_DEVICE 1
+#else
+#define FLYK_MMA_DEVICE 0
+#endif
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FLYK_WGMMA_DEVICE 1
+#else
+#define FLYK_WGMMA_DEVICE 0
 #endif
 
 #ifndef FLYK_GO

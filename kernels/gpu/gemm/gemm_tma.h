@@ -1,10 +1,10 @@
 /*
- * gemm_tma.h -- the Hopper GEMM mainloop (sm_90a): tiles brought in by the
+ * gemm/gemm_tma.h -- the Hopper GEMM mainloop (sm_90a): tiles brought in by the
  * tensor memory accelerator, a warp-specialised persistent block, wgmma.
  *
  *   - A ring of ST shared-memory stages, each KP panels (1 or 2) of a
  *     BM x 64 tile of A and a BN x 64 tile of B in the 128B swizzle (the
- *     layout gemm_wg_desc names),
+ *     layout flyk_wg_desc names),
  *     filled by cp.async.bulk.tensor from two tensor maps (zero fill out of
  *     bounds: ragged M, N and K need no predicates).
  *   - Two mbarriers per stage: full (the producer's expect_tx; the copy
@@ -28,24 +28,20 @@
  * A work unit is whatever the kernel's functor says (a dense tile and its
  * k range; an expert's tile): see struct gemm_tma_unit.
  *
- * Owns: nothing (device templates and the host tensor-map helpers).
+ * Owns: nothing (device templates and the host launch tables; the PTX,
+ * tensor maps and cluster launch are prim/tma.h's and prim/cluster.h's).
  * Thread: the tensor-map cache is per host thread.
- * Built only for sm_90a under nvcc (GEMM_HAVE_TMA); not emulated (the CPU
+ * Built only for sm_90a under nvcc (FLYK_HAS_TMA); not emulated (the CPU
  * emulator has no copy engine): the GPU test checks every point.
  */
 #ifndef FLYK_GEMM_TMA_H
 #define FLYK_GEMM_TMA_H
 
-#include "gemm_tile.h"
+#include "gemm/gemm_tile.h"
+#include "prim/cluster.h"
+#include "prim/tma.h"
 
-#if defined(FLYK_SM90A) && !defined(FLYK_EMU) && !FLYK_AMD
-#define GEMM_HAVE_TMA 1
-#else
-#define GEMM_HAVE_TMA 0
-#endif
-
-#if GEMM_HAVE_TMA
-#include <cuda.h>
+#if FLYK_HAS_TMA
 #include <string.h>
 
 /* The TMA tile shapes built: BM, BN, stages (the most that fit beside the
@@ -158,194 +154,7 @@ struct gemm_tma_unit {
 	int kblocks;
 };
 
-/* ------------------------------------------------------------ PTX */
-
-__device__ __forceinline__ uint32_t gemm_tma_sa(const void *p)
-{
-	return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void gemm_bar_init(uint64_t *bar, unsigned count)
-{
-	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(
-			 gemm_tma_sa(bar)),
-		     "r"(count)
-		     : "memory");
-}
-
-__device__ __forceinline__ void gemm_bar_init_fence(void)
-{
-	asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void gemm_bar_expect(uint64_t *bar, unsigned bytes)
-{
-	asm volatile(
-	    "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-		gemm_tma_sa(bar)),
-	    "r"(bytes)
-	    : "memory");
-}
-
-__device__ __forceinline__ void gemm_bar_arrive(uint64_t *bar)
-{
-	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(
-			 gemm_tma_sa(bar))
-		     : "memory");
-}
-
-/* Wait until the phase of parity @p parity of @p bar has completed. */
-__device__ __forceinline__ void gemm_bar_wait(uint64_t *bar, unsigned parity)
-{
-	uint32_t a = gemm_tma_sa(bar), ok;
-	do {
-		asm volatile("{\n.reg .pred p;\n"
-			     "mbarrier.try_wait.parity.shared::cta.b64 p, "
-			     "[%1], %2;\n"
-			     "selp.u32 %0, 1, 0, p;\n}\n"
-			     : "=r"(ok)
-			     : "r"(a), "r"(parity)
-			     : "memory");
-	} while (!ok);
-}
-
-__device__ __forceinline__ void gemm_tma_2d(void *dst, const void *map,
-					    uint64_t *bar, int c0, int c1)
-{
-	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier"
-		     "::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
-			 gemm_tma_sa(dst)),
-		     "l"((uint64_t)(uintptr_t)map), "r"(gemm_tma_sa(bar)),
-		     "r"(c0), "r"(c1)
-		     : "memory");
-}
-
-__device__ __forceinline__ void gemm_tma_3d(void *dst, const void *map,
-					    uint64_t *bar, int c0, int c1,
-					    int c2)
-{
-	asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier"
-		     "::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::
-			 "r"(gemm_tma_sa(dst)),
-		     "l"((uint64_t)(uintptr_t)map), "r"(gemm_tma_sa(bar)),
-		     "r"(c0), "r"(c1), "r"(c2)
-		     : "memory");
-}
-
-/* The multicast forms: the box lands at the same offset in every block of
- * @p mask (bit r: cluster rank r), completing its bytes on the mbarrier
- * at the same offset in each. */
-__device__ __forceinline__ void gemm_tma_2d_mc(void *dst, const void *map,
-					       uint64_t *bar, int c0, int c1,
-					       uint16_t mask)
-{
-	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier"
-		     "::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
-		     "%4}], [%2], %5;\n" ::"r"(gemm_tma_sa(dst)),
-		     "l"((uint64_t)(uintptr_t)map), "r"(gemm_tma_sa(bar)),
-		     "r"(c0), "r"(c1), "h"(mask)
-		     : "memory");
-}
-
-__device__ __forceinline__ void gemm_tma_3d_mc(void *dst, const void *map,
-					       uint64_t *bar, int c0, int c1,
-					       int c2, uint16_t mask)
-{
-	asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier"
-		     "::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
-		     "%4, %5}], [%2], %6;\n" ::"r"(gemm_tma_sa(dst)),
-		     "l"((uint64_t)(uintptr_t)map), "r"(gemm_tma_sa(bar)),
-		     "r"(c0), "r"(c1), "r"(c2), "h"(mask)
-		     : "memory");
-}
-
-/* Arrive on the mbarrier at @p bar's offset in block @p peer of the
- * cluster (release at CTA scope, as a local arrival: what it orders is
- * this warp's wgmma reads of the stage, retired by wgmma.wait_group). */
-__device__ __forceinline__ void gemm_bar_arrive_peer(uint64_t *bar,
-						     unsigned peer)
-{
-	asm volatile("{\n.reg .b32 ra;\n"
-		     "mapa.shared::cluster.u32 ra, %0, %1;\n"
-		     "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(
-			 gemm_tma_sa(bar)),
-		     "r"(peer)
-		     : "memory");
-}
-
-/* Every thread of every block of the cluster. */
-__device__ __forceinline__ void gemm_cluster_sync(void)
-{
-	asm volatile("barrier.cluster.arrive.release;\n"
-		     "barrier.cluster.wait.acquire;\n" ::: "memory");
-}
-
-__device__ __forceinline__ int gemm_cluster_rank(void)
-{
-	uint32_t r;
-	asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-	return (int)r;
-}
-
-__device__ __forceinline__ void gemm_tma_prefetch_map(const void *map)
-{
-	asm volatile("prefetch.tensormap [%0];\n" ::"l"(
-			 (uint64_t)(uintptr_t)map)
-		     : "memory");
-}
-
-/* Store the box at @p src (shared) to (c0, c1) of @p map (clipped to
- * the map's bounds), as one bulk group of this thread. */
-__device__ __forceinline__ void gemm_tma_store_2d(const void *map,
-						  const void *src, int c0,
-						  int c1)
-{
-	asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
-		     "[%0, {%2, %3}], [%1];\n" ::"l"((uint64_t)(uintptr_t)map),
-		     "r"(gemm_tma_sa(src)), "r"(c0), "r"(c1)
-		     : "memory");
-}
-
-__device__ __forceinline__ void gemm_tma_store_commit(void)
-{
-	asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-
-/* This thread's bulk stores have read their shared memory. */
-__device__ __forceinline__ void gemm_tma_store_wait_read(void)
-{
-	asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
-
-/* This thread's bulk stores are complete (written). */
-__device__ __forceinline__ void gemm_tma_store_wait(void)
-{
-	asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-}
-
-/* Barrier @p id (1..15) among @p n threads (a warpgroup: 128). */
-__device__ __forceinline__ void gemm_bar_named(int id, int n)
-{
-	asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-
-template <int R> __device__ __forceinline__ void gemm_reg_dec(void)
-{
-	asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
-}
-
-template <int R> __device__ __forceinline__ void gemm_reg_inc(void)
-{
-	asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
-}
-
 /* ------------------------------------------------------------ mainloop */
-
-/* Shared-memory store of one 32-bit word (@p a: a shared address). */
-__device__ __forceinline__ void gemm_sts32(uint32_t a, uint32_t v)
-{
-	asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
-}
 
 /*
  * Columns [P * BN / TS, (P + 1) * BN / TS) of consumer @p cw's rows as
@@ -390,7 +199,7 @@ __device__ __forceinline__ void gemm_tma_stage(const gemm_tma_unit &w,
 						v1 += flyk_db2f(
 						    w.out.bias[c + 1]);
 				}
-				gemm_sts32(sw[qq % 8] +
+				flyk_sts32(sw[qq % 8] +
 					       (uint32_t)((qq / 8) * C::BM *
 							      128 +
 							  (j * 64 + h * 8) *
@@ -415,22 +224,22 @@ gemm_tma_epilogue_pass(const gemm_tma_unit &w, float (*acc)[C::NACC],
 {
 	enum { ROWS = C::BM / C::NCW, BOXES = C::BN / 64 / C::TS };
 	if (t == 0)
-		gemm_tma_store_wait_read();
-	gemm_bar_named(1 + cw, 128);
+		flyk_tma_store_wait_read();
+	flyk_bar_named(1 + cw, 128);
 	if (w.out.bias)
-		gemm_tma_stage<C, P, true>(w, acc, gemm_tma_sa(sc), cw, t);
+		gemm_tma_stage<C, P, true>(w, acc, flyk_smem_u32(sc), cw, t);
 	else
-		gemm_tma_stage<C, P, false>(w, acc, gemm_tma_sa(sc), cw, t);
-	gemm_fence_async_smem();
-	gemm_bar_named(1 + cw, 128);
+		gemm_tma_stage<C, P, false>(w, acc, flyk_smem_u32(sc), cw, t);
+	flyk_fence_async_smem();
+	flyk_bar_named(1 + cw, 128);
 	if (t == 0) {
 #pragma unroll
 		for (int b = 0; b < BOXES; b++)
-			gemm_tma_store_2d(map_c,
+			flyk_tma_store_2d(map_c,
 					  sc + b * C::BM * 64 + cw * ROWS * 64,
 					  (int)(w.n0 + (P * BOXES + b) * 64),
 					  (int)(w.m0 + cw * ROWS));
-		gemm_tma_store_commit();
+		flyk_tma_store_commit();
 	}
 }
 
@@ -457,17 +266,17 @@ gemm_tma_panel(const gemm_tma_unit &w, int rank, int kp, int k,
 	enum { BH = C::BN / C::CL }; /* the B map's box rows */
 	uint16_t *da = sa + kp * C::BM * 64, *db = sb + kp * C::BN * 64;
 	/* (k counts elements: 64 bf16 or 128 fp8 a panel, 128 bytes a row) */
-	gemm_tma_2d(da, map_a, bar, k, w.a_row);
+	flyk_tma_2d(da, map_a, bar, k, w.a_row);
 	if constexpr (C::CL == 1) {
 		if (b3d)
-			gemm_tma_3d(db, map_b, bar, k, w.b_row, w.b_z);
+			flyk_tma_3d(db, map_b, bar, k, w.b_row, w.b_z);
 		else
-			gemm_tma_2d(db, map_b, bar, k, w.b_row);
+			flyk_tma_2d(db, map_b, bar, k, w.b_row);
 	} else if (b3d) {
-		gemm_tma_3d_mc(db + rank * BH * 64, map_b, bar, k,
+		flyk_tma_3d_mc(db + rank * BH * 64, map_b, bar, k,
 			       w.b_row + rank * BH, w.b_z, 3);
 	} else {
-		gemm_tma_2d_mc(db + rank * BH * 64, map_b, bar, k,
+		flyk_tma_2d_mc(db + rank * BH * 64, map_b, bar, k,
 			       w.b_row + rank * BH, 3);
 	}
 }
@@ -492,8 +301,8 @@ gemm_tma_produce(const W &work, int units, int first, int step, int rank,
 		for (int kt = 0; kt < w.nk; kt += C::KP, it++) {
 			int s = (int)(it % C::ST);
 			unsigned ph = (it / C::ST) & 1;
-			gemm_bar_wait(&empty[s], ph ^ 1);
-			gemm_bar_expect(&full[s], C::STAGE_BYTES);
+			flyk_bar_wait(&empty[s], ph ^ 1);
+			flyk_bar_expect(&full[s], C::STAGE_BYTES);
 #pragma unroll
 			for (int kp = 0; kp < C::KP; kp++)
 				gemm_tma_panel<C>(w, rank, kp,
@@ -511,9 +320,9 @@ template <class C>
 __device__ __forceinline__ void gemm_tma_release(uint64_t *empty, int s,
 						 int rank)
 {
-	gemm_bar_arrive(&empty[s]);
+	flyk_bar_arrive(&empty[s]);
 	if constexpr (C::CL == 2)
-		gemm_bar_arrive_peer(&empty[s], (unsigned)(rank ^ 1));
+		flyk_bar_arrive_peer(&empty[s], (unsigned)(rank ^ 1));
 }
 
 /* Consumer @p cw's accumulators of unit @p w out: through the TMA-store
@@ -588,14 +397,14 @@ gemm_tma_consume(const W &work, int units, int first, int step, int rank,
 				acc[j][i] = 0.f;
 #pragma unroll
 		for (int j = 0; j < C::SLABS; j++)
-			gemm_wg_fence_acc<C::NACC>(acc[j]);
+			flyk_wg_fence_acc<C::NACC>(acc[j]);
 		for (int kt = 0; kt < w.nk; kt += C::KP, it++) {
 			int s = (int)(it % C::ST);
-			gemm_bar_wait(&full[s], (it / C::ST) & 1);
+			flyk_bar_wait(&full[s], (it / C::ST) & 1);
 			const uint16_t *a =
 			    sa + s * C::A_ST + cw * C::SLABS * 64 * 64;
 			const uint16_t *b = sb + s * C::B_ST;
-			gemm_wg_fence();
+			flyk_wg_fence();
 			/* Panel kp of A is BM rows x 64 at kp * BM * 64, of B
 			 * BN rows x 64 at kp * BN * 64. */
 #pragma unroll
@@ -604,32 +413,32 @@ gemm_tma_consume(const W &work, int units, int first, int step, int rank,
 			for (int j = 0; j < C::SLABS; j++)
 #pragma unroll
 				for (int kk = 0; kk < 4; kk++)
-					gemm_wgmma<C::BN>(
+					flyk_wgmma_bf16<C::BN>(
 					    acc[j],
-					    gemm_wg_desc(a + kp * C::BM * 64 +
+					    flyk_wg_desc(a + kp * C::BM * 64 +
 							 j * 64 * 64 +
 							 kk * 16),
-					    gemm_wg_desc(b + kp * C::BN * 64 +
+					    flyk_wg_desc(b + kp * C::BN * 64 +
 							 kk * 16));
-			gemm_wg_commit();
+			flyk_wg_commit();
 			/* The group of k-tile kt - 1 has retired: its stage
 			 * may be refilled. */
-			gemm_wg_wait<1>();
+			flyk_wg_wait<1>();
 			if (kt > 0 && l == 0)
 				gemm_tma_release<C>(empty, (it - 1) % C::ST,
 						    rank);
 		}
-		gemm_wg_wait<0>();
+		flyk_wg_wait<0>();
 		if (w.nk > 0 && l == 0) /* one arrival per warp */
 			gemm_tma_release<C>(empty, (it - 1) % C::ST, rank);
 #pragma unroll
 		for (int j = 0; j < C::SLABS; j++)
-			gemm_wg_fence_acc<C::NACC>(acc[j]);
+			flyk_wg_fence_acc<C::NACC>(acc[j]);
 		gemm_tma_store_unit<C>(w, acc, sc, map_c, cw, t);
 	}
 	if constexpr (C::TS != 0) {
 		if (t == 0) /* the block's shared memory outlives the stores */
-			gemm_tma_store_wait();
+			flyk_tma_store_wait();
 	}
 }
 
@@ -691,30 +500,30 @@ gemm_tma_consume_f8(const W &work, int units, int first, int step, int rank,
 						    w.out.n_end, w.kblocks,
 						    kb0);
 			}
-			gemm_bar_wait(&full[s], (it / C::ST) & 1);
+			flyk_bar_wait(&full[s], (it / C::ST) & 1);
 			const uint16_t *a =
 			    sa + s * C::A_ST + cw * C::SLABS * 64 * 64;
 			const uint16_t *b = sb + s * C::B_ST;
 			if constexpr (C::F8 == 1) {
-				gemm_wg_fence();
+				flyk_wg_fence();
 #pragma unroll
 				for (int j = 0; j < C::SLABS; j++)
 #pragma unroll
 					for (int kk = 0; kk < 4; kk++)
-						gemm_wgmma_e4m3<C::BN>(
+						flyk_wgmma_fp8<C::BN>(
 						    part[j],
-						    gemm_wg_desc(a +
+						    flyk_wg_desc(a +
 								 j * 64 * 64 +
 								 kk * 16),
-						    gemm_wg_desc(b + kk * 16),
+						    flyk_wg_desc(b + kk * 16),
 						    kk);
-				gemm_wg_commit();
-				gemm_wg_wait<0>();
+				flyk_wg_commit();
+				flyk_wg_wait<0>();
 				if (l == 0)
 					gemm_tma_release<C>(empty, s, rank);
 #pragma unroll
 				for (int j = 0; j < C::SLABS; j++) {
-					gemm_wg_fence_acc<C::NACC>(part[j]);
+					flyk_wg_fence_acc<C::NACC>(part[j]);
 #pragma unroll
 					for (int i = 0; i < C::NACC; i++)
 						acc[j][i] += part[j][i];
@@ -722,18 +531,18 @@ gemm_tma_consume_f8(const W &work, int units, int first, int step, int rank,
 			} else {
 #pragma unroll
 				for (int kk = 0; kk < 4; kk++) {
-					gemm_wg_fence();
+					flyk_wg_fence();
 #pragma unroll
 					for (int j = 0; j < C::SLABS; j++)
-						gemm_wgmma_e4m3<C::BN>(
+						flyk_wgmma_fp8<C::BN>(
 						    part[j],
-						    gemm_wg_desc(a +
+						    flyk_wg_desc(a +
 								 j * 64 * 64 +
 								 kk * 16),
-						    gemm_wg_desc(b + kk * 16),
+						    flyk_wg_desc(b + kk * 16),
 						    0);
-					gemm_wg_commit();
-					gemm_wg_wait<0>();
+					flyk_wg_commit();
+					flyk_wg_wait<0>();
 					if (kk == 3 && l == 0)
 						gemm_tma_release<C>(empty, s,
 								    rank);
@@ -748,7 +557,7 @@ gemm_tma_consume_f8(const W &work, int units, int first, int step, int rank,
 							    0xffu);
 #pragma unroll
 					for (int j = 0; j < C::SLABS; j++) {
-						gemm_wg_fence_acc<C::NACC>(
+						flyk_wg_fence_acc<C::NACC>(
 						    part[j]);
 						float fa[2];
 #pragma unroll
@@ -783,12 +592,12 @@ gemm_tma_consume_f8(const W &work, int units, int first, int step, int rank,
 		}
 #pragma unroll
 		for (int j = 0; j < C::SLABS; j++)
-			gemm_wg_fence_acc<C::NACC>(acc[j]);
+			flyk_wg_fence_acc<C::NACC>(acc[j]);
 		gemm_tma_store_unit<C>(w, acc, sc, map_c, cw, t);
 	}
 	if constexpr (C::TS != 0) {
 		if (t == 0)
-			gemm_tma_store_wait();
+			flyk_tma_store_wait();
 	}
 }
 
@@ -819,20 +628,20 @@ gemm_tma_run(const W &work, int units, int first, int step,
 	uint16_t *sc = sb + C::B_ST * C::ST;
 	uint64_t *full = bars, *empty = bars + C::ST;
 	const int wg = threadIdx.x / 128;
-	const int rank = C::CL == 2 ? gemm_cluster_rank() : 0;
+	const int rank = C::CL == 2 ? flyk_cluster_rank() : 0;
 	if (threadIdx.x == 0) {
-		gemm_tma_prefetch_map(map_a);
-		gemm_tma_prefetch_map(map_b);
+		flyk_tma_prefetch_map(map_a);
+		flyk_tma_prefetch_map(map_b);
 #pragma unroll
 		for (int s = 0; s < C::ST; s++) {
-			gemm_bar_init(&full[s], 1);
-			gemm_bar_init(&empty[s], C::CL * C::NCW * 4);
+			flyk_bar_init(&full[s], 1);
+			flyk_bar_init(&empty[s], C::CL * C::NCW * 4);
 		}
-		gemm_bar_init_fence();
+		flyk_bar_init_fence();
 	}
 	/* The peer's barriers are initialised before any remote use. */
 	if constexpr (C::CL == 2)
-		gemm_cluster_sync();
+		flyk_cluster_sync();
 	else
 		__syncthreads();
 	/* The stage of the it-th k-tile of this block is it % ST; its phase
@@ -841,14 +650,14 @@ gemm_tma_run(const W &work, int units, int first, int step,
 	 * producer's first ST waits on empty pass. */
 	if (wg == 0) {
 		if constexpr (C::NCW == 2)
-			gemm_reg_dec<40>();
+			flyk_reg_dec<40>();
 		if (threadIdx.x == 0)
 			gemm_tma_produce<C>(work, units, first, step, rank,
 					    map_a, map_b, b3d, sa, sb, full,
 					    empty);
 	} else {
 		if constexpr (C::NCW == 2)
-			gemm_reg_inc<232>();
+			flyk_reg_inc<232>();
 		if constexpr (C::F8 != 0)
 			gemm_tma_consume_f8<C>(work, units, first, step, rank,
 					       wg - 1, map_c, sa, sb, sc, full,
@@ -861,154 +670,12 @@ gemm_tma_run(const W &work, int units, int first, int step,
 	/* No block leaves while its peer may still write into it or arrive
 	 * on its barriers. */
 	if constexpr (C::CL == 2)
-		gemm_cluster_sync();
+		flyk_cluster_sync();
 }
 
 /* ------------------------------------------------------------ host */
 
 #if !FLYK_DEVICE_PASS
-typedef CUresult (*gemm_tma_encode_fn)(
-    CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-    const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-    const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-/* cuTensorMapEncodeTiled from the driver (no link against libcuda: the
- * library must load where there is no driver).  NULL where unavailable. */
-static gemm_tma_encode_fn gemm_tma_encoder(void)
-{
-	static gemm_tma_encode_fn fn = [] {
-		void *p = NULL;
-		cudaDriverEntryPointQueryResult q;
-		if (cudaGetDriverEntryPointByVersion(
-			"cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
-			&q) != cudaSuccess ||
-		    q != cudaDriverEntryPointSuccess)
-			p = NULL;
-		return (gemm_tma_encode_fn)p;
-	}();
-	return fn;
-}
-
-/* The key of a tensor map: base, rank, dims, box rows. */
-struct gemm_tma_key {
-	const void *base;
-	uint64_t dims[3];
-	uint32_t rank, box_rows, f8;
-};
-
-/*
- * A bf16 (@p f8: one-byte) tensor map of @p rank (2 or 3) dims {dims[0]
- * (k, contiguous), dims[1], dims[2]}, box {64 (f8: 128), box_rows, 1}:
- * 128-byte rows, 128B swizzle, zero fill.  A
- * small per-thread cache keeps launches free of the encoding (the caller's
- * timing starts before the host call).  @return 0 or -EINVAL.
- */
-static int gemm_tma_map(CUtensorMap *m, const void *base, uint32_t rank,
-			const uint64_t *dims, uint32_t box_rows, int f8 = 0)
-{
-	enum { NCACHE = 16 };
-	static thread_local struct {
-		gemm_tma_key key;
-		CUtensorMap map;
-	} cache[NCACHE];
-	static thread_local int used, next;
-	gemm_tma_key k;
-	memset(&k, 0, sizeof(k));
-	k.base = base;
-	k.rank = rank;
-	k.box_rows = box_rows;
-	k.f8 = (uint32_t)f8;
-	for (uint32_t i = 0; i < rank; i++)
-		k.dims[i] = dims[i];
-	for (int i = 0; i < used; i++)
-		if (!memcmp(&cache[i].key, &k, sizeof(k))) {
-			*m = cache[i].map;
-			return 0;
-		}
-	gemm_tma_encode_fn enc = gemm_tma_encoder();
-	const uint64_t eb = f8 ? 1 : 2;
-	if (!enc || ((uintptr_t)base & 15) || (dims[0] * eb) % 16)
-		return -EINVAL;
-	cuuint64_t gd[3], gs[2];
-	cuuint32_t box[3] = {f8 ? 128u : 64u, box_rows, 1}, es[3] = {1, 1, 1};
-	for (uint32_t i = 0; i < rank; i++)
-		gd[i] = dims[i];
-	gs[0] = dims[0] * eb;
-	gs[1] = dims[0] * dims[1] * eb;
-	if (enc(m,
-		f8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-		   : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-		rank, (void *)base, gd,
-		gs, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-		CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-		CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-		return -EINVAL;
-	int slot = used < NCACHE ? used++ : next++ % NCACHE;
-	cache[slot].key = k;
-	cache[slot].map = *m;
-	return 0;
-}
-/* The clusters of @p cfg's shape that can be resident at once (0 when
- * unknown), per kernel and device, cached per host thread: a persistent
- * grid larger than that runs its last clusters after the others have
- * finished all their units, which doubles the time. */
-static int gemm_tma_resident(const void *kernel, const cudaLaunchConfig_t *cfg)
-{
-	enum { NCACHE = 64 };
-	static thread_local struct {
-		const void *k;
-		int dev, n;
-	} cache[NCACHE];
-	static thread_local int used;
-	int d = 0, n = 0;
-	(void)cudaGetDevice(&d);
-	for (int i = 0; i < used && i < NCACHE; i++)
-		if (cache[i].k == kernel && cache[i].dev == d)
-			return cache[i].n;
-	if (cudaOccupancyMaxActiveClusters(&n, kernel, cfg) != cudaSuccess)
-		n = 0;
-	(void)cudaGetLastError();
-	if (used < NCACHE) {
-		cache[used].k = kernel;
-		cache[used].dev = d;
-		cache[used].n = n;
-		used++;
-	}
-	return n;
-}
-
-/* Launch @p kernel (a gemm_tma kernel) as a persistent grid of at most
- * @p want clusters of @p cl blocks, and (cl > 1) no more than can be
- * resident at once.  @return 0, -EINVAL (refused arguments) or -EIO. */
-template <class K, class... A>
-static int gemm_tma_go(K kernel, int64_t want, unsigned threads, size_t smem,
-		       int cl, cudaStream_t s, A... args)
-{
-	cudaLaunchConfig_t cfg = {};
-	cudaLaunchAttribute at[1] = {};
-	cfg.blockDim = dim3(threads);
-	cfg.dynamicSmemBytes = smem;
-	cfg.stream = s;
-	if (cl > 1) {
-		at[0].id = cudaLaunchAttributeClusterDimension;
-		at[0].val.clusterDim.x = (unsigned)cl;
-		at[0].val.clusterDim.y = 1;
-		at[0].val.clusterDim.z = 1;
-		cfg.attrs = at;
-		cfg.numAttrs = 1;
-		cfg.gridDim = dim3((unsigned)cl);
-		int res = gemm_tma_resident((const void *)kernel, &cfg);
-		if (res > 0 && want > res)
-			want = res;
-	}
-	if (want < 1)
-		want = 1;
-	cfg.gridDim = dim3((unsigned)(want * cl));
-	cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
-	(void)cudaGetLastError(); /* returned here, not left for the next */
-	return e == cudaSuccess ? 0 : e == cudaErrorInvalidValue ? -EINVAL : -EIO;
-}
 
 /* The tensor maps of config @p C over A [m, k], B [n, k] (@p g 0: a 2-D
  * map) or [g, n, k] (3-D, an expert a plane) and C [m, n] (C::TS only;
@@ -1021,11 +688,11 @@ static int gemm_tma_maps(const void *a, const void *b, void *c, int64_t m,
 	uint64_t da[2] = {(uint64_t)k, (uint64_t)m};
 	uint64_t db[3] = {(uint64_t)k, (uint64_t)n, (uint64_t)g};
 	uint64_t dc[2] = {(uint64_t)n, (uint64_t)m};
-	if (gemm_tma_map(ma, a, 2, da, C::BM, C::F8 != 0) ||
-	    gemm_tma_map(mb, b, g ? 3 : 2, db, C::BN / C::CL, C::F8 != 0))
+	if (flyk_tma_map(ma, a, 2, da, C::BM, C::F8 != 0) ||
+	    flyk_tma_map(mb, b, g ? 3 : 2, db, C::BN / C::CL, C::F8 != 0))
 		return -EINVAL;
 	memset(mc, 0, sizeof(*mc));
-	if (C::TS != 0 && gemm_tma_map(mc, c, 2, dc, C::BM / C::NCW))
+	if (C::TS != 0 && flyk_tma_map(mc, c, 2, dc, C::BM / C::NCW))
 		return -EINVAL;
 	return 0;
 }
@@ -1055,5 +722,5 @@ gemm_tma_find(const gemm_tma_ent<Go> *ents, size_t n, int64_t bm, int64_t bn,
 }
 #endif /* !FLYK_DEVICE_PASS */
 
-#endif /* GEMM_HAVE_TMA */
+#endif /* FLYK_HAS_TMA */
 #endif /* FLYK_GEMM_TMA_H */

@@ -1,5 +1,5 @@
 /*
- * rmsnorm.hip -- RMSNorm on the GPU: y = x * rsqrt(mean(x^2) + eps) * w,
+ * norm/rmsnorm.hip -- RMSNorm on the GPU: y = x * rsqrt(mean(x^2) + eps) * w,
  * optionally with a fused residual (s = x + r written back to r, then s is
  * normalised).  fp32 math; fp32/fp16/bf16 in and out.
  *
@@ -35,13 +35,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flyk_gpu.h"
 #include "gpu_int.h"
-
-#if FLYK_HAS_CLUSTERS
-#include <cooperative_groups.h>
-namespace cg = cooperative_groups;
-#endif
+#include "prim/cluster.h"
+#include "prim/flyk_gpu.h"
+#include "prim/mem.h"
 
 #define DT_MASK ((1u << FLY_DT_FP32) | (1u << FLY_DT_FP16) | (1u << FLY_DT_BF16))
 #define MAX_WARPS (1024 / 32)
@@ -53,26 +50,6 @@ namespace cg = cooperative_groups;
 template <int BYTES, typename T> struct alignas(BYTES) rms_vec {
 	T e[BYTES / sizeof(T)];
 };
-
-/* Two floats to a packed pair of 16-bit DT elements (lo in the low half):
- * one F2FP instruction on sm_80+; the generic bf16 rounding (flyk_df2b)
- * costs ~6 integer ops per element, enough to make bf16 compute-bound
- * near 4 TB/s (H200 run 1: bf16 3579 GB/s vs fp16 3950 at one point). */
-template <int DT>
-__device__ __forceinline__ uint32_t rms_pack2(float lo, float hi)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-	uint32_t r;
-	if (DT == FLY_DT_BF16)
-		asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-	else
-		asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-	return r;
-#else
-	return (uint32_t)flyk_elem<DT>::store(lo) |
-	       (uint32_t)flyk_elem<DT>::store(hi) << 16;
-#endif
-}
 
 /* x * rstd * w element-wise over one vector (w: VEC elements anywhere). */
 template <int DT, int VB>
@@ -92,7 +69,7 @@ rms_scale(const rms_vec<VB, typename flyk_elem<DT>::T> &x,
 		uint32_t pk[VB / 4];
 #pragma unroll
 		for (int k = 0; k < VB / 4; k++)
-			pk[k] = rms_pack2<DT>(
+			pk[k] = flyk_pack2<DT>(
 				E::load(x.e[2 * k]) * rstd * E::load(w[2 * k]),
 				E::load(x.e[2 * k + 1]) * rstd *
 					E::load(w[2 * k + 1]));
@@ -118,7 +95,7 @@ rms_add(const rms_vec<VB, typename flyk_elem<DT>::T> &x,
 		uint32_t pk[VB / 4];
 #pragma unroll
 		for (int k = 0; k < VB / 4; k++)
-			pk[k] = rms_pack2<DT>(
+			pk[k] = flyk_pack2<DT>(
 				E::load(x.e[2 * k]) + E::load(r.e[2 * k]),
 				E::load(x.e[2 * k + 1]) + E::load(r.e[2 * k + 1]));
 		memcpy(&o, pk, VB);
@@ -399,98 +376,6 @@ __global__ void __launch_bounds__(1024)
 		yr[ti] = E::store(E::load(src[ti]) * rstd * E::load(w[ti]));
 }
 
-/* 16-byte global load with an L2 eviction policy (sm_80+; a plain load
- * elsewhere).  volatile + "memory": never moved across the residual's
- * stores or the reduction's barrier. */
-template <typename V>
-__device__ __forceinline__ V rms_ld_pol(const V *p, uint64_t pol)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-	uint32_t r[4];
-	asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, "
-		     "[%4], %5;"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "l"(p), "l"(pol)
-		     : "memory");
-	V v;
-	memcpy(&v, r, 16);
-	return v;
-#else
-	(void)pol;
-	return *p;
-#endif
-}
-
-/* The same for data no thread writes (w): no volatile, no clobber, so
- * the compiler may schedule it freely (loading all U vectors of w ahead
- * of the stores instead spilled at unroll 4-8 under 64 registers). */
-template <typename V>
-__device__ __forceinline__ V rms_ld_pol_ro(const V *p, uint64_t pol)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-	uint32_t r[4];
-	asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-	    : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-	    : "l"(p), "l"(pol));
-	V v;
-	memcpy(&v, r, 16);
-	return v;
-#else
-	(void)pol;
-	return *p;
-#endif
-}
-
-/* L2 policies: evict_last for the first read of a row (it is read again
- * soon), evict_first for the second (last use). */
-__device__ __forceinline__ uint64_t rms_pol(bool keep)
-{
-	uint64_t pol = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-	if (keep)
-		asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;"
-		    : "=l"(pol));
-	else
-		asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;"
-		    : "=l"(pol));
-#else
-	(void)keep;
-#endif
-	return pol;
-}
-
-/* 16-byte store with an L2 eviction policy (plain elsewhere). */
-template <typename V>
-__device__ __forceinline__ void rms_st_pol(V *p, const V &v, uint64_t pol)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-	uint32_t r[4];
-	memcpy(r, &v, 16);
-	asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, "
-		     "%5;"
-		     :
-		     : "l"(p), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]),
-		       "l"(pol)
-		     : "memory");
-#else
-	(void)pol;
-	*p = v;
-#endif
-}
-
-/* Streaming (evict-first) 16-byte store: y must not push x out of L2. */
-template <typename V>
-__device__ __forceinline__ void rms_st_stream(V *p, const V &v)
-{
-#if defined(__CUDA_ARCH__)
-	uint4 u;
-	memcpy(&u, &v, 16);
-	__stcs((uint4 *)p, u);
-#else
-	*p = v;
-#endif
-}
-
 /* rmsnorm_l2 pass 2 over the body vectors, last chunk first (the most
  * recently read lines are the likeliest L1/L2 hits). */
 template <int DT, int U, bool WALIGNED>
@@ -505,13 +390,13 @@ rms_l2_scale(const typename flyk_elem<DT>::T *src,
 	int t = threadIdx.x, G = blockDim.x, C = G * U;
 	/* w is read by every row: evict_last like x's first read, or the
 	 * evict_last x lines would push it out of L2 first. */
-	uint64_t pol = rms_pol(false), keep = rms_pol(true);
+	uint64_t pol = flyk_l2_policy(false), keep = flyk_l2_policy(true);
 	for (int c0 = nb > 0 ? (nb - 1) / C * C : -1; c0 >= 0; c0 -= C) {
 		V a[U];
 #pragma unroll
 		for (int u = 0; u < U; u++)
 			if (c0 + u * G + t < nb)
-				a[u] = rms_ld_pol((const V *)src + c0 + u * G + t,
+				a[u] = flyk_ld_pol((const V *)src + c0 + u * G + t,
 						  pol);
 #pragma unroll
 		for (int u = 0; u < U; u++) {
@@ -520,12 +405,12 @@ rms_l2_scale(const typename flyk_elem<DT>::T *src,
 				continue;
 			V o;
 			if (WALIGNED) {
-				V wj = rms_ld_pol_ro((const V *)w + j, keep);
+				V wj = flyk_ld_pol_ro((const V *)w + j, keep);
 				o = rms_scale<DT, 16>(a[u], wj.e, rstd);
 			} else {
 				o = rms_scale<DT, 16>(a[u], w + j * VEC, rstd);
 			}
-			rms_st_stream((V *)yr + j, o);
+			flyk_st_stream((V *)yr + j, o);
 		}
 	}
 }
@@ -564,7 +449,7 @@ __global__ void __launch_bounds__(L2_MAXT(U, RES))
 	V *rv = (V *)(rr + p);
 	/* RES: x and r are dead after pass 1 (plain loads) and s = x + r is
 	 * what pass 2 re-reads, so s is the one kept. */
-	uint64_t keep = rms_pol(true);
+	uint64_t keep = flyk_l2_policy(true);
 	float ss = 0.f;
 	for (int j0 = t; j0 < nb; j0 += G * U) {
 		V a[U];
@@ -572,7 +457,7 @@ __global__ void __launch_bounds__(L2_MAXT(U, RES))
 		for (int u = 0; u < U; u++)
 			if (j0 + u * G < nb)
 				a[u] = RES ? xv[j0 + u * G]
-					   : rms_ld_pol(xv + j0 + u * G, keep);
+					   : flyk_ld_pol(xv + j0 + u * G, keep);
 		if (RES) {
 			V b[U];
 #pragma unroll
@@ -584,7 +469,7 @@ __global__ void __launch_bounds__(L2_MAXT(U, RES))
 				if (j0 + u * G >= nb)
 					continue;
 				a[u] = rms_add<DT, 16>(a[u], b[u]);
-				rms_st_pol(rv + j0 + u * G, a[u], keep);
+				flyk_st_pol(rv + j0 + u * G, a[u], keep);
 			}
 		}
 #pragma unroll
@@ -1121,41 +1006,11 @@ static const struct flyk_variant rms_variants[] = {
 
 /* ------------------------------------------------------------ case */
 
-/* Compare @p got with @p ref on the device: out[0] = max |got - ref| as
- * float bits (+inf for NaN), out[1] = elements over tolerance (relative
- * to max(|ref|, 1)) or NaN.  Keeps the check off the host: a 2 GB case is
- * compared in a few hundred microseconds, not downloaded. */
-template <int DT>
-__global__ void rms_cmp_kernel(const typename flyk_elem<DT>::T *got,
-			       const typename flyk_elem<DT>::T *ref, size_t n,
-			       float tol, unsigned *out)
-{
-	typedef flyk_elem<DT> E;
-	float mx = 0.f;
-	unsigned bad = 0;
-	size_t stride = (size_t)gridDim.x * blockDim.x;
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride) {
-		float g = E::load(got[i]), r = E::load(ref[i]);
-		float e = fabsf(g - r);
-		if (!(e == e)) {
-			e = INFINITY;
-			bad++;
-		} else if (e > tol * fmaxf(fabsf(r), 1.f)) {
-			bad++;
-		}
-		mx = fmaxf(mx, e);
-	}
-	atomicMax(&out[0], __float_as_uint(mx));
-	if (bad)
-		atomicAdd(&out[1], bad);
-}
-
 struct rms_state {
 	void *d_yref;   /* reference y */
 	void *d_rref;   /* reference residual after (RESIDUAL) */
 	void *d_r0;     /* pristine residual, restored before each rep */
-	unsigned *d_cmp; /* rms_cmp_kernel's two words */
+	unsigned *d_cmp; /* flyk_gpu_compare's two words */
 	size_t bytes;   /* m * n * elem */
 };
 
@@ -1231,48 +1086,21 @@ static float rms_tol(uint32_t dt)
 	return dt == FLY_DT_BF16 ? 2e-2f : dt == FLY_DT_FP16 ? 5e-3f : 1e-5f;
 }
 
-template <int DT>
-static void rms_cmp_go(struct flyk_case *c, const void *got, const void *ref)
-{
-	typedef typename flyk_elem<DT>::T T;
-	struct rms_state *st = (struct rms_state *)c->state;
-	size_t n = st->bytes / sizeof(T);
-	size_t blocks = (n + 255) / 256;
-	if (blocks > (size_t)c->dev->sms * 8)
-		blocks = (size_t)c->dev->sms * 8;
-	if (blocks < 1)
-		blocks = 1;
-	FLYK_GO((unsigned)blocks, 256, 0, (hipStream_t)c->dev->stream,
-		rms_cmp_kernel<DT>)((const T *)got, (const T *)ref, n,
-				    rms_tol(DT), st->d_cmp);
-}
-
 /* Max abs error of @p got vs @p ref into *max_err (kept if larger);
- * -EDOM when any element is NaN or over tolerance. */
+ * -EDOM when any element is NaN or off by more than rms_tol(dt) *
+ * max(|ref|, 1). */
 static int rms_compare(struct flyk_case *c, const void *got, const void *ref,
 		       double *max_err)
 {
 	struct rms_state *st = (struct rms_state *)c->state;
-	unsigned h[2] = {0, 0};
-	int rc = flyk_gpu_upload(c->dev, st->d_cmp, h, sizeof(h));
-	if (rc)
-		return rc;
-	if (c->p.dtype == FLY_DT_FP32)
-		rms_cmp_go<FLY_DT_FP32>(c, got, ref);
-	else if (c->p.dtype == FLY_DT_FP16)
-		rms_cmp_go<FLY_DT_FP16>(c, got, ref);
-	else
-		rms_cmp_go<FLY_DT_BF16>(c, got, ref);
-	if (hipGetLastError() != hipSuccess)
-		return -EIO;
-	rc = flyk_gpu_download(c->dev, h, st->d_cmp, sizeof(h));
-	if (rc)
-		return rc;
-	float e;
-	memcpy(&e, &h[0], sizeof(e));
-	if ((double)e > *max_err)
+	uint32_t dt = c->p.dtype;
+	double e = 0;
+	int rc = flyk_gpu_compare(c->dev, dt, got, ref,
+				  st->bytes / flyk_dtype_bytes(dt), rms_tol(dt),
+				  1.f, 0.f, st->d_cmp, &e);
+	if (e > *max_err)
 		*max_err = e;
-	return h[1] ? -EDOM : 0;
+	return rc;
 }
 
 static int rms_check(struct flyk_case *c, double *max_err)

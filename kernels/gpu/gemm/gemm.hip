@@ -1,5 +1,5 @@
 /*
- * gemm.hip -- BF16 GEMM on the GPU: C[M,N] = alpha * A[M,K] x op(B) + bias,
+ * gemm/gemm.hip -- BF16 GEMM on the GPU: C[M,N] = alpha * A[M,K] x op(B) + bias,
  * NT (B [N,K]) and NN (B [K,N]), fp32 accumulation, bf16 out; and the gemm
  * op module (flyk_gpu_gemm_op), whose variant table also lists the vendor
  * candidates of kernels/vendor/cublaslt.c under nvcc.
@@ -38,12 +38,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flyk_gpu.h"
+#include "gemm/gemm_tile.h"
+#include "gemm/gemm_tma.h"
 #include "gpu_int.h"
-#include "gemm_tile.h"
-#include "gemm_tma.h"
-#if !FLYK_AMD
-#include "gemm_vendor.h"
+#include "prim/flyk_gpu.h"
+#include "prim/launch.h"
+#if FLYK_HAS_CUBLAS
+#include "gemm/gemm_vendor.h"
 #else
 #define FLYK_GEMM_WS_BYTES ((size_t)32 << 20)
 #endif
@@ -52,12 +53,6 @@
 #define GEMM_FLAGS   (FLY_F_BIAS | FLY_F_SCALE)
 /* alpha of the benchmark case when FLY_F_SCALE (as the CPU backend). */
 #define GEMM_CASE_ALPHA 0.75f
-
-static int gemm_launch_err(void)
-{
-	hipError_t e = hipGetLastError();
-	return e == hipSuccess ? 0 : e == hipErrorInvalidValue ? -EINVAL : -EIO;
-}
 
 static int gemm_problem_ok(const struct fly_problem *p)
 {
@@ -183,7 +178,7 @@ __global__ void gemm_ref_kernel(const uint16_t *A, const uint16_t *B,
 	}
 }
 
-#if GEMM_HAVE_TMA
+#if FLYK_HAS_TMA
 /* gemm_tma's launch: units = tiles_mc * tiles_n * split, split-major; a
  * unit is cl vertically adjacent tiles (one per block of a cluster). */
 struct gemm_tma_job {
@@ -273,13 +268,12 @@ typedef int (*mma_go_fn)(const struct mma_job *j);
 		blocks = 65536;
 	FLYK_GO((unsigned)blocks, 256, 0, j->s, gemm_splitk_reduce)
 	(ws, split, j->m, j->n, (uint16_t *)j->a->c, j->bias, j->alpha);
-	return gemm_launch_err();
+	return flyk_launch_err();
 }
 
 template <class C> static int mma_go(const struct mma_job *j)
 {
-	static int done[16]; /* always: static + dynamic may pass 48 KiB */
-	if (flyk_gemm_smem_optin((const void *)gemm_mma_kernel<C>, C::SMEM, done))
+	if (flyk_smem_optin<gemm_mma_kernel<C>>(C::SMEM))
 		return -ENOSPC;
 	int tiles_m = (int)((j->m + C::BM - 1) / C::BM);
 	int tiles_n = (int)((j->n + C::BN - 1) / C::BN);
@@ -292,7 +286,7 @@ template <class C> static int mma_go(const struct mma_job *j)
 	((const uint16_t *)j->a->a, (const uint16_t *)j->a->b,
 	 (uint16_t *)j->a->c, ws, j->bias, j->alpha, j->m, j->n, j->k, tiles_m,
 	 tiles_n, j->swz < tiles_m ? j->swz : tiles_m, kps);
-	int rc = gemm_launch_err();
+	int rc = flyk_launch_err();
 	if (rc || split == 1)
 		return rc;
 	return gemm_reduce_go(j, ws, split);
@@ -315,7 +309,7 @@ struct mma_ent {
 	 {mma_go<gemm_cfg<BM, BN, BK, WM, WN, ST, false>>,                     \
 	  mma_go<gemm_cfg<BM, BN, BK, WM, WN, ST, true>>}},
 
-#if !FLYK_AMD
+#if FLYK_HAS_MMA
 static const struct mma_ent mma_ents[] = {GEMM_CFGS(GEMM_ENT)};
 #define NMMA (sizeof(mma_ents) / sizeof(mma_ents[0]))
 
@@ -332,14 +326,6 @@ static const struct mma_ent wg_ents[] = {GEMM_WG_CFGS(GEMM_WG_ENT)};
 #define NWG (sizeof(wg_ents) / sizeof(wg_ents[0]))
 #endif
 
-/* Whether this library's device code has the wgmma kernels (built for
- * sm_90a: the Makefile defines FLYK_SM90A then), or the emulator runs. */
-#if defined(FLYK_SM90A) || defined(FLYK_EMU)
-#define GEMM_HAVE_WGMMA 1
-#else
-#define GEMM_HAVE_WGMMA 0
-#endif
-
 static const int64_t mma_tile_m[] = {16, 32, 64, 128, 256};
 static const int64_t mma_tile_n[] = {64, 128, 256};
 static const int64_t mma_tile_k[] = {32, 64, 128};
@@ -352,7 +338,7 @@ static const int64_t wg_tile_n[] = {128, 256};
 static const int64_t wg_stages[] = {3, 4, 6};
 static const int64_t wg_split[] = {1, 2, 4};
 
-#if !FLYK_AMD
+#if FLYK_HAS_MMA
 static const struct mma_ent *mma_find(const int64_t *pr)
 {
 	for (size_t i = 0; i < NMMA; i++) {
@@ -389,7 +375,7 @@ static const struct mma_ent *wg_find(const int64_t *q)
 }
 #endif
 
-#if !FLYK_AMD
+#if FLYK_HAS_MMA
 /* The rules shared by gemm_mma and gemm_wgmma, for entry @p e and the
  * point @p pr in gemm_mma's order. */
 static int ent_feasible(const struct flyk_device *dev,
@@ -435,7 +421,7 @@ static int mma_feasible(const struct flyk_device *dev,
 {
 	if (gemm_problem_ok(p))
 		return -EINVAL;
-#if FLYK_AMD
+#if !FLYK_HAS_MMA
 	(void)dev;
 	(void)pr;
 	return -ENOSPC;
@@ -451,7 +437,7 @@ static int wg_feasible(const struct flyk_device *dev,
 {
 	if (gemm_problem_ok(p))
 		return -EINVAL;
-#if FLYK_AMD || !GEMM_HAVE_WGMMA
+#if !FLYK_HAS_WGMMA
 	(void)dev;
 	(void)pr;
 	return -ENOSPC;
@@ -466,7 +452,7 @@ static int wg_feasible(const struct flyk_device *dev,
 #endif
 }
 
-#if !FLYK_AMD
+#if FLYK_HAS_MMA
 /* Whether @p ptr is aligned to @p al bytes. */
 static int gemm_al(const void *ptr, uintptr_t al)
 {
@@ -474,7 +460,7 @@ static int gemm_al(const void *ptr, uintptr_t al)
 }
 #endif
 
-#if !FLYK_AMD
+#if FLYK_HAS_MMA
 static int ent_launch(const struct mma_ent *e, const struct fly_problem *p,
 		      const int64_t *pr, const union flyk_args *args,
 		      void *stream);
@@ -487,7 +473,7 @@ static int mma_launch(const struct flyk_device *dev,
 	int rc = mma_feasible(dev, p, pr);
 	if (rc)
 		return rc;
-#if FLYK_AMD
+#if !FLYK_HAS_MMA
 	(void)args;
 	(void)stream;
 	return -EOPNOTSUPP;
@@ -503,7 +489,7 @@ static int wg_launch(const struct flyk_device *dev,
 	int rc = wg_feasible(dev, p, pr);
 	if (rc)
 		return rc;
-#if FLYK_AMD
+#if !FLYK_HAS_MMA
 	(void)args;
 	(void)stream;
 	return -EOPNOTSUPP;
@@ -514,7 +500,7 @@ static int wg_launch(const struct flyk_device *dev,
 #endif
 }
 
-#if !FLYK_AMD
+#if FLYK_HAS_MMA
 /* The job of a launch with @p split and @p swz, its arguments checked
  * (pointers, 16-byte A and B, C aligned to @p c_al, bias, workspace).
  * @return 0 or -EINVAL. */
@@ -578,13 +564,12 @@ static const int64_t tma_store[] = {0, 1, 2};
 static const int64_t tma_cluster[] = {1, 2};
 static const int64_t tma_k_tile[] = {64, 128};
 
-#if GEMM_HAVE_TMA
+#if FLYK_HAS_TMA
 typedef int (*tma_go_fn)(const struct mma_job *j, int sms);
 
 template <class C> static int tma_go(const struct mma_job *j, int sms)
 {
-	static int done[16];
-	if (flyk_gemm_smem_optin((const void *)gemm_tma_kernel<C>, C::SMEM, done))
+	if (flyk_smem_optin<gemm_tma_kernel<C>>(C::SMEM))
 		return -ENOSPC;
 	gemm_tma_job g;
 	g.m = j->m;
@@ -608,7 +593,7 @@ template <class C> static int tma_go(const struct mma_job *j, int sms)
 			     &ma, &mb, &mc))
 		return -EINVAL;
 	int clusters = g.units < sms / C::CL ? g.units : sms / C::CL;
-	int rc = gemm_tma_go(gemm_tma_kernel<C>, clusters, C::THREADS, C::SMEM,
+	int rc = flyk_cluster_go(gemm_tma_kernel<C>, clusters, C::THREADS, C::SMEM,
 			     C::CL, j->s, ma, mb, mc, g);
 	if (rc || g.split == 1)
 		return rc;
@@ -634,7 +619,7 @@ static int tma_feasible(const struct flyk_device *dev,
 {
 	if (gemm_problem_ok(p))
 		return -EINVAL;
-#if !GEMM_HAVE_TMA
+#if !FLYK_HAS_TMA
 	(void)dev;
 	(void)pr;
 	return -ENOSPC;
@@ -690,7 +675,7 @@ static int tma_launch(const struct flyk_device *dev,
 	int rc = tma_feasible(dev, p, pr);
 	if (rc)
 		return rc;
-#if !GEMM_HAVE_TMA
+#if !FLYK_HAS_TMA
 	(void)args;
 	(void)stream;
 	return -EOPNOTSUPP;
@@ -733,7 +718,7 @@ static int fma_launch(const struct flyk_device *dev,
 	((const uint16_t *)a->a, (const uint16_t *)a->b, (uint16_t *)a->c,
 	 gemm_bias(p, a), gemm_alpha(p, a), m, n, k, p->layout == FLY_LAYOUT_NN,
 	 (int)tn);
-	return gemm_launch_err();
+	return flyk_launch_err();
 }
 
 static int ref_launch(const struct flyk_device *dev,
@@ -753,7 +738,7 @@ static int ref_launch(const struct flyk_device *dev,
 	((const uint16_t *)a->a, (const uint16_t *)a->b, (uint16_t *)a->c,
 	 gemm_bias(p, a), gemm_alpha(p, a), m, n, k,
 	 p->layout == FLY_LAYOUT_NN);
-	return gemm_launch_err();
+	return flyk_launch_err();
 }
 
 /* ------------------------------------------------------------ table */
@@ -761,14 +746,14 @@ static int ref_launch(const struct flyk_device *dev,
 #if !FLYK_DEVICE_PASS
 #define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
 
-#if !FLYK_AMD
+#if FLYK_HAS_CUBLAS
 /* cuBLASLt's points come from enumerate(); this placeholder is never
  * feasible (see gemm_vendor.h). */
 static const int64_t lt_none[] = {-1};
 #endif
 
 static const struct flyk_variant gemm_variants[] = {
-#if !FLYK_AMD
+#if FLYK_HAS_CUBLAS
     {"cublas_default",
      FLY_OP_GEMM,
      GEMM_DT_MASK,
@@ -932,59 +917,16 @@ static int gemm_setup(struct flyk_case *c, uint64_t seed)
 	return rc;
 }
 
-/* Compare bf16 @p got with @p ref on the device: out[0] = max |got - ref|
- * as float bits (+inf for NaN), out[1] = elements off by more than
- * |ref| / 64 + slack (one bf16 rounding each side, fp32 summation order). */
-__global__ void gemm_cmp_kernel(const uint16_t *got, const uint16_t *ref,
-				size_t n, float slack, unsigned *out)
-{
-	float mx = 0.f;
-	unsigned bad = 0;
-	size_t stride = (size_t)gridDim.x * blockDim.x;
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride) {
-		float g = flyk_db2f(got[i]), r = flyk_db2f(ref[i]);
-		float e = fabsf(g - r);
-		if (!(e == e)) {
-			e = INFINITY;
-			bad++;
-		} else if (e > fabsf(r) / 64.f + slack) {
-			bad++;
-		}
-		mx = fmaxf(mx, e);
-	}
-	atomicMax(&out[0], __float_as_uint(mx));
-	if (bad)
-		atomicAdd(&out[1], bad);
-}
-
+/* The GEMM check: |got - ref| <= |ref| / 64 + 2e-3 * sqrt(k) (one bf16
+ * rounding each side, fp32 summation order), no NaN. */
 extern "C" int flyk_gpu_gemm_compare(struct flyk_device *dev,
 				     const void *got, const void *ref,
 				     size_t n, int64_t k, unsigned *d_cmp,
 				     double *max_err)
 {
-	unsigned h[2] = {0, 0};
-	float mx;
-	*max_err = 0;
-	int rc = flyk_gpu_upload(dev, d_cmp, h, sizeof(h));
-	if (rc)
-		return rc;
-	size_t blocks = (n + 255) / 256;
-	if (blocks > (size_t)dev->sms * 8)
-		blocks = (size_t)dev->sms * 8;
-	if (blocks < 1)
-		blocks = 1;
-	FLYK_GO((unsigned)blocks, 256, 0, (hipStream_t)dev->stream,
-		gemm_cmp_kernel)((const uint16_t *)got, (const uint16_t *)ref, n,
-				 (float)(2e-3 * sqrt((double)k)), d_cmp);
-	rc = gemm_launch_err();
-	if (!rc)
-		rc = flyk_gpu_download(dev, h, d_cmp, sizeof(h));
-	if (rc)
-		return rc;
-	memcpy(&mx, &h[0], sizeof(mx));
-	*max_err = mx;
-	return h[1] ? -EDOM : 0;
+	return flyk_gpu_compare(dev, FLY_DT_BF16, got, ref, n, 1.f / 64.f, 0.f,
+				(float)(2e-3 * sqrt((double)k)), d_cmp,
+				max_err);
 }
 
 static int gemm_check(struct flyk_case *c, double *max_err)

@@ -50,11 +50,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flyk_gpu.h"
+#include "gemm/gemm_tile.h"
+#include "gemm/gemm_tma.h"
 #include "gpu_int.h"
-#include "gemm_tma.h"
-#if !FLYK_AMD && !defined(FLYK_EMU)
-#include "gemm_vendor.h"
+#include "prim/flyk_gpu.h"
+#include "prim/launch.h"
+#if FLYK_HAS_CUBLAS
+#include "gemm/gemm_vendor.h"
 #endif
 #ifndef FLYK_GEMM_WS_BYTES
 #define FLYK_GEMM_WS_BYTES ((size_t)32 << 20)
@@ -284,7 +286,7 @@ static const int64_t sg_split[] = {1, 2, 4, 8};
 /* fp32 partials of a split sg_wgmma: at most this much workspace */
 #define SG_SPLIT_WS ((size_t)32 << 20)
 
-#if GEMM_HAVE_TMA
+#if FLYK_HAS_TMA
 /* A dense scaled GEMM's launch: units = tiles_mc * tiles_n (no split). */
 struct sg_job {
 	int64_t m, n, k;
@@ -399,8 +401,7 @@ typedef int (*sg_go_fn)(const struct fly_problem *p, const sg_args *x,
 template <class C> static int sg_go(const struct fly_problem *p,
 				    const sg_args *x, int sms)
 {
-	static int done[16];
-	if (flyk_gemm_smem_optin((const void *)sg_tma_kernel<C>, C::SMEM, done))
+	if (flyk_smem_optin<sg_tma_kernel<C>>(C::SMEM))
 		return -ENOSPC;
 	sg_job j;
 	j.m = p->dims[0];
@@ -427,7 +428,7 @@ template <class C> static int sg_go(const struct fly_problem *p,
 			     &mc))
 		return -EINVAL;
 	int clusters = j.units < sms / C::CL ? j.units : sms / C::CL;
-	int rc = gemm_tma_go(sg_tma_kernel<C>, clusters, C::THREADS, C::SMEM,
+	int rc = flyk_cluster_go(sg_tma_kernel<C>, clusters, C::THREADS, C::SMEM,
 			     C::CL, x->s, ma, mb, mc, j);
 	if (rc || j.split == 1)
 		return rc;
@@ -468,7 +469,7 @@ static int wgmma_feasible(const struct flyk_device *dev,
 		return -EINVAL;
 	if (p->dtype == FLY_DT_FP8_E4M3FNUZ)
 		return -EINVAL; /* fn only: fnuz goes to sg_ref on NVIDIA */
-#if !GEMM_HAVE_TMA
+#if !FLYK_HAS_TMA
 	(void)dev;
 	(void)pr;
 	return -ENOSPC;
@@ -516,7 +517,7 @@ static int wgmma_launch(const struct flyk_device *dev,
 	int rc = wgmma_feasible(dev, p, pr);
 	if (rc)
 		return rc;
-#if !GEMM_HAVE_TMA
+#if !FLYK_HAS_TMA
 	(void)args;
 	(void)stream;
 	return -EOPNOTSUPP;
@@ -749,7 +750,7 @@ static int sg_dq_launch_of(const char *outer, const struct flyk_device *dev,
 		return sg_dq_launch_of(NAME, dev, p, pr, args, stream);        \
 	}
 SG_DQ_HOOKS("sg_dq_tma", dq_tma)
-#if !FLYK_AMD && !defined(FLYK_EMU)
+#if FLYK_HAS_CUBLAS
 SG_DQ_HOOKS("sg_dq_lt", dq_lt)
 #endif
 
@@ -760,7 +761,7 @@ SG_DQ_HOOKS("sg_dq_lt", dq_lt)
 /* The points of the enumerating variants come from enumerate(): each
  * declared list holds one placeholder (-1), never feasible. */
 static const int64_t sg_dq_none[] = {-1};
-#if !FLYK_AMD && !defined(FLYK_EMU)
+#if FLYK_HAS_CUBLAS
 static const int64_t sg_lt_placeholder[] = {-1};
 #endif
 static const struct flyk_variant sg_variants[] = {
@@ -804,7 +805,7 @@ static const struct flyk_variant sg_variants[] = {
      dq_tma_enumerate,
      dq_tma_launch,
      NULL},
-#if !FLYK_AMD && !defined(FLYK_EMU)
+#if FLYK_HAS_CUBLAS
     {"sg_dq_lt",
      FLY_OP_SCALED_GEMM,
      SG_DT_MX8 | SG_DT_MX4,

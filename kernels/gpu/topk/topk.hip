@@ -1,5 +1,5 @@
 /*
- * topk.hip -- TopK along the last dim on the GPU: the k largest of each row
+ * topk/topk.hip -- TopK along the last dim on the GPU: the k largest of each row
  * of x [m, n], sorted descending, values (x's dtype) and int64 indices.
  *
  * Owns: the topk variants and flyk_gpu_topk_op.  Thread: tables are
@@ -47,13 +47,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flyk_gpu.h"
 #include "gpu_int.h"
-
-#if FLYK_HAS_CLUSTERS
-#include <cooperative_groups.h>
-namespace cg = cooperative_groups;
-#endif
+#include "prim/cluster.h"
+#include "prim/flyk_gpu.h"
+#include "prim/warp.h"
 
 #define DT_MASK ((1u << FLY_DT_FP32) | (1u << FLY_DT_FP16) | (1u << FLY_DT_BF16))
 #define TOPK_REF_KMAX 128
@@ -85,24 +82,6 @@ __device__ __forceinline__ void tk_emit(u64 v, typename flyk_elem<DT>::T *vals,
 {
 	vals[o] = flyk_elem<DT>::store(tk_unkey((uint32_t)(v >> 32)));
 	idx[o] = (int64_t)(0xffffffffu - (uint32_t)v);
-}
-
-__device__ __forceinline__ u64 tk_shfl_xor(u64 v, int m)
-{
-	uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
-	lo = FLYK_SHFL_XOR(lo, m);
-	hi = FLYK_SHFL_XOR(hi, m);
-	return ((u64)hi << 32) | lo;
-}
-
-__device__ __forceinline__ u64 tk_warp_max(u64 v)
-{
-#pragma unroll
-	for (int o = FLYK_WARP / 2; o > 0; o >>= 1) {
-		u64 w = tk_shfl_xor(v, o);
-		v = w > v ? w : v;
-	}
-	return v;
 }
 
 /* Sorted (descending) per-thread list of the best KM words seen. */
@@ -139,7 +118,7 @@ template <int KM> struct tk_list {
 		int lane = threadIdx.x % FLYK_WARP;
 		u64 mine = 0;
 		for (int r = 0; r < k; r++) {
-			u64 best = tk_warp_max(l[0]);
+			u64 best = flyk_warp_max_u64(l[0]);
 			if (l[0] == best && best != 0)
 				pop();
 			if (lane == r)
@@ -219,14 +198,6 @@ __global__ void __launch_bounds__(TK_MAXT(KM))
 
 /* ------------------------------------------------------------ wq */
 
-__device__ __forceinline__ u64 tk_shfl(u64 v, int src)
-{
-	uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
-	lo = FLYK_SHFL(lo, src);
-	hi = FLYK_SHFL(hi, src);
-	return ((u64)hi << 32) | lo;
-}
-
 /* A warp's running top-k, one sorted list spread over the lanes: lane l,
  * slot s holds rank l + warp * s (0: empty; every real word is > 0, as
  * ~index > 0).  thr is rank k-1, the bar a new word must pass.  All
@@ -252,7 +223,7 @@ template <int KW> struct tk_wq {
 #pragma unroll
 		for (int s = 0; s < KW; s++) {
 			pos += __popcll((u64)FLYK_BALLOT(w[s] > c));
-			rot[s] = tk_shfl(w[s], (lane + FLYK_WARP - 1) % FLYK_WARP);
+			rot[s] = flyk_shfl_u64(w[s], (lane + FLYK_WARP - 1) % FLYK_WARP);
 		}
 #pragma unroll
 		for (int s = 0; s < KW; s++) {
@@ -262,7 +233,7 @@ template <int KW> struct tk_wq {
 			if (s == (k - 1) / FLYK_WARP)
 				t = w[s];
 		}
-		thr = tk_shfl(t, (k - 1) % FLYK_WARP);
+		thr = flyk_shfl_u64(t, (k - 1) % FLYK_WARP);
 	}
 	/* Start from the k best of one word a lane (distinct words or 0),
 	 * by a bitonic sort over the warp: one list of real elements with a
@@ -275,13 +246,13 @@ template <int KW> struct tk_wq {
 		for (int size = 2; size <= FLYK_WARP; size <<= 1) {
 #pragma unroll
 			for (int st = size / 2; st > 0; st >>= 1) {
-				u64 o = tk_shfl_xor(v, st);
+				u64 o = flyk_shfl_xor_u64(v, st);
 				bool keep_max = ((lane & size) == 0) == ((lane & st) == 0);
 				v = keep_max == (o > v) ? o : v;
 			}
 		}
 		w[0] = lane < k ? v : 0;
-		thr = tk_shfl(w[0], k - 1);
+		thr = flyk_shfl_u64(w[0], k - 1);
 	}
 	/* Each lane with cand offers its word v; in lane order. */
 	__device__ __forceinline__ void offer(u64 v, bool cand)
@@ -290,7 +261,7 @@ template <int KW> struct tk_wq {
 		while (mask) {
 			int src = __popcll((mask & (~mask + 1)) - 1);
 			mask &= mask - 1;
-			u64 c = tk_shfl(v, src);
+			u64 c = flyk_shfl_u64(v, src);
 			if (c > thr)
 				insert(c);
 		}
@@ -655,7 +626,7 @@ __global__ void tk_ref_kernel(const typename flyk_elem<DT>::T *x,
 			if (v < last && v > best)
 				best = v;
 		}
-		best = tk_warp_max(best);
+		best = flyk_warp_max_u64(best);
 		if (threadIdx.x % FLYK_WARP == 0)
 			red[threadIdx.x / FLYK_WARP] = best;
 		__syncthreads();

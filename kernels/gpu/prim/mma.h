@@ -1,0 +1,55 @@
+/*
+ * prim/mma.h -- warp-level tensor-core MMA (NVIDIA sm_80+): ldmatrix
+ * (plain and .trans) and mma.sync m16n8k16 bf16 x bf16 -> fp32.
+ *
+ * Owns: nothing (device inlines).  Thread: device code only.
+ * Fragment layouts are the PTX ISA's; under FLYK_EMU the emulator computes
+ * them lane by lane (tests/gpu/emu/emu_gemm.cpp); elsewhere (AMD, the host
+ * pass) they compile to nothing -- callers exist only where FLYK_HAS_MMA.
+ */
+#ifndef FLYK_PRIM_MMA_H
+#define FLYK_PRIM_MMA_H
+
+#include "prim/flyk_gpu.h"
+
+__device__ __forceinline__ void flyk_ldm4(uint32_t *r, const uint16_t *p)
+{
+#if FLYK_MMA_DEVICE
+	unsigned s = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+		     "{%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(s));
+#elif defined(FLYK_EMU)
+	flyk_emu_ldmatrix(r, p, false);
+#endif
+}
+
+__device__ __forceinline__ void flyk_ldm4t(uint32_t *r, const uint16_t *p)
+{
+#if FLYK_MMA_DEVICE
+	unsigned s = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+		     "{%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(s));
+#elif defined(FLYK_EMU)
+	flyk_emu_ldmatrix(r, p, true);
+#endif
+}
+
+__device__ __forceinline__ void flyk_mma16816(float *c, const uint32_t *a,
+					      const uint32_t *b)
+{
+#if FLYK_MMA_DEVICE
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		     "{%0,%1,%2,%3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+		       "r"(b[1]));
+#elif defined(FLYK_EMU)
+	flyk_emu_mma16816(c, a, b);
+#endif
+}
+#endif /* FLYK_PRIM_MMA_H */
