@@ -41,9 +41,11 @@ a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
 
 READ = r'''
 import json, os, torch
+# PYTORCH_TUNABLEOP_FILENAME names flytuned's file: PyTorch loads it when
+# a tunable op first runs (its GEMM ops register on first use, so an
+# explicit read_file before any matmul finds no op to file results under)
 torch.cuda.tunable.enable(True)
 torch.cuda.tunable.tuning_enable(False)
-ok = torch.cuda.tunable.read_file(os.environ["F"])
 out = []
 for m, n, k in json.loads(os.environ["SHAPES"]):
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -52,6 +54,7 @@ for m, n, k in json.loads(os.environ["SHAPES"]):
     ref = a.float() @ b.float().t()
     out.append(float((c.float() - ref).abs().max()))
 torch.cuda.synchronize()
+ok = torch.cuda.tunable.read_file(os.environ["F"])
 print(json.dumps({"read_file": bool(ok), "max_err": out,
                   "results": [list(map(str, r))
                               for r in torch.cuda.tunable.get_results()],
@@ -96,7 +99,8 @@ def main(argv=None):
                 [sys.executable, "-c", READ], capture_output=True, text=True,
                 env=dict(os.environ, F=ours, SHAPES=json.dumps(SHAPES),
                          PYTORCH_TUNABLEOP_ENABLED="1",
-                         PYTORCH_TUNABLEOP_TUNING="0"))
+                         PYTORCH_TUNABLEOP_TUNING="0",
+                         PYTORCH_TUNABLEOP_FILENAME=ours))
             res["pytorch_read"] = (json.loads(p2.stdout.strip().splitlines()[-1])
                                    if p2.returncode == 0 else
                                    {"rc": p2.returncode,
