@@ -12,6 +12,7 @@
 #   make install    PREFIX=/usr/local DESTDIR= (PYTHONDIR=, UNITDIR=)
 #   make gen        regenerate proto/fly_msgs.def and fly_record.def from schemas/
 #   make test-gpu   GPU tests (needs a GPU; see tests/gpu/)
+#   make corrupt-inputs   1,000 mutated DBs, shm tables, import files
 #   make deps       install missing Debian packages (apt-get)
 #   V=1             show commands
 
@@ -153,7 +154,7 @@ ALL_TARGETS := $(LAYERING) $(HEADER) $(LIBCLIENT_A) $(LIBCLIENT_SO) \
 
 .PHONY: all test test-bins unit integration python-test check checks style layering run \
 	deps asan ubsan tsan coverage install uninstall clean gen gen-check \
-	test-gpu bench systemd-verify fuzz fuzz-bins FORCE
+	test-gpu bench systemd-verify fuzz fuzz-bins corrupt-inputs FORCE
 .DEFAULT_GOAL := all
 # Keep every intermediate object (no rebuilds of objects make deleted).
 .SECONDARY:
@@ -393,6 +394,12 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ)
 		$(if $(TEST_FUZZ),tests/fuzz/run-fuzz.sh) \
 		tools/systemd-verify.sh tools/install-check.sh \
 		tools/check.sh
+
+# Corrupt inputs at full scale (issue 21 item 4): 1,000 mutated DB files,
+# shm tables and import files; `make test` runs 200 of each.
+corrupt-inputs: all $(BUILD)/tests/integration/test_corrupt_inputs
+	$(Q)FLY_CORRUPT_N=$${FLY_CORRUPT_N:-1000} \
+		$(BUILD)/tests/integration/test_corrupt_inputs
 
 test-gpu: all $(GPUTEST_BIN)
 	$(Q)sh tools/run-tests.sh gpu $(GPUTEST_BIN)

@@ -314,7 +314,11 @@ static int store_quarantine(const char *path, const char *reason)
 }
 
 /* Check what the file holds, before writing anything to it: its
- * user_version (newer: FLY_E_SCHEMA) and quick_check (STORE_CORRUPT). */
+ * user_version (newer: FLY_E_SCHEMA) and integrity_check (STORE_CORRUPT).
+ * Not quick_check: it does not compare indexes with their tables, and a
+ * file whose index no longer matched was served and lost a winner
+ * committed into it (issue 21, test_issue_21_index_damage_quarantined).
+ * Measured: 0.12 s for 100,000 results (18 MB), quick_check 0.05 s. */
 static int store_probe(struct flyd_store *st, char *why, size_t cap)
 {
 	sqlite3_stmt *s = NULL;
@@ -332,16 +336,16 @@ static int store_probe(struct flyd_store *st, char *why, size_t cap)
 			 (long long)v, latest_version());
 		return FLY_E_SCHEMA;
 	}
-	rc = sqlite3_prepare_v2(st->db, "PRAGMA main.quick_check(1)", -1, &s,
+	rc = sqlite3_prepare_v2(st->db, "PRAGMA main.integrity_check(1)", -1, &s,
 				NULL);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_step(s);
 	if (rc == SQLITE_ROW) {
 		const char *t = (const char *)sqlite3_column_text(s, 0);
 		rc = t != NULL && strcmp(t, "ok") == 0 ? 0 : STORE_CORRUPT;
-		snprintf(why, cap, "quick_check: %s", t != NULL ? t : "?");
+		snprintf(why, cap, "integrity_check: %s", t != NULL ? t : "?");
 	} else {
-		snprintf(why, cap, "quick_check: %s", sqlite3_errstr(rc));
+		snprintf(why, cap, "integrity_check: %s", sqlite3_errstr(rc));
 		rc = is_bad_file(rc) ? STORE_CORRUPT
 				     : store_err(st, rc, "probe");
 	}
@@ -351,8 +355,10 @@ static int store_probe(struct flyd_store *st, char *why, size_t cap)
 
 /* Apply one migration inside BEGIN IMMEDIATE, re-reading user_version
  * under the write lock so two processes opening a fresh file at once
- * apply it once. */
-static int store_migrate_one(sqlite3 *db, const struct flyd_migration *m)
+ * apply it once.  On failure @p err gets SQLite's message, taken before
+ * the ROLLBACK resets it (issue 21: the log said "not an error"). */
+static int store_migrate_one(sqlite3 *db, const struct flyd_migration *m,
+			     char *err, size_t cap)
 {
 	char sql[64];
 	int64_t cur = 0;
@@ -369,8 +375,11 @@ static int store_migrate_one(sqlite3 *db, const struct flyd_migration *m)
 	}
 	if (rc == SQLITE_OK)
 		rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-	if (rc != SQLITE_OK && !sqlite3_get_autocommit(db))
-		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+	if (rc != SQLITE_OK) {
+		snprintf(err, cap, "%s", sqlite3_errmsg(db));
+		if (!sqlite3_get_autocommit(db))
+			sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+	}
 	return rc;
 }
 
@@ -378,15 +387,18 @@ static int store_migrate(struct flyd_store *st, int upto)
 {
 	for (size_t i = 0; i < flyd_nmigrations; i++) {
 		const struct flyd_migration *m = &flyd_migrations[i];
+		char err[200] = "", q[256];
 		int rc;
 
 		if (m->version > upto)
 			break;
-		rc = store_migrate_one(st->db, m);
+		rc = store_migrate_one(st->db, m, err, sizeof(err));
 		if (rc != SQLITE_OK) {
 			flyd_log(FLYD_LOG_ERR, "db_migrate_failed",
-				 "path=%s migration=%s", st->path, m->name);
-			return store_err(st, rc, "migrate");
+				 "path=%s migration=%s code=%d err=%s",
+				 st->path, m->name, rc,
+				 flyd_log_q(err, q, sizeof(q)));
+			return FLY_E_STORAGE;
 		}
 	}
 	return 0;
