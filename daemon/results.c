@@ -399,10 +399,14 @@ int flyd_results_commit(struct flyd_results *res, struct flyd_qjob *j,
 	row.tuned_at = (int64_t)time(NULL);
 	rc = flyd_store_result_put(ctx->store, &row, r->trials, r->ntrials);
 	if (rc < 0) {
-		flyd_log(FLYD_LOG_ERR, "commit_failed", "key=%s rc=%d",
-			 j->key, rc);
-		flyd_results_answer_error(res, j, FLY_E_STORAGE,
-					  "tuning DB commit failed");
+		/* Say why (issue 21: a full disk read "commit failed"). */
+		char msg[160];
+
+		snprintf(msg, sizeof(msg), "tuning DB commit failed: %s",
+			 flyd_store_last_error(ctx->store));
+		flyd_log(FLYD_LOG_ERR, "commit_failed", "key=%s rc=%d err=\"%s\"",
+			 j->key, rc, flyd_store_last_error(ctx->store));
+		flyd_results_answer_error(res, j, FLY_E_STORAGE, msg);
 		return FLY_E_STORAGE;
 	}
 	remember(res, j->key, &row.d, 1, &replaced);

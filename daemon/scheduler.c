@@ -361,8 +361,12 @@ static void job_succeeded(struct flyd_sched *sc, struct flyd_qjob *j,
 	struct flyd_ctx *ctx = sc->ctx;
 
 	if (flyd_results_commit(sc->res, j, r) < 0) {
+		/* The DB refused it (disk full, I/O error): not the key's
+		 * fault, so not marked failed (that needs a forced tune);
+		 * dropped, the next tune or decide queues it again once the
+		 * DB takes writes (issue 21, test_disk_full). */
 		ctx->stats.jobs_failed++;
-		flyd_queue_fail(sc->q, j);
+		flyd_queue_done(sc->q, j);
 		return;
 	}
 	ctx->stats.jobs_done++;

@@ -88,6 +88,7 @@ struct flyd_store {
 	int has_sys;		     /* a system DB is attached as "sys" */
 	int quarantined;	     /* the last open moved a file aside */
 	char path[STORE_PATH_MAX];   /* the local DB's path, for logs */
+	const char *last_err;	     /* sqlite3_errstr() of the last error */
 };
 
 static const char *const outcome_names[] = {"ok",      "rejected",   "wrong",
@@ -126,6 +127,7 @@ static int store_err(struct flyd_store *st, int rc, const char *op)
 	flyd_log(FLYD_LOG_ERR, "db_error", "op=%s code=%d sqlite=%s msg=%s", op,
 		 rc, flyd_log_q(sqlite3_errstr(rc), q2, sizeof(q2)),
 		 flyd_log_q(sqlite3_errmsg(st->db), q1, sizeof(q1)));
+	st->last_err = sqlite3_errstr(rc);
 	return FLY_E_STORAGE;
 }
 
@@ -662,6 +664,11 @@ int flyd_store_set_system(struct flyd_store *st, const char *system_path)
 	if (system_path != NULL)
 		store_attach_sys(st, system_path);
 	return st->has_sys;
+}
+
+const char *flyd_store_last_error(const struct flyd_store *st)
+{
+	return st->last_err != NULL ? st->last_err : "unknown error";
 }
 
 int flyd_store_was_quarantined(const struct flyd_store *st)
