@@ -13,6 +13,7 @@
 #   make gen        regenerate proto/fly_msgs.def and fly_record.def from schemas/
 #   make test-gpu   GPU tests (needs a GPU; see tests/gpu/)
 #   make corrupt-inputs   1,000 mutated DBs, shm tables, import files
+#   make torture    10,000 SIGKILLs mid-stream (TORTURE_KILLS=)
 #   make deps       install missing Debian packages (apt-get)
 #   V=1             show commands
 
@@ -154,7 +155,7 @@ ALL_TARGETS := $(LAYERING) $(HEADER) $(LIBCLIENT_A) $(LIBCLIENT_SO) \
 
 .PHONY: all test test-bins unit integration python-test check checks style layering run \
 	deps asan ubsan tsan coverage install uninstall clean gen gen-check \
-	test-gpu bench systemd-verify fuzz fuzz-bins corrupt-inputs FORCE
+	test-gpu bench systemd-verify fuzz fuzz-bins corrupt-inputs torture FORCE
 .DEFAULT_GOAL := all
 # Keep every intermediate object (no rebuilds of objects make deleted).
 .SECONDARY:
@@ -400,6 +401,12 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ)
 corrupt-inputs: all $(BUILD)/tests/integration/test_corrupt_inputs
 	$(Q)FLY_CORRUPT_N=$${FLY_CORRUPT_N:-1000} \
 		$(BUILD)/tests/integration/test_corrupt_inputs
+
+# Crash torture (issue 21 item 3): TORTURE_KILLS SIGKILLs at random points
+# of a stream of imports, forgets and tunes; `make test` runs 200.
+TORTURE_KILLS ?= 10000
+torture: all $(BUILD)/tests/integration/test_torture
+	$(Q)TORTURE_KILLS=$(TORTURE_KILLS) $(BUILD)/tests/integration/test_torture
 
 test-gpu: all $(GPUTEST_BIN)
 	$(Q)sh tools/run-tests.sh gpu $(GPUTEST_BIN)
