@@ -14,6 +14,7 @@
 #   make test-gpu   GPU tests (needs a GPU; see tests/gpu/)
 #   make corrupt-inputs   1,000 mutated DBs, shm tables, import files
 #   make torture    10,000 SIGKILLs mid-stream (TORTURE_KILLS=)
+#   make faultsim   the Nth-call failure sweep (tests/fault/)
 #   make deps       install missing Debian packages (apt-get)
 #   V=1             show commands
 
@@ -155,7 +156,7 @@ ALL_TARGETS := $(LAYERING) $(HEADER) $(LIBCLIENT_A) $(LIBCLIENT_SO) \
 
 .PHONY: all test test-bins unit integration python-test check checks style layering run \
 	deps asan ubsan tsan coverage install uninstall clean gen gen-check \
-	test-gpu bench systemd-verify fuzz fuzz-bins corrupt-inputs torture FORCE
+	test-gpu bench systemd-verify fuzz fuzz-bins corrupt-inputs torture faultsim FORCE
 .DEFAULT_GOAL := all
 # Keep every intermediate object (no rebuilds of objects make deleted).
 .SECONDARY:
@@ -407,6 +408,22 @@ corrupt-inputs: all $(BUILD)/tests/integration/test_corrupt_inputs
 TORTURE_KILLS ?= 10000
 torture: all $(BUILD)/tests/integration/test_torture
 	$(Q)TORTURE_KILLS=$(TORTURE_KILLS) $(BUILD)/tests/integration/test_torture
+
+# Fault injection (issue 21 item 1): tests/fault/faultsim.c, an LD_PRELOAD
+# shim failing the Nth allocation or I/O call, and the sweep over
+# "start, decide, tune and commit" (tests/fault/test_faultsim.c).
+# FAULTSIM_STRIDE_ALLOC=1 sweeps every allocation (default every 10th).
+FAULTSIM_SO := $(BUILD)/faultsim/libfaultsim.so
+$(FAULTSIM_SO): tests/fault/faultsim.c
+	@mkdir -p $(@D)
+	$(Q)$(CC) -std=gnu11 -O1 -g $(WARN) -fPIC -shared -o $@ $< -ldl
+$(BUILD)/tests/fault/%: $(BUILD)/obj/tests/fault/%.o $(TCOMMON_OBJ) $(LIBFLYD) $(KTEST_OBJ) $(LIBKCPU) $(LIBCLIENT_A) $(LIBPROTO)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_LINK)
+faultsim: all $(FAULTSIM_SO) $(BUILD)/tests/fault/test_faultsim
+	$(Q)FLY_TEST_TIMEOUT_MULTIPLIER=$${FLY_TEST_TIMEOUT_MULTIPLIER:-1} \
+		$(BUILD)/tests/fault/test_faultsim
 
 test-gpu: all $(GPUTEST_BIN)
 	$(Q)sh tools/run-tests.sh gpu $(GPUTEST_BIN)
