@@ -276,12 +276,14 @@ static int query_int(sqlite3 *db, const char *sql, int64_t *v)
 
 /* ------------------------------------------------------------ open */
 
-/* Errors at open that mean the file itself is bad (quarantine it). */
+/* Errors at open that mean the file itself is bad (quarantine it).  An
+ * I/O error (EIO) is not one: a transient read error moved a good DB
+ * aside and its winners with it (issue 21, test_faultsim io_restart); the
+ * open fails instead (FLY_E_STORAGE, the daemon exits and is restarted). */
 static int is_bad_file(int rc)
 {
 	return (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB ||
-	       (rc & 0xff) == SQLITE_CANTOPEN || rc == SQLITE_IOERR_READ ||
-	       rc == SQLITE_IOERR_SHORT_READ;
+	       (rc & 0xff) == SQLITE_CANTOPEN || rc == SQLITE_IOERR_SHORT_READ;
 }
 
 /* Move PATH (and PATH-wal, PATH-shm) to PATH.corrupt-<unix seconds>. */
@@ -466,8 +468,9 @@ static int store_open_local(struct flyd_store *st, int upto, char *why,
 
 	if (rc != SQLITE_OK) {
 		snprintf(why, cap, "open: %s", sqlite3_errstr(rc));
-		rc = stat(st->path, &sb) == 0 ? STORE_CORRUPT
-					      : store_err(st, rc, "open");
+		rc = stat(st->path, &sb) == 0 && is_bad_file(rc)
+			 ? STORE_CORRUPT
+			 : store_err(st, rc, "open");
 		goto err_close;
 	}
 	sqlite3_extended_result_codes(st->db, 1);
@@ -579,6 +582,15 @@ static int store_open_upto(const char *path, const char *system_path, int upto,
 	snprintf(st->path, sizeof(st->path), "%s%s",
 		 strncmp(path, "file:", 5) == 0 ? "./" : "", path);
 	rc = store_open_local(st, upto, why, sizeof(why));
+	if (rc == STORE_CORRUPT) {
+		/* Look twice before moving a file aside: SQLite reports a
+		 * transient read error on some paths as corruption, and a
+		 * good DB was quarantined with its winners (issue 21,
+		 * test_faultsim io_restart).  A damaged file fails again. */
+		flyd_log(FLYD_LOG_WARN, "db_open_retry", "path=%s reason=%s",
+			 st->path, why);
+		rc = store_open_local(st, upto, why, sizeof(why));
+	}
 	if (rc == STORE_CORRUPT) {
 		rc = store_quarantine(st->path, why);
 		if (rc == 0) {

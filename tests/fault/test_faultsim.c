@@ -13,10 +13,13 @@
  *     unchanged, after a restart without faults, and the DB passes
  *     integrity_check.
  *
- * Classes: "io" (open, read, write, pread/pwrite, writev, fsync,
+ * The io sweep runs twice: from an empty state directory, and as a
+ * restart on a DB that already holds an acknowledged winner (a transient
+ * error at open must not cost it).  Classes: "io" (open, read, write, pread/pwrite, writev, fsync,
  * fdatasync, sendmsg, recvmsg, mmap, memfd_create) every N;
  * "alloc" (malloc, calloc, realloc) every $FAULTSIM_STRIDE_ALLOC-th N
- * (default 10; 1 for the full sweep).  $FAULTSIM_PERSIST=1 makes every
+ * (default 10; 1 for the full sweep).  $FAULTSIM_ONLY=io|io_restart|alloc
+ * runs one sweep.  $FAULTSIM_PERSIST=1 makes every
  * call from the Nth on fail.  Run by `make faultsim`, not by `make test`.
  */
 #include <stdarg.h>
@@ -150,9 +153,32 @@ static const char *winner_of(const cJSON *o, const char *obj, char *buf,
 	return buf;
 }
 
-/* The scenario with call @p n of @p cls failing.
+/* Start fault-free, tune KEY (its winner into @p acked), stop: the DB a
+ * restart under faults must keep. */
+static void preseed(struct fly_test_daemon *d, char *acked, size_t cap)
+{
+	char json[200];
+	cJSON *o = NULL;
+	int fd;
+
+	assert_int_equal(fly_test_daemon_start(d, "{\"job_budget_s\":0.05}",
+					       NULL), 0);
+	fd = fly_test_connect(d->sock);
+	assert_true(fd >= 0);
+	snprintf(json, sizeof(json), "{\"req\":\"tune\",\"key\":\"" KEY
+		 "\",\"wait\":true,\"timeout_ms\":%d}",
+		 fly_test_timeout(20000));
+	assert_int_equal(ask(fd, json, fly_test_timeout(30000), &o), 1);
+	winner_of(o, "decision", acked, cap);
+	cJSON_Delete(o);
+	close(fd);
+	assert_int_equal(fly_test_daemon_stop(d), 0);
+}
+
+/* The scenario with call @p n of @p cls failing; with @p restart, on a
+ * DB that already holds an acknowledged winner (start = restart).
  * @return 1 when a fault was injected, 0 when the run reached no call n. */
-static int run_one(const char *cls, long n, struct tally *t)
+static int run_one(const char *cls, long n, int restart, struct tally *t)
 {
 	struct fly_test_daemon d;
 	char nenv[48], cenv[48], penv[48], pre[400], acked[300] = "";
@@ -169,7 +195,14 @@ static int run_one(const char *cls, long n, struct tally *t)
 	snprintf(penv, sizeof(penv), "FLY_FAULT_PERSIST=%d",
 		 env_int("FAULTSIM_PERSIST", 0));
 	t->runs++;
-	rc = fly_test_daemon_start(&d, "{\"job_budget_s\":0.05}", env);
+	if (restart) {
+		preseed(&d, acked, sizeof(acked));
+		d.env = env;
+		rc = fly_test_daemon_restart(&d);
+	} else {
+		rc = fly_test_daemon_start(&d, "{\"job_budget_s\":0.05}",
+					   env);
+	}
 	if (rc == -ECHILD) {
 		/* Exited during start-up: with a code and a reason. */
 		log = slurp(d.log);
@@ -177,7 +210,7 @@ static int run_one(const char *cls, long n, struct tally *t)
 			fail_run(&d, n, cls, "died at start-up without an "
 				 "exit code and an error line");
 		t->start_exits++;
-		goto judge;
+		goto check_winner;
 	}
 	if (rc != 0)
 		fail_run(&d, n, cls, "start-up hung");
@@ -197,8 +230,13 @@ static int run_one(const char *cls, long n, struct tally *t)
 			fail_run(&d, n, cls, "tune hung");
 		if (r == 1 && strcmp(cJSON_GetObjectItemCaseSensitive(
 					 o, "status")->valuestring,
-				     "tuned") == 0)
-			winner_of(o, "decision", acked, sizeof(acked));
+				     "tuned") == 0) {
+			winner_of(o, "decision", got, sizeof(got));
+			if (acked[0] != '\0' && strcmp(got, acked) != 0)
+				fail_run(&d, n, cls, "the stored winner "
+					 "changed under faults");
+			snprintf(acked, sizeof(acked), "%s", got);
+		}
 		t->answered += r == 1;
 		t->errors += r == 0;
 		t->closed += r == -1;
@@ -215,6 +253,7 @@ static int run_one(const char *cls, long n, struct tally *t)
 				 "error line");
 		t->stop_nonzero++;
 	}
+check_winner:
 	if (acked[0] != '\0') {
 		/* The acknowledged winner, after a restart without faults. */
 		t->acked++;
@@ -238,7 +277,6 @@ static int run_one(const char *cls, long n, struct tally *t)
 	}
 	if (access(d.db, F_OK) == 0 && !integrity_ok(d.db))
 		fail_run(&d, n, cls, "integrity_check failed");
-judge:
 	hit = log != NULL && strstr(log, "faultsim: injected") != NULL;
 	t->injected += log != NULL ? count_of(log, "faultsim: injected") : 0;
 	free(log);
@@ -246,21 +284,28 @@ judge:
 	return hit;
 }
 
-static void sweep(const char *cls, int stride)
+static void sweep(const char *cls, int stride, int restart)
 {
 	struct tally t;
 	long n, max = env_int("FAULTSIM_MAX_N", 100000);
+	const char *only = getenv("FAULTSIM_ONLY");
+	char name[32];
+
+	snprintf(name, sizeof(name), "%s%s", cls, restart ? "_restart" : "");
+	if (only != NULL && strcmp(only, name) != 0)
+		skip();
 
 	memset(&t, 0, sizeof(t));
 	for (n = 1; n <= max; n += stride)
-		if (!run_one(cls, n, &t))
+		if (!run_one(cls, n, restart, &t))
 			break;
-	fprintf(stderr, "faultsim %s: N = 1..%ld step %d, %ld runs, %ld faults "
+	fprintf(stderr, "faultsim %s%s: N = 1..%ld step %d, %ld runs, %ld faults "
 		"injected, 0 crashes, 0 hangs, 0 acknowledged winners lost; "
 		"%ld exited at start-up with an error line, %ld tunes answered "
 		"(%ld winners acknowledged and found after a restart), %ld "
 		"error replies, %ld connections closed, %ld non-zero exits "
-		"at stop\n", cls, n, stride, t.runs, t.injected, t.start_exits,
+		"at stop\n", cls, restart ? " (restart on a DB with a "
+		"winner)" : "", n, stride, t.runs, t.injected, t.start_exits,
 		t.answered, t.acked, t.errors, t.closed, t.stop_nonzero);
 	if (n > max)
 		fail_msg("faultsim %s: still injecting at N=%ld", cls, max);
@@ -269,19 +314,26 @@ static void sweep(const char *cls, int stride)
 static void test_faultsim_io(void **state)
 {
 	(void)state;
-	sweep("io", env_int("FAULTSIM_STRIDE_IO", 1));
+	sweep("io", env_int("FAULTSIM_STRIDE_IO", 1), 0);
+}
+
+static void test_faultsim_io_restart(void **state)
+{
+	(void)state;
+	sweep("io", env_int("FAULTSIM_STRIDE_IO", 1), 1);
 }
 
 static void test_faultsim_alloc(void **state)
 {
 	(void)state;
-	sweep("alloc", env_int("FAULTSIM_STRIDE_ALLOC", 10));
+	sweep("alloc", env_int("FAULTSIM_STRIDE_ALLOC", 10), 0);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_faultsim_io),
+		cmocka_unit_test(test_faultsim_io_restart),
 		cmocka_unit_test(test_faultsim_alloc),
 	};
 
