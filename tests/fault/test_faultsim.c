@@ -22,7 +22,7 @@
  * fdatasync, sendmsg, recvmsg, mmap, memfd_create) every N;
  * "alloc" (malloc, calloc, realloc) every $FAULTSIM_STRIDE_ALLOC-th N
  * (default 10; 1 for the full sweep).  $FAULTSIM_ONLY=io|io_restart|alloc
- * runs one sweep.  $FAULTSIM_PERSIST=1 makes every
+ * runs one sweep, $FAULTSIM_FIRST_N starts it later.  $FAULTSIM_PERSIST=1 makes every
  * call from the Nth on fail.  Run by `make faultsim`, not by `make test`.
  */
 #include <stdarg.h>
@@ -316,17 +316,17 @@ static void sweep(const char *cls, int stride, int restart)
 		skip();
 
 	memset(&t, 0, sizeof(t));
-	for (n = 1; n <= max; n += stride)
+	for (n = env_int("FAULTSIM_FIRST_N", 1); n <= max; n += stride)
 		if (!run_one(cls, n, restart, &t))
 			break;
-	fprintf(stderr, "faultsim %s%s: N = 1..%ld step %d, %ld runs, %ld faults "
+	fprintf(stderr, "faultsim %s%s: N = %d..%ld step %d, %ld runs, %ld faults "
 		"injected, 0 crashes, 0 hangs, 0 acknowledged winners lost; "
 		"%ld exited at start-up with an error line, %ld tunes answered "
 		"(%ld winners acknowledged and found after a restart), %ld "
 		"error replies, %ld connections closed, %ld non-zero exits "
 		"at stop; %ld aborts on an allocation failure (by policy)\n",
 		cls, restart ? " (restart on a DB with a "
-		"winner)" : "", n, stride, t.runs, t.injected, t.start_exits,
+		"winner)" : "", env_int("FAULTSIM_FIRST_N", 1), n, stride, t.runs, t.injected, t.start_exits,
 		t.answered, t.acked, t.errors, t.closed, t.stop_nonzero,
 		t.oom_aborts);
 	if (n > max)
