@@ -11,9 +11,13 @@
 #   make asan ubsan tsan coverage   the test suite under a sanitizer
 #   make deb        the Debian packages in build/deb/ (dpkg-buildpackage,
 #                   then lintian); GPU= picks the GPU libraries as for make
+#   make asan-ci    the ASan + UBSan subset the test suite runs
 #   make install    PREFIX=/usr/local DESTDIR= (PYTHONDIR=, UNITDIR=)
 #   make gen        regenerate proto/fly_msgs.def and fly_record.def from schemas/
 #   make test-gpu   GPU tests (needs a GPU; see tests/gpu/)
+#   make corrupt-inputs   1,000 mutated DBs, shm tables, import files
+#   make torture    10,000 SIGKILLs mid-stream (TORTURE_KILLS=)
+#   make faultsim   the Nth-call failure sweep (tests/fault/)
 #   make deps       install missing Debian packages (apt-get)
 #   V=1             show commands
 
@@ -158,7 +162,7 @@ ALL_TARGETS := $(LAYERING) $(HEADER) $(LIBCLIENT_A) $(LIBCLIENT_SO) \
 
 .PHONY: all test test-bins unit integration python-test check checks style layering run \
 	deps asan ubsan tsan coverage install uninstall clean gen gen-check \
-	deb deb-version \
+	deb deb-version asan-ci asan-ci-bins corrupt-inputs torture faultsim \
 	test-gpu bench systemd-verify fuzz fuzz-bins FORCE
 .DEFAULT_GOAL := all
 # Keep every intermediate object (no rebuilds of objects make deleted).
@@ -397,7 +401,10 @@ $(BUILD)/tests/emu/flyk.o: kernels/flyk.c kernels/include/flyk.h
 # (tests/pkg/test-deb.sh, about a minute); a sanitizer or coverage run of
 # the suite leaves them out.
 TEST_DEB := $(if $(SAN)$(COVERAGE),,tests/pkg/test-deb.sh)
-test-bins: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ)
+# The ASan + UBSan subset (asan-ci) as one test of the suite; its binaries
+# are built by test-bins (tools/fly.sh test), outside the test's time limit.
+TEST_ASAN := $(if $(SAN)$(COVERAGE),,tests/san/asan-ci.sh)
+test-bins: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ) $(if $(TEST_ASAN),asan-ci-bins)
 # Python loads the sanitized libflyclient.so: the ASan runtime must come
 # first, and Python's own allocations are not ours to leak-check.
 ifneq ($(findstring address,$(SAN)),)
@@ -411,7 +418,35 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ)
 		tests/gpu/emu/run-emu-kernels.sh tests/gpu/emu/run-emu-gemm.sh \
 		$(if $(TEST_FUZZ),tests/fuzz/run-fuzz.sh) \
 		tools/systemd-verify.sh tools/install-check.sh \
-		$(TEST_DEB) tools/check.sh
+		$(TEST_DEB) $(TEST_ASAN) tools/check.sh
+
+# Corrupt inputs at full scale (issue 21 item 4): 1,000 mutated DB files,
+# shm tables and import files; `make test` runs 200 of each.
+corrupt-inputs: all $(BUILD)/tests/integration/test_corrupt_inputs
+	$(Q)FLY_CORRUPT_N=$${FLY_CORRUPT_N:-1000} \
+		$(BUILD)/tests/integration/test_corrupt_inputs
+
+# Crash torture (issue 21 item 3): TORTURE_KILLS SIGKILLs at random points
+# of a stream of imports, forgets and tunes; `make test` runs 200.
+TORTURE_KILLS ?= 10000
+torture: all $(BUILD)/tests/integration/test_torture
+	$(Q)TORTURE_KILLS=$(TORTURE_KILLS) $(BUILD)/tests/integration/test_torture
+
+# Fault injection (issue 21 item 1): tests/fault/faultsim.c, an LD_PRELOAD
+# shim failing the Nth allocation or I/O call, and the sweep over
+# "start, decide, tune and commit" (tests/fault/test_faultsim.c).
+# FAULTSIM_STRIDE_ALLOC=1 sweeps every allocation (default every 10th).
+FAULTSIM_SO := $(BUILD)/faultsim/libfaultsim.so
+$(FAULTSIM_SO): tests/fault/faultsim.c
+	@mkdir -p $(@D)
+	$(Q)$(CC) -std=gnu11 -O1 -g $(WARN) -fPIC -shared -o $@ $< -ldl
+$(BUILD)/tests/fault/%: $(BUILD)/obj/tests/fault/%.o $(TCOMMON_OBJ) $(LIBFLYD) $(KTEST_OBJ) $(LIBKCPU) $(LIBCLIENT_A) $(LIBPROTO)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_LINK)
+faultsim: all $(FAULTSIM_SO) $(BUILD)/tests/fault/test_faultsim
+	$(Q)FLY_TEST_TIMEOUT_MULTIPLIER=$${FLY_TEST_TIMEOUT_MULTIPLIER:-1} \
+		$(BUILD)/tests/fault/test_faultsim
 
 test-gpu: all $(GPUTEST_BIN)
 	$(Q)sh tools/run-tests.sh gpu $(GPUTEST_BIN)
@@ -438,6 +473,17 @@ checks:
 
 asan:
 	$(MAKE) BUILD=build/asan SAN=address,undefined GPU=none test
+# The ASan + UBSan (+ LSan) subset CI runs after the suite (.ci/run; issue
+# 21 item 8): every unit test but test_kernels_cpu (187 s under ASan), and
+# the integration tests that meet hostile input -- protocol, client,
+# corrupt inputs (50 of each kind).  Measured on the 2-core box, loaded:
+# build 122 s, run ~130 s.
+ASAN_CI_BIN := $(filter-out %/test_kernels_cpu,$(patsubst tests/unit/%.c,build/asan/tests/unit/%,$(UNIT_SRC))) \
+	$(addprefix build/asan/tests/integration/,test_protocol test_client test_corrupt_inputs)
+asan-ci-bins:
+	$(MAKE) BUILD=build/asan SAN=address,undefined GPU=none all $(ASAN_CI_BIN)
+asan-ci: asan-ci-bins
+	$(Q)FLY_CORRUPT_N=50 sh tools/run-tests.sh asan $(ASAN_CI_BIN)
 ubsan:
 	$(MAKE) BUILD=build/ubsan SAN=undefined GPU=none test
 tsan:

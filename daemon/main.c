@@ -454,6 +454,11 @@ int main(int argc, char **argv)
 		return rc > 0 ? 0 : EXIT_USAGE;
 	listen_fd = flyd_notify_init();
 	ctx->loop = uv_default_loop();
+	if (ctx->loop == NULL) {
+		/* uv_loop_init failed (ENOMEM): issue 21, test_faultsim. */
+		flyd_log(FLYD_LOG_CRIT, "loop_init_failed", "err=ENOMEM");
+		return 1;
+	}
 	ctx->device = o.device;
 	ctx->version = FLYTUNED_VERSION;
 	ctx->config_path = o.config;

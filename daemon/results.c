@@ -270,20 +270,31 @@ static void waiter_answer(struct waiter *w, cJSON *resp)
 static cJSON *tune_resp(const char *key, const struct fly_decision *d,
 			int queued)
 {
-	cJSON *r = cJSON_CreateObject();
+	cJSON *r = cJSON_CreateObject(), *e;
+	int ok = r != NULL && cJSON_AddBoolToObject(r, "ok", 1) != NULL &&
+		 cJSON_AddStringToObject(r, "key", key) != NULL &&
+		 cJSON_AddStringToObject(
+		     r, "status",
+		     fly_status_name(d != NULL ? d->status
+					       : FLY_STATUS_PENDING)) != NULL &&
+		 cJSON_AddBoolToObject(r, "queued", queued) != NULL;
 
-	if (r == NULL)
+	if (ok && d != NULL) {
+		e = fly_msg_decision_to_json(d);
+		ok = e != NULL && cJSON_AddItemToObject(r, "decision", e);
+		if (!ok)
+			cJSON_Delete(e);
+	}
+	if (ok)
+		return r;
+	/* An allocation failed: an "ok" without its decision was sent
+	 * (issue 21, test_faultsim alloc N=3482); an error instead. */
+	cJSON_Delete(r);
+	flyd_log(FLYD_LOG_ERR, "reply_oom", "key=%s", key);
+	e = fly_msg_error(-ENOMEM, "out of memory building the reply");
+	if (e == NULL)
 		abort(); /* daemon OOM policy (STYLE.md R7) */
-	cJSON_AddBoolToObject(r, "ok", 1);
-	cJSON_AddStringToObject(r, "key", key);
-	cJSON_AddStringToObject(r, "status",
-				fly_status_name(d != NULL ? d->status
-					       : FLY_STATUS_PENDING));
-	cJSON_AddBoolToObject(r, "queued", queued);
-	if (d != NULL)
-		cJSON_AddItemToObject(r, "decision",
-				      fly_msg_decision_to_json(d));
-	return r;
+	return e;
 }
 
 void flyd_results_answer(struct flyd_results *res, struct flyd_qjob *j,
@@ -404,10 +415,14 @@ int flyd_results_commit(struct flyd_results *res, struct flyd_qjob *j,
 	flyd_hist_observe(&ctx->stats.commit_s, FLYD_HIST_COMMIT,
 			  (double)(uv_hrtime() - t0) / 1e9);
 	if (rc < 0) {
-		flyd_log(FLYD_LOG_ERR, "commit_failed", "key=%s rc=%d",
-			 j->key, rc);
-		flyd_results_answer_error(res, j, FLY_E_STORAGE,
-					  "tuning DB commit failed");
+		/* Say why (issue 21: a full disk read "commit failed"). */
+		char msg[160];
+
+		snprintf(msg, sizeof(msg), "tuning DB commit failed: %s",
+			 flyd_store_last_error(ctx->store));
+		flyd_log(FLYD_LOG_ERR, "commit_failed", "key=%s rc=%d err=\"%s\"",
+			 j->key, rc, flyd_store_last_error(ctx->store));
+		flyd_results_answer_error(res, j, FLY_E_STORAGE, msg);
 		return FLY_E_STORAGE;
 	}
 	remember(res, j->key, &row.d, 1, &replaced);

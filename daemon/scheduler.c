@@ -425,8 +425,12 @@ static void job_succeeded(struct flyd_sched *sc, struct flyd_qjob *j,
 			  const struct flyd_tune_result *r)
 {
 	if (flyd_results_commit(sc->res, j, r) < 0) {
+		/* The DB refused it (disk full, I/O error): not the key's
+		 * fault, so not marked failed (that needs a forced tune);
+		 * dropped, the next tune or decide queues it again once the
+		 * DB takes writes (issue 21, test_disk_full). */
 		count_job(sc, j->key, FLYD_JOB_FAILED);
-		flyd_queue_fail(sc->q, j);
+		flyd_queue_done(sc->q, j);
 		return;
 	}
 	count_job(sc, j->key, FLYD_JOB_TUNED);

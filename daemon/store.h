@@ -67,6 +67,9 @@ void flyd_store_close(struct flyd_store *st);
 int flyd_store_set_system(struct flyd_store *st, const char *system_path);
 /* Whether the last open quarantined a corrupt file (for STATUS=degraded). */
 int flyd_store_was_quarantined(const struct flyd_store *st);
+/* SQLite's text for the last FLY_E_STORAGE (e.g. "database or disk is
+ * full"), for error replies; static storage, never NULL. */
+const char *flyd_store_last_error(const struct flyd_store *st);
 /* Cheap health probe for the watchdog (SELECT 1). @return 0 or error. */
 int flyd_store_ping(struct flyd_store *st);
 

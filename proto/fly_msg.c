@@ -102,6 +102,18 @@ static size_t utf8_len(const uint8_t *s, size_t n)
 	return need + 1;
 }
 
+int fly__utf8_valid(const char *s, size_t n)
+{
+	const uint8_t *u = (const uint8_t *)s;
+
+	for (size_t i = 0, k; i < n; i += k) {
+		k = utf8_len(u + i, n - i);
+		if (k == 0)
+			return 0;
+	}
+	return 1;
+}
+
 static int hex4(const uint8_t *s, size_t n, unsigned *out)
 {
 	unsigned v = 0;

@@ -42,6 +42,10 @@ uint32_t fly_req_flags(int req);
  * @param[out] out caller owns result; free with cJSON_Delete().
  * @return 0 or FLY_E_PROTO. */
 int fly_msg_parse(const uint8_t *buf, size_t len, cJSON **out);
+/* Whether @p s[0..n) is UTF-8 as fly_msg_parse() accepts it (no overlong
+ * forms, no encoded surrogates): the record check refuses strings the
+ * daemon's parser would refuse (issue 21). */
+int fly__utf8_valid(const char *s, size_t n);
 
 /* Serialize unformatted.  Integral numbers from 1e15 up to 2^63 print as
  * integers (cJSON alone prints 1796229956770520 as 1.79622995677052e+15).

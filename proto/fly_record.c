@@ -10,6 +10,7 @@
 
 #include "fly_abi.h"
 #include "fly_key.h"
+#include "fly_msg.h"
 #include "fly_record.h"
 
 struct field {
@@ -45,11 +46,16 @@ static int is_int(const cJSON *v)
 	       fabs(v->valuedouble) <= FLY_RECORD_INT_MAX;
 }
 
+/* A string of min..max bytes, valid UTF-8: cJSON (flytune-ctl's file
+ * parser) passes invalid bytes through, the daemon's strict parser
+ * refuses the whole request (issue 21: a file the CLI had checked then
+ * failed mid-import with a protocol error). */
 static int is_str(const cJSON *v, double min, double max)
 {
 	size_t n = cJSON_IsString(v) ? strlen(v->valuestring) : 0;
 
-	return cJSON_IsString(v) && n >= min && (max < 0 || n <= max);
+	return cJSON_IsString(v) && n >= min && (max < 0 || n <= max) &&
+	       fly__utf8_valid(v->valuestring, n);
 }
 
 /* Whether @p v is a valid value of field @p f. */
@@ -92,7 +98,7 @@ static void expected(const struct field *f, char *why, size_t cap)
 			 f->name);
 		break;
 	case FLY_RF_STRING:
-		snprintf(why, cap, "%s: expected a string of %.0f..%.0f bytes",
+		snprintf(why, cap, "%s: expected a UTF-8 string of %.0f..%.0f bytes",
 			 f->name, f->min, f->max);
 		break;
 	case FLY_RF_INTEGERS:
