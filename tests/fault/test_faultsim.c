@@ -325,9 +325,9 @@ static void sweep(const char *cls, int stride, int restart)
 		"(%ld winners acknowledged and found after a restart), %ld "
 		"error replies, %ld connections closed, %ld non-zero exits "
 		"at stop; %ld aborts on an allocation failure (by policy)\n",
-		cls, restart ? " (restart on a DB with a "
-		"winner)" : "", env_int("FAULTSIM_FIRST_N", 1), n, stride, t.runs, t.injected, t.start_exits,
-		t.answered, t.acked, t.errors, t.closed, t.stop_nonzero,
+		cls, restart ? " (restart on a DB with a winner)" : "",
+		env_int("FAULTSIM_FIRST_N", 1), n, stride, t.runs, t.injected,
+		t.start_exits, t.answered, t.acked, t.errors, t.closed, t.stop_nonzero,
 		t.oom_aborts);
 	if (n > max)
 		fail_msg("faultsim %s: still injecting at N=%ld", cls, max);
