@@ -6,6 +6,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <sqlite3.h>
 
 #include "daemon.h"
 
@@ -589,4 +591,44 @@ int fly_test_daemon_teardown(void **state)
 	free(d);
 	*state = NULL;
 	return 0;
+}
+
+int fly_test_vctl(const char *sock, int err2out, char **out, const char *fmt,
+		  va_list ap)
+{
+	char args[4096], cmd[8192];
+
+	vsnprintf(args, sizeof(args), fmt, ap);
+	snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s %s %s",
+		 FLY_BUILD_DIR, sock, args, err2out ? "2>&1" : "2>/dev/null");
+	return fly_test_run(cmd, out);
+}
+
+int fly_test_ctl(const char *sock, int err2out, char **out, const char *fmt,
+		 ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = fly_test_vctl(sock, err2out, out, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+int fly_test_db_integrity_ok(const char *path)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *s = NULL;
+	int ok = 0;
+
+	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) ==
+		SQLITE_OK &&
+	    sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &s, NULL) ==
+		SQLITE_OK &&
+	    sqlite3_step(s) == SQLITE_ROW)
+		ok = strcmp((const char *)sqlite3_column_text(s, 0), "ok") == 0;
+	sqlite3_finalize(s);
+	sqlite3_close(db);
+	return ok;
 }

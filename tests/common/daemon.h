@@ -19,6 +19,7 @@
 #ifndef FLY_TEST_DAEMON_H
 #define FLY_TEST_DAEMON_H
 
+#include <stdarg.h>
 #include <sys/types.h>
 
 struct fly_test_daemon {
@@ -81,6 +82,16 @@ int fly_test_wait_closed(int fd, int timeout_ms);
  * be NULL to discard) is everything it printed on stdout.
  * @return its exit status, 128 when it did not exit normally. */
 int fly_test_run(const char *cmd, char **out);
+/* Run "FLY_BUILD_DIR/flytune-ctl --socket @p sock ARGS" (ARGS from @p fmt)
+ * through fly_test_run, its stderr dropped (or, @p err2out, in *out).
+ * @return its exit status. */
+int fly_test_ctl(const char *sock, int err2out, char **out, const char *fmt,
+		 ...) __attribute__((format(printf, 4, 5)));
+int fly_test_vctl(const char *sock, int err2out, char **out, const char *fmt,
+		  va_list ap) __attribute__((format(printf, 4, 0)));
+/* Whether `PRAGMA integrity_check` on the SQLite file @p path (opened
+ * read-only) answers "ok". */
+int fly_test_db_integrity_ok(const char *path);
 /* CMocka fixtures for tests that start daemons: *state is a zeroed struct
  * fly_test_daemon; teardown stops and removes whatever the test started,
  * also when an assertion cut it short, and frees it. */

@@ -134,23 +134,6 @@ static int ask(int fd, const char *json, int ms, cJSON **out)
 	return 0;
 }
 
-static int integrity_ok(const char *path)
-{
-	sqlite3 *db = NULL;
-	sqlite3_stmt *s = NULL;
-	int ok = 0;
-
-	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) ==
-		SQLITE_OK &&
-	    sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &s, NULL) ==
-		SQLITE_OK &&
-	    sqlite3_step(s) == SQLITE_ROW)
-		ok = strcmp((const char *)sqlite3_column_text(s, 0), "ok") == 0;
-	sqlite3_finalize(s);
-	sqlite3_close(db);
-	return ok;
-}
-
 static const char *winner_of(const cJSON *o, const char *obj, char *buf,
 			     size_t cap)
 {
@@ -295,7 +278,7 @@ check_winner:
 		close(fd);
 		assert_int_equal(fly_test_daemon_stop(&d), 0);
 	}
-	if (access(d.db, F_OK) == 0 && !integrity_ok(d.db))
+	if (access(d.db, F_OK) == 0 && !fly_test_db_integrity_ok(d.db))
 		fail_run(&d, n, cls, "integrity_check failed");
 	hit = log != NULL && strstr(log, "faultsim: injected") != NULL;
 	t->injected += log != NULL ? count_of(log, "faultsim: injected") : 0;

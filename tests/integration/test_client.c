@@ -159,11 +159,9 @@ static void test_pending_then_tuned_via_shm(void **state)
  * table at once. */
 static char *ctl_out(const char *args)
 {
-	char cmd[1024], *out = NULL;
+	char *out = NULL;
 
-	snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s %s 2>&1",
-		 FLY_BUILD_DIR, dm.sock, args);
-	assert_int_equal(fly_test_run(cmd, &out), 0);
+	assert_int_equal(fly_test_ctl(dm.sock, 1, &out, "%s", args), 0);
 	return out;
 }
 

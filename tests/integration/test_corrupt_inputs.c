@@ -293,23 +293,6 @@ struct db_case {
 	size_t len;
 };
 
-static int integrity_ok(const char *path)
-{
-	sqlite3 *db = NULL;
-	sqlite3_stmt *s = NULL;
-	int ok = 0;
-
-	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) ==
-		SQLITE_OK &&
-	    sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &s, NULL) ==
-		SQLITE_OK &&
-	    sqlite3_step(s) == SQLITE_ROW)
-		ok = strcmp((const char *)sqlite3_column_text(s, 0), "ok") == 0;
-	sqlite3_finalize(s);
-	sqlite3_close(db);
-	return ok;
-}
-
 static int rc_allowed(int rc)
 {
 	return rc == 0 || rc == FLY_E_NOTFOUND || rc == FLY_E_STORAGE;
@@ -627,7 +610,7 @@ static void db_judge(struct db_case *c, int x, const char *log,
 		 * and the operations above kept it whole (issue 21: with
 		 * quick_check at open, index damage was served and lost a
 		 * committed winner). */
-		if (!integrity_ok(c->path))
+		if (!fly_test_db_integrity_ok(c->path))
 			fail_msg("DB case (%s): opened, yet integrity_check "
 				 "fails", c->why);
 		break;

@@ -40,16 +40,14 @@ static int ctl(char **out, int err2out, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static int ctl(char **out, int err2out, const char *fmt, ...)
 {
-	char args[4096], cmd[8192];
 	va_list ap;
+	int rc;
 
 	va_start(ap, fmt);
-	vsnprintf(args, sizeof(args), fmt, ap);
+	rc = fly_test_vctl(sock_override ? sock_override : dm.sock, err2out,
+			   out, fmt, ap);
 	va_end(ap);
-	snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s %s %s",
-		 FLY_BUILD_DIR, sock_override ? sock_override : dm.sock, args,
-		 err2out ? "2>&1" : "2>/dev/null");
-	return fly_test_run(cmd, out);
+	return rc;
 }
 
 static void valid(const char *schema, const char *json)

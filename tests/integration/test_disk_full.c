@@ -109,23 +109,6 @@ static void fill(const char *dir, char *out, size_t cap)
 	close(fd);
 }
 
-static int integrity_ok(const char *path)
-{
-	sqlite3 *db = NULL;
-	sqlite3_stmt *s = NULL;
-	int ok = 0;
-
-	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) ==
-		SQLITE_OK &&
-	    sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &s, NULL) ==
-		SQLITE_OK &&
-	    sqlite3_step(s) == SQLITE_ROW)
-		ok = strcmp((const char *)sqlite3_column_text(s, 0), "ok") == 0;
-	sqlite3_finalize(s);
-	sqlite3_close(db);
-	return ok;
-}
-
 /* Stop the daemon, move the directory's files aside, mount a tmpfs over
  * it, bring the files back. */
 static void mount_small(struct df *f)
@@ -216,7 +199,7 @@ static void test_disk_full_serves_refuses_recovers(void **state)
 	assert_string_equal(status, "tuned");
 	close(fd);
 	assert_int_equal(fly_test_daemon_stop(&f->d), 0);
-	assert_true(integrity_ok(f->d.db));
+	assert_true(fly_test_db_integrity_ok(f->d.db));
 	(void)winner_a;
 }
 

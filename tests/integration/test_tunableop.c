@@ -35,20 +35,8 @@
 
 static struct fly_test_daemon dm;
 
-static int ctl(char **out, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static int ctl(char **out, const char *fmt, ...)
-{
-	char args[2048], cmd[4096];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(args, sizeof(args), fmt, ap);
-	va_end(ap);
-	snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s %s 2>/dev/null",
-		 FLY_BUILD_DIR, dm.sock, args);
-	return fly_test_run(cmd, out);
-}
+/* flytune-ctl on this test's daemon, stderr dropped. */
+#define ctl(out, ...) fly_test_ctl(dm.sock, 0, (out), __VA_ARGS__)
 
 static cJSON *ctl_json(int want_rc, const char *fmt, const char *arg)
 {
