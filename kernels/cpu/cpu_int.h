@@ -263,6 +263,12 @@ int flyk_cpu_gemm_blocked_run(const struct flyk_cpu_gemm_shape *s,
 /* Whether a blocked-GEMM tile point is sensible for the dims. */
 int flyk_cpu_gemm_blocks_ok(int64_t m, int64_t n, int64_t k, int64_t mc,
 			    int64_t nc, int64_t kc, int64_t tile);
+/* A point (mc, nc, kc, tile, threads) of a blocked GEMM over dims m, n, k
+ * of @p p: the blocks sensible and the threads available.
+ * @return 0, -EINVAL, or flyk_cpu_threads_ok's error. */
+int flyk_cpu_gemm_blocked_point_ok(const struct flyk_device *dev,
+				   const struct fly_problem *p,
+				   const int64_t *params);
 
 /* The backend's full variant table (CPU variants, then the test-only ones
  * when linked in); built once. */

@@ -278,16 +278,23 @@ static int ref_feasible(const struct flyk_device *dev,
 	return gemm_problem_ok(p);
 }
 
-static int blocked_feasible(const struct flyk_device *dev,
-			    const struct fly_problem *p, const int64_t *params)
+int flyk_cpu_gemm_blocked_point_ok(const struct flyk_device *dev,
+				   const struct fly_problem *p,
+				   const int64_t *params)
 {
-	if (gemm_problem_ok(p) < 0)
-		return -EINVAL;
 	if (!flyk_cpu_gemm_blocks_ok(p->dims[0], p->dims[1], p->dims[2],
 				     params[0], params[1], params[2],
 				     params[3]))
 		return -EINVAL;
 	return flyk_cpu_threads_ok(dev, params[4], p->dims[0] / 4);
+}
+
+static int blocked_feasible(const struct flyk_device *dev,
+			    const struct fly_problem *p, const int64_t *params)
+{
+	if (gemm_problem_ok(p) < 0)
+		return -EINVAL;
+	return flyk_cpu_gemm_blocked_point_ok(dev, p, params);
 }
 
 static int naive_feasible(const struct flyk_device *dev,

@@ -124,11 +124,7 @@ static int blocked_feasible(const struct flyk_device *dev,
 {
 	if (sg_problem_ok(p) < 0)
 		return -EINVAL;
-	if (!flyk_cpu_gemm_blocks_ok(p->dims[0], p->dims[1], p->dims[2],
-				     params[0], params[1], params[2],
-				     params[3]))
-		return -EINVAL;
-	return flyk_cpu_threads_ok(dev, params[4], p->dims[0] / 4);
+	return flyk_cpu_gemm_blocked_point_ok(dev, p, params);
 }
 
 /* Rows [0, rows) of an operand decoded to fp32, block scales folded. */
