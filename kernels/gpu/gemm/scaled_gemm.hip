@@ -55,6 +55,7 @@
 #include "gpu_int.h"
 #include "prim/flyk_gpu.h"
 #include "prim/launch.h"
+#include "prim/rand.h"
 #if FLYK_HAS_CUBLAS
 #include "gemm/gemm_vendor.h"
 #endif
@@ -856,14 +857,8 @@ __global__ void sg_fill_kernel(uint8_t *p, size_t n, int kind, uint64_t seed)
 	size_t stride = (size_t)gridDim.x * blockDim.x;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride) {
-		uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull + seed;
-		z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-		z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-		z ^= z >> 31;
-		uint32_t r = (uint32_t)(z >> 32);
-		p[i] = kind == 0   ? (uint8_t)(((r & 1u) << 7) |
-					       ((4u + (r >> 1) % 6u) << 3) |
-					       ((r >> 8) & 7u))
+		uint32_t r = (uint32_t)(flyk_rand64(seed, i) >> 32);
+		p[i] = kind == 0   ? flyk_rand_e4m3(seed, i)
 		       : kind == 1 ? (uint8_t)r
 				   : (uint8_t)(124u + r % 7u);
 	}

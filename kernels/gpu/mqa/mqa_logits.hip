@@ -786,12 +786,8 @@ __global__ void mqa_fill_fp8_kernel(uint8_t *b, size_t n, uint64_t seed)
 {
 	size_t stride = (size_t)gridDim.x * blockDim.x;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride) {
-		uint32_t r = (uint32_t)(flyk_rand64(seed, i) >> 32);
-		/* sign, exponent field 4..9, any mantissa: never 0 or NaN */
-		b[i] = (uint8_t)(((r & 1u) << 7) | ((4u + (r >> 1) % 6u) << 3) |
-				 ((r >> 8) & 7u));
-	}
+	     i += stride)
+		b[i] = flyk_rand_e4m3(seed, i);
 }
 
 /* Compare the window positions with the reference (max |err|, max |ref|),

@@ -24,4 +24,14 @@ __device__ __forceinline__ uint64_t flyk_rand64(uint64_t seed, uint64_t i)
 	return flyk_mix64(seed * 0x9e3779b97f4a7c15ull + i);
 }
 
+/* A random e4m3 byte of element @p i: sign, exponent field 4..9, any
+ * mantissa, so never zero or NaN in fn or fnuz (the fp8 cases' inputs:
+ * mqa_logits, scaled_gemm). */
+__device__ __forceinline__ uint8_t flyk_rand_e4m3(uint64_t seed, uint64_t i)
+{
+	uint32_t r = (uint32_t)(flyk_rand64(seed, i) >> 32);
+	return (uint8_t)(((r & 1u) << 7) | ((4u + (r >> 1) % 6u) << 3) |
+			 ((r >> 8) & 7u));
+}
+
 #endif /* FLYK_PRIM_RAND_H */
