@@ -2,9 +2,9 @@
  * prim/tma.h -- the Hopper tensor memory accelerator and its mbarriers
  * (sm_90a, nvcc only): mbarrier init/expect_tx/arrive (local and on a
  * cluster peer)/wait, TMA tile loads (2-D, 3-D, and their cluster-multicast
- * forms), TMA stores and their bulk groups, tensor-map prefetch, named
+ * forms; 4-D), TMA stores and their bulk groups, tensor-map prefetch, named
  * barriers, setmaxnreg, and on the host the bf16 tensor-map encoding with
- * a small per-thread cache.
+ * a small per-thread cache (dense, or strided views).
  *
  * Owns: nothing (device inlines; the host tensor-map cache is per host
  * thread).  Thread: device code as documented per function.
@@ -90,6 +90,18 @@ __device__ __forceinline__ void flyk_tma_3d(void *dst, const void *map,
 			 "r"(flyk_smem_u32(dst)),
 		     "l"((uint64_t)(uintptr_t)map), "r"(flyk_smem_u32(bar)),
 		     "r"(c0), "r"(c1), "r"(c2)
+		     : "memory");
+}
+
+__device__ __forceinline__ void flyk_tma_4d(void *dst, const void *map,
+					    uint64_t *bar, int c0, int c1,
+					    int c2, int c3)
+{
+	asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier"
+		     "::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::
+			 "r"(flyk_smem_u32(dst)),
+		     "l"((uint64_t)(uintptr_t)map), "r"(flyk_smem_u32(bar)),
+		     "r"(c0), "r"(c1), "r"(c2), "r"(c3)
 		     : "memory");
 }
 
@@ -274,6 +286,67 @@ static int flyk_tma_map(CUtensorMap *m, const void *base, uint32_t rank,
 		return -EINVAL;
 	int slot = used < NCACHE ? used++ : next++ % NCACHE;
 	cache[slot].key = k;
+	cache[slot].map = *m;
+	return 0;
+}
+
+/*
+ * A bf16 tensor map of @p rank (2..4) dims with explicit strides: dims[0]
+ * contiguous, @p stride_b[i] the byte stride of dims[i + 1] (a multiple
+ * of 16), box {64, box_rows, 1, 1}: 128-byte rows, 128B swizzle, zero
+ * fill -- a strided view such as one head of [batch, seq, heads, dim].
+ * Cached per host thread like flyk_tma_map.  @return 0 or -EINVAL.
+ */
+static int flyk_tma_map_strided(CUtensorMap *m, const void *base,
+				uint32_t rank, const uint64_t *dims,
+				const uint64_t *stride_b, uint32_t box_rows)
+{
+	enum { NCACHE = 16 };
+	struct key {
+		const void *base;
+		uint64_t dims[4], strides[3];
+		uint32_t rank, box_rows;
+	};
+	static thread_local struct {
+		key k;
+		CUtensorMap map;
+	} cache[NCACHE];
+	static thread_local int used, next;
+	key k;
+	memset(&k, 0, sizeof(k));
+	if (rank < 2 || rank > 4)
+		return -EINVAL;
+	k.base = base;
+	k.rank = rank;
+	k.box_rows = box_rows;
+	for (uint32_t i = 0; i < rank; i++)
+		k.dims[i] = dims[i];
+	for (uint32_t i = 0; i + 1 < rank; i++)
+		k.strides[i] = stride_b[i];
+	for (int i = 0; i < used; i++)
+		if (!memcmp(&cache[i].k, &k, sizeof(k))) {
+			*m = cache[i].map;
+			return 0;
+		}
+	flyk_tma_encode_fn enc = flyk_tma_encoder();
+	if (!enc || ((uintptr_t)base & 15))
+		return -EINVAL;
+	cuuint64_t gd[4], gs[3];
+	cuuint32_t box[4] = {64u, box_rows, 1, 1}, es[4] = {1, 1, 1, 1};
+	for (uint32_t i = 0; i < rank; i++)
+		gd[i] = dims[i];
+	for (uint32_t i = 0; i + 1 < rank; i++) {
+		if (stride_b[i] % 16 || stride_b[i] >= (1ull << 40))
+			return -EINVAL;
+		gs[i] = stride_b[i];
+	}
+	if (enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, (void *)base, gd,
+		gs, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+		CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+		CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+		return -EINVAL;
+	int slot = used < NCACHE ? used++ : next++ % NCACHE;
+	cache[slot].k = k;
 	cache[slot].map = *m;
 	return 0;
 }

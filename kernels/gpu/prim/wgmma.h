@@ -1,9 +1,10 @@
 /*
  * prim/wgmma.h -- Hopper warpgroup MMA (sm_90a): the shared-memory
  * descriptor of a K-major 128B-swizzled operand, the wgmma fences, commit
- * and wait, the async-proxy fence for generic-proxy writes (cp.async
- * landed) that wgmma reads, the accumulator pin, and wgmma.mma_async
- * m64nNk16 bf16 and m64nNk32 e4m3 (N = 64, 128, 256) -> fp32.
+ * and wait, the MN-major descriptor, the async-proxy fence for
+ * generic-proxy writes (cp.async landed) that wgmma reads, the accumulator pin, and wgmma.mma_async
+ * m64nNk16 bf16 (A from shared memory, or from registers against an
+ * MN-major B) and m64nNk32 e4m3 (N = 64, 128, 256) -> fp32.
  *
  * Owns: nothing (device inlines).  Thread: device code only; a warpgroup
  * (128 threads) issues each wgmma together.
@@ -30,6 +31,26 @@ __device__ __forceinline__ uint64_t flyk_wg_desc(const uint16_t *p)
 	return ((a & 0x3ffff) >> 4) | ((uint64_t)(16 >> 4) << 16) |
 	       ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 #else
+	return (uint64_t)(uintptr_t)p;
+#endif
+}
+
+/* The descriptor of an MN-major (N contiguous), 128B-swizzled B operand
+ * at @p p: rows of 64 N elements (128 bytes) indexed by K, 8-row groups
+ * 1024 bytes apart (the stride byte offset), successive 64-wide N chunks
+ * @p chunk_bytes apart (the leading byte offset) -- what TMA's
+ * SWIZZLE_128B makes of a [K rows][64 N] box per chunk.  The operand of
+ * the _rs_t forms (imm-trans-b 1). */
+__device__ __forceinline__ uint64_t flyk_wg_desc_mn(const uint16_t *p,
+						   uint32_t chunk_bytes)
+{
+#if FLYK_WGMMA_DEVICE
+	uint64_t a = (uint64_t)__cvta_generic_to_shared(p);
+	return ((a & 0x3ffff) >> 4) |
+	       ((uint64_t)((chunk_bytes >> 4) & 0x3fff) << 16) |
+	       ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+#else
+	(void)chunk_bytes;
 	return (uint64_t)(uintptr_t)p;
 #endif
 }
@@ -141,6 +162,46 @@ flyk_wgmma_bf16_asm<256>(float *d, uint64_t da, uint64_t db)
 		     : "l"(da), "l"(db), "r"(1));
 }
 
+/* wgmma.mma_async m64nNk16 bf16 -> fp32 with A from registers (each
+ * warp's 16 rows as the m16n8k16 A fragment: a0 (g, 2t..), a1 (g + 8,
+ * 2t..), a2 (g, 2t + 8..), a3 (g + 8, 2t + 8..)) and B MN-major
+ * (flyk_wg_desc_mn, imm-trans-b 1): D += A * B. */
+template <int N>
+__device__ __forceinline__ void flyk_wgmma_bf16_rs_t_asm(float *d,
+							 const uint32_t *a,
+							 uint64_t db);
+
+template <> __device__ __forceinline__ void
+flyk_wgmma_bf16_rs_t_asm<64>(float *d, const uint32_t *a, uint64_t db)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
+		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+		     "%24,%25,%26,%27,%28,%29,%30,%31"
+		     "}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+		     : FLYK_WG_D32(0)
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db),
+		       "r"(1));
+}
+
+template <> __device__ __forceinline__ void
+flyk_wgmma_bf16_rs_t_asm<128>(float *d, const uint32_t *a, uint64_t db)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
+		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+		     "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"
+		     "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,"
+		     "%60,%61,%62,%63"
+		     "}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+		     : FLYK_WG_D32(0), FLYK_WG_D32(32)
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db),
+		       "r"(1));
+}
+
 /* wgmma.mma_async m64nNk32 e4m3 x e4m3 -> f32, D = A * B + (acc ? D : 0),
  * both from K-major 128B-swizzled shared memory. */
 template <int N>
@@ -211,6 +272,23 @@ __device__ __forceinline__ void flyk_wgmma_bf16(float *d, uint64_t da, uint64_t 
 #else
 	(void)d;
 	(void)da;
+	(void)db;
+#endif
+}
+
+/* One m64nNk16 register-A, MN-major-B step (the PTX above on the GPU;
+ * nothing elsewhere: not emulated, callers exist only where
+ * FLYK_HAS_TMA). */
+template <int N>
+__device__ __forceinline__ void flyk_wgmma_bf16_rs_t(float *d,
+						     const uint32_t *a,
+						     uint64_t db)
+{
+#if FLYK_WGMMA_DEVICE
+	flyk_wgmma_bf16_rs_t_asm<N>(d, a, db);
+#else
+	(void)d;
+	(void)a;
 	(void)db;
 #endif
 }

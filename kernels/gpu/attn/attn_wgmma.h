@@ -1,0 +1,450 @@
+/*
+ * attn/attn_wgmma.h -- the Hopper attention forward kernel (sm_90a), in
+ * the FlashAttention-3 manner on the GEMM kernels' primitives: TMA tile
+ * loads into 128B-swizzled shared memory (prim/tma.h), wgmma (prim/
+ * wgmma.h), one producer warpgroup and two consumer warpgroups.
+ *
+ *   - A block owns 128 query rows of one (batch, head); consumer
+ *     warpgroup c owns rows 64c .. 64c + 63 as one m64 slab.
+ *   - The producer (one thread) loads the Q tile once, then walks the KV
+ *     blocks of BN keys through a ring of ST stages, K and V with their
+ *     own full/empty mbarriers: a consumer releases a K stage as soon as
+ *     S = Q K^T has read it, a V stage after O += P V.
+ *   - S = Q K^T: m64nBNk16 wgmma, both operands K-major from shared
+ *     memory.  Online softmax in fp32 on the accumulator registers (the
+ *     scale folded into log2 e, ex2.approx); the row's values sit in the
+ *     four threads of a quad.
+ *   - O += P V: P never leaves registers -- the S accumulator's layout is
+ *     the A-fragment layout of a register-A wgmma, so P is packed to bf16
+ *     in place; V is the MN-major B operand (imm-trans-b) straight from
+ *     its TMA box.
+ *   - Causal (bottom-right: query i sees key j <= i + skv - sq): blocks
+ *     past the diagonal are never loaded; masks apply only to the blocks
+ *     that need them (the diagonal's and a ragged last block).  Rows
+ *     that see no key write 0 and LSE -inf.
+ *   - GQA: head h reads KV head h / (hq / hkv); heads are the fastest
+ *     grid dimension so the heads of one KV head run together, and
+ *     causal m-blocks go longest first.
+ *   - Strides are the caller's ([batch, seq, head], head_dim contiguous):
+ *     4-D tensor maps {d, seq, head, batch}; out-of-range rows are zero
+ *     filled by the copy engine and never stored.
+ *
+ * Owns: nothing (device templates; host tensor maps are prim/tma.h's
+ * per-thread cache).  Thread: host code, any thread.
+ * Built only for sm_90a under nvcc (FLYK_HAS_TMA); elsewhere the variant
+ * is infeasible (-ENOSPC).  Included by attn/attention.hip only.
+ */
+#ifndef FLYK_ATTN_WGMMA_H
+#define FLYK_ATTN_WGMMA_H
+
+#include "prim/launch.h"
+#include "prim/tma.h"
+#include "prim/wgmma.h"
+
+/* The shapes built: head_dim D, keys per block BN, stages ST. */
+#define ATTN_WG_CFGS(X)                                                        \
+	X(64, 64, 4)                                                           \
+	X(64, 128, 2)                                                          \
+	X(64, 128, 3)                                                          \
+	X(128, 64, 2)                                                          \
+	X(128, 64, 3)                                                          \
+	X(128, 128, 2)                                                          \
+	X(128, 128, 3)
+
+static const int64_t attn_wg_block_n[] = {64, 128};
+static const int64_t attn_wg_stages[] = {2, 3, 4};
+
+#if FLYK_HAS_TMA
+
+template <int D_, int BN_, int ST_> struct attn_wg_cfg {
+	enum {
+		D = D_,
+		BN = BN_,
+		ST = ST_,
+		BM = 128,
+		THREADS = 384,
+		DP = D_ / 64,		  /* 64-wide panels of head_dim */
+		Q_BYTES = BM * D_ * 2,
+		KV_BYTES = BN_ * D_ * 2, /* one stage of K (or of V) */
+		/* Q, the K and V rings, 1 KiB to align the swizzle atoms,
+		 * the barriers */
+		SMEM = Q_BYTES + 2 * ST_ * KV_BYTES + 1024 + 256,
+	};
+};
+
+__device__ __forceinline__ float attn_ex2(float x)
+{
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+	return y;
+}
+
+struct attn_wg_params {
+	void *o;
+	float *lse;
+	int64_t os[3]; /* o strides: batch, seq, head (elements) */
+	int sq, skv, hq, group, causal;
+	float scale_log2;
+};
+
+template <class C>
+__global__ void __launch_bounds__(384, 1)
+    attn_wg_kernel(const __grid_constant__ CUtensorMap mq,
+		   const __grid_constant__ CUtensorMap mk,
+		   const __grid_constant__ CUtensorMap mv, attn_wg_params p)
+{
+	FLYK_DYN_SMEM(unsigned char, raw);
+	unsigned char *base = (unsigned char *)(((uintptr_t)raw + 1023) &
+						~(uintptr_t)1023);
+	uint16_t *sq_ = (uint16_t *)base;
+	uint16_t *sk = (uint16_t *)(base + C::Q_BYTES);
+	uint16_t *sv = (uint16_t *)(base + C::Q_BYTES + C::ST * C::KV_BYTES);
+	uint64_t *bars =
+	    (uint64_t *)(base + C::Q_BYTES + 2 * C::ST * C::KV_BYTES);
+	uint64_t *full_q = bars, *full_k = bars + 1,
+		 *full_v = bars + 1 + C::ST, *empty_k = bars + 1 + 2 * C::ST,
+		 *empty_v = bars + 1 + 3 * C::ST;
+
+	const int h = blockIdx.x, b = blockIdx.y;
+	const int mb = gridDim.z - 1 - blockIdx.z; /* longest first */
+	const int m0 = mb * C::BM;
+	const int hk = h / p.group;
+	const int off = p.skv - p.sq; /* bottom-right causal alignment */
+	int nblk = (p.skv + C::BN - 1) / C::BN;
+	if (p.causal) {
+		int last = m0 + C::BM - 1 + off; /* the last row's last key */
+		int lim = last < 0 ? 0 : last / C::BN + 1;
+		nblk = lim < nblk ? lim : nblk;
+	}
+	const int wg = threadIdx.x / 128;
+
+	if (threadIdx.x == 0) {
+		flyk_tma_prefetch_map(&mq);
+		flyk_tma_prefetch_map(&mk);
+		flyk_tma_prefetch_map(&mv);
+		flyk_bar_init(full_q, 1);
+		for (int s = 0; s < C::ST; s++) {
+			flyk_bar_init(&full_k[s], 1);
+			flyk_bar_init(&full_v[s], 1);
+			flyk_bar_init(&empty_k[s], 8);
+			flyk_bar_init(&empty_v[s], 8);
+		}
+		flyk_bar_init_fence();
+	}
+	__syncthreads();
+
+	if (wg == 0) {
+		flyk_reg_dec<40>();
+		if (threadIdx.x != 0 || nblk == 0)
+			return;
+		flyk_bar_expect(full_q, C::Q_BYTES);
+#pragma unroll
+		for (int dp = 0; dp < C::DP; dp++)
+			flyk_tma_4d(sq_ + dp * C::BM * 64, &mq, full_q, dp * 64,
+				    m0, h, b);
+		for (int it = 0; it < nblk; it++) {
+			int s = it % C::ST;
+			unsigned ph = (it / C::ST) & 1;
+			flyk_bar_wait(&empty_k[s], ph ^ 1);
+			flyk_bar_expect(&full_k[s], C::KV_BYTES);
+#pragma unroll
+			for (int dp = 0; dp < C::DP; dp++)
+				flyk_tma_4d(sk + (s * C::DP + dp) * C::BN * 64,
+					    &mk, &full_k[s], dp * 64,
+					    it * C::BN, hk, b);
+			flyk_bar_wait(&empty_v[s], ph ^ 1);
+			flyk_bar_expect(&full_v[s], C::KV_BYTES);
+#pragma unroll
+			for (int dp = 0; dp < C::DP; dp++)
+				flyk_tma_4d(sv + (s * C::DP + dp) * C::BN * 64,
+					    &mv, &full_v[s], dp * 64,
+					    it * C::BN, hk, b);
+		}
+		return;
+	}
+
+	flyk_reg_inc<232>();
+	const int c = wg - 1;
+	const int lane = threadIdx.x % 32, w = (threadIdx.x / 32) % 4;
+	const int g = lane / 4, t = lane % 4;
+	const int ra = m0 + c * 64 + w * 16 + g, rb = ra + 8;
+	float o[C::D / 2], s[C::BN / 2];
+	float ma = -INFINITY, mbv = -INFINITY, la = 0.f, lb = 0.f;
+#pragma unroll
+	for (int i = 0; i < C::D / 2; i++)
+		o[i] = 0.f;
+	if (nblk > 0)
+		flyk_bar_wait(full_q, 0);
+	for (int it = 0; it < nblk; it++) {
+		const int st = it % C::ST;
+		const unsigned ph = (it / C::ST) & 1;
+		const int n0 = it * C::BN;
+#pragma unroll
+		for (int i = 0; i < C::BN / 2; i++)
+			s[i] = 0.f;
+		flyk_bar_wait(&full_k[st], ph);
+		flyk_wg_fence_acc<C::BN / 2>(s);
+		flyk_wg_fence();
+#pragma unroll
+		for (int kk = 0; kk < C::D / 16; kk++) {
+			const int dp = kk / 4, ko = (kk % 4) * 16;
+			flyk_wgmma_bf16<C::BN>(
+			    s,
+			    flyk_wg_desc(sq_ + dp * C::BM * 64 + c * 64 * 64 +
+					 ko),
+			    flyk_wg_desc(sk + (st * C::DP + dp) * C::BN * 64 +
+					 ko));
+		}
+		flyk_wg_commit();
+		flyk_wg_wait<0>();
+		flyk_wg_fence_acc<C::BN / 2>(s);
+		if (lane == 0)
+			flyk_bar_arrive(&empty_k[st]);
+
+		/* masks: the causal diagonal's blocks and a ragged last one */
+		const bool need = n0 + C::BN > p.skv ||
+				  (p.causal && n0 + C::BN - 1 > m0 + c * 64 + off);
+		if (need) {
+#pragma unroll
+			for (int j = 0; j < C::BN / 8; j++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					int col = n0 + 8 * j + 2 * t + (e & 1);
+					int row = e < 2 ? ra : rb;
+					if (col >= p.skv ||
+					    (p.causal && col > row + off))
+						s[4 * j + e] = -INFINITY;
+				}
+		}
+		float xa = -INFINITY, xb = -INFINITY;
+#pragma unroll
+		for (int j = 0; j < C::BN / 8; j++) {
+			xa = fmaxf(xa, fmaxf(s[4 * j], s[4 * j + 1]));
+			xb = fmaxf(xb, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+		}
+		xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
+		xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
+		xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
+		xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
+		/* the running maxima in the scaled log2 domain */
+		const float na = fmaxf(ma, xa * p.scale_log2);
+		const float nb = fmaxf(mbv, xb * p.scale_log2);
+		const float ua = na == -INFINITY ? 0.f : na;
+		const float ub = nb == -INFINITY ? 0.f : nb;
+		const float ca = attn_ex2(ma - ua), cb = attn_ex2(mbv - ub);
+		ma = na;
+		mbv = nb;
+		float sa = 0.f, sb = 0.f;
+#pragma unroll
+		for (int j = 0; j < C::BN / 8; j++) {
+			s[4 * j] = attn_ex2(s[4 * j] * p.scale_log2 - ua);
+			s[4 * j + 1] =
+			    attn_ex2(s[4 * j + 1] * p.scale_log2 - ua);
+			s[4 * j + 2] =
+			    attn_ex2(s[4 * j + 2] * p.scale_log2 - ub);
+			s[4 * j + 3] =
+			    attn_ex2(s[4 * j + 3] * p.scale_log2 - ub);
+			sa += s[4 * j] + s[4 * j + 1];
+			sb += s[4 * j + 2] + s[4 * j + 3];
+		}
+		la = la * ca + sa;
+		lb = lb * cb + sb;
+#pragma unroll
+		for (int j = 0; j < C::D / 8; j++) {
+			o[4 * j] *= ca;
+			o[4 * j + 1] *= ca;
+			o[4 * j + 2] *= cb;
+			o[4 * j + 3] *= cb;
+		}
+		/* P as register A fragments, 16 keys each */
+		uint32_t pa[C::BN / 16][4];
+#pragma unroll
+		for (int kk = 0; kk < C::BN / 16; kk++)
+#pragma unroll
+			for (int q = 0; q < 4; q++)
+				pa[kk][q] = flyk_df2b2(s[8 * kk + 2 * q],
+						       s[8 * kk + 2 * q + 1]);
+		flyk_bar_wait(&full_v[st], ph);
+		flyk_wg_fence_acc<C::D / 2>(o);
+		flyk_wg_fence();
+#pragma unroll
+		for (int kk = 0; kk < C::BN / 16; kk++)
+			flyk_wgmma_bf16_rs_t<C::D>(
+			    o, pa[kk],
+			    flyk_wg_desc_mn(sv + st * C::DP * C::BN * 64 +
+						kk * 16 * 64,
+					    C::BN * 128));
+		flyk_wg_commit();
+		flyk_wg_wait<0>();
+		flyk_wg_fence_acc<C::D / 2>(o);
+		if (lane == 0)
+			flyk_bar_arrive(&empty_v[st]);
+	}
+
+	/* epilogue: the quad's sums, O / l, LSE */
+	la += __shfl_xor_sync(0xffffffffu, la, 1);
+	la += __shfl_xor_sync(0xffffffffu, la, 2);
+	lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+	lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+	const float ia = la > 0.f ? 1.f / la : 0.f;
+	const float ib = lb > 0.f ? 1.f / lb : 0.f;
+	uint16_t *ob = (uint16_t *)p.o + (int64_t)b * p.os[0] +
+		       (int64_t)h * p.os[2];
+	if (ra < p.sq) {
+		uint16_t *row = ob + (int64_t)ra * p.os[1];
+#pragma unroll
+		for (int j = 0; j < C::D / 8; j++)
+			*(uint32_t *)(row + 8 * j + 2 * t) =
+			    flyk_df2b2(o[4 * j] * ia, o[4 * j + 1] * ia);
+	}
+	if (rb < p.sq) {
+		uint16_t *row = ob + (int64_t)rb * p.os[1];
+#pragma unroll
+		for (int j = 0; j < C::D / 8; j++)
+			*(uint32_t *)(row + 8 * j + 2 * t) =
+			    flyk_df2b2(o[4 * j + 2] * ib, o[4 * j + 3] * ib);
+	}
+	if (p.lse && t == 0) {
+		/* natural log: (m + log2 l) ln 2, m in the scaled log2 domain */
+		float *lr = p.lse + ((int64_t)b * p.hq + h) * p.sq;
+		if (ra < p.sq)
+			lr[ra] = la > 0.f ? (ma + __log2f(la)) * 0.69314718f
+					  : -INFINITY;
+		if (rb < p.sq)
+			lr[rb] = lb > 0.f ? (mbv + __log2f(lb)) * 0.69314718f
+					  : -INFINITY;
+	}
+}
+
+#if !FLYK_DEVICE_PASS
+/* Launch config C's kernel (a host function per config, so the table
+ * holds plain function pointers). */
+template <class C>
+static int attn_wg_go(dim3 grid, hipStream_t st, const CUtensorMap *mq,
+		      const CUtensorMap *mk, const CUtensorMap *mv,
+		      const attn_wg_params *ap)
+{
+	if (flyk_smem_optin<attn_wg_kernel<C>>(C::SMEM))
+		return -ENOSPC;
+	FLYK_GO(grid, C::THREADS, C::SMEM, st, attn_wg_kernel<C>)
+	(*mq, *mk, *mv, *ap);
+	return flyk_launch_err();
+}
+struct attn_wg_ent {
+	int d, bn, st, smem;
+	int (*go)(dim3, hipStream_t, const CUtensorMap *, const CUtensorMap *,
+		  const CUtensorMap *, const attn_wg_params *);
+};
+#define ATTN_WG_ENT(D, BN, ST)                                                 \
+	{D, BN, ST, attn_wg_cfg<D, BN, ST>::SMEM,                              \
+	 attn_wg_go<attn_wg_cfg<D, BN, ST>>},
+static const attn_wg_ent attn_wg_ents[] = {ATTN_WG_CFGS(ATTN_WG_ENT)};
+
+static const attn_wg_ent *attn_wg_find(int64_t d, int64_t bn, int64_t st)
+{
+	for (size_t i = 0; i < sizeof(attn_wg_ents) / sizeof(attn_wg_ents[0]);
+	     i++)
+		if (attn_wg_ents[i].d == d && attn_wg_ents[i].bn == bn &&
+		    attn_wg_ents[i].st == st)
+			return &attn_wg_ents[i];
+	return NULL;
+}
+#endif /* !FLYK_DEVICE_PASS */
+#endif /* FLYK_HAS_TMA */
+
+#if !FLYK_DEVICE_PASS
+/* params: block_n, stages. */
+static int attn_wgmma_feasible(const struct flyk_device *dev,
+			       const struct fly_problem *p, const int64_t *pr)
+{
+#if !FLYK_HAS_TMA
+	(void)dev;
+	(void)p;
+	(void)pr;
+	return -ENOSPC;
+#else
+	const int64_t *d = p->dims; /* b, sq, skv, hq, hkv, d */
+	if (dev->cc_major != 9)
+		return -ENOSPC;
+	if (p->dtype != FLY_DT_BF16 || d[4] <= 0 || d[3] % d[4])
+		return -EINVAL;
+	const attn_wg_ent *e = attn_wg_find(d[5], pr[0], pr[1]);
+	if (!e)
+		return -EINVAL;
+	if ((size_t)e->smem > dev->smem_per_block_optin)
+		return -ENOSPC;
+	if (d[0] > 65535 || (d[1] + 127) / 128 > 65535 || d[3] > 0x7fffffff ||
+	    d[1] > 0x7fffffff || d[2] > 0x7fffffff)
+		return -EINVAL;
+	/* a 128-key block on at most 64 keys is only the 64 block, padded */
+	if (pr[0] == 128 && d[2] <= 64)
+		return -EINVAL;
+	return 0;
+#endif
+}
+
+static int attn_wgmma_launch(const struct flyk_device *dev,
+			     const struct fly_problem *p, const int64_t *pr,
+			     const union flyk_args *args, void *stream)
+{
+#if !FLYK_HAS_TMA
+	(void)dev;
+	(void)p;
+	(void)pr;
+	(void)args;
+	(void)stream;
+	return -EOPNOTSUPP;
+#else
+	int rc = attn_wgmma_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	const struct flyk_attention_args *a = &args->attention;
+	const int64_t B = p->dims[0], sq = p->dims[1], skv = p->dims[2],
+		      hq = p->dims[3], hkv = p->dims[4], D = p->dims[5];
+	const attn_wg_ent *e = attn_wg_find(D, pr[0], pr[1]);
+	/* strides: 0 is dense for the tensor's shape */
+	int64_t qs[3], ks[3], vs[3], os[3];
+	const int64_t dq[3] = {sq * hq * D, hq * D, D},
+		      dk[3] = {skv * hkv * D, hkv * D, D};
+	for (int i = 0; i < 3; i++) {
+		qs[i] = a->q_stride[i] ? a->q_stride[i] : dq[i];
+		ks[i] = a->k_stride[i] ? a->k_stride[i] : dk[i];
+		vs[i] = a->v_stride[i] ? a->v_stride[i] : dk[i];
+		os[i] = a->o_stride[i] ? a->o_stride[i] : dq[i];
+	}
+	CUtensorMap mq, mk, mv;
+	const uint64_t qd[4] = {(uint64_t)D, (uint64_t)sq, (uint64_t)hq,
+				(uint64_t)B};
+	const uint64_t kd[4] = {(uint64_t)D, (uint64_t)skv, (uint64_t)hkv,
+				(uint64_t)B};
+	const uint64_t qb[3] = {(uint64_t)qs[1] * 2, (uint64_t)qs[2] * 2,
+				(uint64_t)qs[0] * 2};
+	const uint64_t kb[3] = {(uint64_t)ks[1] * 2, (uint64_t)ks[2] * 2,
+				(uint64_t)ks[0] * 2};
+	const uint64_t vb[3] = {(uint64_t)vs[1] * 2, (uint64_t)vs[2] * 2,
+				(uint64_t)vs[0] * 2};
+	if (flyk_tma_map_strided(&mq, a->q, 4, qd, qb, 128) ||
+	    flyk_tma_map_strided(&mk, a->k, 4, kd, kb, (uint32_t)e->bn) ||
+	    flyk_tma_map_strided(&mv, a->v, 4, kd, vb, (uint32_t)e->bn))
+		return -EINVAL;
+	/* the epilogue's 4-byte stores */
+	if (((uintptr_t)a->o & 3) || (os[0] | os[1] | os[2]) & 1)
+		return -EINVAL;
+	attn_wg_params ap;
+	ap.o = a->o;
+	ap.lse = a->lse;
+	for (int i = 0; i < 3; i++)
+		ap.os[i] = os[i];
+	ap.sq = (int)sq;
+	ap.skv = (int)skv;
+	ap.hq = (int)hq;
+	ap.group = (int)(hq / hkv);
+	ap.causal = (p->flags & FLY_F_CAUSAL) != 0;
+	ap.scale_log2 = a->scale * 1.4426950408889634f;
+	dim3 grid((unsigned)hq, (unsigned)B, (unsigned)((sq + 127) / 128));
+	return e->go(grid, (hipStream_t)stream, &mq, &mk, &mv, &ap);
+#endif
+}
+#endif /* !FLYK_DEVICE_PASS */
+
+#endif /* FLYK_ATTN_WGMMA_H */
