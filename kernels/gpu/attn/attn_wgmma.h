@@ -41,7 +41,8 @@
 #include "prim/tma.h"
 #include "prim/wgmma.h"
 
-/* The shapes built: head_dim D, keys per block BN, stages ST. */
+/* The shapes built: head_dim D, keys per block BN, stages ST; each with
+ * and without the overlap (OV). */
 #define ATTN_WG_CFGS(X)                                                        \
 	X(64, 64, 4)                                                           \
 	X(64, 128, 2)                                                          \
@@ -49,15 +50,21 @@
 	X(128, 64, 2)                                                          \
 	X(128, 64, 3)                                                          \
 	X(128, 128, 2)                                                          \
-	X(128, 128, 3)
+	X(128, 128, 3)                                                         \
+	X(256, 64, 2)
 
 static const int64_t attn_wg_block_n[] = {64, 128};
 static const int64_t attn_wg_stages[] = {2, 3, 4};
+static const int64_t attn_wg_overlap[] = {0, 1, 2};
 
 #if FLYK_HAS_TMA
 
-template <int D_, int BN_, int ST_> struct attn_wg_cfg {
+template <int D_, int BN_, int ST_, int OV_> struct attn_wg_cfg {
 	enum {
+		/* 1: the next block's S overlaps this block's P V; 2: that,
+		 * and the two consumers take turns issuing their wgmma (one's
+		 * softmax under the other's MMAs: FA3's ping-pong) */
+		OV = OV_,
 		D = D_,
 		BN = BN_,
 		ST = ST_,
@@ -86,6 +93,123 @@ struct attn_wg_params {
 	int sq, skv, hq, group, causal;
 	float scale_log2;
 };
+
+/* One consumer thread's two rows (g and g + 8 of its warp's 16): the
+ * running maxima (scaled log2 domain), the partial sums of its columns. */
+struct attn_wg_row {
+	float ma, mb, la, lb;
+	int ra, rb, t;
+};
+
+/* S = Q K^T of one block, issued and committed (zeroed first). */
+template <class C>
+__device__ __forceinline__ void attn_wg_qk(float *s, const uint16_t *q,
+					   const uint16_t *k)
+{
+#pragma unroll
+	for (int i = 0; i < C::BN / 2; i++)
+		s[i] = 0.f;
+	flyk_wg_fence_acc<C::BN / 2>(s);
+	flyk_wg_fence();
+#pragma unroll
+	for (int kk = 0; kk < C::D / 16; kk++) {
+		const int dp = kk / 4, ko = (kk % 4) * 16;
+		flyk_wgmma_bf16<C::BN>(s, flyk_wg_desc(q + dp * C::BM * 64 + ko),
+				       flyk_wg_desc(k + dp * C::BN * 64 + ko));
+	}
+	flyk_wg_commit();
+}
+
+/* O += P V of one block, issued and committed. */
+template <class C>
+__device__ __forceinline__ void attn_wg_pv(float *o, uint32_t (*pa)[4],
+					   const uint16_t *v)
+{
+	flyk_wg_fence_acc<C::D / 2>(o);
+	flyk_wg_fence();
+#pragma unroll
+	for (int kk = 0; kk < C::BN / 16; kk++)
+		flyk_wgmma_bf16_rs_t<C::D>(
+		    o, pa[kk], flyk_wg_desc_mn(v + kk * 16 * 64, C::BN * 128));
+	flyk_wg_commit();
+}
+
+/* The online softmax of block @p n0 in place: masks (the causal
+ * diagonal's blocks, a ragged last block), new maxima, s = 2^(s scale
+ * log2e - m), the row sums; the factors the old O and sums scale by. */
+template <class C, class P>
+__device__ __forceinline__ void attn_wg_softmax(float *s, attn_wg_row *r,
+						int n0, int row0, const P &p,
+						float *ca, float *cb)
+{
+	const int off = p.skv - p.sq;
+	if (n0 + C::BN > p.skv || (p.causal && n0 + C::BN - 1 > row0 + off)) {
+#pragma unroll
+		for (int j = 0; j < C::BN / 8; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int col = n0 + 8 * j + 2 * r->t + (e & 1);
+				int row = e < 2 ? r->ra : r->rb;
+				if (col >= p.skv || (p.causal && col > row + off))
+					s[4 * j + e] = -INFINITY;
+			}
+	}
+	float xa = -INFINITY, xb = -INFINITY;
+#pragma unroll
+	for (int j = 0; j < C::BN / 8; j++) {
+		xa = fmaxf(xa, fmaxf(s[4 * j], s[4 * j + 1]));
+		xb = fmaxf(xb, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+	}
+	xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
+	xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
+	xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
+	xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
+	const float na = fmaxf(r->ma, xa * p.scale_log2);
+	const float nb = fmaxf(r->mb, xb * p.scale_log2);
+	const float ua = na == -INFINITY ? 0.f : na;
+	const float ub = nb == -INFINITY ? 0.f : nb;
+	*ca = attn_ex2(r->ma - ua);
+	*cb = attn_ex2(r->mb - ub);
+	r->ma = na;
+	r->mb = nb;
+	float sa = 0.f, sb = 0.f;
+#pragma unroll
+	for (int j = 0; j < C::BN / 8; j++) {
+		s[4 * j] = attn_ex2(s[4 * j] * p.scale_log2 - ua);
+		s[4 * j + 1] = attn_ex2(s[4 * j + 1] * p.scale_log2 - ua);
+		s[4 * j + 2] = attn_ex2(s[4 * j + 2] * p.scale_log2 - ub);
+		s[4 * j + 3] = attn_ex2(s[4 * j + 3] * p.scale_log2 - ub);
+		sa += s[4 * j] + s[4 * j + 1];
+		sb += s[4 * j + 2] + s[4 * j + 3];
+	}
+	r->la = r->la * *ca + sa;
+	r->lb = r->lb * *cb + sb;
+}
+
+template <class C>
+__device__ __forceinline__ void attn_wg_rescale(float *o, float ca, float cb)
+{
+#pragma unroll
+	for (int j = 0; j < C::D / 8; j++) {
+		o[4 * j] *= ca;
+		o[4 * j + 1] *= ca;
+		o[4 * j + 2] *= cb;
+		o[4 * j + 3] *= cb;
+	}
+}
+
+/* P as register A fragments, 16 keys each: the accumulator's n8 pair
+ * (2kk, 2kk + 1) is exactly the m16k16 A fragment of keys 16kk.. */
+template <class C>
+__device__ __forceinline__ void attn_wg_pack(uint32_t (*pa)[4], const float *s)
+{
+#pragma unroll
+	for (int kk = 0; kk < C::BN / 16; kk++)
+#pragma unroll
+		for (int q = 0; q < 4; q++)
+			pa[kk][q] =
+			    flyk_df2b2(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
+}
 
 template <class C>
 __global__ void __launch_bounds__(384, 1)
@@ -134,7 +258,7 @@ __global__ void __launch_bounds__(384, 1)
 	__syncthreads();
 
 	if (wg == 0) {
-		flyk_reg_dec<40>();
+		flyk_reg_dec<C::OV ? 24 : 40>();
 		if (threadIdx.x != 0 || nblk == 0)
 			return;
 		flyk_bar_expect(full_q, C::Q_BYTES);
@@ -163,123 +287,101 @@ __global__ void __launch_bounds__(384, 1)
 		return;
 	}
 
-	flyk_reg_inc<232>();
+	flyk_reg_inc<C::OV ? 240 : 232>();
 	const int c = wg - 1;
 	const int lane = threadIdx.x % 32, w = (threadIdx.x / 32) % 4;
 	const int g = lane / 4, t = lane % 4;
 	const int ra = m0 + c * 64 + w * 16 + g, rb = ra + 8;
 	float o[C::D / 2], s[C::BN / 2];
-	float ma = -INFINITY, mbv = -INFINITY, la = 0.f, lb = 0.f;
+	uint32_t pa[C::BN / 16][4];
+	attn_wg_row r;
+	r.ma = r.mb = -INFINITY;
+	r.la = r.lb = 0.f;
+	r.ra = ra;
+	r.rb = rb;
+	r.t = t;
 #pragma unroll
 	for (int i = 0; i < C::D / 2; i++)
 		o[i] = 0.f;
+	const uint16_t *qs = sq_ + c * 64 * 64;
 	if (nblk > 0)
 		flyk_bar_wait(full_q, 0);
-	for (int it = 0; it < nblk; it++) {
-		const int st = it % C::ST;
-		const unsigned ph = (it / C::ST) & 1;
-		const int n0 = it * C::BN;
-#pragma unroll
-		for (int i = 0; i < C::BN / 2; i++)
-			s[i] = 0.f;
-		flyk_bar_wait(&full_k[st], ph);
-		flyk_wg_fence_acc<C::BN / 2>(s);
-		flyk_wg_fence();
-#pragma unroll
-		for (int kk = 0; kk < C::D / 16; kk++) {
-			const int dp = kk / 4, ko = (kk % 4) * 16;
-			flyk_wgmma_bf16<C::BN>(
-			    s,
-			    flyk_wg_desc(sq_ + dp * C::BM * 64 + c * 64 * 64 +
-					 ko),
-			    flyk_wg_desc(sk + (st * C::DP + dp) * C::BN * 64 +
-					 ko));
+	if (!C::OV) {
+		for (int it = 0; it < nblk; it++) {
+			const int st = it % C::ST;
+			const unsigned ph = (it / C::ST) & 1;
+			flyk_bar_wait(&full_k[st], ph);
+			attn_wg_qk<C>(s, qs, sk + st * C::DP * C::BN * 64);
+			flyk_wg_wait<0>();
+			flyk_wg_fence_acc<C::BN / 2>(s);
+			if (lane == 0)
+				flyk_bar_arrive(&empty_k[st]);
+			float ca, cb;
+			attn_wg_softmax<C>(s, &r, it * C::BN, m0 + c * 64, p,
+					   &ca, &cb);
+			attn_wg_rescale<C>(o, ca, cb);
+			attn_wg_pack<C>(pa, s);
+			flyk_bar_wait(&full_v[st], ph);
+			attn_wg_pv<C>(o, pa, sv + st * C::DP * C::BN * 64);
+			flyk_wg_wait<0>();
+			flyk_wg_fence_acc<C::D / 2>(o);
+			if (lane == 0)
+				flyk_bar_arrive(&empty_v[st]);
 		}
-		flyk_wg_commit();
+	} else if (nblk > 0) {
+		/* S of block it + 1 and its softmax run while the tensor cores
+		 * do O += P V of block it (FlashAttention-3's intra-warpgroup
+		 * overlap): P of block it stays packed in pa until that wgmma
+		 * retires. */
+		flyk_bar_wait(&full_k[0], 0);
+		attn_wg_qk<C>(s, qs, sk);
 		flyk_wg_wait<0>();
 		flyk_wg_fence_acc<C::BN / 2>(s);
 		if (lane == 0)
-			flyk_bar_arrive(&empty_k[st]);
-
-		/* masks: the causal diagonal's blocks and a ragged last one */
-		const bool need = n0 + C::BN > p.skv ||
-				  (p.causal && n0 + C::BN - 1 > m0 + c * 64 + off);
-		if (need) {
-#pragma unroll
-			for (int j = 0; j < C::BN / 8; j++)
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					int col = n0 + 8 * j + 2 * t + (e & 1);
-					int row = e < 2 ? ra : rb;
-					if (col >= p.skv ||
-					    (p.causal && col > row + off))
-						s[4 * j + e] = -INFINITY;
-				}
+			flyk_bar_arrive(&empty_k[0]);
+		float ca, cb;
+		attn_wg_softmax<C>(s, &r, 0, m0 + c * 64, p, &ca, &cb);
+		attn_wg_pack<C>(pa, s);
+		/* ping-pong: consumer c issues after barrier 1 + c, which the
+		 * other consumer's arrival opens (consumer 1 opens the first
+		 * turn; the last turn is not handed on, so every arrival is
+		 * consumed) */
+		if (C::OV == 2 && c == 1 && nblk > 1)
+			flyk_bar_named_arrive(1, 256);
+		for (int it = 0; it + 1 < nblk; it++) {
+			const int st = it % C::ST, sn = (it + 1) % C::ST;
+			const unsigned ph = (it / C::ST) & 1,
+				       pn = ((it + 1) / C::ST) & 1;
+			flyk_bar_wait(&full_k[sn], pn);
+			if (C::OV == 2)
+				flyk_bar_named(1 + c, 256);
+			attn_wg_qk<C>(s, qs, sk + sn * C::DP * C::BN * 64);
+			flyk_bar_wait(&full_v[st], ph);
+			attn_wg_pv<C>(o, pa, sv + st * C::DP * C::BN * 64);
+			if (C::OV == 2 && !(c == 1 && it + 2 == nblk))
+				flyk_bar_named_arrive(2 - c, 256);
+			flyk_wg_wait<1>(); /* S retired, P V in flight */
+			flyk_wg_fence_acc<C::BN / 2>(s);
+			if (lane == 0)
+				flyk_bar_arrive(&empty_k[sn]);
+			attn_wg_softmax<C>(s, &r, (it + 1) * C::BN,
+					   m0 + c * 64, p, &ca, &cb);
+			flyk_wg_wait<0>();
+			flyk_wg_fence_acc<C::D / 2>(o);
+			if (lane == 0)
+				flyk_bar_arrive(&empty_v[st]);
+			attn_wg_rescale<C>(o, ca, cb);
+			attn_wg_pack<C>(pa, s);
 		}
-		float xa = -INFINITY, xb = -INFINITY;
-#pragma unroll
-		for (int j = 0; j < C::BN / 8; j++) {
-			xa = fmaxf(xa, fmaxf(s[4 * j], s[4 * j + 1]));
-			xb = fmaxf(xb, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-		}
-		xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
-		xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
-		xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
-		xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
-		/* the running maxima in the scaled log2 domain */
-		const float na = fmaxf(ma, xa * p.scale_log2);
-		const float nb = fmaxf(mbv, xb * p.scale_log2);
-		const float ua = na == -INFINITY ? 0.f : na;
-		const float ub = nb == -INFINITY ? 0.f : nb;
-		const float ca = attn_ex2(ma - ua), cb = attn_ex2(mbv - ub);
-		ma = na;
-		mbv = nb;
-		float sa = 0.f, sb = 0.f;
-#pragma unroll
-		for (int j = 0; j < C::BN / 8; j++) {
-			s[4 * j] = attn_ex2(s[4 * j] * p.scale_log2 - ua);
-			s[4 * j + 1] =
-			    attn_ex2(s[4 * j + 1] * p.scale_log2 - ua);
-			s[4 * j + 2] =
-			    attn_ex2(s[4 * j + 2] * p.scale_log2 - ub);
-			s[4 * j + 3] =
-			    attn_ex2(s[4 * j + 3] * p.scale_log2 - ub);
-			sa += s[4 * j] + s[4 * j + 1];
-			sb += s[4 * j + 2] + s[4 * j + 3];
-		}
-		la = la * ca + sa;
-		lb = lb * cb + sb;
-#pragma unroll
-		for (int j = 0; j < C::D / 8; j++) {
-			o[4 * j] *= ca;
-			o[4 * j + 1] *= ca;
-			o[4 * j + 2] *= cb;
-			o[4 * j + 3] *= cb;
-		}
-		/* P as register A fragments, 16 keys each */
-		uint32_t pa[C::BN / 16][4];
-#pragma unroll
-		for (int kk = 0; kk < C::BN / 16; kk++)
-#pragma unroll
-			for (int q = 0; q < 4; q++)
-				pa[kk][q] = flyk_df2b2(s[8 * kk + 2 * q],
-						       s[8 * kk + 2 * q + 1]);
-		flyk_bar_wait(&full_v[st], ph);
-		flyk_wg_fence_acc<C::D / 2>(o);
-		flyk_wg_fence();
-#pragma unroll
-		for (int kk = 0; kk < C::BN / 16; kk++)
-			flyk_wgmma_bf16_rs_t<C::D>(
-			    o, pa[kk],
-			    flyk_wg_desc_mn(sv + st * C::DP * C::BN * 64 +
-						kk * 16 * 64,
-					    C::BN * 128));
-		flyk_wg_commit();
+		const int st = (nblk - 1) % C::ST;
+		flyk_bar_wait(&full_v[st], ((nblk - 1) / C::ST) & 1);
+		attn_wg_pv<C>(o, pa, sv + st * C::DP * C::BN * 64);
 		flyk_wg_wait<0>();
 		flyk_wg_fence_acc<C::D / 2>(o);
 		if (lane == 0)
 			flyk_bar_arrive(&empty_v[st]);
 	}
+	float la = r.la, lb = r.lb, ma = r.ma, mbv = r.mb;
 
 	/* epilogue: the quad's sums, O / l, LSE */
 	la += __shfl_xor_sync(0xffffffffu, la, 1);
@@ -331,21 +433,25 @@ static int attn_wg_go(dim3 grid, hipStream_t st, const CUtensorMap *mq,
 	return flyk_launch_err();
 }
 struct attn_wg_ent {
-	int d, bn, st, smem;
+	int d, bn, st, ov, smem;
 	int (*go)(dim3, hipStream_t, const CUtensorMap *, const CUtensorMap *,
 		  const CUtensorMap *, const attn_wg_params *);
 };
 #define ATTN_WG_ENT(D, BN, ST)                                                 \
-	{D, BN, ST, attn_wg_cfg<D, BN, ST>::SMEM,                              \
-	 attn_wg_go<attn_wg_cfg<D, BN, ST>>},
+	{D, BN, ST, 0, attn_wg_cfg<D, BN, ST, 0>::SMEM,                        \
+	 attn_wg_go<attn_wg_cfg<D, BN, ST, 0>>},                               \
+	    {D, BN, ST, 1, attn_wg_cfg<D, BN, ST, 1>::SMEM,                    \
+	     attn_wg_go<attn_wg_cfg<D, BN, ST, 1>>},                           \
+	    {D, BN, ST, 2, attn_wg_cfg<D, BN, ST, 2>::SMEM,                    \
+	     attn_wg_go<attn_wg_cfg<D, BN, ST, 2>>},
 static const attn_wg_ent attn_wg_ents[] = {ATTN_WG_CFGS(ATTN_WG_ENT)};
 
-static const attn_wg_ent *attn_wg_find(int64_t d, int64_t bn, int64_t st)
+static const attn_wg_ent *attn_wg_find(int64_t d, const int64_t *pr)
 {
 	for (size_t i = 0; i < sizeof(attn_wg_ents) / sizeof(attn_wg_ents[0]);
 	     i++)
-		if (attn_wg_ents[i].d == d && attn_wg_ents[i].bn == bn &&
-		    attn_wg_ents[i].st == st)
+		if (attn_wg_ents[i].d == d && attn_wg_ents[i].bn == pr[0] &&
+		    attn_wg_ents[i].st == pr[1] && attn_wg_ents[i].ov == pr[2])
 			return &attn_wg_ents[i];
 	return NULL;
 }
@@ -353,7 +459,7 @@ static const attn_wg_ent *attn_wg_find(int64_t d, int64_t bn, int64_t st)
 #endif /* FLYK_HAS_TMA */
 
 #if !FLYK_DEVICE_PASS
-/* params: block_n, stages. */
+/* params: block_n, stages, overlap. */
 static int attn_wgmma_feasible(const struct flyk_device *dev,
 			       const struct fly_problem *p, const int64_t *pr)
 {
@@ -368,7 +474,7 @@ static int attn_wgmma_feasible(const struct flyk_device *dev,
 		return -ENOSPC;
 	if (p->dtype != FLY_DT_BF16 || d[4] <= 0 || d[3] % d[4])
 		return -EINVAL;
-	const attn_wg_ent *e = attn_wg_find(d[5], pr[0], pr[1]);
+	const attn_wg_ent *e = attn_wg_find(d[5], pr);
 	if (!e)
 		return -EINVAL;
 	if ((size_t)e->smem > dev->smem_per_block_optin)
@@ -401,7 +507,7 @@ static int attn_wgmma_launch(const struct flyk_device *dev,
 	const struct flyk_attention_args *a = &args->attention;
 	const int64_t B = p->dims[0], sq = p->dims[1], skv = p->dims[2],
 		      hq = p->dims[3], hkv = p->dims[4], D = p->dims[5];
-	const attn_wg_ent *e = attn_wg_find(D, pr[0], pr[1]);
+	const attn_wg_ent *e = attn_wg_find(D, pr);
 	/* strides: 0 is dense for the tensor's shape */
 	int64_t qs[3], ks[3], vs[3], os[3];
 	const int64_t dq[3] = {sq * hq * D, hq * D, D},

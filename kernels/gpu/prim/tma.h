@@ -188,6 +188,13 @@ __device__ __forceinline__ void flyk_bar_named(int id, int n)
 	asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
+/* Arrive at barrier @p id (1..15) of @p n threads without waiting: the
+ * other half of a producer/consumer hand-off through bar.sync. */
+__device__ __forceinline__ void flyk_bar_named_arrive(int id, int n)
+{
+	asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
 template <int R> __device__ __forceinline__ void flyk_reg_dec(void)
 {
 	asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
