@@ -4,8 +4,9 @@
  * loads into 128B-swizzled shared memory (prim/tma.h), wgmma (prim/
  * wgmma.h), one producer warpgroup and two consumer warpgroups.
  *
- *   - A block owns 128 query rows of one (batch, head); consumer
- *     warpgroup c owns rows 64c .. 64c + 63 as one m64 slab.
+ *   - A work unit is 128 query rows of one (batch, head); consumer
+ *     warpgroup c owns rows 64c .. 64c + 63 as one m64 slab.  Blocks are
+ *     persistent (one per SM, walking units).
  *   - The producer (one thread) loads the Q tile once, then walks the KV
  *     blocks of BN keys through a ring of ST stages, K and V with their
  *     own full/empty mbarriers: a consumer releases a K stage as soon as
@@ -23,7 +24,7 @@
  *     that need them (the diagonal's and a ragged last block).  Rows
  *     that see no key write 0 and LSE -inf.
  *   - GQA: head h reads KV head h / (hq / hkv); heads are the fastest
- *     grid dimension so the heads of one KV head run together, and
+ *     unit dimension so the heads of one KV head run together, and
  *     causal m-blocks go longest first.
  *   - Strides are the caller's ([batch, seq, head], head_dim contiguous):
  *     4-D tensor maps {d, seq, head, batch}; out-of-range rows are zero
@@ -90,7 +91,8 @@ struct attn_wg_params {
 	void *o;
 	float *lse;
 	int64_t os[3]; /* o strides: batch, seq, head (elements) */
-	int sq, skv, hq, group, causal;
+	int sq, skv, hq, nb, group, causal;
+	int nunits; /* ceil(sq / 128) * hq * batch */
 	float scale_log2;
 };
 
@@ -211,35 +213,101 @@ __device__ __forceinline__ void attn_wg_pack(uint32_t (*pa)[4], const float *s)
 			    flyk_df2b2(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
 }
 
+/* Work unit u of the persistent walk: the longest causal m-blocks
+ * first, heads fastest (the heads of one KV head together). */
+struct attn_wg_unit {
+	int h, b, m0, nblk;
+};
+
+template <class C>
+__device__ __forceinline__ attn_wg_unit attn_wg_unit_of(int u,
+							 const attn_wg_params &p)
+{
+	attn_wg_unit w;
+	const int nm = (p.sq + C::BM - 1) / C::BM;
+	const int hb = u % (p.hq * p.nb);
+	w.h = hb % p.hq;
+	w.b = hb / p.hq;
+	w.m0 = (nm - 1 - u / (p.hq * p.nb)) * C::BM;
+	w.nblk = (p.skv + C::BN - 1) / C::BN;
+	if (p.causal) {
+		/* the last row's last key, bottom-right aligned */
+		int last = w.m0 + C::BM - 1 + p.skv - p.sq;
+		int lim = last < 0 ? 0 : last / C::BN + 1;
+		w.nblk = lim < w.nblk ? lim : w.nblk;
+	}
+	return w;
+}
+
+/* One consumer's rows of unit @p w out: O / l (bf16), LSE. */
+template <class C>
+__device__ __forceinline__ void attn_wg_store(const attn_wg_params &p,
+					      const attn_wg_unit &w,
+					      const attn_wg_row &r0,
+					      const float *o)
+{
+	float la = r0.la, lb = r0.lb;
+	la += __shfl_xor_sync(0xffffffffu, la, 1);
+	la += __shfl_xor_sync(0xffffffffu, la, 2);
+	lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+	lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+	const float ia = la > 0.f ? 1.f / la : 0.f;
+	const float ib = lb > 0.f ? 1.f / lb : 0.f;
+	const int t = r0.t;
+	uint16_t *ob = (uint16_t *)p.o + (int64_t)w.b * p.os[0] +
+		       (int64_t)w.h * p.os[2];
+	if (r0.ra < p.sq) {
+		uint16_t *row = ob + (int64_t)r0.ra * p.os[1];
+#pragma unroll
+		for (int j = 0; j < C::D / 8; j++)
+			*(uint32_t *)(row + 8 * j + 2 * t) =
+			    flyk_df2b2(o[4 * j] * ia, o[4 * j + 1] * ia);
+	}
+	if (r0.rb < p.sq) {
+		uint16_t *row = ob + (int64_t)r0.rb * p.os[1];
+#pragma unroll
+		for (int j = 0; j < C::D / 8; j++)
+			*(uint32_t *)(row + 8 * j + 2 * t) =
+			    flyk_df2b2(o[4 * j + 2] * ib, o[4 * j + 3] * ib);
+	}
+	if (p.lse && t == 0) {
+		/* natural log: (m + log2 l) ln 2, m in the scaled log2
+		 * domain */
+		float *lr = p.lse + ((int64_t)w.b * p.hq + w.h) * p.sq;
+		if (r0.ra < p.sq)
+			lr[r0.ra] = la > 0.f ? (r0.ma + __log2f(la)) * 0.69314718f
+					     : -INFINITY;
+		if (r0.rb < p.sq)
+			lr[r0.rb] = lb > 0.f ? (r0.mb + __log2f(lb)) * 0.69314718f
+					     : -INFINITY;
+	}
+}
+
+/*
+ * Persistent: block x walks units x, x + grid, ...; the producer runs
+ * ahead into the next unit (its Q once the consumers' last S of this one
+ * has read the Q tile: the empty_q barrier), so a short unit's load
+ * latency hides under the previous unit's last blocks and epilogue.  The
+ * K/V ring's iteration count runs on across units.
+ */
 template <class C>
 __global__ void __launch_bounds__(384, 1)
     attn_wg_kernel(const __grid_constant__ CUtensorMap mq,
 		   const __grid_constant__ CUtensorMap mk,
 		   const __grid_constant__ CUtensorMap mv, attn_wg_params p)
 {
-	FLYK_DYN_SMEM(unsigned char, raw);
-	unsigned char *base = (unsigned char *)(((uintptr_t)raw + 1023) &
+	FLYK_DYN_SMEM(unsigned char, attn_wg_raw);
+	unsigned char *base = (unsigned char *)(((uintptr_t)attn_wg_raw + 1023) &
 						~(uintptr_t)1023);
 	uint16_t *sq_ = (uint16_t *)base;
 	uint16_t *sk = (uint16_t *)(base + C::Q_BYTES);
 	uint16_t *sv = (uint16_t *)(base + C::Q_BYTES + C::ST * C::KV_BYTES);
 	uint64_t *bars =
 	    (uint64_t *)(base + C::Q_BYTES + 2 * C::ST * C::KV_BYTES);
-	uint64_t *full_q = bars, *full_k = bars + 1,
-		 *full_v = bars + 1 + C::ST, *empty_k = bars + 1 + 2 * C::ST,
-		 *empty_v = bars + 1 + 3 * C::ST;
-
-	const int h = blockIdx.x, b = blockIdx.y;
-	const int mb = gridDim.z - 1 - blockIdx.z; /* longest first */
-	const int m0 = mb * C::BM;
-	const int hk = h / p.group;
-	const int off = p.skv - p.sq; /* bottom-right causal alignment */
-	int nblk = (p.skv + C::BN - 1) / C::BN;
-	if (p.causal) {
-		int last = m0 + C::BM - 1 + off; /* the last row's last key */
-		int lim = last < 0 ? 0 : last / C::BN + 1;
-		nblk = lim < nblk ? lim : nblk;
-	}
+	uint64_t *full_q = bars, *empty_q = bars + 1, *full_k = bars + 2,
+		 *full_v = bars + 2 + C::ST, *empty_k = bars + 2 + 2 * C::ST,
+		 *empty_v = bars + 2 + 3 * C::ST;
+	const int units = p.nunits;
 	const int wg = threadIdx.x / 128;
 
 	if (threadIdx.x == 0) {
@@ -247,6 +315,7 @@ __global__ void __launch_bounds__(384, 1)
 		flyk_tma_prefetch_map(&mk);
 		flyk_tma_prefetch_map(&mv);
 		flyk_bar_init(full_q, 1);
+		flyk_bar_init(empty_q, 8);
 		for (int s = 0; s < C::ST; s++) {
 			flyk_bar_init(&full_k[s], 1);
 			flyk_bar_init(&full_v[s], 1);
@@ -259,99 +328,130 @@ __global__ void __launch_bounds__(384, 1)
 
 	if (wg == 0) {
 		flyk_reg_dec<C::OV ? 24 : 40>();
-		if (threadIdx.x != 0 || nblk == 0)
+		if (threadIdx.x != 0)
 			return;
-		flyk_bar_expect(full_q, C::Q_BYTES);
-#pragma unroll
-		for (int dp = 0; dp < C::DP; dp++)
-			flyk_tma_4d(sq_ + dp * C::BM * 64, &mq, full_q, dp * 64,
-				    m0, h, b);
-		for (int it = 0; it < nblk; it++) {
-			int s = it % C::ST;
-			unsigned ph = (it / C::ST) & 1;
-			flyk_bar_wait(&empty_k[s], ph ^ 1);
-			flyk_bar_expect(&full_k[s], C::KV_BYTES);
-#pragma unroll
-			for (int dp = 0; dp < C::DP; dp++)
-				flyk_tma_4d(sk + (s * C::DP + dp) * C::BN * 64,
-					    &mk, &full_k[s], dp * 64,
-					    it * C::BN, hk, b);
-			flyk_bar_wait(&empty_v[s], ph ^ 1);
-			flyk_bar_expect(&full_v[s], C::KV_BYTES);
+		int gi = 0, qi = 0; /* K/V ring iterations, Q tiles */
+		for (int u = blockIdx.x; u < units; u += gridDim.x) {
+			const attn_wg_unit w = attn_wg_unit_of<C>(u, p);
+			if (w.nblk == 0)
+				continue;
+			const int hk = w.h / p.group;
+			flyk_bar_wait(empty_q, (qi & 1) ^ 1);
+			qi++;
+			flyk_bar_expect(full_q, C::Q_BYTES);
 #pragma unroll
 			for (int dp = 0; dp < C::DP; dp++)
-				flyk_tma_4d(sv + (s * C::DP + dp) * C::BN * 64,
-					    &mv, &full_v[s], dp * 64,
-					    it * C::BN, hk, b);
+				flyk_tma_4d(sq_ + dp * C::BM * 64, &mq, full_q,
+					    dp * 64, w.m0, w.h, w.b);
+			for (int it = 0; it < w.nblk; it++, gi++) {
+				int s = gi % C::ST;
+				unsigned ph = (gi / C::ST) & 1;
+				flyk_bar_wait(&empty_k[s], ph ^ 1);
+				flyk_bar_expect(&full_k[s], C::KV_BYTES);
+#pragma unroll
+				for (int dp = 0; dp < C::DP; dp++)
+					flyk_tma_4d(sk + (s * C::DP + dp) *
+							     C::BN * 64,
+						    &mk, &full_k[s], dp * 64,
+						    it * C::BN, hk, w.b);
+				flyk_bar_wait(&empty_v[s], ph ^ 1);
+				flyk_bar_expect(&full_v[s], C::KV_BYTES);
+#pragma unroll
+				for (int dp = 0; dp < C::DP; dp++)
+					flyk_tma_4d(sv + (s * C::DP + dp) *
+							     C::BN * 64,
+						    &mv, &full_v[s], dp * 64,
+						    it * C::BN, hk, w.b);
+			}
 		}
 		return;
 	}
 
 	flyk_reg_inc<C::OV ? 240 : 232>();
 	const int c = wg - 1;
-	const int lane = threadIdx.x % 32, w = (threadIdx.x / 32) % 4;
-	const int g = lane / 4, t = lane % 4;
-	const int ra = m0 + c * 64 + w * 16 + g, rb = ra + 8;
+	const int lane = threadIdx.x % 32, wi = (threadIdx.x / 32) % 4;
+	const int g = lane / 4;
+	const uint16_t *qs = sq_ + c * 64 * 64;
 	float o[C::D / 2], s[C::BN / 2];
 	uint32_t pa[C::BN / 16][4];
-	attn_wg_row r;
-	r.ma = r.mb = -INFINITY;
-	r.la = r.lb = 0.f;
-	r.ra = ra;
-	r.rb = rb;
-	r.t = t;
+	int gi = 0, qi = 0;
+	for (int u = blockIdx.x; u < units; u += gridDim.x) {
+		const attn_wg_unit w = attn_wg_unit_of<C>(u, p);
+		const int nblk = w.nblk, row0 = w.m0 + c * 64;
+		attn_wg_row r;
+		r.ma = r.mb = -INFINITY;
+		r.la = r.lb = 0.f;
+		r.ra = row0 + wi * 16 + g;
+		r.rb = r.ra + 8;
+		r.t = lane % 4;
 #pragma unroll
-	for (int i = 0; i < C::D / 2; i++)
-		o[i] = 0.f;
-	const uint16_t *qs = sq_ + c * 64 * 64;
-	if (nblk > 0)
-		flyk_bar_wait(full_q, 0);
-	if (!C::OV) {
-		for (int it = 0; it < nblk; it++) {
-			const int st = it % C::ST;
-			const unsigned ph = (it / C::ST) & 1;
-			flyk_bar_wait(&full_k[st], ph);
+		for (int i = 0; i < C::D / 2; i++)
+			o[i] = 0.f;
+		if (nblk == 0) {
+			attn_wg_store<C>(p, w, r, o);
+			continue;
+		}
+		flyk_bar_wait(full_q, qi & 1);
+		qi++;
+		if (!C::OV) {
+			for (int it = 0; it < nblk; it++, gi++) {
+				const int st = gi % C::ST;
+				const unsigned ph = (gi / C::ST) & 1;
+				flyk_bar_wait(&full_k[st], ph);
+				attn_wg_qk<C>(s, qs,
+					      sk + st * C::DP * C::BN * 64);
+				flyk_wg_wait<0>();
+				flyk_wg_fence_acc<C::BN / 2>(s);
+				if (lane == 0) {
+					flyk_bar_arrive(&empty_k[st]);
+					if (it + 1 == nblk)
+						flyk_bar_arrive(empty_q);
+				}
+				float ca, cb;
+				attn_wg_softmax<C>(s, &r, it * C::BN, row0, p,
+						   &ca, &cb);
+				attn_wg_rescale<C>(o, ca, cb);
+				attn_wg_pack<C>(pa, s);
+				flyk_bar_wait(&full_v[st], ph);
+				attn_wg_pv<C>(o, pa,
+					      sv + st * C::DP * C::BN * 64);
+				flyk_wg_wait<0>();
+				flyk_wg_fence_acc<C::D / 2>(o);
+				if (lane == 0)
+					flyk_bar_arrive(&empty_v[st]);
+			}
+			attn_wg_store<C>(p, w, r, o);
+			continue;
+		}
+		/* S of block it + 1 and its softmax run while the tensor
+		 * cores do O += P V of block it (FlashAttention-3's
+		 * intra-warpgroup overlap): P of block it stays packed in pa
+		 * until that wgmma retires. */
+		{
+			const int st = gi % C::ST;
+			flyk_bar_wait(&full_k[st], (gi / C::ST) & 1);
 			attn_wg_qk<C>(s, qs, sk + st * C::DP * C::BN * 64);
 			flyk_wg_wait<0>();
 			flyk_wg_fence_acc<C::BN / 2>(s);
-			if (lane == 0)
+			if (lane == 0) {
 				flyk_bar_arrive(&empty_k[st]);
-			float ca, cb;
-			attn_wg_softmax<C>(s, &r, it * C::BN, m0 + c * 64, p,
-					   &ca, &cb);
-			attn_wg_rescale<C>(o, ca, cb);
-			attn_wg_pack<C>(pa, s);
-			flyk_bar_wait(&full_v[st], ph);
-			attn_wg_pv<C>(o, pa, sv + st * C::DP * C::BN * 64);
-			flyk_wg_wait<0>();
-			flyk_wg_fence_acc<C::D / 2>(o);
-			if (lane == 0)
-				flyk_bar_arrive(&empty_v[st]);
+				if (nblk == 1)
+					flyk_bar_arrive(empty_q);
+			}
 		}
-	} else if (nblk > 0) {
-		/* S of block it + 1 and its softmax run while the tensor cores
-		 * do O += P V of block it (FlashAttention-3's intra-warpgroup
-		 * overlap): P of block it stays packed in pa until that wgmma
-		 * retires. */
-		flyk_bar_wait(&full_k[0], 0);
-		attn_wg_qk<C>(s, qs, sk);
-		flyk_wg_wait<0>();
-		flyk_wg_fence_acc<C::BN / 2>(s);
-		if (lane == 0)
-			flyk_bar_arrive(&empty_k[0]);
 		float ca, cb;
-		attn_wg_softmax<C>(s, &r, 0, m0 + c * 64, p, &ca, &cb);
+		attn_wg_softmax<C>(s, &r, 0, row0, p, &ca, &cb);
 		attn_wg_pack<C>(pa, s);
 		/* ping-pong: consumer c issues after barrier 1 + c, which the
 		 * other consumer's arrival opens (consumer 1 opens the first
 		 * turn; the last turn is not handed on, so every arrival is
-		 * consumed) */
+		 * consumed within the unit) */
 		if (C::OV == 2 && c == 1 && nblk > 1)
 			flyk_bar_named_arrive(1, 256);
-		for (int it = 0; it + 1 < nblk; it++) {
-			const int st = it % C::ST, sn = (it + 1) % C::ST;
-			const unsigned ph = (it / C::ST) & 1,
-				       pn = ((it + 1) / C::ST) & 1;
+		for (int it = 0; it + 1 < nblk; it++, gi++) {
+			const int st = gi % C::ST, sn = (gi + 1) % C::ST;
+			const unsigned ph = (gi / C::ST) & 1,
+				       pn = ((gi + 1) / C::ST) & 1;
 			flyk_bar_wait(&full_k[sn], pn);
 			if (C::OV == 2)
 				flyk_bar_named(1 + c, 256);
@@ -362,10 +462,13 @@ __global__ void __launch_bounds__(384, 1)
 				flyk_bar_named_arrive(2 - c, 256);
 			flyk_wg_wait<1>(); /* S retired, P V in flight */
 			flyk_wg_fence_acc<C::BN / 2>(s);
-			if (lane == 0)
+			if (lane == 0) {
 				flyk_bar_arrive(&empty_k[sn]);
-			attn_wg_softmax<C>(s, &r, (it + 1) * C::BN,
-					   m0 + c * 64, p, &ca, &cb);
+				if (it + 2 == nblk)
+					flyk_bar_arrive(empty_q);
+			}
+			attn_wg_softmax<C>(s, &r, (it + 1) * C::BN, row0, p,
+					   &ca, &cb);
 			flyk_wg_wait<0>();
 			flyk_wg_fence_acc<C::D / 2>(o);
 			if (lane == 0)
@@ -373,48 +476,17 @@ __global__ void __launch_bounds__(384, 1)
 			attn_wg_rescale<C>(o, ca, cb);
 			attn_wg_pack<C>(pa, s);
 		}
-		const int st = (nblk - 1) % C::ST;
-		flyk_bar_wait(&full_v[st], ((nblk - 1) / C::ST) & 1);
-		attn_wg_pv<C>(o, pa, sv + st * C::DP * C::BN * 64);
-		flyk_wg_wait<0>();
-		flyk_wg_fence_acc<C::D / 2>(o);
-		if (lane == 0)
-			flyk_bar_arrive(&empty_v[st]);
-	}
-	float la = r.la, lb = r.lb, ma = r.ma, mbv = r.mb;
-
-	/* epilogue: the quad's sums, O / l, LSE */
-	la += __shfl_xor_sync(0xffffffffu, la, 1);
-	la += __shfl_xor_sync(0xffffffffu, la, 2);
-	lb += __shfl_xor_sync(0xffffffffu, lb, 1);
-	lb += __shfl_xor_sync(0xffffffffu, lb, 2);
-	const float ia = la > 0.f ? 1.f / la : 0.f;
-	const float ib = lb > 0.f ? 1.f / lb : 0.f;
-	uint16_t *ob = (uint16_t *)p.o + (int64_t)b * p.os[0] +
-		       (int64_t)h * p.os[2];
-	if (ra < p.sq) {
-		uint16_t *row = ob + (int64_t)ra * p.os[1];
-#pragma unroll
-		for (int j = 0; j < C::D / 8; j++)
-			*(uint32_t *)(row + 8 * j + 2 * t) =
-			    flyk_df2b2(o[4 * j] * ia, o[4 * j + 1] * ia);
-	}
-	if (rb < p.sq) {
-		uint16_t *row = ob + (int64_t)rb * p.os[1];
-#pragma unroll
-		for (int j = 0; j < C::D / 8; j++)
-			*(uint32_t *)(row + 8 * j + 2 * t) =
-			    flyk_df2b2(o[4 * j + 2] * ib, o[4 * j + 3] * ib);
-	}
-	if (p.lse && t == 0) {
-		/* natural log: (m + log2 l) ln 2, m in the scaled log2 domain */
-		float *lr = p.lse + ((int64_t)b * p.hq + h) * p.sq;
-		if (ra < p.sq)
-			lr[ra] = la > 0.f ? (ma + __log2f(la)) * 0.69314718f
-					  : -INFINITY;
-		if (rb < p.sq)
-			lr[rb] = lb > 0.f ? (mbv + __log2f(lb)) * 0.69314718f
-					  : -INFINITY;
+		{
+			const int st = gi % C::ST;
+			flyk_bar_wait(&full_v[st], (gi / C::ST) & 1);
+			attn_wg_pv<C>(o, pa, sv + st * C::DP * C::BN * 64);
+			flyk_wg_wait<0>();
+			flyk_wg_fence_acc<C::D / 2>(o);
+			if (lane == 0)
+				flyk_bar_arrive(&empty_v[st]);
+			gi++;
+		}
+		attn_wg_store<C>(p, w, r, o);
 	}
 }
 
@@ -479,8 +551,7 @@ static int attn_wgmma_feasible(const struct flyk_device *dev,
 		return -EINVAL;
 	if ((size_t)e->smem > dev->smem_per_block_optin)
 		return -ENOSPC;
-	if (d[0] > 65535 || (d[1] + 127) / 128 > 65535 || d[3] > 0x7fffffff ||
-	    d[1] > 0x7fffffff || d[2] > 0x7fffffff)
+	if ((d[1] + 127) / 128 * d[3] * d[0] > 0x7fffffff || d[2] > 0x7fffffff)
 		return -EINVAL;
 	/* a 128-key block on at most 64 keys is only the 64 block, padded */
 	if (pr[0] == 128 && d[2] <= 64)
@@ -547,7 +618,10 @@ static int attn_wgmma_launch(const struct flyk_device *dev,
 	ap.group = (int)(hq / hkv);
 	ap.causal = (p->flags & FLY_F_CAUSAL) != 0;
 	ap.scale_log2 = a->scale * 1.4426950408889634f;
-	dim3 grid((unsigned)hq, (unsigned)B, (unsigned)((sq + 127) / 128));
+	const int64_t units = (sq + 127) / 128 * hq * B;
+	ap.nb = (int)B;
+	ap.nunits = (int)units;
+	dim3 grid((unsigned)(units < dev->sms ? units : dev->sms));
 	return e->go(grid, (hipStream_t)stream, &mq, &mk, &mv, &ap);
 #endif
 }

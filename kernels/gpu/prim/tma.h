@@ -251,7 +251,7 @@ struct flyk_tma_key {
  * small per-thread cache keeps launches free of the encoding (the caller's
  * timing starts before the host call).  @return 0 or -EINVAL.
  */
-static int flyk_tma_map(CUtensorMap *m, const void *base, uint32_t rank,
+static inline int flyk_tma_map(CUtensorMap *m, const void *base, uint32_t rank,
 			const uint64_t *dims, uint32_t box_rows, int f8 = 0)
 {
 	enum { NCACHE = 16 };
@@ -304,7 +304,7 @@ static int flyk_tma_map(CUtensorMap *m, const void *base, uint32_t rank,
  * fill -- a strided view such as one head of [batch, seq, heads, dim].
  * Cached per host thread like flyk_tma_map.  @return 0 or -EINVAL.
  */
-static int flyk_tma_map_strided(CUtensorMap *m, const void *base,
+static inline int flyk_tma_map_strided(CUtensorMap *m, const void *base,
 				uint32_t rank, const uint64_t *dims,
 				const uint64_t *stride_b, uint32_t box_rows)
 {
