@@ -159,6 +159,21 @@ static int fly_problem_mx_k_bad(const struct fly_problem *p)
 	       p->dims[2] % 32 != 0;
 }
 
+/* Attention (issue 16): the kernels are built for head_dim 64, 128 and
+ * 256, and each query head reads kv head h / (hq / hkv) (GQA/MQA), so
+ * hkv must divide hq.  @return 0, or which rule the key breaks: 1 (d),
+ * 2 (hkv does not divide hq). */
+static int fly_problem_attn_bad(const struct fly_problem *p)
+{
+	if (p->op != FLY_OP_ATTENTION)
+		return 0;
+	if (p->dims[5] != 64 && p->dims[5] != 128 && p->dims[5] != 256)
+		return 1;
+	if (p->dims[4] <= 0 || p->dims[3] % p->dims[4] != 0)
+		return 2;
+	return 0;
+}
+
 int fly_problem_validate(const struct fly_problem *p)
 {
 	const struct op_info *oi;
@@ -179,7 +194,7 @@ int fly_problem_validate(const struct fly_problem *p)
 		if (__builtin_mul_overflow(prod, p->dims[i], &prod))
 			return FLY_E_OVERFLOW;
 	}
-	if (fly_problem_mx_k_bad(p))
+	if (fly_problem_mx_k_bad(p) || fly_problem_attn_bad(p))
 		return FLY_E_BADDIM;
 	if (oi->has_layout ? (p->layout == FLY_LAYOUT_NONE ||
 			      p->layout >= FLY_LAYOUT_COUNT)
@@ -616,6 +631,17 @@ static void explain_tail(struct cur *c, const struct op_info *oi, int rc,
 		put(buf, cap, "k=%lld is not a multiple of 32: the MX formats "
 		    "(mxfp8, mxfp4) scale blocks of 32 along k",
 		    (long long)p.dims[2]);
+		return;
+	}
+	if (rc == FLY_E_BADDIM && fly_problem_attn_bad(&p) == 1) {
+		put(buf, cap, "d=%lld is not a head_dim attention takes: "
+		    "d is 64, 128 or 256", (long long)p.dims[5]);
+		return;
+	}
+	if (rc == FLY_E_BADDIM && fly_problem_attn_bad(&p) == 2) {
+		put(buf, cap, "hkv=%lld does not divide hq=%lld: each kv head "
+		    "serves hq/hkv query heads (GQA), so hkv must divide hq",
+		    (long long)p.dims[4], (long long)p.dims[3]);
 		return;
 	}
 	put(buf, cap, "not in canonical form (%s)", fly_strerror(rc));

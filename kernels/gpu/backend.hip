@@ -36,6 +36,7 @@ static const struct flyk_gpu_op *gpu_ops[] = {
 	&flyk_gpu_grouped_gemm_op,
 	&flyk_gpu_mqa_logits_op,
 	&flyk_gpu_scaled_gemm_op,
+	&flyk_gpu_attention_op,
 };
 #define NOPS (sizeof(gpu_ops) / sizeof(gpu_ops[0]))
 

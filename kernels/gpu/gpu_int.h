@@ -8,7 +8,7 @@
  * (allocation, poisoning, L2 cleaning by *reading* a buffer of >= 4x the
  * L2, event timing) and assembles flyk_gpu_backend() from the op modules
  * below.  Each op module (norm/rmsnorm.hip, topk/topk.hip, gemm/gemm.hip,
- * gemm/grouped_gemm.hip, mqa/mqa_logits.hip) exports one
+ * gemm/grouped_gemm.hip, mqa/mqa_logits.hip, attn/attention.hip) exports one
  * `struct flyk_gpu_op` and knows only its op: its variants, how to make
  * inputs, how to compute the reference, how to check.  The ops build on
  * prim/ (the device primitives) and the core only, never on each other.
@@ -92,6 +92,7 @@ extern const struct flyk_gpu_op flyk_gpu_gemm_op;
 extern const struct flyk_gpu_op flyk_gpu_grouped_gemm_op;
 extern const struct flyk_gpu_op flyk_gpu_mqa_logits_op;
 extern const struct flyk_gpu_op flyk_gpu_scaled_gemm_op;
+extern const struct flyk_gpu_op flyk_gpu_attention_op;
 
 /* The vendor BLAS library and version for the fingerprint
  * (kernels/vendor; absent where no vendor module is linked). */

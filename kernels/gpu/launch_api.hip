@@ -140,6 +140,50 @@ FLYK_EXPORT int flyk_gpu_scaled_gemm(const struct fly_problem *p,
 	return flyk_launch(flyk_gpu_backend(), &ad->dev, p, d, &args, stream);
 }
 
+/* Attention forward (struct flyk_attention_args): q [b,sq,hq,d], k and v
+ * [b,skv,hkv,d], o [b,sq,hq,d] (bf16/fp16, d contiguous), lse [b,hq,sq]
+ * fp32 or NULL; all device pointers.  @p strides: NULL (every tensor
+ * dense) or 12 element strides, (batch, seq, head) of q, k, v and o in
+ * that order, 0 for dense.  The workspace (may be NULL) serves
+ * attn_fa2_split: split * b * hq * sq * (d + 1) * 4 bytes (at most
+ * 32 MiB; else -ENOSPC). */
+FLYK_EXPORT int flyk_gpu_attention(const struct fly_problem *p,
+				   const struct fly_decision *d,
+				   const void *q, const void *k, const void *v,
+				   void *o, float *lse, float scale,
+				   const int64_t *strides, void *workspace,
+				   size_t workspace_size, void *stream)
+{
+	struct api_dev *ad = api_device();
+	if (ad->rc)
+		return ad->rc;
+	if (!p || !d || p->op != FLY_OP_ATTENTION)
+		return -EINVAL;
+	union flyk_args args;
+	memset(&args, 0, sizeof(args));
+	struct flyk_attention_args *a = &args.attention;
+	a->q = q;
+	a->k = k;
+	a->v = v;
+	a->o = o;
+	a->lse = lse;
+	a->scale = scale;
+	if (strides) {
+		for (int i = 0; i < 3; i++) {
+			if (strides[i] < 0 || strides[3 + i] < 0 ||
+			    strides[6 + i] < 0 || strides[9 + i] < 0)
+				return -EINVAL;
+			a->q_stride[i] = strides[i];
+			a->k_stride[i] = strides[3 + i];
+			a->v_stride[i] = strides[6 + i];
+			a->o_stride[i] = strides[9 + i];
+		}
+	}
+	a->workspace = workspace;
+	a->workspace_size = workspace_size;
+	return flyk_launch(flyk_gpu_backend(), &ad->dev, p, d, &args, stream);
+}
+
 /* The heuristic default for @p p (flyk_default). */
 FLYK_EXPORT int flyk_gpu_default(const struct fly_problem *p,
 				 struct fly_decision *out)

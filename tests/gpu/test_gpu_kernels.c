@@ -129,6 +129,59 @@ static void test_scaled(const struct flyk_backend *b, struct flyk_device *dev)
 	gt_problem(b, dev, &p, 499);
 }
 
+/* attention (issue 16): odd lengths (1, 17, 1000), decode (sq = 1), GQA
+ * 1/4/8, sq != skv both ways (causal bottom-right; sq > skv leaves rows
+ * that see no key: O 0, lse -inf), head_dim 64/128/256, bf16 (every
+ * variant) and fp16 (the reference's path); then the 16 primary shapes of
+ * bench/cases.json attention_fwd_bf16 at batch 1 (the split variant's
+ * short-query shapes among the odd ones).  The LSE is checked too. */
+static void test_attention(const struct flyk_backend *b,
+			   struct flyk_device *dev)
+{
+	static const int64_t shapes[][6] = {
+		/* b, sq, skv, hq, hkv, d */
+		{1, 1, 1, 1, 1, 64},	     {2, 17, 17, 4, 1, 128},
+		{1, 1000, 1000, 8, 8, 64},   {2, 1, 1000, 8, 2, 128},
+		{1, 17, 1000, 8, 1, 256},    {1, 1000, 17, 4, 4, 128},
+		{3, 1, 4096, 32, 8, 128},    {1, 64, 8192, 16, 2, 128},
+		{1, 130, 130, 2, 2, 256},    {1, 200, 333, 6, 3, 64},
+	};
+	static const int64_t primary[][5] = {
+		/* seq, heads, kv_heads, head_dim, causal */
+		{8192, 8, 8, 128, 1},	{8192, 16, 16, 128, 1},
+		{8192, 64, 64, 128, 1}, {8192, 64, 8, 128, 1},
+		{512, 16, 16, 128, 0},	{1024, 16, 16, 128, 0},
+		{2048, 16, 16, 128, 0}, {4096, 16, 16, 128, 0},
+		{8192, 16, 16, 128, 0}, {16384, 16, 16, 128, 0},
+		{8192, 48, 48, 128, 1}, {2048, 48, 48, 128, 1},
+		{8192, 32, 8, 128, 1},	{8192, 64, 8, 128, 1},
+		{32768, 8, 8, 64, 0},	{2048, 16, 16, 256, 0},
+	};
+	struct fly_problem p;
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+		for (uint32_t f = 0; f <= FLY_F_CAUSAL; f += FLY_F_CAUSAL)
+			for (int d = 0; d < 2; d++) {
+				memset(&p, 0, sizeof(p));
+				p.op = FLY_OP_ATTENTION;
+				p.dtype = d ? FLY_DT_FP16 : FLY_DT_BF16;
+				p.flags = f;
+				memcpy(p.dims, shapes[s], sizeof(shapes[s]));
+				gt_problem(b, dev, &p, 600 + s * 7 + f + d);
+			}
+	for (size_t s = 0; s < sizeof(primary) / sizeof(primary[0]); s++) {
+		memset(&p, 0, sizeof(p));
+		p.op = FLY_OP_ATTENTION;
+		p.dtype = FLY_DT_BF16;
+		p.flags = primary[s][4] ? FLY_F_CAUSAL : 0;
+		p.dims[0] = 1;
+		p.dims[1] = p.dims[2] = primary[s][0];
+		p.dims[3] = primary[s][1];
+		p.dims[4] = primary[s][2];
+		p.dims[5] = primary[s][3];
+		gt_problem(b, dev, &p, 700 + s);
+	}
+}
+
 int main(void)
 {
 	const struct flyk_backend *b;
@@ -145,6 +198,7 @@ int main(void)
 	test_topk(b, dev);
 	test_mqa(b, dev);
 	test_scaled(b, dev);
+	test_attention(b, dev);
 	b->close(dev);
 	return gt_finish();
 }

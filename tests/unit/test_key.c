@@ -26,6 +26,7 @@ static const char *const good_keys[] = {
     "topk/fp32/m=4096,n=1024,k=8/det",
     "attention/bf16/b=2,sq=1024,skv=4096,hq=32,hkv=8,d=128/causal",
     "attention/fp16/b=1,sq=1,skv=1,hq=1,hkv=1,d=64",
+    "attention/bf16/b=1,sq=17,skv=1000,hq=8,hkv=1,d=256/causal",
     "mqa_logits/fp8_e4m3/sq=64,skv=8192,h=64,d=128",
     "mqa_logits/fp8_e4m3/sq=61,skv=1024,h=64,d=128/clean+kvfnuz",
     "mqa_logits/fp8_e4m3fnuz/sq=4096,skv=4096,h=64,d=128/clean",
@@ -67,6 +68,10 @@ static void test_every_op_roundtrips(void **state)
 		p.layout = fly_op_has_layout(op) ? FLY_LAYOUT_TN : 0;
 		for (int i = 0; i < fly_op_ndims(op); i++)
 			p.dims[i] = 3 + i * 1000;
+		if (op == FLY_OP_ATTENTION) { /* hkv | hq, d in 64/128/256 */
+			p.dims[3] = 2 * p.dims[4];
+			p.dims[5] = 128;
+		}
 		n = fly_key_format(&p, buf, sizeof(buf));
 		assert_true(n > 0);
 		assert_int_equal(fly_key_parse(buf, (size_t)n, &q), 0);
@@ -93,7 +98,14 @@ static const struct bad bad_keys[] = {
     /* issue 15: an MX format with k not a multiple of 32; fp8 takes any k */
     {"scaled_gemm/mxfp8/NT/m=1,n=1,k=33", FLY_E_BADDIM},
     {"scaled_gemm/mxfp4/NT/m=8,n=8,k=100", FLY_E_BADDIM},
-    {"attention/fp32/b=1,sq=1,skv=1,hq=1,hkv=1,d=1", FLY_E_BADDTYPE},
+    {"attention/fp32/b=1,sq=1,skv=1,hq=1,hkv=1,d=64", FLY_E_BADDTYPE},
+    /* issue 16: head_dim 64/128/256 only; hkv divides hq */
+    {"attention/bf16/b=1,sq=1,skv=1,hq=1,hkv=1,d=1", FLY_E_BADDIM},
+    {"attention/bf16/b=1,sq=1,skv=1,hq=1,hkv=1,d=96", FLY_E_BADDIM},
+    {"attention/bf16/b=1,sq=1,skv=1,hq=8,hkv=3,d=128", FLY_E_BADDIM},
+    {"attention/bf16/b=1,sq=1,skv=1,hq=4,hkv=8,d=128", FLY_E_BADDIM},
+    {"attention/bf16/b=1,sq=0,skv=1,hq=4,hkv=4,d=128", FLY_E_BADDIM},
+    {"attention/bf16/b=1,sq=1,skv=0,hq=4,hkv=4,d=128", FLY_E_BADDIM},
     {"mqa_logits/fp16/sq=1,skv=1,h=1,d=1", FLY_E_BADDTYPE},
     {"gemm/fp8_e4m3fnuz/NT/m=1,n=1,k=1", FLY_E_BADDTYPE},
     /* dims: zero, negative, missing, extra, out of order */
@@ -377,7 +389,7 @@ static void test_bucket_floor(void **state)
 static void test_issue_fuzz_floor_saturated(void **state)
 {
 	static const char key[] =
-	    "attention/bf16/b=2,sq=10,skv=9460,hq=2,hkv=555555555555,d=28/causal";
+	    "attention/bf16/b=2,sq=10,skv=9460,hq=486100000000,hkv=1,d=64/causal";
 	struct fly_problem p, lo;
 	struct fly_bucket_policy pol;
 
@@ -476,6 +488,11 @@ static void test_issue_18_key_explain(void **state)
 		  { "k=48 is not a multiple of 32", "mxfp8, mxfp4", NULL } },
 		{ "scaled_gemm/mxfp4/NT/m=4,n=4,k=20",
 		  { "k=20 is not a multiple of 32", NULL, NULL } },
+		/* issue 16: attention's head_dim and GQA ratio */
+		{ "attention/bf16/b=1,sq=1,skv=1,hq=1,hkv=1,d=96",
+		  { "d=96 is not a head_dim", "64, 128 or 256", NULL } },
+		{ "attention/bf16/b=1,sq=1,skv=1,hq=8,hkv=3,d=64",
+		  { "hkv=3 does not divide hq=8", "GQA", NULL } },
 	};
 	char why[512];
 

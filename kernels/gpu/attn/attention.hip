@@ -1,0 +1,930 @@
+/*
+ * attn/attention.hip -- attention forward on the GPU (issue 16):
+ *   O[b, i, h, :] = softmax_j(scale * Q[b, i, h, :] . K[b, j, hk, :]) V[b, j, hk, :]
+ * with hk = h / (hq / hkv) (GQA/MQA), fp32 math, bf16/fp16 in and out.
+ * Dims b, sq, skv, hq, hkv, d (d 64, 128 or 256: fly_key.c refuses the
+ * rest); tensors [batch, seq, heads, d], d contiguous, the other strides
+ * the caller's (struct flyk_attention_args).  FLY_F_CAUSAL: query i sees
+ * keys j <= i + skv - sq (bottom-right); a row that sees no key (sq > skv)
+ * is written 0 with lse -inf.  lse (when not NULL) is [b, hq, sq] fp32,
+ * natural log.
+ *
+ * Owns: the attention variants and flyk_gpu_attention_op.  Thread: tables
+ * are immutable; launches are asynchronous on the caller's stream.
+ *
+ * Variants (params in their stable order):
+ *   attn_ref        portable (AMD too), any dtype and stride: one block of
+ *                   128 threads per (query row, head, batch), scores of 128
+ *                   keys at a time in shared memory, online softmax with
+ *                   expf, fp32 throughout: the reference.
+ *   attn_fa2        (NVIDIA sm_80+, bf16) FlashAttention-2: one block per
+ *                   (block_m query rows, head, batch), block_m / 16 warps of
+ *                   16 rows; S = Q K^T and O += P V on mma.sync m16n8k16
+ *                   (prim/mma.h: Q and K by ldmatrix, V by ldmatrix.trans,
+ *                   P rounded to bf16 in registers), K/V tiles of block_n
+ *                   keys through a `stages`-deep cp.async ring of
+ *                   XOR-swizzled tiles, online softmax in fp32 with exp2f
+ *                   and the scale folded into log2(e); causal: key tiles
+ *                   past the block's last visible key are never loaded,
+ *                   the tiles crossing the diagonal (and the tail past skv)
+ *                   are masked; heaviest causal blocks launched first.  Q
+ *                   stays in registers for d <= 128 (from shared memory per
+ *                   k step at d = 256).  The output is staged through the Q
+ *                   tile and stored 16 bytes at a time.  Needs 16-byte
+ *                   aligned pointers and strides that are multiples of 8.
+ *                   On AMD (no FLYK_HAS_MMA) feasible() says -EINVAL: the
+ *                   portable attn_ref is the only path there until an MFMA
+ *                   kernel is written.
+ *   attn_fa2_split  the same kernel over a `split`-th of the key tiles
+ *                   (decode and short-query / long-KV shapes, where the
+ *                   (query block, head, batch) grid leaves SMs idle): each
+ *                   split writes its normalised fp32 partial O and its LSE
+ *                   to the workspace, then one combine kernel merges them
+ *                   (and writes lse).  Needs split * b * hq * sq * (d + 1)
+ *                   * 4 bytes of workspace (<= ATTN_WS_BYTES, which the
+ *                   case provides; launch says -ENOSPC when the caller's is
+ *                   smaller).  Only where the unsplit grid has fewer than
+ *                   2 blocks per SM.
+ *   attn_wgmma      (reserved, attn_wgmma.h) Hopper TMA + wgmma kernel.
+ *   attn_cudnn      (reserved, kernels/vendor/cudnn_attn.c) cuDNN.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_int.h"
+#include "prim/cp_async.h"
+#include "prim/flyk_gpu.h"
+#include "prim/launch.h"
+#include "prim/mma.h"
+
+#define ATTN_DTYPES ((1u << FLY_DT_FP16) | (1u << FLY_DT_BF16))
+#define ATTN_LOG2E 1.4426950408889634f
+#define ATTN_LN2 0.6931471805599453f
+/* The workspace the split variant may assume and the case provides. */
+#define ATTN_WS_BYTES ((size_t)32 << 20)
+
+/* ------------------------------------------------------------ helpers */
+
+struct attn_dims {
+	int64_t b, sq, skv, hq, hkv, d;
+	int64_t qs[3], ks[3], vs[3], os[3]; /* batch, seq, head strides */
+	float scale;
+	int causal;
+};
+
+static void attn_strides(int64_t *out, const int64_t *given, int64_t s,
+			 int64_t h, int64_t d)
+{
+	int64_t dense[3] = {s * h * d, h * d, d};
+	for (int i = 0; i < 3; i++)
+		out[i] = given && given[i] ? given[i] : dense[i];
+}
+
+static void attn_dims_of(const struct fly_problem *p,
+			 const struct flyk_attention_args *a,
+			 struct attn_dims *m)
+{
+	m->b = p->dims[0];
+	m->sq = p->dims[1];
+	m->skv = p->dims[2];
+	m->hq = p->dims[3];
+	m->hkv = p->dims[4];
+	m->d = p->dims[5];
+	attn_strides(m->qs, a ? a->q_stride : NULL, m->sq, m->hq, m->d);
+	attn_strides(m->ks, a ? a->k_stride : NULL, m->skv, m->hkv, m->d);
+	attn_strides(m->vs, a ? a->v_stride : NULL, m->skv, m->hkv, m->d);
+	attn_strides(m->os, a ? a->o_stride : NULL, m->sq, m->hq, m->d);
+	m->scale = a ? a->scale : 1.f;
+	m->causal = (p->flags & FLY_F_CAUSAL) != 0;
+}
+
+static int attn_problem_ok(const struct fly_problem *p)
+{
+	if (p->op != FLY_OP_ATTENTION || !(ATTN_DTYPES & (1u << p->dtype)))
+		return -EINVAL;
+	if (p->flags & ~FLY_F_CAUSAL)
+		return -EINVAL;
+	for (int i = 0; i < 6; i++)
+		if (p->dims[i] < 1)
+			return -EINVAL;
+	int64_t d = p->dims[5];
+	if ((d != 64 && d != 128 && d != 256) || p->dims[3] % p->dims[4])
+		return -EINVAL;
+	/* grid.y heads, grid.z batches (times the split) */
+	if (p->dims[3] > 65535 || p->dims[0] > 65535 ||
+	    p->dims[1] > 0x7fffffff)
+		return -EINVAL;
+	return 0;
+}
+
+/* ------------------------------------------------------------ reference */
+
+#define REF_T 128
+
+template <int DT>
+__global__ void __launch_bounds__(REF_T)
+attn_ref_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
+		uint16_t *o, float *lse, struct attn_dims m)
+{
+	typedef flyk_elem<DT> E;
+	__shared__ float qs[256];
+	__shared__ float ps[REF_T];
+	const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+	const int64_t hk = h / (m.hq / m.hkv);
+	const int tx = threadIdx.x;
+	const uint16_t *qr = q + b * m.qs[0] + i * m.qs[1] + h * m.qs[2];
+	for (int x = tx; x < m.d; x += REF_T)
+		qs[x] = E::load(qr[x]);
+	int64_t hi = m.skv; /* keys j < hi are visible */
+	if (m.causal) {
+		hi = i + m.skv - m.sq + 1;
+		hi = hi < 0 ? 0 : (hi > m.skv ? m.skv : hi);
+	}
+	float mx = -INFINITY, l = 0.f, acc[2] = {0.f, 0.f};
+	__syncthreads();
+	for (int64_t j0 = 0; j0 < hi; j0 += REF_T) {
+		int64_t j = j0 + tx;
+		float s = -INFINITY;
+		if (j < hi) {
+			const uint16_t *kr =
+			    k + b * m.ks[0] + j * m.ks[1] + hk * m.ks[2];
+			float dot = 0.f;
+			for (int64_t x = 0; x < m.d; x++)
+				dot += qs[x] * E::load(kr[x]);
+			s = dot * m.scale;
+		}
+		ps[tx] = s;
+		__syncthreads();
+		float cm = mx;
+		for (int x = 0; x < REF_T; x++)
+			cm = fmaxf(cm, ps[x]);
+		float corr = expf(mx - cm); /* key j0 is visible: cm finite */
+		l *= corr;
+		acc[0] *= corr;
+		acc[1] *= corr;
+		for (int x = 0; x < REF_T && j0 + x < hi; x++) {
+			float pe = expf(ps[x] - cm);
+			const uint16_t *vr = v + b * m.vs[0] +
+					     (j0 + x) * m.vs[1] + hk * m.vs[2];
+			l += pe;
+			for (int c = 0; c < 2; c++)
+				if (tx + c * REF_T < m.d)
+					acc[c] += pe * E::load(vr[tx + c * REF_T]);
+		}
+		mx = cm;
+		__syncthreads();
+	}
+	uint16_t *orow = o + b * m.os[0] + i * m.os[1] + h * m.os[2];
+	for (int c = 0; c < 2; c++)
+		if (tx + c * REF_T < m.d)
+			orow[tx + c * REF_T] = E::store(l > 0.f ? acc[c] / l : 0.f);
+	if (lse && tx == 0)
+		lse[(b * m.hq + h) * m.sq + i] =
+		    l > 0.f ? mx + logf(l) : -INFINITY;
+}
+
+static int ref_feasible(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *params)
+{
+	(void)dev;
+	(void)params;
+	return attn_problem_ok(p);
+}
+
+static int ref_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *params,
+		      const union flyk_args *args, void *stream)
+{
+	const struct flyk_attention_args *a = &args->attention;
+	struct attn_dims m;
+	(void)dev;
+	(void)params;
+	if (attn_problem_ok(p))
+		return -EINVAL;
+	attn_dims_of(p, a, &m);
+	dim3 grid((unsigned)m.sq, (unsigned)m.hq, (unsigned)m.b);
+	hipStream_t s = (hipStream_t)stream;
+	const uint16_t *q = (const uint16_t *)a->q, *k = (const uint16_t *)a->k;
+	const uint16_t *v = (const uint16_t *)a->v;
+	if (p->dtype == FLY_DT_BF16)
+		FLYK_GO(grid, REF_T, 0, s, attn_ref_kernel<FLY_DT_BF16>)(
+		    q, k, v, (uint16_t *)a->o, a->lse, m);
+	else
+		FLYK_GO(grid, REF_T, 0, s, attn_ref_kernel<FLY_DT_FP16>)(
+		    q, k, v, (uint16_t *)a->o, a->lse, m);
+	return flyk_launch_err();
+}
+
+/* ------------------------------------------------------------ fa2 */
+
+/* What the fa2 kernel and its combine step get (by value). */
+struct fa_args {
+	const uint16_t *q, *k, *v;
+	uint16_t *o;
+	float *lse;
+	float *ws;   /* split > 1: partial O [split, b, hq, sq, d], then LSE
+			[split, b, hq, sq] */
+	struct attn_dims m;
+	float sl2;   /* scale * log2(e) */
+	int split;
+};
+
+/* The partials' LSE follow the partial O in the workspace. */
+static size_t fa_ws_bytes(const struct fly_problem *p, int64_t split)
+{
+	return (size_t)split * (size_t)p->dims[0] * (size_t)p->dims[3] *
+	       (size_t)p->dims[1] * (size_t)(p->dims[5] + 1) * 4;
+}
+
+/* Shared memory of one block: Q (block_m rows), K ring, V ring; bf16. */
+template <int D, int BM, int BN, int ST> struct fa_cfg {
+	enum {
+		NW = BM / 16,
+		NT = NW * 32,
+		Q_EL = BM * D,
+		KV_EL = BN * D,
+		SMEM = (Q_EL + 2 * ST * KV_EL) * 2,
+		QREG = D <= 128,
+		/* 227 KiB of shared memory (sm_90); at d = 256 a 128-key
+		 * tile's S fragments and the O accumulators pass the 255
+		 * registers a thread has */
+		OK = SMEM <= 227 * 1024 && !(D == 256 && BN == 128),
+	};
+};
+
+#if FLYK_HAS_MMA
+/* Element offset of 16-byte chunk @p c of row @p r in a tile of rows of
+ * D elements: chunk c ^ (r % 8), so the 8 rows an ldmatrix reads at one
+ * logical chunk sit in 8 different bank groups. */
+template <int D> __device__ __forceinline__ int fa_sw(int r, int c)
+{
+	return r * D + ((c ^ (r & 7)) << 3);
+}
+
+/* cp.async R rows of D elements (row stride @p rs) from @p g into the
+ * swizzled tile @p s; rows at or past @p valid are zero-filled. */
+template <int D, int R, int NT>
+__device__ __forceinline__ void fa_load(uint16_t *s, const uint16_t *g,
+					int64_t rs, int64_t valid)
+{
+	constexpr int CH = D / 8, N = R * CH;
+#pragma unroll
+	for (int it = 0; it < (N + NT - 1) / NT; it++) {
+		int x = it * NT + (int)threadIdx.x;
+		if (N % NT == 0 || x < N) {
+			int r = x / CH, c = x % CH;
+			bool ok = r < valid;
+			const uint16_t *src = ok ? g + r * rs + c * 8 : g;
+			flyk_cp16(s + fa_sw<D>(r, c), src, ok);
+		}
+	}
+}
+
+/* One (query block, head, batch[, split]) of the FlashAttention-2 loop. */
+template <int D, int BM, int BN, int ST>
+__global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
+{
+	typedef fa_cfg<D, BM, BN, ST> C;
+	FLYK_DYN_SMEM(uint4, raw);
+	uint16_t *sQ = (uint16_t *)raw;
+	uint16_t *sK = sQ + C::Q_EL, *sV = sK + ST * C::KV_EL;
+	const struct attn_dims &m = a.m;
+	const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+	const int g = l / 4, t = l % 4;
+	/* heaviest (latest, under causal) query blocks first */
+	const int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BM;
+	const int64_t h = blockIdx.y;
+	int64_t bz = blockIdx.z, sp = 0;
+	if (a.split > 1) {
+		sp = bz % a.split;
+		bz /= a.split;
+	}
+	const int64_t hk = h / (m.hq / m.hkv), off = m.skv - m.sq;
+	int64_t kend = m.skv; /* keys past the block's last visible one */
+	if (m.causal) {
+		int64_t e = q0 + BM + off;
+		kend = e < kend ? (e < 0 ? 0 : e) : kend;
+	}
+	const int64_t nt_all = (kend + BN - 1) / BN;
+	int64_t t0 = 0, t1 = nt_all;
+	if (a.split > 1) {
+		int64_t ch = (nt_all + a.split - 1) / a.split;
+		t0 = sp * ch;
+		t1 = t0 + ch < nt_all ? t0 + ch : nt_all;
+		t0 = t0 < t1 ? t0 : t1;
+	}
+	const int64_t nt = t1 - t0;
+	const uint16_t *qg = a.q + bz * m.qs[0] + q0 * m.qs[1] + h * m.qs[2];
+	const uint16_t *kg = a.k + bz * m.ks[0] + hk * m.ks[2];
+	const uint16_t *vg = a.v + bz * m.vs[0] + hk * m.vs[2];
+
+	fa_load<D, BM, C::NT>(sQ, qg, m.qs[1], m.sq - q0);
+	flyk_cp_commit();
+#pragma unroll
+	for (int x = 0; x < ST - 1; x++) {
+		if (x < nt) {
+			int64_t n0 = (t0 + x) * BN;
+			fa_load<D, BN, C::NT>(sK + x * C::KV_EL,
+					      kg + n0 * m.ks[1], m.ks[1],
+					      m.skv - n0);
+			fa_load<D, BN, C::NT>(sV + x * C::KV_EL,
+					      vg + n0 * m.vs[1], m.vs[1],
+					      m.skv - n0);
+		}
+		flyk_cp_commit(); /* one group per tile, empty past the end */
+	}
+
+	float o[D / 8][4];
+#pragma unroll
+	for (int j = 0; j < D / 8; j++)
+		o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+	float mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0.f, 0.f};
+	uint32_t qf[C::QREG ? D / 16 : 1][4];
+	flyk_cp_wait<ST - 1>(); /* Q */
+	__syncthreads();
+	if constexpr (C::QREG) {
+#pragma unroll
+		for (int kk = 0; kk < D / 16; kk++)
+			flyk_ldm4(qf[kk],
+				  sQ + fa_sw<D>(w * 16 + (l % 16), kk * 2 + l / 16));
+	}
+	const int64_t lim0 = q0 + w * 16 + g + off, lim1 = lim0 + 8;
+
+	for (int64_t x = 0; x < nt; x++) {
+		flyk_cp_wait<ST - 2>();
+		__syncthreads();
+		{ /* refill the slot tile x - 1 left */
+			int64_t y = x + ST - 1;
+			if (y < nt) {
+				int64_t n0 = (t0 + y) * BN;
+				int sl = (int)(y % ST);
+				fa_load<D, BN, C::NT>(sK + sl * C::KV_EL,
+						      kg + n0 * m.ks[1],
+						      m.ks[1], m.skv - n0);
+				fa_load<D, BN, C::NT>(sV + sl * C::KV_EL,
+						      vg + n0 * m.vs[1],
+						      m.vs[1], m.skv - n0);
+			}
+			flyk_cp_commit();
+		}
+		const uint16_t *ks = sK + (int)(x % ST) * C::KV_EL;
+		const uint16_t *vs = sV + (int)(x % ST) * C::KV_EL;
+
+		/* S = Q K^T, 16 rows x BN keys a warp */
+		float s[BN / 8][4];
+#pragma unroll
+		for (int j = 0; j < BN / 8; j++)
+			s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+		for (int kk = 0; kk < D / 16; kk++) {
+			uint32_t af[4];
+			if constexpr (C::QREG) {
+				af[0] = qf[C::QREG ? kk : 0][0];
+				af[1] = qf[C::QREG ? kk : 0][1];
+				af[2] = qf[C::QREG ? kk : 0][2];
+				af[3] = qf[C::QREG ? kk : 0][3];
+			} else {
+				flyk_ldm4(af, sQ + fa_sw<D>(w * 16 + (l % 16),
+							    kk * 2 + l / 16));
+			}
+#pragma unroll
+			for (int nn = 0; nn < BN / 16; nn++) {
+				uint32_t bf[4];
+				flyk_ldm4(bf, ks + fa_sw<D>(nn * 16 +
+								(l / 16) * 8 +
+								(l % 8),
+							    kk * 2 +
+								(l / 8) % 2));
+				flyk_mma16816(s[2 * nn], af, bf);
+				flyk_mma16816(s[2 * nn + 1], af, bf + 2);
+			}
+		}
+
+		/* scale into log2 units; mask the diagonal and the tail */
+		const int64_t n0 = (t0 + x) * BN;
+		const bool mask = n0 + BN > m.skv ||
+				  (m.causal && n0 + BN - 1 > q0 + w * 16 + off);
+#pragma unroll
+		for (int j = 0; j < BN / 8; j++) {
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float sv = s[j][e] * a.sl2;
+				if (mask) {
+					int64_t col = n0 + 8 * j + 2 * t + (e & 1);
+					int64_t lim = e < 2 ? lim0 : lim1;
+					if (col >= m.skv || (m.causal && col > lim))
+						sv = -INFINITY;
+				}
+				s[j][e] = sv;
+			}
+		}
+
+		/* online softmax: rows g (e 0, 1) and g + 8 (e 2, 3) */
+		float mx0 = mr[0], mx1 = mr[1];
+#pragma unroll
+		for (int j = 0; j < BN / 8; j++) {
+			mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+			mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+		}
+		mx0 = fmaxf(mx0, FLYK_SHFL_XOR(mx0, 1));
+		mx1 = fmaxf(mx1, FLYK_SHFL_XOR(mx1, 1));
+		mx0 = fmaxf(mx0, FLYK_SHFL_XOR(mx0, 2));
+		mx1 = fmaxf(mx1, FLYK_SHFL_XOR(mx1, 2));
+		/* a row that has seen no key yet keeps 0 as its base */
+		const float b0 = mx0 == -INFINITY ? 0.f : mx0;
+		const float b1 = mx1 == -INFINITY ? 0.f : mx1;
+		const float c0 = exp2f(mr[0] - b0), c1 = exp2f(mr[1] - b1);
+		mr[0] = mx0;
+		mr[1] = mx1;
+		lr[0] *= c0;
+		lr[1] *= c1;
+#pragma unroll
+		for (int j = 0; j < D / 8; j++) {
+			o[j][0] *= c0;
+			o[j][1] *= c0;
+			o[j][2] *= c1;
+			o[j][3] *= c1;
+		}
+#pragma unroll
+		for (int j = 0; j < BN / 8; j++) {
+			s[j][0] = exp2f(s[j][0] - b0);
+			s[j][1] = exp2f(s[j][1] - b0);
+			s[j][2] = exp2f(s[j][2] - b1);
+			s[j][3] = exp2f(s[j][3] - b1);
+			lr[0] += s[j][0] + s[j][1];
+			lr[1] += s[j][2] + s[j][3];
+		}
+
+		/* O += P V: P as the A operand straight from S's registers */
+#pragma unroll
+		for (int kk = 0; kk < BN / 16; kk++) {
+			uint32_t pa[4];
+			pa[0] = flyk_df2b2(s[2 * kk][0], s[2 * kk][1]);
+			pa[1] = flyk_df2b2(s[2 * kk][2], s[2 * kk][3]);
+			pa[2] = flyk_df2b2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+			pa[3] = flyk_df2b2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+			for (int dd = 0; dd < D / 16; dd++) {
+				uint32_t bf[4];
+				flyk_ldm4t(bf, vs + fa_sw<D>(kk * 16 +
+								 ((l / 8) % 2) * 8 +
+								 (l % 8),
+							     dd * 2 + l / 16));
+				flyk_mma16816(o[2 * dd], pa, bf);
+				flyk_mma16816(o[2 * dd + 1], pa, bf + 2);
+			}
+		}
+	}
+	flyk_cp_wait<0>();
+
+	lr[0] += FLYK_SHFL_XOR(lr[0], 1);
+	lr[1] += FLYK_SHFL_XOR(lr[1], 1);
+	lr[0] += FLYK_SHFL_XOR(lr[0], 2);
+	lr[1] += FLYK_SHFL_XOR(lr[1], 2);
+	const float i0 = lr[0] > 0.f ? 1.f / lr[0] : 0.f;
+	const float i1 = lr[1] > 0.f ? 1.f / lr[1] : 0.f;
+	const float e0 = lr[0] > 0.f ? (mr[0] + log2f(lr[0])) * ATTN_LN2
+				     : -INFINITY;
+	const float e1 = lr[1] > 0.f ? (mr[1] + log2f(lr[1])) * ATTN_LN2
+				     : -INFINITY;
+	const int64_t r0 = q0 + w * 16 + g, r1 = r0 + 8;
+
+	if (a.split > 1) { /* fp32 partials, normalised, and their LSE */
+		const int64_t base = ((sp * m.b + bz) * m.hq + h) * m.sq;
+		float *po = a.ws, *pl = a.ws + (size_t)a.split * m.b * m.hq *
+						   m.sq * D;
+#pragma unroll
+		for (int j = 0; j < D / 8; j++) {
+			if (r0 < m.sq)
+				*(float2 *)(po + (base + r0) * D + 8 * j + 2 * t) =
+				    make_float2(o[j][0] * i0, o[j][1] * i0);
+			if (r1 < m.sq)
+				*(float2 *)(po + (base + r1) * D + 8 * j + 2 * t) =
+				    make_float2(o[j][2] * i1, o[j][3] * i1);
+		}
+		if (t == 0 && r0 < m.sq)
+			pl[base + r0] = e0;
+		if (t == 0 && r1 < m.sq)
+			pl[base + r1] = e1;
+		return;
+	}
+
+	/* stage the warp's 16 rows in its own rows of the Q tile, then 16-byte
+	 * stores (no other warp reads those rows) */
+	__syncwarp();
+	uint16_t *so = sQ;
+#pragma unroll
+	for (int j = 0; j < D / 8; j++) {
+		*(uint32_t *)(so + fa_sw<D>(w * 16 + g, j) + 2 * t) =
+		    flyk_df2b2(o[j][0] * i0, o[j][1] * i0);
+		*(uint32_t *)(so + fa_sw<D>(w * 16 + g + 8, j) + 2 * t) =
+		    flyk_df2b2(o[j][2] * i1, o[j][3] * i1);
+	}
+	__syncwarp();
+	uint16_t *og = a.o + bz * m.os[0] + h * m.os[2];
+#pragma unroll
+	for (int x = l; x < 16 * (D / 8); x += 32) {
+		int r = x / (D / 8), c = x % (D / 8);
+		int64_t row = q0 + w * 16 + r;
+		if (row < m.sq)
+			*(uint4 *)(og + row * m.os[1] + c * 8) =
+			    *(const uint4 *)(so + fa_sw<D>(w * 16 + r, c));
+	}
+	if (a.lse && t == 0) {
+		float *lp = a.lse + (bz * m.hq + h) * m.sq;
+		if (r0 < m.sq)
+			lp[r0] = e0;
+		if (r1 < m.sq)
+			lp[r1] = e1;
+	}
+}
+
+/* Merge the splits of one row: weights exp(lse_s - max), O and lse. */
+template <int D>
+__global__ void __launch_bounds__(D) attn_combine_kernel(const fa_args a)
+{
+	const struct attn_dims &m = a.m;
+	const int64_t x = blockIdx.x; /* (b * hq + h) * sq + i */
+	const int64_t i = x % m.sq, h = (x / m.sq) % m.hq, b = x / (m.sq * m.hq);
+	const size_t rows = (size_t)m.b * m.hq * m.sq;
+	const float *pl = a.ws + (size_t)a.split * rows * D;
+	float mx = -INFINITY;
+	for (int s = 0; s < a.split; s++)
+		mx = fmaxf(mx, pl[s * rows + x]);
+	float sum = 0.f, acc = 0.f;
+	if (mx != -INFINITY) {
+		for (int s = 0; s < a.split; s++) {
+			float ws = expf(pl[s * rows + x] - mx);
+			sum += ws;
+			acc += ws * a.ws[(s * rows + x) * D + threadIdx.x];
+		}
+	}
+	a.o[b * m.os[0] + i * m.os[1] + h * m.os[2] + threadIdx.x] =
+	    flyk_df2b(sum > 0.f ? acc / sum : 0.f);
+	if (a.lse && threadIdx.x == 0)
+		a.lse[x] = sum > 0.f ? mx + logf(sum) : -INFINITY;
+}
+
+template <int D, int BM, int BN, int ST>
+static int fa_go(const fa_args &x, dim3 grid, hipStream_t s)
+{
+	typedef fa_cfg<D, BM, BN, ST> C;
+	if constexpr (!C::OK) {
+		return -EINVAL;
+	} else {
+		if (flyk_smem_optin<attn_fa2_kernel<D, BM, BN, ST>>(C::SMEM))
+			return -ENOSPC;
+		FLYK_GO(grid, C::NT, C::SMEM, s,
+			attn_fa2_kernel<D, BM, BN, ST>)(x);
+		int rc = flyk_launch_err();
+		if (rc || x.split <= 1)
+			return rc;
+		unsigned rows = (unsigned)(x.m.b * x.m.hq * x.m.sq);
+		FLYK_GO(rows, D, 0, s, attn_combine_kernel<D>)(x);
+		return flyk_launch_err();
+	}
+}
+
+template <int D>
+static int fa_go_d(const fa_args &x, int bm, int bn, int st, dim3 grid,
+		   hipStream_t s)
+{
+#define FA_CASE(BM, BN, ST)                                                    \
+	if (bm == BM && bn == BN && st == ST)                                  \
+		return fa_go<D, BM, BN, ST>(x, grid, s);
+	FA_CASE(64, 32, 2) FA_CASE(64, 64, 2) FA_CASE(64, 128, 2)
+	FA_CASE(64, 32, 3) FA_CASE(64, 64, 3) FA_CASE(64, 128, 3)
+	FA_CASE(128, 32, 2) FA_CASE(128, 64, 2) FA_CASE(128, 128, 2)
+	FA_CASE(128, 32, 3) FA_CASE(128, 64, 3) FA_CASE(128, 128, 3)
+#undef FA_CASE
+	return -EINVAL;
+}
+#endif /* FLYK_HAS_MMA */
+
+static const int64_t fa_bm_vals[] = {64, 128};
+static const int64_t fa_bn_vals[] = {32, 64, 128};
+static const int64_t fa_st_vals[] = {2, 3};
+static const int64_t fa_split_vals[] = {2, 4, 8, 16};
+static const int64_t fa_bm1_vals[] = {64};
+
+/* The point's shape alone (both fa2 variants). */
+static int fa_point_ok(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *pr)
+{
+#if FLYK_HAS_MMA
+	if (attn_problem_ok(p) || p->dtype != FLY_DT_BF16)
+		return -EINVAL;
+	if (dev && dev->cc_major < 8)
+		return -EINVAL;
+	int64_t d = p->dims[5], bm = pr[0], bn = pr[1], st = pr[2];
+	if ((bm != 64 && bm != 128) || (bn != 32 && bn != 64 && bn != 128) ||
+	    (st != 2 && st != 3))
+		return -EINVAL;
+	if (d == 256 && bn == 128) /* registers (fa_cfg::OK) */
+		return -EINVAL;
+	/* a 128-row block where 64 rows already cover every query */
+	if (bm == 128 && p->dims[1] <= 64)
+		return -EINVAL;
+	/* a 128-key tile where 64 already cover every key */
+	if (bn > 32 && bn / 2 >= p->dims[2])
+		return -EINVAL;
+	size_t smem = (size_t)(bm * d + 2 * st * bn * d) * 2;
+	if (smem > 227 * 1024 ||
+	    (dev && dev->smem_per_block_optin &&
+	     smem > dev->smem_per_block_optin))
+		return -ENOSPC;
+	return 0;
+#else
+	(void)dev;
+	(void)p;
+	(void)pr;
+	return -EINVAL;
+#endif
+}
+
+static int fa2_feasible(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *params)
+{
+	return fa_point_ok(dev, p, params);
+}
+
+/* The unsplit grid's blocks (query blocks x heads x batches). */
+static int64_t fa_blocks(const struct fly_problem *p, int64_t bm)
+{
+	return (p->dims[1] + bm - 1) / bm * p->dims[3] * p->dims[0];
+}
+
+static int split_feasible(const struct flyk_device *dev,
+			  const struct fly_problem *p, const int64_t *params)
+{
+	int rc = fa_point_ok(dev, p, params);
+	if (rc)
+		return rc;
+	int64_t split = params[3], bn = params[1];
+	if (split != 2 && split != 4 && split != 8 && split != 16)
+		return -EINVAL;
+	/* only block-starved shapes: the unsplit grid under 2 blocks an SM */
+	int sms = dev && dev->sms > 0 ? dev->sms : 132;
+	if (fa_blocks(p, params[0]) >= 2 * (int64_t)sms)
+		return -EINVAL;
+	/* every split gets at least two key tiles */
+	if ((p->dims[2] + bn - 1) / bn < 2 * split)
+		return -EINVAL;
+	if (p->dims[0] * split > 65535)
+		return -EINVAL;
+	if (fa_ws_bytes(p, split) > ATTN_WS_BYTES)
+		return -ENOSPC;
+	return 0;
+}
+
+static int fa_launch_common(const struct flyk_device *dev,
+			    const struct fly_problem *p, const int64_t *pr,
+			    int64_t split, const union flyk_args *args,
+			    void *stream)
+{
+#if FLYK_HAS_MMA
+	const struct flyk_attention_args *a = &args->attention;
+	struct attn_dims m;
+	attn_dims_of(p, a, &m);
+	/* 16-byte cp.async sources and output stores */
+	if ((uintptr_t)a->q % 16 || (uintptr_t)a->k % 16 ||
+	    (uintptr_t)a->v % 16 || (uintptr_t)a->o % 16)
+		return -EINVAL;
+	for (int i = 0; i < 3; i++)
+		if (m.qs[i] % 8 || m.ks[i] % 8 || m.vs[i] % 8 || m.os[i] % 8)
+			return -EINVAL;
+	fa_args x;
+	memset(&x, 0, sizeof(x));
+	x.q = (const uint16_t *)a->q;
+	x.k = (const uint16_t *)a->k;
+	x.v = (const uint16_t *)a->v;
+	x.o = (uint16_t *)a->o;
+	x.lse = a->lse;
+	x.m = m;
+	x.sl2 = m.scale * ATTN_LOG2E;
+	x.split = (int)split;
+	if (split > 1) {
+		if (!a->workspace || a->workspace_size < fa_ws_bytes(p, split) ||
+		    (uintptr_t)a->workspace % 16)
+			return -ENOSPC;
+		x.ws = (float *)a->workspace;
+	}
+	int bm = (int)pr[0], bn = (int)pr[1], st = (int)pr[2];
+	dim3 grid((unsigned)((m.sq + bm - 1) / bm), (unsigned)m.hq,
+		  (unsigned)(m.b * split));
+	hipStream_t s = (hipStream_t)stream;
+	if (m.d == 64)
+		return fa_go_d<64>(x, bm, bn, st, grid, s);
+	if (m.d == 128)
+		return fa_go_d<128>(x, bm, bn, st, grid, s);
+	return fa_go_d<256>(x, bm, bn, st, grid, s);
+#else
+	(void)dev;
+	(void)p;
+	(void)pr;
+	(void)split;
+	(void)args;
+	(void)stream;
+	return -EINVAL;
+#endif
+}
+
+static int fa2_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *params,
+		      const union flyk_args *args, void *stream)
+{
+	if (fa2_feasible(dev, p, params))
+		return -EINVAL;
+	return fa_launch_common(dev, p, params, 1, args, stream);
+}
+
+static int split_launch(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *params,
+			const union flyk_args *args, void *stream)
+{
+	int rc = split_feasible(dev, p, params);
+	if (rc)
+		return rc == -ENOSPC ? rc : -EINVAL;
+	return fa_launch_common(dev, p, params, params[3], args, stream);
+}
+
+/* ------------------------------------------------------------ table */
+
+#define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
+
+#if !FLYK_DEVICE_PASS
+static const struct flyk_variant attn_variants[] = {
+    {"attn_ref", FLY_OP_ATTENTION, ATTN_DTYPES, FLY_F_CAUSAL, 1, 0, {},
+     ref_feasible, NULL, ref_launch, NULL},
+    /* ---- reserved: attn_wgmma (Hopper TMA + wgmma, FA3 manner), from
+     * attn/attn_wgmma.h, goes here, before attn_fa2 (the default is the
+     * first feasible variant of the table) ---- */
+    {"attn_fa2",
+     FLY_OP_ATTENTION,
+     1u << FLY_DT_BF16,
+     FLY_F_CAUSAL,
+     0,
+     3,
+     {{"block_m", NV(fa_bm_vals)},
+      {"block_n", NV(fa_bn_vals)},
+      {"stages", NV(fa_st_vals)}},
+     fa2_feasible,
+     NULL,
+     fa2_launch,
+     NULL},
+    {"attn_fa2_split",
+     FLY_OP_ATTENTION,
+     1u << FLY_DT_BF16,
+     FLY_F_CAUSAL,
+     0,
+     4,
+     {{"block_m", NV(fa_bm1_vals)},
+      {"block_n", NV(fa_bn_vals)},
+      {"stages", NV(fa_st_vals)},
+      {"split", NV(fa_split_vals)}},
+     split_feasible,
+     NULL,
+     split_launch,
+     NULL},
+    /* ---- reserved: attn_cudnn (cuDNN's fused attention, from
+     * kernels/vendor/cudnn_attn.c, under FLYK_HAS_CUBLAS-like guard) goes
+     * here ---- */
+};
+#endif
+
+/* ------------------------------------------------------------ case */
+
+/* out[0]: max |got - ref| of the LSE (+inf for NaN or a -inf missed);
+ * out[1]: entries off by more than 1e-3 max(1, |ref|). */
+__global__ void attn_lse_cmp_kernel(const float *got, const float *ref,
+				    size_t n, unsigned *out)
+{
+	float mx = 0.f;
+	unsigned bad = 0;
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		float g = got[i], r = ref[i], e;
+		if (isinf(r) && r < 0.f)
+			e = isinf(g) && g < 0.f ? 0.f : INFINITY;
+		else
+			e = fabsf(g - r);
+		if (!(e <= 1e-3f * fmaxf(1.f, fabsf(r)))) {
+			bad++;
+			e = e == e ? e : INFINITY;
+		}
+		mx = fmaxf(mx, e);
+	}
+	atomicMax(&out[0], __float_as_uint(mx));
+	if (bad)
+		atomicAdd(&out[1], bad);
+}
+
+struct attn_state {
+	void *d_ref_o;
+	float *d_ref_lse;
+	unsigned *d_cmp;
+	size_t no, nl;
+};
+
+static int attn_setup(struct flyk_case *c, uint64_t seed)
+{
+	const struct fly_problem *p = &c->p;
+	if (attn_problem_ok(p))
+		return -EOPNOTSUPP;
+	struct attn_state *st = (struct attn_state *)calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	c->state = st;
+	int64_t b = p->dims[0], sq = p->dims[1], skv = p->dims[2];
+	int64_t hq = p->dims[3], hkv = p->dims[4], d = p->dims[5];
+	size_t nq = (size_t)(b * sq * hq * d), nkv = (size_t)(b * skv * hkv * d);
+	st->no = nq;
+	st->nl = (size_t)(b * hq * sq);
+	size_t ob = (nq * 2 + 15) / 16 * 16, lb = (st->nl * 4 + 15) / 16 * 16;
+	void *q, *k, *v, *o, *lse, *ref, *ws;
+	/* (7 buffers: the reference LSE and the compare words ride behind
+	 * the reference O) */
+	if (flyk_gpu_case_alloc(c, nq * 2, 0, &q) < 0 ||
+	    flyk_gpu_case_alloc(c, nkv * 2, 0, &k) < 0 ||
+	    flyk_gpu_case_alloc(c, nkv * 2, 0, &v) < 0 ||
+	    flyk_gpu_case_alloc(c, nq * 2, 1, &o) < 0 ||
+	    flyk_gpu_case_alloc(c, st->nl * 4, 1, &lse) < 0 ||
+	    flyk_gpu_case_alloc(c, ob + lb + 16, 0, &ref) < 0 ||
+	    flyk_gpu_case_alloc(c, ATTN_WS_BYTES, 0, &ws) < 0)
+		return -ENOMEM;
+	st->d_ref_o = ref;
+	st->d_ref_lse = (float *)((char *)ref + ob);
+	st->d_cmp = (unsigned *)((char *)ref + ob + lb);
+	int rc = flyk_gpu_fill_random(c->dev, q, nq, p->dtype, -2.f, 2.f, seed);
+	if (!rc)
+		rc = flyk_gpu_fill_random(c->dev, k, nkv, p->dtype, -1.f, 1.f,
+					  seed + 1);
+	if (!rc)
+		rc = flyk_gpu_fill_random(c->dev, v, nkv, p->dtype, -1.f, 1.f,
+					  seed + 2);
+	if (rc)
+		return rc;
+	struct flyk_attention_args *a = &c->args.attention;
+	memset(a, 0, sizeof(*a));
+	a->q = q;
+	a->k = k;
+	a->v = v;
+	a->o = ref;
+	a->lse = st->d_ref_lse;
+	a->scale = 1.f / sqrtf((float)d);
+	a->workspace = ws;
+	a->workspace_size = ATTN_WS_BYTES;
+	rc = ref_launch(c->dev, p, NULL, &c->args, c->dev->stream);
+	a->o = o;
+	a->lse = (float *)lse;
+	return rc;
+}
+
+static int attn_check(struct flyk_case *c, double *max_err)
+{
+	struct attn_state *st = (struct attn_state *)c->state;
+	const struct flyk_attention_args *a = &c->args.attention;
+	double eo = 0;
+	*max_err = 0;
+	/* O: bf16/fp16 rounding of values of |v| <= 1 averaged, P in bf16 */
+	int rc = flyk_gpu_compare(c->dev, c->p.dtype, a->o, st->d_ref_o,
+				  st->no, 1.f / 64, 1.f / 16, 0.f, st->d_cmp,
+				  &eo);
+	*max_err = eo;
+	if (rc && rc != -EDOM)
+		return rc;
+	int orc = rc;
+	unsigned h[2] = {0, 0};
+	if ((rc = flyk_gpu_upload(c->dev, st->d_cmp, h, sizeof(h))))
+		return rc;
+	size_t blocks = (st->nl + 255) / 256;
+	if (blocks > (size_t)c->dev->sms * 8)
+		blocks = (size_t)c->dev->sms * 8;
+	FLYK_GO((unsigned)blocks, 256, 0, (hipStream_t)c->dev->stream,
+		attn_lse_cmp_kernel)(a->lse, st->d_ref_lse, st->nl, st->d_cmp);
+	if ((rc = flyk_launch_err()) ||
+	    (rc = flyk_gpu_download(c->dev, h, st->d_cmp, sizeof(h))))
+		return rc;
+	float el;
+	memcpy(&el, &h[0], 4);
+	if (el > *max_err)
+		*max_err = el;
+	return orc ? orc : (h[1] ? -EDOM : 0);
+}
+
+static void attn_fini(struct flyk_case *c)
+{
+	free(c->state);
+	c->state = NULL;
+}
+
+#if !FLYK_DEVICE_PASS
+extern "C" const struct flyk_gpu_op flyk_gpu_attention_op = {
+    FLY_OP_ATTENTION, attn_variants,
+    sizeof(attn_variants) / sizeof(attn_variants[0]),
+    attn_setup, attn_check, attn_fini, NULL,
+};
+#endif
