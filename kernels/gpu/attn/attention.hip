@@ -58,6 +58,7 @@
 #include "prim/flyk_gpu.h"
 #include "prim/launch.h"
 #include "prim/mma.h"
+#include "attn/attn_wgmma.h"
 
 #define ATTN_DTYPES ((1u << FLY_DT_FP16) | (1u << FLY_DT_BF16))
 #define ATTN_LOG2E 1.4426950408889634f
@@ -758,9 +759,21 @@ static int split_launch(const struct flyk_device *dev,
 static const struct flyk_variant attn_variants[] = {
     {"attn_ref", FLY_OP_ATTENTION, ATTN_DTYPES, FLY_F_CAUSAL, 1, 0, {},
      ref_feasible, NULL, ref_launch, NULL},
-    /* ---- reserved: attn_wgmma (Hopper TMA + wgmma, FA3 manner), from
-     * attn/attn_wgmma.h, goes here, before attn_fa2 (the default is the
-     * first feasible variant of the table) ---- */
+    /* Hopper TMA + wgmma (FA3 manner, attn/attn_wgmma.h): before
+     * attn_fa2, as the default is the first feasible variant */
+    {"attn_wgmma",
+     FLY_OP_ATTENTION,
+     1u << FLY_DT_BF16,
+     FLY_F_CAUSAL,
+     0,
+     3,
+     {{"block_n", NV(attn_wg_block_n)},
+      {"stages", NV(attn_wg_stages)},
+      {"overlap", NV(attn_wg_overlap)}},
+     attn_wgmma_feasible,
+     NULL,
+     attn_wgmma_launch,
+     NULL},
     {"attn_fa2",
      FLY_OP_ATTENTION,
      1u << FLY_DT_BF16,
