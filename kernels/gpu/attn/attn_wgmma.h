@@ -5,8 +5,8 @@
  * wgmma.h), one producer warpgroup and two consumer warpgroups.
  *
  *   - A work unit is 128 query rows of one (batch, head); consumer
- *     warpgroup c owns rows 64c .. 64c + 63 as one m64 slab.  Blocks are
- *     persistent (one per SM, walking units).
+ *     warpgroup c owns rows 64c .. 64c + 63 as one m64 slab.  A block
+ *     runs one unit, or (persist) one block per SM walks them.
  *   - The producer (one thread) loads the Q tile once, then walks the KV
  *     blocks of BN keys through a ring of ST stages, K and V with their
  *     own full/empty mbarriers: a consumer releases a K stage as soon as
@@ -23,9 +23,9 @@
  *     past the diagonal are never loaded; masks apply only to the blocks
  *     that need them (the diagonal's and a ragged last block).  Rows
  *     that see no key write 0 and LSE -inf.
- *   - GQA: head h reads KV head h / (hq / hkv); heads are the fastest
- *     unit dimension so the heads of one KV head run together, and
- *     causal m-blocks go longest first.
+ *   - GQA: head h reads KV head h / (hq / hkv).  Units go m-blocks
+ *     first (longest causal first), then heads, then batches, so what
+ *     shares K/V runs together.
  *   - Strides are the caller's ([batch, seq, head], head_dim contiguous):
  *     4-D tensor maps {d, seq, head, batch}; out-of-range rows are zero
  *     filled by the copy engine and never stored.
@@ -43,7 +43,7 @@
 #include "prim/wgmma.h"
 
 /* The shapes built: head_dim D, keys per block BN, stages ST; each with
- * and without the overlap (OV). */
+ * the two overlaps (OV). */
 #define ATTN_WG_CFGS(X)                                                        \
 	X(64, 64, 4)                                                           \
 	X(64, 128, 2)                                                          \
@@ -56,15 +56,17 @@
 
 static const int64_t attn_wg_block_n[] = {64, 128};
 static const int64_t attn_wg_stages[] = {2, 3, 4};
-static const int64_t attn_wg_overlap[] = {0, 1, 2};
+static const int64_t attn_wg_overlap[] = {1, 2};
+static const int64_t attn_wg_persist[] = {0, 1};
 
 #if FLYK_HAS_TMA
 
 template <int D_, int BN_, int ST_, int OV_> struct attn_wg_cfg {
 	enum {
-		/* 1: the next block's S overlaps this block's P V; 2: that,
-		 * and the two consumers take turns issuing their wgmma (one's
-		 * softmax under the other's MMAs: FA3's ping-pong) */
+		/* 1: the next block's S and its softmax overlap this block's
+		 * P V; 2: that, and the two consumers take turns issuing
+		 * their wgmma (one's softmax under the other's MMAs: FA3's
+		 * ping-pong) */
 		OV = OV_,
 		D = D_,
 		BN = BN_,
@@ -213,8 +215,9 @@ __device__ __forceinline__ void attn_wg_pack(uint32_t (*pa)[4], const float *s)
 			    flyk_df2b2(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
 }
 
-/* Work unit u of the persistent walk: the longest causal m-blocks
- * first, heads fastest (the heads of one KV head together). */
+/* Work unit u: m-blocks fastest, longest (causal) first, so the units
+ * that share a head's K/V run together and find it in L2; then heads
+ * (the heads of one KV head together), then batches. */
 struct attn_wg_unit {
 	int h, b, m0, nblk;
 };
@@ -225,10 +228,10 @@ __device__ __forceinline__ attn_wg_unit attn_wg_unit_of(int u,
 {
 	attn_wg_unit w;
 	const int nm = (p.sq + C::BM - 1) / C::BM;
-	const int hb = u % (p.hq * p.nb);
+	const int hb = u / nm;
 	w.h = hb % p.hq;
 	w.b = hb / p.hq;
-	w.m0 = (nm - 1 - u / (p.hq * p.nb)) * C::BM;
+	w.m0 = (nm - 1 - u % nm) * C::BM;
 	w.nblk = (p.skv + C::BN - 1) / C::BN;
 	if (p.causal) {
 		/* the last row's last key, bottom-right aligned */
@@ -284,7 +287,8 @@ __device__ __forceinline__ void attn_wg_store(const attn_wg_params &p,
 }
 
 /*
- * Persistent: block x walks units x, x + grid, ...; the producer runs
+ * Block x walks units x, x + grid, ... (one unit each, or persistent: a
+ * block per SM, the persist parameter); the producer runs
  * ahead into the next unit (its Q once the consumers' last S of this one
  * has read the Q tile: the empty_q barrier), so a short unit's load
  * latency hides under the previous unit's last blocks and epilogue.  The
@@ -327,7 +331,7 @@ __global__ void __launch_bounds__(384, 1)
 	__syncthreads();
 
 	if (wg == 0) {
-		flyk_reg_dec<C::OV ? 24 : 40>();
+		flyk_reg_dec<24>();
 		if (threadIdx.x != 0)
 			return;
 		int gi = 0, qi = 0; /* K/V ring iterations, Q tiles */
@@ -367,7 +371,7 @@ __global__ void __launch_bounds__(384, 1)
 		return;
 	}
 
-	flyk_reg_inc<C::OV ? 240 : 232>();
+	flyk_reg_inc<240>();
 	const int c = wg - 1;
 	const int lane = threadIdx.x % 32, wi = (threadIdx.x / 32) % 4;
 	const int g = lane / 4;
@@ -393,36 +397,6 @@ __global__ void __launch_bounds__(384, 1)
 		}
 		flyk_bar_wait(full_q, qi & 1);
 		qi++;
-		if (!C::OV) {
-			for (int it = 0; it < nblk; it++, gi++) {
-				const int st = gi % C::ST;
-				const unsigned ph = (gi / C::ST) & 1;
-				flyk_bar_wait(&full_k[st], ph);
-				attn_wg_qk<C>(s, qs,
-					      sk + st * C::DP * C::BN * 64);
-				flyk_wg_wait<0>();
-				flyk_wg_fence_acc<C::BN / 2>(s);
-				if (lane == 0) {
-					flyk_bar_arrive(&empty_k[st]);
-					if (it + 1 == nblk)
-						flyk_bar_arrive(empty_q);
-				}
-				float ca, cb;
-				attn_wg_softmax<C>(s, &r, it * C::BN, row0, p,
-						   &ca, &cb);
-				attn_wg_rescale<C>(o, ca, cb);
-				attn_wg_pack<C>(pa, s);
-				flyk_bar_wait(&full_v[st], ph);
-				attn_wg_pv<C>(o, pa,
-					      sv + st * C::DP * C::BN * 64);
-				flyk_wg_wait<0>();
-				flyk_wg_fence_acc<C::D / 2>(o);
-				if (lane == 0)
-					flyk_bar_arrive(&empty_v[st]);
-			}
-			attn_wg_store<C>(p, w, r, o);
-			continue;
-		}
 		/* S of block it + 1 and its softmax run while the tensor
 		 * cores do O += P V of block it (FlashAttention-3's
 		 * intra-warpgroup overlap): P of block it stays packed in pa
@@ -510,9 +484,7 @@ struct attn_wg_ent {
 		  const CUtensorMap *, const attn_wg_params *);
 };
 #define ATTN_WG_ENT(D, BN, ST)                                                 \
-	{D, BN, ST, 0, attn_wg_cfg<D, BN, ST, 0>::SMEM,                        \
-	 attn_wg_go<attn_wg_cfg<D, BN, ST, 0>>},                               \
-	    {D, BN, ST, 1, attn_wg_cfg<D, BN, ST, 1>::SMEM,                    \
+	{D, BN, ST, 1, attn_wg_cfg<D, BN, ST, 1>::SMEM,                        \
 	     attn_wg_go<attn_wg_cfg<D, BN, ST, 1>>},                           \
 	    {D, BN, ST, 2, attn_wg_cfg<D, BN, ST, 2>::SMEM,                    \
 	     attn_wg_go<attn_wg_cfg<D, BN, ST, 2>>},
@@ -523,7 +495,8 @@ static const attn_wg_ent *attn_wg_find(int64_t d, const int64_t *pr)
 	for (size_t i = 0; i < sizeof(attn_wg_ents) / sizeof(attn_wg_ents[0]);
 	     i++)
 		if (attn_wg_ents[i].d == d && attn_wg_ents[i].bn == pr[0] &&
-		    attn_wg_ents[i].st == pr[1] && attn_wg_ents[i].ov == pr[2])
+		    attn_wg_ents[i].st == pr[1] && attn_wg_ents[i].ov == pr[2] &&
+		    (pr[3] == 0 || pr[3] == 1))
 			return &attn_wg_ents[i];
 	return NULL;
 }
@@ -531,7 +504,7 @@ static const attn_wg_ent *attn_wg_find(int64_t d, const int64_t *pr)
 #endif /* FLYK_HAS_TMA */
 
 #if !FLYK_DEVICE_PASS
-/* params: block_n, stages, overlap. */
+/* params: block_n, stages, overlap, persist. */
 static int attn_wgmma_feasible(const struct flyk_device *dev,
 			       const struct fly_problem *p, const int64_t *pr)
 {
@@ -621,7 +594,7 @@ static int attn_wgmma_launch(const struct flyk_device *dev,
 	const int64_t units = (sq + 127) / 128 * hq * B;
 	ap.nb = (int)B;
 	ap.nunits = (int)units;
-	dim3 grid((unsigned)(units < dev->sms ? units : dev->sms));
+	dim3 grid((unsigned)(pr[3] && units > dev->sms ? dev->sms : units));
 	return e->go(grid, (hipStream_t)stream, &mq, &mk, &mv, &ap);
 #endif
 }
