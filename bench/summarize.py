@@ -20,7 +20,21 @@ TARGETS = {
     "topk": [(None, 6.0, 2.0)],
     "gemm": [(None, 1.10, 0.98)],
     "grouped_gemm": [("grouped_mm", 1.20, None)],
+    "attention": [(None, 1.0, 0.95)],
 }
+
+
+def peers_of(r):
+    """The peers' medians (ms): a peer that could not run the case holds
+    None, and some files keep notes beside them (the peer's variant)."""
+    return {k: v for k, v in r.get("peers", {}).items()
+            if isinstance(v, (int, float)) and v > 0}
+
+
+def set_of(r):
+    """The case's set; the results files without sets hold primary cases
+    only (mqa_logits, scaled_gemm, attention)."""
+    return r.get("set", "primary")
 
 
 def gmean(v):
@@ -28,32 +42,33 @@ def gmean(v):
 
 
 def ratio(r, peer):
-    ps = r["peers"]
+    ps = peers_of(r)
     if peer is None:
-        return min(ps.values()) / r["flytuned_ms"]
+        return min(ps.values()) / r["flytuned_ms"] if ps else None
     return ps[peer] / r["flytuned_ms"] if peer in ps else None
 
 
 def table(doc):
     cases = [r for r in doc["cases"] if "error" not in r]
-    peers = sorted({p for r in cases for p in r["peers"]})
+    peers = sorted({p for r in cases for p in peers_of(r)})
     out = ["| set | case | ours us | " + " | ".join(p + " us" for p in peers) +
            " | " + " | ".join("x " + p for p in peers) +
            " | x faster | variant | tune s |",
            "|" + "---|" * (5 + 2 * len(peers) + 1)]
     for r in cases:
         us = r["flytuned_ms"] * 1e3
-        pv = [r["peers"].get(p) for p in peers]
+        pv = [peers_of(r).get(p) for p in peers]
         out.append("| %s | %s | %.1f | %s | %s | %.2f | %s%s | %s |" % (
-            r["set"], r["case"], us,
+            set_of(r), r["case"], us,
             " | ".join("%.1f" % (v * 1e3) if v else "-" for v in pv),
             " | ".join("%.2f" % (v / r["flytuned_ms"]) if v else "-"
                        for v in pv),
-            ratio(r, None), r["variant"], r.get("params", []),
+            ratio(r, None) or float("nan"), r["variant"],
+            r.get("params", []),
             "%.2f" % r["tune_s"] if r.get("tune_s") is not None else "-"))
     for r in doc["cases"]:
         if "error" in r:
-            out.append("| %s | %s | FAILED: %s |" % (r["set"], r["case"],
+            out.append("| %s | %s | FAILED: %s |" % (set_of(r), r["case"],
                                                     r["error"]))
     return out
 
@@ -64,7 +79,7 @@ def verdicts(doc):
     ops = sorted({r["op"] for r in cases})
     for op in ops:
         for s in ("primary", "serving"):
-            rs = [r for r in cases if r["op"] == op and r["set"] == s]
+            rs = [r for r in cases if r["op"] == op and set_of(r) == s]
             if not rs:
                 continue
             modes = sorted({r["case"].split()[-1] for r in rs
