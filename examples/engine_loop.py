@@ -8,6 +8,10 @@ captured, then decode steps replayed.
     FLYTUNED_SOCKET=/run/flytuned/gpu0.sock PYTHONPATH=client/python \\
         python3 examples/engine_loop.py [--steps 100]
 
+(from a tree built elsewhere than build/: FLYCLIENT_LIB, FLYK_LIB and
+FLYCLIENT_INCLUDE name build/gpu's libflyclient.so,
+libflykernels_cuda.so and include/)
+
 Without torch it says so and exits 0; without a daemon the ops run
 torch's own (one warning) and the loop still runs.
 """
