@@ -37,7 +37,8 @@ cold DB for the first shape that meets a key) + compile or capture).
 Max-autotune compiles are slow: run prefill and decode in separate calls
 (--shapes).  Rows {"layer","shape","mode","ms","setup_s"} go to
 OUT/h200-layers.json after every row (a killed run keeps what it
-measured); a table is printed at the end.  Starts flytuned (backend cuda)
+measured), merged with the rows already there (--fresh drops them); a
+table of every row is printed at the end.  Starts flytuned (backend cuda)
 on a temp DB unless $FLYTUNED_SOCKET is set.
 """
 
@@ -273,6 +274,8 @@ def main():
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--budget-s", type=float, default=500.0)
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--fresh", action="store_true",
+                    help="drop the rows already in OUT/h200-layers.json")
     args = ap.parse_args()
     t_start = time.time()
     build = os.path.abspath(args.build)
@@ -309,6 +312,14 @@ def main():
            "method": "whole-layer forwards back to back (no L2 flush), "
                      "CUDA event before each, median ms; setup_s: time "
                      "before the first step", "rows": []}
+    # Rows of earlier calls (other shapes or layers) are kept: a run that
+    # is split over several calls ends with one file.
+    if os.path.exists(path) and not args.fresh:
+        try:
+            with open(path) as f:
+                doc["rows"] = json.load(f).get("rows", [])
+        except (OSError, ValueError):
+            pass
     skipped = []
     try:
         for layer in args.layers.split(","):
@@ -329,7 +340,9 @@ def main():
                                "ms": None, "setup_s": None,
                                "error": str(e).splitlines()[0][:200]
                                if str(e) else type(e).__name__}
-                    doc["rows"].append(row)
+                    doc["rows"] = [r for r in doc["rows"] if
+                                   (r["layer"], r["shape"], r["mode"]) !=
+                                   (layer, shape, mode)] + [row]
                     print(json.dumps(row), flush=True)
                     with open(path, "w") as f:
                         json.dump(doc, f, indent=1)
