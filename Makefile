@@ -163,7 +163,7 @@ ALL_TARGETS := $(LAYERING) $(HEADER) $(LIBCLIENT_A) $(LIBCLIENT_SO) \
 .PHONY: all test test-bins unit integration python-test check checks style layering run \
 	deps asan ubsan tsan coverage install uninstall clean gen gen-check \
 	deb deb-version asan-ci asan-ci-bins corrupt-inputs torture faultsim \
-	test-gpu bench systemd-verify fuzz fuzz-bins FORCE
+	test-gpu bench systemd-verify fuzz fuzz-bins examples FORCE
 .DEFAULT_GOAL := all
 # Keep every intermediate object (no rebuilds of objects make deleted).
 .SECONDARY:
@@ -404,16 +404,17 @@ TEST_DEB := $(if $(SAN)$(COVERAGE),,tests/pkg/test-deb.sh)
 # The ASan + UBSan subset (asan-ci) as one test of the suite; its binaries
 # are built by test-bins (tools/fly.sh test), outside the test's time limit.
 TEST_ASAN := $(if $(SAN)$(COVERAGE),,tests/san/asan-ci.sh)
-test-bins: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ) $(if $(TEST_ASAN),asan-ci-bins)
+test-bins: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ) $(EXAMPLES) $(if $(TEST_ASAN),asan-ci-bins)
 # Python loads the sanitized libflyclient.so: the ASan runtime must come
 # first, and Python's own allocations are not ours to leak-check.
 ifneq ($(findstring address,$(SAN)),)
 PY_ENV := LD_PRELOAD=$(shell $(CC) -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0
 endif
-test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ)
+test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ) $(EXAMPLES)
 	$(Q)FLY_BUILD_DIR=$(abspath $(BUILD)) FLY_PY_ENV="$(PY_ENV)" \
 		FUZZ_SECONDS=$(FUZZ_SECONDS) sh tools/run-tests.sh all \
 		$(UNIT_BIN) $(INTEG_BIN) tests/integration/test_python.py \
+		tests/torch/test_torch_ops.py tests/integration/test_examples.sh \
 		tests/integration/test_metrics.py tests/integration/test_journal.py \
 		tests/gpu/emu/run-emu-kernels.sh tests/gpu/emu/run-emu-gemm.sh \
 		$(if $(TEST_FUZZ),tests/fuzz/run-fuzz.sh) \
@@ -447,6 +448,16 @@ $(BUILD)/tests/fault/%: $(BUILD)/obj/tests/fault/%.o $(TCOMMON_OBJ) $(LIBFLYD) $
 faultsim: all $(FAULTSIM_SO) $(BUILD)/tests/fault/test_faultsim
 	$(Q)FLY_TEST_TIMEOUT_MULTIPLIER=$${FLY_TEST_TIMEOUT_MULTIPLIER:-1} \
 		$(BUILD)/tests/fault/test_faultsim
+
+# examples/: the README's C example, built the way the README says (the
+# installed header and the static library only), run by
+# tests/integration/test_examples.sh against a CPU-backend daemon.
+EXAMPLES := $(BUILD)/examples/decide
+examples: $(EXAMPLES)
+$(BUILD)/examples/%: examples/%.c $(HEADER) $(LIBCLIENT_A)
+	@mkdir -p $(@D)
+	$(Q)$(CC) -std=gnu11 $(OPT) $(WARN) $(SANFLAGS) -I$(BUILD)/include -o $@ $< \
+		$(LIBCLIENT_A) -lcjson -lpthread $(LDFLAGS_ALL)
 
 test-gpu: all $(GPUTEST_BIN)
 	$(Q)sh tools/run-tests.sh gpu $(GPUTEST_BIN)
@@ -550,9 +561,18 @@ install-data: $(BUILD)/flyclient.pc $(MANPAGES)
 	install -m 644 $(BUILD)/man/flytuned.8 $(DESTDIR)$(MANDIR)/man8/
 # The package's other modules (flyclient.kernels) as they are.
 PY_MODULES := $(filter-out %/__init__.py,$(wildcard client/python/flyclient/*.py))
+# flytuned.torch (client/python/flytuned): the PyTorch custom ops and the
+# source of their C++ extension, built by torch at import where torch is.
+PY_FT := $(wildcard client/python/flytuned/*.py)
+PY_FTT := $(wildcard client/python/flytuned/torch/*.py)
+PY_FTC := $(wildcard client/python/flytuned/torch/csrc/*.cpp)
 install-python: $(BUILD)/python/flyclient/__init__.py
-	install -d $(DESTDIR)$(PYTHONDIR)/flyclient
+	install -d $(DESTDIR)$(PYTHONDIR)/flyclient \
+		$(DESTDIR)$(PYTHONDIR)/flytuned/torch/csrc
 	install -m 644 $< $(PY_MODULES) $(DESTDIR)$(PYTHONDIR)/flyclient/
+	install -m 644 $(PY_FT) $(DESTDIR)$(PYTHONDIR)/flytuned/
+	install -m 644 $(PY_FTT) $(DESTDIR)$(PYTHONDIR)/flytuned/torch/
+	install -m 644 $(PY_FTC) $(DESTDIR)$(PYTHONDIR)/flytuned/torch/csrc/
 
 # ---------------------------------------------------------------- Debian
 # `make deb`: the packages (flytuned, libflyclient0, libflyclient-dev,

@@ -17,6 +17,13 @@
 #              torch._scaled_mm and dequantize + matmul; daemon-driven)
 #   tunableop  bench/tunableop_roundtrip.py (flytuned's TunableOp export
 #              read by PyTorch, PyTorch's file imported by flytuned)
+#   torch      tests/torch/test_torch_ops.py (flytuned.torch's ops vs
+#              torch, torch.compile, CUDA graphs, routing, fallback) and
+#              bench/torch_host_cost.py (host us per call vs torch's op)
+#   layers     bench/layers_bench.py (Llama-3-8B and Mixtral-style MoE
+#              layers in every mode; LAYERS_ARGS, e.g. --shapes
+#              prefill2048,prefill8192 in one call and the decode shapes in
+#              another; T_LAYERS default 540)
 #   points     bench/gemm_points.py on the shapes of POINTS (every point of
 #              the variants of POINTS_ARGS timed; a diagnostic)
 #
@@ -67,6 +74,7 @@ for s in $STAGES; do
 		stage build 300 make -j"$(nproc)" BUILD="$B" GPU=cuda \
 			"$B/flytuned" "$B/libflyclient.so" \
 			"$B/libflykernels_cuda.so" "$B/flytune-ctl" \
+			"$B/include/flyclient.h" \
 			"$B/tests/gpu/test_gpu_kernels" \
 			"$B/tests/gpu/test_gpu_gemm" ||
 			{ tail -30 "$W/build.txt" | tee -a "$S"; break; }
@@ -133,6 +141,25 @@ temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 500 \
 			python3 bench/tunableop_roundtrip.py --build "$B" \
 			--out "$R"
 		tail -30 "$W/tunableop.txt" | tee -a "$S"
+		;;
+	torch)
+		stage torch_ops "${T_TORCH:-300}" env PYTHONUNBUFFERED=1 \
+			FLY_BUILD_DIR="$B" FLYTUNED_TORCH_BUILD="$PWD/$B/torch_ext" \
+			python3 tests/torch/test_torch_ops.py
+		grep -v '^\s*$' "$W/torch_ops.txt" | tail -40 | tee -a "$S"
+		stage torch_host "${T_TORCH_HOST:-200}" env PYTHONUNBUFFERED=1 \
+			FLYTUNED_TORCH_BUILD="$PWD/$B/torch_ext" python3 \
+			bench/torch_host_cost.py --build "$B" \
+			--out "$R/h200-torch_host_cost.json"
+		grep -v '^\s*$' "$W/torch_host.txt" | tail -20 | tee -a "$S"
+		;;
+	layers)
+		# shellcheck disable=SC2086
+		stage layers "${T_LAYERS:-540}" env PYTHONUNBUFFERED=1 \
+			FLYTUNED_TORCH_BUILD="$PWD/$B/torch_ext" python3 \
+			bench/layers_bench.py --build "$B" --out "$R" \
+			--budget-s $(( ${T_LAYERS:-540} - 60 )) ${LAYERS_ARGS:-}
+		grep -v '^\s*$' "$W/layers.txt" | tail -60 | tee -a "$S"
 		;;
 	points)
 		# shellcheck disable=SC2086

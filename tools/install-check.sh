@@ -85,6 +85,12 @@ for pfx in /opt/flyx /usr; do
 			bad "PREFIX=$pfx: $(basename "$m") names another prefix: $other"
 	done
 	pyd=$root$pfx/lib/python3/dist-packages
+	# flytuned.torch: its modules and its C++ extension's source
+	for f in flytuned/__init__.py flytuned/torch/__init__.py \
+		flytuned/torch/_ops.py flytuned/torch/_runtime.py \
+		flytuned/torch/csrc/flytuned_ops.cpp; do
+		[ -f "$pyd/$f" ] && ok || bad "PREFIX=$pfx: $f not in $pyd"
+	done
 	if command -v python3 >/dev/null 2>&1; then
 		got=$(cd "$tmp" && PYTHONPATH=$pyd python3 -c \
 			'import flyclient; print(flyclient.__file__); print(flyclient._INSTALLED_LIB)' 2>&1)

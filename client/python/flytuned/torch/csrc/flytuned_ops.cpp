@@ -1,0 +1,646 @@
+/*
+ * flytuned_ops.cpp -- the thin C++ layer of flytuned.torch: CUDA kernels of
+ * the flytuned:: custom ops (schemas defined in Python, flytuned/torch/
+ * _ops.py) for torch's dispatcher, over the C libraries.
+ *
+ * Owns: one fly_client (libflyclient, dlopen'd), the dlsym'd launchers of
+ * libflykernels_{cuda,hip}.so, a map problem -> last decision (what a
+ * CUDA-graph capture may use without talking to the daemon), the problems
+ * missed during a capture (asked for after it), the problems seen while
+ * recording (prepare()), one GEMM workspace per stream.
+ * Thread: any; the maps under one mutex.
+ *
+ * Per call: outputs through at::empty (torch's allocator, graph pools
+ * included), the current CUDA stream, fly_decide (process-cache hit: no
+ * lock, no syscall) outside a capture; during a capture only the map
+ * (a miss launches flyk_default's choice: an empty decision) -- nothing
+ * synchronises, nothing talks to the daemon.  Anything the kernels do not
+ * serve (dtype, layout, strides, another device, no library) runs torch's
+ * own op.
+ */
+#include <torch/extension.h>
+
+#include <ATen/cuda/CUDAContext.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <limits>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+extern "C" {
+#include "flyclient.h"
+}
+
+namespace {
+
+typedef int (*decide_fn)(fly_client *, const fly_problem *, fly_decision *);
+typedef int (*open_fn)(const fly_client_opts *, fly_client **);
+typedef int (*key_fn)(const fly_problem *, char *, size_t);
+typedef int (*rms_fn)(const fly_problem *, const fly_decision *, const void *,
+		      const void *, void *, void *, float, void *);
+typedef int (*topk_fn)(const fly_problem *, const fly_decision *,
+		       const void *, void *, int64_t *, void *);
+typedef int (*gemm_fn)(const fly_problem *, const fly_decision *,
+		       const void *, const void *, void *, const void *, float,
+		       void *, size_t, void *);
+typedef int (*ggemm_fn)(const fly_problem *, const fly_decision *,
+			const void *, const void *, void *, const int64_t *,
+			void *);
+typedef int (*sg_fn)(const fly_problem *, const fly_decision *, const void *,
+		     const void *, const void *, const void *, const void *,
+		     void *, void *, size_t, void *);
+typedef int (*mqa_fn)(const fly_problem *, const fly_decision *,
+		      const void *, const void *, const float *,
+		      const float *, const int32_t *, const int32_t *, float *,
+		      int64_t, void *);
+
+constexpr size_t kWorkspace = (size_t)32 << 20; /* FLYK_GEMM_WS_BYTES */
+
+struct ProbHash {
+	size_t operator()(const fly_problem &p) const
+	{
+		const unsigned char *b = (const unsigned char *)&p;
+		uint64_t h = 1469598103934665603ull;
+		for (size_t i = 0; i < sizeof(p); i++)
+			h = (h ^ b[i]) * 1099511628211ull;
+		return (size_t)h;
+	}
+};
+struct ProbEq {
+	bool operator()(const fly_problem &a, const fly_problem &b) const
+	{
+		return memcmp(&a, &b, sizeof(a)) == 0;
+	}
+};
+
+struct Runtime {
+	std::atomic<bool> ok{false};
+	std::atomic<bool> record{false};
+	std::atomic<bool> has_pending{false};
+	int device = -1;
+	fly_client *client = nullptr;
+	decide_fn decide = nullptr;
+	key_fn key = nullptr;
+	rms_fn rmsnorm = nullptr;
+	topk_fn topk = nullptr;
+	gemm_fn gemm = nullptr;
+	ggemm_fn ggemm = nullptr;
+	sg_fn sgemm = nullptr;
+	mqa_fn mqa = nullptr;
+	std::mutex mu;
+	std::unordered_map<fly_problem, fly_decision, ProbHash, ProbEq> last;
+	std::vector<fly_problem> pending;
+	std::vector<fly_problem> recorded;
+	std::unordered_map<cudaStream_t, at::Tensor> ws;
+	std::atomic<uint64_t> calls{0}, capture_hits{0}, capture_misses{0},
+		fallbacks{0};
+};
+
+/* Never destroyed: its tensors must not be freed after torch's allocator
+ * at exit. */
+Runtime &rt = *new Runtime;
+
+bool capturing(cudaStream_t s)
+{
+	cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+	if (cudaStreamIsCapturing(s, &st) != cudaSuccess)
+		return true; /* be safe: never talk to the daemon */
+	return st != cudaStreamCaptureStatusNone;
+}
+
+/* Ask for what a capture missed (fly_decide queues unseen keys). */
+void drain_pending()
+{
+	std::vector<fly_problem> todo;
+	{
+		std::lock_guard<std::mutex> g(rt.mu);
+		todo.swap(rt.pending);
+		rt.has_pending = false;
+	}
+	for (auto &p : todo) {
+		fly_decision d;
+		rt.decide(rt.client, &p, &d);
+		std::lock_guard<std::mutex> g(rt.mu);
+		rt.last[p] = d;
+	}
+}
+
+void decide(const fly_problem &p, cudaStream_t s, fly_decision *d)
+{
+	rt.calls++;
+	if (rt.record.load(std::memory_order_relaxed)) {
+		std::lock_guard<std::mutex> g(rt.mu);
+		rt.recorded.push_back(p);
+	}
+	if (!capturing(s)) {
+		if (rt.has_pending.load(std::memory_order_relaxed))
+			drain_pending();
+		rt.decide(rt.client, &p, d);
+		std::lock_guard<std::mutex> g(rt.mu);
+		auto it = rt.last.find(p);
+		if (it == rt.last.end() ||
+		    memcmp(&it->second, d, sizeof(*d)) != 0)
+			rt.last[p] = *d;
+		return;
+	}
+	std::lock_guard<std::mutex> g(rt.mu);
+	auto it = rt.last.find(p);
+	if (it != rt.last.end()) {
+		*d = it->second;
+		rt.capture_hits++;
+		return;
+	}
+	memset(d, 0, sizeof(*d)); /* status default, variant "": flyk_default */
+	rt.pending.push_back(p);
+	rt.has_pending = true;
+	rt.capture_misses++;
+}
+
+fly_problem problem(uint32_t op, uint32_t dtype, uint32_t layout,
+		    uint32_t flags, std::initializer_list<int64_t> dims)
+{
+	fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = op;
+	p.dtype = dtype;
+	p.layout = layout;
+	p.flags = flags;
+	int i = 0;
+	for (int64_t v : dims)
+		p.dims[i++] = v;
+	return p;
+}
+
+uint32_t fly_dtype(const at::Tensor &t)
+{
+	switch (t.scalar_type()) {
+	case at::kFloat:
+		return FLY_DT_FP32;
+	case at::kHalf:
+		return FLY_DT_FP16;
+	case at::kBFloat16:
+		return FLY_DT_BF16;
+	case at::kFloat8_e4m3fn:
+		return FLY_DT_FP8_E4M3;
+	default:
+		return FLY_DT_NONE;
+	}
+}
+
+bool served(const at::Tensor &t)
+{
+	return rt.ok && t.is_cuda() && t.get_device() == rt.device &&
+	       t.numel() > 0;
+}
+
+void launch_failed(const char *op, int rc)
+{
+	rt.fallbacks++;
+	TORCH_WARN_ONCE("flytuned::", op, ": the kernel library refused the ",
+			"launch (", rc, "); running torch's own op");
+}
+
+void *workspace(cudaStream_t s, const at::Tensor &like)
+{
+	std::lock_guard<std::mutex> g(rt.mu);
+	auto it = rt.ws.find(s);
+	if (it != rt.ws.end())
+		return it->second.data_ptr();
+	at::Tensor w = at::empty({(int64_t)kWorkspace},
+				 like.options().dtype(at::kByte));
+	rt.ws[s] = w;
+	return w.data_ptr();
+}
+
+cudaStream_t stream()
+{
+	return at::cuda::getCurrentCUDAStream().stream();
+}
+
+/* ------------------------------------------------------------ rms_norm */
+at::Tensor rms_norm(const at::Tensor &input, c10::IntArrayRef shape,
+		    const std::optional<at::Tensor> &weight,
+		    std::optional<double> eps)
+{
+	uint32_t dt = fly_dtype(input);
+	int64_t n = input.dim() ? input.size(-1) : 0;
+	if (!served(input) || dt == FLY_DT_NONE || dt == FLY_DT_FP8_E4M3 ||
+	    shape.size() != 1 || shape[0] != n || !weight.has_value() ||
+	    weight->scalar_type() != input.scalar_type() ||
+	    !weight->is_contiguous() || !input.is_contiguous())
+		return at::rms_norm(input, shape, weight, eps);
+	double e = eps.has_value() ? *eps :
+		std::numeric_limits<float>::epsilon();
+	if (!eps.has_value() && dt == FLY_DT_FP16)
+		e = 0.0009765625;  /* torch.finfo(float16).eps */
+	if (!eps.has_value() && dt == FLY_DT_BF16)
+		e = 0.0078125;     /* torch.finfo(bfloat16).eps */
+	fly_problem p = problem(FLY_OP_RMSNORM, dt, 0, 0,
+				{input.numel() / n, n});
+	cudaStream_t s = stream();
+	fly_decision d;
+	decide(p, s, &d);
+	at::Tensor y = at::empty_like(input);
+	int rc = rt.rmsnorm(&p, &d, input.data_ptr(), weight->data_ptr(),
+			    y.data_ptr(), nullptr, (float)e, s);
+	if (rc) {
+		launch_failed("rms_norm", rc);
+		return at::rms_norm(input, shape, weight, eps);
+	}
+	return y;
+}
+
+at::Tensor fused_add_rms_norm(const at::Tensor &input, at::Tensor &residual,
+			      const at::Tensor &weight, double eps)
+{
+	uint32_t dt = fly_dtype(input);
+	int64_t n = input.dim() ? input.size(-1) : 0;
+	if (!served(input) || dt == FLY_DT_NONE || dt == FLY_DT_FP8_E4M3 ||
+	    !input.is_contiguous() || !residual.is_contiguous() ||
+	    !weight.is_contiguous() || !residual.sizes().equals(input.sizes()) ||
+	    residual.scalar_type() != input.scalar_type() ||
+	    weight.scalar_type() != input.scalar_type() ||
+	    weight.numel() != n) {
+		residual.add_(input);
+		return at::rms_norm(residual, {n}, weight, eps);
+	}
+	fly_problem p = problem(FLY_OP_RMSNORM, dt, 0, FLY_F_RESIDUAL,
+				{input.numel() / n, n});
+	cudaStream_t s = stream();
+	fly_decision d;
+	decide(p, s, &d);
+	at::Tensor y = at::empty_like(input);
+	int rc = rt.rmsnorm(&p, &d, input.data_ptr(), weight.data_ptr(),
+			    y.data_ptr(), residual.data_ptr(), (float)eps, s);
+	if (rc) {
+		launch_failed("fused_add_rms_norm", rc);
+		residual.add_(input);
+		return at::rms_norm(residual, {n}, weight, eps);
+	}
+	return y;
+}
+
+/* ---------------------------------------------------------------- topk */
+std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor &self, int64_t k,
+					int64_t dim, bool largest,
+					bool sorted)
+{
+	uint32_t dt = fly_dtype(self);
+	int64_t nd = self.dim();
+	if (!served(self) || dt == FLY_DT_NONE || dt == FLY_DT_FP8_E4M3 ||
+	    nd < 1 || (dim != -1 && dim != nd - 1) || !largest ||
+	    !self.is_contiguous() || k < 1 || k > self.size(-1))
+		return at::topk(self, k, dim, largest, sorted);
+	int64_t n = self.size(-1);
+	fly_problem p = problem(FLY_OP_TOPK, dt, 0, 0,
+				{self.numel() / n, n, k});
+	cudaStream_t s = stream();
+	fly_decision d;
+	decide(p, s, &d);
+	std::vector<int64_t> os(self.sizes().begin(), self.sizes().end());
+	os.back() = k;
+	at::Tensor v = at::empty(os, self.options());
+	at::Tensor i = at::empty(os, self.options().dtype(at::kLong));
+	int rc = rt.topk(&p, &d, self.data_ptr(), v.data_ptr(),
+			 i.data_ptr<int64_t>(), s);
+	if (rc) {
+		launch_failed("topk", rc);
+		return at::topk(self, k, dim, largest, sorted);
+	}
+	return std::make_tuple(v, i);
+}
+
+/* ---------------------------------------------------------------- GEMM */
+/* b as [N,K] rows (NT) or [K,N] rows (NN); -1: neither. */
+int gemm_layout(const at::Tensor &b)
+{
+	if (b.is_contiguous())
+		return FLY_LAYOUT_NN;
+	if (b.t().is_contiguous())
+		return FLY_LAYOUT_NT;
+	return -1;
+}
+
+at::Tensor gemm(const at::Tensor &a2, const at::Tensor &b, int layout,
+		const std::optional<at::Tensor> &bias, bool *ok)
+{
+	int64_t m = a2.size(0), k = a2.size(1), n = b.size(1);
+	uint32_t fl = bias.has_value() ? FLY_F_BIAS : 0;
+	fly_problem p = problem(FLY_OP_GEMM, FLY_DT_BF16, layout, fl,
+				{m, n, k});
+	cudaStream_t s = stream();
+	fly_decision d;
+	decide(p, s, &d);
+	at::Tensor c = at::empty({m, n}, a2.options());
+	void *ws = workspace(s, a2);
+	int rc = rt.gemm(&p, &d, a2.data_ptr(), b.data_ptr(), c.data_ptr(),
+			 bias.has_value() ? bias->data_ptr() : nullptr, 1.0f,
+			 ws, kWorkspace, s);
+	*ok = rc == 0;
+	if (rc)
+		launch_failed("mm", rc);
+	return c;
+}
+
+bool gemm_ok(const at::Tensor &a, const at::Tensor &b)
+{
+	return served(a) && a.dim() == 2 && b.dim() == 2 &&
+	       a.scalar_type() == at::kBFloat16 &&
+	       b.scalar_type() == at::kBFloat16 && b.is_cuda() &&
+	       a.is_contiguous() && a.size(1) == b.size(0) && b.numel() > 0;
+}
+
+at::Tensor mm(const at::Tensor &self, const at::Tensor &mat2)
+{
+	int lay = gemm_layout(mat2);
+	bool ok = false;
+	if (!gemm_ok(self, mat2) || lay < 0)
+		return at::mm(self, mat2);
+	at::Tensor c = gemm(self, mat2, lay, std::nullopt, &ok);
+	return ok ? c : at::mm(self, mat2);
+}
+
+at::Tensor linear(const at::Tensor &input, const at::Tensor &weight,
+		  const std::optional<at::Tensor> &bias)
+{
+	bool ok = false;
+	if (input.dim() < 1 || !input.is_contiguous() || weight.dim() != 2 ||
+	    !weight.is_contiguous() ||
+	    (bias.has_value() && (bias->scalar_type() != at::kBFloat16 ||
+				  !bias->is_contiguous())))
+		return at::linear(input, weight, bias);
+	at::Tensor a2 = input.reshape({-1, input.size(-1)});
+	at::Tensor bt = weight.t(); /* [K,N] view of the [N,K] rows */
+	if (!gemm_ok(a2, bt))
+		return at::linear(input, weight, bias);
+	at::Tensor c = gemm(a2, bt, FLY_LAYOUT_NT, bias, &ok);
+	if (!ok)
+		return at::linear(input, weight, bias);
+	std::vector<int64_t> os(input.sizes().begin(), input.sizes().end());
+	os.back() = weight.size(0);
+	return c.view(os);
+}
+
+at::Tensor grouped_mm(const at::Tensor &a, const at::Tensor &b,
+		      const std::optional<at::Tensor> &offs,
+		      const std::optional<at::Tensor> &bias,
+		      std::optional<at::ScalarType> out_dtype)
+{
+	bool fit = served(a) && a.dim() == 2 && b.dim() == 3 &&
+		   a.scalar_type() == at::kBFloat16 &&
+		   b.scalar_type() == at::kBFloat16 && a.is_contiguous() &&
+		   b.transpose(-2, -1).is_contiguous() &&
+		   a.size(1) == b.size(1) && offs.has_value() &&
+		   offs->scalar_type() == at::kInt && offs->dim() == 1 &&
+		   offs->size(0) == b.size(0) && !bias.has_value() &&
+		   (!out_dtype.has_value() || *out_dtype == at::kBFloat16);
+	if (!fit)
+		return at::_grouped_mm(a, b, offs, bias, out_dtype);
+	int64_t g = b.size(0), m = a.size(0), k = a.size(1), n = b.size(2);
+	fly_problem p = problem(FLY_OP_GROUPED_GEMM, FLY_DT_BF16,
+				FLY_LAYOUT_NT, 0, {g, m, n, k});
+	cudaStream_t s = stream();
+	fly_decision d;
+	decide(p, s, &d);
+	at::Tensor o = at::empty({g + 1}, a.options().dtype(at::kLong));
+	o.narrow(0, 0, 1).zero_();
+	o.narrow(0, 1, g).copy_(*offs);
+	at::Tensor c = at::empty({m, n}, a.options());
+	int rc = rt.ggemm(&p, &d, a.data_ptr(), b.data_ptr(), c.data_ptr(),
+			  o.data_ptr<int64_t>(), s);
+	if (rc) {
+		launch_failed("grouped_mm", rc);
+		return at::_grouped_mm(a, b, offs, bias, out_dtype);
+	}
+	return c;
+}
+
+at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b,
+		     const at::Tensor &sa, const at::Tensor &sb,
+		     const std::optional<at::Tensor> &bias,
+		     const std::optional<at::Tensor> &scale_result,
+		     std::optional<at::ScalarType> out_dtype,
+		     bool use_fast_accum)
+{
+	bool fit = served(a) && a.dim() == 2 && b.dim() == 2 &&
+		   a.scalar_type() == at::kFloat8_e4m3fn &&
+		   b.scalar_type() == at::kFloat8_e4m3fn &&
+		   a.is_contiguous() && b.t().is_contiguous() &&
+		   a.size(1) == b.size(0) && sa.numel() == 1 &&
+		   sb.numel() == 1 && sa.scalar_type() == at::kFloat &&
+		   sb.scalar_type() == at::kFloat && !scale_result.has_value() &&
+		   out_dtype.has_value() && *out_dtype == at::kBFloat16 &&
+		   (!bias.has_value() ||
+		    (bias->scalar_type() == at::kBFloat16 &&
+		     bias->is_contiguous()));
+	if (!fit)
+		return at::_scaled_mm(a, b, sa, sb, bias, scale_result,
+				      out_dtype, use_fast_accum);
+	int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+	fly_problem p = problem(FLY_OP_SCALED_GEMM, FLY_DT_FP8_E4M3,
+				FLY_LAYOUT_NT,
+				bias.has_value() ? FLY_F_BIAS : 0, {m, n, k});
+	cudaStream_t s = stream();
+	fly_decision d;
+	decide(p, s, &d);
+	at::Tensor c = at::empty({m, n}, a.options().dtype(at::kBFloat16));
+	void *ws = workspace(s, a);
+	int rc = rt.sgemm(&p, &d, a.data_ptr(), b.data_ptr(), sa.data_ptr(),
+			  sb.data_ptr(),
+			  bias.has_value() ? bias->data_ptr() : nullptr,
+			  c.data_ptr(), ws, kWorkspace, s);
+	if (rc) {
+		launch_failed("scaled_mm", rc);
+		return at::_scaled_mm(a, b, sa, sb, bias, scale_result,
+				      out_dtype, use_fast_accum);
+	}
+	return c;
+}
+
+/* ---------------------------------------------------------- mqa_logits */
+at::Tensor mqa_ref(const at::Tensor &q, const at::Tensor &kv,
+		   const at::Tensor &kv_scale, const at::Tensor &w,
+		   const at::Tensor &ks, const at::Tensor &ke, bool clean)
+{
+	at::Tensor s = at::matmul(q.to(at::kFloat), kv.to(at::kFloat).t());
+	s = at::relu(s).mul_(w.unsqueeze(-1)).sum(1).mul_(kv_scale);
+	at::Tensor j = at::arange(kv.size(0), ks.options().dtype(at::kInt));
+	at::Tensor out = (j.unsqueeze(0) < ks.unsqueeze(1))
+				 .logical_or_(j.unsqueeze(0) >= ke.unsqueeze(1));
+	if (clean)
+		s.masked_fill_(out, -std::numeric_limits<float>::infinity());
+	return s;
+}
+
+at::Tensor mqa_logits(const at::Tensor &q, const at::Tensor &kv,
+		      const at::Tensor &kv_scale, const at::Tensor &weights,
+		      const at::Tensor &ks, const at::Tensor &ke,
+		      bool clean_logits)
+{
+	bool fit = served(q) && q.dim() == 3 && kv.dim() == 2 &&
+		   q.scalar_type() == at::kFloat8_e4m3fn &&
+		   kv.scalar_type() == at::kFloat8_e4m3fn &&
+		   q.is_contiguous() && kv.is_contiguous() &&
+		   kv_scale.is_contiguous() && weights.is_contiguous() &&
+		   ks.is_contiguous() && ke.is_contiguous() &&
+		   ks.scalar_type() == at::kInt && ke.scalar_type() == at::kInt &&
+		   kv_scale.scalar_type() == at::kFloat &&
+		   weights.scalar_type() == at::kFloat;
+	if (!fit)
+		return mqa_ref(q, kv, kv_scale, weights, ks, ke, clean_logits);
+	int64_t sq = q.size(0), h = q.size(1), dd = q.size(2),
+		skv = kv.size(0);
+	fly_problem p = problem(FLY_OP_MQA_LOGITS, FLY_DT_FP8_E4M3, 0,
+				clean_logits ? FLY_F_CLEAN : 0,
+				{sq, skv, h, dd});
+	cudaStream_t s = stream();
+	fly_decision d;
+	decide(p, s, &d);
+	at::Tensor out = at::empty({sq, skv}, q.options().dtype(at::kFloat));
+	int rc = rt.mqa(&p, &d, q.data_ptr(), kv.data_ptr(),
+			kv_scale.data_ptr<float>(), weights.data_ptr<float>(),
+			ks.data_ptr<int32_t>(), ke.data_ptr<int32_t>(),
+			out.data_ptr<float>(), 0, s);
+	if (rc) {
+		launch_failed("mqa_logits", rc);
+		return mqa_ref(q, kv, kv_scale, weights, ks, ke, clean_logits);
+	}
+	return out;
+}
+
+/* Attention: registration point.  When libflykernels exports
+ * flyk_gpu_attention (another change), dlsym it in init() and register
+ * its kernel here as "attention"; until then flytuned::attention runs
+ * Python's SDPA implementation (_ops.py). */
+
+/* -------------------------------------------------------------- control */
+template <typename F> bool sym(void *h, const char *name, F *out)
+{
+	*out = (F)dlsym(h, name);
+	return *out != nullptr;
+}
+
+/* Load both libraries and open a client.  @return "" or why not. */
+std::string init(const std::string &client_lib, const std::string &klib,
+		 const std::string &socket, int64_t device,
+		 int64_t timeout_ms)
+{
+	if (rt.ok)
+		return "";
+	void *hc = dlopen(client_lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+	if (!hc)
+		return std::string("dlopen ") + dlerror();
+	void *hk = dlopen(klib.c_str(), RTLD_NOW | RTLD_LOCAL);
+	if (!hk)
+		return std::string("dlopen ") + dlerror();
+	open_fn op = nullptr;
+	if (!sym(hc, "fly_client_open_opts", &op) ||
+	    !sym(hc, "fly_decide", &rt.decide) ||
+	    !sym(hc, "fly_problem_key", &rt.key))
+		return "libflyclient lacks fly_client_open_opts/fly_decide";
+	if (!sym(hk, "flyk_gpu_rmsnorm", &rt.rmsnorm) ||
+	    !sym(hk, "flyk_gpu_topk", &rt.topk) ||
+	    !sym(hk, "flyk_gpu_gemm", &rt.gemm) ||
+	    !sym(hk, "flyk_gpu_grouped_gemm", &rt.ggemm) ||
+	    !sym(hk, "flyk_gpu_scaled_gemm", &rt.sgemm) ||
+	    !sym(hk, "flyk_gpu_mqa_logits", &rt.mqa))
+		return "the kernel library lacks a flyk_gpu_* launcher";
+	fly_client_opts o;
+	memset(&o, 0, sizeof(o));
+	o.socket_path = socket.empty() ? nullptr : socket.c_str();
+	o.device = (int)device;
+	o.timeout_ms = (uint32_t)timeout_ms;
+	int rc = op(&o, &rt.client);
+	if (rc)
+		return "fly_client_open_opts failed (" + std::to_string(rc) +
+		       ")";
+	rt.device = (int)device;
+	rt.ok = true;
+	return "";
+}
+
+void set_record(bool on)
+{
+	rt.record = on;
+}
+
+/* The canonical keys of the problems seen since recording began. */
+std::vector<std::string> take_recorded()
+{
+	std::vector<fly_problem> v;
+	{
+		std::lock_guard<std::mutex> g(rt.mu);
+		v.swap(rt.recorded);
+	}
+	std::vector<std::string> out;
+	for (auto &p : v) {
+		char buf[FLY_KEY_MAX];
+		if (rt.key && rt.key(&p, buf, sizeof(buf)) > 0)
+			out.emplace_back(buf);
+	}
+	return out;
+}
+
+/* Re-decide every problem seen (after prepare's tuning), so a capture
+ * that follows uses the tuned decisions; not during a capture. */
+int64_t refresh()
+{
+	if (!rt.ok)
+		return 0;
+	drain_pending();
+	std::vector<fly_problem> v;
+	{
+		std::lock_guard<std::mutex> g(rt.mu);
+		for (auto &e : rt.last)
+			v.push_back(e.first);
+	}
+	int64_t tuned = 0;
+	for (auto &p : v) {
+		fly_decision d;
+		rt.decide(rt.client, &p, &d);
+		tuned += d.status == FLY_STATUS_TUNED;
+		std::lock_guard<std::mutex> g(rt.mu);
+		rt.last[p] = d;
+	}
+	return tuned;
+}
+
+std::unordered_map<std::string, int64_t> stats()
+{
+	std::lock_guard<std::mutex> g(rt.mu);
+	return {{"calls", (int64_t)rt.calls.load()},
+		{"capture_hits", (int64_t)rt.capture_hits.load()},
+		{"capture_misses", (int64_t)rt.capture_misses.load()},
+		{"fallbacks", (int64_t)rt.fallbacks.load()},
+		{"pending", (int64_t)rt.pending.size()},
+		{"known", (int64_t)rt.last.size()},
+		{"ok", (int64_t)rt.ok.load()}};
+}
+
+} /* namespace */
+
+TORCH_LIBRARY_IMPL(flytuned, CUDA, m)
+{
+	m.impl("rms_norm", &rms_norm);
+	m.impl("fused_add_rms_norm", &fused_add_rms_norm);
+	m.impl("topk", &topk);
+	m.impl("mm", &mm);
+	m.impl("linear", &linear);
+	m.impl("grouped_mm", &grouped_mm);
+	m.impl("scaled_mm", &scaled_mm);
+	m.impl("mqa_logits", &mqa_logits);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod)
+{
+	mod.def("init", &init);
+	mod.def("set_record", &set_record);
+	mod.def("take_recorded", &take_recorded);
+	mod.def("refresh", &refresh);
+	mod.def("stats", &stats);
+}
