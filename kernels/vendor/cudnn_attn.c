@@ -18,6 +18,10 @@
  *
  * GQA is the matmuls' batch broadcast: K and V carry hkv heads, Q and O
  * hq.  A causal mask with sq == 1 keeps every key and is left out.
+ * Without a mask, cuDNN >= 9.13.1 also has the whole of it as one
+ * operation (CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, the "unified"
+ * SDPA node cudnn-frontend prefers there): a second graph form, whose
+ * engines are candidates too (params[1] says which form).
  *
  * Owns: one cudnnHandle_t per device (created on first use, process
  * lifetime) and a cache of execution plans keyed by (device, problem,
@@ -55,10 +59,24 @@ _Static_assert(FLYK_CUDNN_ATTN_NPARAMS == FLY_PARAMS_MAX,
 #define CA_MAX_OPS   16 /* operations of one graph */
 #define CA_MAX_HEUR  24 /* results read from one heuristic query */
 #define CA_PLAN_DESC (FLYK_CUDNN_ATTN_MAX_KNOBS + 3)
+/* Graph forms (params[1] bits 8..15). */
+#define CA_COMPOSITE 0
+#define CA_UNIFIED   1
+#define CA_FORMS     2
 
 /* The graph's non-virtual tensors: the variant pack's keys. */
-enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_LSE, UID_SCALE, UID_NEGINF,
-       UID_SKV, UID_SQ, UID_VIRTUAL = 100 /* and up: the virtual ones */ };
+enum {
+	UID_Q = 1,
+	UID_K,
+	UID_V,
+	UID_O,
+	UID_LSE,
+	UID_SCALE,
+	UID_NEGINF,
+	UID_SKV,
+	UID_SQ,
+	UID_VIRTUAL = 100 /* and up: the virtual ones */
+};
 
 struct ca_key {
 	struct flyk_cudnn_attn_problem p;
@@ -69,6 +87,7 @@ struct ca_key {
 struct ca_graph {
 	int refs;
 	struct ca_key key;
+	int form;      /* CA_COMPOSITE or CA_UNIFIED */
 	int mask;      /* the causal mask is in the graph */
 	int shift;     /* ... with its diagonal moved by skv - sq */
 	int32_t skv32; /* by-value operands of the shift */
@@ -210,7 +229,7 @@ enum {
 	T_M, T_SUB, T_E, T_Z, T_LZ, T_P,                         /* softmax */
 	T_N
 };
-enum ca_shape { SH_Q, SH_KT, SH_V, SH_O, SH_S, SH_ROW, SH_1 };
+enum ca_shape { SH_Q, SH_KT, SH_K, SH_V, SH_O, SH_S, SH_ROW, SH_1 };
 
 static const struct ca_tdef {
 	int64_t uid;        /* 0: virtual (UID_VIRTUAL + index) */
@@ -286,12 +305,12 @@ _Static_assert(CA_NOPS <= CA_MAX_OPS, "ca_graph.ops holds every operation");
 static void ca_shape_of(const struct flyk_cudnn_attn_problem *p,
 			enum ca_shape sh, int64_t *dim, int64_t *str)
 {
-	const int64_t *ps = sh == SH_Q	  ? p->q_stride
-			    : sh == SH_KT ? p->k_stride
-			    : sh == SH_V  ? p->v_stride
-					  : p->o_stride;
-	int64_t h = sh == SH_KT || sh == SH_V ? p->hkv : p->hq;
-	int64_t s = sh == SH_KT || sh == SH_V ? p->skv : p->sq;
+	int kv = sh == SH_KT || sh == SH_K || sh == SH_V;
+	const int64_t *ps = sh == SH_Q			? p->q_stride
+			    : sh == SH_KT || sh == SH_K ? p->k_stride
+			    : sh == SH_V		? p->v_stride
+							: p->o_stride;
+	int64_t h = kv ? p->hkv : p->hq, s = kv ? p->skv : p->sq;
 	int64_t x[4] = {p->b, h, s, p->d}, y[4] = {ps[0], ps[2], ps[1], 1};
 	if (sh == SH_KT) {
 		x[2] = p->d, x[3] = p->skv;
@@ -322,7 +341,10 @@ static cudnnBackendDescriptor_t ca_tensor(struct ca_bld *b, struct ca_graph *g,
 		return t[i];
 	if (uid == 0)
 		uid = UID_VIRTUAL + i;
-	ca_shape_of(&g->key.p, td->sh, dim, str);
+	/* the unified operation takes K as it is, the matmul K^T */
+	ca_shape_of(&g->key.p,
+		    i == T_K && g->form == CA_UNIFIED ? SH_K : td->sh, dim,
+		    str);
 	cudnnBackendDescriptor_t d = ca_new(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
 	ca_set(b, d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1,
 	       &td->dt);
@@ -416,8 +438,37 @@ static int ca_alias(const struct ca_graph *g, int u)
 	return u;
 }
 
-/* Build @p g's operation graph (g->key set): the operations of ca_odefs
- * that apply, on the tensors they name.  @return 0 or -EIO. */
+/* The unified form's one operation on @p t (cuDNN >= 9.13.1 headers). */
+static void ca_unified(struct ca_bld *b, struct ca_graph *g,
+		       cudnnBackendDescriptor_t *t)
+{
+#if CUDNN_VERSION >= 91301
+	static const cudnnBackendAttributeName_t an[] = {
+	    CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC,
+	    CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC,
+	    CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC,
+	    CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC,
+	    CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC,
+	    CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC};
+	static const int ti[] = {T_Q, T_K, T_V, T_O, T_SCALE, T_LSE};
+	int n = g->key.p.lse ? 6 : 5; /* no stats tensor without the LSE */
+	cudnnBackendDescriptor_t op =
+	    ca_new(b, CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR);
+	for (int i = 0; i < n; i++)
+		ca_setd(b, op, an[i], ca_tensor(b, g, t, ti[i]));
+	ca_fin(b, op, "finalize SDPA_FWD operation");
+	if (b->st == CUDNN_STATUS_SUCCESS)
+		g->ops[g->nops++] = op;
+#else
+	(void)g, (void)t;
+	b->st = CUDNN_STATUS_NOT_SUPPORTED;
+	b->step = "the SDPA_FWD operation (headers older than cuDNN 9.13.1)";
+#endif
+}
+
+/* Build @p g's operation graph (g->key, g->form set): the unified
+ * operation, or the operations of ca_odefs that apply on the tensors they
+ * name.  @return 0 or -EIO. */
 static int ca_graph_build(struct ca_graph *g, cudnnHandle_t h)
 {
 	const struct flyk_cudnn_attn_problem *p = &g->key.p;
@@ -428,7 +479,9 @@ static int ca_graph_build(struct ca_graph *g, cudnnHandle_t h)
 	g->skv32 = (int32_t)p->skv;
 	g->sq32 = (int32_t)p->sq;
 	ca_bld_init(&b, g->desc, &g->ndesc, CA_MAX_DESC);
-	for (int i = 0; i < CA_NOPS; i++) {
+	if (g->form == CA_UNIFIED)
+		ca_unified(&b, g, t);
+	for (int i = 0; g->form == CA_COMPOSITE && i < CA_NOPS; i++) {
 		struct ca_odef o = ca_odefs[i];
 		if ((o.when == MASK && !g->mask) ||
 		    (o.when == SHIFT && !g->shift))
@@ -471,12 +524,13 @@ static void ca_plan_clear(struct ca_plan *e)
 
 /* @p k's graph, one more reference (from a cached plan, else built).
  * Called with ca_mu held.  @return NULL on failure (noted). */
-static struct ca_graph *ca_graph_get_locked(const struct ca_key *k,
+static struct ca_graph *ca_graph_get_locked(const struct ca_key *k, int form,
 					    cudnnHandle_t h)
 {
 	for (int i = 0; i < CA_CACHE; i++) {
 		struct ca_plan *e = &ca_cache[i];
-		if (e->used && !memcmp(&e->g->key, k, sizeof(*k))) {
+		if (e->used && e->g->form == form &&
+		    !memcmp(&e->g->key, k, sizeof(*k))) {
 			e->g->refs++;
 			return e->g;
 		}
@@ -488,6 +542,7 @@ static struct ca_graph *ca_graph_get_locked(const struct ca_key *k,
 	}
 	g->refs = 1;
 	g->key = *k;
+	g->form = form;
 	if (ca_graph_build(g, h)) {
 		ca_graph_put(g);
 		return NULL;
@@ -495,11 +550,11 @@ static struct ca_graph *ca_graph_get_locked(const struct ca_key *k,
 	return g;
 }
 
-/* The params' canonical form: bits 8+ of params[1] (provenance) off. */
+/* The params' canonical form: bits 16+ of params[1] (provenance) off. */
 static void ca_canon(const int64_t *in, int64_t *out)
 {
 	memcpy(out, in, sizeof(int64_t) * NP);
-	out[1] &= 0xff;
+	out[1] &= 0xffff;
 	for (int64_t i = out[1]; i < FLYK_CUDNN_ATTN_MAX_KNOBS; i++)
 		out[2 + i] = 0;
 }
@@ -579,7 +634,7 @@ static struct ca_plan *ca_plan_get_locked(const struct ca_key *k,
 	struct ca_graph *g = have;
 	if (g)
 		g->refs++;
-	else if (!(g = ca_graph_get_locked(k, h)))
+	else if (!(g = ca_graph_get_locked(k, (int)(pr[1] >> 8), h)))
 		return NULL;
 	ca_plan_clear(victim); /* our reference keeps g alive */
 	victim->used = 1;
@@ -653,16 +708,22 @@ int flyk_cudnn_attn_feasible(const struct flyk_cudnn_attn_problem *p,
 	if (p->d % 8 || p->d > 256 || (p->causal && p->sq > p->skv))
 		return -EOPNOTSUPP;
 	if (params && (params[0] < 0 || params[0] > 0x7fffffff ||
-		       (params[1] & 0xff) > FLYK_CUDNN_ATTN_MAX_KNOBS))
+		       (params[1] & 0xff) > FLYK_CUDNN_ATTN_MAX_KNOBS ||
+		       ((params[1] >> 8) & 0xff) >= CA_FORMS))
+		return -EINVAL;
+	/* the unified form has no mask */
+	if (params && ((params[1] >> 8) & 0xff) == CA_UNIFIED && p->causal &&
+	    p->sq > 1)
 		return -EINVAL;
 	return 0;
 }
 
-/* Read config @p cfg (rank @p rank of heuristic @p tag) into @p out.
+/* Read config @p cfg (form @p form, rank @p rank of heuristic @p tag)
+ * into @p out.
  * @return 0, or -1 when it is not representable (too many knobs, a value
  * outside int32) or cannot be read. */
-static int ca_cfg_params(cudnnBackendDescriptor_t cfg, int tag, int rank,
-			 int64_t *out)
+static int ca_cfg_params(cudnnBackendDescriptor_t cfg, int form, int tag,
+			 int rank, int64_t *out)
 {
 	cudnnBackendDescriptor_t tmp[CUDNN_KNOB_TYPE_COUNTS + 1];
 	int ntmp = 0, nk = 0;
@@ -713,8 +774,8 @@ static int ca_cfg_params(cudnnBackendDescriptor_t cfg, int tag, int rank,
 	ca_destroy(tmp, ntmp);
 	if (b.st != CUDNN_STATUS_SUCCESS || gidx < 0 || gidx > 0x7fffffff)
 		return -1;
-	out[1] =
-	    nk | (int64_t)(tag & 0xff) << 8 | (int64_t)(rank & 0xffff) << 16;
+	out[1] = nk | (int64_t)form << 8 | (int64_t)(tag & 0xff) << 16 |
+		 (int64_t)(rank & 0xffff) << 24;
 	return 0;
 }
 
@@ -764,64 +825,89 @@ static int ca_heur(struct ca_graph *g, cudnnBackendHeurMode_t mode, int tag,
 	}
 	int rc = ca_bld_done(&b) ? -1 : 0;
 	for (int64_t i = 0; rc == 0 && i < cnt && n < cap; i++)
-		if (!ca_cfg_params(d[1 + i], tag, (int)i, c[n]) &&
+		if (!ca_cfg_params(d[1 + i], g->form, tag, (int)i, c[n]) &&
 		    !ca_seen(c, n, c[n]))
 			n++;
 	ca_destroy(d, nd);
 	return rc ? rc : n;
 }
 
+/* The candidates of graph form @p form of @p k appended to @p out (now
+ * @p n, room for @p max): heuristics mode A, then fallback; each config
+ * replayed into a cached plan.  Called with ca_mu held.  @return the new
+ * count, or -1 when the graph did not build (noted). */
+static int ca_enum_form(const struct ca_key *k, cudnnHandle_t h, int form,
+			int64_t (*out)[NP], int n, int max)
+{
+	int64_t cand[2 * CA_MAX_HEUR][NP];
+	char a_err[sizeof(ca_err)];
+	struct ca_graph *g = ca_graph_get_locked(k, form, h);
+	if (!g)
+		return -1;
+	/* mode A's failure is the one to report; fallback's alone is not */
+	int a = ca_heur(g, CUDNN_HEUR_MODE_A, 0, cand, 0, CA_MAX_HEUR);
+	snprintf(a_err, sizeof(a_err), "%s", a < 0 ? ca_err : "");
+	int nc = ca_heur(g, CUDNN_HEUR_MODE_FALLBACK, 1, cand, a < 0 ? 0 : a,
+			 2 * CA_MAX_HEUR);
+	if (nc < 0)
+		nc = a < 0 ? 0 : a;
+	snprintf(ca_err, sizeof(ca_err), "%s", a_err);
+	if (nc == 0 && a >= 0)
+		snprintf(ca_err, sizeof(ca_err), "no engine proposed");
+	for (int i = 0; i < nc && n < max; i++) {
+		struct ca_plan *e = ca_plan_get_locked(k, h, cand[i], g);
+		if (e && e->ws > FLYK_CUDNN_ATTN_WS_MAX)
+			snprintf(ca_err, sizeof(ca_err),
+				 "engine %lld needs %zu bytes of workspace",
+				 (long long)cand[i][0], e->ws);
+		else if (e && !ca_seen(out, n, cand[i]))
+			memcpy(out[n++], cand[i], sizeof(cand[i]));
+	}
+	ca_graph_put(g);
+	return n;
+}
+
 int flyk_cudnn_attn_enumerate(const struct flyk_cudnn_attn_problem *p,
 			      int64_t (*out)[NP], int max)
 {
-	int64_t cand[2 * CA_MAX_HEUR][NP], dev = 0;
+	static const char *const name[CA_FORMS] = {"composite graph",
+						   "unified SDPA_FWD"};
+	char note[CA_FORMS][500];
+	int64_t dev = 0;
 	struct ca_key k;
-	int nc = 0, n = 0, rc = flyk_cudnn_attn_feasible(p, NULL);
+	int forms = 1, n = 0, built = 0, rc = flyk_cudnn_attn_feasible(p, NULL);
 	ca_err[0] = '\0';
 	if (rc == -EOPNOTSUPP) {
 		snprintf(ca_err, sizeof(ca_err),
-			 "problem outside the graph (causal sq > skv, d, "
-			 "strides)");
+			 "not offered (causal sq > skv, d, strides)");
 		return 0;
 	}
 	if (rc || !out || max < 0)
 		return rc ? rc : -EINVAL;
+#if CUDNN_VERSION >= 91301
+	/* the unified operation: no mask before cuDNN 9.21 (cudnn-frontend) */
+	if (cudnnGetVersion() >= 91301 && !(p->causal && p->sq > 1))
+		forms = CA_FORMS;
+#endif
 	pthread_mutex_lock(&ca_mu);
 	cudnnHandle_t h = ca_handle_locked(&dev);
 	rc = -ENODEV;
 	if (!h)
 		goto out;
 	ca_key_of(p, dev, &k);
-	struct ca_graph *g = ca_graph_get_locked(&k, h);
-	rc = -EIO;
-	if (!g)
-		goto out;
-	/* mode A's failure is the one to report; fallback's alone is not */
-	char a_err[sizeof(ca_err)];
-	int a = ca_heur(g, CUDNN_HEUR_MODE_A, 0, cand, 0, CA_MAX_HEUR);
-	snprintf(a_err, sizeof(a_err), "%s", a < 0 ? ca_err : "");
-	nc = ca_heur(g, CUDNN_HEUR_MODE_FALLBACK, 1, cand, a < 0 ? 0 : a,
-		     2 * CA_MAX_HEUR);
-	if (nc < 0)
-		nc = a < 0 ? 0 : a;
-	snprintf(ca_err, sizeof(ca_err), "%s", a_err);
-	if (nc == 0 && a >= 0)
-		snprintf(ca_err, sizeof(ca_err),
-			 "the heuristics proposed no engine for this graph");
-	for (int i = 0; i < nc && n < max; i++) {
-		struct ca_plan *e = ca_plan_get_locked(&k, h, cand[i], g);
-		if (!e)
-			continue;
-		if (e->ws > FLYK_CUDNN_ATTN_WS_MAX) {
-			snprintf(ca_err, sizeof(ca_err),
-				 "engine %lld needs %zu bytes of workspace",
-				 (long long)cand[i][0], e->ws);
-			continue;
-		}
-		memcpy(out[n++], cand[i], sizeof(cand[i]));
+	for (int f = 0; f < forms; f++) {
+		ca_err[0] = '\0';
+		int m = ca_enum_form(&k, h, f, out, n, max);
+		built += m >= 0;
+		n = m >= 0 ? m : n;
+		snprintf(note[f], sizeof(note[f]), "%s%s%s",
+			 ca_err[0] ? name[f] : "", ca_err[0] ? ": " : "",
+			 ca_err);
 	}
-	ca_graph_put(g);
-	rc = n;
+	snprintf(ca_err, sizeof(ca_err), "%s%s%s", note[0],
+		 forms > 1 && note[0][0] && note[1][0] ? "; " : "",
+		 forms > 1 ? note[1] : "");
+	rc = built ? n : -EIO;
 out:
 	pthread_mutex_unlock(&ca_mu);
 	return rc;

@@ -24,10 +24,13 @@
  *
  * Params (FLYK_CUDNN_ATTN_NPARAMS, every value read back from cuDNN):
  *   [0]     CUDNN_ATTR_ENGINE_GLOBAL_INDEX of the engine
- *   [1]     bits 0..7: knob count n (0..6); bits 8..15: which heuristic
+ *   [1]     bits 0..7: knob count n (0..6); bits 8..15: the graph form
+ *           (0: the composite graph of matmul, pointwise and reduction
+ *           operations; 1: the one SDPA_FWD operation of cuDNN >= 9.13.1,
+ *           offered without a mask only); bits 16..23: which heuristic
  *           proposed it (0 CUDNN_HEUR_MODE_A, 1 CUDNN_HEUR_MODE_FALLBACK);
- *           bits 16..31: its rank in that list.  Replay reads bits 0..7
- *           only: the rest tells explain where the point came from.
+ *           bits 24..39: its rank there.  Replay reads bits 0..15 only:
+ *           the rest tells explain where the point came from.
  *   [2..7]  knob i < n: CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE << 32 | the low
  *           32 bits of CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE (sign-extended
  *           back), sorted by type; unused slots 0.
@@ -89,7 +92,8 @@ int flyk_cudnn_attn_feasible(const struct flyk_cudnn_attn_problem *p,
 			     const int64_t *params);
 
 /* The configurations cuDNN's heuristics (mode A, then fallback) propose
- * for @p p on the calling thread's current device whose execution plan
+ * for @p p's graph (each form that applies) on the calling thread's
+ * current device whose execution plan
  * finalizes (built by the same replay a launch uses, and kept in the
  * plan cache), deduplicated, at most @p max, into @p out.  A candidate
  * that fails is skipped and its error kept for

@@ -201,9 +201,10 @@ static void run_point(const struct tcase *c,
 	float *lse = malloc(sizeof(float) * c->b * c->hq * c->sq);
 	float scale = 1.0f / sqrtf((float)c->d), ms = 0;
 	double eo = 0, el = 0;
-	printf("  [%d] engine %lld knobs %lld (heuristic %lld rank %lld):", idx,
-	       (long long)pt[0], (long long)(pt[1] & 0xff),
-	       (long long)((pt[1] >> 8) & 0xff), (long long)(pt[1] >> 16));
+	printf("  [%d] %s engine %lld (heuristic %s rank %lld) knobs", idx,
+	       (pt[1] >> 8 & 0xff) ? "SDPA_FWD op" : "composite graph",
+	       (long long)pt[0], (pt[1] >> 16 & 0xff) ? "fallback" : "A",
+	       (long long)(pt[1] >> 24));
 	for (int i = 0; i < (pt[1] & 0xff); i++)
 		printf(" %lld=%d", (long long)((uint64_t)pt[2 + i] >> 32),
 		       (int32_t)pt[2 + i]);
