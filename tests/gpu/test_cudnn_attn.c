@@ -8,7 +8,8 @@
  *
  * Owns: its buffers.  Thread: single-threaded.
  * Exit status 1 on any wrong result, failed launch, or supported problem
- * with no candidate; 0 otherwise.  cuDNN's own failures print with
+ * with no candidate; 0 otherwise.  FLYK_TEST_CASE=TEXT: only the problems
+ * whose name contains TEXT.  cuDNN's own failures print with
  * cudnnGetErrorString and cudnnGetLastErrorString's text.
  */
 #include <errno.h>
@@ -341,6 +342,7 @@ static void bogus_point(void)
 
 int main(void)
 {
+	const char *only = getenv("FLYK_TEST_CASE");
 	char ver[64];
 	int ndev = 0;
 	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1 ||
@@ -351,7 +353,8 @@ int main(void)
 	flyk_cudnn_attn_version(ver, sizeof(ver));
 	printf("%s\n", ver);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-		run_case(&cases[i]);
+		if (!only || strstr(cases[i].name, only))
+			run_case(&cases[i]);
 	bogus_point();
 	printf("%s: %d failure(s)\n", failures ? "FAIL" : "OK", failures);
 	return failures ? 1 : 0;
