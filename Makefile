@@ -99,8 +99,29 @@ CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a
 HIP_ARCH  ?= --offload-arch=gfx90a --offload-arch=gfx940
 # The wgmma kernels exist only in an sm_90a build: tell the host code so.
 CUDA_DEFS := $(if $(findstring sm_90a,$(CUDA_ARCH)),-DFLYK_SM90A,)
+# cuDNN 9 (the attention op's vendor candidate, kernels/vendor/cudnn_attn.c):
+# its C headers (cudnn_graph.h and cudnn_backend.h are cuDNN 9's) and
+# libcudnn.so in the CUDA tree or the system's multiarch directories.
+# Found, the CUDA build compiles cudnn_attn.c, defines FLYK_HAS_CUDNN=1 and
+# links libflykernels_cuda.so with -lcudnn; not found, it builds as before.
+# CUDNN=0 turns it off; CUDNN_INC= and CUDNN_LIBDIR= point elsewhere.
+CUDNN ?= auto
+CUDNN_INC_DIRS := $(CUDA_HOME)/include /usr/include/x86_64-linux-gnu \
+	/usr/include/aarch64-linux-gnu /usr/include /usr/local/include
+CUDNN_LIB_DIRS := $(CUDA_HOME)/lib64 /usr/lib/x86_64-linux-gnu \
+	/usr/lib/aarch64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib
+ifneq ($(CUDNN),0)
+CUDNN_INC ?= $(firstword $(foreach d,$(CUDNN_INC_DIRS),$(if $(and \
+	$(wildcard $(d)/cudnn_graph.h),$(wildcard $(d)/cudnn_backend.h)),$(d))))
+CUDNN_LIBDIR ?= $(firstword $(foreach d,$(CUDNN_LIB_DIRS),$(if \
+	$(wildcard $(d)/libcudnn.so),$(d))))
+endif
+HAS_CUDNN := $(if $(BUILD_CUDA),$(if $(CUDNN_INC),$(if $(CUDNN_LIBDIR),1)))
+CUDNN_CFLAGS := $(if $(HAS_CUDNN),-I$(CUDNN_INC),)
+CUDNN_LIBS := $(if $(HAS_CUDNN),-L$(CUDNN_LIBDIR) -lcudnn,)
+CUDA_DEFS += $(if $(HAS_CUDNN),-DFLYK_HAS_CUDNN=1,)
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC \
-	-Xcompiler -Wall -Iproto -Ikernels/include -Ikernels/gpu
+	-Xcompiler -Wall -Iproto -Ikernels/include -Ikernels/gpu -Ikernels/vendor
 HIPFLAGS  ?= -O3 -std=c++17 $(HIP_ARCH) -fPIC -Wall \
 	-Iproto -Ikernels/include -Ikernels/gpu
 
@@ -135,7 +156,8 @@ MAIN_OBJ    := $(call obj,daemon/main.c)
 TCOMMON_OBJ := $(call obj,$(TCOMMON_SRC))
 UNIT_BIN    := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 INTEG_BIN   := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(INTEG_SRC))
-GPUTEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPUTEST_SRC))
+GPUTEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(filter-out \
+	$(if $(HAS_CUDNN),,tests/gpu/test_cudnn_attn.c),$(GPUTEST_SRC)))
 BENCH_BIN   := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 LIBPROTO   := $(BUILD)/libflyproto.a
@@ -152,7 +174,8 @@ LAYERING   := $(BUILD)/.layering-ok
 LIBKCUDA   := $(if $(BUILD_CUDA),$(BUILD)/libflykernels_cuda.so,)
 LIBKHIP    := $(if $(BUILD_HIP),$(BUILD)/libflykernels_hip.so,)
 CUDA_OBJ   := $(patsubst %.hip,$(BUILD)/cuda/%.o,$(KGPU_SRC)) \
-	$(patsubst %.c,$(BUILD)/cuda/%.o,$(wildcard kernels/vendor/cu*.c))
+	$(patsubst %.c,$(BUILD)/cuda/%.o,$(filter-out \
+	$(if $(HAS_CUDNN),,kernels/vendor/cudnn_attn.c),$(wildcard kernels/vendor/cu*.c)))
 HIP_OBJ    := $(patsubst %.hip,$(BUILD)/hip/%.o,$(KGPU_SRC))
 GPU_COMMON_OBJ := $(patsubst %.c,$(BUILD)/gpuobj/%.o,$(KCOMMON_SRC))
 
@@ -306,7 +329,8 @@ $(BUILD)/cuda/%.o: %.hip $(KGPU_HDR) kernels/include/flyk.h
 $(BUILD)/cuda/%.o: %.c kernels/include/flyk.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $< (cuda)")
-	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -Ikernels/gpu -I$(CUDA_HOME)/include -c $< -o $@
+	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -Ikernels/gpu -I$(CUDA_HOME)/include \
+		$(CUDNN_CFLAGS) -c $< -o $@
 $(BUILD)/hip/%.o: %.hip $(KGPU_HDR) kernels/include/flyk.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  HIPCC   $<")
@@ -316,7 +340,7 @@ $(BUILD)/gpuobj/%.o: %.c
 	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -c $< -o $@
 $(BUILD)/libflykernels_cuda.so: $(CUDA_OBJ) $(GPU_COMMON_OBJ)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -lcublasLt -lcublas
+	$(Q)$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -lcublasLt -lcublas $(CUDNN_LIBS)
 $(BUILD)/libflykernels_hip.so: $(HIP_OBJ) $(GPU_COMMON_OBJ)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(HIPCC) -shared $(HIP_ARCH) -o $@ $^
@@ -470,6 +494,17 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c tests/gpu/gpu_harness.c \
 		-I$(CUDA_HOME)/include -o $@ $< tests/gpu/gpu_harness.c \
 		-L$(BUILD) -lflykernels_cuda -Wl,-rpath,$(abspath $(BUILD)) \
 		-L$(CUDA_HOME)/lib64 -lcudart -lm
+# The cuDNN attention candidate's own test: the module and the test alone
+# (no nvcc), so it builds in seconds on the GPU machine.
+$(BUILD)/tests/gpu/test_cudnn_attn: tests/gpu/test_cudnn_attn.c \
+		kernels/vendor/cudnn_attn.c kernels/vendor/cudnn_attn.h
+	@mkdir -p $(@D)
+	$(Q)test -n "$(HAS_CUDNN)" || { echo "$@: cuDNN 9 not found (GPU=cuda," \
+		"CUDNN_INC=, CUDNN_LIBDIR=)" >&2; exit 1; }
+	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -Ikernels/vendor \
+		-I$(CUDA_HOME)/include $(CUDNN_CFLAGS) -o $@ $< \
+		kernels/vendor/cudnn_attn.c $(CUDNN_LIBS) \
+		-L$(CUDA_HOME)/lib64 -lcudart -lpthread -lm
 
 style:
 	$(Q)sh tools/check-style.sh

@@ -12,7 +12,9 @@
 # Inside kernels/gpu (see kernels_gpu below): prim/ includes only prim/;
 # the core (backend, launch API, gpu_int.h at kernels/gpu's top) prim/
 # and the core; an op folder (gemm/, norm/, topk/, mqa/, ...) prim/, the
-# core and itself, never another op; kernels/vendor the core and gemm/;
+# core, itself and a kernels/vendor header (a vendor candidate's
+# declarations: cudnn_attn.h), never another op; kernels/vendor the core,
+# gemm/ and itself;
 # and nothing under kernels/ includes a tests/ header.  Unless
 # --no-cycles is given, it also fails when the files of one folder call
 # each other in a circle (tools/check-cycles.py; issue 23).
@@ -107,7 +109,8 @@ gpu_allowed() {
 	case "$1:$2" in
 	prim:prim | core:prim | core:core) return 0 ;;
 	op:*:prim | op:*:core) return 0 ;;
-	vendor:core | vendor:op:gemm) return 0 ;;
+	vendor:core | vendor:op:gemm | vendor:vendor) return 0 ;;
+	op:*:vendor) return 0 ;;
 	esac
 	case "$1" in op:*) [ "$1" = "$2" ] && return 0 ;; esac
 	return 1
@@ -128,6 +131,7 @@ kernels_gpu() {
 			fi
 			if [ -f "kernels/gpu/$inc" ]; then t="kernels/gpu/$inc"
 			elif [ -f "$(dirname "$f")/$inc" ]; then t="$(dirname "$f")/$inc"
+			elif [ -f "kernels/vendor/$inc" ]; then t="kernels/vendor/$inc"
 			else continue; fi
 			tz=$(gpu_zone "$t")
 			if ! gpu_allowed "$z" "$tz"; then

@@ -16,6 +16,8 @@
  *   FLYK_HAS_TMA       TMA, mbarriers, cluster launches (an sm_90a build
  *                      under nvcc; not the emulator)
  *   FLYK_HAS_CUBLAS    the vendor GEMM candidates (kernels/vendor, CUDA)
+ *   FLYK_HAS_CUDNN     cuDNN 9's fused attention (kernels/vendor/cudnn_attn.c):
+ *                      1 when the Makefile found cuDNN (-DFLYK_HAS_CUDNN=1)
  * FLYK_MMA_DEVICE / FLYK_WGMMA_DEVICE: 1 in the device pass that emits
  * that PTX (the primitives' own test; ops use FLYK_HAS_*).
  */
@@ -56,6 +58,10 @@
 #endif
 
 #define FLYK_HAS_CUBLAS (!FLYK_AMD)
+#if !defined(FLYK_HAS_CUDNN) || FLYK_AMD || defined(FLYK_EMU)
+#undef FLYK_HAS_CUDNN
+#define FLYK_HAS_CUDNN 0
+#endif
 #define FLYK_HAS_MMA (!FLYK_AMD)
 #if !FLYK_AMD && (defined(FLYK_SM90A) || defined(FLYK_EMU))
 #define FLYK_HAS_WGMMA 1
