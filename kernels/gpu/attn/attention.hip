@@ -59,6 +59,9 @@
 #include "prim/launch.h"
 #include "prim/mma.h"
 #include "attn/attn_wgmma.h"
+#if FLYK_HAS_CUDNN
+#include "cudnn_attn.h"
+#endif
 
 #define ATTN_DTYPES ((1u << FLY_DT_FP16) | (1u << FLY_DT_BF16))
 #define ATTN_LOG2E 1.4426950408889634f
@@ -751,6 +754,121 @@ static int split_launch(const struct flyk_device *dev,
 	return fa_launch_common(dev, p, params, params[3], args, stream);
 }
 
+/* ------------------------------------------------------------ cuDNN */
+#if FLYK_HAS_CUDNN && !FLYK_DEVICE_PASS
+/* The vendor candidate: cuDNN 9's fused attention through its backend
+ * graph (kernels/vendor/cudnn_attn.c), each configuration its heuristics
+ * propose a point that replays.  Strides 0 are dense, as for ours. */
+static void cudnn_problem(const struct fly_problem *p,
+			  const struct flyk_attention_args *a,
+			  struct flyk_cudnn_attn_problem *cp)
+{
+	const int64_t *d = p->dims;
+	memset(cp, 0, sizeof(*cp));
+	cp->b = d[0];
+	cp->sq = d[1];
+	cp->skv = d[2];
+	cp->hq = d[3];
+	cp->hkv = d[4];
+	cp->d = d[5];
+	const int64_t dq[3] = {d[1] * d[3] * d[5], d[3] * d[5], d[5]};
+	const int64_t dk[3] = {d[2] * d[4] * d[5], d[4] * d[5], d[5]};
+	for (int i = 0; i < 3; i++) {
+		cp->q_stride[i] = a && a->q_stride[i] ? a->q_stride[i] : dq[i];
+		cp->k_stride[i] = a && a->k_stride[i] ? a->k_stride[i] : dk[i];
+		cp->v_stride[i] = a && a->v_stride[i] ? a->v_stride[i] : dk[i];
+		cp->o_stride[i] = a && a->o_stride[i] ? a->o_stride[i] : dq[i];
+	}
+	cp->causal = (p->flags & FLY_F_CAUSAL) != 0;
+	/* always the graph with the LSE (the case checks it): a caller
+	 * without one gets it in the workspace's tail (cudnn_launch), so
+	 * every launch replays the tuned plan */
+	cp->lse = 1;
+}
+
+/* Bytes of the LSE a launch without one keeps in the workspace. */
+static size_t cudnn_lse_bytes(const struct fly_problem *p)
+{
+	return ((size_t)(p->dims[0] * p->dims[3] * p->dims[1]) * 4 + 255) &
+	       ~(size_t)255;
+}
+
+static int cudnn_feasible(const struct flyk_device *dev,
+			  const struct fly_problem *p, const int64_t *pr)
+{
+	struct flyk_cudnn_attn_problem cp;
+	(void)dev;
+	if (p->dtype != FLY_DT_BF16)
+		return -EINVAL;
+	cudnn_problem(p, NULL, &cp);
+	int rc = flyk_cudnn_attn_feasible(&cp, pr);
+	return rc == -EOPNOTSUPP ? -EINVAL : rc;
+}
+
+/* The heuristics' configurations whose workspace fits ATTN_WS_BYTES (what
+ * the case and the torch layer give). */
+static int cudnn_enumerate(const struct flyk_device *dev,
+			   const struct fly_problem *p,
+			   int64_t (*out)[FLY_PARAMS_MAX], int max)
+{
+	struct flyk_cudnn_attn_problem cp;
+	int64_t cand[32][FLYK_CUDNN_ATTN_NPARAMS];
+	(void)dev;
+	if (p->dtype != FLY_DT_BF16)
+		return 0;
+	cudnn_problem(p, NULL, &cp);
+	if (flyk_cudnn_attn_feasible(&cp, NULL))
+		return 0;
+	int n = flyk_cudnn_attn_enumerate(&cp, cand, 32), k = 0;
+	for (int i = 0; i < n && k < max; i++) {
+		size_t ws = 0;
+		if (flyk_cudnn_attn_workspace(&cp, cand[i], &ws) ||
+		    ((ws + 255) & ~(size_t)255) + cudnn_lse_bytes(p) >
+			ATTN_WS_BYTES)
+			continue;
+		memset(out[k], 0, sizeof(out[k]));
+		memcpy(out[k], cand[i], sizeof(cand[i]));
+		k++;
+	}
+	return n < 0 ? n : k;
+}
+
+static int cudnn_launch(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *pr,
+			const union flyk_args *args, void *stream)
+{
+	struct flyk_cudnn_attn_problem cp;
+	struct flyk_cudnn_attn_args ca;
+	const struct flyk_attention_args *a = &args->attention;
+	(void)dev;
+	if (p->dtype != FLY_DT_BF16)
+		return -EINVAL;
+	cudnn_problem(p, a, &cp);
+	memset(&ca, 0, sizeof(ca));
+	ca.q = a->q;
+	ca.k = a->k;
+	ca.v = a->v;
+	ca.o = a->o;
+	ca.lse = a->lse;
+	ca.scale = a->scale;
+	ca.workspace = a->workspace;
+	ca.workspace_size = a->workspace_size;
+	if (!ca.lse) {
+		size_t ws = 0;
+		int rc = flyk_cudnn_attn_workspace(&cp, pr, &ws);
+		if (rc)
+			return rc;
+		ws = (ws + 255) & ~(size_t)255;
+		if (!a->workspace || ws + cudnn_lse_bytes(p) > a->workspace_size)
+			return -ENOSPC;
+		ca.lse = (float *)((char *)a->workspace + ws);
+		ca.workspace_size = ws;
+	}
+	return flyk_cudnn_attn_run(&cp, pr, &ca, stream);
+}
+static const int64_t cudnn_placeholder[] = {-1};
+#endif
+
 /* ------------------------------------------------------------ table */
 
 #define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
@@ -802,9 +920,26 @@ static const struct flyk_variant attn_variants[] = {
      NULL,
      split_launch,
      NULL},
-    /* ---- reserved: attn_cudnn (cuDNN's fused attention, from
-     * kernels/vendor/cudnn_attn.c, under FLYK_HAS_CUBLAS-like guard) goes
-     * here ---- */
+#if FLYK_HAS_CUDNN
+    {"attn_cudnn",
+     FLY_OP_ATTENTION,
+     1u << FLY_DT_BF16,
+     FLY_F_CAUSAL,
+     0,
+     FLYK_CUDNN_ATTN_NPARAMS,
+     {{"engine", NV(cudnn_placeholder)},
+      {"form", NV(cudnn_placeholder)},
+      {"knob0", NV(cudnn_placeholder)},
+      {"knob1", NV(cudnn_placeholder)},
+      {"knob2", NV(cudnn_placeholder)},
+      {"knob3", NV(cudnn_placeholder)},
+      {"knob4", NV(cudnn_placeholder)},
+      {"knob5", NV(cudnn_placeholder)}},
+     cudnn_feasible,
+     cudnn_enumerate,
+     cudnn_launch,
+     NULL},
+#endif
 };
 #endif
 

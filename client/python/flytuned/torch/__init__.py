@@ -195,17 +195,32 @@ def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
                                    out_dtype=out_dtype)
 
 
+def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+          scale=None, enable_gqa=False):
+    """Attention without a mask or dropout (GQA as SDPA allows it) through
+    flytuned::attention; everything else SDPA."""
+    if (attn_mask is None and dropout_p == 0.0 and query.dim() == 4 and
+            key.dim() == 4 and (enable_gqa or key.shape[1] == query.shape[1])
+            and _plain(query, key, value)):
+        return ops.attention(query, key, value, is_causal, scale)
+    return _ops.ORIG["sdpa"](query, key, value, attn_mask=attn_mask,
+                             dropout_p=dropout_p, is_causal=is_causal,
+                             scale=scale, enable_gqa=enable_gqa)
+
+
 # (module, attribute, replacement)
 _ROUTES = [(F, "rms_norm", _rms_norm), (torch, "topk", _topk),
            (torch, "mm", _mm), (torch, "matmul", _matmul),
            (F, "linear", _linear), (torch, "_scaled_mm", _scaled_mm),
-           (torch, "_grouped_mm", _grouped_mm)]
+           (torch, "_grouped_mm", _grouped_mm),
+           (F, "scaled_dot_product_attention", _sdpa)]
 _saved = {}
 
 
 def enable():
     """Route F.rms_norm, torch.topk, torch.mm / torch.matmul and F.linear
-    (bf16, 2-D), torch._scaled_mm and torch._grouped_mm through flytuned's
+    (bf16, 2-D), torch._scaled_mm, torch._grouped_mm and
+    F.scaled_dot_product_attention (no mask, no dropout) through flytuned's
     ops (the way torch.cuda.tunable.enable() switches TunableOp on).  Calls
     on CPU tensors, or needing autograd, stay torch's.  Tensor methods
     (x.topk(), a @ b) are not routed.  Idempotent."""

@@ -15,8 +15,9 @@ Schemas follow the torch functions they replace:
             out_dtype=None, use_fast_accum=False)            torch._scaled_mm
   mqa_logits(q, kv, kv_scale, weights, ks, ke, clean_logits=True)
                                                   DeepGEMM's fp8_mqa_logits
-  attention(q, k, v, is_causal=False, scale=None)    SDPA ([B,H,S,D]) --
-      the registration point for flytuned's attention kernel; SDPA today
+  attention(q, k, v, is_causal=False, scale=None)    SDPA ([B,H,S,D]):
+      flyk_gpu_attention through the C++ extension (bf16, head_dim
+      64/128/256, GQA; causal with Sq == Skv), SDPA otherwise
 """
 
 import torch
@@ -169,9 +170,8 @@ for _name, _fn in FAKES.items():
     torch.library.register_fake("flytuned::" + _name, _fn, lib=LIB)
 for _name, _fn in REFS.items():
     LIB.impl(_name, _fn, "CPU")
-# attention on CUDA is SDPA until libflykernels exports its launcher: the
-# C++ extension (or the Python path below) registers its own kernel then.
-LIB.impl("attention", ref_attention, "CUDA")
+# attention on CUDA: the C++ extension's kernel (flyk_gpu_attention);
+# on the ctypes path SDPA (register_python_cuda).
 
 
 def register_python_cuda(rt):
@@ -179,5 +179,6 @@ def register_python_cuda(rt):
     when the C++ extension is not there."""
     for name in REFS:
         if name == "attention":
+            LIB.impl(name, ref_attention, "CUDA")
             continue
         LIB.impl(name, getattr(rt, name), "CUDA")

@@ -25,6 +25,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cmath>
 #include <limits>
 #include <cstring>
 #include <mutex>
@@ -59,6 +60,11 @@ typedef int (*mqa_fn)(const fly_problem *, const fly_decision *,
 		      const float *, const int32_t *, const int32_t *, float *,
 		      int64_t, void *);
 
+typedef int (*attn_fn)(const fly_problem *, const fly_decision *,
+		       const void *, const void *, const void *, void *,
+		       float *, float, const int64_t *, void *, size_t,
+		       void *);
+
 constexpr size_t kWorkspace = (size_t)32 << 20; /* FLYK_GEMM_WS_BYTES */
 
 struct ProbHash {
@@ -92,6 +98,7 @@ struct Runtime {
 	ggemm_fn ggemm = nullptr;
 	sg_fn sgemm = nullptr;
 	mqa_fn mqa = nullptr;
+	attn_fn attn = nullptr;
 	std::mutex mu;
 	std::unordered_map<fly_problem, fly_decision, ProbHash, ProbEq> last;
 	std::vector<fly_problem> pending;
@@ -513,10 +520,57 @@ at::Tensor mqa_logits(const at::Tensor &q, const at::Tensor &kv,
 	return out;
 }
 
-/* Attention: registration point.  When libflykernels exports
- * flyk_gpu_attention (another change), dlsym it in init() and register
- * its kernel here as "attention"; until then flytuned::attention runs
- * Python's SDPA implementation (_ops.py). */
+/* ----------------------------------------------------------- attention */
+/* SDPA's layout, [B, H, S, D] (q [B, Hq, Sq, D], k/v [B, Hkv, Skv, D]),
+ * read through the kernels' strides (batch, seq, head; head_dim
+ * contiguous); the output [B, Hq, Sq, D] like q.  Causal aligns
+ * bottom-right when Sq != Skv, as the kernels do (SDPA's is_causal aligns
+ * top-left: such calls run SDPA). */
+at::Tensor attention(const at::Tensor &q, const at::Tensor &k,
+		     const at::Tensor &v, bool is_causal,
+		     std::optional<double> scale)
+{
+	auto sdpa = [&]() {
+		return at::scaled_dot_product_attention(
+		    q, k, v, std::nullopt, 0.0, is_causal, scale,
+		    k.dim() == 4 && q.dim() == 4 && k.size(1) != q.size(1));
+	};
+	bool fit = served(q) && rt.attn && q.dim() == 4 && k.dim() == 4 &&
+		   v.dim() == 4 && q.scalar_type() == at::kBFloat16 &&
+		   k.scalar_type() == at::kBFloat16 &&
+		   v.scalar_type() == at::kBFloat16 && k.is_cuda() &&
+		   v.is_cuda() && q.stride(3) == 1 && k.stride(3) == 1 &&
+		   v.stride(3) == 1 && k.sizes().equals(v.sizes()) &&
+		   q.size(0) == k.size(0) && q.size(3) == k.size(3) &&
+		   k.size(1) > 0 && q.size(1) % k.size(1) == 0 &&
+		   (q.size(3) == 64 || q.size(3) == 128 || q.size(3) == 256) &&
+		   (!is_causal || q.size(2) == k.size(2));
+	if (!fit)
+		return sdpa();
+	int64_t B = q.size(0), hq = q.size(1), sq = q.size(2), hkv = k.size(1),
+		skv = k.size(2), dd = q.size(3);
+	fly_problem p = problem(FLY_OP_ATTENTION, FLY_DT_BF16, 0,
+				is_causal ? FLY_F_CAUSAL : 0,
+				{B, sq, skv, hq, hkv, dd});
+	cudaStream_t s = stream();
+	fly_decision d;
+	decide(p, s, &d);
+	at::Tensor o = at::empty({B, hq, sq, dd}, q.options());
+	const int64_t st[12] = {q.stride(0), q.stride(2), q.stride(1),
+				k.stride(0), k.stride(2), k.stride(1),
+				v.stride(0), v.stride(2), v.stride(1),
+				o.stride(0), o.stride(2), o.stride(1)};
+	float sc = scale.has_value() ? (float)*scale
+				     : 1.0f / std::sqrt((float)dd);
+	void *ws = workspace(s, q);
+	int rc = rt.attn(&p, &d, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+			 o.data_ptr(), nullptr, sc, st, ws, kWorkspace, s);
+	if (rc) {
+		launch_failed("attention", rc);
+		return sdpa();
+	}
+	return o;
+}
 
 /* -------------------------------------------------------------- control */
 template <typename F> bool sym(void *h, const char *name, F *out)
@@ -550,6 +604,8 @@ std::string init(const std::string &client_lib, const std::string &klib,
 	    !sym(hk, "flyk_gpu_scaled_gemm", &rt.sgemm) ||
 	    !sym(hk, "flyk_gpu_mqa_logits", &rt.mqa))
 		return "the kernel library lacks a flyk_gpu_* launcher";
+	/* attention is served where the library has it (else SDPA) */
+	sym(hk, "flyk_gpu_attention", &rt.attn);
 	fly_client_opts o;
 	memset(&o, 0, sizeof(o));
 	o.socket_path = socket.empty() ? nullptr : socket.c_str();
@@ -634,6 +690,7 @@ TORCH_LIBRARY_IMPL(flytuned, CUDA, m)
 	m.impl("grouped_mm", &grouped_mm);
 	m.impl("scaled_mm", &scaled_mm);
 	m.impl("mqa_logits", &mqa_logits);
+	m.impl("attention", &attention);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod)
