@@ -370,7 +370,7 @@ EMU_BIN := $(BUILD)/tests/emu/flyk_emu $(BUILD)/tests/emu/flyk_emu_gemm
 EMU_KSRC := kernels/gpu/norm/rmsnorm.hip kernels/gpu/topk/topk.hip \
 	kernels/gpu/compare.hip
 EMU_GSRC := kernels/gpu/gemm/gemm.hip kernels/gpu/gemm/grouped_gemm.hip \
-	kernels/gpu/compare.hip
+	kernels/gpu/attn/attention.hip kernels/gpu/compare.hip
 # The emulator's device model is force-included: no kernels/ header
 # includes a test header (tools/check-layering.sh).
 EMU_FLAGS := -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu \

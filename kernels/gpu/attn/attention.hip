@@ -58,6 +58,7 @@
 #include "prim/flyk_gpu.h"
 #include "prim/launch.h"
 #include "prim/mma.h"
+#include "prim/warp.h"
 
 #define ATTN_DTYPES ((1u << FLY_DT_FP16) | (1u << FLY_DT_BF16))
 #define ATTN_LOG2E 1.4426950408889634f
@@ -74,14 +75,6 @@ struct attn_dims {
 	int causal;
 };
 
-static void attn_strides(int64_t *out, const int64_t *given, int64_t s,
-			 int64_t h, int64_t d)
-{
-	int64_t dense[3] = {s * h * d, h * d, d};
-	for (int i = 0; i < 3; i++)
-		out[i] = given && given[i] ? given[i] : dense[i];
-}
-
 static void attn_dims_of(const struct fly_problem *p,
 			 const struct flyk_attention_args *a,
 			 struct attn_dims *m)
@@ -92,10 +85,14 @@ static void attn_dims_of(const struct fly_problem *p,
 	m->hq = p->dims[3];
 	m->hkv = p->dims[4];
 	m->d = p->dims[5];
-	attn_strides(m->qs, a ? a->q_stride : NULL, m->sq, m->hq, m->d);
-	attn_strides(m->ks, a ? a->k_stride : NULL, m->skv, m->hkv, m->d);
-	attn_strides(m->vs, a ? a->v_stride : NULL, m->skv, m->hkv, m->d);
-	attn_strides(m->os, a ? a->o_stride : NULL, m->sq, m->hq, m->d);
+	flyk_attention_strides(m->qs, a ? a->q_stride : NULL, m->sq, m->hq,
+			       m->d);
+	flyk_attention_strides(m->ks, a ? a->k_stride : NULL, m->skv, m->hkv,
+			       m->d);
+	flyk_attention_strides(m->vs, a ? a->v_stride : NULL, m->skv, m->hkv,
+			       m->d);
+	flyk_attention_strides(m->os, a ? a->o_stride : NULL, m->sq, m->hq,
+			       m->d);
 	m->scale = a ? a->scale : 1.f;
 	m->causal = (p->flags & FLY_F_CAUSAL) != 0;
 }
@@ -513,7 +510,7 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 
 	/* stage the warp's 16 rows in its own rows of the Q tile, then 16-byte
 	 * stores (no other warp reads those rows) */
-	__syncwarp();
+	flyk_syncwarp();
 	uint16_t *so = sQ;
 #pragma unroll
 	for (int j = 0; j < D / 8; j++) {
@@ -522,7 +519,7 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 		*(uint32_t *)(so + fa_sw<D>(w * 16 + g + 8, j) + 2 * t) =
 		    flyk_df2b2(o[j][2] * i1, o[j][3] * i1);
 	}
-	__syncwarp();
+	flyk_syncwarp();
 	uint16_t *og = a.o + bz * m.os[0] + h * m.os[2];
 #pragma unroll
 	for (int x = l; x < 16 * (D / 8); x += 32) {
@@ -889,9 +886,11 @@ static int attn_check(struct flyk_case *c, double *max_err)
 	const struct flyk_attention_args *a = &c->args.attention;
 	double eo = 0;
 	*max_err = 0;
-	/* O: bf16/fp16 rounding of values of |v| <= 1 averaged, P in bf16 */
+	/* O: |o - r| <= |r| / 64 + 4e-3 (P rounded to bf16: up to 2^-9 of
+	 * max |v| = 1 over two keys, plus O's own rounding); the CPU
+	 * backend's rule too (kernels/cpu/case.c) */
 	int rc = flyk_gpu_compare(c->dev, c->p.dtype, a->o, st->d_ref_o,
-				  st->no, 1.f / 64, 1.f / 16, 0.f, st->d_cmp,
+				  st->no, 1.f / 64, 0.f, 4e-3f, st->d_cmp,
 				  &eo);
 	*max_err = eo;
 	if (rc && rc != -EDOM)
