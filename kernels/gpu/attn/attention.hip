@@ -14,9 +14,9 @@
  *
  * Variants (params in their stable order):
  *   attn_ref        portable (AMD too), any dtype and stride: one block of
- *                   128 threads per (query row, head, batch), scores of 128
- *                   keys at a time in shared memory, online softmax with
- *                   expf, fp32 throughout: the reference.
+ *                   128 threads per (16 query rows, head, batch), tiles of
+ *                   32 keys (K, V and the scores) in shared memory, online
+ *                   softmax with expf, fp32 throughout: the reference.
  *   attn_fa2        (NVIDIA sm_80+, bf16) FlashAttention-2: one block per
  *                   (block_m query rows, head, batch), block_m / 16 warps of
  *                   16 rows; S = Q K^T and O += P V on mma.sync m16n8k16
@@ -118,67 +118,98 @@ static int attn_problem_ok(const struct fly_problem *p)
 
 /* ------------------------------------------------------------ reference */
 
-#define REF_T 128
+#define REF_T 128 /* threads */
+#define REF_R 16  /* query rows a block */
+#define REF_N 32  /* keys a tile */
+#define REF_KP 2  /* K tile row padding (elements): odd word stride */
 
+/*
+ * REF_R query rows of one (head, batch) a block, key tiles of REF_N: the
+ * tile's K and V in shared memory (raw 16-bit elements), the scores of
+ * the block's rows in shared memory (thread t: key t % 32 of rows t / 32
+ * + 4 i), then thread t owns row t / 8 and columns t % 8 + 8 c of the
+ * output: online softmax with expf, fp32 sums.  Any d <= 256, any stride.
+ */
 template <int DT>
 __global__ void __launch_bounds__(REF_T)
 attn_ref_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
 		uint16_t *o, float *lse, struct attn_dims m)
 {
 	typedef flyk_elem<DT> E;
-	__shared__ float qs[256];
-	__shared__ float ps[REF_T];
-	const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-	const int64_t hk = h / (m.hq / m.hkv);
-	const int tx = threadIdx.x;
-	const uint16_t *qr = q + b * m.qs[0] + i * m.qs[1] + h * m.qs[2];
-	for (int x = tx; x < m.d; x += REF_T)
-		qs[x] = E::load(qr[x]);
-	int64_t hi = m.skv; /* keys j < hi are visible */
-	if (m.causal) {
-		hi = i + m.skv - m.sq + 1;
-		hi = hi < 0 ? 0 : (hi > m.skv ? m.skv : hi);
+	__shared__ uint16_t qs[REF_R][256];
+	__shared__ uint16_t ks[REF_N][256 + REF_KP];
+	__shared__ uint16_t vs[REF_N][256];
+	__shared__ float ss[REF_R][REF_N];
+	const int64_t i0 = (int64_t)blockIdx.x * REF_R, h = blockIdx.y;
+	const int64_t b = blockIdx.z, hk = h / (m.hq / m.hkv);
+	const int tx = threadIdx.x, d = (int)m.d;
+	const int orow = tx / 8, oc = tx % 8;
+	const int64_t off = m.skv - m.sq;
+	for (int x = tx; x < REF_R * d; x += REF_T) {
+		int r = x / d, c = x % d;
+		qs[r][c] = i0 + r < m.sq ? q[b * m.qs[0] + (i0 + r) * m.qs[1] +
+					     h * m.qs[2] + c]
+					 : (uint16_t)0;
 	}
-	float mx = -INFINITY, l = 0.f, acc[2] = {0.f, 0.f};
-	__syncthreads();
-	for (int64_t j0 = 0; j0 < hi; j0 += REF_T) {
-		int64_t j = j0 + tx;
-		float s = -INFINITY;
-		if (j < hi) {
-			const uint16_t *kr =
-			    k + b * m.ks[0] + j * m.ks[1] + hk * m.ks[2];
-			float dot = 0.f;
-			for (int64_t x = 0; x < m.d; x++)
-				dot += qs[x] * E::load(kr[x]);
-			s = dot * m.scale;
+	/* keys [0, kend) are seen by some row of the block */
+	int64_t last = i0 + REF_R - 1 < m.sq ? i0 + REF_R - 1 : m.sq - 1;
+	int64_t kend = m.causal ? last + off + 1 : m.skv;
+	kend = kend < 0 ? 0 : (kend > m.skv ? m.skv : kend);
+	const int64_t myrow = i0 + orow;
+	int64_t hi = m.causal ? myrow + off + 1 : m.skv; /* this row's */
+	hi = hi < 0 ? 0 : (hi > m.skv ? m.skv : hi);
+	float mx = -INFINITY, l = 0.f, acc[256 / 8];
+	for (int c = 0; c < 256 / 8; c++)
+		acc[c] = 0.f;
+	for (int64_t j0 = 0; j0 < kend; j0 += REF_N) {
+		__syncthreads(); /* the previous tile is consumed */
+		for (int x = tx; x < REF_N * d; x += REF_T) {
+			int j = x / d, c = x % d;
+			bool in = j0 + j < m.skv;
+			ks[j][c] = in ? k[b * m.ks[0] + (j0 + j) * m.ks[1] +
+					  hk * m.ks[2] + c]
+				      : (uint16_t)0;
+			vs[j][c] = in ? v[b * m.vs[0] + (j0 + j) * m.vs[1] +
+					  hk * m.vs[2] + c]
+				      : (uint16_t)0;
 		}
-		ps[tx] = s;
 		__syncthreads();
+		for (int r = tx / REF_N; r < REF_R; r += REF_T / REF_N) {
+			int j = tx % REF_N;
+			int64_t rh = m.causal ? i0 + r + off + 1 : m.skv;
+			float dot = 0.f;
+			for (int c = 0; c < d; c++)
+				dot += E::load(qs[r][c]) * E::load(ks[j][c]);
+			ss[r][j] = j0 + j < rh && j0 + j < m.skv ? dot * m.scale
+								 : -INFINITY;
+		}
+		__syncthreads();
+		if (j0 >= hi)
+			continue;
 		float cm = mx;
-		for (int x = 0; x < REF_T; x++)
-			cm = fmaxf(cm, ps[x]);
+		for (int j = 0; j < REF_N; j++)
+			cm = fmaxf(cm, ss[orow][j]);
 		float corr = expf(mx - cm); /* key j0 is visible: cm finite */
 		l *= corr;
-		acc[0] *= corr;
-		acc[1] *= corr;
-		for (int x = 0; x < REF_T && j0 + x < hi; x++) {
-			float pe = expf(ps[x] - cm);
-			const uint16_t *vr = v + b * m.vs[0] +
-					     (j0 + x) * m.vs[1] + hk * m.vs[2];
+		for (int c = 0; c < 256 / 8; c++)
+			acc[c] *= corr;
+		for (int j = 0; j < REF_N; j++) {
+			float pe = expf(ss[orow][j] - cm); /* 0 where masked */
 			l += pe;
-			for (int c = 0; c < 2; c++)
-				if (tx + c * REF_T < m.d)
-					acc[c] += pe * E::load(vr[tx + c * REF_T]);
+			for (int c = 0; c < 256 / 8; c++)
+				if (oc + 8 * c < d)
+					acc[c] += pe * E::load(vs[j][oc + 8 * c]);
 		}
 		mx = cm;
-		__syncthreads();
 	}
-	uint16_t *orow = o + b * m.os[0] + i * m.os[1] + h * m.os[2];
-	for (int c = 0; c < 2; c++)
-		if (tx + c * REF_T < m.d)
-			orow[tx + c * REF_T] = E::store(l > 0.f ? acc[c] / l : 0.f);
-	if (lse && tx == 0)
-		lse[(b * m.hq + h) * m.sq + i] =
+	if (myrow >= m.sq)
+		return;
+	uint16_t *orp = o + b * m.os[0] + myrow * m.os[1] + h * m.os[2];
+	for (int c = 0; c < 256 / 8; c++)
+		if (oc + 8 * c < d)
+			orp[oc + 8 * c] = E::store(l > 0.f ? acc[c] / l : 0.f);
+	if (lse && oc == 0)
+		lse[(b * m.hq + h) * m.sq + myrow] =
 		    l > 0.f ? mx + logf(l) : -INFINITY;
 }
 
@@ -201,7 +232,8 @@ static int ref_launch(const struct flyk_device *dev,
 	if (attn_problem_ok(p))
 		return -EINVAL;
 	attn_dims_of(p, a, &m);
-	dim3 grid((unsigned)m.sq, (unsigned)m.hq, (unsigned)m.b);
+	dim3 grid((unsigned)((m.sq + REF_R - 1) / REF_R), (unsigned)m.hq,
+		  (unsigned)m.b);
 	hipStream_t s = (hipStream_t)stream;
 	const uint16_t *q = (const uint16_t *)a->q, *k = (const uint16_t *)a->k;
 	const uint16_t *v = (const uint16_t *)a->v;

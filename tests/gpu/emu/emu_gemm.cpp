@@ -640,15 +640,19 @@ static void attn_one(const struct flyk_backend *b, int64_t B, int64_t sq,
  * (4 emulated SMs). */
 static void attn_all(const struct flyk_backend *b, int quick)
 {
-	int st = quick ? 5 : 1;
+	/* quick (the test suite's run, under its time limit): every 9th
+	 * point, the big shapes causal only */
+	int st = quick ? 9 : 1;
 	for (int c = 0; c < 2; c++) {
 		attn_one(b, 1, 1, 1, 1, 1, 64, c, false, 1);
 		attn_one(b, 2, 17, 17, 4, 1, 64, c, false, st);
+		attn_one(b, 1, 1, 300, 8, 2, 128, c, false, st);
+		attn_one(b, 1, 77, 77, 4, 2, 64, c, true, st);
+		if (quick && !c)
+			continue;
 		attn_one(b, 1, 70, 130, 8, 1, 64, c, false, st);
 		attn_one(b, 1, 130, 70, 2, 2, 128, c, false, st);
-		attn_one(b, 1, 1, 300, 8, 2, 128, c, false, st);
 		attn_one(b, 1, 3, 260, 4, 4, 256, c, false, st);
-		attn_one(b, 1, 77, 77, 4, 2, 64, c, true, st);
 	}
 }
 
