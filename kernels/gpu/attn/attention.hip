@@ -23,14 +23,16 @@
  *                   (prim/mma.h: Q and K by ldmatrix, V by ldmatrix.trans,
  *                   P rounded to bf16 in registers), K/V tiles of block_n
  *                   keys through a `stages`-deep cp.async ring of
- *                   XOR-swizzled tiles, online softmax in fp32 with exp2f
- *                   and the scale folded into log2(e); causal: key tiles
+ *                   XOR-swizzled tiles, online softmax in fp32 with
+ *                   flyk_exp2 (one MUFU.EX2) and the scale folded into
+ *                   log2(e); causal: key tiles
  *                   past the block's last visible key are never loaded,
  *                   the tiles crossing the diagonal (and the tail past skv)
  *                   are masked; heaviest causal blocks launched first.  Q
  *                   stays in registers for d <= 128 (from shared memory per
  *                   k step at d = 256).  The output is staged through the Q
- *                   tile and stored 16 bytes at a time.  Needs 16-byte
+ *                   tile and stored 16 bytes at a time (d = 256: block_n
+ *                   32 only, registers).  Needs 16-byte
  *                   aligned pointers and strides that are multiples of 8.
  *                   On AMD (no FLYK_HAS_MMA) feasible() says -EINVAL: the
  *                   portable attn_ref is the only path there until an MFMA
@@ -276,10 +278,10 @@ template <int D, int BM, int BN, int ST> struct fa_cfg {
 		KV_EL = BN * D,
 		SMEM = (Q_EL + 2 * ST * KV_EL) * 2,
 		QREG = D <= 128,
-		/* 227 KiB of shared memory (sm_90); at d = 256 a 128-key
-		 * tile's S fragments and the O accumulators pass the 255
-		 * registers a thread has */
-		OK = SMEM <= 227 * 1024 && !(D == 256 && BN == 128),
+		/* 227 KiB of shared memory (sm_90); at d = 256 the O
+		 * accumulators (128 registers) leave room for a 32-key tile's
+		 * S only: 64 keys spilled 540 bytes a thread (ptxas, sm_90a) */
+		OK = SMEM <= 227 * 1024 && !(D == 256 && BN > 32),
 	};
 };
 
@@ -464,7 +466,8 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 		/* a row that has seen no key yet keeps 0 as its base */
 		const float b0 = mx0 == -INFINITY ? 0.f : mx0;
 		const float b1 = mx1 == -INFINITY ? 0.f : mx1;
-		const float c0 = exp2f(mr[0] - b0), c1 = exp2f(mr[1] - b1);
+		const float c0 = flyk_exp2(mr[0] - b0);
+		const float c1 = flyk_exp2(mr[1] - b1);
 		mr[0] = mx0;
 		mr[1] = mx1;
 		lr[0] *= c0;
@@ -478,10 +481,10 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 		}
 #pragma unroll
 		for (int j = 0; j < BN / 8; j++) {
-			s[j][0] = exp2f(s[j][0] - b0);
-			s[j][1] = exp2f(s[j][1] - b0);
-			s[j][2] = exp2f(s[j][2] - b1);
-			s[j][3] = exp2f(s[j][3] - b1);
+			s[j][0] = flyk_exp2(s[j][0] - b0);
+			s[j][1] = flyk_exp2(s[j][1] - b0);
+			s[j][2] = flyk_exp2(s[j][2] - b1);
+			s[j][3] = flyk_exp2(s[j][3] - b1);
 			lr[0] += s[j][0] + s[j][1];
 			lr[1] += s[j][2] + s[j][3];
 		}
@@ -651,7 +654,7 @@ static int fa_point_ok(const struct flyk_device *dev,
 	if ((bm != 64 && bm != 128) || (bn != 32 && bn != 64 && bn != 128) ||
 	    (st != 2 && st != 3))
 		return -EINVAL;
-	if (d == 256 && bn == 128) /* registers (fa_cfg::OK) */
+	if (d == 256 && bn > 32) /* registers (fa_cfg::OK) */
 		return -EINVAL;
 	/* a 128-row block where 64 rows already cover every query */
 	if (bm == 128 && p->dims[1] <= 64)
