@@ -61,6 +61,8 @@
 #include "prim/launch.h"
 #include "prim/mma.h"
 #include "prim/warp.h"
+/* ---- reserved: #include "attn/attn_wgmma.h" (attn_wgmma, the Hopper
+ * TMA + wgmma kernel) goes here; its table entry before attn_fa2 ---- */
 
 #define ATTN_DTYPES ((1u << FLY_DT_FP16) | (1u << FLY_DT_BF16))
 #define ATTN_LOG2E 1.4426950408889634f
