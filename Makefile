@@ -376,14 +376,14 @@ EMU_GSRC := kernels/gpu/gemm/gemm.hip kernels/gpu/gemm/grouped_gemm.hip \
 EMU_FLAGS := -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu \
 	-include tests/gpu/emu/flyk_emu.h
 $(BUILD)/tests/emu/flyk_emu: tests/gpu/emu/emu_main.cpp tests/gpu/emu/flyk_emu.h \
-		tests/gpu/emu/emu_sched.h \
+		tests/gpu/emu/emu_sched.h tests/gpu/emu/emu_half.h \
 		$(EMU_KSRC) $(KGPU_HDR)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $@")
 	$(Q)$(CXX) $(EMU_FLAGS) -x c++ tests/gpu/emu/emu_main.cpp \
 		$(EMU_KSRC) -o $@
 $(BUILD)/tests/emu/flyk_emu_gemm: tests/gpu/emu/emu_gemm.cpp tests/gpu/emu/emu_gemm.h \
-		tests/gpu/emu/emu_sched.h \
+		tests/gpu/emu/emu_sched.h tests/gpu/emu/emu_half.h \
 		tests/gpu/emu/flyk_emu.h $(EMU_GSRC) \
 		$(KGPU_HDR) $(BUILD)/tests/emu/flyk.o
 	@mkdir -p $(@D)

@@ -131,9 +131,8 @@ static void test_scaled(const struct flyk_backend *b, struct flyk_device *dev)
 
 /* attention (issue 16): odd lengths (1, 17, 1000), decode (sq = 1), GQA
  * 1/4/8, sq != skv both ways (causal bottom-right; sq > skv leaves rows
- * that see no key: O 0, lse -inf), head_dim 64/128/256, bf16 (fp16 has
- * only attn_ref on the GPU, which the harness's default check refuses;
- * the CPU backend covers fp16 keys); then the 16 primary shapes of
+ * that see no key: O 0, lse -inf), head_dim 64/128/256, bf16 and fp16;
+ * then the 16 primary shapes of
  * bench/cases.json attention_fwd_bf16 at batch 1 (the split variant's
  * short-query shapes among the odd ones).  The LSE is checked too. */
 static void test_attention(const struct flyk_backend *b,
@@ -160,14 +159,15 @@ static void test_attention(const struct flyk_backend *b,
 	};
 	struct fly_problem p;
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
-		for (uint32_t f = 0; f <= FLY_F_CAUSAL; f += FLY_F_CAUSAL) {
-			memset(&p, 0, sizeof(p));
-			p.op = FLY_OP_ATTENTION;
-			p.dtype = FLY_DT_BF16;
-			p.flags = f;
-			memcpy(p.dims, shapes[s], sizeof(shapes[s]));
-			gt_problem(b, dev, &p, 600 + s * 7 + f);
-		}
+		for (uint32_t f = 0; f <= FLY_F_CAUSAL; f += FLY_F_CAUSAL)
+			for (int d = 0; d < 2; d++) {
+				memset(&p, 0, sizeof(p));
+				p.op = FLY_OP_ATTENTION;
+				p.dtype = d ? FLY_DT_FP16 : FLY_DT_BF16;
+				p.flags = f;
+				memcpy(p.dims, shapes[s], sizeof(shapes[s]));
+				gt_problem(b, dev, &p, 600 + s * 7 + f + d);
+			}
 	for (size_t s = 0; s < sizeof(primary) / sizeof(primary[0]); s++) {
 		memset(&p, 0, sizeof(p));
 		p.op = FLY_OP_ATTENTION;

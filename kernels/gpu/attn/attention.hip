@@ -1,6 +1,7 @@
 /*
  * attn/attention.hip -- attention forward on the GPU (issue 16):
- *   O[b, i, h, :] = softmax_j(scale * Q[b, i, h, :] . K[b, j, hk, :]) V[b, j, hk, :]
+ *   O[b, i, h, :] = softmax_j(scale Q[b, i, h, :] . K[b, j, hk, :])
+ *                   V[b, j, hk, :]
  * with hk = h / (hq / hkv) (GQA/MQA), fp32 math, bf16/fp16 in and out.
  * Dims b, sq, skv, hq, hkv, d (d 64, 128 or 256: fly_key.c refuses the
  * rest); tensors [batch, seq, heads, d], d contiguous, the other strides
@@ -17,11 +18,11 @@
  *                   128 threads per (16 query rows, head, batch), tiles of
  *                   32 keys (K, V and the scores) in shared memory, online
  *                   softmax with expf, fp32 throughout: the reference.
- *   attn_fa2        (NVIDIA sm_80+, bf16) FlashAttention-2: one block per
+ *   attn_fa2        (NVIDIA sm_80+, bf16/fp16) FlashAttention-2: one block per
  *                   (block_m query rows, head, batch), block_m / 16 warps of
  *                   16 rows; S = Q K^T and O += P V on mma.sync m16n8k16
  *                   (prim/mma.h: Q and K by ldmatrix, V by ldmatrix.trans,
- *                   P rounded to bf16 in registers), K/V tiles of block_n
+ *                   P rounded to the dtype in registers), K/V tiles of block_n
  *                   keys through a `stages`-deep cp.async ring of
  *                   XOR-swizzled tiles, online softmax in fp32 with
  *                   flyk_exp2 (one MUFU.EX2) and the scale folded into
@@ -59,6 +60,7 @@
 #include "prim/cp_async.h"
 #include "prim/flyk_gpu.h"
 #include "prim/launch.h"
+#include "prim/mem.h"
 #include "prim/mma.h"
 #include "prim/warp.h"
 /* ---- reserved: #include "attn/attn_wgmma.h" (attn_wgmma, the Hopper
@@ -316,7 +318,7 @@ __device__ __forceinline__ void fa_load(uint16_t *s, const uint16_t *g,
 }
 
 /* One (query block, head, batch[, split]) of the FlashAttention-2 loop. */
-template <int D, int BM, int BN, int ST>
+template <int DT, int D, int BM, int BN, int ST>
 __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 {
 	typedef fa_cfg<D, BM, BN, ST> C;
@@ -430,8 +432,8 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 								(l % 8),
 							    kk * 2 +
 								(l / 8) % 2));
-				flyk_mma16816(s[2 * nn], af, bf);
-				flyk_mma16816(s[2 * nn + 1], af, bf + 2);
+				flyk_mma16816_dt<DT>(s[2 * nn], af, bf);
+				flyk_mma16816_dt<DT>(s[2 * nn + 1], af, bf + 2);
 			}
 		}
 
@@ -495,10 +497,10 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 #pragma unroll
 		for (int kk = 0; kk < BN / 16; kk++) {
 			uint32_t pa[4];
-			pa[0] = flyk_df2b2(s[2 * kk][0], s[2 * kk][1]);
-			pa[1] = flyk_df2b2(s[2 * kk][2], s[2 * kk][3]);
-			pa[2] = flyk_df2b2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-			pa[3] = flyk_df2b2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+			pa[0] = flyk_pack2<DT>(s[2 * kk][0], s[2 * kk][1]);
+			pa[1] = flyk_pack2<DT>(s[2 * kk][2], s[2 * kk][3]);
+			pa[2] = flyk_pack2<DT>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+			pa[3] = flyk_pack2<DT>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
 			for (int dd = 0; dd < D / 16; dd++) {
 				uint32_t bf[4];
@@ -506,8 +508,8 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 								 ((l / 8) % 2) * 8 +
 								 (l % 8),
 							     dd * 2 + l / 16));
-				flyk_mma16816(o[2 * dd], pa, bf);
-				flyk_mma16816(o[2 * dd + 1], pa, bf + 2);
+				flyk_mma16816_dt<DT>(o[2 * dd], pa, bf);
+				flyk_mma16816_dt<DT>(o[2 * dd + 1], pa, bf + 2);
 			}
 		}
 	}
@@ -552,9 +554,9 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 #pragma unroll
 	for (int j = 0; j < D / 8; j++) {
 		*(uint32_t *)(so + fa_sw<D>(w * 16 + g, j) + 2 * t) =
-		    flyk_df2b2(o[j][0] * i0, o[j][1] * i0);
+		    flyk_pack2<DT>(o[j][0] * i0, o[j][1] * i0);
 		*(uint32_t *)(so + fa_sw<D>(w * 16 + g + 8, j) + 2 * t) =
-		    flyk_df2b2(o[j][2] * i1, o[j][3] * i1);
+		    flyk_pack2<DT>(o[j][2] * i1, o[j][3] * i1);
 	}
 	flyk_syncwarp();
 	uint16_t *og = a.o + bz * m.os[0] + h * m.os[2];
@@ -576,7 +578,7 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 }
 
 /* Merge the splits of one row: weights exp(lse_s - max), O and lse. */
-template <int D>
+template <int DT, int D>
 __global__ void __launch_bounds__(D) attn_combine_kernel(const fa_args a)
 {
 	const struct attn_dims &m = a.m;
@@ -596,44 +598,54 @@ __global__ void __launch_bounds__(D) attn_combine_kernel(const fa_args a)
 		}
 	}
 	a.o[b * m.os[0] + i * m.os[1] + h * m.os[2] + threadIdx.x] =
-	    flyk_df2b(sum > 0.f ? acc / sum : 0.f);
+	    flyk_elem<DT>::store(sum > 0.f ? acc / sum : 0.f);
 	if (a.lse && threadIdx.x == 0)
 		a.lse[x] = sum > 0.f ? mx + logf(sum) : -INFINITY;
 }
 
-template <int D, int BM, int BN, int ST>
+template <int DT, int D, int BM, int BN, int ST>
 static int fa_go(const fa_args &x, dim3 grid, hipStream_t s)
 {
 	typedef fa_cfg<D, BM, BN, ST> C;
 	if constexpr (!C::OK) {
 		return -EINVAL;
 	} else {
-		if (flyk_smem_optin<attn_fa2_kernel<D, BM, BN, ST>>(C::SMEM))
+		if (flyk_smem_optin<attn_fa2_kernel<DT, D, BM, BN, ST>>(C::SMEM))
 			return -ENOSPC;
 		FLYK_GO(grid, C::NT, C::SMEM, s,
-			attn_fa2_kernel<D, BM, BN, ST>)(x);
+			attn_fa2_kernel<DT, D, BM, BN, ST>)(x);
 		int rc = flyk_launch_err();
 		if (rc || x.split <= 1)
 			return rc;
 		unsigned rows = (unsigned)(x.m.b * x.m.hq * x.m.sq);
-		FLYK_GO(rows, D, 0, s, attn_combine_kernel<D>)(x);
+		FLYK_GO(rows, D, 0, s, attn_combine_kernel<DT, D>)(x);
 		return flyk_launch_err();
 	}
 }
 
-template <int D>
+template <int DT, int D>
 static int fa_go_d(const fa_args &x, int bm, int bn, int st, dim3 grid,
 		   hipStream_t s)
 {
 #define FA_CASE(BM, BN, ST)                                                    \
 	if (bm == BM && bn == BN && st == ST)                                  \
-		return fa_go<D, BM, BN, ST>(x, grid, s);
+		return fa_go<DT, D, BM, BN, ST>(x, grid, s);
 	FA_CASE(64, 32, 2) FA_CASE(64, 64, 2) FA_CASE(64, 128, 2)
 	FA_CASE(64, 32, 3) FA_CASE(64, 64, 3) FA_CASE(64, 128, 3)
 	FA_CASE(128, 32, 2) FA_CASE(128, 64, 2) FA_CASE(128, 128, 2)
 	FA_CASE(128, 32, 3) FA_CASE(128, 64, 3) FA_CASE(128, 128, 3)
 #undef FA_CASE
 	return -EINVAL;
+}
+template <int DT>
+static int fa_go_dt(const fa_args &x, int64_t d, int bm, int bn, int st,
+		    dim3 grid, hipStream_t s)
+{
+	if (d == 64)
+		return fa_go_d<DT, 64>(x, bm, bn, st, grid, s);
+	if (d == 128)
+		return fa_go_d<DT, 128>(x, bm, bn, st, grid, s);
+	return fa_go_d<DT, 256>(x, bm, bn, st, grid, s);
 }
 #endif /* FLYK_HAS_MMA */
 
@@ -648,7 +660,7 @@ static int fa_point_ok(const struct flyk_device *dev,
 		       const struct fly_problem *p, const int64_t *pr)
 {
 #if FLYK_HAS_MMA
-	if (attn_problem_ok(p) || p->dtype != FLY_DT_BF16)
+	if (attn_problem_ok(p))
 		return -EINVAL;
 	if (dev && dev->cc_major < 8)
 		return -EINVAL;
@@ -749,11 +761,9 @@ static int fa_launch_common(const struct flyk_device *dev,
 	dim3 grid((unsigned)((m.sq + bm - 1) / bm), (unsigned)m.hq,
 		  (unsigned)(m.b * split));
 	hipStream_t s = (hipStream_t)stream;
-	if (m.d == 64)
-		return fa_go_d<64>(x, bm, bn, st, grid, s);
-	if (m.d == 128)
-		return fa_go_d<128>(x, bm, bn, st, grid, s);
-	return fa_go_d<256>(x, bm, bn, st, grid, s);
+	if (p->dtype == FLY_DT_FP16)
+		return fa_go_dt<FLY_DT_FP16>(x, m.d, bm, bn, st, grid, s);
+	return fa_go_dt<FLY_DT_BF16>(x, m.d, bm, bn, st, grid, s);
 #else
 	(void)dev;
 	(void)p;
@@ -797,7 +807,7 @@ static const struct flyk_variant attn_variants[] = {
      * first feasible variant of the table) ---- */
     {"attn_fa2",
      FLY_OP_ATTENTION,
-     1u << FLY_DT_BF16,
+     ATTN_DTYPES,
      FLY_F_CAUSAL,
      0,
      3,
@@ -810,7 +820,7 @@ static const struct flyk_variant attn_variants[] = {
      NULL},
     {"attn_fa2_split",
      FLY_OP_ATTENTION,
-     1u << FLY_DT_BF16,
+     ATTN_DTYPES,
      FLY_F_CAUSAL,
      0,
      4,

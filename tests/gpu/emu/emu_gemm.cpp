@@ -117,19 +117,31 @@ static float bfh(uint32_t v, int hi)
 	return f;
 }
 
+/* Per warp: its fragments hold fp16, not bf16 (inside
+ * flyk_emu_mma16816_f16). */
+static int mma_f16[32];
+
+/* Half @p hi of warp @p w's fragment word. */
+static float fragh(int w, uint32_t v, int hi)
+{
+	if (mma_f16[w])
+		return flyk_half_to_float((uint16_t)(hi ? v >> 16 : v & 0xffffu));
+	return bfh(v, hi);
+}
+
 /* A[r][k] of the warp's 16x16 A fragment (a0: rows g, k 2q..; a1: rows
  * g+8; a2: rows g, k 2q+8..; a3: rows g+8, k 2q+8..). */
 static float frag_a(int w, int r, int k)
 {
 	int g = r % 8, hi8 = r >= 8, kq = (k % 8) / 2, k8 = k >= 8;
-	return bfh(mma_a[w][4 * g + kq][hi8 + 2 * k8], k & 1);
+	return fragh(w, mma_a[w][4 * g + kq][hi8 + 2 * k8], k & 1);
 }
 
 /* B[k][n] of the 16x8 B fragment (b0: k 2q.., n g; b1: k 2q+8..). */
 static float frag_b(int w, int k, int n)
 {
 	int kq = (k % 8) / 2, k8 = k >= 8;
-	return bfh(mma_b[w][4 * n + kq][k8], k & 1);
+	return fragh(w, mma_b[w][4 * n + kq][k8], k & 1);
 }
 
 void flyk_emu_mma16816(float *c, const uint32_t *a, const uint32_t *b)
@@ -148,6 +160,13 @@ void flyk_emu_mma16816(float *c, const uint32_t *a, const uint32_t *b)
 	flyk_emu_syncwarp();
 }
 
+void flyk_emu_mma16816_f16(float *c, const uint32_t *a, const uint32_t *b)
+{
+	mma_f16[threadIdx.x / 32] = 1;
+	flyk_emu_mma16816(c, a, b);
+	mma_f16[threadIdx.x / 32] = 0;
+}
+
 /* ------------------------------------------------------------ links */
 
 extern "C" float flyk_bf16_to_float(uint16_t b)
@@ -163,14 +182,7 @@ extern "C" uint16_t flyk_float_to_bf16(float f)
 	return (uint16_t)(u >> 16);
 }
 
-extern "C" float flyk_half_to_float(uint16_t h)
-{
-	return (float)h;
-}
-extern "C" uint16_t flyk_float_to_half(float f)
-{
-	return (uint16_t)f;
-}
+#include "emu_half.h" /* fp16 (attention's fp16 keys) */
 
 extern "C" int flyk_gpu_case_alloc(struct flyk_case *, size_t, int, void **)
 {
@@ -470,6 +482,20 @@ static void compare_rule(void)
 
 /* ------------------------------------------------------------ attention */
 
+/* Element @p x of an attention operand of dtype @p dt (bf16 or fp16). */
+static float attn_el(uint32_t dt, uint16_t x)
+{
+	return dt == FLY_DT_FP16 ? flyk_half_to_float(x) : flyk_bf16_to_float(x);
+}
+
+/* Random operand elements of @p dt in [-1, 1). */
+static uint16_t attn_rnd(uint32_t dt)
+{
+	uint16_t b = rnd_bf16();
+	return dt == FLY_DT_FP16 ? flyk_float_to_half(flyk_bf16_to_float(b))
+				 : b;
+}
+
 /* Host reference (double) of attention forward: O and the natural-log
  * LSE; a row that sees no key (causal, sq > skv) has O 0 and lse -inf. */
 static void attn_host(const struct fly_problem *p, const uint16_t *q,
@@ -496,8 +522,8 @@ static void attn_host(const struct fly_problem *p, const uint16_t *q,
 					    k + b * ks[0] + j * ks[1] + hk * ks[2];
 					double dot = 0;
 					for (int64_t x = 0; x < d; x++)
-						dot += (double)flyk_bf16_to_float(qr[x]) *
-						       flyk_bf16_to_float(kr[x]);
+						dot += (double)attn_el(p->dtype, qr[x]) *
+						       attn_el(p->dtype, kr[x]);
 					s[j] = dot * scale;
 					mx = std::max(mx, s[j]);
 				}
@@ -508,9 +534,9 @@ static void attn_host(const struct fly_problem *p, const uint16_t *q,
 					double acc = 0;
 					for (int64_t j = 0; j < hi; j++)
 						acc += exp(s[j] - mx) *
-						       flyk_bf16_to_float(
-							   v[b * ks[0] + j * ks[1] +
-							     hk * ks[2] + x]);
+						       attn_el(p->dtype,
+							       v[b * ks[0] + j * ks[1] +
+								 hk * ks[2] + x]);
 					o[row * d + x] = hi ? acc / sum : 0.0;
 				}
 				lse[(b * hq + h) * sq + i] =
@@ -520,11 +546,11 @@ static void attn_host(const struct fly_problem *p, const uint16_t *q,
 
 /* O within |ref| / 64 + 4e-3 (P rounded to bf16, O to bf16), LSE within
  * 1e-3 max(1, |ref|), -inf exactly; no NaN. */
-static int attn_cmp(const uint16_t *o, const float *lse,
+static int attn_cmp(uint32_t dt, const uint16_t *o, const float *lse,
 		    const std::vector<double> &ro, const std::vector<double> &rl)
 {
 	for (size_t i = 0; i < ro.size(); i++) {
-		double g = flyk_bf16_to_float(o[i]), e = fabs(g - ro[i]);
+		double g = attn_el(dt, o[i]), e = fabs(g - ro[i]);
 		if (e != e || e > fabs(ro[i]) / 64 + 4e-3)
 			return -EDOM;
 	}
@@ -545,13 +571,14 @@ static int attn_cmp(const uint16_t *o, const float *lse,
  * d] tensor (sq == skv), so their strides are not dense. */
 static void attn_one(const struct flyk_backend *b, int64_t B, int64_t sq,
 		     int64_t skv, int64_t hq, int64_t hkv, int64_t d,
-		     bool causal, bool packed, int stride)
+		     bool causal, bool packed, int stride,
+		     uint32_t dt = FLY_DT_BF16)
 {
 	struct flyk_device dev = emu_dev();
 	struct fly_problem p;
 	memset(&p, 0, sizeof(p));
 	p.op = FLY_OP_ATTENTION;
-	p.dtype = FLY_DT_BF16;
+	p.dtype = dt;
 	p.flags = causal ? FLY_F_CAUSAL : 0;
 	int64_t dims[6] = {B, sq, skv, hq, hkv, d};
 	memcpy(p.dims, dims, sizeof(dims));
@@ -562,7 +589,7 @@ static void attn_one(const struct flyk_backend *b, int64_t B, int64_t sq,
 	if (packed) {
 		K.resize((size_t)(B * skv * ht * d));
 		for (auto &x : K)
-			x = rnd_bf16();
+			x = attn_rnd(dt);
 		int64_t st[3] = {skv * ht * d, ht * d, d};
 		memcpy(qs, st, sizeof(st));
 		memcpy(ks, st, sizeof(st));
@@ -571,11 +598,11 @@ static void attn_one(const struct flyk_backend *b, int64_t B, int64_t sq,
 		K.resize((size_t)(B * skv * hkv * d));
 		V.resize(K.size());
 		for (auto &x : Q)
-			x = rnd_bf16();
+			x = attn_rnd(dt);
 		for (auto &x : K)
-			x = rnd_bf16();
+			x = attn_rnd(dt);
 		for (auto &x : V)
-			x = rnd_bf16();
+			x = attn_rnd(dt);
 		int64_t sq3[3] = {sq * hq * d, hq * d, d};
 		int64_t sk3[3] = {skv * hkv * d, hkv * d, d};
 		memcpy(qs, sq3, sizeof(sq3));
@@ -611,8 +638,9 @@ static void attn_one(const struct flyk_backend *b, int64_t B, int64_t sq,
 				return;
 			char key[200];
 			int n = snprintf(key, sizeof(key),
-					 "%s b%lld sq%lld skv%lld h%lld/%lld d%lld%s%s (",
-					 var->name, (long long)B, (long long)sq,
+					 "%s %s b%lld sq%lld skv%lld h%lld/%lld d%lld%s%s (",
+					 var->name, dt == FLY_DT_FP16 ? "fp16" : "bf16",
+					 (long long)B, (long long)sq,
 					 (long long)skv, (long long)hq,
 					 (long long)hkv, (long long)d,
 					 causal ? " causal" : "",
@@ -626,7 +654,7 @@ static void attn_one(const struct flyk_backend *b, int64_t B, int64_t sq,
 			misaligned = 0;
 			int rc = var->launch(&dev, &p, pt, &args, NULL);
 			if (!rc)
-				rc = attn_cmp(O.data(), L.data(), ro, rl);
+				rc = attn_cmp(dt, O.data(), L.data(), ro, rl);
 			if (!rc && misaligned)
 				rc = -EFAULT;
 			result(rc == 0, "attention", key, rc);
@@ -636,8 +664,8 @@ static void attn_one(const struct flyk_backend *b, int64_t B, int64_t sq,
 
 /* Attention shapes: tails in sq and skv, decode (sq 1), GQA 1/4/8, sq !=
  * skv both ways (sq > skv causal: rows that see no key), d 64/128/256,
- * packed qkv strides, and block-starved shapes for the split variant
- * (4 emulated SMs). */
+ * packed qkv strides, fp16, and block-starved shapes for the split
+ * variant (4 emulated SMs). */
 static void attn_all(const struct flyk_backend *b, int quick)
 {
 	/* quick (the test suite's run, under its time limit): every 9th
@@ -648,6 +676,7 @@ static void attn_all(const struct flyk_backend *b, int quick)
 		attn_one(b, 2, 17, 17, 4, 1, 64, c, false, st);
 		attn_one(b, 1, 1, 300, 8, 2, 128, c, false, st);
 		attn_one(b, 1, 77, 77, 4, 2, 64, c, true, st);
+		attn_one(b, 1, 33, 90, 4, 1, 128, c, false, st, FLY_DT_FP16);
 		if (quick && !c)
 			continue;
 		attn_one(b, 1, 70, 130, 8, 1, 64, c, false, st);
