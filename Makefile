@@ -394,20 +394,20 @@ EMU_BIN := $(BUILD)/tests/emu/flyk_emu $(BUILD)/tests/emu/flyk_emu_gemm
 EMU_KSRC := kernels/gpu/norm/rmsnorm.hip kernels/gpu/topk/topk.hip \
 	kernels/gpu/compare.hip
 EMU_GSRC := kernels/gpu/gemm/gemm.hip kernels/gpu/gemm/grouped_gemm.hip \
-	kernels/gpu/compare.hip
+	kernels/gpu/attn/attention.hip kernels/gpu/compare.hip
 # The emulator's device model is force-included: no kernels/ header
 # includes a test header (tools/check-layering.sh).
 EMU_FLAGS := -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu \
 	-include tests/gpu/emu/flyk_emu.h
 $(BUILD)/tests/emu/flyk_emu: tests/gpu/emu/emu_main.cpp tests/gpu/emu/flyk_emu.h \
-		tests/gpu/emu/emu_sched.h \
+		tests/gpu/emu/emu_sched.h tests/gpu/emu/emu_half.h \
 		$(EMU_KSRC) $(KGPU_HDR)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $@")
 	$(Q)$(CXX) $(EMU_FLAGS) -x c++ tests/gpu/emu/emu_main.cpp \
 		$(EMU_KSRC) -o $@
 $(BUILD)/tests/emu/flyk_emu_gemm: tests/gpu/emu/emu_gemm.cpp tests/gpu/emu/emu_gemm.h \
-		tests/gpu/emu/emu_sched.h \
+		tests/gpu/emu/emu_sched.h tests/gpu/emu/emu_half.h \
 		tests/gpu/emu/flyk_emu.h $(EMU_GSRC) \
 		$(KGPU_HDR) $(BUILD)/tests/emu/flyk.o
 	@mkdir -p $(@D)

@@ -15,6 +15,10 @@
 #              daemon-driven)
 #   scaled     bench/scaled_gemm_bench.py (fp8 / MXFP8 / MXFP4 GEMM vs
 #              torch._scaled_mm and dequantize + matmul; daemon-driven)
+#   attn       bench/attention_bench.py (attention forward vs SDPA's
+#              cuDNN, flash and efficient backends; daemon-driven; with
+#              ATTN_VARIANTS=1 the --variants sweep instead: each of our
+#              variants' best point, no daemon)
 #   tunableop  bench/tunableop_roundtrip.py (flytuned's TunableOp export
 #              read by PyTorch, PyTorch's file imported by flytuned)
 #   torch      tests/torch/test_torch_ops.py (flytuned.torch's ops vs
@@ -32,8 +36,8 @@
 # Default stages: build test rt gemm.  Environment: CASES (cases.json;
 # default ../shared/bench/cases.json, else .devdeps/cases.json), BUILD
 # (build/gpu), OUT (results; else build/bench-results), T_QUICK, T_TEST, T_RT,
-# T_SWEEP, T_GEMM, T_MQA, T_SCALED, T_POINTS (seconds per stage), RT_ARGS,
-# GEMM_ARGS, MQA_ARGS, SCALED_ARGS,
+# T_SWEEP, T_GEMM, T_MQA, T_SCALED, T_ATTN, T_POINTS (seconds per stage),
+# RT_ARGS, GEMM_ARGS, MQA_ARGS, SCALED_ARGS, ATTN_ARGS,
 # POINTS_ARGS (extra arguments), POINTS (see points),
 # FLY_COMMIT (the commit to record where the tree has no .git).
 # OUT receives the result JSON files, summary.txt and logs.tgz (every log,
@@ -136,6 +140,14 @@ temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 500 \
 			--out "$W/scaled" ${SCALED_ARGS:-}
 		grep -v '^\s*$' "$W/scaled.txt" | tail -60 | tee -a "$S"
 		;;
+	attn)
+		# shellcheck disable=SC2086
+		stage attn "${T_ATTN:-540}" env PYTHONUNBUFFERED=1 python3 \
+			bench/attention_bench.py --build "$B" --cases "$C" \
+			--out "$W/attn" ${ATTN_VARIANTS:+--variants} \
+			${ATTN_ARGS:-}
+		grep -v '^\s*$' "$W/attn.txt" | tail -60 | tee -a "$S"
+		;;
 	tunableop)
 		stage tunableop "${T_TUNABLEOP:-180}" env PYTHONUNBUFFERED=1 \
 			python3 bench/tunableop_roundtrip.py --build "$B" \
@@ -175,7 +187,7 @@ temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 500 \
 done
 
 # Results (JSON) straight into OUT; everything else in one archive.
-for d in rt gemm mqa scaled; do
+for d in rt gemm mqa scaled attn; do
 	[ -d "$W/$d" ] && cp "$W/$d"/h200-*.json "$R/" 2>/dev/null
 done
 tar -C "$W" -czf "$R/logs.tgz" . 2>/dev/null

@@ -126,6 +126,8 @@ static const char *preferred_name(const struct fly_problem *p)
 		return "mqa_blocked";
 	if (p->op == FLY_OP_SCALED_GEMM)
 		return "sg_blocked";
+	if (p->op == FLY_OP_ATTENTION)
+		return "attn_blocked";
 	return NULL;
 }
 

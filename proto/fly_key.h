@@ -54,7 +54,9 @@ int fly_op_has_layout(uint32_t op);
 
 /* Validate a problem: known op and dtype allowed for it, layout present
  * iff the op has one, every dim of the op > 0 and unused dims 0, product of
- * dims fits int64, flags within FLY_F_ALL.
+ * dims fits int64, flags within FLY_F_ALL; per op: scaled_gemm's MX
+ * formats need k % 32 == 0, attention needs d in 64/128/256 and hkv
+ * dividing hq (FLY_E_BADDIM).
  * @return 0, FLY_E_BADOP, FLY_E_BADDTYPE, FLY_E_BADDIM, FLY_E_OVERFLOW,
  *         FLY_E_INVALID (layout or flags). */
 int fly_problem_validate(const struct fly_problem *p);

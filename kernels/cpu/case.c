@@ -16,6 +16,10 @@
  *   mqa_logits  max |out - ref| over each row's window <= 2e-3 x the
  *            largest |ref| there (the upstream test's relative error);
  *            with FLY_F_CLEAN every other position exactly -inf
+ *   attention  O |out - ref| <= |ref| / 64 + 4e-3 (the GPU's P is rounded
+ *            to bf16 before P V: up to 2^-9 of max |v| = 1 over two keys,
+ *            plus O's own rounding); lse within 1e-3 max(1, |ref|), and
+ *            exactly -inf where the reference's row sees no key
  *   topk     values bit-exact; indices point at equal elements, distinct;
  *            with FLY_F_DETERMINISTIC indices equal the reference's.
  * A NaN anywhere in an output is -EDOM.
@@ -362,6 +366,41 @@ static int setup_scaled(struct flyk_case *c, uint64_t *s)
 	return 0;
 }
 
+/* Dense q [b,sq,hq,d] in [-2, 2), k and v [b,skv,hkv,d] in [-1, 1); O
+ * in out (ref), the LSE [b,hq,sq] in out2 (ref2); scale 1/sqrt(d). */
+static int setup_attention(struct flyk_case *c, uint64_t *s)
+{
+	struct flyk_attention_args *a = &c->args.attention;
+	const int64_t *dm = c->p.dims;
+	uint32_t dt = c->p.dtype;
+	size_t nq = elems(elems(dm[0], dm[1]), elems(dm[3], dm[5]));
+	size_t nkv = elems(elems(dm[0], dm[2]), elems(dm[4], dm[5]));
+	size_t nl = elems(elems(dm[0], dm[3]), dm[1]);
+	void *q = case_alloc(c, nq, 2), *k = case_alloc(c, nkv, 2);
+	void *v = case_alloc(c, nkv, 2);
+
+	c->out = case_alloc(c, nq, 2);
+	c->ref = case_alloc(c, nq, 2);
+	c->out2 = case_alloc(c, nl, sizeof(float));
+	c->ref2 = case_alloc(c, nl, sizeof(float));
+	c->out_bytes = nq * 2;
+	c->out2_bytes = nl * sizeof(float);
+	if (!nq || !nkv || !nl || !q || !k || !v || !c->out || !c->ref ||
+	    !c->out2 || !c->ref2)
+		return -ENOMEM;
+	fill(q, nq, dt, -2.0f, 2.0f, s);
+	fill(k, nkv, dt, -1.0f, 1.0f, s);
+	fill(v, nkv, dt, -1.0f, 1.0f, s);
+	memset(a, 0, sizeof(*a));
+	a->q = q;
+	a->k = k;
+	a->v = v;
+	a->o = c->ref;
+	a->lse = c->ref2;
+	a->scale = 1.0f / sqrtf((float)dm[5]);
+	return 0;
+}
+
 /* Point the args' outputs at the case outputs (after the reference). */
 static void point_at_outputs(struct flyk_case *c)
 {
@@ -381,6 +420,10 @@ static void point_at_outputs(struct flyk_case *c)
 		break;
 	case FLY_OP_SCALED_GEMM:
 		c->args.scaled_gemm.c = c->out;
+		break;
+	case FLY_OP_ATTENTION:
+		c->args.attention.o = c->out;
+		c->args.attention.lse = c->out2;
 		break;
 	default:
 		c->args.grouped_gemm.c = c->out;
@@ -405,6 +448,8 @@ static int setup(struct flyk_case *c, uint64_t seed)
 		return setup_mqa(c, &s);
 	case FLY_OP_SCALED_GEMM:
 		return setup_scaled(c, &s);
+	case FLY_OP_ATTENTION:
+		return setup_attention(c, &s);
 	default:
 		return -EOPNOTSUPP;
 	}
@@ -460,7 +505,7 @@ int flyk_cpu_case_poison(struct flyk_case *c)
 	if (!c)
 		return -EINVAL;
 	memset(c->out, 0xff, c->out_bytes);
-	if (c->out2 && c->p.op == FLY_OP_TOPK)
+	if (c->out2 && (c->p.op == FLY_OP_TOPK || c->p.op == FLY_OP_ATTENTION))
 		memset(c->out2, 0xff, c->out2_bytes);
 	return 0;
 }
@@ -672,6 +717,51 @@ static int check_scaled(struct flyk_case *c, double *max_err)
 	return rc;
 }
 
+/* O and the LSE against the reference (see the header). */
+static int check_attention(struct flyk_case *c, double *max_err)
+{
+	size_t n = c->out_bytes / 2, nl = c->out2_bytes / sizeof(float);
+	const float *lo = c->out2, *lr = c->ref2;
+	uint32_t dt = c->p.dtype;
+	int rc = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double o = flyk_cpu_load(c->out, i, dt);
+		double r = flyk_cpu_load(c->ref, i, dt);
+		double d = fabs(o - r);
+
+		if (isnan(o)) {
+			*max_err = INFINITY;
+			return -EDOM;
+		}
+		if (d > *max_err)
+			*max_err = d;
+		if (d > fabs(r) / 64 + 4e-3)
+			rc = -EDOM;
+	}
+	for (size_t i = 0; i < nl; i++) {
+		double d;
+
+		if (isinf(lr[i]) && lr[i] < 0) {
+			if (!(isinf(lo[i]) && lo[i] < 0)) {
+				*max_err = INFINITY;
+				rc = -EDOM;
+			}
+			continue;
+		}
+		d = fabs((double)lo[i] - lr[i]);
+		if (isnan(lo[i])) {
+			*max_err = INFINITY;
+			return -EDOM;
+		}
+		if (d > *max_err)
+			*max_err = d;
+		if (d > 1e-3 * (fabs(lr[i]) > 1.0 ? fabs(lr[i]) : 1.0))
+			rc = -EDOM;
+	}
+	return rc;
+}
+
 int flyk_cpu_case_check(struct flyk_case *c, double *max_err)
 {
 	uint32_t dt;
@@ -700,6 +790,8 @@ int flyk_cpu_case_check(struct flyk_case *c, double *max_err)
 		return check_mqa(c, max_err);
 	case FLY_OP_SCALED_GEMM:
 		return check_scaled(c, max_err);
+	case FLY_OP_ATTENTION:
+		return check_attention(c, max_err);
 	default:
 		return cmp_float(c->out, c->ref, c->out_bytes / es, dt,
 				 gemm_tol(dt, c->p.dims[3]), max_err);

@@ -237,6 +237,8 @@ extern const size_t flyk_cpu_scaled_gemm_nvariants;
  * (scaled_gemm.c; the case's setup uses it too). */
 float flyk_cpu_scaled_elem(uint32_t dtype, const void *x, const void *scale,
 			   int64_t k, int64_t i, int64_t q);
+extern const struct flyk_variant flyk_cpu_attention_variants[];
+extern const size_t flyk_cpu_attention_nvariants;
 extern const struct flyk_variant flyk_cpu_mqa_logits_variants[];
 extern const size_t flyk_cpu_mqa_logits_nvariants;
 /* Row @p i's mqa_logits window, ks[i] .. ke[i] clamped to [0, skv);

@@ -41,6 +41,8 @@ static void table_build(void)
 		     flyk_cpu_mqa_logits_nvariants);
 	table_append(flyk_cpu_scaled_gemm_variants,
 		     flyk_cpu_scaled_gemm_nvariants);
+	table_append(flyk_cpu_attention_variants,
+		     flyk_cpu_attention_nvariants);
 	if (flyk_testing_variants && &flyk_testing_nvariants)
 		table_append(flyk_testing_variants, flyk_testing_nvariants);
 }

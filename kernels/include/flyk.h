@@ -110,7 +110,9 @@ struct flyk_scaled_gemm_args {
  * [batch, seq, heads, head_dim] with head_dim contiguous; the other three
  * strides are in elements (0: dense for that tensor's shape).  Causal
  * masks align bottom-right when sq != skv (query i sees key j <=
- * i + skv - sq). */
+ * i + skv - sq); a row that sees no key (causal with sq > skv: rows
+ * i < sq - skv) is written 0, its lse -inf.  Query head h reads kv head
+ * h / (hq / hkv) (GQA/MQA).  lse = log(sum_j exp(scale * q.k_j)). */
 struct flyk_attention_args {
 	const void *q;         /* [B, Sq, Hq, D] */
 	const void *k;         /* [B, Skv, Hkv, D] */
@@ -143,6 +145,19 @@ struct flyk_mqa_logits_args {
 	void *workspace;       /* may be NULL */
 	size_t workspace_size;
 };
+
+/* The (batch, seq, head) element strides of an attention tensor of @p s
+ * rows of @p h heads of @p d elements: @p given's where non-zero (NULL:
+ * none given), else the dense ones. */
+static inline void flyk_attention_strides(int64_t out[3],
+					  const int64_t *given, int64_t s,
+					  int64_t h, int64_t d)
+{
+	const int64_t dense[3] = { s * h * d, h * d, d };
+
+	for (int i = 0; i < 3; i++)
+		out[i] = given && given[i] ? given[i] : dense[i];
+}
 
 union flyk_args {
 	struct flyk_gemm_args gemm;

@@ -131,8 +131,8 @@ static void test_scaled(const struct flyk_backend *b, struct flyk_device *dev)
 
 /* attention (issue 16): odd lengths (1, 17, 1000), decode (sq = 1), GQA
  * 1/4/8, sq != skv both ways (causal bottom-right; sq > skv leaves rows
- * that see no key: O 0, lse -inf), head_dim 64/128/256, bf16 (every
- * variant) and fp16 (the reference's path); then the 16 primary shapes of
+ * that see no key: O 0, lse -inf), head_dim 64/128/256, bf16 and fp16;
+ * then the 16 primary shapes of
  * bench/cases.json attention_fwd_bf16 at batch 1 (the split variant's
  * short-query shapes among the odd ones).  The LSE is checked too. */
 static void test_attention(const struct flyk_backend *b,

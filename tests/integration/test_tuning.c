@@ -203,9 +203,10 @@ static void test_decide_pending_then_tuned(void **state)
 		assert_true(strlen(err_code(o)) > 0);
 		cJSON_Delete(o);
 	}
-	/* An op the CPU backend does not implement: the empty default,
-	 * status default, and no job (it would only fail). */
-	decide(fd, "attention/bf16/b=1,sq=128,skv=128,hq=8,hkv=8,d=64", &b);
+	/* A dtype the CPU backend does not implement for the op (fp16
+	 * GEMM): the empty default, status default, and no job (it would
+	 * only fail). */
+	decide(fd, "gemm/fp16/NT/m=64,n=64,k=64", &b);
 	assert_string_equal(b.status, "default");
 	assert_string_equal(b.text, "");
 	{
@@ -686,6 +687,54 @@ static void test_issue_15_scaled_gemm_formats(void **state)
 	fly_test_daemon_cleanup(d);
 }
 
+/* Issue 16: attention keys -- GQA, causal with sq != skv (a KV prefix),
+ * rows that see no key (sq > skv causal), decode -- are tuned by the
+ * real daemon on the CPU backend (attn_ref
+ * checking attn_blocked), persisted, and served after a restart without a
+ * new job; a head_dim the kernels do not take is refused as bad_dim. */
+static void test_issue_16_attention(void **state)
+{
+	struct fly_test_daemon *d = *state;
+	static const char *const keys[] = {
+		"attention/bf16/b=1,sq=64,skv=72,hq=4,hkv=1,d=64/causal",
+		"attention/fp16/b=2,sq=32,skv=17,hq=2,hkv=2,d=128/causal",
+		"attention/bf16/b=1,sq=1,skv=300,hq=8,hkv=2,d=128/causal",
+	};
+	struct answer a[3], b;
+	int fd;
+
+	assert_int_equal(fly_test_daemon_start(d, "{\"policy\":\"always\","
+					       FAST_CFG "}", NULL), 0);
+	fd = fly_test_connect(d->sock);
+	assert_true(fd >= 0);
+	for (int i = 0; i < 3; i++) {
+		wait_tuned(fd, keys[i], 60000, &a[i]);
+		assert_string_equal(a[i].key, keys[i]);
+		assert_true(strncmp(a[i].text, "attn_blocked", 12) == 0);
+	}
+	{
+		cJSON *o = fly_test_req(fd, "{\"req\":\"decide\",\"key\":"
+				 "\"attention/bf16/b=1,sq=1,skv=1,hq=1,"
+				 "hkv=1,d=96\"}");
+
+		assert_false(fly_test_is_ok(o));
+		assert_string_equal(err_code(o), "bad_dim");
+		cJSON_Delete(o);
+	}
+	close(fd);
+	assert_int_equal(fly_test_daemon_restart(d), 0);
+	fd = fly_test_connect(d->sock);
+	assert_true(fd >= 0);
+	for (int i = 0; i < 3; i++) {
+		decide(fd, keys[i], &b);
+		assert_string_equal(b.status, "tuned");
+		assert_string_equal(b.text, a[i].text);
+	}
+	assert_int_equal((int)stat_num(fd, "jobs_done"), 0);
+	close(fd);
+	fly_test_daemon_cleanup(d);
+}
+
 #define T(fn)                                                                  \
 	cmocka_unit_test_setup_teardown(fn, fly_test_daemon_setup, teardown)
 
@@ -700,6 +749,7 @@ int main(void)
 		T(test_bench_cap),
 		T(test_forget_and_wait_timeout),
 		T(test_issue_15_scaled_gemm_formats),
+		T(test_issue_16_attention),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

@@ -877,6 +877,7 @@ static void test_case_errors(void **state)
 {
 	struct flyk_device *dev = dev_open();
 	struct flyk_case *c = NULL;
+	/* not an attention shape (hkv and d missing): refused */
 	struct fly_problem p = prob(FLY_OP_ATTENTION, FLY_DT_FP16, 0, 0, 1, 2,
 				    3, 4);
 	struct fly_problem g = prob(FLY_OP_GEMM, FLY_DT_FP16, FLY_LAYOUT_NT, 0,
@@ -884,7 +885,7 @@ static void test_case_errors(void **state)
 	struct fly_problem t = prob(FLY_OP_TOPK, FLY_DT_FP32, 0, 0, 1, 5, 6,
 				    0);
 
-	assert_int_equal(B->case_new(dev, &p, 1, &c), -EOPNOTSUPP);
+	assert_int_equal(B->case_new(dev, &p, 1, &c), -EINVAL);
 	assert_int_equal(B->case_new(dev, &g, 1, &c), -EOPNOTSUPP);
 	assert_int_equal(B->case_new(dev, &t, 1, &c), -EINVAL);
 	/* dims whose product overflows are refused, not allocated short */
@@ -896,6 +897,195 @@ static void test_case_errors(void **state)
 	assert_int_equal(B->case_new(dev, &hg, 1, &c), -ENOMEM);
 	assert_null(c);
 	B->case_free(NULL);
+	B->close(dev);
+}
+
+/* ---------------------------------------------------------- attention */
+
+static struct fly_problem attn_prob(uint32_t dt, uint32_t flags,
+				    const int64_t *dims)
+{
+	struct fly_problem p = { FLY_OP_ATTENTION, dt, 0, flags, { 0 } };
+
+	memcpy(p.dims, dims, 6 * sizeof(int64_t));
+	return p;
+}
+
+/* Issue 16: odd lengths (1, 17, 1000), decode (sq = 1), GQA 1/4/8, d
+ * 64/128/256, causal and not, sq > skv causal (rows that see no key), bf16
+ * and fp16: every point of attn_blocked against attn_ref through the
+ * case (O and LSE checked, both NaN-poisoned before each run). */
+static void test_attention_all_variants(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	static const int64_t shapes[][6] = {
+		/* b, sq, skv, hq, hkv, d */
+		{ 1, 1, 1, 1, 1, 64 },	     { 2, 17, 17, 4, 1, 128 },
+		{ 1, 1, 1000, 8, 1, 64 },    { 1, 1000, 1000, 4, 4, 64 },
+		{ 1, 17, 1000, 8, 2, 256 },  { 2, 1000, 17, 4, 1, 128 },
+		{ 1, 77, 130, 6, 3, 64 },
+	};
+	uint64_t seed = 90;
+
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+		for (uint32_t f = 0; f <= FLY_F_CAUSAL; f += FLY_F_CAUSAL) {
+			struct fly_problem p = attn_prob(
+				i % 2 ? FLY_DT_FP16 : FLY_DT_BF16, f,
+				shapes[i]);
+
+			assert_true(run_all_points(dev, &p, seed++) >= 2);
+		}
+	B->close(dev);
+}
+
+/* sq > skv, causal: rows i < sq - skv see no key -- O exactly 0 and lse
+ * -inf from attn_blocked; the check catches a finite lse there, a wrong
+ * O, a wrong lse elsewhere, and NaN left by the poison. */
+static void test_attention_masked_rows(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	static const int64_t dims[6] = { 1, 40, 16, 2, 1, 64 };
+	struct fly_problem p = attn_prob(FLY_DT_BF16, FLY_F_CAUSAL, dims);
+	const struct flyk_variant *blk =
+		flyk_variant_find(B, FLY_OP_ATTENTION, "attn_blocked");
+	int64_t pt[3] = { 16, 64, 2 };
+	struct flyk_case *c = NULL;
+	uint16_t *o;
+	float *lse;
+	double err;
+
+	assert_non_null(blk);
+	assert_int_equal(blk->feasible(dev, &p, pt), 0);
+	assert_int_equal(B->case_new(dev, &p, 5, &c), 0);
+	o = c->out;
+	lse = c->out2;
+	assert_int_equal(B->case_poison(c), 0);
+	assert_int_equal(blk->launch(dev, &p, pt, &c->args, NULL), 0);
+	assert_int_equal(B->case_check(c, &err), 0);
+	for (int64_t h = 0; h < 2; h++)
+		for (int64_t i = 0; i < 40; i++) {
+			float l = lse[h * 40 + i];
+
+			if (i < 40 - 16) {
+				assert_true(isinf(l) && l < 0);
+				for (int64_t x = 0; x < 64; x++)
+					assert_int_equal(
+						o[(i * 2 + h) * 64 + x], 0);
+			} else {
+				assert_true(isfinite(l));
+			}
+		}
+	lse[3] = 0.0f; /* a row that sees no key */
+	assert_int_equal(B->case_check(c, &err), -EDOM);
+	lse[3] = -INFINITY;
+	lse[39] += 0.01f;
+	assert_int_equal(B->case_check(c, &err), -EDOM);
+	lse[39] -= 0.01f;
+	assert_int_equal(blk->launch(dev, &p, pt, &c->args, NULL), 0);
+	assert_int_equal(B->case_check(c, &err), 0);
+	o[(39 * 2 + 1) * 64 + 5] ^= 0x0400; /* an exponent bit */
+	assert_int_equal(B->case_check(c, &err), -EDOM);
+	assert_int_equal(B->case_poison(c), 0);
+	assert_int_equal(B->case_check(c, &err), -EDOM);
+	B->case_free(c);
+	B->close(dev);
+}
+
+/* Caller strides: q, k and v slices of one packed [b, s, hq + 2 hkv, d]
+ * tensor, O into rows padded by one head.  attn_ref on the strided views
+ * equals attn_ref on dense copies bit for bit; attn_blocked agrees within
+ * the tolerance and writes nothing in the padding. */
+static void test_attention_strides(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	enum { NB = 2, S = 33, HQ = 4, HKV = 2, D = 64, HT = HQ + 2 * HKV };
+	static const int64_t dims[6] = { NB, S, S, HQ, HKV, D };
+	struct fly_problem p = attn_prob(FLY_DT_BF16, FLY_F_CAUSAL, dims);
+	const struct flyk_variant *ref =
+		flyk_variant_find(B, FLY_OP_ATTENTION, "attn_ref");
+	const struct flyk_variant *blk =
+		flyk_variant_find(B, FLY_OP_ATTENTION, "attn_blocked");
+	size_t npk = (size_t)NB * S * HT * D, no = (size_t)NB * S * HQ * D;
+	size_t nop = (size_t)NB * S * (HQ + 1) * D;
+	uint16_t *pk = malloc(npk * 2), *q = malloc(no * 2);
+	uint16_t *k = malloc(no / 2 * 2), *v = malloc(no / 2 * 2);
+	uint16_t *od = malloc(no * 2), *os = malloc(nop * 2);
+	float ld[NB * HQ * S], ls[NB * HQ * S];
+	union flyk_args a;
+	int64_t pt[3] = { 16, 64, 2 };
+
+	assert_true(pk && q && k && v && od && os);
+	for (size_t i = 0; i < npk; i++)
+		pk[i] = flyk_cpu_f32_to_bf16((float)((i * 7919) % 201) / 100.f -
+					     1.f);
+	for (size_t b = 0; b < NB; b++)
+		for (size_t t = 0; t < S; t++)
+			for (size_t h = 0; h < HT; h++)
+				for (size_t x = 0; x < D; x++) {
+					uint16_t e =
+						pk[((b * S + t) * HT + h) * D + x];
+
+					if (h < HQ)
+						q[((b * S + t) * HQ + h) * D + x] = e;
+					else if (h < HQ + HKV)
+						k[((b * S + t) * HKV + h - HQ) * D +
+						  x] = e;
+					else
+						v[((b * S + t) * HKV + h - HQ -
+						   HKV) * D + x] = e;
+				}
+	memset(&a, 0, sizeof(a));
+	a.attention.q = q;
+	a.attention.k = k;
+	a.attention.v = v;
+	a.attention.o = od;
+	a.attention.lse = ld;
+	a.attention.scale = 0.125f;
+	assert_int_equal(ref->launch(dev, &p, NULL, &a, NULL), 0);
+	a.attention.q = pk;
+	a.attention.k = pk + HQ * D;
+	a.attention.v = pk + (HQ + HKV) * D;
+	a.attention.o = os;
+	a.attention.lse = ls;
+	for (int i = 0; i < 3; i++) {
+		int64_t st[3] = { S * HT * D, HT * D, D };
+		int64_t so[3] = { S * (HQ + 1) * D, (HQ + 1) * D, D };
+
+		a.attention.q_stride[i] = a.attention.k_stride[i] =
+			a.attention.v_stride[i] = st[i];
+		a.attention.o_stride[i] = so[i];
+	}
+	memset(os, 0x7f, nop * 2);
+	assert_int_equal(ref->launch(dev, &p, NULL, &a, NULL), 0);
+	for (size_t r = 0; r < (size_t)NB * S; r++) {
+		assert_memory_equal(os + r * (HQ + 1) * D, od + r * HQ * D,
+				    (size_t)HQ * D * 2);
+		assert_int_equal(os[r * (HQ + 1) * D + HQ * D], 0x7f7f);
+	}
+	assert_memory_equal(ls, ld, sizeof(ls));
+	memset(os, 0x7f, nop * 2);
+	memset(ls, 0xff, sizeof(ls));
+	assert_int_equal(blk->feasible(dev, &p, pt), 0);
+	assert_int_equal(blk->launch(dev, &p, pt, &a, NULL), 0);
+	for (size_t r = 0; r < (size_t)NB * S; r++) {
+		for (size_t x = 0; x < (size_t)HQ * D; x++) {
+			float g = flyk_cpu_bf16_to_f32(os[r * (HQ + 1) * D + x]);
+			float w = flyk_cpu_bf16_to_f32(od[r * HQ * D + x]);
+
+			assert_true(fabsf(g - w) <= fabsf(w) / 64 + 4e-3f);
+		}
+		for (size_t x = 0; x < D; x++)
+			assert_int_equal(os[r * (HQ + 1) * D + HQ * D + x],
+					 0x7f7f);
+	}
+	for (size_t i = 0; i < (size_t)NB * HQ * S; i++)
+		assert_true(fabsf(ls[i] - ld[i]) <= 1e-3f * fmaxf(1.f, fabsf(ld[i])));
+	free(pk);
+	free(q);
+	free(k);
+	free(v);
+	free(od);
+	free(os);
 	B->close(dev);
 }
 
@@ -1071,6 +1261,9 @@ int main(void)
 		cmocka_unit_test(test_scaled_all_variants),
 		cmocka_unit_test(test_scaled_errors),
 		cmocka_unit_test(test_scaled_edge_blocks),
+		cmocka_unit_test(test_attention_all_variants),
+		cmocka_unit_test(test_attention_masked_rows),
+		cmocka_unit_test(test_attention_strides),
 		cmocka_unit_test(test_case_errors),
 		cmocka_unit_test(test_launch_and_default),
 		cmocka_unit_test(test_default_per_op),

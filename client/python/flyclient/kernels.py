@@ -90,6 +90,10 @@ class Kernels(object):
                                              vp, vp, vp, vp, vp,
                                              ctypes.c_size_t, vp]
         lib.flyk_gpu_scaled_gemm.restype = ctypes.c_int
+        lib.flyk_gpu_attention.argtypes = [P(Problem), P(Decision), vp, vp,
+                                           vp, vp, vp, ctypes.c_float,
+                                           P(i64), vp, ctypes.c_size_t, vp]
+        lib.flyk_gpu_attention.restype = ctypes.c_int
         lib.flyk_gpu_default.argtypes = [P(Problem), P(Decision)]
         lib.flyk_gpu_default.restype = ctypes.c_int
         self.lib = lib
@@ -164,3 +168,47 @@ class Kernels(object):
         if rc:
             raise FlyKernelError("flyk_gpu_scaled_gemm", rc)
         return c
+
+    def attention_problem(self, b, sq, skv, hq, hkv, d, dtype="bf16",
+                          causal=False):
+        p = Problem()
+        p.op, p.dtype = OPS["attention"], DTYPES[dtype]
+        p.flags = FLAGS["causal"] if causal else 0
+        for i, v in enumerate((b, sq, skv, hq, hkv, d)):
+            p.dims[i] = int(v)
+        return p
+
+    def attention(self, d, q, k, v, o, lse=None, scale=None, causal=False,
+                  dtype=None, workspace=None, stream=None, problem=None):
+        """o = softmax(scale q k^T) v, q [b,sq,hq,d], k and v [b,skv,hkv,d]
+        (torch tensors: their strides are passed, the last dim must be
+        contiguous), o [b,sq,hq,d], bf16/fp16; lse [b,hq,sq] fp32 or None.
+        causal aligns bottom-right (query i sees keys <= i + skv - sq);
+        rows that see no key are 0 with lse -inf.  scale None: 1/sqrt(d).
+        workspace: a byte tensor (attn_fa2_split needs split * b * hq * sq
+        * (d + 1) * 4 bytes, at most 32 MiB)."""
+        if dtype is None:
+            dtype = "fp16" if "float16" in str(q.dtype) else "bf16"
+        if problem is None:
+            bb, sq, hq, dd = q.shape
+            problem = self.attention_problem(bb, sq, k.shape[1], hq,
+                                             k.shape[2], dd, dtype, causal)
+        if scale is None:
+            scale = 1.0 / float(problem.dims[5]) ** 0.5
+        strides = (ctypes.c_int64 * 12)()
+        for i, t in enumerate((q, k, v, o)):
+            if t.stride(3) != 1:
+                raise ValueError("attention: the head dim must be "
+                                 "contiguous")
+            for j in range(3):
+                strides[3 * i + j] = int(t.stride(j))
+        dec = decision(d)
+        ws_size = 0 if workspace is None else \
+            workspace.numel() * workspace.element_size()
+        rc = self.lib.flyk_gpu_attention(
+            ctypes.byref(problem), ctypes.byref(dec), _ptr(q), _ptr(k),
+            _ptr(v), _ptr(o), _ptr(lse), float(scale), strides,
+            _ptr(workspace), ws_size, self._stream(stream))
+        if rc:
+            raise FlyKernelError("flyk_gpu_attention", rc)
+        return o

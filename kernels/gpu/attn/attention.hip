@@ -1,6 +1,7 @@
 /*
  * attn/attention.hip -- attention forward on the GPU (issue 16):
- *   O[b, i, h, :] = softmax_j(scale * Q[b, i, h, :] . K[b, j, hk, :]) V[b, j, hk, :]
+ *   O[b, i, h, :] = softmax_j(scale Q[b, i, h, :] . K[b, j, hk, :])
+ *                   V[b, j, hk, :]
  * with hk = h / (hq / hkv) (GQA/MQA), fp32 math, bf16/fp16 in and out.
  * Dims b, sq, skv, hq, hkv, d (d 64, 128 or 256: fly_key.c refuses the
  * rest); tensors [batch, seq, heads, d], d contiguous, the other strides
@@ -14,23 +15,25 @@
  *
  * Variants (params in their stable order):
  *   attn_ref        portable (AMD too), any dtype and stride: one block of
- *                   128 threads per (query row, head, batch), scores of 128
- *                   keys at a time in shared memory, online softmax with
- *                   expf, fp32 throughout: the reference.
- *   attn_fa2        (NVIDIA sm_80+, bf16) FlashAttention-2: one block per
+ *                   128 threads per (16 query rows, head, batch), tiles of
+ *                   32 keys (K, V and the scores) in shared memory, online
+ *                   softmax with expf, fp32 throughout: the reference.
+ *   attn_fa2        (NVIDIA sm_80+, bf16/fp16) FlashAttention-2: one block per
  *                   (block_m query rows, head, batch), block_m / 16 warps of
  *                   16 rows; S = Q K^T and O += P V on mma.sync m16n8k16
  *                   (prim/mma.h: Q and K by ldmatrix, V by ldmatrix.trans,
- *                   P rounded to bf16 in registers), K/V tiles of block_n
+ *                   P rounded to the dtype in registers), K/V tiles of block_n
  *                   keys through a `stages`-deep cp.async ring of
- *                   XOR-swizzled tiles, online softmax in fp32 with exp2f
- *                   and the scale folded into log2(e); causal: key tiles
+ *                   XOR-swizzled tiles, online softmax in fp32 with
+ *                   flyk_exp2 (one MUFU.EX2) and the scale folded into
+ *                   log2(e); causal: key tiles
  *                   past the block's last visible key are never loaded,
  *                   the tiles crossing the diagonal (and the tail past skv)
  *                   are masked; heaviest causal blocks launched first.  Q
  *                   stays in registers for d <= 128 (from shared memory per
  *                   k step at d = 256).  The output is staged through the Q
- *                   tile and stored 16 bytes at a time.  Needs 16-byte
+ *                   tile and stored 16 bytes at a time (d = 256: block_n
+ *                   32 only, registers).  Needs 16-byte
  *                   aligned pointers and strides that are multiples of 8.
  *                   On AMD (no FLYK_HAS_MMA) feasible() says -EINVAL: the
  *                   portable attn_ref is the only path there until an MFMA
@@ -57,7 +60,9 @@
 #include "prim/cp_async.h"
 #include "prim/flyk_gpu.h"
 #include "prim/launch.h"
+#include "prim/mem.h"
 #include "prim/mma.h"
+#include "prim/warp.h"
 #include "attn/attn_wgmma.h"
 #if FLYK_HAS_CUDNN
 #include "cudnn_attn.h"
@@ -78,14 +83,6 @@ struct attn_dims {
 	int causal;
 };
 
-static void attn_strides(int64_t *out, const int64_t *given, int64_t s,
-			 int64_t h, int64_t d)
-{
-	int64_t dense[3] = {s * h * d, h * d, d};
-	for (int i = 0; i < 3; i++)
-		out[i] = given && given[i] ? given[i] : dense[i];
-}
-
 static void attn_dims_of(const struct fly_problem *p,
 			 const struct flyk_attention_args *a,
 			 struct attn_dims *m)
@@ -96,10 +93,14 @@ static void attn_dims_of(const struct fly_problem *p,
 	m->hq = p->dims[3];
 	m->hkv = p->dims[4];
 	m->d = p->dims[5];
-	attn_strides(m->qs, a ? a->q_stride : NULL, m->sq, m->hq, m->d);
-	attn_strides(m->ks, a ? a->k_stride : NULL, m->skv, m->hkv, m->d);
-	attn_strides(m->vs, a ? a->v_stride : NULL, m->skv, m->hkv, m->d);
-	attn_strides(m->os, a ? a->o_stride : NULL, m->sq, m->hq, m->d);
+	flyk_attention_strides(m->qs, a ? a->q_stride : NULL, m->sq, m->hq,
+			       m->d);
+	flyk_attention_strides(m->ks, a ? a->k_stride : NULL, m->skv, m->hkv,
+			       m->d);
+	flyk_attention_strides(m->vs, a ? a->v_stride : NULL, m->skv, m->hkv,
+			       m->d);
+	flyk_attention_strides(m->os, a ? a->o_stride : NULL, m->sq, m->hq,
+			       m->d);
 	m->scale = a ? a->scale : 1.f;
 	m->causal = (p->flags & FLY_F_CAUSAL) != 0;
 }
@@ -125,67 +126,98 @@ static int attn_problem_ok(const struct fly_problem *p)
 
 /* ------------------------------------------------------------ reference */
 
-#define REF_T 128
+#define REF_T 128 /* threads */
+#define REF_R 16  /* query rows a block */
+#define REF_N 32  /* keys a tile */
+#define REF_KP 2  /* K tile row padding (elements): odd word stride */
 
+/*
+ * REF_R query rows of one (head, batch) a block, key tiles of REF_N: the
+ * tile's K and V in shared memory (raw 16-bit elements), the scores of
+ * the block's rows in shared memory (thread t: key t % 32 of rows t / 32
+ * + 4 i), then thread t owns row t / 8 and columns t % 8 + 8 c of the
+ * output: online softmax with expf, fp32 sums.  Any d <= 256, any stride.
+ */
 template <int DT>
 __global__ void __launch_bounds__(REF_T)
 attn_ref_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v,
 		uint16_t *o, float *lse, struct attn_dims m)
 {
 	typedef flyk_elem<DT> E;
-	__shared__ float qs[256];
-	__shared__ float ps[REF_T];
-	const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-	const int64_t hk = h / (m.hq / m.hkv);
-	const int tx = threadIdx.x;
-	const uint16_t *qr = q + b * m.qs[0] + i * m.qs[1] + h * m.qs[2];
-	for (int x = tx; x < m.d; x += REF_T)
-		qs[x] = E::load(qr[x]);
-	int64_t hi = m.skv; /* keys j < hi are visible */
-	if (m.causal) {
-		hi = i + m.skv - m.sq + 1;
-		hi = hi < 0 ? 0 : (hi > m.skv ? m.skv : hi);
+	__shared__ uint16_t qs[REF_R][256];
+	__shared__ uint16_t ks[REF_N][256 + REF_KP];
+	__shared__ uint16_t vs[REF_N][256];
+	__shared__ float ss[REF_R][REF_N];
+	const int64_t i0 = (int64_t)blockIdx.x * REF_R, h = blockIdx.y;
+	const int64_t b = blockIdx.z, hk = h / (m.hq / m.hkv);
+	const int tx = threadIdx.x, d = (int)m.d;
+	const int orow = tx / 8, oc = tx % 8;
+	const int64_t off = m.skv - m.sq;
+	for (int x = tx; x < REF_R * d; x += REF_T) {
+		int r = x / d, c = x % d;
+		qs[r][c] = i0 + r < m.sq ? q[b * m.qs[0] + (i0 + r) * m.qs[1] +
+					     h * m.qs[2] + c]
+					 : (uint16_t)0;
 	}
-	float mx = -INFINITY, l = 0.f, acc[2] = {0.f, 0.f};
-	__syncthreads();
-	for (int64_t j0 = 0; j0 < hi; j0 += REF_T) {
-		int64_t j = j0 + tx;
-		float s = -INFINITY;
-		if (j < hi) {
-			const uint16_t *kr =
-			    k + b * m.ks[0] + j * m.ks[1] + hk * m.ks[2];
-			float dot = 0.f;
-			for (int64_t x = 0; x < m.d; x++)
-				dot += qs[x] * E::load(kr[x]);
-			s = dot * m.scale;
+	/* keys [0, kend) are seen by some row of the block */
+	int64_t last = i0 + REF_R - 1 < m.sq ? i0 + REF_R - 1 : m.sq - 1;
+	int64_t kend = m.causal ? last + off + 1 : m.skv;
+	kend = kend < 0 ? 0 : (kend > m.skv ? m.skv : kend);
+	const int64_t myrow = i0 + orow;
+	int64_t hi = m.causal ? myrow + off + 1 : m.skv; /* this row's */
+	hi = hi < 0 ? 0 : (hi > m.skv ? m.skv : hi);
+	float mx = -INFINITY, l = 0.f, acc[256 / 8];
+	for (int c = 0; c < 256 / 8; c++)
+		acc[c] = 0.f;
+	for (int64_t j0 = 0; j0 < kend; j0 += REF_N) {
+		__syncthreads(); /* the previous tile is consumed */
+		for (int x = tx; x < REF_N * d; x += REF_T) {
+			int j = x / d, c = x % d;
+			bool in = j0 + j < m.skv;
+			ks[j][c] = in ? k[b * m.ks[0] + (j0 + j) * m.ks[1] +
+					  hk * m.ks[2] + c]
+				      : (uint16_t)0;
+			vs[j][c] = in ? v[b * m.vs[0] + (j0 + j) * m.vs[1] +
+					  hk * m.vs[2] + c]
+				      : (uint16_t)0;
 		}
-		ps[tx] = s;
 		__syncthreads();
+		for (int r = tx / REF_N; r < REF_R; r += REF_T / REF_N) {
+			int j = tx % REF_N;
+			int64_t rh = m.causal ? i0 + r + off + 1 : m.skv;
+			float dot = 0.f;
+			for (int c = 0; c < d; c++)
+				dot += E::load(qs[r][c]) * E::load(ks[j][c]);
+			ss[r][j] = j0 + j < rh && j0 + j < m.skv ? dot * m.scale
+								 : -INFINITY;
+		}
+		__syncthreads();
+		if (j0 >= hi)
+			continue;
 		float cm = mx;
-		for (int x = 0; x < REF_T; x++)
-			cm = fmaxf(cm, ps[x]);
+		for (int j = 0; j < REF_N; j++)
+			cm = fmaxf(cm, ss[orow][j]);
 		float corr = expf(mx - cm); /* key j0 is visible: cm finite */
 		l *= corr;
-		acc[0] *= corr;
-		acc[1] *= corr;
-		for (int x = 0; x < REF_T && j0 + x < hi; x++) {
-			float pe = expf(ps[x] - cm);
-			const uint16_t *vr = v + b * m.vs[0] +
-					     (j0 + x) * m.vs[1] + hk * m.vs[2];
+		for (int c = 0; c < 256 / 8; c++)
+			acc[c] *= corr;
+		for (int j = 0; j < REF_N; j++) {
+			float pe = expf(ss[orow][j] - cm); /* 0 where masked */
 			l += pe;
-			for (int c = 0; c < 2; c++)
-				if (tx + c * REF_T < m.d)
-					acc[c] += pe * E::load(vr[tx + c * REF_T]);
+			for (int c = 0; c < 256 / 8; c++)
+				if (oc + 8 * c < d)
+					acc[c] += pe * E::load(vs[j][oc + 8 * c]);
 		}
 		mx = cm;
-		__syncthreads();
 	}
-	uint16_t *orow = o + b * m.os[0] + i * m.os[1] + h * m.os[2];
-	for (int c = 0; c < 2; c++)
-		if (tx + c * REF_T < m.d)
-			orow[tx + c * REF_T] = E::store(l > 0.f ? acc[c] / l : 0.f);
-	if (lse && tx == 0)
-		lse[(b * m.hq + h) * m.sq + i] =
+	if (myrow >= m.sq)
+		return;
+	uint16_t *orp = o + b * m.os[0] + myrow * m.os[1] + h * m.os[2];
+	for (int c = 0; c < 256 / 8; c++)
+		if (oc + 8 * c < d)
+			orp[oc + 8 * c] = E::store(l > 0.f ? acc[c] / l : 0.f);
+	if (lse && oc == 0)
+		lse[(b * m.hq + h) * m.sq + myrow] =
 		    l > 0.f ? mx + logf(l) : -INFINITY;
 }
 
@@ -208,7 +240,8 @@ static int ref_launch(const struct flyk_device *dev,
 	if (attn_problem_ok(p))
 		return -EINVAL;
 	attn_dims_of(p, a, &m);
-	dim3 grid((unsigned)m.sq, (unsigned)m.hq, (unsigned)m.b);
+	dim3 grid((unsigned)((m.sq + REF_R - 1) / REF_R), (unsigned)m.hq,
+		  (unsigned)m.b);
 	hipStream_t s = (hipStream_t)stream;
 	const uint16_t *q = (const uint16_t *)a->q, *k = (const uint16_t *)a->k;
 	const uint16_t *v = (const uint16_t *)a->v;
@@ -251,10 +284,10 @@ template <int D, int BM, int BN, int ST> struct fa_cfg {
 		KV_EL = BN * D,
 		SMEM = (Q_EL + 2 * ST * KV_EL) * 2,
 		QREG = D <= 128,
-		/* 227 KiB of shared memory (sm_90); at d = 256 a 128-key
-		 * tile's S fragments and the O accumulators pass the 255
-		 * registers a thread has */
-		OK = SMEM <= 227 * 1024 && !(D == 256 && BN == 128),
+		/* 227 KiB of shared memory (sm_90); at d = 256 the O
+		 * accumulators (128 registers) leave room for a 32-key tile's
+		 * S only: 64 keys spilled 540 bytes a thread (ptxas, sm_90a) */
+		OK = SMEM <= 227 * 1024 && !(D == 256 && BN > 32),
 	};
 };
 
@@ -287,7 +320,7 @@ __device__ __forceinline__ void fa_load(uint16_t *s, const uint16_t *g,
 }
 
 /* One (query block, head, batch[, split]) of the FlashAttention-2 loop. */
-template <int D, int BM, int BN, int ST>
+template <int DT, int D, int BM, int BN, int ST>
 __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 {
 	typedef fa_cfg<D, BM, BN, ST> C;
@@ -401,8 +434,8 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 								(l % 8),
 							    kk * 2 +
 								(l / 8) % 2));
-				flyk_mma16816(s[2 * nn], af, bf);
-				flyk_mma16816(s[2 * nn + 1], af, bf + 2);
+				flyk_mma16816_dt<DT>(s[2 * nn], af, bf);
+				flyk_mma16816_dt<DT>(s[2 * nn + 1], af, bf + 2);
 			}
 		}
 
@@ -439,7 +472,8 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 		/* a row that has seen no key yet keeps 0 as its base */
 		const float b0 = mx0 == -INFINITY ? 0.f : mx0;
 		const float b1 = mx1 == -INFINITY ? 0.f : mx1;
-		const float c0 = exp2f(mr[0] - b0), c1 = exp2f(mr[1] - b1);
+		const float c0 = flyk_exp2(mr[0] - b0);
+		const float c1 = flyk_exp2(mr[1] - b1);
 		mr[0] = mx0;
 		mr[1] = mx1;
 		lr[0] *= c0;
@@ -453,10 +487,10 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 		}
 #pragma unroll
 		for (int j = 0; j < BN / 8; j++) {
-			s[j][0] = exp2f(s[j][0] - b0);
-			s[j][1] = exp2f(s[j][1] - b0);
-			s[j][2] = exp2f(s[j][2] - b1);
-			s[j][3] = exp2f(s[j][3] - b1);
+			s[j][0] = flyk_exp2(s[j][0] - b0);
+			s[j][1] = flyk_exp2(s[j][1] - b0);
+			s[j][2] = flyk_exp2(s[j][2] - b1);
+			s[j][3] = flyk_exp2(s[j][3] - b1);
 			lr[0] += s[j][0] + s[j][1];
 			lr[1] += s[j][2] + s[j][3];
 		}
@@ -465,10 +499,10 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 #pragma unroll
 		for (int kk = 0; kk < BN / 16; kk++) {
 			uint32_t pa[4];
-			pa[0] = flyk_df2b2(s[2 * kk][0], s[2 * kk][1]);
-			pa[1] = flyk_df2b2(s[2 * kk][2], s[2 * kk][3]);
-			pa[2] = flyk_df2b2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-			pa[3] = flyk_df2b2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+			pa[0] = flyk_pack2<DT>(s[2 * kk][0], s[2 * kk][1]);
+			pa[1] = flyk_pack2<DT>(s[2 * kk][2], s[2 * kk][3]);
+			pa[2] = flyk_pack2<DT>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+			pa[3] = flyk_pack2<DT>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
 			for (int dd = 0; dd < D / 16; dd++) {
 				uint32_t bf[4];
@@ -476,8 +510,8 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 								 ((l / 8) % 2) * 8 +
 								 (l % 8),
 							     dd * 2 + l / 16));
-				flyk_mma16816(o[2 * dd], pa, bf);
-				flyk_mma16816(o[2 * dd + 1], pa, bf + 2);
+				flyk_mma16816_dt<DT>(o[2 * dd], pa, bf);
+				flyk_mma16816_dt<DT>(o[2 * dd + 1], pa, bf + 2);
 			}
 		}
 	}
@@ -517,16 +551,16 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 
 	/* stage the warp's 16 rows in its own rows of the Q tile, then 16-byte
 	 * stores (no other warp reads those rows) */
-	__syncwarp();
+	flyk_syncwarp();
 	uint16_t *so = sQ;
 #pragma unroll
 	for (int j = 0; j < D / 8; j++) {
 		*(uint32_t *)(so + fa_sw<D>(w * 16 + g, j) + 2 * t) =
-		    flyk_df2b2(o[j][0] * i0, o[j][1] * i0);
+		    flyk_pack2<DT>(o[j][0] * i0, o[j][1] * i0);
 		*(uint32_t *)(so + fa_sw<D>(w * 16 + g + 8, j) + 2 * t) =
-		    flyk_df2b2(o[j][2] * i1, o[j][3] * i1);
+		    flyk_pack2<DT>(o[j][2] * i1, o[j][3] * i1);
 	}
-	__syncwarp();
+	flyk_syncwarp();
 	uint16_t *og = a.o + bz * m.os[0] + h * m.os[2];
 #pragma unroll
 	for (int x = l; x < 16 * (D / 8); x += 32) {
@@ -546,7 +580,7 @@ __global__ void __launch_bounds__(BM / 16 * 32) attn_fa2_kernel(const fa_args a)
 }
 
 /* Merge the splits of one row: weights exp(lse_s - max), O and lse. */
-template <int D>
+template <int DT, int D>
 __global__ void __launch_bounds__(D) attn_combine_kernel(const fa_args a)
 {
 	const struct attn_dims &m = a.m;
@@ -566,44 +600,54 @@ __global__ void __launch_bounds__(D) attn_combine_kernel(const fa_args a)
 		}
 	}
 	a.o[b * m.os[0] + i * m.os[1] + h * m.os[2] + threadIdx.x] =
-	    flyk_df2b(sum > 0.f ? acc / sum : 0.f);
+	    flyk_elem<DT>::store(sum > 0.f ? acc / sum : 0.f);
 	if (a.lse && threadIdx.x == 0)
 		a.lse[x] = sum > 0.f ? mx + logf(sum) : -INFINITY;
 }
 
-template <int D, int BM, int BN, int ST>
+template <int DT, int D, int BM, int BN, int ST>
 static int fa_go(const fa_args &x, dim3 grid, hipStream_t s)
 {
 	typedef fa_cfg<D, BM, BN, ST> C;
 	if constexpr (!C::OK) {
 		return -EINVAL;
 	} else {
-		if (flyk_smem_optin<attn_fa2_kernel<D, BM, BN, ST>>(C::SMEM))
+		if (flyk_smem_optin<attn_fa2_kernel<DT, D, BM, BN, ST>>(C::SMEM))
 			return -ENOSPC;
 		FLYK_GO(grid, C::NT, C::SMEM, s,
-			attn_fa2_kernel<D, BM, BN, ST>)(x);
+			attn_fa2_kernel<DT, D, BM, BN, ST>)(x);
 		int rc = flyk_launch_err();
 		if (rc || x.split <= 1)
 			return rc;
 		unsigned rows = (unsigned)(x.m.b * x.m.hq * x.m.sq);
-		FLYK_GO(rows, D, 0, s, attn_combine_kernel<D>)(x);
+		FLYK_GO(rows, D, 0, s, attn_combine_kernel<DT, D>)(x);
 		return flyk_launch_err();
 	}
 }
 
-template <int D>
+template <int DT, int D>
 static int fa_go_d(const fa_args &x, int bm, int bn, int st, dim3 grid,
 		   hipStream_t s)
 {
 #define FA_CASE(BM, BN, ST)                                                    \
 	if (bm == BM && bn == BN && st == ST)                                  \
-		return fa_go<D, BM, BN, ST>(x, grid, s);
+		return fa_go<DT, D, BM, BN, ST>(x, grid, s);
 	FA_CASE(64, 32, 2) FA_CASE(64, 64, 2) FA_CASE(64, 128, 2)
 	FA_CASE(64, 32, 3) FA_CASE(64, 64, 3) FA_CASE(64, 128, 3)
 	FA_CASE(128, 32, 2) FA_CASE(128, 64, 2) FA_CASE(128, 128, 2)
 	FA_CASE(128, 32, 3) FA_CASE(128, 64, 3) FA_CASE(128, 128, 3)
 #undef FA_CASE
 	return -EINVAL;
+}
+template <int DT>
+static int fa_go_dt(const fa_args &x, int64_t d, int bm, int bn, int st,
+		    dim3 grid, hipStream_t s)
+{
+	if (d == 64)
+		return fa_go_d<DT, 64>(x, bm, bn, st, grid, s);
+	if (d == 128)
+		return fa_go_d<DT, 128>(x, bm, bn, st, grid, s);
+	return fa_go_d<DT, 256>(x, bm, bn, st, grid, s);
 }
 #endif /* FLYK_HAS_MMA */
 
@@ -618,7 +662,7 @@ static int fa_point_ok(const struct flyk_device *dev,
 		       const struct fly_problem *p, const int64_t *pr)
 {
 #if FLYK_HAS_MMA
-	if (attn_problem_ok(p) || p->dtype != FLY_DT_BF16)
+	if (attn_problem_ok(p))
 		return -EINVAL;
 	if (dev && dev->cc_major < 8)
 		return -EINVAL;
@@ -626,7 +670,7 @@ static int fa_point_ok(const struct flyk_device *dev,
 	if ((bm != 64 && bm != 128) || (bn != 32 && bn != 64 && bn != 128) ||
 	    (st != 2 && st != 3))
 		return -EINVAL;
-	if (d == 256 && bn == 128) /* registers (fa_cfg::OK) */
+	if (d == 256 && bn > 32) /* registers (fa_cfg::OK) */
 		return -EINVAL;
 	/* a 128-row block where 64 rows already cover every query */
 	if (bm == 128 && p->dims[1] <= 64)
@@ -719,11 +763,9 @@ static int fa_launch_common(const struct flyk_device *dev,
 	dim3 grid((unsigned)((m.sq + bm - 1) / bm), (unsigned)m.hq,
 		  (unsigned)(m.b * split));
 	hipStream_t s = (hipStream_t)stream;
-	if (m.d == 64)
-		return fa_go_d<64>(x, bm, bn, st, grid, s);
-	if (m.d == 128)
-		return fa_go_d<128>(x, bm, bn, st, grid, s);
-	return fa_go_d<256>(x, bm, bn, st, grid, s);
+	if (p->dtype == FLY_DT_FP16)
+		return fa_go_dt<FLY_DT_FP16>(x, m.d, bm, bn, st, grid, s);
+	return fa_go_dt<FLY_DT_BF16>(x, m.d, bm, bn, st, grid, s);
 #else
 	(void)dev;
 	(void)p;
@@ -895,7 +937,7 @@ static const struct flyk_variant attn_variants[] = {
      NULL},
     {"attn_fa2",
      FLY_OP_ATTENTION,
-     1u << FLY_DT_BF16,
+     ATTN_DTYPES,
      FLY_F_CAUSAL,
      0,
      3,
@@ -908,7 +950,7 @@ static const struct flyk_variant attn_variants[] = {
      NULL},
     {"attn_fa2_split",
      FLY_OP_ATTENTION,
-     1u << FLY_DT_BF16,
+     ATTN_DTYPES,
      FLY_F_CAUSAL,
      0,
      4,
@@ -1038,9 +1080,11 @@ static int attn_check(struct flyk_case *c, double *max_err)
 	const struct flyk_attention_args *a = &c->args.attention;
 	double eo = 0;
 	*max_err = 0;
-	/* O: bf16/fp16 rounding of values of |v| <= 1 averaged, P in bf16 */
+	/* O: |o - r| <= |r| / 64 + 4e-3 (P rounded to bf16: up to 2^-9 of
+	 * max |v| = 1 over two keys, plus O's own rounding); the CPU
+	 * backend's rule too (kernels/cpu/case.c) */
 	int rc = flyk_gpu_compare(c->dev, c->p.dtype, a->o, st->d_ref_o,
-				  st->no, 1.f / 64, 1.f / 16, 0.f, st->d_cmp,
+				  st->no, 1.f / 64, 0.f, 4e-3f, st->d_cmp,
 				  &eo);
 	*max_err = eo;
 	if (rc && rc != -EDOM)

@@ -149,6 +149,21 @@ __device__ __forceinline__ uint32_t flyk_df2b2(float lo, float hi)
 #endif
 }
 
+/* 2^x, approximate: one MUFU.EX2 on NVIDIA (ex2.approx.ftz: relative
+ * error ~2^-22, -inf gives +0, denormal results flushed), exp2f elsewhere.
+ * The softmax exponentials of attention: one per score, so the special
+ * function unit, not the tensor cores, can bound a tile. */
+__device__ __forceinline__ float flyk_exp2(float x)
+{
+#if defined(__CUDA_ARCH__) && !defined(FLYK_EMU)
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+	return y;
+#else
+	return exp2f(x);
+#endif
+}
+
 /* Element access by dtype code: FLY_DT_FP32=1, FP16=2, BF16=3. */
 template <int DT> struct flyk_elem;
 template <> struct flyk_elem<1> {

@@ -1,6 +1,7 @@
 /*
  * prim/mma.h -- warp-level tensor-core MMA (NVIDIA sm_80+): ldmatrix
- * (plain and .trans) and mma.sync m16n8k16 bf16 x bf16 -> fp32.
+ * (plain and .trans) and mma.sync m16n8k16 bf16 x bf16 (or fp16 x fp16)
+ * -> fp32.
  *
  * Owns: nothing (device inlines).  Thread: device code only.
  * Fragment layouts are the PTX ISA's; under FLYK_EMU the emulator computes
@@ -52,4 +53,32 @@ __device__ __forceinline__ void flyk_mma16816(float *c, const uint32_t *a,
 	flyk_emu_mma16816(c, a, b);
 #endif
 }
+/* The same with fp16 operands (f32 += f16 x f16). */
+__device__ __forceinline__ void flyk_mma16816_f16(float *c, const uint32_t *a,
+						  const uint32_t *b)
+{
+#if FLYK_MMA_DEVICE
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		     "{%0,%1,%2,%3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+		       "r"(b[1]));
+#elif defined(FLYK_EMU)
+	flyk_emu_mma16816_f16(c, a, b);
+#endif
+}
+
+/* mma.sync m16n8k16 with DT operands (FLY_DT_BF16 = 3 or FLY_DT_FP16 =
+ * 2), fp32 accumulators. */
+template <int DT>
+__device__ __forceinline__ void flyk_mma16816_dt(float *c, const uint32_t *a,
+						 const uint32_t *b)
+{
+	if (DT == 2)
+		flyk_mma16816_f16(c, a, b);
+	else
+		flyk_mma16816(c, a, b);
+}
+
 #endif /* FLYK_PRIM_MMA_H */

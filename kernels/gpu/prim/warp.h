@@ -1,7 +1,8 @@
 /*
  * prim/warp.h -- warp/wave-wide exchanges beyond prim/flyk_gpu.h's
  * FLYK_SHFL* macros: 64-bit shuffles (two 32-bit ones) and the warp-wide
- * maximum of a 64-bit word, for FLYK_WARP = 32 (NVIDIA) or 64 (AMD).
+ * maximum of a 64-bit word, and the warp barrier (flyk_syncwarp), for
+ * FLYK_WARP = 32 (NVIDIA) or 64 (AMD).
  *
  * Owns: nothing (device inlines).  Thread: device code; every lane of the
  * warp calls together.
@@ -39,6 +40,20 @@ flyk_warp_max_u64(unsigned long long v)
 		v = w > v ? w : v;
 	}
 	return v;
+}
+
+/* The lanes of the warp meet here; their shared-memory writes before it
+ * are seen by the warp after it.  AMD's wave runs in lockstep: a compiler
+ * barrier is enough there. */
+__device__ __forceinline__ void flyk_syncwarp(void)
+{
+#if defined(FLYK_EMU)
+	flyk_emu_syncwarp();
+#elif FLYK_AMD
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+#else
+	__syncwarp();
+#endif
 }
 
 #endif /* FLYK_PRIM_WARP_H */

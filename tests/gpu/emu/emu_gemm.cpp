@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <algorithm>
+
 #include "prim/flyk_gpu.h"
 #include "gpu_int.h"
 #include "gemm/gemm_tile.h" /* flyk_gpu_gemm_compare */
@@ -115,19 +117,31 @@ static float bfh(uint32_t v, int hi)
 	return f;
 }
 
+/* Per warp: its fragments hold fp16, not bf16 (inside
+ * flyk_emu_mma16816_f16). */
+static int mma_f16[32];
+
+/* Half @p hi of warp @p w's fragment word. */
+static float fragh(int w, uint32_t v, int hi)
+{
+	if (mma_f16[w])
+		return flyk_half_to_float((uint16_t)(hi ? v >> 16 : v & 0xffffu));
+	return bfh(v, hi);
+}
+
 /* A[r][k] of the warp's 16x16 A fragment (a0: rows g, k 2q..; a1: rows
  * g+8; a2: rows g, k 2q+8..; a3: rows g+8, k 2q+8..). */
 static float frag_a(int w, int r, int k)
 {
 	int g = r % 8, hi8 = r >= 8, kq = (k % 8) / 2, k8 = k >= 8;
-	return bfh(mma_a[w][4 * g + kq][hi8 + 2 * k8], k & 1);
+	return fragh(w, mma_a[w][4 * g + kq][hi8 + 2 * k8], k & 1);
 }
 
 /* B[k][n] of the 16x8 B fragment (b0: k 2q.., n g; b1: k 2q+8..). */
 static float frag_b(int w, int k, int n)
 {
 	int kq = (k % 8) / 2, k8 = k >= 8;
-	return bfh(mma_b[w][4 * n + kq][k8], k & 1);
+	return fragh(w, mma_b[w][4 * n + kq][k8], k & 1);
 }
 
 void flyk_emu_mma16816(float *c, const uint32_t *a, const uint32_t *b)
@@ -146,6 +160,13 @@ void flyk_emu_mma16816(float *c, const uint32_t *a, const uint32_t *b)
 	flyk_emu_syncwarp();
 }
 
+void flyk_emu_mma16816_f16(float *c, const uint32_t *a, const uint32_t *b)
+{
+	mma_f16[threadIdx.x / 32] = 1;
+	flyk_emu_mma16816(c, a, b);
+	mma_f16[threadIdx.x / 32] = 0;
+}
+
 /* ------------------------------------------------------------ links */
 
 extern "C" float flyk_bf16_to_float(uint16_t b)
@@ -161,14 +182,7 @@ extern "C" uint16_t flyk_float_to_bf16(float f)
 	return (uint16_t)(u >> 16);
 }
 
-extern "C" float flyk_half_to_float(uint16_t h)
-{
-	return (float)h;
-}
-extern "C" uint16_t flyk_float_to_half(float f)
-{
-	return (uint16_t)f;
-}
+#include "emu_half.h" /* fp16 (attention's fp16 keys) */
 
 extern "C" int flyk_gpu_case_alloc(struct flyk_case *, size_t, int, void **)
 {
@@ -466,6 +480,211 @@ static void compare_rule(void)
 	result(rc == -EDOM && isinf(err), "compare", "nan", rc);
 }
 
+/* ------------------------------------------------------------ attention */
+
+/* Element @p x of an attention operand of dtype @p dt (bf16 or fp16). */
+static float attn_el(uint32_t dt, uint16_t x)
+{
+	return dt == FLY_DT_FP16 ? flyk_half_to_float(x) : flyk_bf16_to_float(x);
+}
+
+/* Random operand elements of @p dt in [-1, 1). */
+static uint16_t attn_rnd(uint32_t dt)
+{
+	uint16_t b = rnd_bf16();
+	return dt == FLY_DT_FP16 ? flyk_float_to_half(flyk_bf16_to_float(b))
+				 : b;
+}
+
+/* Host reference (double) of attention forward: O and the natural-log
+ * LSE; a row that sees no key (causal, sq > skv) has O 0 and lse -inf. */
+static void attn_host(const struct fly_problem *p, const uint16_t *q,
+		      const uint16_t *k, const uint16_t *v, const int64_t *qs,
+		      const int64_t *ks, double scale, std::vector<double> &o,
+		      std::vector<double> &lse)
+{
+	int64_t B = p->dims[0], sq = p->dims[1], skv = p->dims[2];
+	int64_t hq = p->dims[3], hkv = p->dims[4], d = p->dims[5];
+	bool causal = p->flags & FLY_F_CAUSAL;
+	std::vector<double> s(skv);
+	for (int64_t b = 0; b < B; b++)
+		for (int64_t h = 0; h < hq; h++)
+			for (int64_t i = 0; i < sq; i++) {
+				int64_t hk = h / (hq / hkv), hi = skv;
+				if (causal)
+					hi = std::max<int64_t>(
+					    0, std::min(skv, i + skv - sq + 1));
+				double mx = -INFINITY, sum = 0;
+				const uint16_t *qr =
+				    q + b * qs[0] + i * qs[1] + h * qs[2];
+				for (int64_t j = 0; j < hi; j++) {
+					const uint16_t *kr =
+					    k + b * ks[0] + j * ks[1] + hk * ks[2];
+					double dot = 0;
+					for (int64_t x = 0; x < d; x++)
+						dot += (double)attn_el(p->dtype, qr[x]) *
+						       attn_el(p->dtype, kr[x]);
+					s[j] = dot * scale;
+					mx = std::max(mx, s[j]);
+				}
+				for (int64_t j = 0; j < hi; j++)
+					sum += exp(s[j] - mx);
+				size_t row = (size_t)((b * sq + i) * hq + h);
+				for (int64_t x = 0; x < d; x++) {
+					double acc = 0;
+					for (int64_t j = 0; j < hi; j++)
+						acc += exp(s[j] - mx) *
+						       attn_el(p->dtype,
+							       v[b * ks[0] + j * ks[1] +
+								 hk * ks[2] + x]);
+					o[row * d + x] = hi ? acc / sum : 0.0;
+				}
+				lse[(b * hq + h) * sq + i] =
+				    hi ? mx + log(sum) : -INFINITY;
+			}
+}
+
+/* O within |ref| / 64 + 4e-3 (P rounded to bf16, O to bf16), LSE within
+ * 1e-3 max(1, |ref|), -inf exactly; no NaN. */
+static int attn_cmp(uint32_t dt, const uint16_t *o, const float *lse,
+		    const std::vector<double> &ro, const std::vector<double> &rl)
+{
+	for (size_t i = 0; i < ro.size(); i++) {
+		double g = attn_el(dt, o[i]), e = fabs(g - ro[i]);
+		if (e != e || e > fabs(ro[i]) / 64 + 4e-3)
+			return -EDOM;
+	}
+	for (size_t i = 0; i < rl.size(); i++) {
+		if (isinf(rl[i])) {
+			if (!(isinf(lse[i]) && lse[i] < 0))
+				return -ERANGE;
+		} else if (!(fabs(lse[i] - rl[i]) <=
+			     1e-3 * std::max(1.0, fabs(rl[i])))) {
+			return -ERANGE;
+		}
+	}
+	return 0;
+}
+
+/* Every attention variant at every feasible point (every @p stride-th)
+ * on one shape; @p packed: q, k and v are slices of one [B, S, hq + 2 hkv,
+ * d] tensor (sq == skv), so their strides are not dense. */
+static void attn_one(const struct flyk_backend *b, int64_t B, int64_t sq,
+		     int64_t skv, int64_t hq, int64_t hkv, int64_t d,
+		     bool causal, bool packed, int stride,
+		     uint32_t dt = FLY_DT_BF16)
+{
+	struct flyk_device dev = emu_dev();
+	struct fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = FLY_OP_ATTENTION;
+	p.dtype = dt;
+	p.flags = causal ? FLY_F_CAUSAL : 0;
+	int64_t dims[6] = {B, sq, skv, hq, hkv, d};
+	memcpy(p.dims, dims, sizeof(dims));
+	int64_t ht = packed ? hq + 2 * hkv : hkv;
+	std::vector<uint16_t> Q, K, V, O((size_t)(B * sq * hq * d));
+	std::vector<float> L((size_t)(B * hq * sq)), ws(16 * L.size() * (d + 1));
+	int64_t qs[3], ks[3];
+	if (packed) {
+		K.resize((size_t)(B * skv * ht * d));
+		for (auto &x : K)
+			x = attn_rnd(dt);
+		int64_t st[3] = {skv * ht * d, ht * d, d};
+		memcpy(qs, st, sizeof(st));
+		memcpy(ks, st, sizeof(st));
+	} else {
+		Q.resize(O.size());
+		K.resize((size_t)(B * skv * hkv * d));
+		V.resize(K.size());
+		for (auto &x : Q)
+			x = attn_rnd(dt);
+		for (auto &x : K)
+			x = attn_rnd(dt);
+		for (auto &x : V)
+			x = attn_rnd(dt);
+		int64_t sq3[3] = {sq * hq * d, hq * d, d};
+		int64_t sk3[3] = {skv * hkv * d, hkv * d, d};
+		memcpy(qs, sq3, sizeof(sq3));
+		memcpy(ks, sk3, sizeof(sk3));
+	}
+	const uint16_t *q = packed ? K.data() : Q.data();
+	const uint16_t *k = packed ? K.data() + hq * d : K.data();
+	const uint16_t *v = packed ? K.data() + (hq + hkv) * d : V.data();
+	double scale = 1.0 / sqrt((double)d);
+	std::vector<double> ro(O.size()), rl(L.size());
+	attn_host(&p, q, k, v, qs, ks, scale, ro, rl);
+	union flyk_args args;
+	memset(&args, 0, sizeof(args));
+	struct flyk_attention_args *a = &args.attention;
+	a->q = q;
+	a->k = k;
+	a->v = v;
+	a->o = O.data();
+	a->lse = L.data();
+	a->scale = (float)scale;
+	if (packed)
+		for (int i = 0; i < 3; i++)
+			a->q_stride[i] = a->k_stride[i] = a->v_stride[i] = qs[i];
+	a->workspace = ws.data();
+	a->workspace_size = ws.size() * 4;
+	for (size_t vi = 0; vi < b->nvariants; vi++) {
+		const struct flyk_variant *var = &b->variants[vi];
+		if (!flyk_variant_supports(var, &p))
+			continue;
+		int seen = 0;
+		each_point(var, &dev, &p, [&](const int64_t *pt) {
+			if (seen++ % stride)
+				return;
+			char key[200];
+			int n = snprintf(key, sizeof(key),
+					 "%s %s b%lld sq%lld skv%lld h%lld/%lld d%lld%s%s (",
+					 var->name, dt == FLY_DT_FP16 ? "fp16" : "bf16",
+					 (long long)B, (long long)sq,
+					 (long long)skv, (long long)hq,
+					 (long long)hkv, (long long)d,
+					 causal ? " causal" : "",
+					 packed ? " packed" : "");
+			for (uint32_t i = 0; i < var->nparams; i++)
+				n += snprintf(key + n, sizeof(key) - n, "%s%lld",
+					      i ? "," : "", (long long)pt[i]);
+			snprintf(key + n, sizeof(key) - n, ")");
+			memset(O.data(), 0xff, O.size() * 2);
+			memset(L.data(), 0xff, L.size() * 4);
+			misaligned = 0;
+			int rc = var->launch(&dev, &p, pt, &args, NULL);
+			if (!rc)
+				rc = attn_cmp(dt, O.data(), L.data(), ro, rl);
+			if (!rc && misaligned)
+				rc = -EFAULT;
+			result(rc == 0, "attention", key, rc);
+		});
+	}
+}
+
+/* Attention shapes: tails in sq and skv, decode (sq 1), GQA 1/4/8, sq !=
+ * skv both ways (sq > skv causal: rows that see no key), d 64/128/256,
+ * packed qkv strides, fp16, and block-starved shapes for the split
+ * variant (4 emulated SMs). */
+static void attn_all(const struct flyk_backend *b, int quick)
+{
+	/* quick (the test suite's run, under its time limit): every 9th
+	 * point, the big shapes causal only */
+	int st = quick ? 9 : 1;
+	for (int c = 0; c < 2; c++) {
+		attn_one(b, 1, 1, 1, 1, 1, 64, c, false, 1);
+		attn_one(b, 2, 17, 17, 4, 1, 64, c, false, st);
+		attn_one(b, 1, 1, 300, 8, 2, 128, c, false, st);
+		attn_one(b, 1, 77, 77, 4, 2, 64, c, true, st);
+		attn_one(b, 1, 33, 90, 4, 1, 128, c, false, st, FLY_DT_FP16);
+		if (quick && !c)
+			continue;
+		attn_one(b, 1, 70, 130, 8, 1, 64, c, false, st);
+		attn_one(b, 1, 130, 70, 2, 2, 128, c, false, st);
+		attn_one(b, 1, 3, 260, 4, 4, 256, c, false, st);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && !strcmp(argv[1], "quick");
@@ -477,8 +696,16 @@ int main(int argc, char **argv)
 	vs.insert(vs.end(), flyk_gpu_grouped_gemm_op.variants,
 		  flyk_gpu_grouped_gemm_op.variants +
 		      flyk_gpu_grouped_gemm_op.nvariants);
+	vs.insert(vs.end(), flyk_gpu_attention_op.variants,
+		  flyk_gpu_attention_op.variants +
+		      flyk_gpu_attention_op.nvariants);
 	b.variants = vs.data();
 	b.nvariants = vs.size();
+	if (argc > 1 && !strncmp(argv[1], "attn", 4)) { /* attention only */
+		attn_all(&b, !strcmp(argv[1], "attn-quick"));
+		printf("%d passed, %d failed\n", npass, nfail);
+		return nfail ? 1 : 0;
+	}
 	if (argc > 1 && !strcmp(argv[1], "compare")) { /* the check only */
 		compare_rule();
 		printf("%d passed, %d failed\n", npass, nfail);
@@ -509,6 +736,7 @@ int main(int argc, char **argv)
 	grouped_one(&b, {1, 0, 0, 0, 0}, 136, 16, st);
 	grouped_one(&b, {333, 1, 2, 3, 64, 7}, 72, 24, quick ? 7 : 1);
 	grouped_one(&b, {100, 0, 37, 130}, 136, 264, quick ? 6 : 1);
+	attn_all(&b, quick);
 	printf("%d passed, %d failed\n", npass, nfail);
 	return nfail ? 1 : 0;
 }

@@ -5,7 +5,7 @@
  * (__syncthreads: the block; __syncwarp / warp collectives: its warp) or
  * ends; a barrier is released when every live thread of its scope waits
  * on it; mixed barriers that can never release abort ("deadlock").
- * Blocks of a grid (x, then y) run one after another.
+ * Blocks of a grid (x, then y, then z) run one after another.
  *
  * Definitions, not declarations: include it from exactly one .cpp of an
  * emulator binary, after flyk_gpu.h.
@@ -134,7 +134,7 @@ void flyk_emu_run(dim3 grid, dim3 block, size_t smem,
 		  const std::function<void()> &body)
 {
 	int n = (int)block.x;
-	if (n < 1 || n > 1024 || block.y != 1 || grid.z != 1) {
+	if (n < 1 || n > 1024 || block.y != 1 || block.z != 1) {
 		fprintf(stderr, "emu: bad launch %u x %u x %u\n", grid.x, grid.y,
 			block.x);
 		abort();
@@ -150,11 +150,12 @@ void flyk_emu_run(dim3 grid, dim3 block, size_t smem,
 	body_fn = &body;
 	blockDim = block;
 	gridDim = grid;
-	for (unsigned y = 0; y < grid.y; y++)
-		for (unsigned x = 0; x < grid.x; x++) {
-			blockIdx = dim3(x, y);
-			emu_block(n);
-		}
+	for (unsigned z = 0; z < grid.z; z++)
+		for (unsigned y = 0; y < grid.y; y++)
+			for (unsigned x = 0; x < grid.x; x++) {
+				blockIdx = dim3(x, y, z);
+				emu_block(n);
+			}
 }
 
 #endif /* FLYK_EMU_SCHED_H */
