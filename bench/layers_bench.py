@@ -24,7 +24,9 @@ Modes:
   flytuned-graph   decode only: flytuned eager, captured in a CUDA graph
   flytuned-compile-graph  decode only: the flytuned compiled layer
                    captured in a CUDA graph
-Attention is SDPA in every mode.
+Attention: SDPA in the torch modes; in the flytuned modes enable() routes
+F.scaled_dot_product_attention to flytuned::attention (causal prefill,
+decode over the cache; anything it does not take stays SDPA).
 Timing: ITERS forwards back to back (no L2 flush), a CUDA event before
 each, the median of the per-forward times; setup_s is each mode's time
 before its first step (compile, autotune, or flytuned's prepare (tuning,
