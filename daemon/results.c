@@ -48,6 +48,8 @@ struct flyd_results {
 	int pending;                  /* waiter timers still closing */
 	void (*stop_done)(void *);
 	void *stop_arg;
+	void (*committed)(void *);    /* after each durable commit */
+	void *committed_arg;
 };
 
 /* The backend table used for heuristic defaults (the worker owns the
@@ -433,6 +435,31 @@ int flyd_results_commit(struct flyd_results *res, struct flyd_qjob *j,
 		 j->key, row.d.variant, row.d.median_us, row.tune_s,
 		 r->ntrials);
 	flyd_results_answer(res, j, &row.d);
+	if (res->committed != NULL)
+		res->committed(res->committed_arg);
+	return 0;
+}
+
+void flyd_results_on_commit(struct flyd_results *res, void (*cb)(void *),
+			    void *arg)
+{
+	res->committed = cb;
+	res->committed_arg = arg;
+}
+
+int flyd_results_adopt(struct flyd_results *res, const struct flyd_result *r)
+{
+	struct flyd_ctx *ctx = res->ctx;
+	int rc, replaced = 0;
+
+	if (!res->loaded || res->closing)
+		return -EAGAIN;
+	rc = flyd_store_import(ctx->store, r, 1);
+	if (rc < 0)
+		return rc;
+	remember(res, r->key, &r->d, 1, &replaced);
+	if (replaced)
+		flyd_publish_bump(res->pub);
 	return 0;
 }
 
