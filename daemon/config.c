@@ -52,7 +52,6 @@ void flyd_config_defaults(struct flyd_config *c)
 	for (uint32_t op = 0; op < FLY_OP_COUNT; op++)
 		fly_bucket_policy_default(op, &c->bucket[op]);
 	c->fleet_url[0] = '\0';
-	c->fleet_lock_wait_ms = 30000;
 	c->fleet_retry_ms = 2000;
 	c->fleet_hysteresis = 0.03;
 }
@@ -298,9 +297,6 @@ static int apply_member(const cJSON *it, struct flyd_config *c, char *err,
 	if (strcmp(k, "fleet_url") == 0)
 		return get_str(it, NULL, c->fleet_url, sizeof(c->fleet_url),
 			       err, errcap);
-	if (strcmp(k, "fleet_lock_wait_ms") == 0)
-		return get_u32(it, 0, 3600000, &c->fleet_lock_wait_ms, err,
-			       errcap);
 	if (strcmp(k, "fleet_retry_ms") == 0)
 		return get_u32(it, 10, 3600000, &c->fleet_retry_ms, err,
 			       errcap);

@@ -48,8 +48,6 @@ struct flyd_config {
 	struct fly_bucket_policy bucket[FLY_OP_COUNT]; /* per-op bucketing */
 	/* The fleet (fleet.h, docs/fleet.md): read at start only. */
 	char fleet_url[1024];        /* libpq connection string, "": off */
-	uint32_t fleet_lock_wait_ms; /* wait for another node's winner
-					before tuning locally (30000) */
 	uint32_t fleet_retry_ms;     /* reconnect after a failure (2000) */
 	double fleet_hysteresis;     /* a fleet winner replaces the incumbent
 					only when faster by more than this

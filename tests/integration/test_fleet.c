@@ -200,6 +200,15 @@ static void test_b_serves_a_winner(void **state)
 	assert_string_equal(wa, wb);
 	assert_true(counter(&x->b, "jobs_done") == 0);
 	assert_true(fleet_num(&x->b, "applied") >= 1);
+	/* flytune-ctl fleet shows the same object. */
+	{
+		char *out = NULL;
+
+		assert_int_equal(fly_test_ctl(x->b.sock, 0, &out, "fleet"), 0);
+		assert_non_null(strstr(out, "state: connected"));
+		assert_non_null(strstr(out, "outbox: 0"));
+		free(out);
+	}
 	free(wa);
 	free(wb);
 }
