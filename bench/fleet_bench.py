@@ -140,18 +140,6 @@ def wait(pred, timeout=120.0, step=0.005):
     return None
 
 
-def keys_for(n):
-    """Canonical rmsnorm keys (m a bucket value, n a multiple of 64)."""
-    ms = [8, 16, 32, 64, 128, 256, 512, 1024]
-    out = []
-    k = 1
-    while len(out) < n:
-        for m in ms:
-            out.append("rmsnorm/fp32/m=%d,n=%d" % (m, 64 * k))
-        k += 1
-    return out[:n]
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--full", action="store_true")
@@ -213,16 +201,15 @@ def main():
         dup = after - before - len(dkeys)
 
         # Join: ROWS fleet rows, then a new node.
-        ks = keys_for(rows)
         t0 = time.time()
-        chunk = 5000
-        for i in range(0, len(ks), chunk):
-            vals = ",".join("('%s')" % k for k in ks[i:i + chunk])
-            pg.sql("SELECT count(fleet_push('%s', '%s', k, 'seed', '%s', "
-                   "'{%s}', 1.0 + random(), 0.01, 0.1, 1, 0.03)) FROM "
-                   "(VALUES %s) v(k)" % (dev, libver, variant,
-                                         ",".join(str(p) for p in params),
-                                         vals))
+        # Canonical keys: m a bucket value (8..1024), n a multiple of 64.
+        pg.sql("SELECT count(fleet_push('%s', '%s', 'rmsnorm/fp32/m=' || m "
+               "|| ',n=' || (64 * k), 'seed', '%s', '{%s}', 1.0 + random(),"
+               " 0.01, 0.1, 1, 0.03)) FROM (SELECT m, k FROM unnest("
+               "array[8,16,32,64,128,256,512,1024]) m, generate_series(1, "
+               "%d) k ORDER BY k, m LIMIT %d) v"
+               % (dev, libver, variant, ",".join(str(p) for p in params),
+                  rows // 8 + 1, rows))
         seed_s = time.time() - t0
         want = int(pg.sql("SELECT count(*) FROM fleet_results WHERE "
                           "device = '%s'" % dev))

@@ -230,7 +230,7 @@ static void record_apply(struct flyd_fleet *f, const char *txt,
 	}
 	if (!wanted(f, &r))
 		return;
-	if (flyd_results_adopt(f->ctx->results, &r) == 0) {
+	if (flyd_results_adopt(f->ctx->results, &r, 1) == 0) {
 		f->applied++;
 		flyd_log(FLYD_LOG_DEBUG, "fleet_applied", "key=%s variant=%s "
 			 "median_us=%.3f from=%s", r.key, r.d.variant,
@@ -386,7 +386,8 @@ static void step(struct flyd_fleet *f)
 
 /* ------------------------------------------------------------ results */
 
-static void batch_add(struct flyd_fleet *f, const char *txt)
+static void batch_add(struct flyd_fleet *f, const char *txt,
+		      const char *from)
 {
 	char why[200], q[240];
 	struct flyd_result r;
@@ -396,8 +397,8 @@ static void batch_add(struct flyd_fleet *f, const char *txt)
 		return;
 	if (rc < 0) {
 		f->refused++;
-		flyd_log(FLYD_LOG_WARN, "fleet_row_refused", "from=pull why=%s",
-			 flyd_log_q(why, q, sizeof(q)));
+		flyd_log(FLYD_LOG_WARN, "fleet_row_refused", "from=%s why=%s",
+			 from, flyd_log_q(why, q, sizeof(q)));
 		return;
 	}
 	if (!wanted(f, &r))
@@ -445,7 +446,7 @@ static void on_result(struct flyd_fleet *f, PGresult *res)
 			f->qfailed = 1;
 		}
 	} else if (f->query == Q_PULL && st == PGRES_SINGLE_TUPLE) {
-		batch_add(f, PQgetvalue(res, 0, 0));
+		batch_add(f, PQgetvalue(res, 0, 0), "pull");
 	} else if (f->query == Q_PUSH && st == PGRES_TUPLES_OK &&
 		   PQntuples(res) == 1) {
 		struct flyd_result *r = &f->push;
@@ -514,10 +515,20 @@ static void read_input(struct flyd_fleet *f)
 		on_result(f, res);
 		PQclear(res);
 	}
+	/* Every notification read: validated one by one, committed in one
+	 * transaction (a burst of other nodes' winners is one fsync).  While
+	 * a pull runs they join its batch (committed when it ends); before
+	 * the device is known the pull to come covers them. */
 	while (f->conn != NULL && (nt = PQnotifies(f->conn)) != NULL) {
-		if (f->device_known && f->pulled)
-			record_apply(f, nt->extra, "notify");
+		if (f->device_known)
+			batch_add(f, nt->extra, "notify");
 		PQfreemem(nt);
+	}
+	if (f->nbatch > 0 && f->query != Q_PULL) {
+		if (flyd_results_adopt(f->ctx->results, f->batch,
+				       f->nbatch) == 0)
+			f->applied += f->nbatch;
+		f->nbatch = 0;
 	}
 }
 

@@ -447,18 +447,22 @@ void flyd_results_on_commit(struct flyd_results *res, void (*cb)(void *),
 	res->committed_arg = arg;
 }
 
-int flyd_results_adopt(struct flyd_results *res, const struct flyd_result *r)
+int flyd_results_adopt(struct flyd_results *res, const struct flyd_result *rs,
+		       size_t n)
 {
 	struct flyd_ctx *ctx = res->ctx;
-	int rc, replaced = 0;
+	int rc, replaced = 0, any = 0;
 
 	if (!res->loaded || res->closing)
 		return -EAGAIN;
-	rc = flyd_store_import(ctx->store, r, 1);
+	rc = flyd_store_import(ctx->store, rs, n);
 	if (rc < 0)
 		return rc;
-	remember(res, r->key, &r->d, 1, &replaced);
-	if (replaced)
+	for (size_t i = 0; i < n; i++) {
+		remember(res, rs[i].key, &rs[i].d, 1, &replaced);
+		any |= replaced;
+	}
+	if (any)
 		flyd_publish_bump(res->pub);
 	return 0;
 }

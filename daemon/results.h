@@ -77,10 +77,12 @@ int flyd_results_commit(struct flyd_results *res, struct flyd_qjob *j,
  * fleet's push; NULL: none).  A hook, so results never calls the fleet. */
 void flyd_results_on_commit(struct flyd_results *res, void (*cb)(void *),
 			    void *arg);
-/* Commit another node's winner @p r (already validated) as an import
- * (FULL), then the map and the shm table (a replaced winner bumps the
- * generation).  @return 0, -EAGAIN (not loaded yet), FLY_E_STORAGE. */
-int flyd_results_adopt(struct flyd_results *res, const struct flyd_result *r);
+/* Commit other nodes' winners @p rs (already validated) as one import
+ * (one FULL transaction), then the map and the shm table (a replaced
+ * winner bumps the generation).
+ * @return 0, -EAGAIN (not loaded yet), FLY_E_STORAGE. */
+int flyd_results_adopt(struct flyd_results *res, const struct flyd_result *rs,
+		       size_t n);
 /* Answer job @p j's waiters with @p d (tuned), or with an error. */
 void flyd_results_answer(struct flyd_results *res, struct flyd_qjob *j,
 			 const struct fly_decision *d);
