@@ -58,9 +58,11 @@ SANFLAGS += --coverage
 OPT := -O0 -g
 endif
 CJSON_CFLAGS := $(shell pkg-config --cflags libcjson 2>/dev/null)
+# libpq (the fleet, daemon/fleet.c): Debian's libpq-dev.
+PQ_CFLAGS := $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
 BASE_CFLAGS := -std=gnu11 $(OPT) $(WARN) -fPIC -MMD -MP $(SANFLAGS) \
-	-D_GNU_SOURCE $(CJSON_CFLAGS) $(CFLAGS)
-LIBS := -lsqlite3 -luv -lcjson -lpthread -lm -ldl
+	-D_GNU_SOURCE $(CJSON_CFLAGS) $(PQ_CFLAGS) $(CFLAGS)
+LIBS := -lsqlite3 -luv -lcjson -lpq -lpthread -lm -ldl
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
 # Include paths per module: a module sees only what it may depend on
@@ -143,6 +145,7 @@ INTEG_SRC   := $(wildcard tests/integration/test_*.c)
 GPUTEST_SRC := $(wildcard tests/gpu/test_*.c)
 BENCH_SRC   := $(wildcard bench/*.c)
 MIGRATIONS  := $(sort $(wildcard tuning-db/migrations/*.sql))
+FLEET_MIGRATIONS := $(sort $(wildcard tuning-db/fleet/*.sql))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 PROTO_OBJ   := $(call obj,$(PROTO_SRC))
@@ -151,7 +154,8 @@ CTL_OBJ     := $(call obj,$(CTL_SRC))
 KCOMMON_OBJ := $(call obj,$(KCOMMON_SRC))
 KCPU_OBJ    := $(call obj,$(KCPU_SRC))
 KTEST_OBJ   := $(call obj,$(KTEST_SRC))
-DAEMON_OBJ  := $(call obj,$(DAEMON_SRC)) $(BUILD)/obj/tuning-db/migrations.o
+DAEMON_OBJ  := $(call obj,$(DAEMON_SRC)) $(BUILD)/obj/tuning-db/migrations.o \
+	$(BUILD)/obj/tuning-db/fleet_migrations.o
 MAIN_OBJ    := $(call obj,daemon/main.c)
 TCOMMON_OBJ := $(call obj,$(TCOMMON_SRC))
 UNIT_BIN    := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
@@ -248,6 +252,13 @@ $(BUILD)/gen/migrations.c: $(MIGRATIONS) tuning-db/schema.sql tools/embed-sql.sh
 	@mkdir -p $(@D)
 	$(Q)sh tools/embed-sql.sh $(MIGRATIONS) > $@.tmp && mv $@.tmp $@
 $(BUILD)/obj/tuning-db/migrations.o: $(BUILD)/gen/migrations.c
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(BASE_CFLAGS) $(INC_daemon) -c $< -o $@
+# The fleet DB's (PostgreSQL) migrations, tuning-db/fleet/NNNN_*.sql.
+$(BUILD)/gen/fleet_migrations.c: $(FLEET_MIGRATIONS) tools/embed-sql.sh
+	@mkdir -p $(@D)
+	$(Q)sh tools/embed-sql.sh --fleet $(FLEET_MIGRATIONS) > $@.tmp && mv $@.tmp $@
+$(BUILD)/obj/tuning-db/fleet_migrations.o: $(BUILD)/gen/fleet_migrations.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(BASE_CFLAGS) $(INC_daemon) -c $< -o $@
 

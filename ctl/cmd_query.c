@@ -27,6 +27,28 @@ int ctl_status(struct ctl *x, int argc, char **argv)
 	return simple(x, argc, argv, "status");
 }
 
+/* `fleet`: the status reply's "fleet" object alone (its --json too). */
+int ctl_fleet(struct ctl *x, int argc, char **argv)
+{
+	int rc = ctl_parse_simple(x, argc, argv, 0);
+	cJSON *resp, *f;
+
+	if (rc >= 0)
+		return rc;
+	rc = ctl_call(x, ctl_req("status"), 0, &resp);
+	if (rc != CTL_OK)
+		return rc;
+	f = cJSON_DetachItemFromObjectCaseSensitive(resp, "fleet");
+	cJSON_Delete(resp);
+	if (f == NULL) { /* a daemon older than the fleet */
+		f = cJSON_CreateObject();
+		cJSON_AddStringToObject(f, "state", "off");
+	}
+	ctl_out(x, f, ctl_text_flat);
+	cJSON_Delete(f);
+	return CTL_OK;
+}
+
 int ctl_stats(struct ctl *x, int argc, char **argv)
 {
 	return simple(x, argc, argv, "stats");

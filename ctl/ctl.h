@@ -115,6 +115,7 @@ int ctl_parse_duration(const char *arg, double max_s, uint32_t *ms);
 /* One subcommand: argc/argv start at the subcommand's own arguments
  * (argv[0] is the subcommand name).  Returns an exit code. */
 int ctl_status(struct ctl *x, int argc, char **argv);   /* cmd_query.c */
+int ctl_fleet(struct ctl *x, int argc, char **argv);    /* cmd_query.c */
 int ctl_stats(struct ctl *x, int argc, char **argv);    /* cmd_query.c */
 int ctl_metrics(struct ctl *x, int argc, char **argv);  /* cmd_query.c */
 int ctl_get(struct ctl *x, int argc, char **argv);      /* cmd_query.c */

@@ -28,6 +28,10 @@ struct cmd {
 static const struct cmd cmds[] = {
 	{ "status", ctl_status, "status",
 	  "Show the daemon's state, backend, device, queue and worker." },
+	{ "fleet", ctl_fleet, "fleet",
+	  "Show the fleet (fleet_url): state (off, connecting, syncing,\n"
+	  "  connected, down), outbox (winners the fleet DB lacks), lag_s,\n"
+	  "  pushed, applied, refused, errors and the last error." },
 	{ "get", ctl_get, "get KEY", "Show the tuned result of one key." },
 	{ "explain", ctl_explain, "explain KEY",
 	  "Show the trial leaderboard of a key: the winner, the measured\n"

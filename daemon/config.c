@@ -51,6 +51,9 @@ void flyd_config_defaults(struct flyd_config *c)
 	snprintf(c->log_level, sizeof(c->log_level), "info");
 	for (uint32_t op = 0; op < FLY_OP_COUNT; op++)
 		fly_bucket_policy_default(op, &c->bucket[op]);
+	c->fleet_url[0] = '\0';
+	c->fleet_retry_ms = 2000;
+	c->fleet_hysteresis = 0.03;
 }
 
 /* An integer member in [lo, hi]. */
@@ -291,6 +294,14 @@ static int apply_member(const cJSON *it, struct flyd_config *c, char *err,
 		return get_bucketing(it, c, err, errcap);
 	if (strcmp(k, "metrics_listen") == 0)
 		return get_listen(it, c, err, errcap);
+	if (strcmp(k, "fleet_url") == 0)
+		return get_str(it, NULL, c->fleet_url, sizeof(c->fleet_url),
+			       err, errcap);
+	if (strcmp(k, "fleet_retry_ms") == 0)
+		return get_u32(it, 10, 3600000, &c->fleet_retry_ms, err,
+			       errcap);
+	if (strcmp(k, "fleet_hysteresis") == 0)
+		return get_num(it, 0, 1, 0, &c->fleet_hysteresis, err, errcap);
 	snprintf(err, errcap, "config: unknown key '%.64s'", k);
 	return -EINVAL;
 }

@@ -46,6 +46,12 @@ struct flyd_config {
 	char metrics_listen[64];     /* "HOST:PORT" of the metrics listener,
 					"" (default): none */
 	struct fly_bucket_policy bucket[FLY_OP_COUNT]; /* per-op bucketing */
+	/* The fleet (fleet.h, docs/fleet.md): read at start only. */
+	char fleet_url[1024];        /* libpq connection string, "": off */
+	uint32_t fleet_retry_ms;     /* reconnect after a failure (2000) */
+	double fleet_hysteresis;     /* a fleet winner replaces the incumbent
+					only when faster by more than this
+					fraction (0.03); same on every node */
 };
 
 /* Fill @p c with the defaults. */

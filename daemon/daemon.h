@@ -20,6 +20,7 @@ struct flyd_server;   /* server.c: listener and sessions */
 struct flyd_sched;    /* scheduler.c: queue, policy, worker */
 struct flyd_results;  /* results.c: map, commit, shm, waiters */
 struct flyd_http;     /* http.c: the metrics listener */
+struct flyd_fleet;    /* fleet.c: the fleet DB (fleet_url) */
 
 struct flyd_ctx {
 	uv_loop_t *loop;
@@ -46,6 +47,7 @@ struct flyd_ctx {
 	struct flyd_stats stats;     /* stats.h: `stats` and `metrics` */
 	const char *version;         /* flytuned's version (VERSION) */
 	struct flyd_http *http;      /* metrics listener; NULL: off */
+	struct flyd_fleet *fleet;    /* the fleet DB; NULL: off */
 };
 
 #endif /* FLYD_DAEMON_H */

@@ -24,6 +24,7 @@
 #include "fly_key.h"
 #include "fly_msg.h"
 #include "fly_record.h"
+#include "fleet.h"
 #include "handlers.h"
 #include "handlers_int.h"
 #include "log.h"
@@ -946,6 +947,7 @@ static int h_status(struct flyd_ctx *ctx, struct flyd_req *rq,
 	n = ctx->ready ? flyd_store_result_count(ctx->store, ctx->device_id,
 						 ctx->libver) : 0;
 	cJSON_AddNumberToObject(resp, "results", (double)(n > 0 ? n : 0));
+	flyd_fleet_status(ctx->fleet, resp);
 	return 0;
 }
 

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "fleet.h"
 #include "flyk.h"
 #include "handlers.h"
 #include "http.h"
@@ -245,6 +246,8 @@ static void shutdown_begin(struct flyd_ctx *ctx, const char *why)
 	flyd_server_stop_accepting(ctx);
 	flyd_http_stop(ctx->http);
 	ctx->http = NULL;
+	flyd_fleet_stop(ctx->fleet);
+	ctx->fleet = NULL;
 	tuning_parts = 2;
 	flyd_sched_stop(ctx->sched, on_tuning_part_stopped, ctx);
 	if (ctx->results != NULL)
@@ -284,6 +287,8 @@ static void daemon_ready(void *arg)
 	}
 	send_status(ctx);
 	flyd_handlers_ready(ctx);
+	if (first)
+		flyd_fleet_ready(ctx->fleet);
 }
 
 /* The watchdog's health: the worker healthy and the DB answering. */
@@ -330,6 +335,14 @@ static void reload(struct flyd_ctx *ctx)
 		if (strcmp(c.metrics_listen, ctx->cfg.metrics_listen) != 0)
 			flyd_log(FLYD_LOG_WARN, "metrics_listen_kept",
 				 "msg=\"metrics_listen changes at restart\"");
+		if (strcmp(c.fleet_url, ctx->cfg.fleet_url) != 0)
+			flyd_log(FLYD_LOG_WARN, "fleet_url_kept",
+				 "msg=\"fleet_url changes at restart\"");
+		/* The fleet's settings are read at start only. */
+		snprintf(c.fleet_url, sizeof(c.fleet_url), "%s",
+			 ctx->cfg.fleet_url);
+		c.fleet_hysteresis = ctx->cfg.fleet_hysteresis;
+		c.fleet_retry_ms = ctx->cfg.fleet_retry_ms;
 
 		if (sys_changed && !swap_system_db(ctx, c.system_db)) {
 			snprintf(c.system_db, sizeof(c.system_db), "%s",
@@ -426,6 +439,11 @@ static int daemon_start(struct flyd_ctx *ctx, int listen_fd)
 		rc = metrics_start(ctx);
 	if (rc == 0)
 		rc = flyd_results_open(ctx, &ctx->results);
+	if (rc == 0)
+		rc = flyd_fleet_start(ctx, &ctx->fleet);
+	if (rc == 0 && ctx->fleet != NULL)
+		flyd_results_on_commit(ctx->results, flyd_fleet_kick,
+				       ctx->fleet);
 	if (rc == 0)
 		rc = flyd_sched_start(ctx, ctx->results, daemon_ready, ctx,
 				      &ctx->sched);

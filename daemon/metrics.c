@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fleet.h"
 #include "fly_key.h"
 #include "fly_msg.h"
 #include "flyk.h"
@@ -327,6 +328,35 @@ static void results(struct out *o, const struct flyd_ctx *ctx)
 			  flyd_store_was_quarantined(ctx->store)));
 }
 
+static void fleet(struct out *o, const struct flyd_ctx *ctx)
+{
+	struct flyd_fleet_gauges g;
+
+	flyd_fleet_gauges(ctx->fleet, &g);
+	single(o, "flytuned_fleet_enabled", "gauge",
+	       "1 when fleet_url is set (docs/fleet.md).", (uint64_t)g.enabled);
+	single(o, "flytuned_fleet_connected", "gauge",
+	       "1 while the fleet DB is connected, migrated, listened to and "
+	       "pulled.", (uint64_t)g.connected);
+	single(o, "flytuned_fleet_outbox", "gauge",
+	       "Local winners the fleet DB does not have yet.",
+	       (uint64_t)(g.outbox > 0 ? g.outbox : 0));
+	family(o, "flytuned_fleet_lag_seconds", "gauge",
+	       "How long the outbox has been non-empty (0: empty).");
+	sample_d(o, "flytuned_fleet_lag_seconds", "", g.lag_s);
+	single(o, "flytuned_fleet_pushed_total", "counter",
+	       "Measurements the fleet DB committed.", g.pushed);
+	single(o, "flytuned_fleet_applied_total", "counter",
+	       "Fleet winners applied to the local DB and the shm table.",
+	       g.applied);
+	single(o, "flytuned_fleet_refused_total", "counter",
+	       "Fleet rows refused by validation (unknown variant, infeasible "
+	       "point, malformed record).", g.refused);
+	single(o, "flytuned_fleet_errors_total", "counter",
+	       "Fleet connection and query failures (each retried).",
+	       g.errors);
+}
+
 static void clients(struct out *o, const struct flyd_ctx *ctx)
 {
 	const struct flyd_stats *s = &ctx->stats;
@@ -386,6 +416,7 @@ int flyd_metrics_render(struct flyd_ctx *ctx, char **text, size_t *len)
 	queue(&o, ctx);
 	jobs(&o, ctx);
 	results(&o, ctx);
+	fleet(&o, ctx);
 	clients(&o, ctx);
 	if (o.oom) {
 		free(o.p);

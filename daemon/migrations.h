@@ -17,6 +17,10 @@ struct flyd_migration {
 
 extern const struct flyd_migration flyd_migrations[];
 extern const size_t flyd_nmigrations;
+/* The fleet DB's (PostgreSQL) migrations, tuning-db/fleet/NNNN_*.sql;
+ * after migration N, fleet_schema holds N (daemon/fleet.c). */
+extern const struct flyd_migration flyd_fleet_migrations[];
+extern const size_t flyd_fleet_nmigrations;
 /* tuning-db/schema.sql: the whole current schema, for the schema test. */
 extern const char flyd_schema_sql[];
 

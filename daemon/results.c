@@ -48,6 +48,8 @@ struct flyd_results {
 	int pending;                  /* waiter timers still closing */
 	void (*stop_done)(void *);
 	void *stop_arg;
+	void (*committed)(void *);    /* after each durable commit */
+	void *committed_arg;
 };
 
 /* The backend table used for heuristic defaults (the worker owns the
@@ -433,6 +435,35 @@ int flyd_results_commit(struct flyd_results *res, struct flyd_qjob *j,
 		 j->key, row.d.variant, row.d.median_us, row.tune_s,
 		 r->ntrials);
 	flyd_results_answer(res, j, &row.d);
+	if (res->committed != NULL)
+		res->committed(res->committed_arg);
+	return 0;
+}
+
+void flyd_results_on_commit(struct flyd_results *res, void (*cb)(void *),
+			    void *arg)
+{
+	res->committed = cb;
+	res->committed_arg = arg;
+}
+
+int flyd_results_adopt(struct flyd_results *res, const struct flyd_result *rs,
+		       size_t n)
+{
+	struct flyd_ctx *ctx = res->ctx;
+	int rc, replaced = 0, any = 0;
+
+	if (!res->loaded || res->closing)
+		return -EAGAIN;
+	rc = flyd_store_import(ctx->store, rs, n);
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		remember(res, rs[i].key, &rs[i].d, 1, &replaced);
+		any |= replaced;
+	}
+	if (any)
+		flyd_publish_bump(res->pub);
 	return 0;
 }
 

@@ -73,6 +73,16 @@ const struct flyk_backend *flyd_results_backend(const struct flyd_results *res);
  * commit the waiters get FLY_E_STORAGE.  @return 0 or FLY_E_STORAGE. */
 int flyd_results_commit(struct flyd_results *res, struct flyd_qjob *j,
 			const struct flyd_tune_result *r);
+/* Call @p cb(@p arg) after every durable commit of a job's winner (the
+ * fleet's push; NULL: none).  A hook, so results never calls the fleet. */
+void flyd_results_on_commit(struct flyd_results *res, void (*cb)(void *),
+			    void *arg);
+/* Commit other nodes' winners @p rs (already validated) as one import
+ * (one FULL transaction), then the map and the shm table (a replaced
+ * winner bumps the generation).
+ * @return 0, -EAGAIN (not loaded yet), FLY_E_STORAGE. */
+int flyd_results_adopt(struct flyd_results *res, const struct flyd_result *rs,
+		       size_t n);
 /* Answer job @p j's waiters with @p d (tuned), or with an error. */
 void flyd_results_answer(struct flyd_results *res, struct flyd_qjob *j,
 			 const struct fly_decision *d);

@@ -51,6 +51,7 @@ enum store_stmt {
 	S_JOB_PUT,
 	S_JOB_DEL,
 	S_FAULTED,
+	S_OUTBOX_PUT,
 	S_GET_SYS, /* only with a system DB */
 	S_COUNT
 };
@@ -77,6 +78,8 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_FAULTED] = "SELECT 1 FROM main.trials WHERE key = ?1"
 		  " AND device = ?2 AND libver = ?3 AND variant = ?4"
 		  " AND params = ?5 AND outcome = 'faulted' LIMIT 1",
+    [S_OUTBOX_PUT] = "INSERT OR REPLACE INTO main.fleet_outbox (key, device,"
+		     " libver, queued_at) VALUES (?1, ?2, ?3, ?4)",
     [S_GET_SYS] = "SELECT variant, params, median_us, mad_us, status,"
 		  " tune_s, tuned_at FROM sys.results"
 		  " WHERE key = ?1 AND device = ?2 AND libver = ?3",
@@ -87,6 +90,7 @@ struct flyd_store {
 	sqlite3_stmt *stmt[S_COUNT]; /* hot statements, NULL if absent */
 	int has_sys;		     /* a system DB is attached as "sys" */
 	int quarantined;	     /* the last open moved a file aside */
+	int outbox;		     /* result_put queues a fleet push */
 	char path[STORE_PATH_MAX];   /* the local DB's path, for logs */
 	const char *last_err;	     /* sqlite3_errstr() of the last error */
 };
@@ -952,6 +956,17 @@ static int result_insert(struct flyd_store *st, const struct flyd_result *r,
 	return stmt_run(st, S_PUT, source[0] == 'i' ? "import" : "result_put");
 }
 
+static int outbox_insert(struct flyd_store *st, const struct flyd_result *r)
+{
+	sqlite3_stmt *s = st->stmt[S_OUTBOX_PUT];
+
+	bind_str(s, 1, r->key);
+	bind_str(s, 2, r->device);
+	bind_str(s, 3, r->libver);
+	sqlite3_bind_int64(s, 4, (int64_t)time(NULL));
+	return stmt_run(st, S_OUTBOX_PUT, "outbox_put");
+}
+
 static int job_delete(struct flyd_store *st, const char *device,
 		      const char *key)
 {
@@ -984,6 +999,8 @@ int flyd_store_result_put(struct flyd_store *st, const struct flyd_result *r,
 				   ntrials);
 	if (rc == 0)
 		rc = job_delete(st, r->device, r->key);
+	if (rc == 0 && st->outbox)
+		rc = outbox_insert(st, r);
 	return txn_end(st, rc);
 }
 
@@ -1402,4 +1419,103 @@ int flyd_store_failed_iter(struct flyd_store *st, const char *device,
 	if (stop != 0)
 		return stop;
 	return rc == SQLITE_DONE ? 0 : store_err(st, rc, "failed_iter");
+}
+
+/* ------------------------------------------------------------ fleet outbox */
+
+void flyd_store_set_outbox(struct flyd_store *st, int on)
+{
+	st->outbox = on != 0;
+}
+
+int flyd_store_outbox_iter(struct flyd_store *st, int64_t limit,
+			   flyd_outbox_cb cb, void *ctx)
+{
+	static const char sql[] =
+	    "SELECT o.key, r.device, r.libver, r.variant, r.params,"
+	    " r.median_us, r.mad_us, r.status, r.tune_s, r.tuned_at"
+	    " FROM main.fleet_outbox o JOIN main.results r"
+	    " ON r.key = o.key AND r.device = o.device AND r.libver = o.libver"
+	    " ORDER BY o.queued_at, o.key LIMIT ?1";
+	sqlite3_stmt *s = NULL;
+	struct flyd_result r;
+	int rc, stop = 0;
+
+	rc = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		sqlite3_finalize(s);
+		return store_err(st, rc, "outbox_iter");
+	}
+	sqlite3_bind_int64(s, 1, limit > 0 ? limit : -1);
+	while (!stop && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		memset(&r, 0, sizeof(r));
+		col_str(s, 0, r.key, sizeof(r.key));
+		col_str(s, 1, r.device, sizeof(r.device));
+		col_str(s, 2, r.libver, sizeof(r.libver));
+		if (row_result(s, 3, &r) != 0)
+			continue; /* unparsable params: nothing to push */
+		stop = cb(ctx, &r);
+	}
+	if (!stop && rc != SQLITE_DONE)
+		stop = store_err(st, rc, "outbox_iter");
+	sqlite3_finalize(s);
+	return stop;
+}
+
+int flyd_store_outbox_del(struct flyd_store *st, const char *key,
+			  const char *device, const char *libver)
+{
+	static const char sql[] =
+	    "DELETE FROM main.fleet_outbox WHERE key = ?1 AND device = ?2"
+	    " AND libver = ?3";
+	sqlite3_stmt *s = NULL;
+	int rc;
+
+	rc = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
+	if (rc == SQLITE_OK) {
+		bind_str(s, 1, key);
+		bind_str(s, 2, device);
+		bind_str(s, 3, libver);
+		rc = sqlite3_step(s);
+	}
+	sqlite3_finalize(s);
+	return rc == SQLITE_DONE ? 0 : store_err(st, rc, "outbox_del");
+}
+
+int flyd_store_outbox_has(struct flyd_store *st, const char *key,
+			  const char *device, const char *libver)
+{
+	static const char sql[] =
+	    "SELECT 1 FROM main.fleet_outbox WHERE key = ?1 AND device = ?2"
+	    " AND libver = ?3";
+	sqlite3_stmt *s = NULL;
+	int rc;
+
+	rc = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
+	if (rc == SQLITE_OK) {
+		bind_str(s, 1, key);
+		bind_str(s, 2, device);
+		bind_str(s, 3, libver);
+		rc = sqlite3_step(s);
+	}
+	sqlite3_finalize(s);
+	return rc == SQLITE_ROW;
+}
+
+int64_t flyd_store_outbox_count(struct flyd_store *st)
+{
+	sqlite3_stmt *s = NULL;
+	int64_t n = FLY_E_STORAGE;
+	int rc;
+
+	rc = sqlite3_prepare_v2(st->db, "SELECT count(*) FROM "
+				"main.fleet_outbox", -1, &s, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		n = sqlite3_column_int64(s, 0);
+	else
+		store_err(st, rc, "outbox_count");
+	sqlite3_finalize(s);
+	return n;
 }

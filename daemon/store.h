@@ -154,6 +154,25 @@ typedef int (*flyd_failed_cb)(void *ctx, const struct flyd_failed *f);
 int flyd_store_failed_iter(struct flyd_store *st, const char *device,
 			   flyd_failed_cb cb, void *ctx);
 
+/* The fleet outbox (0004, daemon/fleet.c): while on, every
+ * flyd_store_result_put() also queues the key for a push to the fleet DB,
+ * in the same transaction. */
+void flyd_store_set_outbox(struct flyd_store *st, int on);
+/* The queued keys with their current local winner, oldest first, at most
+ * @p limit (<= 0: all).  A callback returning non-zero stops (returned).
+ * @return 0, the callback's value, FLY_E_STORAGE. */
+typedef int (*flyd_outbox_cb)(void *ctx, const struct flyd_result *r);
+int flyd_store_outbox_iter(struct flyd_store *st, int64_t limit,
+			   flyd_outbox_cb cb, void *ctx);
+/* The fleet DB has the key's winner: drop it from the outbox. */
+int flyd_store_outbox_del(struct flyd_store *st, const char *key,
+			  const char *device, const char *libver);
+/* Whether the key's push is queued (1) or not (0; also on error). */
+int flyd_store_outbox_has(struct flyd_store *st, const char *key,
+			  const char *device, const char *libver);
+/* Queued pushes, or FLY_E_STORAGE. */
+int64_t flyd_store_outbox_count(struct flyd_store *st);
+
 /* For tests: create (or migrate) @p path applying only migrations
  * 1..@p version, as an older binary would have left it, then close it.
  * @return 0, -EINVAL (version out of range), FLY_E_STORAGE. */

@@ -16,6 +16,10 @@ list=0
 # python3-prometheus-client: the exposition parser of the metrics test
 # (tests/integration/test_metrics.py, issue 20).
 pkgs="gcc g++ make libc6-dev pkg-config libuv1-dev libsqlite3-dev libcjson-dev libcmocka-dev python3 python3-prometheus-client systemd procps"
+# The fleet (daemon/fleet.c, issue 24): libpq to build, and a PostgreSQL
+# server (initdb, pg_ctl under /usr/lib/postgresql/*/bin) that
+# tests/integration/test_fleet starts in a temporary directory.
+pkgs="$pkgs libpq-dev postgresql"
 # The Debian packages (make deb, tests/pkg/test-deb.sh): debhelper (and
 # dpkg-dev), dh-python, lintian, and build-essential, which
 # dpkg-buildpackage requires and which is only a Recommends of dpkg-dev

@@ -1,4 +1,4 @@
--- schema.sql: the whole current schema (user_version 3), exactly as
+-- schema.sql: the whole current schema (user_version 4), exactly as
 -- `sqlite3 DB .schema` prints it for a freshly migrated DB.  Not applied:
 -- the migrations are.  tests/unit/test_store.c checks they agree.
 -- Regenerate: cat migrations/*.sql | sqlite3 /tmp/x.db && sqlite3 /tmp/x.db .schema
@@ -54,4 +54,11 @@ CREATE TABLE failed_jobs (
 	why TEXT NOT NULL,
 	at INTEGER NOT NULL,
 	PRIMARY KEY (key, device)
+);
+CREATE TABLE fleet_outbox (
+	key TEXT NOT NULL,
+	device TEXT NOT NULL,
+	libver TEXT NOT NULL,
+	queued_at INTEGER NOT NULL,
+	PRIMARY KEY (key, device, libver)
 );

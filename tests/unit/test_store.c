@@ -1308,12 +1308,55 @@ static void test_device_id(void **state)
 	assert_string_equal(fp, line);
 }
 
+static int outbox_first(void *arg, const struct flyd_result *r)
+{
+	*(struct flyd_result *)arg = *r;
+	return 1;
+}
+
+/* The fleet outbox (issue 24): off, a commit queues nothing; on, the
+ * commit's own transaction queues the key, iterated with the current
+ * winner, until deleted; an import (another node's winner) never does. */
+static void test_fleet_outbox(void **state)
+{
+	struct tdir *t = *state;
+	struct flyd_store *st = open_ok(t->db, NULL);
+	struct flyd_result r = mkres("gemm/a", "v1", 2.0), got;
+
+	assert_int_equal(flyd_store_result_put(st, &r, NULL, 0), 0);
+	assert_int_equal(flyd_store_outbox_count(st), 0);
+	flyd_store_set_outbox(st, 1);
+	r = mkres("gemm/b", "v2", 3.0);
+	assert_int_equal(flyd_store_result_put(st, &r, NULL, 0), 0);
+	assert_int_equal(flyd_store_outbox_count(st), 1);
+	assert_int_equal(flyd_store_outbox_has(st, "gemm/b", DEV, LIBVER), 1);
+	assert_int_equal(flyd_store_outbox_has(st, "gemm/a", DEV, LIBVER), 0);
+	r = mkres("gemm/c", "v3", 4.0);
+	assert_int_equal(flyd_store_import(st, &r, 1), 0);
+	assert_int_equal(flyd_store_outbox_count(st), 1);
+	memset(&got, 0, sizeof(got));
+	assert_int_equal(flyd_store_outbox_iter(st, 1, outbox_first, &got), 1);
+	assert_string_equal(got.key, "gemm/b");
+	assert_string_equal(got.d.variant, "v2");
+	assert_true(got.d.median_us == 3.0);
+	assert_int_equal(got.d.nparams, 3);
+	assert_true(got.d.params[2] == INT64_MAX);
+	/* Durable: still queued after a reopen. */
+	flyd_store_close(st);
+	st = open_ok(t->db, NULL);
+	assert_int_equal(flyd_store_outbox_count(st), 1);
+	assert_int_equal(flyd_store_outbox_del(st, "gemm/b", DEV, LIBVER), 0);
+	assert_int_equal(flyd_store_outbox_count(st), 0);
+	flyd_store_close(st);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup_dir, teardown_dir)
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    T(test_issue_18_device_prune),
+	    T(test_fleet_outbox),
 	    T(test_fresh_open_schema),
 	    T(test_migrate_from_every_version),
 	    T(test_newer_schema_refused),

@@ -1,0 +1,768 @@
+/*
+ * fleet.c -- the fleet: winners shared through PostgreSQL (fleet.h).
+ *
+ * One connection, one query in flight at a time, every libpq call
+ * non-blocking: PQconnectStart/PQconnectPoll to connect, PQsendQuery* and
+ * PQflush to send, PQconsumeInput/PQisBusy/PQgetResult to read, each
+ * driven by a uv_poll on PQsocket.  The steps after a connect, in order:
+ * migrate, LISTEN, pull (once the device is known), then the outbox, one
+ * push at a time, whenever it is not empty.  A failure closes the
+ * connection and retries after fleet_retry_ms; nothing is lost, the
+ * outbox is in the local DB.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+
+#include "fleet.h"
+#include "fly_record.h"
+#include "log.h"
+#include "migrations.h"
+#include "results.h"
+#include "scheduler.h"
+#include "store.h"
+
+#define FLEET_CHANNEL "flytuned_fleet"
+#define FLEET_MIGRATE_LOCK "7460215993"  /* pg_advisory_xact_lock key */
+#define FLEET_ERR_MAX 256
+
+enum fleet_state {
+	ST_DOWN,        /* waiting for the retry timer */
+	ST_CONNECTING,  /* PQconnectPoll */
+	ST_UP           /* connected; steps run */
+};
+
+enum fleet_query {
+	Q_NONE,
+	Q_MIGRATE,
+	Q_LISTEN,
+	Q_PULL,
+	Q_PUSH
+};
+
+struct flyd_fleet {
+	struct flyd_ctx *ctx;
+	PGconn *conn;
+	uv_poll_t *poll;        /* on PQsocket; NULL when none */
+	int fd;                 /* the socket polled */
+	int events;             /* the events polled */
+	uv_timer_t retry;
+	int state;              /* enum fleet_state */
+	int query;              /* enum fleet_query in flight */
+	int qfailed;            /* the query in flight returned an error */
+	int migrated, listening, pulled, device_known;
+	int stopping;
+	int closing;            /* handles still closing */
+	char node[160];         /* this daemon, for provenance */
+	char err[FLEET_ERR_MAX];
+	struct flyd_result push; /* the push in flight */
+	struct flyd_result *batch; /* a pull's valid rows */
+	size_t nbatch, capbatch;
+	uint64_t since_ms;      /* the outbox has been non-empty since */
+	uint64_t pushed, applied, refused, errors;
+};
+
+static void step(struct flyd_fleet *f);
+static void poll_set(struct flyd_fleet *f, int events);
+
+/* ------------------------------------------------------------ errors */
+
+static void set_err(struct flyd_fleet *f, const char *what, const char *msg)
+{
+	char q[FLEET_ERR_MAX + 8];
+	size_t n;
+
+	snprintf(f->err, sizeof(f->err), "%s: %s", what,
+		 msg != NULL && msg[0] ? msg : "unknown error");
+	n = strlen(f->err);
+	while (n > 0 && (f->err[n - 1] == '\n' || f->err[n - 1] == ' '))
+		f->err[--n] = '\0';
+	flyd_log(FLYD_LOG_WARN, "fleet_error", "msg=%s",
+		 flyd_log_q(f->err, q, sizeof(q)));
+}
+
+/* A handle closed: once stopping and the last one is closed, free. */
+static void handle_closed(struct flyd_fleet *f)
+{
+	if (--f->closing == 0 && f->stopping) {
+		free(f->batch);
+		free(f);
+	}
+}
+
+static void on_poll_closed(uv_handle_t *h)
+{
+	struct flyd_fleet *f = h->data;
+
+	free(h);
+	handle_closed(f);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+	handle_closed(h->data);
+}
+
+static void on_retry(uv_timer_t *t);
+
+static void poll_close(struct flyd_fleet *f)
+{
+	if (f->poll == NULL)
+		return;
+	uv_poll_stop(f->poll);
+	f->closing++;
+	uv_close((uv_handle_t *)f->poll, on_poll_closed);
+	f->poll = NULL;
+	f->fd = -1;
+	f->events = 0;
+}
+
+/* Drop the connection (after @p what failed) and retry later. */
+static void fail(struct flyd_fleet *f, const char *what)
+{
+	set_err(f, what, f->conn != NULL ? PQerrorMessage(f->conn) : NULL);
+	f->errors++;
+	poll_close(f);
+	if (f->conn != NULL)
+		PQfinish(f->conn);
+	f->conn = NULL;
+	f->state = ST_DOWN;
+	f->query = Q_NONE;
+	f->migrated = f->listening = 0;
+	f->nbatch = 0;
+	if (!f->stopping)
+		uv_timer_start(&f->retry, on_retry, f->ctx->cfg.fleet_retry_ms,
+			       0);
+}
+
+/* ------------------------------------------------------------ validation */
+
+/* A fleet record (JSON text) into @p r, validated like an import row:
+ * the record's fields (fly_record_check), this device and libver, then
+ * the variant and the point against the kernel registry.
+ * @return 0 valid, 1 another device's or version's row (not ours),
+ * -1 refused (@p why says why). */
+static int record_read(struct flyd_fleet *f, const char *txt,
+		       struct flyd_result *r, char *why, size_t cap)
+{
+	struct flyd_ctx *ctx = f->ctx;
+	cJSON *o = cJSON_Parse(txt), *it;
+	int rc = -1;
+
+	if (o == NULL) {
+		snprintf(why, cap, "not JSON");
+		return -1;
+	}
+	if (fly_record_check(o, why, cap) < 0)
+		goto out;
+	if (strcmp(cJSON_GetObjectItem(o, "device")->valuestring,
+		   ctx->device_id) != 0 ||
+	    strcmp(cJSON_GetObjectItem(o, "libver")->valuestring,
+		   ctx->libver) != 0) {
+		rc = 1;
+		goto out;
+	}
+	memset(r, 0, sizeof(*r));
+	snprintf(r->key, sizeof(r->key), "%s",
+		 cJSON_GetObjectItem(o, "key")->valuestring);
+	snprintf(r->device, sizeof(r->device), "%s", ctx->device_id);
+	snprintf(r->libver, sizeof(r->libver), "%s", ctx->libver);
+	snprintf(r->d.variant, sizeof(r->d.variant), "%s",
+		 cJSON_GetObjectItem(o, "variant")->valuestring);
+	cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "params"))
+		r->d.params[r->d.nparams++] = (int64_t)it->valuedouble;
+	r->d.median_us = cJSON_GetObjectItem(o, "median_us")->valuedouble;
+	r->mad_us = cJSON_GetObjectItem(o, "mad_us")->valuedouble;
+	r->tune_s = cJSON_GetObjectItem(o, "tune_s")->valuedouble;
+	r->tuned_at = (int64_t)cJSON_GetObjectItem(o, "tuned_at")->valuedouble;
+	r->d.status = FLY_STATUS_TUNED;
+	rc = flyd_sched_check_result(ctx->sched, r->key, &r->d, why, cap) == 0
+		     ? 0 : -1;
+out:
+	cJSON_Delete(o);
+	return rc;
+}
+
+static int same_winner(const struct flyd_result *a, const struct flyd_result *b)
+{
+	return strcmp(a->d.variant, b->d.variant) == 0 &&
+	       a->d.nparams == b->d.nparams &&
+	       memcmp(a->d.params, b->d.params,
+		      a->d.nparams * sizeof(a->d.params[0])) == 0 &&
+	       a->d.median_us == b->d.median_us;
+}
+
+/* Whether the fleet's row @p r should replace what this node serves: not
+ * while our own push of the key is queued (its reply carries the merged
+ * winner), nor when the local row is the same winner. */
+static int wanted(struct flyd_fleet *f, const struct flyd_result *r)
+{
+	struct flyd_ctx *ctx = f->ctx;
+	struct flyd_result cur;
+
+	if (flyd_store_outbox_has(ctx->store, r->key, r->device, r->libver))
+		return 0;
+	if (flyd_store_result_get(ctx->store, r->key, r->device, r->libver,
+				  &cur) == 0 && same_winner(&cur, r))
+		return 0;
+	return 1;
+}
+
+/* One fleet record (NOTIFY, a push's reply): validate, then adopt. */
+static void record_apply(struct flyd_fleet *f, const char *txt,
+			 const char *from)
+{
+	char why[200], q[240];
+	struct flyd_result r;
+	int rc = record_read(f, txt, &r, why, sizeof(why));
+
+	if (rc == 1)
+		return;
+	if (rc < 0) {
+		f->refused++;
+		flyd_log(FLYD_LOG_WARN, "fleet_row_refused", "from=%s why=%s",
+			 from, flyd_log_q(why, q, sizeof(q)));
+		return;
+	}
+	if (!wanted(f, &r))
+		return;
+	if (flyd_results_adopt(f->ctx->results, &r, 1) == 0) {
+		f->applied++;
+		flyd_log(FLYD_LOG_DEBUG, "fleet_applied", "key=%s variant=%s "
+			 "median_us=%.3f from=%s", r.key, r.d.variant,
+			 r.d.median_us, from);
+	}
+}
+
+/* ------------------------------------------------------------ queries */
+
+/* Flush what libpq holds; poll for writable until it is all sent. */
+static void flush(struct flyd_fleet *f)
+{
+	int rc = PQflush(f->conn);
+
+	if (rc < 0) {
+		fail(f, "send");
+		return;
+	}
+	poll_set(f, UV_READABLE | (rc == 1 ? UV_WRITABLE : 0));
+}
+
+static void sent(struct flyd_fleet *f, int q, int ok)
+{
+	if (!ok) {
+		fail(f, "send");
+		return;
+	}
+	f->query = q;
+	f->qfailed = 0;
+	flush(f);
+}
+
+/* The migrations not yet applied, in one transaction under an advisory
+ * lock (the first node to connect applies them; the others wait, then
+ * find them done), then the schema's version.  A migration's text goes
+ * through EXECUTE, so it is dollar-quoted with a tag no file uses. */
+static char *migrate_sql(void)
+{
+	size_t cap = 1024, len;
+	char *s, *p;
+
+	for (size_t i = 0; i < flyd_fleet_nmigrations; i++)
+		cap += strlen(flyd_fleet_migrations[i].sql) + 512;
+	s = malloc(cap);
+	if (s == NULL)
+		return NULL;
+	len = (size_t)snprintf(s, cap,
+		"BEGIN;\n"
+		"SELECT pg_advisory_xact_lock(" FLEET_MIGRATE_LOCK ");\n"
+		"CREATE TABLE IF NOT EXISTS fleet_schema (version integer "
+		"NOT NULL);\n");
+	for (size_t i = 0; i < flyd_fleet_nmigrations; i++) {
+		const struct flyd_migration *m = &flyd_fleet_migrations[i];
+
+		p = s + len;
+		len += (size_t)snprintf(p, cap - len,
+			"DO $flytuned_m$ BEGIN IF (SELECT coalesce(max(version),"
+			" 0) FROM fleet_schema) < %d THEN EXECUTE "
+			"$flytuned_s$%s$flytuned_s$; INSERT INTO fleet_schema "
+			"VALUES (%d); END IF; END $flytuned_m$;\n",
+			m->version, m->sql, m->version);
+	}
+	snprintf(s + len, cap - len, "COMMIT;\n"
+		 "SELECT coalesce(max(version), 0) FROM fleet_schema;\n");
+	return s;
+}
+
+static void send_migrate(struct flyd_fleet *f)
+{
+	char *sql = migrate_sql();
+
+	if (sql == NULL) {
+		set_err(f, "migrate", "out of memory");
+		return;
+	}
+	sent(f, Q_MIGRATE, PQsendQuery(f->conn, sql));
+	free(sql);
+}
+
+static void send_pull(struct flyd_fleet *f)
+{
+	const char *v[2] = {f->ctx->device_id, f->ctx->libver};
+	int ok;
+
+	ok = PQsendQueryParams(f->conn, "SELECT fleet_record(r) FROM "
+			       "fleet_results r WHERE device = $1 AND "
+			       "libver = $2", 2, NULL, v, NULL, NULL, 0);
+	if (ok)
+		ok = PQsetSingleRowMode(f->conn);
+	f->nbatch = 0;
+	sent(f, Q_PULL, ok);
+}
+
+static int first_push(void *arg, const struct flyd_result *r)
+{
+	*(struct flyd_result *)arg = *r;
+	return 1;
+}
+
+/* The oldest outbox row, if any, to fleet_push().  @return 1 sent (or
+ * failed), 0 nothing queued. */
+static int send_push(struct flyd_fleet *f)
+{
+	struct flyd_ctx *ctx = f->ctx;
+	struct flyd_result *r = &f->push;
+	char params[8 * 24 + 4], med[40], mad[40], tune[40], at[24], h[40];
+	const char *v[11];
+	size_t n = 0;
+	int rc;
+
+	rc = flyd_store_outbox_iter(ctx->store, 1, first_push, r);
+	if (rc != 1) {
+		if (rc == 0)
+			f->since_ms = 0;
+		return 0;
+	}
+	n += (size_t)snprintf(params, sizeof(params), "{");
+	for (uint32_t i = 0; i < r->d.nparams; i++)
+		n += (size_t)snprintf(params + n, sizeof(params) - n, "%s%lld",
+				      i ? "," : "",
+				      (long long)r->d.params[i]);
+	snprintf(params + n, sizeof(params) - n, "}");
+	snprintf(med, sizeof(med), "%.17g", r->d.median_us);
+	snprintf(mad, sizeof(mad), "%.17g", r->mad_us);
+	snprintf(tune, sizeof(tune), "%.17g", r->tune_s);
+	snprintf(at, sizeof(at), "%lld", (long long)r->tuned_at);
+	snprintf(h, sizeof(h), "%.17g", ctx->cfg.fleet_hysteresis);
+	v[0] = r->device; v[1] = r->libver; v[2] = r->key; v[3] = f->node;
+	v[4] = r->d.variant; v[5] = params; v[6] = med; v[7] = mad;
+	v[8] = tune; v[9] = at; v[10] = h;
+	sent(f, Q_PUSH, PQsendQueryParams(f->conn,
+		"SELECT fleet_push($1, $2, $3, $4, $5, $6::bigint[], $7, $8, "
+		"$9, $10, $11)", 11, NULL, v, NULL, NULL, 0));
+	return 1;
+}
+
+/* The next thing to do on an idle connection. */
+static void step(struct flyd_fleet *f)
+{
+	if (f->state != ST_UP || f->query != Q_NONE || f->stopping)
+		return;
+	if (!f->migrated) {
+		send_migrate(f);
+	} else if (!f->listening) {
+		sent(f, Q_LISTEN, PQsendQuery(f->conn, "LISTEN "
+					      FLEET_CHANNEL));
+	} else if (f->device_known && !f->pulled) {
+		send_pull(f);
+	} else if (f->device_known) {
+		(void)send_push(f);
+	}
+}
+
+/* ------------------------------------------------------------ results */
+
+static void batch_add(struct flyd_fleet *f, const char *txt,
+		      const char *from)
+{
+	char why[200], q[240];
+	struct flyd_result r;
+	int rc = record_read(f, txt, &r, why, sizeof(why));
+
+	if (rc == 1)
+		return;
+	if (rc < 0) {
+		f->refused++;
+		flyd_log(FLYD_LOG_WARN, "fleet_row_refused", "from=%s why=%s",
+			 from, flyd_log_q(why, q, sizeof(q)));
+		return;
+	}
+	if (!wanted(f, &r))
+		return;
+	if (f->nbatch == f->capbatch) {
+		size_t cap = f->capbatch ? f->capbatch * 2 : 1024;
+		struct flyd_result *b = realloc(f->batch, cap * sizeof(*b));
+
+		if (b == NULL)
+			return; /* the next pull (a reconnect) brings it */
+		f->batch = b;
+		f->capbatch = cap;
+	}
+	f->batch[f->nbatch++] = r;
+}
+
+/* One PGresult of the query in flight. */
+static void on_result(struct flyd_fleet *f, PGresult *res)
+{
+	ExecStatusType st = PQresultStatus(res);
+
+	if (st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE ||
+	    st == PGRES_NONFATAL_ERROR) {
+		if (!f->qfailed)
+			set_err(f, f->query == Q_PUSH ? "push" : f->query ==
+				Q_PULL ? "pull" : f->query == Q_MIGRATE ?
+				"migrate" : "listen",
+				PQresultErrorMessage(res));
+		f->qfailed = 1;
+		return;
+	}
+	if (f->query == Q_MIGRATE && st == PGRES_TUPLES_OK &&
+	    PQntuples(res) == 1) {
+		long v = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+		long mine = flyd_fleet_nmigrations == 0 ? 0 :
+			flyd_fleet_migrations[flyd_fleet_nmigrations - 1]
+				.version;
+
+		if (v > mine) {
+			char m[120];
+
+			snprintf(m, sizeof(m), "fleet schema version %ld is "
+				 "newer than this flytuned's %ld", v, mine);
+			set_err(f, "migrate", m);
+			f->qfailed = 1;
+		}
+	} else if (f->query == Q_PULL && st == PGRES_SINGLE_TUPLE) {
+		batch_add(f, PQgetvalue(res, 0, 0), "pull");
+	} else if (f->query == Q_PUSH && st == PGRES_TUPLES_OK &&
+		   PQntuples(res) == 1) {
+		struct flyd_result *r = &f->push;
+
+		/* The fleet DB committed it: out of the outbox, then the
+		 * merged winner, which may be another node's. */
+		(void)flyd_store_outbox_del(f->ctx->store, r->key, r->device,
+					    r->libver);
+		f->pushed++;
+		record_apply(f, PQgetvalue(res, 0, 0), "push");
+	}
+}
+
+/* The query in flight has ended (PQgetResult gave NULL). */
+static void on_query_done(struct flyd_fleet *f)
+{
+	int q = f->query;
+
+	f->query = Q_NONE;
+	if (f->qfailed) {
+		f->errors++;
+		if (q == Q_PUSH) /* a row the fleet DB refuses: keep it, retry
+				    later with the others (logged) */
+			fail(f, "push");
+		else
+			fail(f, q == Q_MIGRATE ? "migrate" : q == Q_PULL ?
+			     "pull" : "listen");
+		return;
+	}
+	if (q == Q_MIGRATE) {
+		f->migrated = 1;
+	} else if (q == Q_LISTEN) {
+		f->listening = 1;
+		flyd_log(FLYD_LOG_INFO, "fleet_connected", "node=%s", f->node);
+		f->err[0] = '\0';
+	} else if (q == Q_PULL) {
+		size_t n = f->nbatch;
+
+		f->pulled = 1;
+		if (n > 0 && flyd_store_import(f->ctx->store, f->batch, n) == 0) {
+			f->applied += n;
+			flyd_results_refill(f->ctx->results);
+		}
+		f->nbatch = 0;
+		flyd_log(FLYD_LOG_INFO, "fleet_pulled", "rows=%zu results=%zu",
+			 n, flyd_results_count(f->ctx->results));
+	}
+	step(f);
+}
+
+static void read_input(struct flyd_fleet *f)
+{
+	PGnotify *nt;
+	PGresult *res;
+
+	if (!PQconsumeInput(f->conn)) {
+		fail(f, "receive");
+		return;
+	}
+	while (f->conn != NULL && f->query != Q_NONE && !PQisBusy(f->conn)) {
+		res = PQgetResult(f->conn);
+		if (res == NULL) {
+			on_query_done(f);
+			break;
+		}
+		on_result(f, res);
+		PQclear(res);
+	}
+	/* Every notification read: validated one by one, committed in one
+	 * transaction (a burst of other nodes' winners is one fsync).  While
+	 * a pull runs they join its batch (committed when it ends); before
+	 * the device is known the pull to come covers them. */
+	while (f->conn != NULL && (nt = PQnotifies(f->conn)) != NULL) {
+		if (f->device_known)
+			batch_add(f, nt->extra, "notify");
+		PQfreemem(nt);
+	}
+	if (f->nbatch > 0 && f->query != Q_PULL) {
+		if (flyd_results_adopt(f->ctx->results, f->batch,
+				       f->nbatch) == 0)
+			f->applied += f->nbatch;
+		f->nbatch = 0;
+	}
+}
+
+/* ------------------------------------------------------------ connect */
+
+static void connect_poll(struct flyd_fleet *f)
+{
+	PostgresPollingStatusType ps = PQconnectPoll(f->conn);
+
+	switch (ps) {
+	case PGRES_POLLING_READING:
+		poll_set(f, UV_READABLE);
+		break;
+	case PGRES_POLLING_WRITING:
+		poll_set(f, UV_WRITABLE);
+		break;
+	case PGRES_POLLING_OK:
+		if (PQsetnonblocking(f->conn, 1) != 0) {
+			fail(f, "connect");
+			return;
+		}
+		f->state = ST_UP;
+		poll_set(f, UV_READABLE);
+		step(f);
+		break;
+	default:
+		fail(f, "connect");
+		break;
+	}
+}
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+	struct flyd_fleet *f = h->data;
+
+	if (f->stopping || f->conn == NULL)
+		return;
+	if (status < 0) {
+		fail(f, "poll");
+		return;
+	}
+	if (f->state == ST_CONNECTING) {
+		connect_poll(f);
+		return;
+	}
+	if (events & UV_WRITABLE) {
+		flush(f);
+		if (f->conn == NULL)
+			return;
+	}
+	if (events & UV_READABLE)
+		read_input(f);
+}
+
+/* Poll @p events on the connection's socket, which libpq may change
+ * while it connects (another host, an SSL retry): a new socket gets a
+ * new handle. */
+static void poll_set(struct flyd_fleet *f, int events)
+{
+	int fd = f->conn != NULL ? PQsocket(f->conn) : -1;
+
+	if (fd < 0) {
+		fail(f, "socket");
+		return;
+	}
+	if (f->poll != NULL && f->fd != fd)
+		poll_close(f);
+	if (f->poll == NULL) {
+		f->poll = malloc(sizeof(*f->poll));
+		if (f->poll == NULL ||
+		    uv_poll_init_socket(f->ctx->loop, f->poll, fd) != 0) {
+			free(f->poll);
+			f->poll = NULL;
+			set_err(f, "poll", "cannot watch the socket");
+			return;
+		}
+		f->poll->data = f;
+		f->fd = fd;
+		f->events = 0;
+	}
+	if (f->events != events) {
+		uv_poll_start(f->poll, events, on_poll);
+		f->events = events;
+	}
+}
+
+/* The server's notices ("already exists, skipping") go to the log at
+ * debug level, not to stderr as libpq's default does. */
+static void on_notice(void *arg, const char *msg)
+{
+	char q[300];
+
+	(void)arg;
+	flyd_log(FLYD_LOG_DEBUG, "fleet_notice", "msg=%s",
+		 flyd_log_q(msg, q, sizeof(q)));
+}
+
+static void connect_begin(struct flyd_fleet *f)
+{
+	f->conn = PQconnectStart(f->ctx->cfg.fleet_url);
+	if (f->conn == NULL || PQstatus(f->conn) == CONNECTION_BAD) {
+		fail(f, "connect");
+		return;
+	}
+	PQsetNoticeProcessor(f->conn, on_notice, f);
+	f->state = ST_CONNECTING;
+	f->pulled = 0; /* another node may have pushed while we were away */
+	poll_set(f, UV_WRITABLE);
+}
+
+static void on_retry(uv_timer_t *t)
+{
+	struct flyd_fleet *f = t->data;
+
+	if (!f->stopping && f->state == ST_DOWN)
+		connect_begin(f);
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+int flyd_fleet_start(struct flyd_ctx *ctx, struct flyd_fleet **out)
+{
+	struct flyd_fleet *f;
+	char host[64] = "";
+
+	*out = NULL;
+	if (ctx->cfg.fleet_url[0] == '\0')
+		return 0;
+	f = calloc(1, sizeof(*f));
+	if (f == NULL)
+		return -ENOMEM;
+	f->ctx = ctx;
+	f->fd = -1;
+	(void)gethostname(host, sizeof(host) - 1);
+	snprintf(f->node, sizeof(f->node), "%s:%s", host, ctx->socket_path);
+	uv_timer_init(ctx->loop, &f->retry);
+	f->retry.data = f;
+	flyd_store_set_outbox(ctx->store, 1);
+	if (flyd_store_outbox_count(ctx->store) > 0)
+		f->since_ms = uv_now(ctx->loop);
+	f->state = ST_DOWN;
+	flyd_log(FLYD_LOG_INFO, "fleet_starting", "node=%s", f->node);
+	connect_begin(f);
+	*out = f;
+	return 0;
+}
+
+void flyd_fleet_ready(struct flyd_fleet *f)
+{
+	if (f == NULL)
+		return;
+	f->device_known = 1;
+	step(f);
+}
+
+void flyd_fleet_kick(void *arg)
+{
+	struct flyd_fleet *f = arg;
+
+	if (f == NULL)
+		return;
+	if (f->since_ms == 0)
+		f->since_ms = uv_now(f->ctx->loop);
+	step(f);
+}
+
+void flyd_fleet_stop(struct flyd_fleet *f)
+{
+	if (f == NULL)
+		return;
+	f->stopping = 1;
+	uv_timer_stop(&f->retry);
+	poll_close(f);
+	if (f->conn != NULL)
+		PQfinish(f->conn);
+	f->conn = NULL;
+	f->closing++;
+	f->retry.data = f;
+	uv_close((uv_handle_t *)&f->retry, on_timer_closed);
+}
+
+/* ------------------------------------------------------------ status */
+
+const char *flyd_fleet_state(const struct flyd_fleet *f)
+{
+	if (f == NULL)
+		return "off";
+	if (f->state == ST_DOWN)
+		return "down";
+	if (f->state == ST_CONNECTING)
+		return "connecting";
+	if (!f->migrated || !f->listening || (f->device_known && !f->pulled))
+		return "syncing";
+	return "connected";
+}
+
+const char *flyd_fleet_last_error(const struct flyd_fleet *f)
+{
+	return f != NULL ? f->err : "";
+}
+
+void flyd_fleet_gauges(const struct flyd_fleet *f, struct flyd_fleet_gauges *g)
+{
+	memset(g, 0, sizeof(*g));
+	if (f == NULL)
+		return;
+	g->enabled = 1;
+	g->connected = strcmp(flyd_fleet_state(f), "connected") == 0;
+	g->outbox = flyd_store_outbox_count(f->ctx->store);
+	if (g->outbox > 0 && f->since_ms != 0)
+		g->lag_s = (double)(uv_now(f->ctx->loop) - f->since_ms) / 1e3;
+	g->pushed = f->pushed;
+	g->applied = f->applied;
+	g->refused = f->refused;
+	g->errors = f->errors;
+}
+
+void flyd_fleet_status(const struct flyd_fleet *f, cJSON *resp)
+{
+	struct flyd_fleet_gauges g;
+	cJSON *o = cJSON_AddObjectToObject(resp, "fleet");
+
+	if (o == NULL)
+		return;
+	flyd_fleet_gauges(f, &g);
+	cJSON_AddStringToObject(o, "state", flyd_fleet_state(f));
+	cJSON_AddNumberToObject(o, "outbox", (double)(g.outbox > 0 ?
+						      g.outbox : 0));
+	cJSON_AddNumberToObject(o, "lag_s", g.lag_s);
+	cJSON_AddNumberToObject(o, "pushed", (double)g.pushed);
+	cJSON_AddNumberToObject(o, "applied", (double)g.applied);
+	cJSON_AddNumberToObject(o, "refused", (double)g.refused);
+	cJSON_AddNumberToObject(o, "errors", (double)g.errors);
+	cJSON_AddStringToObject(o, "last_error", flyd_fleet_last_error(f));
+	if (f != NULL)
+		cJSON_AddStringToObject(o, "node", f->node);
+}

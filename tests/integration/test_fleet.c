@@ -1,0 +1,396 @@
+/*
+ * test_fleet.c -- the fleet (issue 24) against a real PostgreSQL: real
+ * daemons (tests/common/daemon.h) sharing one throw-away server
+ * (tests/common/pg.h, started per test, Unix socket only).  Where no
+ * PostgreSQL is installed every test is skipped, saying why (CI installs
+ * it: tools/deps.sh).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "../common/daemon.h"
+#include "../common/pg.h"
+
+#define T_MS 20000
+#define KEY_A "rmsnorm/fp32/m=8,n=64"
+
+struct fx {
+	struct fly_test_pg pg;
+	struct fly_test_daemon a, b;
+};
+
+static int setup(void **state)
+{
+	struct fx *x = calloc(1, sizeof(*x));
+	char bin[256];
+
+	if (x == NULL)
+		return -1;
+	*state = x;
+	if (fly_test_pg_find(bin, sizeof(bin)) < 0) {
+		fprintf(stderr, "SKIP: no PostgreSQL server (initdb, pg_ctl) "
+			"on PATH or in /usr/lib/postgresql/*/bin: install "
+			"Debian's postgresql (tools/deps.sh does)\n");
+		return 0;
+	}
+	return fly_test_pg_start(&x->pg) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	struct fx *x = *state;
+
+	fly_test_daemon_cleanup(&x->a);
+	fly_test_daemon_cleanup(&x->b);
+	fly_test_pg_cleanup(&x->pg);
+	free(x);
+	return 0;
+}
+
+static void need_pg(struct fx *x)
+{
+	if (!x->pg.running && x->pg.dir[0] == '\0')
+		skip();
+}
+
+static int node_start(struct fx *x, struct fly_test_daemon *d)
+{
+	char cfg[512];
+
+	snprintf(cfg, sizeof(cfg), "{\"fleet_url\":\"%s\","
+		 "\"fleet_retry_ms\":100}", x->pg.conninfo);
+	return fly_test_daemon_start(d, cfg, NULL);
+}
+
+/* `flytune-ctl --json ARGS` parsed, or NULL. */
+static cJSON *ctl_json(const struct fly_test_daemon *d, const char *fmt, ...)
+{
+	char args[512], *out = NULL;
+	va_list ap;
+	cJSON *o;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	(void)fly_test_ctl(d->sock, 0, &out, "--json %s", args);
+	o = out != NULL ? cJSON_Parse(out) : NULL;
+	free(out);
+	return o;
+}
+
+/* status.fleet.NAME as a number (-1: absent). */
+static double fleet_num(const struct fly_test_daemon *d, const char *name)
+{
+	cJSON *o = ctl_json(d, "status");
+	cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "fleet"), name);
+	double n = cJSON_IsNumber(v) ? v->valuedouble : -1;
+
+	cJSON_Delete(o);
+	return n;
+}
+
+static int fleet_state_is(const struct fly_test_daemon *d, const char *want)
+{
+	cJSON *o = ctl_json(d, "status");
+	cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "fleet"),
+				       "state");
+	int ok = cJSON_IsString(v) && strcmp(v->valuestring, want) == 0;
+
+	cJSON_Delete(o);
+	return ok;
+}
+
+static int wait_state(const struct fly_test_daemon *d, const char *want)
+{
+	for (int i = 0; i < fly_test_timeout(T_MS) / 50; i++) {
+		if (fleet_state_is(d, want))
+			return 1;
+		usleep(50000);
+	}
+	return 0;
+}
+
+static double counter(const struct fly_test_daemon *d, const char *name)
+{
+	cJSON *o = ctl_json(d, "stats");
+	cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "counters"),
+				       name);
+	double n = cJSON_IsNumber(v) ? v->valuedouble : -1;
+
+	cJSON_Delete(o);
+	return n;
+}
+
+/* The stored winner of @p key as "variant params median" (caller frees),
+ * NULL when none. */
+static char *winner(const struct fly_test_daemon *d, const char *key)
+{
+	cJSON *o = ctl_json(d, "get %s", key), *r;
+	char *pj, *s = NULL;
+
+	r = cJSON_GetObjectItem(o, "result");
+	if (r != NULL) {
+		pj = cJSON_PrintUnformatted(cJSON_GetObjectItem(r, "params"));
+		if (asprintf(&s, "%s %s %.17g",
+			     cJSON_GetObjectItem(r, "variant")->valuestring, pj,
+			     cJSON_GetObjectItem(r, "median_us")->valuedouble)
+		    < 0)
+			s = NULL;
+		free(pj);
+	}
+	cJSON_Delete(o);
+	return s;
+}
+
+static char *wait_winner(const struct fly_test_daemon *d, const char *key)
+{
+	char *w = NULL;
+
+	for (int i = 0; i < fly_test_timeout(T_MS) / 50 && w == NULL; i++) {
+		w = winner(d, key);
+		if (w == NULL)
+			usleep(50000);
+	}
+	return w;
+}
+
+static char *pg_value(struct fx *x, const char *sql)
+{
+	char *v = NULL;
+
+	assert_int_equal(fly_test_pg_exec(&x->pg, sql, &v), 0);
+	return v;
+}
+
+/* Node B, started after node A tuned a key, serves A's winner as tuned
+ * without running a job of its own. */
+static void test_b_serves_a_winner(void **state)
+{
+	struct fx *x = *state;
+	char *wa, *wb;
+
+	need_pg(x);
+	assert_int_equal(node_start(x, &x->a), 0);
+	assert_true(wait_state(&x->a, "connected"));
+	assert_int_equal(fly_test_ctl(x->a.sock, 0, NULL, "tune %s --wait "
+				      "--timeout 120", KEY_A), 0);
+	wa = winner(&x->a, KEY_A);
+	assert_non_null(wa);
+	/* A's push reached the fleet DB (its outbox drained). */
+	for (int i = 0; i < 200 && fleet_num(&x->a, "outbox") != 0; i++)
+		usleep(50000);
+	assert_true(fleet_num(&x->a, "outbox") == 0);
+	assert_true(fleet_num(&x->a, "pushed") >= 1);
+
+	assert_int_equal(node_start(x, &x->b), 0);
+	wb = wait_winner(&x->b, KEY_A);
+	assert_non_null(wb);
+	assert_string_equal(wa, wb);
+	assert_true(counter(&x->b, "jobs_done") == 0);
+	assert_true(fleet_num(&x->b, "applied") >= 1);
+	/* flytune-ctl fleet shows the same object. */
+	{
+		char *out = NULL;
+
+		assert_int_equal(fly_test_ctl(x->b.sock, 0, &out, "fleet"), 0);
+		assert_non_null(strstr(out, "state: connected"));
+		assert_non_null(strstr(out, "outbox: 0"));
+		free(out);
+	}
+	free(wa);
+	free(wb);
+}
+
+/* A winner committed after B is connected reaches B by NOTIFY. */
+static void test_notify_reaches_connected_node(void **state)
+{
+	struct fx *x = *state;
+	char *wa, *wb;
+
+	need_pg(x);
+	assert_int_equal(node_start(x, &x->a), 0);
+	assert_int_equal(node_start(x, &x->b), 0);
+	assert_true(wait_state(&x->a, "connected"));
+	assert_true(wait_state(&x->b, "connected"));
+	assert_int_equal(fly_test_ctl(x->a.sock, 0, NULL, "tune %s --wait "
+				      "--timeout 120", KEY_A), 0);
+	wa = winner(&x->a, KEY_A);
+	wb = wait_winner(&x->b, KEY_A);
+	assert_non_null(wa);
+	assert_non_null(wb);
+	assert_string_equal(wa, wb);
+	assert_true(counter(&x->b, "jobs_done") == 0);
+	free(wa);
+	free(wb);
+}
+
+/* PostgreSQL down when the daemon starts: it serves (and tunes) locally,
+ * keeps the winner in its outbox, and pushes it once the server is up. */
+static void test_pg_down_at_start(void **state)
+{
+	struct fx *x = *state;
+	char *n, *w;
+
+	need_pg(x);
+	assert_int_equal(fly_test_pg_stop(&x->pg), 0);
+	assert_int_equal(node_start(x, &x->a), 0);
+	assert_int_equal(fly_test_ctl(x->a.sock, 0, NULL, "tune %s --wait "
+				      "--timeout 120", KEY_A), 0);
+	w = winner(&x->a, KEY_A);
+	assert_non_null(w);
+	assert_false(fleet_state_is(&x->a, "connected"));
+	assert_true(fleet_num(&x->a, "outbox") == 1);
+	assert_true(fleet_num(&x->a, "errors") >= 1);
+
+	assert_int_equal(fly_test_pg_restart(&x->pg), 0);
+	assert_true(wait_state(&x->a, "connected"));
+	for (int i = 0; i < 200 && fleet_num(&x->a, "outbox") != 0; i++)
+		usleep(50000);
+	assert_true(fleet_num(&x->a, "outbox") == 0);
+	n = pg_value(x, "SELECT count(*) FROM fleet_results WHERE key = '"
+		     KEY_A "'");
+	assert_string_equal(n, "1");
+	free(n);
+	free(w);
+}
+
+/* PostgreSQL killed (SIGKILL) while pushes are under way, then restarted:
+ * every local winner reaches the fleet DB, the outbox drains. */
+static void test_pg_killed_during_pushes(void **state)
+{
+	static const char *const keys[] = {
+		"rmsnorm/fp32/m=8,n=64", "rmsnorm/fp32/m=8,n=128",
+		"rmsnorm/fp32/m=8,n=256", "rmsnorm/fp32/m=8,n=512",
+		"rmsnorm/fp32/m=16,n=64", "rmsnorm/fp32/m=16,n=128",
+	};
+	struct fx *x = *state;
+	char *n, want[16];
+	size_t nk = sizeof(keys) / sizeof(keys[0]);
+
+	need_pg(x);
+	assert_int_equal(node_start(x, &x->a), 0);
+	assert_true(wait_state(&x->a, "connected"));
+	for (size_t i = 0; i < nk; i++) {
+		if (i == nk / 2)
+			assert_int_equal(fly_test_pg_kill(&x->pg), 0);
+		assert_int_equal(fly_test_ctl(x->a.sock, 0, NULL, "tune %s "
+					      "--wait --timeout 120", keys[i]),
+				 0);
+	}
+	assert_true(fleet_num(&x->a, "outbox") >= 1);
+	/* And the daemon itself killed too: the outbox is in its DB. */
+	assert_int_equal(fly_test_daemon_kill(&x->a, SIGKILL), 0);
+	assert_int_equal(fly_test_pg_restart(&x->pg), 0);
+	assert_int_equal(fly_test_daemon_restart(&x->a), 0);
+	assert_true(wait_state(&x->a, "connected"));
+	for (int i = 0; i < 200 && fleet_num(&x->a, "outbox") != 0; i++)
+		usleep(50000);
+	assert_true(fleet_num(&x->a, "outbox") == 0);
+	n = pg_value(x, "SELECT count(*) FROM fleet_results");
+	snprintf(want, sizeof(want), "%zu", nk);
+	assert_string_equal(n, want);
+	free(n);
+}
+
+/* Two nodes measure one key differently: both end up serving the one
+ * winner the fleet DB chose. */
+static void test_conflict_converges(void **state)
+{
+	struct fx *x = *state;
+	char *wa = NULL, *wb = NULL, *fleet;
+	int same = 0;
+
+	need_pg(x);
+	assert_int_equal(node_start(x, &x->a), 0);
+	assert_int_equal(node_start(x, &x->b), 0);
+	assert_true(wait_state(&x->a, "connected"));
+	assert_true(wait_state(&x->b, "connected"));
+	/* Both tune (no fleet row yet when each job starts). */
+	assert_int_equal(fly_test_ctl(x->a.sock, 0, NULL, "tune %s --wait "
+				      "--timeout 120", KEY_A), 0);
+	assert_int_equal(fly_test_ctl(x->b.sock, 0, NULL, "tune %s --wait "
+				      "--force --timeout 120", KEY_A), 0);
+	for (int i = 0; i < 200 && !same; i++) {
+		free(wa);
+		free(wb);
+		wa = winner(&x->a, KEY_A);
+		wb = winner(&x->b, KEY_A);
+		same = wa != NULL && wb != NULL && strcmp(wa, wb) == 0 &&
+		       fleet_num(&x->a, "outbox") == 0 &&
+		       fleet_num(&x->b, "outbox") == 0;
+		if (!same)
+			usleep(50000);
+	}
+	assert_true(same);
+	/* ... and it is the fleet DB's row ("variant [params] median"). */
+	fleet = pg_value(x, "SELECT variant || ' ' || array_to_json(params)"
+			 " FROM fleet_results");
+	assert_int_equal(strncmp(wa, fleet, strlen(fleet)), 0);
+	assert_int_equal(wa[strlen(fleet)], ' ');
+	free(fleet);
+	free(wa);
+	free(wb);
+}
+
+/* A fleet row naming a variant this kernel library does not have is
+ * refused (not served), by NOTIFY and by the pull alike. */
+static void test_unknown_variant_refused(void **state)
+{
+	struct fx *x = *state;
+	char sql[1024], *dev;
+	cJSON *o;
+
+	need_pg(x);
+	assert_int_equal(node_start(x, &x->a), 0);
+	assert_true(wait_state(&x->a, "connected"));
+	o = ctl_json(&x->a, "status");
+	dev = strdup(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "device"),
+					 "id")->valuestring);
+	cJSON_Delete(o);
+	snprintf(sql, sizeof(sql), "SELECT fleet_push('%s', '0.1.0', '%s', "
+		 "'evil', 'no_such_variant', '{1}', 0.5, 0.01, 1, 1, 0.03)",
+		 dev, KEY_A);
+	free(dev);
+	assert_int_equal(fly_test_pg_exec(&x->pg, sql, NULL), 0);
+	for (int i = 0; i < 200 && fleet_num(&x->a, "refused") < 1; i++)
+		usleep(50000);
+	assert_true(fleet_num(&x->a, "refused") >= 1);
+	assert_null(winner(&x->a, KEY_A));
+	/* A node joining later refuses it in its pull. */
+	assert_int_equal(node_start(x, &x->b), 0);
+	assert_true(wait_state(&x->b, "connected"));
+	assert_true(fleet_num(&x->b, "refused") >= 1);
+	assert_null(winner(&x->b, KEY_A));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_b_serves_a_winner, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_notify_reaches_connected_node, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pg_down_at_start, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pg_killed_during_pushes,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_conflict_converges, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_unknown_variant_refused,
+						setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
