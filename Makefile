@@ -58,11 +58,15 @@ SANFLAGS += --coverage
 OPT := -O0 -g
 endif
 CJSON_CFLAGS := $(shell pkg-config --cflags libcjson 2>/dev/null)
-# libpq (the fleet, daemon/fleet.c): Debian's libpq-dev.
-PQ_CFLAGS := $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
+# libpq (the fleet, daemon/fleet.c): Debian's libpq-dev, which the deps
+# step installs.  A build where pkg-config finds no libpq (the GPU
+# machine's) compiles daemon/fleet_off.c instead: the fleet is off and a
+# configured fleet_url is refused at start.
+HAS_PQ    := $(shell pkg-config --exists libpq 2>/dev/null && echo 1)
+PQ_CFLAGS := $(if $(HAS_PQ),$(shell pkg-config --cflags libpq),)
 BASE_CFLAGS := -std=gnu11 $(OPT) $(WARN) -fPIC -MMD -MP $(SANFLAGS) \
 	-D_GNU_SOURCE $(CJSON_CFLAGS) $(PQ_CFLAGS) $(CFLAGS)
-LIBS := -lsqlite3 -luv -lcjson -lpq -lpthread -lm -ldl
+LIBS := -lsqlite3 -luv -lcjson $(if $(HAS_PQ),-lpq,) -lpthread -lm -ldl
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
 # Include paths per module: a module sees only what it may depend on
@@ -138,7 +142,7 @@ KTEST_SRC   := $(wildcard kernels/testing/*.c)
 # only), one folder per op family (gemm/, norm/, topk/, mqa/).
 KGPU_SRC    := $(wildcard kernels/gpu/*.hip kernels/gpu/*/*.hip)
 KGPU_HDR    := $(wildcard kernels/gpu/*.h kernels/gpu/*/*.h)
-DAEMON_SRC  := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+DAEMON_SRC  := $(filter-out daemon/main.c $(if $(HAS_PQ),daemon/fleet_off.c,daemon/fleet.c),$(wildcard daemon/*.c))
 TCOMMON_SRC := $(wildcard tests/common/*.c)
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 INTEG_SRC   := $(wildcard tests/integration/test_*.c)
