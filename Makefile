@@ -456,6 +456,7 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ) $(EXAMPLES)
 		tests/torch/test_torch_ops.py tests/integration/test_examples.sh \
 		tests/integration/test_metrics.py tests/integration/test_journal.py \
 		tests/gpu/emu/run-emu-kernels.sh tests/gpu/emu/run-emu-gemm.sh \
+		tests/gpu/emu/run-emu-attn.sh \
 		$(if $(TEST_FUZZ),tests/fuzz/run-fuzz.sh) \
 		tools/systemd-verify.sh tools/install-check.sh \
 		$(TEST_DEB) $(TEST_ASAN) tools/check.sh

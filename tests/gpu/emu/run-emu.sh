@@ -1,16 +1,19 @@
 #!/bin/sh
-# run-emu.sh [BINARY...] -- the GPU kernels on the CPU emulator, quick mode
-# (every variant at a sample of its feasible points; run the binaries
-# without "quick" for every point).  Built by `make test` in
+# run-emu.sh [BINARY[:MODE]...] -- the GPU kernels on the CPU emulator,
+# quick mode (every variant at a sample of its feasible points; run the
+# binaries without "quick" for every point).  Built by `make test` in
 # $FLY_BUILD_DIR/tests/emu; BINARY is flyk_emu (rmsnorm, topk) or
-# flyk_emu_gemm (gemm, grouped gemm), default both.  `make test` runs them
-# through run-emu-kernels.sh and run-emu-gemm.sh: one test (and one time
-# limit) each.  Ends with one line "emu: N passed, N failed".
+# flyk_emu_gemm (gemm, grouped gemm; MODE attn-quick: attention), default
+# both; MODE defaults to quick.  `make test` runs them through
+# run-emu-kernels.sh, run-emu-gemm.sh and run-emu-attn.sh: one test (and
+# one time limit) each.  Ends with one line "emu: N passed, N failed".
 set -u
 b=${FLY_BUILD_DIR:?FLY_BUILD_DIR not set}/tests/emu
 tp=0 tf=0 rc=0
 for t in ${*:-flyk_emu flyk_emu_gemm}; do
-	out=$("$b/$t" quick 2>&1) || rc=1
+	mode=quick
+	case $t in *:*) mode=${t#*:} t=${t%%:*} ;; esac
+	out=$("$b/$t" "$mode" 2>&1) || rc=1
 	echo "$out" | grep -v 'passed, 0 failed$' | tail -20
 	last=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
 	[ -n "$last" ] || { echo "$t: no summary line"; rc=1; continue; }
