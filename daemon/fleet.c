@@ -57,7 +57,7 @@ struct flyd_fleet {
 	int migrated, listening, pulled, device_known;
 	int stopping;
 	int closing;            /* handles still closing */
-	char node[160];         /* this daemon, for provenance */
+	char node[192];         /* this daemon, for provenance: host (63) ":" socket path (107) */
 	char err[FLEET_ERR_MAX];
 	struct flyd_result push; /* the push in flight */
 	struct flyd_result *batch; /* a pull's valid rows */
