@@ -50,6 +50,7 @@ import ctypes
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -325,6 +326,9 @@ def main(argv=None):
                     help="divide every case's batch (a quick look)")
     ap.add_argument("--reps", type=int, default=30)
     args = ap.parse_args(argv)
+    # A stage time limit (timeout's SIGTERM) still writes what was measured:
+    # SystemExit unwinds through the finally below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not os.path.exists(args.cases):
         args.cases = os.path.join(ROOT, ".devdeps", "bench", "cases.json")
     allc = json.load(open(args.cases))["attention_fwd_bf16"]

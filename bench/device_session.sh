@@ -146,6 +146,7 @@ temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 500 \
 			bench/attention_bench.py --build "$B" --cases "$C" \
 			--out "$W/attn" ${ATTN_VARIANTS:+--variants} \
 			${ATTN_ARGS:-}
+		cp "$W/attn"/h200-*.json "$R/" 2>/dev/null
 		grep -v '^\s*$' "$W/attn.txt" | tail -60 | tee -a "$S"
 		;;
 	tunableop)
