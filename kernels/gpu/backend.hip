@@ -27,6 +27,7 @@
 #pragma weak flyk_gpu_gemm_op
 #pragma weak flyk_gpu_grouped_gemm_op
 #pragma weak flyk_vendor_blas
+#pragma weak flyk_cudnn_attn_version
 
 /* Not const: hipcc would place a const table on the device too. */
 static const struct flyk_gpu_op *gpu_ops[] = {
@@ -337,17 +338,21 @@ fail:
 static int gpu_fingerprint(const struct flyk_device *dev, char *buf,
 			   size_t cap)
 {
-	char blas[48] = "none";
+	char blas[48] = "none", dnn[48] = "none";
 	if (flyk_vendor_blas)
 		(void)flyk_vendor_blas(blas, sizeof(blas));
+	/* a cuDNN upgrade is a new identity too: its engine indices are
+	 * another version's */
+	if (flyk_cudnn_attn_version)
+		(void)flyk_cudnn_attn_version(dnn, sizeof(dnn));
 	int n = snprintf(buf, cap,
 			 "arch=%s units=%d clock_mhz=%d mem_clock_mhz=%d "
-			 "driver=%d runtime=%d l2_kb=%zu lib=%s blas=%s "
+			 "driver=%d runtime=%d l2_kb=%zu lib=%s blas=%s dnn=%s "
 			 "name=\"%s\"",
 			 dev->arch, dev->sms, dev->clock_mhz,
 			 dev->mem_clock_mhz, dev->driver_version,
 			 dev->runtime_version, dev->l2_bytes / 1024,
-			 FLYK_VERSION, blas, dev->name);
+			 FLYK_VERSION, blas, dnn, dev->name);
 	if (n < 0 || (size_t)n >= cap)
 		return -ENOSPC;
 	return n;

@@ -132,6 +132,7 @@ static pthread_mutex_t ca_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ca_dev ca_devs[CA_MAX_DEV];
 static struct ca_plan ca_cache[CA_CACHE];
 static unsigned long ca_clock;
+static unsigned long ca_subst; /* launches given another engine's plan */
 static _Thread_local char ca_err[1024];
 
 /* Record @p step's failure with cuDNN's status and last message. */
@@ -610,6 +611,43 @@ static int ca_plan_build(struct ca_plan *e, struct ca_graph *g, cudnnHandle_t h,
 	return 0;
 }
 
+static int ca_heur(struct ca_graph *g, cudnnBackendHeurMode_t mode, int tag,
+		   int64_t (*c)[NP], int n, int cap);
+
+/* @p e's params do not replay on this cuDNN (engine indices and knobs
+ * belong to one version: a decision tuned by a daemon whose cuDNN is not
+ * this process's -- PyTorch loads its own -- names another engine, or
+ * none): @p e becomes the plan of the first configuration cuDNN's own
+ * heuristics (mode A, else fallback) propose for the graph, under the
+ * same params, so the launch still computes the graph (any plan of it
+ * does) and later launches find it cached.  ca_subst counts them and
+ * ca_err says so.  @return 0, or -EINVAL when nothing builds. */
+static int ca_plan_substitute(struct ca_plan *e, cudnnHandle_t h)
+{
+	int64_t alt[1][NP];
+	char why[sizeof(ca_err)];
+	snprintf(why, sizeof(why), "%s", ca_err);
+	ca_destroy(e->desc, e->ndesc);
+	e->ndesc = 0;
+	e->plan = NULL;
+	if (ca_heur(e->g, CUDNN_HEUR_MODE_A, 0, alt, 0, 1) != 1 &&
+	    ca_heur(e->g, CUDNN_HEUR_MODE_FALLBACK, 1, alt, 0, 1) != 1)
+		return -EINVAL;
+	if (ca_plan_build(e, e->g, h, alt[0])) {
+		ca_destroy(e->desc, e->ndesc);
+		e->ndesc = 0;
+		e->plan = NULL;
+		return -EINVAL;
+	}
+	ca_subst++;
+	snprintf(ca_err, sizeof(ca_err),
+		 "engine %lld does not replay on cuDNN %zu (%.300s): ran the "
+		 "heuristics' engine %lld instead",
+		 (long long)e->params[0], cudnnGetVersion(), why,
+		 (long long)alt[0][0]);
+	return 0;
+}
+
 /* The cached plan of (@p k, @p params), built on a miss on @p have (the
  * key's graph, when the caller holds it) or the key's cached or a new
  * graph.  Called with ca_mu held.  @return NULL on failure (noted). */
@@ -632,16 +670,22 @@ static struct ca_plan *ca_plan_get_locked(const struct ca_key *k,
 			victim = e;
 	}
 	struct ca_graph *g = have;
+	int form = (int)(pr[1] >> 8);
+	/* a launch of a point whose form this cuDNN lacks (SDPA_FWD before
+	 * 9.13.1) runs the composite graph */
 	if (g)
 		g->refs++;
-	else if (!(g = ca_graph_get_locked(k, (int)(pr[1] >> 8), h)))
+	else if (!(g = ca_graph_get_locked(k, form, h)) &&
+		 (form == 0 || !(g = ca_graph_get_locked(k, 0, h))))
 		return NULL;
 	ca_plan_clear(victim); /* our reference keeps g alive */
 	victim->used = 1;
 	victim->g = g;
 	victim->stamp = ++ca_clock;
 	memcpy(victim->params, pr, sizeof(pr));
-	if (ca_plan_build(victim, g, h, pr)) {
+	/* enumerating (@p have): a point that does not build is not offered */
+	if (ca_plan_build(victim, g, h, pr) &&
+	    (have || ca_plan_substitute(victim, h))) {
 		ca_plan_clear(victim);
 		return NULL;
 	}
@@ -1024,6 +1068,14 @@ int flyk_cudnn_attn_run(const struct flyk_cudnn_attn_problem *p,
 out:
 	pthread_mutex_unlock(&ca_mu);
 	return rc;
+}
+
+unsigned long flyk_cudnn_attn_substituted(void)
+{
+	pthread_mutex_lock(&ca_mu);
+	unsigned long n = ca_subst;
+	pthread_mutex_unlock(&ca_mu);
+	return n;
 }
 
 const char *flyk_cudnn_attn_last_error(void)

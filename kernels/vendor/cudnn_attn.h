@@ -36,7 +36,11 @@
  *           back), sorted by type; unused slots 0.
  * A configuration with more than 6 knobs, or a knob value outside int32,
  * is not offered.  Engine indices belong to one cuDNN version: a point
- * persisted under another version may fail to replay (-EINVAL).
+ * tuned under another version (a daemon whose cuDNN is not the launching
+ * process's: PyTorch loads its own) may not build here; the launch then
+ * runs the plan of the first configuration cuDNN's heuristics propose for
+ * the same graph (the same result; not the tuned speed), counted by
+ * flyk_cudnn_attn_substituted() and told by flyk_cudnn_attn_last_error().
  */
 #ifndef FLYK_CUDNN_ATTN_H
 #define FLYK_CUDNN_ATTN_H
@@ -121,6 +125,10 @@ int flyk_cudnn_attn_run(const struct flyk_cudnn_attn_problem *p,
 /* The calling thread's last failure in this module: the step, the cuDNN
  * status (cudnnGetErrorString) and cudnnGetLastErrorString's message; ""
  * when none.  Borrowed; valid until this thread's next call here. */
+/** Launches since load whose tuned point did not build on this cuDNN
+ * and ran the heuristics' first configuration instead. */
+unsigned long flyk_cudnn_attn_substituted(void);
+
 const char *flyk_cudnn_attn_last_error(void);
 
 /* "cudnn-<cudnnGetVersion()>" into @p buf (for the device fingerprint,
