@@ -156,7 +156,7 @@ temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 500 \
 		tail -30 "$W/tunableop.txt" | tee -a "$S"
 		;;
 	torch)
-		stage torch_ops "${T_TORCH:-300}" env PYTHONUNBUFFERED=1 \
+		stage torch_ops "${T_TORCH:-300}" env PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 \
 			FLY_BUILD_DIR="$B" FLYTUNED_TORCH_BUILD="$PWD/$B/torch_ext" \
 			python3 tests/torch/test_torch_ops.py
 		grep -v '^\s*$' "$W/torch_ops.txt" | tail -40 | tee -a "$S"

@@ -13,6 +13,7 @@ FLYTUNED_SOCKET before importing flytuned.torch.
 Last line: "N passed, N failed".
 """
 
+import faulthandler
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import tempfile
 import time
 import traceback
 
+faulthandler.enable()  # a crash in an op names the Python line
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.normpath(os.path.join(HERE, "..", ".."))
 BUILD = os.path.abspath(os.environ.get("FLY_BUILD_DIR",
