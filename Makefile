@@ -443,6 +443,7 @@ TEST_DEB := $(if $(SAN)$(COVERAGE),,tests/pkg/test-deb.sh)
 # The ASan + UBSan subset (asan-ci) as one test of the suite; its binaries
 # are built by test-bins (tools/fly.sh test), outside the test's time limit.
 TEST_ASAN := $(if $(SAN)$(COVERAGE),,tests/san/asan-ci.sh)
+EXAMPLES := $(BUILD)/examples/decide
 test-bins: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ) $(EXAMPLES) $(if $(TEST_ASAN),asan-ci-bins)
 # Python loads the sanitized libflyclient.so: the ASan runtime must come
 # first, and Python's own allocations are not ours to leak-check.
@@ -492,7 +493,8 @@ faultsim: all $(FAULTSIM_SO) $(BUILD)/tests/fault/test_faultsim
 # examples/: the README's C example, built the way the README says (the
 # installed header and the static library only), run by
 # tests/integration/test_examples.sh against a CPU-backend daemon.
-EXAMPLES := $(BUILD)/examples/decide
+# (EXAMPLES is defined above test-bins: a prerequisite list is expanded
+# where the rule is read.)
 examples: $(EXAMPLES)
 $(BUILD)/examples/%: examples/%.c $(HEADER) $(LIBCLIENT_A)
 	@mkdir -p $(@D)
