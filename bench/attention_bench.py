@@ -51,7 +51,6 @@ import json
 import math
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -90,19 +89,6 @@ def sdpa_fn(be, qt, kt, vt, causal, gqa):
             return F.scaled_dot_product_attention(qt, kt, vt,
                                                   is_causal=causal)
     return fn
-
-
-def trials(build, daemon, key):
-    """(measured, total) trials of the key, from flytune-ctl explain."""
-    try:
-        out = subprocess.check_output(
-            [os.path.join(build, "flytune-ctl"), "--socket",
-             daemon.sock, "explain", key, "--json"], timeout=20)
-        t = json.loads(out).get("trials", [])
-        ok = [x for x in t if x.get("outcome") == "ok"]
-        return len(ok), len(t)
-    except Exception as e:
-        return None, repr(e)
 
 
 def check_o(out, ref):
@@ -222,7 +208,7 @@ def one_case(args, kern, daemon, idx, c):
                                   "hkv": hkv, "d": dd},
             flags=("causal",) if causal else (), timeout_ms=120000)
         tune_s = time.time() - t0
-        measured, total = trials(args.build, daemon, dec["key"])
+        measured, total = gpu_bench.trials(args.build, daemon, dec["key"])
         status = dec["status"]
     else:
         t0 = time.time()

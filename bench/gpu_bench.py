@@ -475,6 +475,19 @@ def summary(res):
     return lines
 
 
+def trials(build, daemon, key):
+    """(measured, total) trials of the key, from flytune-ctl explain."""
+    try:
+        out = subprocess.check_output(
+            [os.path.join(build, "flytune-ctl"), "--socket",
+             daemon.sock, "explain", key, "--json"], timeout=20)
+        t = json.loads(out).get("trials", [])
+        ok = [x for x in t if x.get("outcome") == "ok"]
+        return len(ok), len(t)
+    except Exception as e:
+        return None, repr(e)
+
+
 def commit():
     if os.environ.get("FLY_COMMIT"):  # a tree copied without .git
         return os.environ["FLY_COMMIT"]

@@ -33,7 +33,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 
@@ -73,19 +72,6 @@ def dequant_mx(x, s, fmt, k):
         v = x.view(torch.float8_e4m3fn).to(torch.float32)
     sc = torch.exp2(s.to(torch.float32) - 127.0)
     return (v * sc.repeat_interleave(32, dim=1)).to(torch.bfloat16)
-
-
-def trials(build, daemon, key):
-    """(measured, total) trials of the key, from flytune-ctl explain."""
-    try:
-        out = subprocess.check_output(
-            [os.path.join(build, "flytune-ctl"), "--socket",
-             daemon.sock, "explain", key, "--json"], timeout=20)
-        t = json.loads(out).get("trials", [])
-        ok = [x for x in t if x.get("outcome") == "ok"]
-        return len(ok), len(t)
-    except Exception as e:
-        return None, repr(e)
 
 
 def decide(daemon, fmt, m, n, k):
@@ -155,7 +141,7 @@ def one_case(args, kern, daemon, idx, c, fmt):
             problem=p8)
         peers["fp8_variant"] = d8["variant"]
     p = kern.scaled_problem(m, n, k, fmt)
-    measured, total = trials(args.build, daemon, d["key"])
+    measured, total = gpu_bench.trials(args.build, daemon, d["key"])
 
     def ours():
         kern.scaled_gemm(d, a, b, sa, sb, out, dtype=fmt, workspace=ws,
