@@ -189,22 +189,15 @@ static int in_space(const struct flyk_variant *v, const int64_t *params)
 	return 1;
 }
 
-int flyk_launch(const struct flyk_backend *b, const struct flyk_device *dev,
-		const struct fly_problem *p, const struct fly_decision *d,
-		const union flyk_args *args, void *stream)
+/* Whether decision @p d names a launchable point for @p p here.
+ * @return 0 (*out: its variant), -ENOENT or -EINVAL. */
+static int launchable(const struct flyk_backend *b,
+		      const struct flyk_device *dev,
+		      const struct fly_problem *p, const struct fly_decision *d,
+		      const struct flyk_variant **out)
 {
-	struct fly_decision def;
 	const struct flyk_variant *v;
 
-	if (!b || !p || !d || !args)
-		return -EINVAL;
-	if (d->variant[0] == '\0' && d->status == FLY_STATUS_DEFAULT) {
-		int rc = flyk_default(b, dev, p, &def);
-
-		if (rc < 0)
-			return rc;
-		d = &def;
-	}
 	if (memchr(d->variant, '\0', sizeof(d->variant)) == NULL)
 		return -EINVAL;
 	v = flyk_variant_find(b, p->op, d->variant);
@@ -217,5 +210,36 @@ int flyk_launch(const struct flyk_backend *b, const struct flyk_device *dev,
 		return -EINVAL;
 	if (v->feasible(dev, p, d->params) != 0)
 		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int flyk_launch(const struct flyk_backend *b, const struct flyk_device *dev,
+		const struct fly_problem *p, const struct fly_decision *d,
+		const union flyk_args *args, void *stream)
+{
+	struct fly_decision def;
+	const struct flyk_variant *v = NULL;
+	int rc;
+
+	if (!b || !p || !d || !args)
+		return -EINVAL;
+	/* A tuned decision is launched exactly or refused.  Anything else
+	 * (DEFAULT, or PENDING: a neighbour's winner lent while this key is
+	 * tuned, whose point need not fit this shape -- the torch ops met
+	 * rmsnorm_rows and topk_wq points borrowed from larger rows) falls
+	 * back to the default when it names no launchable point. */
+	rc = d->variant[0] == '\0' && d->status != FLY_STATUS_TUNED
+		     ? -ENOENT
+		     : launchable(b, dev, p, d, &v);
+	if (rc < 0 && d->status != FLY_STATUS_TUNED) {
+		rc = flyk_default(b, dev, p, &def);
+		if (rc < 0)
+			return rc;
+		rc = launchable(b, dev, p, &def, &v);
+		d = &def;
+	}
+	if (rc < 0)
+		return rc;
 	return v->launch(dev, p, d->params, args, stream);
 }

@@ -262,7 +262,9 @@ int flyk_variant_supports(const struct flyk_variant *v,
  * and parameters that are feasible.  @return 0 or -EOPNOTSUPP. */
 int flyk_default(const struct flyk_backend *b, const struct flyk_device *dev,
 		 const struct fly_problem *p, struct fly_decision *out);
-/* Launch exactly what a decision names on @p stream.
+/* Launch exactly what a TUNED decision names on @p stream.  A DEFAULT or
+ * PENDING one (provisional: maybe a neighbour's point) that names no
+ * launchable point for @p p launches flyk_default's choice instead.
  * @return 0, -ENOENT (variant unknown to this backend), -EINVAL
  * (parameters out of the variant's space or infeasible), launch error. */
 int flyk_launch(const struct flyk_backend *b, const struct flyk_device *dev,

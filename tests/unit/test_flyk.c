@@ -186,7 +186,11 @@ static void test_launch_checks(void **state)
 	assert_int_equal(launches, 1);
 	assert_int_equal(last_params[0], 40);
 	assert_int_equal(last_params[1], 2);
-	/* no name but not DEFAULT */
+	/* PENDING with no name (no provisional answer yet): the default */
+	d.status = FLY_STATUS_PENDING;
+	assert_int_equal(flyk_launch(&fake, NULL, &p, &d, &args, NULL), 0);
+	assert_int_equal(launches, 2);
+	/* no name but TUNED: nothing to launch */
 	d.status = FLY_STATUS_TUNED;
 	assert_int_equal(flyk_launch(&fake, NULL, &p, &d, &args, NULL),
 			 -ENOENT);
@@ -210,11 +214,25 @@ static void test_launch_checks(void **state)
 	d.params[1] = 4; /* infeasible (-EINVAL) */
 	assert_int_equal(flyk_launch(&fake, NULL, &p, &d, &args, NULL),
 			 -EINVAL);
-	assert_int_equal(launches, 1);
+	assert_int_equal(launches, 2);
 	d.params[1] = 2;
 	assert_int_equal(flyk_launch(&fake, NULL, &p, &d, &args, NULL), 0);
-	assert_int_equal(launches, 2);
+	assert_int_equal(launches, 3);
 	assert_int_equal(last_params[0], 10);
+	/* the same infeasible point, lent provisionally (PENDING, a
+	 * neighbour's) or as a DEFAULT: the default runs instead */
+	d.params[1] = 4;
+	d.status = FLY_STATUS_PENDING;
+	assert_int_equal(flyk_launch(&fake, NULL, &p, &d, &args, NULL), 0);
+	assert_int_equal(launches, 4);
+	assert_int_equal(last_params[0], 40);
+	snprintf(d.variant, sizeof(d.variant), "f_missing");
+	d.status = FLY_STATUS_DEFAULT;
+	assert_int_equal(flyk_launch(&fake, NULL, &p, &d, &args, NULL), 0);
+	assert_int_equal(launches, 5);
+	snprintf(d.variant, sizeof(d.variant), "f_a");
+	d.params[1] = 2;
+	d.status = FLY_STATUS_TUNED;
 	/* the launch's own error comes back */
 	d.params[0] = 20;
 	assert_int_equal(flyk_launch(&fake, NULL, &p, &d, &args, NULL), -EIO);
