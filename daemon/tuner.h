@@ -35,7 +35,9 @@
  *      the points of a superseded variant (its flyk_variant.successor
  *      has a candidate here) come after all the others.  A candidate not
  *      yet checked once 70% of job->budget_s of wall time (opts->now) has
- *      passed, 40% for a superseded one, is not run (counted in
+ *      passed, 40% for a superseded one (the budget's time counts from
+ *      the end of the job's first check, which carries the worker's
+ *      one-time costs: module loads, driver entry points, handles), is not run (counted in
  *      result->nunmeasured, no trial): the rest of the budget is the
  *      checked candidates' reps.  Once all of it has passed, no more reps
  *      are added (every checked, correct candidate still gets one timed
