@@ -240,7 +240,7 @@ static int setup_grouped(struct flyk_case *c, uint64_t *s)
 		off[i] = (int64_t)(rng_next(s) % (uint64_t)(m + 1));
 	qsort(off + 1, (size_t)(g - 1), sizeof(*off), cmp_i64);
 	off[g] = m;
-	*a = (struct flyk_grouped_gemm_args){ x, y, c->ref, off, NULL, 0 };
+	*a = (struct flyk_grouped_gemm_args){ x, y, c->ref, off, NULL, 0, NULL };
 	return 0;
 }
 

@@ -69,6 +69,9 @@ struct flyk_grouped_gemm_args {
 				   backend's memory (device for GPU) */
 	void *workspace;
 	size_t workspace_size;
+	const int32_t *ends;    /* GPU only, instead of offsets: [G] int32
+				   cumulative row ends (torch._grouped_mm's
+				   offs), device memory */
 };
 
 struct flyk_rmsnorm_args {

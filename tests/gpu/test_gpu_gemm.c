@@ -4,7 +4,8 @@
  * heuristic point) on odd shapes, NT and NN, with bias and scale, outputs
  * poisoned (NaN) before each run; grouped GEMM with even, uneven and empty
  * experts through the exported launchers (flyk_gpu_gemm,
- * flyk_gpu_grouped_gemm) on the test's own buffers, checked against a host
+ * flyk_gpu_grouped_gemm, and flyk_gpu_grouped_gemm_ends with torch's int32
+ * cumulative ends) on the test's own buffers, checked against a host
  * double-precision reference; the launchers' error contract.
  *
  * Runs on a machine with a GPU (make test-gpu); links libflykernels_cuda.so,
@@ -34,6 +35,10 @@ int flyk_gpu_grouped_gemm(const struct fly_problem *p,
 			  const struct fly_decision *d, const void *a,
 			  const void *b, void *c, const int64_t *offsets,
 			  void *stream);
+int flyk_gpu_grouped_gemm_ends(const struct fly_problem *p,
+			       const struct fly_decision *d, const void *a,
+			       const void *b, void *c, const int32_t *ends,
+			       void *stream);
 int flyk_gpu_gemm_vendor_candidates(const struct fly_problem *p,
 				    struct fly_decision *out, int max);
 
@@ -229,12 +234,16 @@ static int key_decisions(struct flyk_device *dev, const struct fly_problem *p,
 }
 
 /* One grouped key with explicit expert sizes, every decision, through
- * flyk_gpu_grouped_gemm on the test's own buffers. */
+ * flyk_gpu_grouped_gemm (int64 offsets) and flyk_gpu_grouped_gemm_ends
+ * (int32 cumulative ends) on the test's own buffers. */
 static void grouped_api_one(struct flyk_device *dev, const struct ggcase *gc)
 {
 	int64_t off[11] = {0};
-	for (int i = 0; i < gc->g; i++)
+	int32_t ends[10] = {0};
+	for (int i = 0; i < gc->g; i++) {
 		off[i + 1] = off[i] + gc->rows[i];
+		ends[i] = (int32_t)off[i + 1];
+	}
 	int64_t m = off[gc->g], n = gc->n, k = gc->k;
 	size_t mn = (size_t)m * n;
 	uint16_t *ha = host_rand((size_t)m * k),
@@ -244,11 +253,13 @@ static void grouped_api_one(struct flyk_device *dev, const struct ggcase *gc)
 	struct fly_decision *ds = calloc(512, sizeof(*ds));
 	void *da = dev_copy(ha, (size_t)m * k * 2),
 	     *db = dev_copy(hb, (size_t)gc->g * n * k * 2),
-	     *dc = dev_copy(NULL, mn * 2), *doff = dev_copy(off, sizeof(off));
+	     *dc = dev_copy(NULL, mn * 2), *doff = dev_copy(off, sizeof(off)),
+	     *dends = dev_copy(ends, sizeof(ends));
 	char key[320];
 	snprintf(key, sizeof(key), "g=%d m=%lld n=%lld k=%lld", gc->g,
 		 (long long)m, (long long)n, (long long)k);
-	if (!ha || !hb || !hc || !ref || !ds || !da || !db || !dc || !doff) {
+	if (!ha || !hb || !hc || !ref || !ds || !da || !db || !dc || !doff ||
+	    !dends) {
 		gt_result(0, "grouped-alloc", key, -ENOMEM);
 		goto out;
 	}
@@ -266,13 +277,17 @@ static void grouped_api_one(struct flyk_device *dev, const struct ggcase *gc)
 	const int64_t gdims[4] = {gc->g, m, n, k};
 	struct fly_problem p = bf16_problem(FLY_OP_GROUPED_GEMM, gdims, 4);
 	int nd = key_decisions(dev, &p, ds, 512);
-	for (int i = 0; i < nd; i++) {
+	for (int i = 0; i < 2 * nd; i++) {
+		const struct fly_decision *di = &ds[i % nd];
+		int via_ends = i >= nd;
 		char dkey[400];
-		gt_key(&p, i ? ds[i].variant : "default", ds[i].params,
-		     ds[i].nparams, dkey, sizeof(dkey));
+		gt_key(&p, i % nd ? di->variant : "default", di->params,
+		       di->nparams, dkey, sizeof(dkey));
 		cudaMemset(dc, 0xff, mn * 2);
-		int rc =
-		    flyk_gpu_grouped_gemm(&p, &ds[i], da, db, dc, doff, NULL);
+		int rc = via_ends ? flyk_gpu_grouped_gemm_ends(
+					&p, di, da, db, dc, dends, NULL)
+				  : flyk_gpu_grouped_gemm(&p, di, da, db, dc,
+							  doff, NULL);
 		if (!rc && cudaDeviceSynchronize() != cudaSuccess)
 			rc = -EIO;
 		if (!rc && cudaMemcpy(hc, dc, mn * 2, cudaMemcpyDeviceToHost) !=
@@ -281,7 +296,8 @@ static void grouped_api_one(struct flyk_device *dev, const struct ggcase *gc)
 		double err = 0;
 		if (!rc)
 			rc = compare(hc, ref, mn, k, &err);
-		gt_result(rc == 0, "grouped-api", dkey, rc);
+		gt_result(rc == 0, via_ends ? "grouped-api-ends" : "grouped-api",
+			  dkey, rc);
 	}
 	gt_result(nd > 2, "grouped-decisions", key, nd);
 out:
@@ -289,6 +305,7 @@ out:
 	cudaFree(db);
 	cudaFree(dc);
 	cudaFree(doff);
+	cudaFree(dends);
 	free(ha);
 	free(hb);
 	free(hc);

@@ -88,6 +88,29 @@ FLYK_EXPORT int flyk_gpu_grouped_gemm(const struct fly_problem *p,
 	return flyk_launch(flyk_gpu_backend(), &g->dev, p, d, &args, stream);
 }
 
+/* Grouped GEMM with torch._grouped_mm's offsets: @p ends is [G] int32
+ * cumulative row ends in device memory (expert g has rows
+ * [ends[g-1], ends[g]), ends[-1] = 0), read by the kernels as they are. */
+FLYK_EXPORT int flyk_gpu_grouped_gemm_ends(const struct fly_problem *p,
+					   const struct fly_decision *d,
+					   const void *a, const void *b,
+					   void *c, const int32_t *ends,
+					   void *stream)
+{
+	struct gemm_api_dev *g = gemm_api_device();
+	if (g->rc)
+		return g->rc;
+	if (!p || !d || p->op != FLY_OP_GROUPED_GEMM || !ends)
+		return -EINVAL;
+	union flyk_args args;
+	memset(&args, 0, sizeof(args));
+	args.grouped_gemm.a = a;
+	args.grouped_gemm.b = b;
+	args.grouped_gemm.c = c;
+	args.grouped_gemm.ends = ends;
+	return flyk_launch(flyk_gpu_backend(), &g->dev, p, d, &args, stream);
+}
+
 /* The cuBLASLt heuristic's points for @p p (for a standalone sweep), as
  * full decisions; CUDA only.  @return the count or an error. */
 FLYK_EXPORT int flyk_gpu_gemm_vendor_candidates(const struct fly_problem *p,

@@ -60,11 +60,26 @@ static int gg_problem_ok(const struct fly_problem *p)
 
 /* ------------------------------------------------------------ scheduler */
 
+/* The experts' rows in device memory: [G+1] int64 offsets, or [G] int32
+ * cumulative ends (torch._grouped_mm's offs, read as they are: no copy
+ * kernel on the caller's path). */
+struct gg_offs {
+	const int64_t *off;  /* or NULL */
+	const int32_t *ends; /* when off is NULL */
+};
+
 /* Row range of expert @p g, clamped to [0, M] and monotonic. */
-__device__ __forceinline__ void gg_rows(const int64_t *off, int g, int64_t M,
+__device__ __forceinline__ void gg_rows(gg_offs o, int g, int64_t M,
 					int64_t *r0, int64_t *r1)
 {
-	int64_t a = off[g], b = off[g + 1];
+	int64_t a, b;
+	if (o.off) {
+		a = o.off[g];
+		b = o.off[g + 1];
+	} else {
+		a = g ? o.ends[g - 1] : 0;
+		b = o.ends[g];
+	}
 	a = a < 0 ? 0 : a > M ? M : a;
 	b = b < a ? a : b > M ? M : b;
 	*r0 = a;
@@ -73,7 +88,7 @@ __device__ __forceinline__ void gg_rows(const int64_t *off, int g, int64_t M,
 
 /* pre[g] = tiles of experts < g (pre[0] = 0, pre[G] = total).  All threads
  * call it; returns after a barrier. */
-__device__ void gg_prefix(const int64_t *off, int G, int64_t M, int bm,
+__device__ void gg_prefix(gg_offs off, int G, int64_t M, int bm,
 			  int tiles_n, int *pre)
 {
 	const int lane = threadIdx.x % FLYK_WARP;
@@ -118,7 +133,7 @@ __device__ __forceinline__ int gg_find(const int *pre, int G, int t)
 struct gg_job {
 	const uint16_t *a, *b;
 	uint16_t *c;
-	const int64_t *off;
+	gg_offs off;
 	int g;
 	int64_t m, n, k;
 	int tiles_n;
@@ -267,12 +282,13 @@ static int gg_job_of(const struct fly_problem *p, const union flyk_args *args,
 		     int bn, struct gg_job *j)
 {
 	const struct flyk_grouped_gemm_args *a = &args->grouped_gemm;
-	if (!a->a || !a->b || !a->c || !a->offsets)
-		return -EINVAL;
+	if (!a->a || !a->b || !a->c || !a->offsets == !a->ends)
+		return -EINVAL; /* (exactly one of offsets and ends) */
 	j->a = (const uint16_t *)a->a;
 	j->b = (const uint16_t *)a->b;
 	j->c = (uint16_t *)a->c;
-	j->off = a->offsets;
+	j->off.off = a->offsets;
+	j->off.ends = a->offsets ? NULL : a->ends;
 	j->g = (int)p->dims[0];
 	j->m = p->dims[1];
 	j->n = p->dims[2];
