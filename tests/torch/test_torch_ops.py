@@ -303,7 +303,13 @@ def main():
             tests.append((name, lambda fn=fn: fn(ft)))
         for name, fn in tests:
             try:
+                f0 = ft.stats().get("fallbacks", 0)
                 fn()
+                f1 = ft.stats().get("fallbacks", 0)
+                # a refused launch falls back to torch silently (right
+                # answers, not ours): a failure here
+                assert f1 == f0, "%d launch(es) refused, ran torch's: %s" \
+                    % (f1 - f0, ft.last_error())
                 print("PASS %s" % name)
                 passed += 1
             except Exception:

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from . import _ops, _runtime
 
 __all__ = ["enable", "disable", "is_enabled", "prepare", "backend",
-           "stats", "ops"]
+           "stats", "last_error", "ops"]
 
 ops = torch.ops.flytuned
 
@@ -116,6 +116,12 @@ def stats():
     """Counters: calls, capture_hits, capture_misses, fallbacks, pending,
     known (problems with a remembered decision), ok."""
     return dict(_S.rt.stats())
+
+
+def last_error():
+    """Why the kernel library last refused a launch (the op then ran
+    torch's own; stats()["fallbacks"] counts them), or ""."""
+    return _S.rt.last_error()
 
 
 # ------------------------------------------------------------ routing

@@ -109,6 +109,7 @@ class Runtime(object):
         self.ws = {}         # stream -> workspace tensor
         self.mu = threading.Lock()
         self.warned = set()
+        self.error = ""
         self.calls = self.capture_hits = self.capture_misses = 0
         self.fallbacks = 0
 
@@ -191,10 +192,15 @@ class Runtime(object):
 
     def _failed(self, op, rc):
         self.fallbacks += 1
+        self.error = ("flytuned::%s: the kernel library refused the launch "
+                      "(%d: %s); running torch's own op"
+                      % (op, rc, os.strerror(abs(rc))))
         if op not in self.warned:
             self.warned.add(op)
-            warnings.warn("flytuned::%s: the kernel library refused the "
-                          "launch (%d); running torch's own op" % (op, rc))
+            warnings.warn(self.error)
+
+    def last_error(self):
+        return self.error
 
     @staticmethod
     def _stream():
@@ -427,3 +433,6 @@ class TorchOnly(object):
 
     def stats(self):
         return {"ok": 0}
+
+    def last_error(self):
+        return ""

@@ -27,6 +27,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -52,6 +53,9 @@ typedef int (*gemm_fn)(const fly_problem *, const fly_decision *,
 typedef int (*ggemm_fn)(const fly_problem *, const fly_decision *,
 			const void *, const void *, void *, const int64_t *,
 			void *);
+typedef int (*ggends_fn)(const fly_problem *, const fly_decision *,
+			 const void *, const void *, void *, const int32_t *,
+			 void *);
 typedef int (*sg_fn)(const fly_problem *, const fly_decision *, const void *,
 		     const void *, const void *, const void *, const void *,
 		     void *, void *, size_t, void *);
@@ -96,6 +100,7 @@ struct Runtime {
 	topk_fn topk = nullptr;
 	gemm_fn gemm = nullptr;
 	ggemm_fn ggemm = nullptr;
+	ggends_fn ggends = nullptr; /* torch's int32 ends as they are */
 	sg_fn sgemm = nullptr;
 	mqa_fn mqa = nullptr;
 	attn_fn attn = nullptr;
@@ -104,6 +109,7 @@ struct Runtime {
 	std::vector<fly_problem> pending;
 	std::vector<fly_problem> recorded;
 	std::unordered_map<cudaStream_t, at::Tensor> ws;
+	std::string last_error; /* the last refused launch, for stats() */
 	std::atomic<uint64_t> calls{0}, capture_hits{0}, capture_misses{0},
 		fallbacks{0};
 };
@@ -205,23 +211,45 @@ bool served(const at::Tensor &t)
 	       t.numel() > 0;
 }
 
-void launch_failed(const char *op, int rc)
+/* The kernel library refused a launch: count it, warn once per op with
+ * the reason, and let the caller run torch's own op.  The message is
+ * formatted here with snprintf: torch's c10::str streams it through an
+ * ostringstream, which crashed inside this extension on the GPU machine
+ * (a null locale facet in std::ostream::_M_insert<long>). */
+void launch_failed(const char *op, int rc, const fly_decision &d)
 {
 	rt.fallbacks++;
-	TORCH_WARN_ONCE("flytuned::", op, ": the kernel library refused the ",
-			"launch (", rc, "); running torch's own op");
+	char msg[320];
+	snprintf(msg, sizeof(msg),
+		 "flytuned::%s: the kernel library refused the launch (%d: %s)"
+		 " of decision status %u variant \"%.*s\" (%u params); "
+		 "running torch's own op",
+		 op, rc, strerror(rc < 0 ? -rc : rc), d.status,
+		 (int)sizeof(d.variant), d.variant, d.nparams);
+	{
+		std::lock_guard<std::mutex> g(rt.mu);
+		rt.last_error = msg;
+	}
+	TORCH_WARN_ONCE(msg);
 }
 
 void *workspace(cudaStream_t s, const at::Tensor &like)
 {
+	/* the last stream's, per thread: no lock on the per-call path (the
+	 * tensors live in rt.ws, never freed, so the pointer stays valid) */
+	thread_local cudaStream_t last_s = nullptr;
+	thread_local void *last_p = nullptr;
+	if (last_p && s == last_s)
+		return last_p;
 	std::lock_guard<std::mutex> g(rt.mu);
+	last_s = s;
 	auto it = rt.ws.find(s);
 	if (it != rt.ws.end())
-		return it->second.data_ptr();
+		return last_p = it->second.data_ptr();
 	at::Tensor w = at::empty({(int64_t)kWorkspace},
 				 like.options().dtype(at::kByte));
 	rt.ws[s] = w;
-	return w.data_ptr();
+	return last_p = w.data_ptr();
 }
 
 cudaStream_t stream()
@@ -256,7 +284,7 @@ at::Tensor rms_norm(const at::Tensor &input, c10::IntArrayRef shape,
 	int rc = rt.rmsnorm(&p, &d, input.data_ptr(), weight->data_ptr(),
 			    y.data_ptr(), nullptr, (float)e, s);
 	if (rc) {
-		launch_failed("rms_norm", rc);
+		launch_failed("rms_norm", rc, d);
 		return at::rms_norm(input, shape, weight, eps);
 	}
 	return y;
@@ -285,7 +313,7 @@ at::Tensor fused_add_rms_norm(const at::Tensor &input, at::Tensor &residual,
 	int rc = rt.rmsnorm(&p, &d, input.data_ptr(), weight.data_ptr(),
 			    y.data_ptr(), residual.data_ptr(), (float)eps, s);
 	if (rc) {
-		launch_failed("fused_add_rms_norm", rc);
+		launch_failed("fused_add_rms_norm", rc, d);
 		residual.add_(input);
 		return at::rms_norm(residual, {n}, weight, eps);
 	}
@@ -316,81 +344,109 @@ std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor &self, int64_t k,
 	int rc = rt.topk(&p, &d, self.data_ptr(), v.data_ptr(),
 			 i.data_ptr<int64_t>(), s);
 	if (rc) {
-		launch_failed("topk", rc);
+		launch_failed("topk", rc, d);
 		return at::topk(self, k, dim, largest, sorted);
 	}
 	return std::make_tuple(v, i);
 }
 
 /* ---------------------------------------------------------------- GEMM */
+/* A [K,N] operand b that is the transposed view of contiguous [N,K]
+ * rows (what b.t().is_contiguous() says, without making the view: every
+ * view is a dispatcher call on the per-call path). */
+bool rows_of_transposed(const at::Tensor &b)
+{
+	int64_t k = b.size(0), n = b.size(1);
+	return (k == 1 || b.stride(0) == 1) && (n == 1 || b.stride(1) == k);
+}
+
 /* b as [N,K] rows (NT) or [K,N] rows (NN); -1: neither. */
 int gemm_layout(const at::Tensor &b)
 {
 	if (b.is_contiguous())
 		return FLY_LAYOUT_NN;
-	if (b.t().is_contiguous())
+	if (rows_of_transposed(b))
 		return FLY_LAYOUT_NT;
 	return -1;
 }
 
-at::Tensor gemm(const at::Tensor &a2, const at::Tensor &b, int layout,
-		const std::optional<at::Tensor> &bias, bool *ok)
+/* C [m, n] (the caller's shape @p cshape) = A [m, k] (row-major at @p a)
+ * times B (@p layout at @p b) + bias; an undefined tensor when the kernel
+ * library refused (the caller runs torch's). */
+at::Tensor gemm(const at::Tensor &like, const void *a, const void *b,
+		int64_t m, int64_t n, int64_t k, int layout,
+		const std::optional<at::Tensor> &bias,
+		c10::IntArrayRef cshape)
 {
-	int64_t m = a2.size(0), k = a2.size(1), n = b.size(1);
 	uint32_t fl = bias.has_value() ? FLY_F_BIAS : 0;
 	fly_problem p = problem(FLY_OP_GEMM, FLY_DT_BF16, layout, fl,
 				{m, n, k});
 	cudaStream_t s = stream();
 	fly_decision d;
 	decide(p, s, &d);
-	at::Tensor c = at::empty({m, n}, a2.options());
-	void *ws = workspace(s, a2);
-	int rc = rt.gemm(&p, &d, a2.data_ptr(), b.data_ptr(), c.data_ptr(),
+	at::Tensor c = at::empty(cshape, like.options());
+	void *ws = workspace(s, like);
+	int rc = rt.gemm(&p, &d, a, b, c.data_ptr(),
 			 bias.has_value() ? bias->data_ptr() : nullptr, 1.0f,
 			 ws, kWorkspace, s);
-	*ok = rc == 0;
-	if (rc)
-		launch_failed("mm", rc);
+	if (rc) {
+		launch_failed("mm", rc, d);
+		return at::Tensor();
+	}
 	return c;
 }
 
-bool gemm_ok(const at::Tensor &a, const at::Tensor &b)
+bool bf16_cuda(const at::Tensor &t)
 {
-	return served(a) && a.dim() == 2 && b.dim() == 2 &&
-	       a.scalar_type() == at::kBFloat16 &&
-	       b.scalar_type() == at::kBFloat16 && b.is_cuda() &&
-	       a.is_contiguous() && a.size(1) == b.size(0) && b.numel() > 0;
+	return t.scalar_type() == at::kBFloat16 && t.is_cuda() &&
+	       t.get_device() == rt.device;
 }
 
 at::Tensor mm(const at::Tensor &self, const at::Tensor &mat2)
 {
-	int lay = gemm_layout(mat2);
-	bool ok = false;
-	if (!gemm_ok(self, mat2) || lay < 0)
+	if (!served(self) || self.dim() != 2 || mat2.dim() != 2 ||
+	    !bf16_cuda(self) || !bf16_cuda(mat2) || !self.is_contiguous() ||
+	    self.size(1) != mat2.size(0) || mat2.numel() == 0)
 		return at::mm(self, mat2);
-	at::Tensor c = gemm(self, mat2, lay, std::nullopt, &ok);
-	return ok ? c : at::mm(self, mat2);
+	int lay = gemm_layout(mat2);
+	if (lay < 0)
+		return at::mm(self, mat2);
+	int64_t m = self.size(0), n = mat2.size(1);
+	at::Tensor c = gemm(self, self.data_ptr(), mat2.data_ptr(), m, n,
+			    self.size(1), lay, std::nullopt, {m, n});
+	return c.defined() ? c : at::mm(self, mat2);
 }
 
 at::Tensor linear(const at::Tensor &input, const at::Tensor &weight,
 		  const std::optional<at::Tensor> &bias)
 {
-	bool ok = false;
-	if (input.dim() < 1 || !input.is_contiguous() || weight.dim() != 2 ||
-	    !weight.is_contiguous() ||
+	int64_t k = input.dim() ? input.size(-1) : 0;
+	if (!served(input) || input.dim() < 1 || k == 0 ||
+	    !input.is_contiguous() || weight.dim() != 2 ||
+	    !weight.is_contiguous() || !bf16_cuda(input) ||
+	    !bf16_cuda(weight) || weight.size(1) != k ||
+	    weight.size(0) == 0 ||
 	    (bias.has_value() && (bias->scalar_type() != at::kBFloat16 ||
-				  !bias->is_contiguous())))
+				  !bias->is_contiguous() || !bias->is_cuda() ||
+				  bias->numel() != weight.size(0))))
 		return at::linear(input, weight, bias);
-	at::Tensor a2 = input.reshape({-1, input.size(-1)});
-	at::Tensor bt = weight.t(); /* [K,N] view of the [N,K] rows */
-	if (!gemm_ok(a2, bt))
-		return at::linear(input, weight, bias);
-	at::Tensor c = gemm(a2, bt, FLY_LAYOUT_NT, bias, &ok);
-	if (!ok)
-		return at::linear(input, weight, bias);
-	std::vector<int64_t> os(input.sizes().begin(), input.sizes().end());
-	os.back() = weight.size(0);
-	return c.view(os);
+	/* input [..., K] rows times the [N,K] rows: NT, no views made */
+	int64_t n = weight.size(0), m = input.numel() / k;
+	c10::SmallVector<int64_t, 6> os(input.sizes().begin(),
+					input.sizes().end());
+	os.back() = n;
+	at::Tensor c = gemm(input, input.data_ptr(), weight.data_ptr(), m, n,
+			    k, FLY_LAYOUT_NT, bias, os);
+	return c.defined() ? c : at::linear(input, weight, bias);
+}
+
+/* b [G, K, N] is the transposed view of contiguous [G, N, K] rows (what
+ * b.transpose(-2, -1).is_contiguous() says, without the view). */
+bool experts_rows(const at::Tensor &b)
+{
+	int64_t g = b.size(0), k = b.size(1), n = b.size(2);
+	return (k == 1 || b.stride(1) == 1) && (n == 1 || b.stride(2) == k) &&
+	       (g == 1 || b.stride(0) == n * k);
 }
 
 at::Tensor grouped_mm(const at::Tensor &a, const at::Tensor &b,
@@ -401,7 +457,7 @@ at::Tensor grouped_mm(const at::Tensor &a, const at::Tensor &b,
 	bool fit = served(a) && a.dim() == 2 && b.dim() == 3 &&
 		   a.scalar_type() == at::kBFloat16 &&
 		   b.scalar_type() == at::kBFloat16 && a.is_contiguous() &&
-		   b.transpose(-2, -1).is_contiguous() &&
+		   experts_rows(b) &&
 		   a.size(1) == b.size(1) && offs.has_value() &&
 		   offs->scalar_type() == at::kInt && offs->dim() == 1 &&
 		   offs->size(0) == b.size(0) && !bias.has_value() &&
@@ -414,14 +470,22 @@ at::Tensor grouped_mm(const at::Tensor &a, const at::Tensor &b,
 	cudaStream_t s = stream();
 	fly_decision d;
 	decide(p, s, &d);
-	at::Tensor o = at::empty({g + 1}, a.options().dtype(at::kLong));
-	o.narrow(0, 0, 1).zero_();
-	o.narrow(0, 1, g).copy_(*offs);
 	at::Tensor c = at::empty({m, n}, a.options());
-	int rc = rt.ggemm(&p, &d, a.data_ptr(), b.data_ptr(), c.data_ptr(),
-			  o.data_ptr<int64_t>(), s);
+	int rc;
+	if (rt.ggends && offs->is_cuda() && offs->get_device() == rt.device &&
+	    offs->is_contiguous()) {
+		/* no [0, offs...] int64 copy: two kernels fewer a call */
+		rc = rt.ggends(&p, &d, a.data_ptr(), b.data_ptr(),
+			       c.data_ptr(), offs->data_ptr<int32_t>(), s);
+	} else {
+		at::Tensor o = at::empty({g + 1}, a.options().dtype(at::kLong));
+		o.narrow(0, 0, 1).zero_();
+		o.narrow(0, 1, g).copy_(*offs);
+		rc = rt.ggemm(&p, &d, a.data_ptr(), b.data_ptr(), c.data_ptr(),
+			      o.data_ptr<int64_t>(), s);
+	}
 	if (rc) {
-		launch_failed("grouped_mm", rc);
+		launch_failed("grouped_mm", rc, d);
 		return at::_grouped_mm(a, b, offs, bias, out_dtype);
 	}
 	return c;
@@ -437,7 +501,7 @@ at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b,
 	bool fit = served(a) && a.dim() == 2 && b.dim() == 2 &&
 		   a.scalar_type() == at::kFloat8_e4m3fn &&
 		   b.scalar_type() == at::kFloat8_e4m3fn &&
-		   a.is_contiguous() && b.t().is_contiguous() &&
+		   a.is_contiguous() && rows_of_transposed(b) &&
 		   a.size(1) == b.size(0) && sa.numel() == 1 &&
 		   sb.numel() == 1 && sa.scalar_type() == at::kFloat &&
 		   sb.scalar_type() == at::kFloat && !scale_result.has_value() &&
@@ -462,7 +526,7 @@ at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b,
 			  bias.has_value() ? bias->data_ptr() : nullptr,
 			  c.data_ptr(), ws, kWorkspace, s);
 	if (rc) {
-		launch_failed("scaled_mm", rc);
+		launch_failed("scaled_mm", rc, d);
 		return at::_scaled_mm(a, b, sa, sb, bias, scale_result,
 				      out_dtype, use_fast_accum);
 	}
@@ -514,7 +578,7 @@ at::Tensor mqa_logits(const at::Tensor &q, const at::Tensor &kv,
 			ks.data_ptr<int32_t>(), ke.data_ptr<int32_t>(),
 			out.data_ptr<float>(), 0, s);
 	if (rc) {
-		launch_failed("mqa_logits", rc);
+		launch_failed("mqa_logits", rc, d);
 		return mqa_ref(q, kv, kv_scale, weights, ks, ke, clean_logits);
 	}
 	return out;
@@ -566,7 +630,7 @@ at::Tensor attention(const at::Tensor &q, const at::Tensor &k,
 	int rc = rt.attn(&p, &d, q.data_ptr(), k.data_ptr(), v.data_ptr(),
 			 o.data_ptr(), nullptr, sc, st, ws, kWorkspace, s);
 	if (rc) {
-		launch_failed("attention", rc);
+		launch_failed("attention", rc, d);
 		return sdpa();
 	}
 	return o;
@@ -606,6 +670,7 @@ std::string init(const std::string &client_lib, const std::string &klib,
 		return "the kernel library lacks a flyk_gpu_* launcher";
 	/* attention is served where the library has it (else SDPA) */
 	sym(hk, "flyk_gpu_attention", &rt.attn);
+	sym(hk, "flyk_gpu_grouped_gemm_ends", &rt.ggends);
 	fly_client_opts o;
 	memset(&o, 0, sizeof(o));
 	o.socket_path = socket.empty() ? nullptr : socket.c_str();
@@ -678,6 +743,13 @@ std::unordered_map<std::string, int64_t> stats()
 		{"ok", (int64_t)rt.ok.load()}};
 }
 
+/* The last launch the kernel library refused ("" if none). */
+std::string last_error()
+{
+	std::lock_guard<std::mutex> g(rt.mu);
+	return rt.last_error;
+}
+
 } /* namespace */
 
 TORCH_LIBRARY_IMPL(flytuned, CUDA, m)
@@ -700,4 +772,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod)
 	mod.def("take_recorded", &take_recorded);
 	mod.def("refresh", &refresh);
 	mod.def("stats", &stats);
+	mod.def("last_error", &last_error);
 }
