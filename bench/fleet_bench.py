@@ -11,8 +11,8 @@ Measures:
                target <= 1 s
   duplicates   benchmarks run beyond one per key when every node is asked
                to tune the same DUP keys at once (sum of jobs_done - DUP);
-               target 0 (single flight across nodes is not implemented:
-               this measures what the merge rule alone gives)
+               target 0 (single flight: one node takes the key's fleet
+               advisory lock and tunes, the others wait for its winner)
 
 The fleet rows for the join are written straight into PostgreSQL with
 fleet_push() (as other nodes would have), all valid for this machine's

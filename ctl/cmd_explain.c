@@ -110,6 +110,7 @@ static void print_leaderboard(const cJSON *resp)
 {
 	const cJSON *trials = cJSON_GetObjectItemCaseSensitive(resp, "trials");
 	const cJSON *res = cJSON_GetObjectItemCaseSensitive(resp, "result");
+	const cJSON *job;
 	const char *wv = ctl_str(res, "variant");
 	int n = cJSON_GetArraySize(trials), i;
 	struct ranked *v = calloc((size_t)n + 1, sizeof(*v));
@@ -119,6 +120,13 @@ static void print_leaderboard(const cJSON *resp)
 	printf("key: %s\n", ctl_str(resp, "key") ? ctl_str(resp, "key")
 						   : "?");
 	printf("winner: %s\n", wv ? wv : "(none)");
+	job = cJSON_GetObjectItemCaseSensitive(resp, "job");
+	if (job != NULL) {
+		printf("job: %s", ctl_str(job, "state") ? ctl_str(job, "state")
+							: "?");
+		ctl_print_fleet_job(job);
+		printf("\n");
+	}
 	if (v == NULL)
 		return;
 	rank_trials(trials, res, v, n);

@@ -173,8 +173,10 @@ static void print_jobs(const cJSON *resp)
 		       ctl_num(j, "faults"));
 		if (!isnan(run))
 			printf("%.1f s", run);
-		printf("%s\n", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
-					 j, "force")) ? " (force)" : "");
+		printf("%s", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+				     j, "force")) ? " (force)" : "");
+		ctl_print_fleet_job(j);
+		printf("\n");
 	}
 }
 

@@ -78,6 +78,10 @@ double ctl_num(const cJSON *o, const char *name);
 const char *ctl_str(const cJSON *o, const char *name);
 /* The "params" array of @p o as "[a,b]" in @p buf. */
 void ctl_params_text(const cJSON *o, char *buf, size_t cap);
+/* A job's single flight across the fleet ("fleet", "fleet_wait_s" of a
+ * jobs item or explain's "job") as " (fleet: waiting, 12.0 s left)";
+ * nothing when the job has none. */
+void ctl_print_fleet_job(const cJSON *job);
 
 /* ---------------------------------------------------------------- call.c */
 

@@ -43,7 +43,8 @@ static const struct cmd cmds[] = {
 	  "  running) or default (keys whose job failed)." },
 	{ "jobs", ctl_jobs, "jobs",
 	  "Show the tuning jobs: the running one (position 0), then the\n"
-	  "  queued ones in run order, with priority and fault count." },
+	  "  queued ones in run order, with priority, fault count and a\n"
+	  "  fleet wait (fleet: waiting) where another node tunes the key." },
 	{ "cancel", ctl_cancel, "cancel KEY",
 	  "Cancel a key's tuning job: a queued job is removed, a running\n"
 	  "  one abandoned (its result dropped).  Admin only." },

@@ -209,3 +209,16 @@ void ctl_export_done(const struct ctl *x, const char *file, int n)
 	if (!x->json)
 		fprintf(stderr, "exported %d result(s) to %s\n", n, file);
 }
+
+void ctl_print_fleet_job(const cJSON *job)
+{
+	const char *fl = ctl_str(job, "fleet");
+	double left = ctl_num(job, "fleet_wait_s");
+
+	if (fl == NULL)
+		return;
+	printf(" (fleet: %s", fl);
+	if (!isnan(left))
+		printf(", %.1f s left", left);
+	printf(")");
+}

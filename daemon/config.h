@@ -52,6 +52,10 @@ struct flyd_config {
 	double fleet_hysteresis;     /* a fleet winner replaces the incumbent
 					only when faster by more than this
 					fraction (0.03); same on every node */
+	uint32_t fleet_wait_ms;      /* a job whose fleet lock another node
+					holds waits this long for its winner,
+					then tunes locally (30000; 0: no
+					single flight); SIGHUP applies it */
 };
 
 /* Fill @p c with the defaults. */

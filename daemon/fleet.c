@@ -9,6 +9,14 @@
  * push at a time, whenever it is not empty.  A failure closes the
  * connection and retries after fleet_retry_ms; nothing is lost, the
  * outbox is in the local DB.
+ *
+ * Single flight: the locks this session asked for or holds are a small
+ * table (struct fleet_lock); claims go first on an idle connection, then
+ * unlocks, then pushes.  A claim is two statements in one query: the
+ * try-lock, then the key's fleet row read in a snapshot taken after it,
+ * so a holder that pushed and unlocked just before is never missed (its
+ * push commits before its unlock).  A lost connection answers the claims
+ * in flight "down" and forgets the locks (the server dropped them).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -29,6 +37,7 @@
 #define FLEET_CHANNEL "flytuned_fleet"
 #define FLEET_MIGRATE_LOCK "7460215993"  /* pg_advisory_xact_lock key */
 #define FLEET_ERR_MAX 256
+#define LOCK_ID_SQL FLYD_FLEET_LOCK_ID("$1", "$2", "$3")
 
 enum fleet_state {
 	ST_DOWN,        /* waiting for the retry timer */
@@ -41,7 +50,24 @@ enum fleet_query {
 	Q_MIGRATE,
 	Q_LISTEN,
 	Q_PULL,
-	Q_PUSH
+	Q_PUSH,
+	Q_CLAIM,        /* try-lock + the key's fleet row */
+	Q_UNLOCK
+};
+
+/* A lock of this session (single flight), by key. */
+enum lock_state {
+	L_CLAIM,        /* to ask for */
+	L_CLAIMING,     /* its claim in flight */
+	L_HELD,         /* ours; the job runs */
+	L_PUSH,         /* to unlock once the key's outbox row is pushed */
+	L_UNLOCK,       /* to unlock */
+	L_UNLOCKING     /* its unlock in flight */
+};
+
+struct fleet_lock {
+	char key[FLY_KEY_MAX];
+	int state;      /* enum lock_state */
 };
 
 struct flyd_fleet {
@@ -64,6 +90,12 @@ struct flyd_fleet {
 	size_t nbatch, capbatch;
 	uint64_t since_ms;      /* the outbox has been non-empty since */
 	uint64_t pushed, applied, refused, errors;
+	struct fleet_lock *locks; /* single flight: asked for or held */
+	size_t nlocks, caplocks;
+	char qkey[FLY_KEY_MAX]; /* the key of the claim or unlock in flight */
+	int nres;               /* the claim's results so far */
+	int claim_got;          /* its try-lock answered true */
+	char *claim_row;        /* its fleet row (a record), NULL: none */
 };
 
 static void step(struct flyd_fleet *f);
@@ -90,6 +122,8 @@ static void handle_closed(struct flyd_fleet *f)
 {
 	if (--f->closing == 0 && f->stopping) {
 		free(f->batch);
+		free(f->locks);
+		free(f->claim_row);
 		free(f);
 	}
 }
@@ -121,11 +155,28 @@ static void poll_close(struct flyd_fleet *f)
 	f->events = 0;
 }
 
+/* The connection is gone: so are its locks (the server released them);
+ * the claims not answered yet are answered "down" (their jobs run). */
+static void locks_lost(struct flyd_fleet *f)
+{
+	size_t n = f->nlocks;
+
+	f->nlocks = 0;
+	free(f->claim_row);
+	f->claim_row = NULL;
+	for (size_t i = 0; i < n; i++)
+		if (f->locks[i].state == L_CLAIM ||
+		    f->locks[i].state == L_CLAIMING)
+			flyd_sched_fleet_answer(f->ctx->sched, f->locks[i].key,
+						FLYD_SF_DOWN);
+}
+
 /* Drop the connection (after @p what failed) and retry later. */
 static void fail(struct flyd_fleet *f, const char *what)
 {
 	set_err(f, what, f->conn != NULL ? PQerrorMessage(f->conn) : NULL);
 	f->errors++;
+	locks_lost(f);
 	poll_close(f);
 	if (f->conn != NULL)
 		PQfinish(f->conn);
@@ -212,30 +263,90 @@ static int wanted(struct flyd_fleet *f, const struct flyd_result *r)
 	return 1;
 }
 
-/* One fleet record (NOTIFY, a push's reply): validate, then adopt. */
-static void record_apply(struct flyd_fleet *f, const char *txt,
-			 const char *from)
+/* Fleet winners @p rs were applied: a job parked on their keys is
+ * adopted (scheduler.h). */
+static void announce(struct flyd_fleet *f, const struct flyd_result *rs,
+		     size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		flyd_sched_fleet_answer(f->ctx->sched, rs[i].key,
+					FLYD_SF_WINNER);
+}
+
+/* One fleet record (a push's or a claim's reply): validate, then adopt.
+ * @return 0 served (applied, or the winner already served), -1 not (not
+ * ours, refused, not committed). */
+static int record_apply(struct flyd_fleet *f, const char *txt,
+			const char *from)
 {
 	char why[200], q[240];
 	struct flyd_result r;
 	int rc = record_read(f, txt, &r, why, sizeof(why));
 
 	if (rc == 1)
-		return;
+		return -1;
 	if (rc < 0) {
 		f->refused++;
 		flyd_log(FLYD_LOG_WARN, "fleet_row_refused", "from=%s why=%s",
 			 from, flyd_log_q(why, q, sizeof(q)));
-		return;
+		return -1;
 	}
 	if (!wanted(f, &r))
-		return;
-	if (flyd_results_adopt(f->ctx->results, &r, 1) == 0) {
-		f->applied++;
-		flyd_log(FLYD_LOG_DEBUG, "fleet_applied", "key=%s variant=%s "
-			 "median_us=%.3f from=%s", r.key, r.d.variant,
-			 r.d.median_us, from);
+		return 0;
+	if (flyd_results_adopt(f->ctx->results, &r, 1) != 0)
+		return -1;
+	f->applied++;
+	flyd_log(FLYD_LOG_DEBUG, "fleet_applied", "key=%s variant=%s "
+		 "median_us=%.3f from=%s", r.key, r.d.variant, r.d.median_us,
+		 from);
+	announce(f, &r, 1);
+	return 0;
+}
+
+/* ------------------------------------------------------------ locks */
+
+static struct fleet_lock *lock_find(struct flyd_fleet *f, const char *key,
+				    int state)
+{
+	for (size_t i = 0; i < f->nlocks; i++)
+		if (f->locks[i].state == state &&
+		    strcmp(f->locks[i].key, key) == 0)
+			return &f->locks[i];
+	return NULL;
+}
+
+/* The first lock in @p state (the next to send), or NULL. */
+static struct fleet_lock *lock_next(struct flyd_fleet *f, int state)
+{
+	for (size_t i = 0; i < f->nlocks; i++)
+		if (f->locks[i].state == state)
+			return &f->locks[i];
+	return NULL;
+}
+
+static struct fleet_lock *lock_add(struct flyd_fleet *f, const char *key,
+				   int state)
+{
+	struct fleet_lock *l;
+
+	if (f->nlocks == f->caplocks) {
+		size_t cap = f->caplocks ? f->caplocks * 2 : 16;
+
+		l = realloc(f->locks, cap * sizeof(*l));
+		if (l == NULL)
+			return NULL;
+		f->locks = l;
+		f->caplocks = cap;
 	}
+	l = &f->locks[f->nlocks++];
+	snprintf(l->key, sizeof(l->key), "%s", key);
+	l->state = state;
+	return l;
+}
+
+static void lock_del(struct flyd_fleet *f, struct fleet_lock *l)
+{
+	*l = f->locks[--f->nlocks];
 }
 
 /* ------------------------------------------------------------ queries */
@@ -367,9 +478,53 @@ static int send_push(struct flyd_fleet *f)
 	return 1;
 }
 
+/* Claim @p l's key: try the lock, then read the key's fleet row in a
+ * new snapshot (two statements, so literals, not parameters). */
+static void send_claim(struct flyd_fleet *f, struct fleet_lock *l)
+{
+	struct flyd_ctx *ctx = f->ctx;
+	char *dev, *lib, *key, *sql = NULL;
+	int ok = 0;
+
+	dev = PQescapeLiteral(f->conn, ctx->device_id, strlen(ctx->device_id));
+	lib = PQescapeLiteral(f->conn, ctx->libver, strlen(ctx->libver));
+	key = PQescapeLiteral(f->conn, l->key, strlen(l->key));
+	if (dev != NULL && lib != NULL && key != NULL &&
+	    asprintf(&sql, "SELECT pg_try_advisory_lock("
+		     FLYD_FLEET_LOCK_ID("%s", "%s", "%s") "); "
+		     "SELECT fleet_record(r) FROM fleet_results r WHERE "
+		     "device = %s AND libver = %s AND key = %s",
+		     dev, lib, key, dev, lib, key) >= 0)
+		ok = 1;
+	PQfreemem(dev);
+	PQfreemem(lib);
+	PQfreemem(key);
+	snprintf(f->qkey, sizeof(f->qkey), "%s", l->key);
+	l->state = L_CLAIMING;
+	f->nres = 0;
+	f->claim_got = 0;
+	free(f->claim_row);
+	f->claim_row = NULL;
+	sent(f, Q_CLAIM, ok && PQsendQuery(f->conn, sql));
+	free(sql);
+}
+
+static void send_unlock(struct flyd_fleet *f, struct fleet_lock *l)
+{
+	const char *v[3] = {f->ctx->device_id, f->ctx->libver, l->key};
+
+	snprintf(f->qkey, sizeof(f->qkey), "%s", l->key);
+	l->state = L_UNLOCKING;
+	sent(f, Q_UNLOCK, PQsendQueryParams(f->conn, "SELECT "
+		"pg_advisory_unlock(" LOCK_ID_SQL ")", 3, NULL, v, NULL,
+		NULL, 0));
+}
+
 /* The next thing to do on an idle connection. */
 static void step(struct flyd_fleet *f)
 {
+	struct fleet_lock *l;
+
 	if (f->state != ST_UP || f->query != Q_NONE || f->stopping)
 		return;
 	if (!f->migrated) {
@@ -379,12 +534,27 @@ static void step(struct flyd_fleet *f)
 					      FLEET_CHANNEL));
 	} else if (f->device_known && !f->pulled) {
 		send_pull(f);
+	} else if ((l = lock_next(f, L_CLAIM)) != NULL) {
+		send_claim(f, l);
+	} else if ((l = lock_next(f, L_UNLOCK)) != NULL) {
+		send_unlock(f, l);
 	} else if (f->device_known) {
 		(void)send_push(f);
 	}
 }
 
 /* ------------------------------------------------------------ results */
+
+static const char *query_name(int q)
+{
+	static const char *const name[] = {
+		[Q_NONE] = "none", [Q_MIGRATE] = "migrate",
+		[Q_LISTEN] = "listen", [Q_PULL] = "pull", [Q_PUSH] = "push",
+		[Q_CLAIM] = "claim", [Q_UNLOCK] = "unlock",
+	};
+
+	return q >= Q_NONE && q <= Q_UNLOCK ? name[q] : "query";
+}
 
 static void batch_add(struct flyd_fleet *f, const char *txt,
 		      const char *from)
@@ -423,9 +593,7 @@ static void on_result(struct flyd_fleet *f, PGresult *res)
 	if (st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE ||
 	    st == PGRES_NONFATAL_ERROR) {
 		if (!f->qfailed)
-			set_err(f, f->query == Q_PUSH ? "push" : f->query ==
-				Q_PULL ? "pull" : f->query == Q_MIGRATE ?
-				"migrate" : "listen",
+			set_err(f, query_name(f->query),
 				PQresultErrorMessage(res));
 		f->qfailed = 1;
 		return;
@@ -450,14 +618,54 @@ static void on_result(struct flyd_fleet *f, PGresult *res)
 	} else if (f->query == Q_PUSH && st == PGRES_TUPLES_OK &&
 		   PQntuples(res) == 1) {
 		struct flyd_result *r = &f->push;
+		struct fleet_lock *l;
 
 		/* The fleet DB committed it: out of the outbox, then the
-		 * merged winner, which may be another node's. */
+		 * merged winner, which may be another node's; then the key's
+		 * lock may go (the waiters have the winner by NOTIFY). */
 		(void)flyd_store_outbox_del(f->ctx->store, r->key, r->device,
 					    r->libver);
 		f->pushed++;
-		record_apply(f, PQgetvalue(res, 0, 0), "push");
+		(void)record_apply(f, PQgetvalue(res, 0, 0), "push");
+		l = lock_find(f, r->key, L_PUSH);
+		if (l != NULL) /* the winner is in: waiters have it */
+			l->state = L_UNLOCK;
+	} else if (f->query == Q_CLAIM && st == PGRES_TUPLES_OK) {
+		if (f->nres++ == 0)
+			f->claim_got = PQntuples(res) == 1 &&
+				       strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+		else if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
+			f->claim_row = strdup(PQgetvalue(res, 0, 0));
 	}
+}
+
+/* A claim's answer: the fleet's row when it has one (served, and the
+ * lock, if taken, given back), else the lock taken or not. */
+static void claim_done(struct flyd_fleet *f)
+{
+	struct fleet_lock *l = lock_find(f, f->qkey, L_CLAIMING);
+	char *row = f->claim_row;
+	int got = f->claim_got, answer;
+
+	f->claim_row = NULL;
+	if (row != NULL && record_apply(f, row, "claim") == 0)
+		answer = FLYD_SF_HAD;
+	else if (row != NULL)
+		answer = got ? FLYD_SF_GOT : FLYD_SF_DOWN; /* unusable row */
+	else
+		answer = got ? FLYD_SF_GOT : FLYD_SF_BUSY;
+	free(row);
+	if (l != NULL) {
+		if (answer == FLYD_SF_GOT)
+			l->state = L_HELD;
+		else if (got)
+			l->state = L_UNLOCK;
+		else
+			lock_del(f, l);
+	}
+	flyd_log(FLYD_LOG_DEBUG, "fleet_claim", "key=%s got=%d row=%d",
+		 f->qkey, got, answer == FLYD_SF_HAD);
+	flyd_sched_fleet_answer(f->ctx->sched, f->qkey, answer);
 }
 
 /* The query in flight has ended (PQgetResult gave NULL). */
@@ -467,13 +675,10 @@ static void on_query_done(struct flyd_fleet *f)
 
 	f->query = Q_NONE;
 	if (f->qfailed) {
+		/* a push the fleet DB refuses: kept, retried later with the
+		 * others (logged) */
 		f->errors++;
-		if (q == Q_PUSH) /* a row the fleet DB refuses: keep it, retry
-				    later with the others (logged) */
-			fail(f, "push");
-		else
-			fail(f, q == Q_MIGRATE ? "migrate" : q == Q_PULL ?
-			     "pull" : "listen");
+		fail(f, query_name(q));
 		return;
 	}
 	if (q == Q_MIGRATE) {
@@ -489,10 +694,20 @@ static void on_query_done(struct flyd_fleet *f)
 		if (n > 0 && flyd_store_import(f->ctx->store, f->batch, n) == 0) {
 			f->applied += n;
 			flyd_results_refill(f->ctx->results);
+		} else {
+			n = 0;
 		}
 		f->nbatch = 0;
 		flyd_log(FLYD_LOG_INFO, "fleet_pulled", "rows=%zu results=%zu",
 			 n, flyd_results_count(f->ctx->results));
+		announce(f, f->batch, n);
+	} else if (q == Q_CLAIM) {
+		claim_done(f);
+	} else if (q == Q_UNLOCK) {
+		struct fleet_lock *l = lock_find(f, f->qkey, L_UNLOCKING);
+
+		if (l != NULL)
+			lock_del(f, l);
 	}
 	step(f);
 }
@@ -526,8 +741,10 @@ static void read_input(struct flyd_fleet *f)
 	}
 	if (f->nbatch > 0 && f->query != Q_PULL) {
 		if (flyd_results_adopt(f->ctx->results, f->batch,
-				       f->nbatch) == 0)
+				       f->nbatch) == 0) {
 			f->applied += f->nbatch;
+			announce(f, f->batch, f->nbatch);
+		}
 		f->nbatch = 0;
 	}
 }
@@ -695,6 +912,49 @@ void flyd_fleet_kick(void *arg)
 	step(f);
 }
 
+int flyd_fleet_claim(void *arg, const char *key)
+{
+	struct flyd_fleet *f = arg;
+	struct fleet_lock *l;
+
+	if (f == NULL || f->stopping ||
+	    strcmp(flyd_fleet_state(f), "connected") != 0)
+		return 0;
+	l = lock_find(f, key, L_HELD);
+	if (l == NULL)
+		l = lock_find(f, key, L_PUSH);
+	if (l == NULL)
+		l = lock_find(f, key, L_UNLOCK);
+	if (l != NULL) { /* still ours: kept */
+		l->state = L_HELD;
+		return 2;
+	}
+	if (lock_add(f, key, L_CLAIM) == NULL)
+		return 0;
+	step(f);
+	/* A send that failed dropped the connection and answered "down"
+	 * before the scheduler waits: say so here instead. */
+	return f->state == ST_UP ? 1 : 0;
+}
+
+void flyd_fleet_release(void *arg, const char *key, int won)
+{
+	struct flyd_fleet *f = arg;
+	struct fleet_lock *l;
+	struct flyd_ctx *ctx;
+
+	if (f == NULL || f->stopping)
+		return;
+	ctx = f->ctx;
+	l = lock_find(f, key, L_HELD);
+	if (l == NULL)
+		return;
+	l->state = won && flyd_store_outbox_has(ctx->store, key,
+						ctx->device_id, ctx->libver) ?
+		   L_PUSH : L_UNLOCK;
+	step(f);
+}
+
 void flyd_fleet_stop(struct flyd_fleet *f)
 {
 	if (f == NULL)
@@ -730,6 +990,19 @@ const char *flyd_fleet_last_error(const struct flyd_fleet *f)
 	return f != NULL ? f->err : "";
 }
 
+/* The single-flight counters (the scheduler's, stats.h). */
+static void sf_gauges(struct flyd_ctx *ctx, struct flyd_fleet_gauges *g)
+{
+	struct flyd_sched_gauges sg;
+
+	g->locked = ctx->stats.fleet_locked;
+	g->waits = ctx->stats.fleet_waits;
+	g->satisfied = ctx->stats.fleet_satisfied;
+	g->wait_timeouts = ctx->stats.fleet_wait_timeouts;
+	flyd_sched_gauges(ctx->sched, &sg);
+	g->waiting = sg.fleet_waiting;
+}
+
 void flyd_fleet_gauges(const struct flyd_fleet *f, struct flyd_fleet_gauges *g)
 {
 	memset(g, 0, sizeof(*g));
@@ -744,6 +1017,7 @@ void flyd_fleet_gauges(const struct flyd_fleet *f, struct flyd_fleet_gauges *g)
 	g->applied = f->applied;
 	g->refused = f->refused;
 	g->errors = f->errors;
+	sf_gauges(f->ctx, g);
 }
 
 void flyd_fleet_status(const struct flyd_fleet *f, cJSON *resp)
@@ -762,6 +1036,11 @@ void flyd_fleet_status(const struct flyd_fleet *f, cJSON *resp)
 	cJSON_AddNumberToObject(o, "applied", (double)g.applied);
 	cJSON_AddNumberToObject(o, "refused", (double)g.refused);
 	cJSON_AddNumberToObject(o, "errors", (double)g.errors);
+	cJSON_AddNumberToObject(o, "locked", (double)g.locked);
+	cJSON_AddNumberToObject(o, "waits", (double)g.waits);
+	cJSON_AddNumberToObject(o, "satisfied", (double)g.satisfied);
+	cJSON_AddNumberToObject(o, "wait_timeouts", (double)g.wait_timeouts);
+	cJSON_AddNumberToObject(o, "waiting", g.waiting);
 	cJSON_AddStringToObject(o, "last_error", flyd_fleet_last_error(f));
 	if (f != NULL)
 		cJSON_AddStringToObject(o, "node", f->node);

@@ -17,6 +17,13 @@
  * NOTIFY.  Every fleet row is validated like an import (fly_record_check,
  * then the kernel registry and feasibility) before it is served.
  *
+ * Single flight (scheduler.h): before a job runs, the scheduler claims
+ * the key's session-level advisory lock, pg_try_advisory_lock(id), id =
+ * the first 64 bits of md5(device id || '\n' || libver || '\n' || key)
+ * (computed by PostgreSQL: FLYD_FLEET_LOCK_ID).  The lock is given back
+ * after the winner's push (or at once when the job ends without one);
+ * a node that dies loses its locks with its connection.
+ *
  * Off (fleet_url "") none of this exists: flyd_fleet_start() gives NULL
  * and every other call takes NULL as a no-op.
  */
@@ -40,6 +47,20 @@ int flyd_fleet_start(struct flyd_ctx *ctx, struct flyd_fleet **out);
 void flyd_fleet_ready(struct flyd_fleet *f);
 /* A local winner was committed (its outbox row is durable): push it. */
 void flyd_fleet_kick(void *f);
+/* The lock id of (device, libver, key) as SQL over three text values
+ * (psql, tests: "SELECT pg_advisory_lock(" FLYD_FLEET_LOCK_ID("'dev'",
+ * "'lib'", "'key'") ")"). */
+#define FLYD_FLEET_LOCK_ID(dev, lib, key)                                    \
+	"('x' || substr(md5(" dev " || chr(10) || " lib " || chr(10) || " key \
+	"), 1, 16))::bit(64)::bigint"
+/* The scheduler's claim hook (struct flyd_sched_fleet, @p f a struct
+ * flyd_fleet *): ask for @p key's lock.  @return 0 (not connected: no
+ * single flight), 1 (asked: flyd_sched_fleet_answer() follows), 2 (this
+ * node holds it already). */
+int flyd_fleet_claim(void *f, const char *key);
+/* The scheduler's release hook: give @p key's lock back, after its
+ * winner's push when @p won.  No lock held: no-op. */
+void flyd_fleet_release(void *f, const char *key, int won);
 /* Close the connection and the handles, then free @p f (asynchronously,
  * on the loop).  NULL: no-op. */
 void flyd_fleet_stop(struct flyd_fleet *f);
@@ -53,6 +74,12 @@ struct flyd_fleet_gauges {
 	uint64_t applied;      /* fleet winners applied locally */
 	uint64_t refused;      /* fleet rows refused by validation */
 	uint64_t errors;       /* connection or query failures */
+	/* Single flight (the scheduler's counters, stats.h). */
+	uint64_t locked;       /* jobs that ran holding the key's lock */
+	uint64_t waits;        /* jobs parked on another node's lock */
+	uint64_t satisfied;    /* ... that adopted the fleet's winner */
+	uint64_t wait_timeouts; /* ... that tuned locally after fleet_wait_ms */
+	uint32_t waiting;      /* jobs parked now */
 };
 /* @p f may be NULL (all zero). */
 void flyd_fleet_gauges(const struct flyd_fleet *f,

@@ -33,6 +33,20 @@ void flyd_fleet_kick(void *f)
 	(void)f;
 }
 
+int flyd_fleet_claim(void *f, const char *key)
+{
+	(void)f;
+	(void)key;
+	return 0;
+}
+
+void flyd_fleet_release(void *f, const char *key, int won)
+{
+	(void)f;
+	(void)key;
+	(void)won;
+}
+
 void flyd_fleet_stop(struct flyd_fleet *f)
 {
 	(void)f;
@@ -59,8 +73,10 @@ const char *flyd_fleet_last_error(const struct flyd_fleet *f)
 
 void flyd_fleet_status(const struct flyd_fleet *f, cJSON *resp)
 {
-	static const char *const zero[] = {"outbox",  "lag_s",	 "pushed",
-					   "applied", "refused", "errors"};
+	static const char *const zero[] = {
+		"outbox", "lag_s",	   "pushed",	    "applied",
+		"refused", "errors", "locked", "waits", "satisfied",
+		"wait_timeouts", "waiting"};
 	cJSON *o = cJSON_AddObjectToObject(resp, "fleet");
 
 	(void)f;

@@ -425,6 +425,56 @@ static void failed_json(struct flyd_ctx *ctx, const char *key, cJSON *resp)
 	cJSON_AddNumberToObject(o, "at", (double)f.at);
 }
 
+/* A job's single flight across the fleet (scheduler.h): "fleet" (asking,
+ * locked, waiting, local; absent when not asked) and, while it waits for
+ * another node's winner, "fleet_wait_s" (seconds left before it runs
+ * anyway). */
+static void fleet_job_json(cJSON *o, const struct flyd_qjob *j,
+			   uint64_t now_ms)
+{
+	static const char *const name[] = {
+		[FLYD_QF_ASKING] = "asking", [FLYD_QF_HELD] = "locked",
+		[FLYD_QF_WAITING] = "waiting", [FLYD_QF_LOCAL] = "local",
+	};
+
+	if (j->fleet <= FLYD_QF_NONE || j->fleet > FLYD_QF_LOCAL)
+		return;
+	cJSON_AddStringToObject(o, "fleet", name[j->fleet]);
+	if (j->fleet == FLYD_QF_WAITING && j->state == FLYD_Q_QUEUED)
+		cJSON_AddNumberToObject(o, "fleet_wait_s",
+					j->not_before_ms > now_ms ?
+					(double)(j->not_before_ms - now_ms) /
+						1000.0 : 0.0);
+}
+
+/* explain's "job" {state, fleet, fleet_wait_s} of a key queued or
+ * running (the queue holds bucketed keys, as cancel finds them). */
+static void job_of_key_json(struct flyd_ctx *ctx, const char *key,
+			    cJSON *resp)
+{
+	struct flyd_queue *q = flyd_sched_queue(ctx->sched);
+	struct flyd_qjob *j;
+	struct fly_problem p;
+	char bk[FLY_KEY_MAX];
+	cJSON *o;
+
+	if (q == NULL || fly_key_parse(key, strlen(key), &p) < 0 ||
+	    p.op >= FLY_OP_COUNT)
+		return;
+	fly_problem_bucket(&p, &ctx->cfg.bucket[p.op]);
+	if (fly_key_format(&p, bk, sizeof(bk)) < 0)
+		return;
+	j = flyd_queue_find(q, bk);
+	if (j == NULL || j->state == FLYD_Q_FAILED)
+		return;
+	o = cJSON_AddObjectToObject(resp, "job");
+	if (o == NULL)
+		return;
+	cJSON_AddStringToObject(o, "state", j->state == FLYD_Q_RUNNING ?
+				"running" : "queued");
+	fleet_job_json(o, j, uv_now(ctx->loop));
+}
+
 static int h_explain(struct flyd_ctx *ctx, struct flyd_req *rq,
 		     const cJSON *req, cJSON *resp, const char **msg)
 {
@@ -443,6 +493,7 @@ static int h_explain(struct flyd_ctx *ctx, struct flyd_req *rq,
 	cJSON_AddItemToObject(resp, "result", rc == 0 ? result_json(&r) :
 			      cJSON_CreateNull());
 	failed_json(ctx, key, resp);
+	job_of_key_json(ctx, key, resp);
 	trials = cJSON_AddArrayToObject(resp, "trials");
 	rc = flyd_store_trial_iter(ctx->store, key, ctx->device_id,
 				   ctx->libver, add_trial, trials);
@@ -1003,6 +1054,7 @@ static void job_json(void *arg, struct flyd_qjob *j)
 					jo->now_ms > j->started_ms ?
 					(double)(jo->now_ms - j->started_ms) /
 						1000.0 : 0.0);
+	fleet_job_json(o, j, jo->now_ms);
 	cJSON_AddItemToArray(jo->arr, o);
 }
 

@@ -246,6 +246,7 @@ static void shutdown_begin(struct flyd_ctx *ctx, const char *why)
 	flyd_server_stop_accepting(ctx);
 	flyd_http_stop(ctx->http);
 	ctx->http = NULL;
+	flyd_sched_set_fleet(ctx->sched, NULL);
 	flyd_fleet_stop(ctx->fleet);
 	ctx->fleet = NULL;
 	tuning_parts = 2;
@@ -447,6 +448,12 @@ static int daemon_start(struct flyd_ctx *ctx, int listen_fd)
 	if (rc == 0)
 		rc = flyd_sched_start(ctx, ctx->results, daemon_ready, ctx,
 				      &ctx->sched);
+	if (rc == 0 && ctx->fleet != NULL) {
+		struct flyd_sched_fleet fl = {flyd_fleet_claim,
+					      flyd_fleet_release, ctx->fleet};
+
+		flyd_sched_set_fleet(ctx->sched, &fl);
+	}
 	if (rc < 0) {
 		flyd_log(FLYD_LOG_ERR, "start_failed", "rc=%d", rc);
 		return 1;

@@ -355,6 +355,21 @@ static void fleet(struct out *o, const struct flyd_ctx *ctx)
 	single(o, "flytuned_fleet_errors_total", "counter",
 	       "Fleet connection and query failures (each retried).",
 	       g.errors);
+	single(o, "flytuned_fleet_locked_total", "counter",
+	       "Tuning jobs run holding the key's fleet lock (single flight).",
+	       g.locked);
+	single(o, "flytuned_fleet_waits_total", "counter",
+	       "Tuning jobs parked because another node held the key's fleet "
+	       "lock.", g.waits);
+	single(o, "flytuned_fleet_satisfied_total", "counter",
+	       "Parked tuning jobs that adopted the fleet's winner instead of "
+	       "running.", g.satisfied);
+	single(o, "flytuned_fleet_wait_timeouts_total", "counter",
+	       "Parked tuning jobs run without the lock after fleet_wait_ms.",
+	       g.wait_timeouts);
+	single(o, "flytuned_fleet_waiting", "gauge",
+	       "Tuning jobs parked on another node's fleet lock now.",
+	       (uint64_t)g.waiting);
 }
 
 static void clients(struct out *o, const struct flyd_ctx *ctx)

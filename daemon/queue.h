@@ -27,6 +27,18 @@ enum flyd_qstate {
 	FLYD_Q_FAILED = 2   /* gave up; blocks background re-queueing */
 };
 
+/* A job's single flight across the fleet (scheduler.c, docs/fleet.md):
+ * set and read by the scheduler only. */
+enum flyd_qfleet {
+	FLYD_QF_NONE = 0,    /* not asked (fleet off or down: tuned at once) */
+	FLYD_QF_ASKING = 1,  /* the fleet's lock asked for; answer pending */
+	FLYD_QF_HELD = 2,    /* this node holds the key's lock: it tunes */
+	FLYD_QF_WAITING = 3, /* another node holds it: parked until its
+				winner arrives or not_before_ms passes */
+	FLYD_QF_LOCAL = 4    /* tunes without the lock (waited in vain, or
+				the fleet went down while asking) */
+};
+
 #define FLYD_PRIO_BACKGROUND 0
 #define FLYD_PRIO_EXPLICIT 1
 
@@ -38,7 +50,9 @@ struct flyd_qjob {
 	int persisted;            /* a jobs-table row exists */
 	uint32_t faults;          /* worker deaths while running this job */
 	int cancelled;            /* forgotten while RUNNING: drop its end */
-	uint64_t not_before_ms;   /* QUEUED: not started before (backoff) */
+	uint64_t not_before_ms;   /* QUEUED: not started before (backoff,
+				     or the end of a fleet wait) */
+	int fleet;                /* enum flyd_qfleet */
 	int64_t queued_at;        /* unix seconds */
 	uint64_t started_ms;      /* uv_now when it started running */
 	void *udata;              /* owner's data (results.c: waiters) */

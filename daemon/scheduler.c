@@ -8,6 +8,13 @@
  * A finished job goes to the results (results.c: commit, map, shm,
  * waiters) before the queue lets it go; a job's row stays in the jobs
  * table until its winner is committed, so a restart resumes it.
+ *
+ * Single flight across the fleet (scheduler.h): a job's fleet state is
+ * j->fleet (queue.h); a parked or asking job stays QUEUED with
+ * not_before_ms at the end of its wait, so the queue skips it; one claim
+ * is in flight at a time (sc->claiming), and the scheduler starts nothing
+ * while it is, so a node asks for the lock of the job it is about to run
+ * and never hoards the locks of its whole queue.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -56,6 +63,9 @@ struct flyd_sched {
 	int pending;                  /* handles still closing at stop */
 	void (*stop_done)(void *);
 	void *stop_arg;
+	struct flyd_sched_fleet fl;   /* single-flight hooks; claim NULL: none */
+	char claiming[FLY_KEY_MAX];   /* the key whose claim is in flight */
+	uint64_t claim_until_ms;      /* ... not waited for after this */
 	struct flyd_tune_job job;     /* scratch: ~20 KB, kept off the stack */
 };
 
@@ -260,6 +270,10 @@ static int enqueue(struct flyd_sched *sc, const char *key, int prio,
 		persist_job(sc, j);
 	} else if (j->state == FLYD_Q_QUEUED &&
 		   (j->priority != before_prio || j->force != before_force)) {
+		if (j->force && j->fleet == FLYD_QF_WAITING) {
+			j->fleet = FLYD_QF_LOCAL; /* forced: no more waiting */
+			j->not_before_ms = 0;
+		}
 		persist_job(sc, j);
 	}
 	return rc;
@@ -307,6 +321,152 @@ static int build_job(struct flyd_sched *sc, const struct flyd_qjob *j)
 	return 0;
 }
 
+/* ------------------------------------------------------------ fleet */
+
+/* @p j ends: give its fleet lock back (after its winner's push when
+ * @p won). */
+static void fleet_release(struct flyd_sched *sc, struct flyd_qjob *j,
+			  int won)
+{
+	if (j->fleet == FLYD_QF_HELD && sc->fl.release != NULL)
+		sc->fl.release(sc->fl.arg, j->key, won);
+	j->fleet = FLYD_QF_NONE;
+}
+
+/* Whether a claim is in flight (its answer not yet waited for in vain). */
+static int claim_pending(struct flyd_sched *sc)
+{
+	if (sc->claiming[0] == '\0')
+		return 0;
+	if (uv_now(sc->ctx->loop) < sc->claim_until_ms)
+		return 1;
+	sc->claiming[0] = '\0';
+	return 0;
+}
+
+/* Whether job @p j (at the head of the queue, not tuned) may run now:
+ * no single flight for it, its lock held, or its wait over.  Otherwise
+ * its lock is asked for (the job is skipped until the answer). */
+static int fleet_gate(struct flyd_sched *sc, struct flyd_qjob *j)
+{
+	struct flyd_ctx *ctx = sc->ctx;
+	uint64_t now = uv_now(ctx->loop);
+	uint32_t wait = ctx->cfg.fleet_wait_ms;
+	int rc;
+
+	if (j->force || sc->fl.claim == NULL || wait == 0)
+		return 1;
+	switch (j->fleet) {
+	case FLYD_QF_HELD:
+	case FLYD_QF_LOCAL:
+		return 1;
+	case FLYD_QF_ASKING:  /* no answer within fleet_wait_ms */
+	case FLYD_QF_WAITING: /* the holder's winner did not come */
+		ctx->stats.fleet_wait_timeouts++;
+		flyd_log(FLYD_LOG_WARN, "fleet_wait_timeout", "key=%s "
+			 "wait_ms=%u why=\"%s\"", j->key, wait,
+			 j->fleet == FLYD_QF_ASKING ? "the fleet did not answer" :
+			 "no fleet winner arrived: tuning locally");
+		j->fleet = FLYD_QF_LOCAL;
+		return 1;
+	default:
+		break;
+	}
+	rc = sc->fl.claim(sc->fl.arg, j->key);
+	if (rc == 0)
+		return 1;
+	if (rc == 2) {
+		j->fleet = FLYD_QF_HELD;
+		return 1;
+	}
+	j->fleet = FLYD_QF_ASKING;
+	j->not_before_ms = now + wait;
+	snprintf(sc->claiming, sizeof(sc->claiming), "%s", j->key);
+	sc->claim_until_ms = now + wait;
+	return 0;
+}
+
+/* The fleet's lock of @p j is taken (by this node, @p got, or another):
+ * hold it, or park the job. */
+static void fleet_locked(struct flyd_sched *sc, struct flyd_qjob *j, int got)
+{
+	struct flyd_ctx *ctx = sc->ctx;
+
+	if (got) {
+		j->fleet = FLYD_QF_HELD;
+		ctx->stats.fleet_locked++;
+		if (j->state == FLYD_Q_QUEUED)
+			j->not_before_ms = 0;
+		return;
+	}
+	if (j->state != FLYD_Q_QUEUED)
+		return;
+	if (flyd_results_lookup(sc->res, j->key, 0) != NULL) {
+		j->not_before_ms = 0; /* its winner came first: adopted */
+		return;
+	}
+	j->fleet = FLYD_QF_WAITING;
+	j->not_before_ms = uv_now(ctx->loop) + ctx->cfg.fleet_wait_ms;
+	ctx->stats.fleet_waits++;
+	flyd_log(FLYD_LOG_INFO, "job_fleet_waiting", "key=%s wait_ms=%u "
+		 "why=\"another node holds the key's fleet lock\"", j->key,
+		 ctx->cfg.fleet_wait_ms);
+}
+
+void flyd_sched_fleet_answer(struct flyd_sched *sc, const char *key,
+			     int answer)
+{
+	struct flyd_qjob *j;
+
+	if (!flyd_sched_is_running(sc))
+		return;
+	if (answer != FLYD_SF_WINNER && strcmp(sc->claiming, key) == 0)
+		sc->claiming[0] = '\0';
+	j = flyd_queue_find(sc->q, key);
+	if (j != NULL && j->state == FLYD_Q_FAILED)
+		j = NULL;
+	switch (answer) {
+	case FLYD_SF_GOT:
+		/* asked; or given up waiting and running without it */
+		if (j != NULL && (j->fleet == FLYD_QF_ASKING ||
+				  j->fleet == FLYD_QF_LOCAL))
+			fleet_locked(sc, j, 1);
+		else if (sc->fl.release != NULL)
+			sc->fl.release(sc->fl.arg, key, 0);
+		break;
+	case FLYD_SF_BUSY:
+		if (j != NULL && j->fleet == FLYD_QF_ASKING)
+			fleet_locked(sc, j, 0);
+		break;
+	case FLYD_SF_DOWN:
+		if (j != NULL && j->fleet == FLYD_QF_ASKING) {
+			j->fleet = FLYD_QF_LOCAL;
+			j->not_before_ms = 0;
+		}
+		break;
+	default: /* HAD, WINNER: a parked job is adopted at its turn */
+		if (j != NULL && j->state == FLYD_Q_QUEUED &&
+		    (j->fleet == FLYD_QF_ASKING ||
+		     j->fleet == FLYD_QF_WAITING))
+			j->not_before_ms = 0;
+		break;
+	}
+	kick_soon(sc);
+}
+
+void flyd_sched_set_fleet(struct flyd_sched *sc,
+			  const struct flyd_sched_fleet *fl)
+{
+	if (sc == NULL)
+		return;
+	if (fl != NULL)
+		sc->fl = *fl;
+	else
+		memset(&sc->fl, 0, sizeof(sc->fl));
+}
+
+/* ------------------------------------------------------------ job ends */
+
 /* Give up on a job: waiters get @p code, its row is replaced by a
  * failed_jobs record (shown by get and explain, kept across restarts), and
  * a FAILED marker keeps it from being queued again until a forced tune or
@@ -320,6 +480,7 @@ static void job_fail(struct flyd_sched *sc, struct flyd_qjob *j, int code,
 	flyd_log(FLYD_LOG_WARN, "job_failed", "key=%s rc=%d faults=%u "
 		 "why=\"%s\"", j->key, code, j->faults, why);
 	count_job(sc, j->key, FLYD_JOB_FAILED);
+	fleet_release(sc, j, 0);
 	flyd_results_answer_error(sc->res, j, code, why);
 	if (ctx->device_id[0] != '\0') {
 		memset(&f, 0, sizeof(f));
@@ -344,6 +505,9 @@ static void job_adopt(struct flyd_sched *sc, struct flyd_qjob *j,
 
 	flyd_log(FLYD_LOG_INFO, "job_adopted", "key=%s", j->key);
 	count_job(sc, j->key, FLYD_JOB_ADOPTED);
+	if (j->fleet == FLYD_QF_ASKING || j->fleet == FLYD_QF_WAITING)
+		ctx->stats.fleet_satisfied++;
+	fleet_release(sc, j, 0);
 	flyd_results_answer(sc->res, j, &copy);
 	(void)flyd_store_job_del(ctx->store, ctx->device_id, j->key);
 	flyd_queue_done(sc->q, j);
@@ -373,7 +537,7 @@ static void schedule(struct flyd_sched *sc)
 
 		if (!sc->ready_once || sc->worker == NULL ||
 		    flyd_queue_running(sc->q) != NULL ||
-		    flyd_worker_is_busy(sc->worker))
+		    flyd_worker_is_busy(sc->worker) || claim_pending(sc))
 			return;
 		j = flyd_queue_peek_at(sc->q, background_allowed(sc),
 				       uv_now(ctx->loop));
@@ -384,6 +548,8 @@ static void schedule(struct flyd_sched *sc)
 			job_adopt(sc, j, d);
 			continue;
 		}
+		if (!fleet_gate(sc, j))
+			continue; /* asked: the next turn waits for the answer */
 		flyd_queue_start(sc->q, j);
 		rc = build_job(sc, j);
 		if (rc < 0) {
@@ -430,10 +596,12 @@ static void job_succeeded(struct flyd_sched *sc, struct flyd_qjob *j,
 		 * dropped, the next tune or decide queues it again once the
 		 * DB takes writes (issue 21, test_disk_full). */
 		count_job(sc, j->key, FLYD_JOB_FAILED);
+		fleet_release(sc, j, 0);
 		flyd_queue_done(sc->q, j);
 		return;
 	}
 	count_job(sc, j->key, FLYD_JOB_TUNED);
+	fleet_release(sc, j, 1);
 	flyd_queue_done(sc->q, j);
 }
 
@@ -496,6 +664,7 @@ static void done_cb(void *arg, const struct flyd_tune_result *r)
 		count_job(sc, j->key, FLYD_JOB_CANCELLED);
 		flyd_results_answer_error(sc->res, j, FLY_E_NOTFOUND,
 					  "job cancelled by forget");
+		fleet_release(sc, j, 0);
 		flyd_queue_done(sc->q, j);
 	} else if (r->rc == 0) {
 		count_run(sc, j, r);
@@ -815,6 +984,12 @@ void flyd_sched_status(const struct flyd_sched *sc, cJSON *resp)
 	cJSON_AddStringToObject(resp, "policy", policy_name(sc->ctx->cfg.policy));
 }
 
+static void count_waiting(void *arg, struct flyd_qjob *j)
+{
+	if (j->fleet == FLYD_QF_WAITING)
+		(*(uint32_t *)arg)++;
+}
+
 void flyd_sched_gauges(const struct flyd_sched *sc,
 		       struct flyd_sched_gauges *g)
 {
@@ -826,6 +1001,7 @@ void flyd_sched_gauges(const struct flyd_sched *sc,
 	g->cap = flyd_queue_cap(sc->q);
 	g->restarts = sc->worker != NULL ? flyd_worker_restarts(sc->worker) : 0;
 	g->healthy = flyd_sched_is_healthy(sc);
+	flyd_queue_foreach(sc->q, count_waiting, &g->fleet_waiting);
 }
 
 /* ------------------------------------------------------------ cancel */
@@ -850,6 +1026,7 @@ static void cancel_one(void *arg, struct flyd_qjob *j)
 		return;
 	}
 	count_job(sc, j->key, FLYD_JOB_CANCELLED);
+	fleet_release(sc, j, 0);
 	flyd_queue_done(sc->q, j);
 }
 

@@ -52,6 +52,7 @@ struct flyd_sched_gauges {
 	uint32_t cap;         /* queue cap */
 	int restarts;         /* worker restarts since start */
 	int healthy;          /* worker healthy */
+	uint32_t fleet_waiting; /* queued jobs parked on another node's lock */
 };
 void flyd_sched_gauges(const struct flyd_sched *sc,
 		       struct flyd_sched_gauges *g);
@@ -91,5 +92,45 @@ void flyd_sched_forget(struct flyd_sched *sc, const char *key);
 int flyd_sched_check_result(const struct flyd_sched *sc, const char *key,
 			    const struct fly_decision *d, char *why,
 			    size_t cap);
+
+/* Single flight across the fleet (issue 24, docs/fleet.md): before a
+ * job of a key runs, the fleet's lock of (device id, libver, key) is
+ * asked for.  Taken: the job runs, and the lock is given back once its
+ * winner is in the fleet DB.  Held by another node: the job is parked
+ * (jobs and explain show it; the key is answered with what the daemon
+ * has) until that node's winner arrives (the job is then adopted) or
+ * fleet_wait_ms passes (then it runs without the lock).  A forced job,
+ * fleet_wait_ms 0, or no fleet to ask (off, down, syncing): the job runs
+ * at once, as without a fleet.
+ *
+ * The fleet implements the hooks and main.c sets them: the fleet calls
+ * the scheduler (flyd_sched_fleet_answer()), never the other way round
+ * except through these. */
+struct flyd_sched_fleet {
+	/* Ask for @p key's lock.  @return 0: nothing to ask (run at once);
+	 * 1: asked, the answer comes by flyd_sched_fleet_answer(); 2: this
+	 * node holds it already (run). */
+	int (*claim)(void *arg, const char *key);
+	/* Give @p key's lock back: once its winner is in the fleet DB when
+	 * @p won, else at once. */
+	void (*release)(void *arg, const char *key, int won);
+	void *arg;
+};
+/* Set the hooks (copied); NULL: none (every job runs at once). */
+void flyd_sched_set_fleet(struct flyd_sched *sc,
+			  const struct flyd_sched_fleet *fl);
+
+enum flyd_sched_fleet_answer {
+	FLYD_SF_GOT = 0,    /* the lock is this node's: the job runs */
+	FLYD_SF_BUSY = 1,   /* another node holds it: the job is parked */
+	FLYD_SF_DOWN = 2,   /* no answer (the connection failed): it runs */
+	FLYD_SF_HAD = 3,    /* the fleet had a winner (now served): adopted */
+	FLYD_SF_WINNER = 4  /* a fleet winner of the key was applied (NOTIFY,
+			       pull): a parked job is adopted */
+};
+/* The fleet's answer about @p key (enum flyd_sched_fleet_answer); every
+ * answer but WINNER ends the claim in flight.  NULL or stopped: no-op. */
+void flyd_sched_fleet_answer(struct flyd_sched *sc, const char *key,
+			     int answer);
 
 #endif /* FLYD_SCHEDULER_H */

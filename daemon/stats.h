@@ -101,6 +101,13 @@ struct flyd_stats {
 	uint64_t trials[FLY_OP_COUNT][FLYD_TRIAL_END_COUNT];
 	struct flyd_hist tune_s[FLY_OP_COUNT];
 	struct flyd_hist commit_s;
+	/* Single flight across the fleet (scheduler.h, docs/fleet.md). */
+	uint64_t fleet_locked;         /* a job ran holding the fleet lock */
+	uint64_t fleet_waits;          /* a job parked: another node's lock */
+	uint64_t fleet_satisfied;      /* a parked job adopted the fleet's
+					  winner instead of running */
+	uint64_t fleet_wait_timeouts;  /* a parked job ran without the lock
+					  after fleet_wait_ms */
 };
 
 /* The sum of decide answers with status @p st over every op. */

@@ -212,3 +212,36 @@ int fly_test_pg_exec(const struct fly_test_pg *pg, const char *sql,
 	PQfinish(c);
 	return rc;
 }
+
+int fly_test_pg_open(const struct fly_test_pg *pg, const char *sql,
+		     void **out)
+{
+	PGconn *c = PQconnectdb(pg->conninfo);
+	PGresult *r;
+	int ok;
+
+	*out = NULL;
+	if (PQstatus(c) != CONNECTION_OK) {
+		fprintf(stderr, "pg: connect: %s", PQerrorMessage(c));
+		PQfinish(c);
+		return -EIO;
+	}
+	r = PQexec(c, sql);
+	ok = PQresultStatus(r) == PGRES_TUPLES_OK ||
+	     PQresultStatus(r) == PGRES_COMMAND_OK;
+	if (!ok)
+		fprintf(stderr, "pg: %s: %s", sql, PQresultErrorMessage(r));
+	PQclear(r);
+	if (!ok) {
+		PQfinish(c);
+		return -EIO;
+	}
+	*out = c;
+	return 0;
+}
+
+void fly_test_pg_close(void *session)
+{
+	if (session != NULL)
+		PQfinish(session);
+}

@@ -40,4 +40,13 @@ void fly_test_pg_cleanup(struct fly_test_pg *pg);
 int fly_test_pg_exec(const struct fly_test_pg *pg, const char *sql,
 		     char **out);
 
+/* Open a session of its own and run @p sql in it, keeping the session
+ * (a session-level advisory lock stays held until it is closed).
+ * @param[out] out the session, closed with fly_test_pg_close().
+ * @return 0 or -EIO (the message printed). */
+int fly_test_pg_open(const struct fly_test_pg *pg, const char *sql,
+		     void **out);
+/* Close a session of fly_test_pg_open() (NULL: no-op). */
+void fly_test_pg_close(void *session);
+
 #endif /* FLY_TEST_PG_H */

@@ -65,13 +65,22 @@ static void need_pg(struct fx *x)
 		skip();
 }
 
+/* A node of the fleet; @p wait_ms its fleet_wait_ms (0: the default). */
+static int node_start_wait(struct fx *x, struct fly_test_daemon *d,
+			   unsigned wait_ms)
+{
+	char cfg[512], w[40] = "";
+
+	if (wait_ms > 0)
+		snprintf(w, sizeof(w), ",\"fleet_wait_ms\":%u", wait_ms);
+	snprintf(cfg, sizeof(cfg), "{\"fleet_url\":\"%s\","
+		 "\"fleet_retry_ms\":100%s}", x->pg.conninfo, w);
+	return fly_test_daemon_start(d, cfg, NULL);
+}
+
 static int node_start(struct fx *x, struct fly_test_daemon *d)
 {
-	char cfg[512];
-
-	snprintf(cfg, sizeof(cfg), "{\"fleet_url\":\"%s\","
-		 "\"fleet_retry_ms\":100}", x->pg.conninfo);
-	return fly_test_daemon_start(d, cfg, NULL);
+	return node_start_wait(x, d, 0);
 }
 
 /* `flytune-ctl --json ARGS` parsed, or NULL. */
@@ -375,6 +384,154 @@ static void test_unknown_variant_refused(void **state)
 	assert_null(winner(&x->b, KEY_A));
 }
 
+/* Advisory locks held in the fleet DB now (by any session). */
+static int advisory_locks(struct fx *x)
+{
+	char *v = pg_value(x, "SELECT count(*) FROM pg_locks WHERE "
+			   "locktype = 'advisory' AND granted");
+	int n = atoi(v);
+
+	free(v);
+	return n;
+}
+
+/* Single flight (issue 24): two nodes asked to tune one key at the same
+ * moment run one benchmark job between them -- the other finds the key's
+ * fleet lock taken, waits, and adopts the winner that arrives by NOTIFY
+ * (or finds it in the fleet DB) -- and both serve that one winner; the
+ * lock is given back once the winner is in the fleet DB. */
+static void test_single_flight(void **state)
+{
+	static const char req[] = "{\"req\":\"tune\",\"key\":\"" KEY_A
+				  "\",\"wait\":true,\"timeout_ms\":120000}";
+	struct fx *x = *state;
+	char *ra = NULL, *rb = NULL, *wa, *wb;
+	int fa, fb;
+
+	need_pg(x);
+	assert_int_equal(node_start(x, &x->a), 0);
+	assert_int_equal(node_start(x, &x->b), 0);
+	assert_true(wait_state(&x->a, "connected"));
+	assert_true(wait_state(&x->b, "connected"));
+	fa = fly_test_connect(x->a.sock);
+	fb = fly_test_connect(x->b.sock);
+	assert_true(fa >= 0 && fb >= 0);
+	assert_int_equal(fly_test_send_frame(fa, req), 0);
+	assert_int_equal(fly_test_send_frame(fb, req), 0);
+	assert_int_equal(fly_test_recv_frame(fa, &ra,
+					     fly_test_timeout(120000)), 0);
+	assert_int_equal(fly_test_recv_frame(fb, &rb,
+					     fly_test_timeout(120000)), 0);
+	assert_non_null(strstr(ra, "\"tuned\""));
+	assert_non_null(strstr(rb, "\"tuned\""));
+	close(fa);
+	close(fb);
+	/* One benchmark job across both nodes, run holding the lock. */
+	assert_true(counter(&x->a, "jobs_done") + counter(&x->b, "jobs_done")
+		    == 1);
+	assert_true(fleet_num(&x->a, "locked") + fleet_num(&x->b, "locked")
+		    == 1);
+	assert_true(fleet_num(&x->a, "wait_timeouts") == 0);
+	assert_true(fleet_num(&x->b, "wait_timeouts") == 0);
+	wa = winner(&x->a, KEY_A);
+	wb = winner(&x->b, KEY_A);
+	assert_non_null(wa);
+	assert_non_null(wb);
+	assert_string_equal(wa, wb);
+	for (int i = 0; i < 200 && advisory_locks(x) != 0; i++)
+		usleep(50000);
+	assert_int_equal(advisory_locks(x), 0);
+	free(ra);
+	free(rb);
+	free(wa);
+	free(wb);
+}
+
+/* "lib=X" of a fingerprint (the libver of the fleet rows), "" if none. */
+static void fp_libver(const char *fp, char *out, size_t cap)
+{
+	const char *s = strstr(fp, "lib=");
+
+	while (s != NULL && s != fp && s[-1] != ' ')
+		s = strstr(s + 4, "lib=");
+	snprintf(out, cap, "%.*s", s != NULL ? (int)strcspn(s + 4, " \t\n")
+		 : 0, s != NULL ? s + 4 : "");
+}
+
+/* explain KEY's job.fleet ("" when none; caller frees). */
+static char *job_fleet(const struct fly_test_daemon *d, const char *key)
+{
+	cJSON *o = ctl_json(d, "explain %s", key);
+	cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "job"),
+				       "fleet");
+	char *s = strdup(cJSON_IsString(v) ? v->valuestring : "");
+
+	cJSON_Delete(o);
+	return s;
+}
+
+/* Single flight, the holder never publishes: a session outside the fleet
+ * holds the key's lock (its id derived as docs/fleet.md says), so the
+ * node parks its job ("waiting" in explain and jobs, the key answered
+ * with the default meanwhile), then tunes locally once fleet_wait_ms has
+ * passed. */
+static void test_single_flight_wait_times_out(void **state)
+{
+	struct fx *x = *state;
+	char sql[1024], lib[64], *dev, *fl = NULL, *out = NULL;
+	void *holder = NULL;
+	cJSON *o, *devo;
+	int waiting = 0;
+
+	need_pg(x);
+	assert_int_equal(node_start_wait(x, &x->a, 1500), 0);
+	assert_true(wait_state(&x->a, "connected"));
+	o = ctl_json(&x->a, "status");
+	devo = cJSON_GetObjectItem(o, "device");
+	dev = strdup(cJSON_GetObjectItem(devo, "id")->valuestring);
+	fp_libver(cJSON_GetObjectItem(devo, "fingerprint")->valuestring, lib,
+		  sizeof(lib));
+	cJSON_Delete(o);
+	assert_true(lib[0] != '\0');
+	snprintf(sql, sizeof(sql), "SELECT pg_advisory_lock(('x' || substr("
+		 "md5('%s' || chr(10) || '%s' || chr(10) || '%s'), 1, 16))"
+		 "::bit(64)::bigint)", dev, lib, KEY_A);
+	free(dev);
+	assert_int_equal(fly_test_pg_open(&x->pg, sql, &holder), 0);
+
+	assert_int_equal(fly_test_ctl(x->a.sock, 0, NULL, "tune %s", KEY_A),
+			 0);
+	for (int i = 0; i < 100 && !waiting; i++) {
+		free(fl);
+		fl = job_fleet(&x->a, KEY_A);
+		waiting = strcmp(fl, "waiting") == 0;
+		if (!waiting)
+			usleep(10000);
+	}
+	free(fl);
+	assert_true(waiting);
+	assert_true(fleet_num(&x->a, "waiting") == 1);
+	assert_int_equal(fly_test_ctl(x->a.sock, 0, &out, "jobs"), 0);
+	assert_non_null(strstr(out, "waiting"));
+	free(out);
+	assert_null(winner(&x->a, KEY_A));
+	assert_true(counter(&x->a, "jobs_done") == 0);
+
+	/* fleet_wait_ms later it tunes without the lock. */
+	assert_int_equal(fly_test_ctl(x->a.sock, 0, NULL, "tune %s --wait "
+				      "--timeout 120", KEY_A), 0);
+	fl = winner(&x->a, KEY_A);
+	assert_non_null(fl);
+	free(fl);
+	assert_true(counter(&x->a, "jobs_done") == 1);
+	assert_true(fleet_num(&x->a, "waits") == 1);
+	assert_true(fleet_num(&x->a, "wait_timeouts") == 1);
+	assert_true(fleet_num(&x->a, "locked") == 0);
+	assert_true(fleet_num(&x->a, "waiting") == 0);
+	assert_true(fly_test_daemon_log_has(&x->a, "fleet_wait_timeout"));
+	fly_test_pg_close(holder);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -390,6 +547,10 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_variant_refused,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_single_flight, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_single_flight_wait_times_out, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
