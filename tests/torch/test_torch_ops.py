@@ -223,6 +223,38 @@ def check_compile(ft):
         close(r3, r1, 1e-2)
 
 
+def check_compile_attention(ft):
+    """flytuned::attention on q/k/v viewed out of a [B, S, H*D] projection
+    (a layer's pattern) under Inductor: the output's strides are the
+    fake's (Inductor asserts them), and the values SDPA's."""
+    fo = torch.ops.flytuned
+    B, S, H, HKV, D = 1, 256, 8, 2, 128
+
+    def attn(x):
+        q = x[..., :H * D].view(B, S, H, D).transpose(1, 2)
+        k = x[..., H * D:(H + HKV) * D].view(B, S, HKV, D).transpose(1, 2)
+        v = x[..., (H + HKV) * D:].view(B, S, HKV, D).transpose(1, 2)
+        o = fo.attention(q, k, v, True)
+        return o.transpose(1, 2).reshape(B, S, H * D) * 2
+
+    x = torch.randn(B, S, (H + 2 * HKV) * D, device="cuda",
+                    dtype=torch.bfloat16)
+    with torch.no_grad():
+        eager = attn(x)
+        from flytuned.torch import _ops
+        q = x[..., :H * D].view(B, S, H, D).transpose(1, 2)
+        k = x[..., H * D:(H + HKV) * D].view(B, S, HKV, D).transpose(1, 2)
+        v = x[..., (H + HKV) * D:].view(B, S, HKV, D).transpose(1, 2)
+        o = fo.attention(q, k, v, True)
+        fake = _ops._attn_out(q, v)
+        assert o.stride() == fake.stride(), (o.stride(), fake.stride())
+        ref = _ops.ORIG["sdpa"](q, k, v, is_causal=True, enable_gqa=True)
+        close(o, ref, 2e-2)
+        torch._dynamo.reset()
+        got = torch.compile(attn, fullgraph=True)(x)
+        close(got, eager, 2e-2)
+
+
 def check_graph(ft):
     m = Block().cuda()
     x = torch.randn(8, 1024, device="cuda", dtype=torch.bfloat16)
@@ -298,6 +330,7 @@ def main():
             print("FAIL: a daemon is up but the ops run torch's own")
             failed += 1
         for name, fn in [("ops", check_ops), ("compile", check_compile),
+                         ("compile_attention", check_compile_attention),
                          ("cuda_graph", check_graph),
                          ("routing", check_routing)]:
             tests.append((name, lambda fn=fn: fn(ft)))

@@ -105,10 +105,20 @@ def ref_mqa_logits(q, kv, kv_scale, weights, ks, ke, clean_logits=True):
     return s
 
 
+def _attn_out(q, v):
+    """flytuned::attention's output: [B, Hq, Sq, Dv] laid out as
+    [B, Sq, Hq, Dv] (every path and the fake alike: Inductor asserts the
+    strides the fake gave)."""
+    if q.dim() != 4:
+        return q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
+    b, h, s, _ = q.shape
+    return q.new_empty((b, s, h, v.shape[-1])).transpose(1, 2)
+
+
 def ref_attention(q, k, v, is_causal=False, scale=None):
-    return ORIG["sdpa"](q, k, v, is_causal=is_causal,
-                                          scale=scale,
-                                          enable_gqa=k.shape[1] != q.shape[1])
+    r = ORIG["sdpa"](q, k, v, is_causal=is_causal, scale=scale,
+                     enable_gqa=k.shape[1] != q.shape[1])
+    return _attn_out(q, v).copy_(r) if r.dim() == 4 else r
 
 
 REFS = {"rms_norm": ref_rms_norm, "fused_add_rms_norm": ref_fused_add_rms_norm,
@@ -157,7 +167,7 @@ def _fake_mqa_logits(q, kv, kv_scale, weights, ks, ke, clean_logits=True):
 
 
 def _fake_attention(q, k, v, is_causal=False, scale=None):
-    return torch.empty_like(q)
+    return _attn_out(q, v)
 
 
 FAKES = {"rms_norm": _fake_rms_norm,

@@ -587,7 +587,11 @@ at::Tensor mqa_logits(const at::Tensor &q, const at::Tensor &kv,
 /* ----------------------------------------------------------- attention */
 /* SDPA's layout, [B, H, S, D] (q [B, Hq, Sq, D], k/v [B, Hkv, Skv, D]),
  * read through the kernels' strides (batch, seq, head; head_dim
- * contiguous); the output [B, Hq, Sq, D] like q.  Causal aligns
+ * contiguous); the output [B, Hq, Sq, D] laid out as [B, Sq, Hq, D]
+ * (out_layout(): what the fake says, whichever path ran -- Inductor
+ * asserts the strides it was told -- and what a following
+ * transpose(1, 2).reshape(B, Sq, Hq * D) takes without a copy, as SDPA's
+ * own kernels do).  Causal aligns
  * bottom-right when Sq != Skv, as the kernels do (SDPA's is_causal aligns
  * top-left: such calls run SDPA). */
 at::Tensor attention(const at::Tensor &q, const at::Tensor &k,
@@ -595,9 +599,15 @@ at::Tensor attention(const at::Tensor &q, const at::Tensor &k,
 		     std::optional<double> scale)
 {
 	auto sdpa = [&]() {
-		return at::scaled_dot_product_attention(
+		at::Tensor r = at::scaled_dot_product_attention(
 		    q, k, v, std::nullopt, 0.0, is_causal, scale,
 		    k.dim() == 4 && q.dim() == 4 && k.size(1) != q.size(1));
+		if (r.dim() != 4)
+			return r;
+		return at::empty({r.size(0), r.size(2), r.size(1), r.size(3)},
+				 r.options())
+		    .transpose(1, 2)
+		    .copy_(r);
 	};
 	bool fit = served(q) && rt.attn && q.dim() == 4 && k.dim() == 4 &&
 		   v.dim() == 4 && q.scalar_type() == at::kBFloat16 &&
@@ -619,7 +629,7 @@ at::Tensor attention(const at::Tensor &q, const at::Tensor &k,
 	cudaStream_t s = stream();
 	fly_decision d;
 	decide(p, s, &d);
-	at::Tensor o = at::empty({B, hq, sq, dd}, q.options());
+	at::Tensor o = at::empty({B, sq, hq, dd}, q.options()).transpose(1, 2);
 	const int64_t st[12] = {q.stride(0), q.stride(2), q.stride(1),
 				k.stride(0), k.stride(2), k.stride(1),
 				v.stride(0), v.stride(2), v.stride(1),
