@@ -118,6 +118,17 @@ def cases(torch):
     ]
 
 
+def _commit():
+    if os.environ.get("FLY_COMMIT"):  # a tree copied without .git
+        return os.environ["FLY_COMMIT"]
+    try:
+        return subprocess.check_output(
+            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+            stderr=subprocess.DEVNULL).decode().strip()
+    except Exception:
+        return "unknown"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -168,8 +179,17 @@ def main():
         daemon.terminate()
         daemon.wait(10)
     if args.out:
+        doc = {"gpu": torch.cuda.get_device_name(),
+               "torch": torch.__version__, "commit": _commit(),
+               "date": time.strftime("%Y-%m-%d", time.gmtime()),
+               "method": "host us per call, the GPU kept busy ahead of the "
+                         "calls, %d calls a rep, median of %d reps, keys "
+                         "tuned first (process-cache hits); a rep counts "
+                         "only if the GPU was still busy at its end"
+                         % (args.calls, args.reps),
+               "rows": rows}
         with open(args.out, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump(doc, f, indent=1)
     return 0
 
 
