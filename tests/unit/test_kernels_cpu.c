@@ -1115,10 +1115,12 @@ static void test_launch_and_default(void **state)
 	assert_int_equal(flyk_launch(B, dev, &p, &d, &a, NULL), 0);
 	for (int i = 0; i < M * N; i++)
 		assert_true(fabsf(y[i] - yr[i]) <= 1e-4f * (1 + fabsf(yr[i])));
-	/* unknown variant */
+	/* unknown variant: provisional (DEFAULT) runs the default, a tuned
+	 * one is refused */
 	snprintf(d.variant, sizeof(d.variant), "rms_nope");
-	assert_int_equal(flyk_launch(B, dev, &p, &d, &a, NULL), -ENOENT);
+	assert_int_equal(flyk_launch(B, dev, &p, &d, &a, NULL), 0);
 	d.status = FLY_STATUS_TUNED;
+	assert_int_equal(flyk_launch(B, dev, &p, &d, &a, NULL), -ENOENT);
 	d.variant[0] = '\0';
 	assert_int_equal(flyk_launch(B, dev, &p, &d, &a, NULL), -ENOENT);
 	/* out of space, wrong count, infeasible */
