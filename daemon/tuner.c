@@ -614,12 +614,13 @@ static int measure(struct tstate *st)
 				continue;
 			}
 			cand_check(st, &st->cands[i]);
-			/* The job's first check carries what the worker pays
-			 * once (module loads, driver entry points, library
-			 * handles): on the H200 the first attention job of a
-			 * fresh daemon spent over 0.7 s there and measured 1
-			 * of its candidates.  The budget starts after it. */
-			if (nchecked++ == 0)
+			/* The first check of the worker's first job of an op
+			 * carries what the process pays once for it (module
+			 * loads, driver entry points, library handles): on the
+			 * H200 the first attention job of a fresh daemon spent
+			 * over 0.7 s there and measured 1 of its candidates.
+			 * The budget starts after it. */
+			if (nchecked++ == 0 && st->o.first_of_op)
 				st->t0 = st->o.now(st->o.now_ctx);
 		}
 	round_reject(st, alive, want, REJECT0_REPS, REJECT0_X);

@@ -35,9 +35,10 @@
  *      the points of a superseded variant (its flyk_variant.successor
  *      has a candidate here) come after all the others.  A candidate not
  *      yet checked once 70% of job->budget_s of wall time (opts->now) has
- *      passed, 40% for a superseded one (the budget's time counts from
- *      the end of the job's first check, which carries the worker's
- *      one-time costs: module loads, driver entry points, handles), is not run (counted in
+ *      passed, 40% for a superseded one (with opts->first_of_op, the
+ *      worker's first job of the op, the budget's time counts from the
+ *      end of the job's first check, which carries the one-time costs:
+ *      module loads, driver entry points, handles), is not run (counted in
  *      result->nunmeasured, no trial): the rest of the budget is the
  *      checked candidates' reps.  Once all of it has passed, no more reps
  *      are added (every checked, correct candidate still gets one timed
@@ -66,6 +67,11 @@ struct flyd_tuner_opts {
 	int warmup;        /* untimed runs after the check (default 1) */
 	int max_reps;      /* reps a survivor may get (default 30) */
 	int step;          /* reps added per halving round (default 5) */
+	/* 1: the worker's first job of this op (default 0): its first check
+	 * carries the process's one-time costs for the op (module loads,
+	 * driver entry points, library handles) and the budget counts from
+	 * its end */
+	int first_of_op;
 	/* Clock in seconds (monotonic); NULL: CLOCK_MONOTONIC. */
 	double (*now)(void *ctx);
 	void *now_ctx;

@@ -96,7 +96,7 @@ static void send_result(const struct flyd_tune_result *r)
 
 /* One job on a fresh case seeded from the key. */
 static void run_job(struct flyd_backend *be, const struct wm_args *a,
-		    struct flyd_tune_job *j)
+		    struct flyd_tune_job *j, uint64_t *ops_seen)
 {
 	struct flyd_tuner_opts o;
 	struct flyd_tune_result r;
@@ -109,6 +109,12 @@ static void run_job(struct flyd_backend *be, const struct wm_args *a,
 		     : be->kb->kind == FLYK_BACKEND_CPU ? 30 : 50;
 	o.on_start = on_start;
 	o.on_trial = on_trial;
+	/* this process's first job of the op: its first check pays the
+	 * op's one-time costs (tuner.h) */
+	if (j->problem.op < 64) {
+		o.first_of_op = !(*ops_seen & (1ull << j->problem.op));
+		*ops_seen |= 1ull << j->problem.op;
+	}
 	if (flyk_testing_setup_fault != NULL)
 		flyk_testing_setup_fault(&j->problem);
 	rc = be->kb->case_new(be->dev, &j->problem, flyd_tuner_seed(j->key),
@@ -160,6 +166,7 @@ static void job_loop(struct flyd_backend *be, const struct wm_args *a)
 {
 	static struct flyd_tune_job job;
 	struct flyd_wp_hdr h;
+	uint64_t ops_seen = 0; /* ops this process has tuned (tuner.h) */
 	int rc;
 
 	for (;;) {
@@ -171,7 +178,7 @@ static void job_loop(struct flyd_backend *be, const struct wm_args *a)
 				 rc, rc < 0 ? 0u : (unsigned)h.type);
 			_exit(3);
 		}
-		run_job(be, a, &job);
+		run_job(be, a, &job, &ops_seen);
 	}
 }
 
