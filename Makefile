@@ -403,8 +403,12 @@ python-test: all
 # and a summary line that counts them all.
 # The GPU kernels' logic on the CPU emulator (tests/gpu/emu: one coroutine
 # per GPU thread, warp primitives and mma/ldmatrix/cp.async emulated), so CI
-# without a GPU still runs every kernel against a host reference.
-EMU_BIN := $(BUILD)/tests/emu/flyk_emu $(BUILD)/tests/emu/flyk_emu_gemm
+# without a GPU still runs every kernel against a host reference.  The
+# *_amd binaries are the same tests in the emulator's AMD model
+# (-DFLYK_EMU_AMD=1: wave64, HIP's shuffles and 64-bit ballots, 64 KiB of
+# LDS), which compiles the kernels' FLYK_AMD branches (issue 27).
+EMU_BIN := $(BUILD)/tests/emu/flyk_emu $(BUILD)/tests/emu/flyk_emu_gemm \
+	$(BUILD)/tests/emu/flyk_emu_amd $(BUILD)/tests/emu/flyk_emu_gemm_amd
 # The op sources each emulator binary runs.
 EMU_KSRC := kernels/gpu/norm/rmsnorm.hip kernels/gpu/topk/topk.hip \
 	kernels/gpu/compare.hip
@@ -414,20 +418,22 @@ EMU_GSRC := kernels/gpu/gemm/gemm.hip kernels/gpu/gemm/grouped_gemm.hip \
 # includes a test header (tools/check-layering.sh).
 EMU_FLAGS := -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu \
 	-include tests/gpu/emu/flyk_emu.h
-$(BUILD)/tests/emu/flyk_emu: tests/gpu/emu/emu_main.cpp tests/gpu/emu/flyk_emu.h \
-		tests/gpu/emu/emu_sched.h tests/gpu/emu/emu_half.h \
-		$(EMU_KSRC) $(KGPU_HDR)
+EMU_HDR := tests/gpu/emu/flyk_emu.h tests/gpu/emu/emu_sched.h \
+	tests/gpu/emu/emu_half.h tests/gpu/emu/emu_tally.h
+# The device model of each binary: NVIDIA, or AMD for the *_amd ones.
+EMU_MODEL = $(if $(filter %_amd,$@),-DFLYK_EMU_AMD=1,)
+$(BUILD)/tests/emu/flyk_emu $(BUILD)/tests/emu/flyk_emu_amd: \
+		tests/gpu/emu/emu_main.cpp $(EMU_HDR) $(EMU_KSRC) $(KGPU_HDR)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $@")
-	$(Q)$(CXX) $(EMU_FLAGS) -x c++ tests/gpu/emu/emu_main.cpp \
+	$(Q)$(CXX) $(EMU_FLAGS) $(EMU_MODEL) -x c++ tests/gpu/emu/emu_main.cpp \
 		$(EMU_KSRC) -o $@
-$(BUILD)/tests/emu/flyk_emu_gemm: tests/gpu/emu/emu_gemm.cpp tests/gpu/emu/emu_gemm.h \
-		tests/gpu/emu/emu_sched.h tests/gpu/emu/emu_half.h \
-		tests/gpu/emu/flyk_emu.h $(EMU_GSRC) \
-		$(KGPU_HDR) $(BUILD)/tests/emu/flyk.o
+$(BUILD)/tests/emu/flyk_emu_gemm $(BUILD)/tests/emu/flyk_emu_gemm_amd: \
+		tests/gpu/emu/emu_gemm.cpp tests/gpu/emu/emu_gemm.h \
+		$(EMU_HDR) $(EMU_GSRC) $(KGPU_HDR) $(BUILD)/tests/emu/flyk.o
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $@")
-	$(Q)$(CXX) $(EMU_FLAGS) -include tests/gpu/emu/emu_gemm.h \
+	$(Q)$(CXX) $(EMU_FLAGS) $(EMU_MODEL) -include tests/gpu/emu/emu_gemm.h \
 		-x c++ tests/gpu/emu/emu_gemm.cpp $(EMU_GSRC) \
 		-x none $(BUILD)/tests/emu/flyk.o -o $@
 # The emulator is never built with a sanitizer (it switches stacks with
@@ -457,7 +463,8 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ) $(EXAMPLES)
 		tests/torch/test_torch_ops.py tests/integration/test_examples.sh \
 		tests/integration/test_metrics.py tests/integration/test_journal.py \
 		tests/gpu/emu/run-emu-kernels.sh tests/gpu/emu/run-emu-gemm.sh \
-		tests/gpu/emu/run-emu-attn.sh \
+		tests/gpu/emu/run-emu-attn.sh tests/gpu/emu/run-emu-kernels-amd.sh \
+		tests/gpu/emu/run-emu-gemm-amd.sh \
 		$(if $(TEST_FUZZ),tests/fuzz/run-fuzz.sh) \
 		tools/systemd-verify.sh tools/install-check.sh \
 		$(TEST_DEB) $(TEST_ASAN) tools/check.sh

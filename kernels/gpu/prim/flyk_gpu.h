@@ -33,10 +33,6 @@
 #define FLYK_BACKEND_NAME "hip"
 #define FLYK_BACKEND_KIND FLYK_BACKEND_HIP
 #define FLYK_HAS_CLUSTERS 0
-#define FLYK_SHFL_XOR(v, m) __shfl_xor((v), (m))
-#define FLYK_SHFL(v, l) __shfl((v), (l))
-#define FLYK_BALLOT(p) __ballot(p)
-#define FLYK_SHFL_UP(v, o) __shfl_up((v), (o))
 #elif defined(__CUDACC__)
 #include "prim/hip_on_cuda.h"
 #define FLYK_AMD 0
@@ -47,7 +43,8 @@
 #define FLYK_HAS_CLUSTERS 1
 #elif defined(FLYK_EMU)
 /* tests/gpu/emu: the kernels run on the CPU, one coroutine per thread, to
- * check their logic on a machine without a GPU (never a shipped build).
+ * check their logic on a machine without a GPU (never a shipped build),
+ * as NVIDIA (FLYK_AMD 0) or, built with -DFLYK_EMU_AMD=1, as AMD wave64.
  * That build force-includes its device model (-include
  * tests/gpu/emu/flyk_emu.h): no kernels/ header includes a test header. */
 #ifndef FLYK_EMU_H
@@ -55,6 +52,16 @@
 #endif
 #else
 #error "kernels/gpu needs hipcc (AMD) or nvcc (NVIDIA)"
+#endif
+
+#if FLYK_AMD
+/* HIP's wave-wide exchanges (width: the whole wave; __ballot is 64-bit):
+ * hipcc's, or the emulator's models of them in its AMD mode
+ * (tests/gpu/emu, -DFLYK_EMU_AMD=1), which so compiles this same text. */
+#define FLYK_SHFL_XOR(v, m) __shfl_xor((v), (m))
+#define FLYK_SHFL(v, l) __shfl((v), (l))
+#define FLYK_BALLOT(p) __ballot(p)
+#define FLYK_SHFL_UP(v, o) __shfl_up((v), (o))
 #endif
 
 #define FLYK_HAS_CUBLAS (!FLYK_AMD)

@@ -12,7 +12,13 @@
  *       -Itests/gpu/emu -include tests/gpu/emu/emu_gemm.h \
  *       -x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm/gemm.hip \
  *       kernels/gpu/gemm/grouped_gemm.hip -o /tmp/flyk_emu_gemm
- *   /tmp/flyk_emu_gemm [quick|compare]   (compare: only the case check)
+ *   /tmp/flyk_emu_gemm [quick|compare|attn|attn-quick|full]
+ *       (compare: only the case check; attn*: attention only; any other
+ *       argument, or none: everything at every point)
+ *
+ * Built with -DFLYK_EMU_AMD=1 (flyk_emu_gemm_amd), the AMD wave64 model
+ * (flyk_emu.h): only the portable variants are feasible there; the
+ * tally (emu_tally.h) lists the others skipped-infeasible.
  *
  * Own scheduler (a copy of emu_main.cpp's, with 2-D grids).  Not emulated:
  * the asynchrony of cp.async (copies complete at once), timing, the
@@ -33,6 +39,8 @@
 
 
 #include "emu_sched.h"
+
+#include "emu_tally.h"
 
 /* ------------------------------------------------------------ PTX */
 
@@ -316,9 +324,17 @@ static struct flyk_device emu_dev(void)
 	struct flyk_device d;
 	memset(&d, 0, sizeof(d));
 	d.sms = 4; /* small: split-K and persistent grids get exercised */
+#if FLYK_AMD
+	/* wave64, no compute capability, 64 KiB of LDS (backend.hip's
+	 * fields for a gfx942) */
+	d.warp = 64;
+	snprintf(d.arch, sizeof(d.arch), "gfx942");
+	d.smem_per_block_optin = FLYK_EMU_SMEM_MAX;
+#else
 	d.warp = 32;
 	d.cc_major = 9;
 	d.smem_per_block_optin = 232448;
+#endif
 	return d;
 }
 
@@ -372,9 +388,11 @@ static void gemm_one(const struct flyk_backend *b, int64_t m, int64_t n,
 		if (!flyk_variant_supports(v, &p) || v->enumerate)
 			continue;
 		int seen = 0;
+		tally_seen(v->name);
 		each_point(v, &dev, &p, [&](const int64_t *pt) {
 			if (seen++ % stride)
 				return;
+			tally_ran(v->name);
 			char key[200];
 			key_of(v->name, &p, pt, v->nparams, key, sizeof(key));
 			memset(C.data(), 0xff, C.size() * 2);
@@ -436,9 +454,11 @@ static void grouped_one(const struct flyk_backend *b,
 		if (!flyk_variant_supports(v, &p))
 			continue;
 		int seen = 0;
+		tally_seen(v->name);
 		each_point(v, &dev, &p, [&](const int64_t *pt) {
 			if (seen++ % stride)
 				return;
+			tally_ran(v->name);
 			char key[200];
 			key_of(v->name, &p, pt, v->nparams, key, sizeof(key));
 			memset(C.data(), 0xff, C.size() * 2);
@@ -633,9 +653,11 @@ static void attn_one(const struct flyk_backend *b, int64_t B, int64_t sq,
 		if (!flyk_variant_supports(var, &p))
 			continue;
 		int seen = 0;
+		tally_seen(var->name);
 		each_point(var, &dev, &p, [&](const int64_t *pt) {
 			if (seen++ % stride)
 				return;
+			tally_ran(var->name);
 			char key[200];
 			int n = snprintf(key, sizeof(key),
 					 "%s %s b%lld sq%lld skv%lld h%lld/%lld d%lld%s%s (",
@@ -703,6 +725,7 @@ int main(int argc, char **argv)
 	b.nvariants = vs.size();
 	if (argc > 1 && !strncmp(argv[1], "attn", 4)) { /* attention only */
 		attn_all(&b, !strcmp(argv[1], "attn-quick"));
+		nfail += tally_report();
 		printf("%d passed, %d failed\n", npass, nfail);
 		return nfail ? 1 : 0;
 	}
@@ -738,6 +761,7 @@ int main(int argc, char **argv)
 	grouped_one(&b, {100, 0, 37, 130}, 136, 264, quick ? 6 : 1);
 	if (!quick) /* quick: attention is run-emu-attn.sh's (attn-quick) */
 		attn_all(&b, 0);
+	nfail += tally_report();
 	printf("%d passed, %d failed\n", npass, nfail);
 	return nfail ? 1 : 0;
 }

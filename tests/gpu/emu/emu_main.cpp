@@ -12,6 +12,10 @@
  *
  *   /tmp/flyk_emu [quick|cases]   (cases: only the op modules' case paths)
  *
+ * Built with -DFLYK_EMU_AMD=1 (flyk_emu_amd), the same tests run in the
+ * AMD wave64 model (flyk_emu.h); quick there takes every other topk
+ * point.  First the emulator's own wave self-test (wave_selftest).
+ *
  * Prints failures and "N passed, N failed"; exit status 1 on a failure.
  */
 #include <errno.h>
@@ -26,6 +30,8 @@
 #include "emu_sched.h"
 
 #include "emu_half.h"
+
+#include "emu_tally.h"
 
 static float bf2f(uint16_t b)
 {
@@ -113,10 +119,18 @@ static struct flyk_device emu_dev(void)
 {
 	struct flyk_device d;
 	memset(&d, 0, sizeof(d));
+#if FLYK_AMD
+	/* an MI300X, as backend.hip fills it: no compute capability */
+	d.sms = 304;
+	d.warp = 64;
+	snprintf(d.arch, sizeof(d.arch), "gfx942");
+	d.smem_per_block_optin = FLYK_EMU_SMEM_MAX;
+#else
 	d.sms = 132;
 	d.warp = 32;
 	d.cc_major = 9;
 	d.smem_per_block_optin = 227 * 1024;
+#endif
 	return d;
 }
 
@@ -204,9 +218,11 @@ static void rms_case(uint32_t dt, int res, int64_t m, int64_t n)
 	const struct flyk_gpu_op *op = &flyk_gpu_rmsnorm_op;
 	for (size_t vi = 0; vi < op->nvariants; vi++) {
 		const struct flyk_variant *v = &op->variants[vi];
+		tally_seen(v->name);
 		each_point(v, [&](const int64_t *pt) {
 			if (v->feasible(&dev, &p, pt))
 				return;
+			tally_ran(v->name);
 			memset(y, 0xff, mn * es);
 			memcpy(r, r0, mn * es);
 			union flyk_args a;
@@ -237,8 +253,9 @@ static void rms_case(uint32_t dt, int res, int64_t m, int64_t n)
 	free(r);
 }
 
+/* Every feasible point of every topk variant (every @p stride-th). */
 static void topk_case(uint32_t dt, int det, int64_t m, int64_t n, int64_t k,
-		      int dups)
+		      int dups, int stride)
 {
 	struct fly_problem p;
 	memset(&p, 0, sizeof(p));
@@ -271,9 +288,12 @@ static void topk_case(uint32_t dt, int det, int64_t m, int64_t n, int64_t k,
 	const struct flyk_gpu_op *op = &flyk_gpu_topk_op;
 	for (size_t vi = 0; vi < op->nvariants; vi++) {
 		const struct flyk_variant *v = &op->variants[vi];
+		int seen = 0;
+		tally_seen(v->name);
 		each_point(v, [&](const int64_t *pt) {
-			if (v->feasible(&dev, &p, pt))
+			if (v->feasible(&dev, &p, pt) || seen++ % stride)
 				return;
+			tally_ran(v->name);
 			memset(vals, 0xff, mk * es);
 			memset(idx, 0xff, mk * 8);
 			union flyk_args a;
@@ -405,8 +425,120 @@ static void case_path(const struct flyk_gpu_op *op, struct fly_problem p)
 		free(c.buf[i]);
 }
 
+/* ------------------------------------------------------------ wave size */
+
+/* The emulator's own test of its wave (issue 27): x[i] = i + 1 over one
+ * warp, summed by a butterfly.  selftest_sum32 is the planted bug, a loop
+ * written for 32 lanes: in the AMD model (64 lanes) lane 0 must come out
+ * with lanes 0-31 only, 528, where the FLYK_WARP loop of selftest_sum
+ * gets all 64, 2080 -- so the model really runs 64 lanes; in the NVIDIA
+ * model both get 528. */
+__global__ void selftest_sum32(const int *x, int *out)
+{
+	int v = x[threadIdx.x];
+	for (int o = 16; o > 0; o >>= 1)
+		v += FLYK_SHFL_XOR(v, o);
+	if (threadIdx.x == 0)
+		out[0] = v;
+}
+
+__global__ void selftest_sum(const int *x, int *out)
+{
+	int v = x[threadIdx.x];
+	for (int o = FLYK_WARP / 2; o > 0; o >>= 1)
+		v += FLYK_SHFL_XOR(v, o);
+	if (threadIdx.x == 0)
+		out[0] = v;
+}
+
+/* The ballot of odd lanes, kept in 64 bits (the high half is lanes 32-63
+ * on AMD; a 32-bit mask would lose it). */
+__global__ void selftest_ballot(unsigned long long *out)
+{
+	unsigned long long m = FLYK_BALLOT(threadIdx.x & 1);
+	if (threadIdx.x == 0)
+		out[0] = m;
+}
+
+#if FLYK_AMD
+/* HIP's shuffles at their edges: lane l writes 8 results at out[8 l]. */
+__global__ void selftest_hip_shfl(int *out)
+{
+	int l = (int)threadIdx.x, *o = out + 8 * l;
+	o[0] = __shfl(l, l + 70);	 /* (l + 70) % 64 */
+	o[1] = __shfl_down(l, 1);	 /* l + 1; lane 63: its own */
+	o[2] = __shfl_up(l, 1);		 /* l - 1; lane 0: its own */
+	o[3] = __shfl_xor(l, 33);	 /* l ^ 33 */
+	o[4] = __shfl_xor(l, 64);	 /* outside the wave: its own */
+	o[5] = __shfl_down(l, 1, 32);	 /* per 32 lanes: 31, 63 keep theirs */
+	o[6] = __shfl(l, 3, 16);	 /* lane 3 of its 16-lane section */
+	o[7] = __shfl_up(l, 4, 8);	 /* per 8 lanes: first 4 keep theirs */
+}
+
+static int hip_shfl_expect(int l, int i)
+{
+	switch (i) {
+	case 0: return (l + 70) % 64;
+	case 1: return l == 63 ? l : l + 1;
+	case 2: return l == 0 ? l : l - 1;
+	case 3: return l ^ 33;
+	case 4: return l;
+	case 5: return l % 32 == 31 ? l : l + 1;
+	case 6: return (l & ~15) + 3;
+	default: return l % 8 < 4 ? l : l - 4;
+	}
+}
+#endif
+
+static void selftest(bool ok, const char *what)
+{
+	if (ok) {
+		npass++;
+		return;
+	}
+	nfail++;
+	printf("FAIL selftest %s (%s)\n", what, EMU_MODEL);
+}
+
+static void wave_selftest(void)
+{
+	int x[FLYK_WARP], out[8 * FLYK_WARP];
+	unsigned long long m = 0, odd = 0;
+	for (int i = 0; i < FLYK_WARP; i++) {
+		x[i] = i + 1;
+		odd |= (unsigned long long)(i & 1) << i;
+	}
+	int all = FLYK_WARP * (FLYK_WARP + 1) / 2;
+	FLYK_GO(1, FLYK_WARP, 0, 0, selftest_sum32)(x, out);
+	selftest(out[0] == 528 && (FLYK_WARP == 32 || out[0] != all),
+		 "the planted 32-lane sum is wrong on 64 lanes");
+	FLYK_GO(1, FLYK_WARP, 0, 0, selftest_sum)(x, out);
+	selftest(out[0] == all, "the FLYK_WARP sum");
+	FLYK_GO(1, FLYK_WARP, 0, 0, selftest_ballot)(&m);
+	selftest(m == odd, "ballot of odd lanes");
+	FLYK_GO(1, 16, 0, 0, selftest_ballot)(&m); /* a partial warp */
+	selftest(m == 0xaaaa, "ballot of a 16-lane block");
+#if FLYK_AMD
+	FLYK_GO(1, 64, 0, 0, selftest_hip_shfl)(out);
+	bool ok = true;
+	for (int l = 0; l < 64; l++)
+		for (int i = 0; i < 8; i++)
+			ok = ok && out[8 * l + i] == hip_shfl_expect(l, i);
+	selftest(ok, "HIP __shfl* semantics");
+#endif
+	/* LDS (AMD) or opt-in shared memory (NVIDIA) past the limit: the
+	 * launch fails and runs nothing */
+	out[0] = -1;
+	FLYK_GO(1, FLYK_WARP, FLYK_EMU_SMEM_MAX + 16, 0, selftest_sum)(x, out);
+	selftest(hipGetLastError() != hipSuccess && out[0] == -1,
+		 "launch over the shared-memory limit");
+	selftest(hipGetLastError() == hipSuccess, "launch error cleared");
+}
+
 int main(int argc, char **argv)
 {
+	wave_selftest();
+	printf("wave selftest: %d passed, %d failed\n", npass, nfail);
 	static const uint32_t dts[] = {FLY_DT_FP32, FLY_DT_FP16, FLY_DT_BF16};
 	static const int64_t rs[][2] = {{1, 1}, {3, 7}, {5, 100}, {3, 4097},
 					{2, 8193}, {2, 16385}, {1, 32769},
@@ -450,12 +582,15 @@ int main(int argc, char **argv)
 				if (!quick || (s < 5 && d == 0))
 					rms_case(dts[d], res, rs[s][0], rs[s][1]);
 	printf("rmsnorm: %d passed, %d failed\n", npass, nfail);
+	/* quick in the AMD model: every other point (the suite's time) */
+	int st = quick && FLYK_AMD ? 2 : 1;
 	for (size_t s = 0; s < sizeof(ts) / sizeof(ts[0]); s++)
 		for (int d = 0; d < 3; d++)
 			for (int dup = 0; dup < 2; dup++)
 				if (!quick || ((s < 5 || s >= 10) && d == 0))
 					topk_case(dts[d], dup, ts[s][0], ts[s][1],
-						  ts[s][2], dup);
+						  ts[s][2], dup, st);
+	nfail += tally_report();
 	printf("%d passed, %d failed\n", npass, nfail);
 	return nfail ? 1 : 0;
 }

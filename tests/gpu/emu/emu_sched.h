@@ -5,7 +5,10 @@
  * (__syncthreads: the block; __syncwarp / warp collectives: its warp) or
  * ends; a barrier is released when every live thread of its scope waits
  * on it; mixed barriers that can never release abort ("deadlock").
- * Blocks of a grid (x, then y, then z) run one after another.
+ * Blocks of a grid (x, then y, then z) run one after another.  A warp is
+ * FLYK_WARP threads (32, or 64 in the AMD mode); a launch asking for more
+ * dynamic shared memory than FLYK_EMU_SMEM_MAX fails (hipGetLastError)
+ * and runs nothing, as on the GPU.
  *
  * Definitions, not declarations: include it from exactly one .cpp of an
  * emulator binary, after flyk_gpu.h.
@@ -36,7 +39,8 @@ struct emu_thread {
 static std::vector<emu_thread> thr;
 static ucontext_t sched;
 static int cur;
-static std::vector<unsigned> slots;
+static std::vector<uint64_t> slots;
+static hipError_t last_err;
 static std::vector<unsigned char> dyn;
 static const std::function<void()> *body_fn;
 
@@ -54,9 +58,15 @@ void flyk_emu_syncwarp(void)
 {
 	emu_yield(WAIT_WARP);
 }
-unsigned *flyk_emu_warp_slots(void)
+uint64_t *flyk_emu_warp_slots(void)
 {
-	return &slots[(cur / 32) * 32];
+	return &slots[(cur / FLYK_WARP) * FLYK_WARP];
+}
+hipError_t flyk_emu_last_error(void)
+{
+	hipError_t e = last_err;
+	last_err = hipSuccess;
+	return e;
 }
 void *flyk_emu_dyn_smem(void)
 {
@@ -66,20 +76,21 @@ void *flyk_emu_dyn_smem(void)
 static void emu_tramp(void)
 {
 	(*body_fn)();
+	slots[cur] = FLYK_EMU_GONE; /* every lane has read it: see xchg */
 	emu_yield(DONE);
 }
 
 static bool emu_release(int n)
 {
 	bool any = false;
-	for (int w = 0; w * 32 < n; w++) {
-		int live = 0, wait = 0;
-		for (int t = w * 32; t < n && t < w * 32 + 32; t++) {
+	for (int w = 0; w * FLYK_WARP < n; w++) {
+		int live = 0, wait = 0, end = w * FLYK_WARP + FLYK_WARP;
+		for (int t = w * FLYK_WARP; t < n && t < end; t++) {
 			live += thr[t].state != DONE;
 			wait += thr[t].state == WAIT_WARP;
 		}
 		if (wait && wait == live) {
-			for (int t = w * 32; t < n && t < w * 32 + 32; t++)
+			for (int t = w * FLYK_WARP; t < n && t < end; t++)
 				thr[t].state = RUN;
 			any = true;
 		}
@@ -139,13 +150,17 @@ void flyk_emu_run(dim3 grid, dim3 block, size_t smem,
 			block.x);
 		abort();
 	}
+	if (smem > FLYK_EMU_SMEM_MAX) {
+		last_err = hipErrorInvalidValue;
+		return;
+	}
 	if ((int)thr.size() < n) {
 		size_t old = thr.size();
 		thr.resize(n);
 		for (size_t i = old; i < thr.size(); i++)
 			thr[i].stack = (char *)malloc(STACK);
 	}
-	slots.assign(1024, 0xdeadbeefu);
+	slots.assign(1024, FLYK_EMU_GONE); /* lanes past n: never written */
 	dyn.assign(smem + 16, 0xcd); /* garbage, as on a GPU */
 	body_fn = &body;
 	blockDim = block;

@@ -5,12 +5,25 @@
  * between barriers; warp shuffles and ballots go through a per-warp slot
  * array between two warp barriers.  Memory is host memory.
  *
+ * Two device models, one per build (issue 27):
+ *   NVIDIA (default)     FLYK_AMD 0, 32-lane warps, the FLYK_SHFL* macros
+ *                        with CUDA's semantics, mma.sync / ldmatrix /
+ *                        cp.async / wgmma through the hooks below.
+ *   AMD (-DFLYK_EMU_AMD=1)  FLYK_AMD 1, 64-lane waves, HIP's __shfl,
+ *                        __shfl_up, __shfl_down, __shfl_xor (width, no
+ *                        mask) and a 64-bit __ballot, 64 KiB of LDS a
+ *                        workgroup; prim/flyk_gpu.h then turns off MMA,
+ *                        wgmma, TMA, clusters and cuBLAS, so the kernels'
+ *                        AMD branches are the ones compiled.
+ *
  * Owns: the emulator's global state.  Thread: one host thread.
  * Test-only; never part of a shipped build.  The emulator build
  * force-includes it (-include) ahead of every source, so kernels/gpu
  * includes no test header (prim/flyk_gpu.h checks that it was).
  * Not emulated: clusters (FLYK_HAS_CLUSTERS 0), timing, real concurrency
- * (atomics are plain adds: threads only switch at barriers).
+ * (atomics are plain adds: threads only switch at barriers), the size of
+ * static __shared__ arrays (only dynamic shared memory is held to the
+ * limit).
  */
 #ifndef FLYK_EMU_H
 #define FLYK_EMU_H
@@ -24,10 +37,24 @@
 #include <functional>
 #include <vector>
 
+#ifndef FLYK_EMU_AMD
+#define FLYK_EMU_AMD 0
+#endif
+#if FLYK_EMU_AMD
+#define FLYK_AMD 1
+#define FLYK_WARP 64
+#define FLYK_BACKEND_NAME "emu-amd"
+#define FLYK_BACKEND_KIND FLYK_BACKEND_HIP
+/* LDS a workgroup (CDNA2/CDNA3: 64 KiB) */
+#define FLYK_EMU_SMEM_MAX (64 * 1024)
+#else
 #define FLYK_AMD 0
 #define FLYK_WARP 32
 #define FLYK_BACKEND_NAME "emu"
 #define FLYK_BACKEND_KIND FLYK_BACKEND_CUDA
+/* shared memory a block, opted in (sm_90: 227 KiB) */
+#define FLYK_EMU_SMEM_MAX 232448
+#endif
 #define FLYK_HAS_CLUSTERS 0
 
 #define __global__
@@ -56,10 +83,13 @@ typedef void *hipEvent_t;
 #define hipSuccess 0
 #define hipErrorInvalidValue 1
 #define hipFuncAttributeMaxDynamicSharedMemorySize 0
-static inline hipError_t hipGetLastError(void) { return hipSuccess; }
-static inline hipError_t hipFuncSetAttribute(const void *, int, int)
+/* The error of the last launch (flyk_emu_run refuses one asking for more
+ * dynamic shared memory than FLYK_EMU_SMEM_MAX), cleared by reading. */
+hipError_t flyk_emu_last_error(void);
+static inline hipError_t hipGetLastError(void) { return flyk_emu_last_error(); }
+static inline hipError_t hipFuncSetAttribute(const void *, int, int bytes)
 {
-	return hipSuccess;
+	return bytes > FLYK_EMU_SMEM_MAX ? hipErrorInvalidValue : hipSuccess;
 }
 static inline hipError_t hipGetDevice(int *d)
 {
@@ -79,7 +109,10 @@ void flyk_emu_run(dim3 grid, dim3 block, size_t smem,
 		  const std::function<void()> &body);
 void flyk_emu_syncthreads(void);
 void flyk_emu_syncwarp(void);
-unsigned *flyk_emu_warp_slots(void); /* 32 x 2 words of this warp */
+/* FLYK_WARP words of this warp; a lane that has ended reads as
+ * FLYK_EMU_GONE there (out of a ballot, garbage to a shuffle). */
+uint64_t *flyk_emu_warp_slots(void);
+#define FLYK_EMU_GONE 0xdeadbeefdeadbeefull
 void *flyk_emu_dyn_smem(void);
 
 #define __syncthreads() flyk_emu_syncthreads()
@@ -103,45 +136,89 @@ flyk_emu_launch<F> flyk_emu_bind(dim3 g, dim3 b, size_t s, F *f)
 #define FLYK_DYN_SMEM(T, name) T *name = (T *)flyk_emu_dyn_smem()
 
 /* ---- warp intrinsics: write, barrier, read, barrier */
-static inline unsigned flyk_emu_xchg(unsigned v, int src)
+static inline int flyk_emu_lane(void) { return (int)(threadIdx.x % FLYK_WARP); }
+
+/* Lane @p src's @p v (0 <= src < FLYK_WARP), any type of up to 8 bytes. */
+template <typename T> static inline T flyk_emu_xchg(T v, int src)
 {
-	unsigned *sl = flyk_emu_warp_slots();
-	int lane = threadIdx.x % 32;
-	sl[lane] = v;
+	static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
+	uint64_t *sl = flyk_emu_warp_slots(), u = 0;
+	memcpy(&u, &v, sizeof(T));
+	sl[flyk_emu_lane()] = u;
 	flyk_emu_syncwarp();
-	unsigned r = sl[src & 31];
+	u = sl[src];
 	flyk_emu_syncwarp();
-	return r;
-}
-static inline unsigned flyk_emu_shfl_u(unsigned v, int l) { return flyk_emu_xchg(v, l); }
-static inline float flyk_emu_shfl_f(float v, int l)
-{
-	unsigned u;
-	memcpy(&u, &v, 4);
-	u = flyk_emu_xchg(u, l);
-	memcpy(&v, &u, 4);
+	memcpy(&v, &u, sizeof(T));
 	return v;
 }
-static inline unsigned flyk_emu_shfl(unsigned v, int l) { return flyk_emu_shfl_u(v, l); }
-static inline int flyk_emu_shfl(int v, int l) { return (int)flyk_emu_shfl_u((unsigned)v, l); }
-static inline float flyk_emu_shfl(float v, int l) { return flyk_emu_shfl_f(v, l); }
-#define FLYK_SHFL_XOR(v, m) flyk_emu_shfl((v), (int)(threadIdx.x % 32) ^ (m))
-#define FLYK_SHFL(v, l) flyk_emu_shfl((v), (l))
-/* Lanes below @p o keep their own value (only lanes >= o read it). */
-#define FLYK_SHFL_UP(v, o) flyk_emu_shfl((v), (int)(threadIdx.x % 32) - (int)(o))
-static inline unsigned flyk_emu_ballot(int p)
+
+/* The lanes whose predicate is true, bit i for lane i. */
+static inline uint64_t flyk_emu_ballot(int p)
 {
-	unsigned *sl = flyk_emu_warp_slots();
-	int lane = threadIdx.x % 32;
-	sl[lane] = p ? 1u : 0u;
+	uint64_t *sl = flyk_emu_warp_slots(), r = 0;
+	sl[flyk_emu_lane()] = p ? 1 : 0;
 	flyk_emu_syncwarp();
-	unsigned r = 0;
-	for (int i = 0; i < 32; i++)
-		r |= sl[i] << i;
+	for (int i = 0; i < FLYK_WARP; i++)
+		r |= (uint64_t)(sl[i] == 1) << i;
 	flyk_emu_syncwarp();
 	return r;
 }
-#define FLYK_BALLOT(p) flyk_emu_ballot(p)
+
+#if FLYK_EMU_AMD
+/* HIP's wave64 cross-lane functions, as the HIP and rocPRIM documentation
+ * gives them (width: a power of 2, at most the wave; each width-lane
+ * section of the wave its own group):
+ *   __shfl       lane src modulo width, of the caller's section
+ *   __shfl_up    lane - delta; below the section: the caller's own value
+ *   __shfl_down  lane + delta; past the section: the caller's own value
+ *   __shfl_xor   lane ^ mask; outside the section: the caller's own value
+ *   __ballot     a 64-bit mask, bit i for lane i
+ * No mask argument: every active lane of the wave takes part. */
+static inline int flyk_emu_base(int width)
+{
+	if (width < 1 || width > FLYK_WARP || (width & (width - 1)))
+		abort(); /* undefined in HIP */
+	return flyk_emu_lane() & ~(width - 1);
+}
+template <typename T> static inline T __shfl(T v, int src, int width = FLYK_WARP)
+{
+	return flyk_emu_xchg(v, flyk_emu_base(width) + (src & (width - 1)));
+}
+template <typename T>
+static inline T __shfl_up(T v, unsigned delta, int width = FLYK_WARP)
+{
+	int l = flyk_emu_lane(), s = l - (int)delta;
+	return flyk_emu_xchg(v, s < flyk_emu_base(width) ? l : s);
+}
+template <typename T>
+static inline T __shfl_down(T v, unsigned delta, int width = FLYK_WARP)
+{
+	int l = flyk_emu_lane(), b = flyk_emu_base(width);
+	int64_t s = (int64_t)l + delta;
+	return flyk_emu_xchg(v, s >= b + width ? l : (int)s);
+}
+template <typename T>
+static inline T __shfl_xor(T v, int mask, int width = FLYK_WARP)
+{
+	int l = flyk_emu_lane(), b = flyk_emu_base(width), s = l ^ mask;
+	return flyk_emu_xchg(v, s < b || s >= b + width ? l : s);
+}
+static inline unsigned long long __ballot(int p) { return flyk_emu_ballot(p); }
+
+/* FLYK_SHFL* and FLYK_BALLOT: prim/flyk_gpu.h's AMD definitions, on the
+ * functions above. */
+#else
+/* CUDA's *_sync semantics on the full warp: the source lane modulo 32
+ * (FLYK_SHFL, FLYK_SHFL_XOR); FLYK_SHFL_UP: lanes below @p o keep their
+ * own value. */
+#define FLYK_SHFL_XOR(v, m) flyk_emu_xchg((v), (flyk_emu_lane() ^ (m)) & 31)
+#define FLYK_SHFL(v, l) flyk_emu_xchg((v), (int)(l) & 31)
+#define FLYK_SHFL_UP(v, o)                                                     \
+	flyk_emu_xchg((v), flyk_emu_lane() >= (int)(o)                         \
+			       ? flyk_emu_lane() - (int)(o)                    \
+			       : flyk_emu_lane())
+#define FLYK_BALLOT(p) ((unsigned)flyk_emu_ballot(p))
+#endif
 
 /* ---- the primitives' hooks: kernels/gpu/prim calls these under FLYK_EMU
  * in place of its PTX (defined in emu_gemm.cpp; a build that runs no

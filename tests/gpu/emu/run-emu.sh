@@ -3,14 +3,18 @@
 # quick mode (every variant at a sample of its feasible points; run the
 # binaries without "quick" for every point).  Built by `make test` in
 # $FLY_BUILD_DIR/tests/emu; BINARY is flyk_emu (rmsnorm, topk) or
-# flyk_emu_gemm (gemm, grouped gemm; MODE attn-quick: attention), default
-# both; MODE defaults to quick.  `make test` runs them through
-# run-emu-kernels.sh, run-emu-gemm.sh and run-emu-attn.sh: one test (and
-# one time limit) each.  Ends with one line "emu: N passed, N failed".
+# flyk_emu_gemm (gemm, grouped gemm; MODE attn-quick: attention; full:
+# all three at every point), or their AMD wave64 builds flyk_emu_amd and
+# flyk_emu_gemm_amd, default all four; MODE defaults to quick.  `make
+# test` runs them through run-emu-kernels.sh, run-emu-gemm.sh,
+# run-emu-attn.sh, run-emu-kernels-amd.sh and run-emu-gemm-amd.sh: one
+# test (and one time limit) each.  Each binary prints the variants it ran
+# and those skipped as infeasible in its model; ends with one line "emu: N
+# passed, N failed".
 set -u
 b=${FLY_BUILD_DIR:?FLY_BUILD_DIR not set}/tests/emu
 tp=0 tf=0 rc=0
-for t in ${*:-flyk_emu flyk_emu_gemm}; do
+for t in ${*:-flyk_emu flyk_emu_gemm flyk_emu_amd flyk_emu_gemm_amd}; do
 	mode=quick
 	case $t in *:*) mode=${t#*:} t=${t%%:*} ;; esac
 	out=$("$b/$t" "$mode" 2>&1) || rc=1
