@@ -12,13 +12,17 @@
  *       -Itests/gpu/emu -include tests/gpu/emu/emu_gemm.h \
  *       -x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm/gemm.hip \
  *       kernels/gpu/gemm/grouped_gemm.hip -o /tmp/flyk_emu_gemm
- *   /tmp/flyk_emu_gemm [quick|compare|attn|attn-quick|full]
- *       (compare: only the case check; attn*: attention only; any other
- *       argument, or none: everything at every point)
+ *   /tmp/flyk_emu_gemm [quick|compare|attn|attn-quick|mfma|full]
+ *       (compare: only the case check; attn*: attention only; mfma: the
+ *       AMD build's MFMA model only; any other argument, or none:
+ *       everything at every point)
  *
  * Built with -DFLYK_EMU_AMD=1 (flyk_emu_gemm_amd), the AMD wave64 model
  * (flyk_emu.h): only the portable variants are feasible there; the
- * tally (emu_tally.h) lists the others skipped-infeasible.
+ * tally (emu_tally.h) lists the others skipped-infeasible.  That build
+ * also models the two bf16 MFMA builtins (flyk_emu_mfma, from AMD's
+ * documented register layouts) and tests them against a plain matrix
+ * product (mfma_unit); no kernel calls them yet.
  *
  * Own scheduler (a copy of emu_main.cpp's, with 2-D grids).  Not emulated:
  * the asynchrony of cp.async (copies complete at once), timing, the
@@ -174,6 +178,53 @@ void flyk_emu_mma16816_f16(float *c, const uint32_t *a, const uint32_t *b)
 	flyk_emu_mma16816(c, a, b);
 	mma_f16[threadIdx.x / 32] = 0;
 }
+
+#if FLYK_AMD
+/* ------------------------------------------------------------ MFMA */
+
+/* v_mfma_f32_32x32x8bf16_1k and v_mfma_f32_16x16x16bf16_1k (CDNA3:
+ * v_mfma_f32_32x32x8_bf16, v_mfma_f32_16x16x16_bf16), D = A B + C with
+ * n x n tiles (n = 32 or 16), K = 8 or 16.  Register layouts from AMD's
+ * Matrix Instruction Calculator (github.com/ROCm/
+ * amd_matrix_instruction_calculator, 2ef9189: --matrix-layout -A/-B/-D,
+ * -a cdna3 and -a cdna2 agree), checked against it for all 64 lanes;
+ * with g = l / n the lane's group:
+ *   A[i][k]  lane i + n (k / 4), element k % 4 (4 bf16 a lane)
+ *   B[k][j]  lane j + n (k / 4), element k % 4
+ *   D[i][j]  lane j + n g, register v: i = 8 (v / 4) + 4 g + v % 4 on
+ *            32x32 (16 registers), i = 4 g + v on 16x16 (4 registers)
+ * Products are exact in fp32; they are summed in k order, then added to
+ * C (the hardware's order is not specified to the bit). */
+static flyk_emu_short4 mf_a[16][64], mf_b[16][64];
+
+static float mf_bf(short h)
+{
+	return bfh((uint16_t)h, 0);
+}
+
+void flyk_emu_mfma(int n, const flyk_emu_short4 *a, const flyk_emu_short4 *b,
+		   float *acc, int ctl)
+{
+	int w = threadIdx.x / 64, l = threadIdx.x % 64, g = l / n, j = l % n;
+	int nk = 64 / n * 4, nreg = n * n / 64;
+	if (ctl) {
+		fprintf(stderr, "emu: MFMA broadcast controls not emulated\n");
+		abort();
+	}
+	mf_a[w][l] = *a;
+	mf_b[w][l] = *b;
+	flyk_emu_syncwarp();
+	for (int v = 0; v < nreg; v++) {
+		int i = n == 32 ? 8 * (v / 4) + 4 * g + v % 4 : 4 * g + v;
+		float s = 0.f;
+		for (int k = 0; k < nk; k++)
+			s += mf_bf(mf_a[w][i + n * (k / 4)][k % 4]) *
+			     mf_bf(mf_b[w][j + n * (k / 4)][k % 4]);
+		acc[v] += s;
+	}
+	flyk_emu_syncwarp();
+}
+#endif
 
 /* ------------------------------------------------------------ links */
 
@@ -707,6 +758,132 @@ static void attn_all(const struct flyk_backend *b, int quick)
 	}
 }
 
+#if FLYK_AMD
+/* ------------------------------------------------------------ MFMA test */
+
+/* The test's own maps from (lane l, element or register e) to the matrix
+ * element it holds, forward where the emulator's go backward; anchored in
+ * mfma_unit to entries printed by AMD's Matrix Instruction Calculator. */
+static void mft_a(int n, int l, int e, int *i, int *k)
+{
+	*i = l % n;
+	*k = 4 * (l / n) + e;
+}
+
+static void mft_b(int n, int l, int e, int *k, int *j)
+{
+	*k = 4 * (l / n) + e;
+	*j = l % n;
+}
+
+static void mft_d(int n, int l, int v, int *i, int *j)
+{
+	*j = l % n;
+	*i = n == 32 ? 8 * (v / 4) + 4 * (l / 32) + v % 4 : 4 * (l / 16) + v;
+}
+
+/* Each wave w of the block: D_w = A_w B_w + C_w, row-major n x nk, nk x n
+ * and n x n, loaded into and stored from the registers by the maps. */
+template <int N>
+__global__ void mfma_kernel(const uint16_t *A, const uint16_t *B,
+			    const float *C, float *D)
+{
+	enum { NK = 64 / N * 4, NR = N * N / 64 };
+	int w = threadIdx.x / 64, l = threadIdx.x % 64, i, j, k;
+	A += w * N * NK;
+	B += w * NK * N;
+	C += w * N * N;
+	D += w * N * N;
+	flyk_emu_short4 a, b;
+	for (int e = 0; e < 4; e++) {
+		mft_a(N, l, e, &i, &k);
+		a[e] = (short)A[i * NK + k];
+		mft_b(N, l, e, &k, &j);
+		b[e] = (short)B[k * N + j];
+	}
+	float acc[NR];
+	for (int v = 0; v < NR; v++) {
+		mft_d(N, l, v, &i, &j);
+		acc[v] = C[i * N + j];
+	}
+	if constexpr (N == 32) {
+		flyk_emu_float16 c;
+		memcpy(&c, acc, sizeof(c));
+		c = __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(a, b, c, 0, 0, 0);
+		memcpy(acc, &c, sizeof(c));
+	} else {
+		flyk_emu_float4 c;
+		memcpy(&c, acc, sizeof(c));
+		c = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a, b, c, 0, 0, 0);
+		memcpy(acc, &c, sizeof(c));
+	}
+	for (int v = 0; v < NR; v++) {
+		mft_d(N, l, v, &i, &j);
+		D[i * N + j] = acc[v];
+	}
+}
+
+/* Two waves of random bf16 operands against a plain matrix product. */
+template <int N> static void mfma_product(void)
+{
+	enum { NK = 64 / N * 4, W = 2 };
+	std::vector<uint16_t> A(W * N * NK), B(W * NK * N);
+	std::vector<float> C(W * N * N), D(W * N * N, NAN);
+	for (auto &x : A)
+		x = rnd_bf16();
+	for (auto &x : B)
+		x = rnd_bf16();
+	for (auto &x : C)
+		x = flyk_bf16_to_float(rnd_bf16());
+	FLYK_GO(1, 64 * W, 0, 0, mfma_kernel<N>)
+	(A.data(), B.data(), C.data(), D.data());
+	int bad = 0;
+	for (int w = 0; w < W; w++)
+		for (int i = 0; i < N; i++)
+			for (int j = 0; j < N; j++) {
+				double r = C[(w * N + i) * N + j];
+				for (int k = 0; k < NK; k++)
+					r += (double)flyk_bf16_to_float(
+						 A[(w * N + i) * NK + k]) *
+					     flyk_bf16_to_float(
+						 B[(w * NK + k) * N + j]);
+				double e = fabs(D[(w * N + i) * N + j] - r);
+				bad += !(e <= 1e-5);
+			}
+	result(bad == 0, "mfma", N == 32 ? "32x32x8 bf16" : "16x16x16 bf16",
+	       bad);
+}
+
+/* The maps at entries of the calculator's --matrix-layout tables (-a
+ * cdna3), lanes past 31 included: {n, matrix, lane, e, row, col}. */
+static void mfma_unit(void)
+{
+	static const int at[][6] = {
+	    {32, 'A', 33, 1, 1, 5},   {32, 'A', 47, 3, 15, 7},
+	    {32, 'A', 17, 0, 17, 0},  {32, 'B', 33, 0, 4, 1},
+	    {32, 'B', 63, 2, 6, 31},  {32, 'D', 33, 5, 13, 1},
+	    {32, 'D', 47, 14, 30, 15}, {32, 'D', 17, 8, 16, 17},
+	    {16, 'A', 17, 0, 1, 4},   {16, 'A', 47, 2, 15, 10},
+	    {16, 'B', 33, 3, 11, 1},  {16, 'B', 63, 1, 13, 15},
+	    {16, 'D', 47, 1, 9, 15},  {16, 'D', 63, 3, 15, 15},
+	};
+	int bad = 0;
+	for (const auto &t : at) {
+		int r, c;
+		if (t[1] == 'A')
+			mft_a(t[0], t[2], t[3], &r, &c);
+		else if (t[1] == 'B')
+			mft_b(t[0], t[2], t[3], &r, &c);
+		else
+			mft_d(t[0], t[2], t[3], &r, &c);
+		bad += r != t[4] || c != t[5];
+	}
+	result(bad == 0, "mfma", "layout entries", bad);
+	mfma_product<32>();
+	mfma_product<16>();
+}
+#endif
+
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && !strcmp(argv[1], "quick");
@@ -729,6 +906,13 @@ int main(int argc, char **argv)
 		printf("%d passed, %d failed\n", npass, nfail);
 		return nfail ? 1 : 0;
 	}
+#if FLYK_AMD
+	if (argc > 1 && !strcmp(argv[1], "mfma")) { /* the MFMA model only */
+		mfma_unit();
+		printf("%d passed, %d failed\n", npass, nfail);
+		return nfail ? 1 : 0;
+	}
+#endif
 	if (argc > 1 && !strcmp(argv[1], "compare")) { /* the check only */
 		compare_rule();
 		printf("%d passed, %d failed\n", npass, nfail);
@@ -753,6 +937,9 @@ int main(int argc, char **argv)
 	gemm_one(&b, 130, 136, 328, FLY_LAYOUT_NT, FLY_F_BIAS | FLY_F_SCALE,
 		 quick ? 8 : 1);
 	compare_rule();
+#if FLYK_AMD
+	mfma_unit();
+#endif
 	printf("# gemm: %d passed, %d failed\n", npass, nfail);
 	grouped_one(&b, {64, 64, 64, 64}, 72, 48, st);
 	grouped_one(&b, {0, 130, 0, 17, 129, 1, 64, 0}, 64, 40, st);

@@ -12,7 +12,8 @@
  *   AMD (-DFLYK_EMU_AMD=1)  FLYK_AMD 1, 64-lane waves, HIP's __shfl,
  *                        __shfl_up, __shfl_down, __shfl_xor (width, no
  *                        mask) and a 64-bit __ballot, 64 KiB of LDS a
- *                        workgroup; prim/flyk_gpu.h then turns off MMA,
+ *                        workgroup, two bf16 MFMA builtins (modelled in
+ *                        emu_gemm.cpp); prim/flyk_gpu.h then turns off MMA,
  *                        wgmma, TMA, clusters and cuBLAS, so the kernels'
  *                        AMD branches are the ones compiled.
  *
@@ -205,6 +206,35 @@ static inline T __shfl_xor(T v, int mask, int width = FLYK_WARP)
 }
 static inline unsigned long long __ballot(int p) { return flyk_emu_ballot(p); }
 
+/* MFMA bf16 (CDNA2 v_mfma_f32_*bf16_1k, CDNA3 v_mfma_f32_*_bf16): hipcc's
+ * builtins, on GCC vector types of the sizes of their ext_vector_type
+ * ones; a wave-wide exchange, every lane of the wave calls it together.
+ * Emulated in emu_gemm.cpp (flyk_emu_mfma); cbsz, abid and blgp (the
+ * broadcast controls) must be 0. */
+/* (GCC notes at each definition and call that a 64-byte vector
+ * argument's ABI depends on AVX-512: these are inline, never an ABI.) */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef short flyk_emu_short4 __attribute__((vector_size(8)));
+typedef float flyk_emu_float4 __attribute__((vector_size(16)));
+typedef float flyk_emu_float16 __attribute__((vector_size(64)));
+void flyk_emu_mfma(int mn, const flyk_emu_short4 *a, const flyk_emu_short4 *b,
+		   float *acc, int ctl);
+static inline flyk_emu_float16
+__builtin_amdgcn_mfma_f32_32x32x8bf16_1k(flyk_emu_short4 a, flyk_emu_short4 b,
+					 flyk_emu_float16 c, int cbsz, int abid,
+					 int blgp)
+{
+	flyk_emu_mfma(32, &a, &b, (float *)&c, cbsz | abid | blgp);
+	return c;
+}
+static inline flyk_emu_float4
+__builtin_amdgcn_mfma_f32_16x16x16bf16_1k(flyk_emu_short4 a, flyk_emu_short4 b,
+					  flyk_emu_float4 c, int cbsz, int abid,
+					  int blgp)
+{
+	flyk_emu_mfma(16, &a, &b, (float *)&c, cbsz | abid | blgp);
+	return c;
+}
 /* FLYK_SHFL* and FLYK_BALLOT: prim/flyk_gpu.h's AMD definitions, on the
  * functions above. */
 #else
