@@ -229,9 +229,7 @@ int flyk_launch(const struct flyk_backend *b, const struct flyk_device *dev,
 	 * tuned, whose point need not fit this shape -- the torch ops met
 	 * rmsnorm_rows and topk_wq points borrowed from larger rows) falls
 	 * back to the default when it names no launchable point. */
-	rc = d->variant[0] == '\0' && d->status != FLY_STATUS_TUNED
-		     ? -ENOENT
-		     : launchable(b, dev, p, d, &v);
+	rc = launchable(b, dev, p, d, &v); /* no name: -ENOENT */
 	if (rc < 0 && d->status != FLY_STATUS_TUNED) {
 		rc = flyk_default(b, dev, p, &def);
 		if (rc < 0)

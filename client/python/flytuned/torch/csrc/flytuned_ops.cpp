@@ -109,7 +109,7 @@ struct Runtime {
 	std::vector<fly_problem> pending;
 	std::vector<fly_problem> recorded;
 	std::unordered_map<cudaStream_t, at::Tensor> ws;
-	std::string last_error; /* the last refused launch, for stats() */
+	std::string last_error; /* the last refused launch, for last_error() */
 	std::atomic<uint64_t> calls{0}, capture_hits{0}, capture_misses{0},
 		fallbacks{0};
 };
@@ -211,10 +211,11 @@ bool served(const at::Tensor &t)
 	       t.numel() > 0;
 }
 
-/* The kernel library refused a launch: count it, warn once per op with
- * the reason, and let the caller run torch's own op.  The message is
- * formatted here with snprintf: torch's c10::str streams it through an
- * ostringstream, which crashed inside this extension on the GPU machine
+/* The kernel library refused a launch: count it, keep the reason for
+ * last_error(), warn once (the process's first refusal), and let the
+ * caller run torch's own op.  The message is formatted here with
+ * snprintf: torch's c10::str streams it through an ostringstream, which
+ * crashed inside this extension on the GPU machine
  * (a null locale facet in std::ostream::_M_insert<long>). */
 void launch_failed(const char *op, int rc, const fly_decision &d)
 {
