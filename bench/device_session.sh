@@ -13,6 +13,8 @@
 #   gemm       bench/gemm_bench.py (GEMM, grouped GEMM; daemon-driven)
 #   mqa        bench/mqa_bench.py (FP8 MQA logits vs the Triton peer;
 #              daemon-driven)
+#   mqaprof    Nsight Compute over bench/mqa_profile.py (PROF_ARGS: the
+#              case, our points, the Triton configs; a diagnostic)
 #   scaled     bench/scaled_gemm_bench.py (fp8 / MXFP8 / MXFP4 GEMM vs
 #              torch._scaled_mm and dequantize + matmul; daemon-driven)
 #   attn       bench/attention_bench.py (attention forward vs SDPA's
@@ -133,6 +135,19 @@ temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 500 \
 			--out "$W/mqa" ${MQA_ARGS:-}
 		kill "$_smi" 2>/dev/null
 		grep -v '^\s*$' "$W/mqa.txt" | tail -40 | tee -a "$S"
+		;;
+	mqaprof)
+		# shellcheck disable=SC2086
+		stage mqaprof "${T_PROF:-180}" ncu --clock-control none \
+			-k regex:mqa --section SpeedOfLight \
+			--section ComputeWorkloadAnalysis \
+			--section MemoryWorkloadAnalysis --section WarpStateStats \
+			--section Occupancy --section LaunchStats \
+			python3 bench/mqa_profile.py --build "$B" --cases "$C" \
+			${PROF_ARGS:-}
+		cp "$W/mqaprof.txt" "$R/" 2>/dev/null
+		grep -E '^  [a-z_]*mqa|Duration|Throughput|Issue Slots|Registers|Achieved Occ|check|ok' \
+			"$W/mqaprof.txt" | head -60 | tee -a "$S"
 		;;
 	scaled)
 		stage scaled "${T_SCALED:-420}" env PYTHONUNBUFFERED=1 python3 \

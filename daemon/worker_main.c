@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -94,7 +95,15 @@ static void send_result(const struct flyd_tune_result *r)
 	send_or_exit(FLYD_WP_RESULT, &m, sizeof(m));
 }
 
-/* One job on a fresh case seeded from the key. */
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* One job on a fresh case seeded from the key (setup_s in its log line:
+ * the case's inputs and reference, before the tuner's tune_s). */
 static void run_job(struct flyd_backend *be, const struct wm_args *a,
 		    struct flyd_tune_job *j, uint64_t *ops_seen)
 {
@@ -117,8 +126,10 @@ static void run_job(struct flyd_backend *be, const struct wm_args *a,
 	}
 	if (flyk_testing_setup_fault != NULL)
 		flyk_testing_setup_fault(&j->problem);
+	double t0 = mono_s();
 	rc = be->kb->case_new(be->dev, &j->problem, flyd_tuner_seed(j->key),
 			      &c);
+	double setup_s = mono_s() - t0;
 	if (rc < 0) {
 		memset(&r, 0, sizeof(r));
 		memcpy(r.key, j->key, sizeof(r.key));
@@ -131,9 +142,10 @@ static void run_job(struct flyd_backend *be, const struct wm_args *a,
 	flyd_tuner_run(be->kb, be->dev, c, j, &o, &r);
 	be->kb->case_free(c);
 	flyd_log(FLYD_LOG_INFO, "job_done",
-		 "key=%s rc=%d winner=%s candidates=%u trials=%zu tune_s=%.3f",
+		 "key=%s rc=%d winner=%s candidates=%u trials=%zu setup_s=%.3f "
+		 "tune_s=%.3f",
 		 j->key, r.rc, r.rc == 0 ? r.winner.variant : "-",
-		 r.ncandidates, r.ntrials, r.tune_s);
+		 r.ncandidates, r.ntrials, setup_s, r.tune_s);
 	send_result(&r);
 	flyd_tune_result_fini(&r);
 }

@@ -131,18 +131,21 @@ __device__ __forceinline__ void mqa_window(const int32_t *ks,
 
 /* ------------------------------------------------------------ reference */
 
+/* Row blockIdx.y of @p out (stride @p ldo) is query row rows[blockIdx.y]
+ * (rows NULL: row blockIdx.y itself). */
 __global__ void mqa_ref_kernel(const uint8_t *q, const uint8_t *kv,
 			       const float *sc, const float *w,
 			       const int32_t *ks, const int32_t *ke,
-			       float *out, struct mqa_dims m)
+			       const int32_t *rows, float *out, int64_t ldo,
+			       struct mqa_dims m)
 {
-	int64_t i = blockIdx.y;
+	int64_t i = rows ? rows[blockIdx.y] : (int64_t)blockIdx.y;
 	int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (j >= m.skv)
 		return;
 	int64_t lo, hi;
 	mqa_window(ks, ke, i, m.skv, &lo, &hi);
-	float *o = out + i * m.ld + j;
+	float *o = out + (int64_t)blockIdx.y * ldo + j;
 	if (j < lo || j >= hi) {
 		if (m.clean)
 			*o = -INFINITY;
@@ -167,18 +170,28 @@ static int ref_feasible(const struct flyk_device *dev,
 	return 0;
 }
 
+/* The reference of @p nrows query rows (@p rows, or the first nrows
+ * when NULL) into @p out, row k at out + k * ldo. */
+static int ref_go(const struct fly_problem *p,
+		  const struct flyk_mqa_logits_args *a, const int32_t *rows,
+		  int64_t nrows, float *out, int64_t ldo, void *stream)
+{
+	struct mqa_dims m;
+	mqa_dims_of(p, a, &m);
+	dim3 grid((unsigned)((m.skv + 127) / 128), (unsigned)nrows);
+	FLYK_GO(grid, 128, 0, (hipStream_t)stream, mqa_ref_kernel)(
+		(const uint8_t *)a->q, (const uint8_t *)a->kv, a->kv_scale,
+		a->weights, a->ks, a->ke, rows, out, ldo, m);
+	return hipGetLastError() == hipSuccess ? 0 : -EIO;
+}
+
 static int ref_launch(const struct flyk_device *dev,
 		      const struct fly_problem *p, const int64_t *params,
 		      const union flyk_args *args, void *stream)
 {
 	const struct flyk_mqa_logits_args *a = &args->mqa_logits;
-	struct mqa_dims m;
-	mqa_dims_of(p, a, &m);
-	dim3 grid((unsigned)((m.skv + 127) / 128), (unsigned)m.sq);
-	FLYK_GO(grid, 128, 0, (hipStream_t)stream, mqa_ref_kernel)(
-		(const uint8_t *)a->q, (const uint8_t *)a->kv, a->kv_scale,
-		a->weights, a->ks, a->ke, a->logits, m);
-	return hipGetLastError() == hipSuccess ? 0 : -EIO;
+	return ref_go(p, a, NULL, p->dims[0], a->logits,
+		      a->ld ? a->ld : p->dims[1], stream);
 }
 
 /* ------------------------------------------------------------ simt */
@@ -332,39 +345,70 @@ __device__ __forceinline__ void mqa_mma(float *acc, const uint8_t *ka,
 }
 
 /* What every block of the wgmma kernel shares: its rows, windows and
- * KV range. */
+ * KV range; [flo, fhi) the columns inside every live row's window. */
 template <int BQ> struct mqa_blk {
-	int64_t q0, sq, skv, ld, c0, c1, a, nt;
+	int64_t q0, sq, skv, ld, c0, c1, a, nt, flo, fhi;
 	int64_t rlo[BQ], rhi[BQ];
 	const float *sc;
 	float *out;
 };
 
+/* The weights of the thread's accumulator columns 8 c + 2 (l % 4) + {0,
+ * 1}: in registers, loaded once a block (REG), or read from shared
+ * memory each tile (where registers are short: 4 query rows, or two
+ * accumulator sets). */
+template <int BQ, bool REG> struct mqa_wts;
+template <int BQ> struct mqa_wts<BQ, true> {
+	float2 v[BQ * 8];
+	__device__ __forceinline__ void init(const float *sw)
+	{
+#pragma unroll
+		for (int c = 0; c < BQ * 8; c++)
+			v[c] = *(const float2 *)(sw + 8 * c +
+						 2 * (threadIdx.x % 4));
+	}
+	__device__ __forceinline__ float2 at(int c) const { return v[c]; }
+};
+template <int BQ> struct mqa_wts<BQ, false> {
+	const float *sw;
+	__device__ __forceinline__ void init(const float *s) { sw = s; }
+	__device__ __forceinline__ float2 at(int c) const
+	{
+		return *(const float2 *)(sw + 8 * c + 2 * (threadIdx.x % 4));
+	}
+};
+#define MQA_WREG(BQ, PIPE) ((BQ) * ((PIPE) ? 2 : 1) <= 2)
+
 /* The epilogue of KV tile @p it from its accumulators: relu, weight, the
- * head sum (in registers, then the quad), kv_scale, the window. */
-template <int BQ, bool CLEAN>
-__device__ __forceinline__ void mqa_epilogue(const float *acc,
-					     const float *sw,
+ * head sum (in registers, then the quad), kv_scale, the window (a tile
+ * inside every row's window stores without the per-column tests). */
+template <int BQ, bool CLEAN, class W>
+__device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
 					     const mqa_blk<BQ> &k, int64_t it)
 {
 	const int t = threadIdx.x, wi = t / 32, l = t % 32;
 	/* D fragment: warp wi rows 16 wi + l / 4 (+8), columns
 	 * 8 c + 2 (l % 4) + {0, 1}: column = query r * 64 + head */
-	const int64_t j0 = k.a + it * MQA_BKV + wi * 16 + l / 4;
+	const int64_t t0 = k.a + it * MQA_BKV;
+	const int64_t j0 = t0 + wi * 16 + l / 4;
 	const int64_t j1 = j0 + 8;
+	const bool inside = t0 >= k.flo && t0 + MQA_BKV <= k.fhi;
 	const float s0 = j0 < k.skv ? k.sc[j0] : 0.f;
 	const float s1 = j1 < k.skv ? k.sc[j1] : 0.f;
 #pragma unroll
 	for (int r = 0; r < BQ; r++) {
-		float v0 = 0.f, v1 = 0.f;
+		/* two chains a row: one fma per element */
+		float v0 = 0.f, v1 = 0.f, u0 = 0.f, u1 = 0.f;
 #pragma unroll
 		for (int c = r * 8; c < r * 8 + 8; c++) {
-			float2 wv = *(const float2 *)(sw + 8 * c + 2 * (l % 4));
-			v0 += fmaxf(acc[4 * c], 0.f) * wv.x +
-			      fmaxf(acc[4 * c + 1], 0.f) * wv.y;
-			v1 += fmaxf(acc[4 * c + 2], 0.f) * wv.x +
-			      fmaxf(acc[4 * c + 3], 0.f) * wv.y;
+			float2 wv = wt.at(c);
+			v0 = fmaf(fmaxf(acc[4 * c], 0.f), wv.x, v0);
+			u0 = fmaf(fmaxf(acc[4 * c + 1], 0.f), wv.y, u0);
+			v1 = fmaf(fmaxf(acc[4 * c + 2], 0.f), wv.x, v1);
+			u1 = fmaf(fmaxf(acc[4 * c + 3], 0.f), wv.y, u1);
 		}
+		v0 += u0;
+		v1 += u1;
 		v0 += FLYK_SHFL_XOR(v0, 1);
 		v1 += FLYK_SHFL_XOR(v1, 1);
 		v0 += FLYK_SHFL_XOR(v0, 2);
@@ -372,6 +416,11 @@ __device__ __forceinline__ void mqa_epilogue(const float *acc,
 		if ((l % 4) != (r % 4) || k.q0 + r >= k.sq)
 			continue;
 		float *o = k.out + (k.q0 + r) * k.ld;
+		if (inside) {
+			o[j0] = v0 * s0;
+			o[j1] = v1 * s1;
+			continue;
+		}
 		if (j0 < k.skv) {
 			if (j0 >= k.rlo[r] && j0 < k.rhi[r])
 				o[j0] = v0 * s0;
@@ -448,10 +497,10 @@ template <int ST, bool TMA> struct mqa_ring {
  * it + 1 computes.  The callers keep the control flow plain (a wgmma in
  * flight into the same registers on every path into a step), or ptxas
  * serialises every wgmma. */
-template <int BQ, int ST, bool CLEAN, bool TMA>
+template <int BQ, int ST, bool CLEAN, bool TMA, class W>
 __device__ __forceinline__ void
 mqa_pipe_step(float *cur, float *nxt, const mqa_ring<ST, TMA> &rg,
-	      const uint8_t *sq_, const float *sw, const mqa_blk<BQ> &k,
+	      const uint8_t *sq_, const W &wt, const mqa_blk<BQ> &k,
 	      int64_t it)
 {
 	typedef mqa_wg_cfg<BQ, ST> C;
@@ -461,18 +510,18 @@ mqa_pipe_step(float *cur, float *nxt, const mqa_ring<ST, TMA> &rg,
 	mqa_mma<C::N>(nxt, rg.ring + ((it + 1) % ST) * C::KV_BYTES, sq_);
 	flyk_wg_wait<1>();
 	flyk_wg_fence_acc<C::N / 2>(cur);
-	mqa_epilogue<BQ, CLEAN>(cur, sw, k, it);
+	mqa_epilogue<BQ, CLEAN>(cur, wt, k, it);
 }
 
 /* The last tile: wait for its wgmma, then its epilogue. */
-template <int BQ, int ST, bool CLEAN>
-__device__ __forceinline__ void mqa_pipe_last(float *cur, const float *sw,
+template <int BQ, int ST, bool CLEAN, class W>
+__device__ __forceinline__ void mqa_pipe_last(float *cur, const W &wt,
 					      const mqa_blk<BQ> &k,
 					      int64_t it)
 {
 	flyk_wg_wait<0>();
 	flyk_wg_fence_acc<BQ * MQA_H / 2>(cur);
-	mqa_epilogue<BQ, CLEAN>(cur, sw, k, it);
+	mqa_epilogue<BQ, CLEAN>(cur, wt, k, it);
 }
 
 /*
@@ -515,6 +564,15 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 				lo = k.rlo[r] < lo ? k.rlo[r] : lo;
 				hi = k.rhi[r] > hi ? k.rhi[r] : hi;
 			}
+		}
+	}
+	k.flo = 0;
+	k.fhi = skv;
+#pragma unroll
+	for (int r = 0; r < BQ; r++) {
+		if (k.q0 + r < sq) {
+			k.flo = k.rlo[r] > k.flo ? k.rlo[r] : k.flo;
+			k.fhi = k.rhi[r] < k.fhi ? k.rhi[r] : k.fhi;
 		}
 	}
 	k.c0 = (int64_t)blockIdx.x * chunk;
@@ -567,8 +625,10 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 	if constexpr (TMA) { /* q by cp.async; the barriers initialised */
 		flyk_cp_wait<0>();
 		flyk_fence_async_smem();
-		__syncthreads();
 	}
+	__syncthreads(); /* the weights are in shared memory */
+	mqa_wts<BQ, MQA_WREG(BQ, PIPE)> wt;
+	wt.init(sw);
 	float acc[C::N / 2];
 	if constexpr (PIPE) {
 		float acc2[C::N / 2];
@@ -579,16 +639,16 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 		int64_t it = 0;
 		for (; it + 2 < k.nt; it += 2) {
 			mqa_pipe_step<BQ, ST, CLEAN, TMA>(acc, acc2, rg, sq_,
-							  sw, k, it);
+							  wt, k, it);
 			mqa_pipe_step<BQ, ST, CLEAN, TMA>(acc2, acc, rg, sq_,
-							  sw, k, it + 1);
+							  wt, k, it + 1);
 		}
 		if (it + 1 < k.nt) {
 			mqa_pipe_step<BQ, ST, CLEAN, TMA>(acc, acc2, rg, sq_,
-							  sw, k, it);
-			mqa_pipe_last<BQ, ST, CLEAN>(acc2, sw, k, it + 1);
+							  wt, k, it);
+			mqa_pipe_last<BQ, ST, CLEAN>(acc2, wt, k, it + 1);
 		} else {
-			mqa_pipe_last<BQ, ST, CLEAN>(acc, sw, k, it);
+			mqa_pipe_last<BQ, ST, CLEAN>(acc, wt, k, it);
 		}
 	} else {
 		for (int64_t it = 0; it < k.nt; it++) {
@@ -600,7 +660,7 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 				      sq_);
 			flyk_wg_wait<0>();
 			flyk_wg_fence_acc<C::N / 2>(acc);
-			mqa_epilogue<BQ, CLEAN>(acc, sw, k, it);
+			mqa_epilogue<BQ, CLEAN>(acc, wt, k, it);
 		}
 	}
 	flyk_cp_wait<0>();
@@ -790,11 +850,56 @@ __global__ void mqa_fill_fp8_kernel(uint8_t *b, size_t n, uint64_t seed)
 		b[i] = flyk_rand_e4m3(seed, i);
 }
 
-/* Compare the window positions with the reference (max |err|, max |ref|),
- * count NaN/inf there and, under CLEAN, anything but -inf elsewhere. */
+/*
+ * The tuning case checks every position of the output and the values of
+ * MQA_CHECK_ROWS query rows against the reference: every position inside
+ * a row's window must be finite (the output is NaN-poisoned: a position
+ * not written fails), with CLEAN every other one exactly -inf, and the
+ * sampled rows' values agree with the reference.  The reference of every
+ * row cost more than the tuning itself on long contexts (8192 x 65536:
+ * seconds of fp32 dot products per key, 2 GiB of reference logits).
+ */
+#define MQA_CHECK_ROWS 128
+#define MQA_CHECK_EDGE 32 /* first and last rows always checked */
+
+/* The query rows whose values are checked, ascending, into @p rows
+ * (MQA_CHECK_ROWS entries); returns how many.  All of them up to
+ * MQA_CHECK_ROWS; else the first and last MQA_CHECK_EDGE and the rest
+ * spread between, each offset by a few rows so that they fall at every
+ * position of the kernels' query blocks. */
+static int64_t mqa_check_rows(int64_t sq, int32_t *rows)
+{
+	int64_t n = 0;
+	if (sq <= MQA_CHECK_ROWS) {
+		for (int64_t i = 0; i < sq; i++)
+			rows[n++] = (int32_t)i;
+		return n;
+	}
+	const int64_t mid = MQA_CHECK_ROWS - 2 * MQA_CHECK_EDGE;
+	const int64_t lo = MQA_CHECK_EDGE, hi = sq - MQA_CHECK_EDGE;
+	for (int64_t i = 0; i < lo; i++)
+		rows[n++] = (int32_t)i;
+	int64_t prev = lo - 1;
+	for (int64_t k = 0; k < mid; k++) {
+		int64_t i = lo + (hi - lo) * k / mid + k % 7;
+		i = i > prev ? i : prev + 1;
+		if (i >= hi)
+			break;
+		rows[n++] = (int32_t)i;
+		prev = i;
+	}
+	for (int64_t i = hi; i < sq; i++)
+		rows[n++] = (int32_t)i;
+	return n;
+}
+
+/* Every position: inside the window finite (bad otherwise) and, in a
+ * checked row (slot[i] >= 0: its reference row), compared (max |err|,
+ * max |ref|); outside it, under CLEAN, exactly -inf. */
 __global__ void mqa_cmp_kernel(const float *got, const float *ref,
-			       const int32_t *ks, const int32_t *ke,
-			       struct mqa_dims m, unsigned *res)
+			       const int32_t *slot, const int32_t *ks,
+			       const int32_t *ke, struct mqa_dims m,
+			       unsigned *res)
 {
 	float err = 0.f, den = 0.f;
 	unsigned bad = 0;
@@ -811,11 +916,14 @@ __global__ void mqa_cmp_kernel(const float *got, const float *ref,
 				bad++;
 			continue;
 		}
-		float r = ref[i * m.skv + j];
 		if (!isfinite(g)) {
 			bad++;
 			continue;
 		}
+		int32_t k = slot[i];
+		if (k < 0)
+			continue;
+		float r = ref[(int64_t)k * m.skv + j];
 		err = fmaxf(err, fabsf(g - r));
 		den = fmaxf(den, fabsf(r));
 	}
@@ -826,7 +934,8 @@ __global__ void mqa_cmp_kernel(const float *got, const float *ref,
 }
 
 struct mqa_state {
-	float *d_ref;
+	float *d_ref;      /* [nrows, skv]: the checked rows' reference */
+	int32_t *d_slot;   /* [sq]: row i's reference row, or -1 */
 	unsigned *d_cmp;
 };
 
@@ -843,6 +952,24 @@ static int mqa_setup(struct flyk_case *c, uint64_t seed)
 	if (!st)
 		return -ENOMEM;
 	c->state = st;
+	/* the windows (ks, ke) and the check's rows and slots in one
+	 * host buffer, uploaded once */
+	size_t nwin = (size_t)sq * 2, nh = nwin + MQA_CHECK_ROWS + (size_t)sq;
+	int32_t *hb = (int32_t *)malloc(nh * 4);
+	if (!hb)
+		return -ENOMEM;
+	int32_t *rows = hb + nwin, *slot = rows + MQA_CHECK_ROWS;
+	int64_t nr = mqa_check_rows(sq, rows);
+	for (int64_t i = 0; i < sq; i++)
+		slot[i] = -1;
+	for (int64_t k = 0; k < nr; k++)
+		slot[rows[k]] = (int32_t)k;
+	/* causal windows with a KV prefix, as the CPU backend's case */
+	for (int64_t i = 0; i < sq; i++) {
+		int64_t e = skv - sq + i + 1;
+		hb[i] = 0;
+		hb[sq + i] = (int32_t)(e < 0 ? 0 : e);
+	}
 	size_t nq = (size_t)(sq * h * d), nkv = (size_t)(skv * d);
 	size_t nl = (size_t)(sq * skv);
 	void *q, *kv, *sc, *w, *ks, *ke, *out, *ref, *cmp;
@@ -850,14 +977,21 @@ static int mqa_setup(struct flyk_case *c, uint64_t seed)
 	    flyk_gpu_case_alloc(c, nkv, 0, &kv) < 0 ||
 	    flyk_gpu_case_alloc(c, (size_t)skv * 4, 0, &sc) < 0 ||
 	    flyk_gpu_case_alloc(c, (size_t)(sq * h) * 4, 0, &w) < 0 ||
-	    flyk_gpu_case_alloc(c, (size_t)sq * 8, 0, &ks) < 0 ||
+	    flyk_gpu_case_alloc(c, nh * 4, 0, &ks) < 0 ||
 	    flyk_gpu_case_alloc(c, nl * 4, 1, &out) < 0 ||
-	    flyk_gpu_case_alloc(c, nl * 4, 0, &ref) < 0 ||
-	    flyk_gpu_case_alloc(c, 16, 0, &cmp) < 0)
+	    flyk_gpu_case_alloc(c, (size_t)(nr * skv) * 4, 0, &ref) < 0 ||
+	    flyk_gpu_case_alloc(c, 16, 0, &cmp) < 0) {
+		free(hb);
 		return -ENOMEM;
+	}
 	ke = (int32_t *)ks + sq;
 	st->d_ref = (float *)ref;
+	st->d_slot = (int32_t *)ks + nwin + MQA_CHECK_ROWS;
 	st->d_cmp = (unsigned *)cmp;
+	int rc = flyk_gpu_upload(c->dev, ks, hb, nh * 4);
+	free(hb);
+	if (rc)
+		return rc;
 	struct flyk_device *dev = c->dev;
 	hipStream_t s = (hipStream_t)dev->stream;
 	unsigned blocks = (unsigned)(dev->sms * 8);
@@ -866,24 +1000,11 @@ static int mqa_setup(struct flyk_case *c, uint64_t seed)
 							seed + 1);
 	if (hipGetLastError() != hipSuccess)
 		return -EIO;
-	int rc = flyk_gpu_fill_random(dev, sc, (size_t)skv, FLY_DT_FP32, 0.1f,
-				      1.0f, seed + 2);
+	rc = flyk_gpu_fill_random(dev, sc, (size_t)skv, FLY_DT_FP32, 0.1f,
+				  1.0f, seed + 2);
 	if (!rc)
 		rc = flyk_gpu_fill_random(dev, w, (size_t)(sq * h),
 					  FLY_DT_FP32, -0.5f, 0.5f, seed + 3);
-	if (rc)
-		return rc;
-	/* causal windows with a KV prefix, as the CPU backend's case */
-	int32_t *win = (int32_t *)malloc((size_t)sq * 8);
-	if (!win)
-		return -ENOMEM;
-	for (int64_t i = 0; i < sq; i++) {
-		int64_t e = skv - sq + i + 1;
-		win[i] = 0;
-		win[sq + i] = (int32_t)(e < 0 ? 0 : e);
-	}
-	rc = flyk_gpu_upload(dev, ks, win, (size_t)sq * 8);
-	free(win);
 	if (rc)
 		return rc;
 	struct flyk_mqa_logits_args *a = &c->args.mqa_logits;
@@ -894,13 +1015,12 @@ static int mqa_setup(struct flyk_case *c, uint64_t seed)
 	a->weights = (const float *)w;
 	a->ks = (const int32_t *)ks;
 	a->ke = (const int32_t *)ke;
-	a->logits = (float *)ref;
-	a->ld = skv;
-	if (hipMemsetAsync(ref, 0xff, nl * 4, s) != hipSuccess)
-		return -EIO;
-	rc = ref_launch(dev, p, NULL, &c->args, s);
 	a->logits = (float *)out;
-	return rc;
+	a->ld = skv;
+	if (hipMemsetAsync(ref, 0xff, (size_t)(nr * skv) * 4, s) != hipSuccess)
+		return -EIO;
+	return ref_go(p, a, (const int32_t *)ks + nwin, nr, (float *)ref, skv,
+		      s);
 }
 
 static int mqa_check(struct flyk_case *c, double *max_err)
@@ -916,7 +1036,7 @@ static int mqa_check(struct flyk_case *c, double *max_err)
 	mqa_dims_of(&c->p, a, &m);
 	FLYK_GO((unsigned)(c->dev->sms * 8), 256, 0,
 		(hipStream_t)c->dev->stream, mqa_cmp_kernel)(
-		a->logits, st->d_ref, a->ks, a->ke, m, st->d_cmp);
+		a->logits, st->d_ref, st->d_slot, a->ks, a->ke, m, st->d_cmp);
 	if (hipGetLastError() != hipSuccess)
 		return -EIO;
 	rc = flyk_gpu_download(c->dev, h, st->d_cmp, sizeof(h));

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""mqa_profile.py -- one MQA-logits case launched through given points of
+mqa_wgmma and given Triton peer configs, each twice (a warm-up, then the
+profiled launch), no daemon and no timing of its own: the program that
+Nsight Compute wraps to say where a kernel's time goes (a diagnostic, not
+a result of record).
+
+  ncu --clock-control none -k regex:'mqa' --launch-skip-before-match 0 \\
+      --section SpeedOfLight --section ComputeWorkloadAnalysis \\
+      --section MemoryWorkloadAnalysis --section WarpStateStats \\
+      python3 bench/mqa_profile.py --build build/gpu --case 0 \\
+      --points 2,2,16,0,1 --triton D:2:64:4:3
+
+--case indexes cases.json's mqa_logits_fp8 primary list; --points and
+--triton take several values separated by spaces.  Every output is checked
+with the peer's check() so a profile of a wrong kernel is flagged.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+import mqa_bench  # noqa: E402
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--cases", default=os.path.join(ROOT, "..", "shared",
+                                                    "bench", "cases.json"))
+    ap.add_argument("--case", type=int, default=0)
+    ap.add_argument("--points", nargs="*", default=["2,2,16,0,1"])
+    ap.add_argument("--triton", nargs="*", default=["D:2:64:4:3"])
+    args = ap.parse_args(argv)
+    if not os.path.exists(args.cases):
+        args.cases = os.path.join(ROOT, ".devdeps", "bench", "cases.json")
+    c = json.load(open(args.cases))["mqa_logits_fp8"]["primary"][args.case]
+    peer = mqa_bench.peer_module()
+    import flyclient.kernels as fk
+    kern = fk.Kernels(os.path.join(args.build, "libflykernels_cuda.so"))
+    sq, skv, kind, clean = c["s_q"], c["s_kv"], c["window"], c["clean_logits"]
+    q, kv, sc, w, ks, ke = peer.make_inputs(sq, skv, kind, seed=args.case)
+    p = kern.mqa_problem(sq, skv, mqa_bench.H, mqa_bench.D, clean=clean)
+    out = torch.empty((sq, skv), dtype=torch.float32, device="cuda")
+    qb, kvb = q.view(torch.uint8), kv.view(torch.uint8)
+    print("case %d: %s" % (args.case, c), flush=True)
+    for pt in args.points:
+        d = {"variant": "mqa_wgmma",
+             "params": [int(x) for x in pt.split(",")]}
+        for _ in range(2):
+            out.fill_(float("nan"))
+            kern.mqa_logits(d, qb, kvb, sc, w, ks, ke, out, problem=p)
+        torch.cuda.synchronize()
+        print("mqa_wgmma %s: %s" % (pt, peer.check(out, q, kv, sc, w, ks,
+                                                   ke, clean)), flush=True)
+    for t in args.triton:
+        v, bq, bkv, nw, ns = t.split(":")
+        cfg = (v, int(bq), int(bkv), int(nw), int(ns))
+        for _ in range(2):
+            out.fill_(float("nan"))
+            peer.mqa_logits_triton(q, kv, sc, w, ks, ke, clean, cfg, out=out)
+        torch.cuda.synchronize()
+        print("triton %s: %s" % (t, peer.check(out, q, kv, sc, w, ks, ke,
+                                               clean)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
