@@ -7,6 +7,7 @@
 #              the two GPU tests
 #   quick      test_gpu_gemm on the variants named by QUICK (default tma)
 #   test       tests/gpu/test_gpu_kernels and test_gpu_gemm (contracts;
+#              GT_OPS=mqa,attention: test_gpu_kernels on those ops only;
 #              TESTS names a subset)
 #   rt         bench/gpu_bench.py (RMSNorm, TopK; daemon-driven)
 #   sweep      bench/gpu_bench.py --standalone (every candidate timed)

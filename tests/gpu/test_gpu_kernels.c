@@ -10,6 +10,7 @@
  * Contracts only: no timing is asserted.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "flyk.h"
@@ -182,6 +183,19 @@ static void test_attention(const struct flyk_backend *b,
 	}
 }
 
+/* GT_OPS (e.g. "mqa,attention") runs only the ops it names. */
+static int want(const char *op)
+{
+	const char *w = getenv("GT_OPS");
+	if (w == NULL || *w == '\0')
+		return 1;
+	size_t n = strlen(op);
+	for (const char *s = w; (s = strstr(s, op)) != NULL; s += n)
+		if ((s == w || s[-1] == ',') && (s[n] == ',' || s[n] == '\0'))
+			return 1;
+	return 0;
+}
+
 int main(void)
 {
 	const struct flyk_backend *b;
@@ -194,11 +208,16 @@ int main(void)
 		      strstr(fp, "lib=" FLYK_VERSION) && strstr(fp, " blas="),
 		  "fingerprint", fp, rc);
 	printf("# %s backend, %zu variants: %s\n", b->name, b->nvariants, fp);
-	test_rmsnorm(b, dev);
-	test_topk(b, dev);
-	test_mqa(b, dev);
-	test_scaled(b, dev);
-	test_attention(b, dev);
+	if (want("rmsnorm"))
+		test_rmsnorm(b, dev);
+	if (want("topk"))
+		test_topk(b, dev);
+	if (want("mqa"))
+		test_mqa(b, dev);
+	if (want("scaled"))
+		test_scaled(b, dev);
+	if (want("attention"))
+		test_attention(b, dev);
 	b->close(dev);
 	return gt_finish();
 }
