@@ -36,10 +36,20 @@ def main(argv=None):
     ap.add_argument("--case", type=int, default=0)
     ap.add_argument("--points", nargs="*", default=["2,2,16,0,1"])
     ap.add_argument("--triton", nargs="*", default=["D:2:64:4:3"])
+    ap.add_argument("--time", default="",
+                    help="environment variable NAME=v1,v2,...: time every "
+                    "point under each value of NAME (read by the library at "
+                    "launch) beside the Triton configs, gpu_bench's timing, "
+                    "instead of the profiling launches")
+    ap.add_argument("--cases-list", default="",
+                    help="with --time: several case indexes, comma-separated")
     args = ap.parse_args(argv)
     if not os.path.exists(args.cases):
         args.cases = os.path.join(ROOT, ".devdeps", "bench", "cases.json")
-    c = json.load(open(args.cases))["mqa_logits_fp8"]["primary"][args.case]
+    allc = json.load(open(args.cases))["mqa_logits_fp8"]["primary"]
+    if args.time:
+        return time_points(args, allc)
+    c = allc[args.case]
     peer = mqa_bench.peer_module()
     import flyclient.kernels as fk
     kern = fk.Kernels(os.path.join(args.build, "libflykernels_cuda.so"))
@@ -67,6 +77,52 @@ def main(argv=None):
         torch.cuda.synchronize()
         print("triton %s: %s" % (t, peer.check(out, q, kv, sc, w, ks, ke,
                                                clean)), flush=True)
+
+
+def time_points(args, allc):
+    import gpu_bench
+    import flyclient.kernels as fk
+    peer = mqa_bench.peer_module()
+    kern = fk.Kernels(os.path.join(args.build, "libflykernels_cuda.so"))
+    name, vals = args.time.split("=")
+    idx = [int(x) for x in (args.cases_list or str(args.case)).split(",")]
+    for ci in idx:
+        c = allc[ci]
+        sq, skv = c["s_q"], c["s_kv"]
+        kind, clean = c["window"], c["clean_logits"]
+        q, kv, sc, w, ks, ke = peer.make_inputs(sq, skv, kind, seed=ci)
+        p = kern.mqa_problem(sq, skv, mqa_bench.H, mqa_bench.D, clean=clean)
+        out = torch.empty((sq, skv), dtype=torch.float32, device="cuda")
+        qb, kvb = q.view(torch.uint8), kv.view(torch.uint8)
+        fns = {}
+        for pt in args.points:
+            d = {"variant": "mqa_wgmma",
+                 "params": [int(x) for x in pt.split(",")]}
+            for v in vals.split(","):
+                def f(d=d, v=v):
+                    os.environ[name] = v
+                    kern.mqa_logits(d, qb, kvb, sc, w, ks, ke, out,
+                                    problem=p)
+                out.fill_(float("nan"))
+                f()
+                torch.cuda.synchronize()
+                ok = peer.check(out, q, kv, sc, w, ks, ke, clean)["ok"]
+                fns["%s %s=%s%s" % (pt, name, v, "" if ok else " BAD")] = f
+        tout = torch.empty_like(out)
+        for t in args.triton:
+            tv, bq, bkv, nw, ns = t.split(":")
+            cfg = (tv, int(bq), int(bkv), int(nw), int(ns))
+            fns["triton " + t] = (lambda cfg=cfg: peer.mqa_logits_triton(
+                q, kv, sc, w, ks, ke, clean, cfg, out=tout))
+        ms = gpu_bench.bench_side_by_side(fns, warmup=3, reps=30,
+                                          budget_ms=300)
+        best_t = min(v for k, v in ms.items() if k.startswith("triton"))
+        print("case %d %s" % (ci, c), flush=True)
+        for k, v in sorted(ms.items(), key=lambda x: x[1]):
+            print("  %-28s %.4f ms  x%.3f vs best triton" %
+                  (k, v, best_t / v), flush=True)
+        del q, kv, sc, w, ks, ke, out, tout
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

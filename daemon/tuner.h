@@ -35,15 +35,17 @@
  *      the points of a superseded variant (its flyk_variant.successor
  *      has a candidate here) come after all the others.  A candidate not
  *      yet checked once 70% of job->budget_s of wall time (opts->now) has
- *      passed, 40% for a superseded one (with opts->first_of_op, the
- *      worker's first job of the op, the budget's time counts from the
- *      end of the job's first check, which carries the one-time costs:
- *      module loads, driver entry points, handles), is not run (counted in
+ *      passed, 40% for a superseded one, is not run (counted in
  *      result->nunmeasured, no trial): the rest of the budget is the
  *      checked candidates' reps.  Once all of it has passed, no more reps
  *      are added (every checked, correct candidate still gets one timed
  *      rep).  The decision is made among what was measured, and
- *      result->budget_hit is set when either cut something.
+ *      result->budget_hit is set when either cut something.  The
+ *      budget's time counts from the end of the candidate list (a
+ *      vendor's enumerate may build plans: tune_s, not budget) and, with
+ *      opts->first_of_op (the worker's first job of the op), from the end
+ *      of the job's first check, which carries the one-time costs: module
+ *      loads, driver entry points, handles.
  *   5. Decision: best = lowest median among OK trials; the winner's
  *      variant is the earliest variant (declared order, a preference:
  *      the vendor's default first) with a trial within job->margin of

@@ -190,8 +190,10 @@ static int setup(void **state)
 	fake_drift = 0.0;
 	fake_runs = 0;
 	for (size_t i = 0; i < sizeof(fake_variants) / sizeof(fake_variants[0]);
-	     i++)
+	     i++) {
 		fake_variants[i].successor = NULL; /* a failed test's leftover */
+		fake_variants[i].enumerate = NULL;
+	}
 	fake_rng = 42;
 	fake_nstart = 0;
 	fake_ntrial = 0;
@@ -665,6 +667,44 @@ static void test_first_check_not_charged(void **state)
 	flyd_tune_result_fini(&r);
 }
 
+/* A vendor variant's candidates cost 0.9 s to list (cuDNN builds an
+ * execution plan per heuristic configuration to learn its workspace). */
+static int slow_enumerate(const struct flyk_device *dev,
+			  const struct fly_problem *p,
+			  int64_t (*out)[FLY_PARAMS_MAX], int max)
+{
+	(void)dev;
+	(void)p;
+	fake_clock += 0.9;
+	for (int i = 0; i < 4 && i < max; i++) {
+		memset(out[i], 0, sizeof(out[i]));
+		out[i][0] = bs_vals[i];
+	}
+	return max < 4 ? max : 4;
+}
+
+/* The budget counts from the end of the candidate list: on the H200 the
+ * cuDNN plans built while listing attention's candidates took 1.4-3 s of
+ * a later job's 1 s budget (not its first of the op), and the job measured
+ * one of its 34 candidates (attn_wgmma at 0.67x of cuDNN's time, with
+ * cuDNN never run).  tune_s still counts the whole job. */
+static void test_listing_not_charged(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 1);
+	fake_variants[1].enumerate = slow_enumerate;
+	j.budget_s = 1.0;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.ncandidates, 4);
+	assert_int_equal(r.nunmeasured, 0);
+	assert_int_equal(r.ntrials, 4);
+	assert_true(r.tune_s >= 0.9);
+	fake_variants[1].enumerate = NULL;
+	flyd_tune_result_fini(&r);
+}
+
 /* A GPU slowing as it warms: every run 0.3% slower than the one before.
  * bs=3 is 2% faster than bs=1 but comes after it; timed one candidate
  * after the other, bs=1 got the cooler runs and won. */
@@ -798,6 +838,7 @@ int main(void)
 		cmocka_unit_test_setup(test_reference_only_when_alone, setup),
 		cmocka_unit_test_setup(test_budget_respected, setup),
 		cmocka_unit_test_setup(test_first_check_not_charged, setup),
+		cmocka_unit_test_setup(test_listing_not_charged, setup),
 		cmocka_unit_test_setup(test_drift_interleaved, setup),
 		cmocka_unit_test_setup(test_superseded_checked_late, setup),
 		cmocka_unit_test_setup(test_all_trials_present, setup),

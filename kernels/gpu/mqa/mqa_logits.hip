@@ -531,8 +531,10 @@ __device__ __forceinline__ void mqa_pipe_last(float *cur, const W &wt,
  * tile it's epilogue (fewer blocks per SM: twice the accumulators; needs
  * ST >= 3).
  */
-template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA>
-__global__ void __launch_bounds__(128)
+#define MQA_MINB(BQ, PIPE, WM)                                                 \
+	((WM) == 0 || (BQ) > 2 || (PIPE) ? 1 : (WM) == 1 ? 5 : 4)
+template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA, int WM>
+__global__ void __launch_bounds__(128, MQA_MINB(BQ, PIPE, WM))
 mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 		 const float *w, const int32_t *ks, const int32_t *ke,
 		 float *out, int64_t sq, int64_t skv, int64_t ld,
@@ -627,7 +629,7 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 		flyk_fence_async_smem();
 	}
 	__syncthreads(); /* the weights are in shared memory */
-	mqa_wts<BQ, MQA_WREG(BQ, PIPE)> wt;
+	mqa_wts<BQ, WM != 1 && MQA_WREG(BQ, PIPE)> wt;
 	wt.init(sw);
 	float acc[C::N / 2];
 	if constexpr (PIPE) {
@@ -712,8 +714,8 @@ static int wg_feasible(const struct flyk_device *dev,
 }
 
 #if FLYK_HAS_WGMMA
-template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA>
-static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
+template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA, int WM>
+static int wg_go1(const struct flyk_mqa_logits_args *a, int64_t sq,
 		 int64_t skv, int64_t ld, int64_t split, int sms,
 		 hipStream_t s)
 {
@@ -725,7 +727,7 @@ static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 			return -EINVAL;
 	}
 	typedef mqa_wg_cfg<BQ, ST> C;
-	if (flyk_smem_optin<mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>>(
+	if (flyk_smem_optin<mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA, WM>>(
 		(int)C::SMEM))
 		return -EIO;
 	/* KV chunks: enough blocks for `split` per SM, chunks of >= 2
@@ -742,11 +744,30 @@ static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 	nch = (nkvb + cb - 1) / cb;
 	dim3 grid((unsigned)nch, (unsigned)nqb);
 	FLYK_GO(grid, 128, C::SMEM, s,
-		mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>)(
+		mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA, WM>)(
 		(const uint8_t *)a->q, (const uint8_t *)a->kv, a->kv_scale,
 		a->weights, a->ks, a->ke, a->logits, sq, skv, ld,
 		cb * MQA_BKV, map);
 	return hipGetLastError() == hipSuccess ? 0 : -EIO;
+}
+
+/* EXPERIMENT (not for commit): MQA_WM picks the weights' home and the
+ * blocks per SM. */
+template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA>
+static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
+		 int64_t skv, int64_t ld, int64_t split, int sms,
+		 hipStream_t s)
+{
+	const char *e = getenv("MQA_WM");
+	int wm = e ? atoi(e) : 0;
+	if (wm == 1)
+		return wg_go1<BQ, ST, CLEAN, PIPE, TMA, 1>(a, sq, skv, ld,
+							  split, sms, s);
+	if (wm == 2)
+		return wg_go1<BQ, ST, CLEAN, PIPE, TMA, 2>(a, sq, skv, ld,
+							  split, sms, s);
+	return wg_go1<BQ, ST, CLEAN, PIPE, TMA, 0>(a, sq, skv, ld, split,
+						  sms, s);
 }
 
 template <int BQ, int ST, int PIPE>
