@@ -24,7 +24,8 @@
  *              KV rows on the MMA's M (64 per tile), the block's `rows`
  *              query rows x 64 heads on N (64, 128 or 256), so the head
  *              reduction is in registers (plus two quad shuffles).  q and
- *              the weights are loaded once per block; KV tiles stream
+ *              the weights are loaded once per block (the weights into
+ *              registers where they fit, 4 blocks an SM); KV tiles stream
  *              through a `stages`-deep cp.async ring of 128B-swizzled
  *              tiles.  The grid is (KV chunks, query blocks), heaviest
  *              causal blocks first; KV tiles outside every window of the
@@ -531,10 +532,14 @@ __device__ __forceinline__ void mqa_pipe_last(float *cur, const W &wt,
  * tile it's epilogue (fewer blocks per SM: twice the accumulators; needs
  * ST >= 3).
  */
-#define MQA_MINB(BQ, PIPE, WM)                                                 \
-	((WM) == 0 || (BQ) > 2 || (PIPE) ? 1 : (WM) == 1 ? 5 : 4)
-template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA, int WM>
-__global__ void __launch_bounds__(128, MQA_MINB(BQ, PIPE, WM))
+/* Blocks an SM must hold: 4 where one accumulator set of <= 2 query rows
+ * and the weights fit 128 registers.  Left to ptxas (140 registers), 3
+ * blocks an SM: on the H200 four ran 9-10% faster (0.89x -> 0.97-0.98x of
+ * the Triton peer on 4096^2, 8192^2, 16384^2 causal and 2048 x 65536);
+ * five, with the weights in shared memory (96 registers), 1-8% slower. */
+#define MQA_MINB(BQ, PIPE) ((BQ) <= 2 && !(PIPE) ? 4 : 1)
+template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA>
+__global__ void __launch_bounds__(128, MQA_MINB(BQ, PIPE))
 mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 		 const float *w, const int32_t *ks, const int32_t *ke,
 		 float *out, int64_t sq, int64_t skv, int64_t ld,
@@ -629,7 +634,7 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 		flyk_fence_async_smem();
 	}
 	__syncthreads(); /* the weights are in shared memory */
-	mqa_wts<BQ, WM != 1 && MQA_WREG(BQ, PIPE)> wt;
+	mqa_wts<BQ, MQA_WREG(BQ, PIPE)> wt;
 	wt.init(sw);
 	float acc[C::N / 2];
 	if constexpr (PIPE) {
@@ -714,8 +719,8 @@ static int wg_feasible(const struct flyk_device *dev,
 }
 
 #if FLYK_HAS_WGMMA
-template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA, int WM>
-static int wg_go1(const struct flyk_mqa_logits_args *a, int64_t sq,
+template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA>
+static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 		 int64_t skv, int64_t ld, int64_t split, int sms,
 		 hipStream_t s)
 {
@@ -727,7 +732,7 @@ static int wg_go1(const struct flyk_mqa_logits_args *a, int64_t sq,
 			return -EINVAL;
 	}
 	typedef mqa_wg_cfg<BQ, ST> C;
-	if (flyk_smem_optin<mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA, WM>>(
+	if (flyk_smem_optin<mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>>(
 		(int)C::SMEM))
 		return -EIO;
 	/* KV chunks: enough blocks for `split` per SM, chunks of >= 2
@@ -744,30 +749,11 @@ static int wg_go1(const struct flyk_mqa_logits_args *a, int64_t sq,
 	nch = (nkvb + cb - 1) / cb;
 	dim3 grid((unsigned)nch, (unsigned)nqb);
 	FLYK_GO(grid, 128, C::SMEM, s,
-		mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA, WM>)(
+		mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>)(
 		(const uint8_t *)a->q, (const uint8_t *)a->kv, a->kv_scale,
 		a->weights, a->ks, a->ke, a->logits, sq, skv, ld,
 		cb * MQA_BKV, map);
 	return hipGetLastError() == hipSuccess ? 0 : -EIO;
-}
-
-/* EXPERIMENT (not for commit): MQA_WM picks the weights' home and the
- * blocks per SM. */
-template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA>
-static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
-		 int64_t skv, int64_t ld, int64_t split, int sms,
-		 hipStream_t s)
-{
-	const char *e = getenv("MQA_WM");
-	int wm = e ? atoi(e) : 0;
-	if (wm == 1)
-		return wg_go1<BQ, ST, CLEAN, PIPE, TMA, 1>(a, sq, skv, ld,
-							  split, sms, s);
-	if (wm == 2)
-		return wg_go1<BQ, ST, CLEAN, PIPE, TMA, 2>(a, sq, skv, ld,
-							  split, sms, s);
-	return wg_go1<BQ, ST, CLEAN, PIPE, TMA, 0>(a, sq, skv, ld, split,
-						  sms, s);
 }
 
 template <int BQ, int ST, int PIPE>
