@@ -144,9 +144,13 @@ temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 500 \
 			--section ComputeWorkloadAnalysis \
 			--section MemoryWorkloadAnalysis --section WarpStateStats \
 			--section Occupancy --section LaunchStats \
+			--section InstructionStats --print-details all \
 			python3 bench/mqa_profile.py --build "$B" --cases "$C" \
 			${PROF_ARGS:-}
 		cp "$W/mqaprof.txt" "$R/" 2>/dev/null
+		# the SASS of the kernels profiled, for reading beside it
+		cuobjdump -sass "$B/cuda/kernels/gpu/mqa/mqa_logits.o" \
+			> "$W/mqa.sass" 2>&1
 		grep -E '^  [a-z_]*mqa|Duration|Throughput|Issue Slots|Registers|Achieved Occ|check|ok' \
 			"$W/mqaprof.txt" | head -60 | tee -a "$S"
 		;;
