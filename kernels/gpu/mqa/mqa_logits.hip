@@ -673,11 +673,13 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 	flyk_cp_wait<0>();
 }
 
-static const int64_t wg_rows_vals[] = {1, 2, 4};
+/* The likeliest winners first: the budget checks points in this order,
+ * and on 8192 x 65536 (11 ms a run) it reached 24 of the 81. */
+static const int64_t wg_rows_vals[] = {2, 1, 4};
 static const int64_t wg_stages_vals[] = {2, 3, 4};
 static const int64_t wg_split_vals[] = {4, 8, 16};
 static const int64_t wg_pipe_vals[] = {0, 1};
-static const int64_t wg_tma_vals[] = {0, 1};
+static const int64_t wg_tma_vals[] = {1, 0};
 
 static int wg_feasible(const struct flyk_device *dev,
 		       const struct fly_problem *p, const int64_t *params)
