@@ -193,7 +193,8 @@ ALL_TARGETS := $(LAYERING) $(HEADER) $(LIBCLIENT_A) $(LIBCLIENT_SO) \
 
 .PHONY: all test test-bins unit integration python-test check checks style layering run \
 	deps asan ubsan tsan coverage install uninstall clean gen gen-check \
-	deb deb-version asan-ci asan-ci-bins corrupt-inputs torture faultsim \
+	deb deb-version asan-ci asan-ci-bins tsan-ci tsan-ci-bins \
+	corrupt-inputs torture faultsim \
 	test-gpu bench systemd-verify fuzz fuzz-bins examples FORCE
 .DEFAULT_GOAL := all
 # Keep every intermediate object (no rebuilds of objects make deleted).
@@ -449,8 +450,10 @@ TEST_DEB := $(if $(SAN)$(COVERAGE),,tests/pkg/test-deb.sh)
 # The ASan + UBSan subset (asan-ci) as one test of the suite; its binaries
 # are built by test-bins (tools/fly.sh test), outside the test's time limit.
 TEST_ASAN := $(if $(SAN)$(COVERAGE),,tests/san/asan-ci.sh)
+# The TSan subset (tsan-ci) likewise.
+TEST_TSAN := $(if $(SAN)$(COVERAGE),,tests/san/tsan-ci.sh)
 EXAMPLES := $(BUILD)/examples/decide
-test-bins: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ) $(EXAMPLES) $(if $(TEST_ASAN),asan-ci-bins)
+test-bins: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ) $(EXAMPLES) $(if $(TEST_ASAN),asan-ci-bins) $(if $(TEST_TSAN),tsan-ci-bins)
 # Python loads the sanitized libflyclient.so: the ASan runtime must come
 # first, and Python's own allocations are not ours to leak-check.
 ifneq ($(findstring address,$(SAN)),)
@@ -467,7 +470,7 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ) $(EXAMPLES)
 		tests/gpu/emu/run-emu-gemm-amd.sh \
 		$(if $(TEST_FUZZ),tests/fuzz/run-fuzz.sh) \
 		tools/systemd-verify.sh tools/install-check.sh \
-		$(TEST_DEB) $(TEST_ASAN) tools/check.sh
+		$(TEST_DEB) $(TEST_ASAN) $(TEST_TSAN) tools/check.sh
 
 # Corrupt inputs at full scale (issue 21 item 4): 1,000 mutated DB files,
 # shm tables and import files; `make test` runs 200 of each.
@@ -559,6 +562,16 @@ ubsan:
 	$(MAKE) BUILD=build/ubsan SAN=undefined GPU=none test
 tsan:
 	$(MAKE) BUILD=build/tsan SAN=thread GPU=none test
+# The TSan subset CI runs (issue 21 item 8): the client library's threaded
+# unit tests -- the process cache's lock-free readers against a writer,
+# the shm table read while the daemon rewrites slots (seqlock, torn
+# slots), the client's table lookups from several threads.  Measured on
+# the 2-core box, loaded: build ~85 s, run ~8 s.
+TSAN_CI_BIN := $(addprefix build/tsan/tests/unit/,test_cache test_client_shm test_shm)
+tsan-ci-bins:
+	$(MAKE) BUILD=build/tsan SAN=thread GPU=none $(TSAN_CI_BIN)
+tsan-ci: tsan-ci-bins
+	$(Q)sh tools/run-tests.sh tsan $(TSAN_CI_BIN)
 coverage:
 	$(MAKE) BUILD=build/coverage COVERAGE=1 GPU=none test
 
