@@ -557,7 +557,7 @@ ASAN_CI_BIN := $(filter-out %/test_kernels_cpu,$(patsubst tests/unit/%.c,build/a
 asan-ci-bins:
 	$(MAKE) BUILD=build/asan SAN=address,undefined GPU=none all $(ASAN_CI_BIN)
 asan-ci: asan-ci-bins
-	$(Q)FLY_CORRUPT_N=50 sh tools/run-tests.sh asan $(ASAN_CI_BIN)
+	$(Q)FLY_CORRUPT_N=50 FLY_FORKS=100 sh tools/run-tests.sh asan $(ASAN_CI_BIN)
 ubsan:
 	$(MAKE) BUILD=build/ubsan SAN=undefined GPU=none test
 tsan:

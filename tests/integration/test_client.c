@@ -350,6 +350,70 @@ static void test_fork_child_own_connection(void **state)
 	cleanup_dm();
 }
 
+/* RELIABILITY.md F20: 1,000 forks of a connected client (FLY_FORKS; the
+ * ASan subset runs 100), 50 alive at a time; every child gets the tuned decision the parent has (its own
+ * session: the parent's is never shared) and exits; the parent's session
+ * still answers, and the daemon holds no session of a child that has
+ * exited (its fd count back where it was). */
+static void test_fork_1000(void **state)
+{
+	struct fly_problem p = prob(key_a);
+	struct fly_decision d;
+	char *resp = NULL;
+	size_t len;
+	fly_client *c;
+	int base, st, failed = 0, live = 0, forks = 1000;
+	const char *env = getenv("FLY_FORKS");
+
+	(void)state;
+	if (env != NULL && atoi(env) > 0)
+		forks = atoi(env);
+	start(&dm);
+	c = client(dm.sock, fly_test_timeout(2000));
+	assert_int_equal(fly_decide_wait(c, &p, fly_test_timeout(TUNE_MS), &d),
+			 0);
+	assert_int_equal(d.status, FLY_STATUS_TUNED);
+	base = fly_test_fd_count(dm.pid);
+	assert_true(base > 0);
+	for (int i = 0; i < forks; i++) {
+		pid_t pid;
+
+		if (live == 50) {
+			assert_true(wait(&st) > 0);
+			failed += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+			live--;
+		}
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			struct fly_decision e;
+			int ok = fly_decide(c, &p, &e) == 0 &&
+				 e.status == FLY_STATUS_TUNED &&
+				 strcmp(e.variant, d.variant) == 0 &&
+				 e.nparams == d.nparams &&
+				 memcmp(e.params, d.params,
+					sizeof(e.params[0]) * e.nparams) == 0;
+			_exit(ok ? 0 : 1);
+		}
+		live++;
+	}
+	while (live > 0) {
+		assert_true(wait(&st) > 0);
+		failed += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+		live--;
+	}
+	assert_int_equal(failed, 0);
+	assert_int_equal(fly_request(c, "{\"req\":\"status\"}", 16, 5000,
+				     &resp, &len), 0);
+	assert_non_null(strstr(resp, "\"ok\":true"));
+	fly_free(resp);
+	for (int i = 0; i < 100 && fly_test_fd_count(dm.pid) > base; i++)
+		usleep(50 * 1000);
+	assert_true(fly_test_fd_count(dm.pid) <= base);
+	fly_client_close(c);
+	cleanup_dm();
+}
+
 struct waiter {
 	fly_client *c;
 	struct fly_problem p;
@@ -567,6 +631,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_issue_19_table_grows, teardown),
 		cmocka_unit_test_teardown(test_survives_kill_and_restart, teardown),
 		cmocka_unit_test_teardown(test_fork_child_own_connection, teardown),
+		cmocka_unit_test_teardown(test_fork_1000, teardown),
 		cmocka_unit_test_teardown(test_fork_while_socket_busy, teardown),
 		cmocka_unit_test_teardown(test_no_fd_leak, teardown),
 		cmocka_unit_test_teardown(test_timeout_against_sigstop, teardown),

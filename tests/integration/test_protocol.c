@@ -213,6 +213,28 @@ static void test_length_zero(void **state)
 	oversize(0);
 }
 
+/* An HTTP client on the socket (RELIABILITY.md B15): "GET " reads as a
+ * length of 0x20544547, over the cap -- closed at once, nothing
+ * allocated for it, the other clients served. */
+static void test_http_request(void **state)
+{
+	static const char http[] = "GET / HTTP/1.0\r\nHost: x\r\n\r\n";
+	int other = fly_test_connect(d.sock);
+	int fd = fly_test_connect(d.sock);
+	char *resp = NULL;
+
+	assert_true(other >= 0 && fd >= 0);
+	assert_int_equal(fly_test_send_raw(fd, http, sizeof(http) - 1), 0);
+	assert_int_equal(fly_test_wait_closed(fd, T_MS), 0);
+	close(fd);
+	assert_int_equal(fly_test_request(other, "{\"req\":\"list\"}", &resp,
+					  T_MS), 0);
+	expect_ok(resp);
+	free(resp);
+	close(other);
+	assert_alive();
+}
+
 /* Send @p payload as a frame, expect error @p code, then check the same
  * connection still answers. */
 static void bad_request_keeps_conn(const char *payload, int code)
@@ -279,29 +301,31 @@ static void test_duplicate_keys(void **state)
 			       FLY_E_PROTO);
 }
 
-static void test_unsolicited_fds(void **state)
+/* A request frame carrying @p nfd file descriptors (SCM_RIGHTS) the
+ * daemon never asked for: answered or closed, and none of them stays in
+ * the daemon (its fd count back at the baseline). */
+static void unsolicited_fds(int nfd)
 {
 	const char *json = "{\"req\":\"list\",\"id\":9}";
 	union {
 		struct cmsghdr h;
-		char b[CMSG_SPACE(3 * sizeof(int))];
+		char b[CMSG_SPACE(253 * sizeof(int))];
 	} u;
 	uint8_t frame[64];
 	struct iovec iov;
 	struct msghdr mh;
 	struct cmsghdr *c;
-	int fds[3], base, during = -1, fd, n;
+	int fds[253], base, during = -1, fd, n;
 	char *resp = NULL;
 
-	if (d.external)
-		skip();
+	assert_true(nfd >= 1 && nfd <= 253);
 	assert_alive();
 	usleep(200 * 1000);
 	base = fly_test_fd_count(d.pid);
 	assert_true(base > 0);
 	fd = fly_test_connect(d.sock);
 	assert_true(fd >= 0);
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < nfd; i++) {
 		fds[i] = open("/dev/null", O_RDONLY);
 		assert_true(fds[i] >= 0);
 	}
@@ -314,14 +338,14 @@ static void test_unsolicited_fds(void **state)
 	mh.msg_iov = &iov;
 	mh.msg_iovlen = 1;
 	mh.msg_control = u.b;
-	mh.msg_controllen = sizeof(u.b);
+	mh.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
 	c = CMSG_FIRSTHDR(&mh);
 	c->cmsg_level = SOL_SOCKET;
 	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(3 * sizeof(int));
-	memcpy(CMSG_DATA(c), fds, sizeof(fds));
+	c->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
+	memcpy(CMSG_DATA(c), fds, (size_t)nfd * sizeof(int));
 	assert_true(sendmsg(fd, &mh, MSG_NOSIGNAL) == (ssize_t)iov.iov_len);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < nfd; i++)
 		close(fds[i]);
 	/* Closed or answered; either way the fds must not reach the daemon. */
 	n = fly_test_recv_frame(fd, &resp, T_MS);
@@ -340,6 +364,21 @@ static void test_unsolicited_fds(void **state)
 	}
 	assert_true(fly_test_fd_count(d.pid) <= base);
 	assert_alive();
+}
+
+static void test_unsolicited_fds(void **state)
+{
+	if (d.external)
+		skip();
+	unsolicited_fds(3);
+}
+
+/* SCM_MAX_FD (253) descriptors on one frame (RELIABILITY.md B16). */
+static void test_unsolicited_fds_max(void **state)
+{
+	if (d.external)
+		skip();
+	unsolicited_fds(253);
 }
 
 static void test_fragmented(void **state)
@@ -1792,6 +1831,8 @@ int main(void)
 		cmocka_unit_test(test_deep_nesting),
 		cmocka_unit_test(test_duplicate_keys),
 		cmocka_unit_test(test_unsolicited_fds),
+		cmocka_unit_test(test_unsolicited_fds_max),
+		cmocka_unit_test(test_http_request),
 		cmocka_unit_test(test_fragmented),
 		cmocka_unit_test(test_two_frames_one_write),
 		cmocka_unit_test(test_max_clients),
