@@ -548,34 +548,46 @@ static void send_unlock(struct flyd_fleet *f, struct fleet_lock *l)
 		NULL, 0));
 }
 
-/* Which watched locks (L_WAIT) nobody holds now: their ids, as one
- * bigint[] parameter, less those pg_locks shows granted in this
- * database (an advisory lock on a bigint is classid:objid, objsubid 1). */
+/* Which watched locks (L_WAIT) nobody holds now while their key has no
+ * fleet row: the watches as one JSON parameter ([{"id": "<lock id>",
+ * "key": KEY}]; the id as text, a double would round it), less those
+ * pg_locks shows granted in this database (an advisory lock on a bigint
+ * is classid:objid, objsubid 1), less those whose key has a winner (its
+ * holder pushed, then unlocked; the NOTIFY may not be here yet). */
 static void send_check(struct flyd_fleet *f)
 {
-	size_t cap = 16 + f->nlocks * 22, n = 0;
-	char *ids = malloc(cap);
-	const char *v[1];
+	struct flyd_ctx *ctx = f->ctx;
+	cJSON *ws = cJSON_CreateArray(), *w;
+	char id[24], *wj = NULL;
+	const char *v[3];
 
 	f->check_due = 0;
-	if (ids == NULL)
+	for (size_t i = 0; ws != NULL && i < f->nlocks; i++) {
+		if (f->locks[i].state != L_WAIT)
+			continue;
+		w = cJSON_CreateObject();
+		if (w == NULL)
+			break;
+		snprintf(id, sizeof(id), "%lld", f->locks[i].id);
+		cJSON_AddStringToObject(w, "id", id);
+		cJSON_AddStringToObject(w, "key", f->locks[i].key);
+		cJSON_AddItemToArray(ws, w);
+	}
+	wj = ws != NULL ? cJSON_PrintUnformatted(ws) : NULL;
+	cJSON_Delete(ws);
+	if (wj == NULL)
 		return;
-	n += (size_t)snprintf(ids, cap, "{");
-	for (size_t i = 0; i < f->nlocks; i++)
-		if (f->locks[i].state == L_WAIT)
-			n += (size_t)snprintf(ids + n, cap - n, "%s%lld",
-					      n > 1 ? "," : "",
-					      f->locks[i].id);
-	snprintf(ids + n, cap - n, "}");
-	v[0] = ids;
+	v[0] = wj; v[1] = ctx->device_id; v[2] = ctx->libver;
 	sent(f, Q_CHECK, PQsendQueryParams(f->conn,
-		"SELECT w FROM unnest($1::bigint[]) w EXCEPT "
-		"SELECT (l.classid::bigint << 32) | l.objid::bigint "
-		"FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted "
-		"AND l.objsubid = 1 AND l.database = (SELECT oid FROM "
-		"pg_database WHERE datname = current_database())",
-		1, NULL, v, NULL, NULL, 0));
-	free(ids);
+		"SELECT w.id FROM json_to_recordset($1::json) AS "
+		"w(id bigint, key text) WHERE NOT EXISTS (SELECT 1 FROM "
+		"pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND "
+		"l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database "
+		"WHERE datname = current_database()) AND ((l.classid::bigint "
+		"<< 32) | l.objid::bigint) = w.id) AND NOT EXISTS (SELECT 1 "
+		"FROM fleet_results r WHERE r.device = $2 AND r.libver = $3 "
+		"AND r.key = w.key)", 3, NULL, v, NULL, NULL, 0));
+	free(wj);
 }
 
 /* The next thing to do on an idle connection. */

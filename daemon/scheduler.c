@@ -415,23 +415,38 @@ static void fleet_locked(struct flyd_sched *sc, struct flyd_qjob *j, int got)
 		 ctx->cfg.fleet_wait_ms);
 }
 
-/* The lock parked job @p j waits on was let go without a winner: its
- * holder died (PostgreSQL dropped its session's locks) or lost its
- * connection.  The job asks again at once, not after fleet_wait_ms: one
- * waiter takes the lock and tunes, the others park on it afresh. */
+/* The lock parked job @p j waits on was let go with no winner in the
+ * fleet DB: its holder died (PostgreSQL dropped its session's locks) or
+ * lost its connection.  The job asks again at once, not after
+ * fleet_wait_ms: one waiter takes the lock and tunes, the others park on
+ * it afresh. */
 static void fleet_unpark(struct flyd_sched *sc, struct flyd_qjob *j)
 {
-	struct flyd_ctx *ctx = sc->ctx;
-
 	if (j == NULL || j->state != FLYD_Q_QUEUED ||
 	    j->fleet != FLYD_QF_WAITING)
 		return;
 	j->fleet = FLYD_QF_NONE;
+	j->fleet_freed = 1;
 	j->not_before_ms = 0;
-	ctx->stats.fleet_holders_lost++;
-	flyd_log(FLYD_LOG_WARN, "fleet_holder_lost", "key=%s why=\"the key's "
-		 "fleet lock was let go without a winner: asking again\"",
-		 j->key);
+	flyd_log(FLYD_LOG_DEBUG, "fleet_lock_free", "key=%s", j->key);
+}
+
+/* The answer to the claim of a job that asked again after its lock was
+ * let go: unless the fleet had the winner after all (its holder pushed
+ * and unlocked just before the check), the holder was lost. */
+static void fleet_freed_answer(struct flyd_sched *sc, struct flyd_qjob *j,
+			       int answer)
+{
+	if (j == NULL || !j->fleet_freed || j->fleet != FLYD_QF_ASKING)
+		return;
+	j->fleet_freed = 0;
+	if (answer != FLYD_SF_GOT && answer != FLYD_SF_BUSY)
+		return;
+	sc->ctx->stats.fleet_holders_lost++;
+	flyd_log(FLYD_LOG_WARN, "fleet_holder_lost", "key=%s now=%s why=\"the "
+		 "key's fleet lock was let go without a winner: its holder "
+		 "died or lost its connection\"", j->key,
+		 answer == FLYD_SF_GOT ? "locked" : "waiting");
 }
 
 void flyd_sched_fleet_answer(struct flyd_sched *sc, const char *key,
@@ -447,6 +462,7 @@ void flyd_sched_fleet_answer(struct flyd_sched *sc, const char *key,
 	j = flyd_queue_find(sc->q, key);
 	if (j != NULL && j->state == FLYD_Q_FAILED)
 		j = NULL;
+	fleet_freed_answer(sc, j, answer);
 	switch (answer) {
 	case FLYD_SF_GOT:
 		/* asked; or given up waiting and running without it */
