@@ -475,7 +475,8 @@ static int send_push(struct flyd_fleet *f)
 	struct flyd_ctx *ctx = f->ctx;
 	struct flyd_result *r = &f->push;
 	char params[8 * 24 + 4], med[40], mad[40], tune[40], at[24], h[40];
-	const char *v[11];
+	char reps[16];
+	const char *v[12];
 	size_t n = 0;
 	int rc;
 
@@ -496,12 +497,14 @@ static int send_push(struct flyd_fleet *f)
 	snprintf(tune, sizeof(tune), "%.17g", r->tune_s);
 	snprintf(at, sizeof(at), "%lld", (long long)r->tuned_at);
 	snprintf(h, sizeof(h), "%.17g", ctx->cfg.fleet_hysteresis);
+	snprintf(reps, sizeof(reps), "%u", r->reps);
 	v[0] = r->device; v[1] = r->libver; v[2] = r->key; v[3] = f->node;
 	v[4] = r->d.variant; v[5] = params; v[6] = med; v[7] = mad;
 	v[8] = tune; v[9] = at; v[10] = h;
+	v[11] = r->reps > 0 ? reps : NULL; /* NULL: unknown (0002_reps) */
 	sent(f, Q_PUSH, PQsendQueryParams(f->conn,
 		"SELECT fleet_push($1, $2, $3, $4, $5, $6::bigint[], $7, $8, "
-		"$9, $10, $11)", 11, NULL, v, NULL, NULL, 0));
+		"$9, $10, $11, $12::integer)", 12, NULL, v, NULL, NULL, 0));
 	return 1;
 }
 

@@ -215,6 +215,20 @@ static void test_b_serves_a_winner(void **state)
 		usleep(50000);
 	assert_true(fleet_num(&x->a, "outbox") == 0);
 	assert_true(fleet_num(&x->a, "pushed") >= 1);
+	/* Provenance: the winner's median, noise and reps, node and time. */
+	{
+		char *p = pg_value(x, "SELECT (reps > 0 AND mad_us >= 0 AND "
+				   "node <> '' AND received_at IS NOT NULL)::text"
+				   " FROM fleet_measurements WHERE key = '"
+				   KEY_A "'");
+		char *w = pg_value(x, "SELECT (reps > 0)::text FROM "
+				   "fleet_results WHERE key = '" KEY_A "'");
+
+		assert_string_equal(p, "true");
+		assert_string_equal(w, "true");
+		free(p);
+		free(w);
+	}
 
 	assert_int_equal(node_start(x, &x->b), 0);
 	wb = wait_winner(&x->b, KEY_A);
