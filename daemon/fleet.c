@@ -551,12 +551,12 @@ static void send_unlock(struct flyd_fleet *f, struct fleet_lock *l)
 		NULL, 0));
 }
 
-/* Which watched locks (L_WAIT) nobody holds now while their key has no
- * fleet row: the watches as one JSON parameter ([{"id": "<lock id>",
- * "key": KEY}]; the id as text, a double would round it), less those
- * pg_locks shows granted in this database (an advisory lock on a bigint
- * is classid:objid, objsubid 1), less those whose key has a winner (its
- * holder pushed, then unlocked; the NOTIFY may not be here yet). */
+/* Which watched locks (L_WAIT) nobody holds now, and whether their key
+ * has a fleet row: the watches as one JSON parameter ([{"id": "<lock
+ * id>", "key": KEY}]; the id as text, a double would round it), less
+ * those pg_locks shows granted in this database (an advisory lock on a
+ * bigint is classid:objid, objsubid 1).  A key with a winner: its holder
+ * pushed, then unlocked, and the NOTIFY may not be here yet. */
 static void send_check(struct flyd_fleet *f)
 {
 	struct flyd_ctx *ctx = f->ctx;
@@ -582,14 +582,14 @@ static void send_check(struct flyd_fleet *f)
 		return;
 	v[0] = wj; v[1] = ctx->device_id; v[2] = ctx->libver;
 	sent(f, Q_CHECK, PQsendQueryParams(f->conn,
-		"SELECT w.id FROM json_to_recordset($1::json) AS "
-		"w(id bigint, key text) WHERE NOT EXISTS (SELECT 1 FROM "
-		"pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND "
-		"l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database "
-		"WHERE datname = current_database()) AND ((l.classid::bigint "
-		"<< 32) | l.objid::bigint) = w.id) AND NOT EXISTS (SELECT 1 "
-		"FROM fleet_results r WHERE r.device = $2 AND r.libver = $3 "
-		"AND r.key = w.key)", 3, NULL, v, NULL, NULL, 0));
+		"SELECT w.id, EXISTS (SELECT 1 FROM fleet_results r WHERE "
+		"r.device = $2 AND r.libver = $3 AND r.key = w.key) FROM "
+		"json_to_recordset($1::json) AS w(id bigint, key text) WHERE "
+		"NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = "
+		"'advisory' AND l.granted AND l.objsubid = 1 AND l.database = "
+		"(SELECT oid FROM pg_database WHERE datname = "
+		"current_database()) AND ((l.classid::bigint << 32) | "
+		"l.objid::bigint) = w.id)", 3, NULL, v, NULL, NULL, 0));
 	free(wj);
 }
 
@@ -661,8 +661,10 @@ static void batch_add(struct flyd_fleet *f, const char *txt,
 	f->batch[f->nbatch++] = r;
 }
 
-/* The watched lock @p id is free: the jobs parked on it ask again. */
-static void lock_freed(struct flyd_fleet *f, long long id)
+/* The watched lock @p id is free: no longer watched; with no winner in
+ * the fleet DB (@p won 0), the jobs parked on it ask again.  With one,
+ * its NOTIFY adopts them (its holder pushed, then unlocked). */
+static void lock_freed(struct flyd_fleet *f, long long id, int won)
 {
 	char key[FLY_KEY_MAX];
 
@@ -671,8 +673,11 @@ static void lock_freed(struct flyd_fleet *f, long long id)
 			continue;
 		snprintf(key, sizeof(key), "%s", f->locks[i].key);
 		lock_del(f, &f->locks[i]);
-		flyd_log(FLYD_LOG_DEBUG, "fleet_lock_free", "key=%s", key);
-		flyd_sched_fleet_answer(f->ctx->sched, key, FLYD_SF_FREE);
+		flyd_log(FLYD_LOG_DEBUG, "fleet_lock_free", "key=%s won=%d", key,
+			 won);
+		if (!won)
+			flyd_sched_fleet_answer(f->ctx->sched, key,
+						FLYD_SF_FREE);
 	}
 }
 
@@ -723,7 +728,8 @@ static void on_result(struct flyd_fleet *f, PGresult *res)
 			l->state = L_UNLOCK;
 	} else if (f->query == Q_CHECK && st == PGRES_TUPLES_OK) {
 		for (int i = 0; i < PQntuples(res); i++)
-			lock_freed(f, strtoll(PQgetvalue(res, i, 0), NULL, 10));
+			lock_freed(f, strtoll(PQgetvalue(res, i, 0), NULL, 10),
+				   strcmp(PQgetvalue(res, i, 1), "t") == 0);
 	} else if (f->query == Q_CLAIM && st == PGRES_TUPLES_OK) {
 		if (f->nres++ == 0 && PQntuples(res) == 1) {
 			f->claim_got = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
