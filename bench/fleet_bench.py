@@ -10,9 +10,16 @@ Measures:
                the time until every other connected node serves it (`get`);
                target <= 1 s
   duplicates   benchmarks run beyond one per key when every node is asked
-               to tune the same DUP keys at once (sum of jobs_done - DUP);
-               target 0 (single flight: one node takes the key's fleet
-               advisory lock and tunes, the others wait for its winner)
+               to tune the same DUP keys at once (sum of jobs_done - DUP,
+               and per key: fleet_measurements rows beyond one, each
+               node's own measurement of a key being one row); target 0
+               (single flight: one node takes the key's fleet advisory
+               lock and tunes, the others wait for its winner).  The DUP
+               keys are the CPU backend's cheapest to tune: rmsnorm in
+               bf16 and fp16, m 8/16/32/64, n = 64 k for k = 1, 2, ...
+               (small shapes first), with job_budget_s 0.02 on every node;
+               each node is sent all of them, 256 at a time per node,
+               round robin over the nodes, so all nodes ask at once
 
 The fleet rows for the join are written straight into PostgreSQL with
 fleet_push() (as other nodes would have), all valid for this machine's
@@ -21,8 +28,8 @@ replicated over canonical keys that it is feasible for).
 
 Usage: bench/fleet_bench.py [--full] [--nodes N] [--rows R] [--keys K]
                             [--dup D]
-Default (small): 4 nodes, 10,000 rows, 5 keys, 3 duplicate keys.
---full: 20 nodes, 100,000 rows, 20 keys, 10 duplicate keys.
+Default (small): 4 nodes, 10,000 rows, 5 keys, 200 duplicate keys.
+--full: 20 nodes, 100,000 rows, 20 keys, 10,000 duplicate keys.
 Needs build/flytuned, build/flytune-ctl (make GPU=none) and PostgreSQL
 (initdb, pg_ctl on PATH or in /usr/lib/postgresql/*/bin).
 """
@@ -91,7 +98,8 @@ class Node(object):
         with open(os.path.join(self.dir, "c.conf"), "w") as f:
             json.dump({"backend": "cpu", "policy": "on-request",
                        "fleet_url": pg.conninfo, "fleet_retry_ms": 200,
-                       "shm_capacity": 262144}, f)
+                       "shm_capacity": 262144, "queue_cap": 100000,
+                       "job_budget_s": 0.02}, f)
         self.t0 = time.time()
         self.proc = subprocess.Popen(
             [BUILD + "/flytuned", "--state-dir", self.dir, "--config",
@@ -140,6 +148,51 @@ def wait(pred, timeout=120.0, step=0.005):
     return None
 
 
+def commit():
+    try:
+        c = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"],
+                                    stderr=subprocess.DEVNULL).decode()
+        d = subprocess.call(["git", "diff", "--quiet", "HEAD"],
+                            stderr=subprocess.DEVNULL)
+        return c.strip() + ("-dirty" if d else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def dup_keys(n):
+    """n distinct cheap keys: rmsnorm bf16/fp16, m 8..64, n = 64 k."""
+    keys, k = [], 1
+    while len(keys) < n:
+        for dt in ("bf16", "fp16"):
+            for m in (8, 16, 32, 64):
+                keys.append("rmsnorm/%s/m=%d,n=%d" % (dt, m, 64 * k))
+        k += 1
+    return keys[:n]
+
+
+def ask_all(ns, keys, chunk=256):
+    """Every node sent a tune of every key (no wait), chunk by chunk,
+    round robin; returns the answers that were not ok."""
+    bad = []
+    for i in range(0, len(keys), chunk):
+        part = keys[i:i + chunk]
+        for n in ns:
+            n.fd.sendall(b"".join(
+                struct.pack("<I", len(b)) + b for b in
+                (json.dumps({"req": "tune", "key": k}).encode()
+                 for k in part)))
+        for n in ns:
+            for _ in part:
+                r = json.loads(n._read(struct.unpack("<I", n._read(4))[0]))
+                if not r.get("ok"):
+                    bad.append(r)
+    return bad
+
+
+def fleet_sum(ns, name):
+    return sum(n.status()["fleet"].get(name, 0) for n in ns)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--full", action="store_true")
@@ -151,7 +204,7 @@ def main():
     nodes = a.nodes or (20 if a.full else 4)
     rows = a.rows or (100000 if a.full else 10000)
     nkeys = a.keys or (20 if a.full else 5)
-    ndup = a.dup or (10 if a.full else 3)
+    ndup = a.dup or (10000 if a.full else 200)
     pg = PG()
     ns = []
     try:
@@ -183,22 +236,31 @@ def main():
         # Duplicates: every node asked to tune the same keys at once.
         before = sum(n.req({"req": "stats"})["counters"]["jobs_done"]
                      for n in ns)
-        dkeys = ["rmsnorm/fp32/m=%d,n=%d" % (m, 80 * (i + 1))
-                 for i, m in enumerate([128, 256] * 20)][:ndup]
-        for key in dkeys:
-            for n in ns:
-                b = json.dumps({"req": "tune", "key": key}).encode()
-                n.fd.sendall(struct.pack("<I", len(b)) + b)
-            for n in ns:
-                n._read(struct.unpack("<I", n._read(4))[0])
-        for key in dkeys:
-            for n in ns:
-                wait(lambda: n.req({"req": "get", "key": key}).get("ok"))
-        wait(lambda: all(n.status()["queue"].get("depth", 0) == 0
-                         for n in ns), timeout=60)
+        shm0 = min(n.status()["shm"]["count"] for n in ns)
+        dkeys = dup_keys(ndup)
+        t0 = time.time()
+        bad = ask_all(ns, dkeys)
+        ask_s = time.time() - t0
+        # Done: every node serves every key from its shm table, no job
+        # queued or running anywhere, every outbox empty.
+        dup_done = wait(lambda: all(
+            st["shm"]["count"] >= shm0 + len(dkeys) and
+            st["queue"]["queued"] == 0 and st["queue"]["running"] is None
+            and st["fleet"]["outbox"] == 0
+            for st in [n.status() for n in ns]), timeout=3600, step=1.0)
+        dup_s = time.time() - t0
         after = sum(n.req({"req": "stats"})["counters"]["jobs_done"]
                     for n in ns)
         dup = after - before - len(dkeys)
+        per_key = pg.sql(
+            "SELECT count(*) || ' ' || coalesce(sum(n), 0) || ' ' || "
+            "coalesce(sum(n - 1), 0) || ' ' || coalesce(max(n), 0) || ' ' "
+            "|| count(*) FILTER (WHERE n > 1) FROM (SELECT key, count(*) n "
+            "FROM fleet_measurements WHERE key LIKE 'rmsnorm/bf16/%' OR "
+            "key LIKE 'rmsnorm/fp16/%' GROUP BY key) k").split()
+        sf = {c: fleet_sum(ns, c) for c in
+              ("locked", "waits", "satisfied", "wait_timeouts",
+               "holders_lost")}
 
         # Join: ROWS fleet rows, then a new node.
         t0 = time.time()
@@ -225,10 +287,22 @@ def main():
         join_total = time.time() - j.t0
         jf = j.status()["fleet"]
         print(json.dumps({
+            "commit": commit(), "command": "python3 bench/fleet_bench.py "
+            + " ".join(sys.argv[1:]), "machine": "%d cores" % os.cpu_count(),
             "nodes": nodes, "fleet_rows": want,
             "propagate_s": {"n": len(prop), "max": max(prop),
                             "median": sorted(prop)[len(prop) // 2]},
             "duplicate_benchmarks": dup, "dup_keys": len(dkeys),
+            "dup_nodes_asking": nodes, "dup_requests_refused": len(bad),
+            "dup_all_served": dup_done is not None,
+            "dup_ask_s": round(ask_s, 2), "dup_until_all_served_s":
+            round(dup_s, 2),
+            "dup_per_key": {"keys_measured": int(per_key[0]),
+                            "measurements": int(per_key[1]),
+                            "beyond_one": int(per_key[2]),
+                            "max_per_key": int(per_key[3]),
+                            "keys_measured_twice_or_more": int(per_key[4])},
+            "dup_single_flight": sf,
             "seed_rows_s": round(seed_s, 2),
             "notify_rows_to_all_nodes_s": round(notify_all_s, 2),
             "join_s": round(join_total, 2) if join is not None else None,

@@ -55,6 +55,7 @@ void flyd_config_defaults(struct flyd_config *c)
 	c->fleet_retry_ms = 2000;
 	c->fleet_hysteresis = 0.03;
 	c->fleet_wait_ms = 30000;
+	c->fleet_check_ms = 1000;
 }
 
 /* An integer member in [lo, hi]. */
@@ -305,6 +306,9 @@ static int apply_member(const cJSON *it, struct flyd_config *c, char *err,
 		return get_num(it, 0, 1, 0, &c->fleet_hysteresis, err, errcap);
 	if (strcmp(k, "fleet_wait_ms") == 0)
 		return get_u32(it, 0, 3600000, &c->fleet_wait_ms, err, errcap);
+	if (strcmp(k, "fleet_check_ms") == 0)
+		return get_u32(it, 0, 3600000, &c->fleet_check_ms, err,
+			       errcap);
 	snprintf(err, errcap, "config: unknown key '%.64s'", k);
 	return -EINVAL;
 }

@@ -56,6 +56,10 @@ struct flyd_config {
 					holds waits this long for its winner,
 					then tunes locally (30000; 0: no
 					single flight); SIGHUP applies it */
+	uint32_t fleet_check_ms;     /* a node with parked jobs checks this
+					often whether their locks are still
+					held (1000; 0: never, wait the full
+					fleet_wait_ms); SIGHUP applies it */
 };
 
 /* Fill @p c with the defaults. */

@@ -17,6 +17,15 @@
  * so a holder that pushed and unlocked just before is never missed (its
  * push commits before its unlock).  A lost connection answers the claims
  * in flight "down" and forgets the locks (the server dropped them).
+ *
+ * A job parked on another node's lock keeps a watch (L_WAIT, with the
+ * lock's id as the claim computed it): every fleet_check_ms one query
+ * asks which watched locks nobody holds any more.  Such a lock was let
+ * go without a winner (a holder unlocks only after its winner's push has
+ * committed, and that winner would have been found), so its holder died
+ * or lost its connection -- PostgreSQL drops a session's advisory locks
+ * with the session.  The parked job is told (FLYD_SF_FREE) and asks
+ * again at once instead of after fleet_wait_ms.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -37,6 +46,12 @@
 #define FLEET_CHANNEL "flytuned_fleet"
 #define FLEET_MIGRATE_LOCK "7460215993"  /* pg_advisory_xact_lock key */
 #define FLEET_ERR_MAX 256
+/* A claim asked while a connection is being made waits for it this long
+ * at most (then the job runs at once, as with the fleet down): a node
+ * that starts or restarts learns the fleet's winners (the pull comes
+ * before claims) before it benchmarks a key the fleet has, and an
+ * unreachable server costs a job no more than this. */
+#define CONNECT_HOLD_MS 2000
 #define LOCK_ID_SQL FLYD_FLEET_LOCK_ID("$1", "$2", "$3")
 
 enum fleet_state {
@@ -52,7 +67,8 @@ enum fleet_query {
 	Q_PULL,
 	Q_PUSH,
 	Q_CLAIM,        /* try-lock + the key's fleet row */
-	Q_UNLOCK
+	Q_UNLOCK,
+	Q_CHECK         /* which watched locks are free */
 };
 
 /* A lock of this session (single flight), by key. */
@@ -62,12 +78,14 @@ enum lock_state {
 	L_HELD,         /* ours; the job runs */
 	L_PUSH,         /* to unlock once the key's outbox row is pushed */
 	L_UNLOCK,       /* to unlock */
-	L_UNLOCKING     /* its unlock in flight */
+	L_UNLOCKING,    /* its unlock in flight */
+	L_WAIT          /* another node's: a job is parked on it (watched) */
 };
 
 struct fleet_lock {
 	char key[FLY_KEY_MAX];
 	int state;      /* enum lock_state */
+	long long id;   /* the advisory lock's id (L_WAIT) */
 };
 
 struct flyd_fleet {
@@ -77,6 +95,9 @@ struct flyd_fleet {
 	int fd;                 /* the socket polled */
 	int events;             /* the events polled */
 	uv_timer_t retry;
+	uv_timer_t check;       /* fleet_check_ms: watched locks still held? */
+	uint64_t connect_ms;    /* when the connection attempt began */
+	int check_due;          /* a check is to be sent */
 	int state;              /* enum fleet_state */
 	int query;              /* enum fleet_query in flight */
 	int qfailed;            /* the query in flight returned an error */
@@ -95,6 +116,7 @@ struct flyd_fleet {
 	char qkey[FLY_KEY_MAX]; /* the key of the claim or unlock in flight */
 	int nres;               /* the claim's results so far */
 	int claim_got;          /* its try-lock answered true */
+	long long claim_id;     /* the lock id it tried */
 	char *claim_row;        /* its fleet row (a record), NULL: none */
 };
 
@@ -159,16 +181,21 @@ static void poll_close(struct flyd_fleet *f)
  * the claims not answered yet are answered "down" (their jobs run). */
 static void locks_lost(struct flyd_fleet *f)
 {
-	size_t n = f->nlocks;
+	struct fleet_lock *l = f->locks;
+	size_t n = f->nlocks, keep = 0;
 
-	f->nlocks = 0;
 	free(f->claim_row);
 	f->claim_row = NULL;
-	for (size_t i = 0; i < n; i++)
-		if (f->locks[i].state == L_CLAIM ||
-		    f->locks[i].state == L_CLAIMING)
-			flyd_sched_fleet_answer(f->ctx->sched, f->locks[i].key,
+	for (size_t i = 0; i < n; i++) {
+		if (l[i].state == L_WAIT) { /* another node's: still watched */
+			l[keep++] = l[i];
+			continue;
+		}
+		if (l[i].state == L_CLAIM || l[i].state == L_CLAIMING)
+			flyd_sched_fleet_answer(f->ctx->sched, l[i].key,
 						FLYD_SF_DOWN);
+	}
+	f->nlocks = keep;
 }
 
 /* Drop the connection (after @p what failed) and retry later. */
@@ -448,7 +475,8 @@ static int send_push(struct flyd_fleet *f)
 	struct flyd_ctx *ctx = f->ctx;
 	struct flyd_result *r = &f->push;
 	char params[8 * 24 + 4], med[40], mad[40], tune[40], at[24], h[40];
-	const char *v[11];
+	char reps[16];
+	const char *v[12];
 	size_t n = 0;
 	int rc;
 
@@ -469,12 +497,14 @@ static int send_push(struct flyd_fleet *f)
 	snprintf(tune, sizeof(tune), "%.17g", r->tune_s);
 	snprintf(at, sizeof(at), "%lld", (long long)r->tuned_at);
 	snprintf(h, sizeof(h), "%.17g", ctx->cfg.fleet_hysteresis);
+	snprintf(reps, sizeof(reps), "%u", r->reps);
 	v[0] = r->device; v[1] = r->libver; v[2] = r->key; v[3] = f->node;
 	v[4] = r->d.variant; v[5] = params; v[6] = med; v[7] = mad;
 	v[8] = tune; v[9] = at; v[10] = h;
+	v[11] = r->reps > 0 ? reps : NULL; /* NULL: unknown (0002_reps) */
 	sent(f, Q_PUSH, PQsendQueryParams(f->conn,
 		"SELECT fleet_push($1, $2, $3, $4, $5, $6::bigint[], $7, $8, "
-		"$9, $10, $11)", 11, NULL, v, NULL, NULL, 0));
+		"$9, $10, $11, $12::integer)", 12, NULL, v, NULL, NULL, 0));
 	return 1;
 }
 
@@ -490,8 +520,8 @@ static void send_claim(struct flyd_fleet *f, struct fleet_lock *l)
 	lib = PQescapeLiteral(f->conn, ctx->libver, strlen(ctx->libver));
 	key = PQescapeLiteral(f->conn, l->key, strlen(l->key));
 	if (dev != NULL && lib != NULL && key != NULL &&
-	    asprintf(&sql, "SELECT pg_try_advisory_lock("
-		     FLYD_FLEET_LOCK_ID("%s", "%s", "%s") "); "
+	    asprintf(&sql, "SELECT pg_try_advisory_lock(i), i FROM (SELECT "
+		     FLYD_FLEET_LOCK_ID("%s", "%s", "%s") " AS i) s; "
 		     "SELECT fleet_record(r) FROM fleet_results r WHERE "
 		     "device = %s AND libver = %s AND key = %s",
 		     dev, lib, key, dev, lib, key) >= 0)
@@ -503,6 +533,7 @@ static void send_claim(struct flyd_fleet *f, struct fleet_lock *l)
 	l->state = L_CLAIMING;
 	f->nres = 0;
 	f->claim_got = 0;
+	f->claim_id = 0;
 	free(f->claim_row);
 	f->claim_row = NULL;
 	sent(f, Q_CLAIM, ok && PQsendQuery(f->conn, sql));
@@ -518,6 +549,48 @@ static void send_unlock(struct flyd_fleet *f, struct fleet_lock *l)
 	sent(f, Q_UNLOCK, PQsendQueryParams(f->conn, "SELECT "
 		"pg_advisory_unlock(" LOCK_ID_SQL ")", 3, NULL, v, NULL,
 		NULL, 0));
+}
+
+/* Which watched locks (L_WAIT) nobody holds now, and whether their key
+ * has a fleet row: the watches as one JSON parameter ([{"id": "<lock
+ * id>", "key": KEY}]; the id as text, a double would round it), less
+ * those pg_locks shows granted in this database (an advisory lock on a
+ * bigint is classid:objid, objsubid 1).  A key with a winner: its holder
+ * pushed, then unlocked, and the NOTIFY may not be here yet. */
+static void send_check(struct flyd_fleet *f)
+{
+	struct flyd_ctx *ctx = f->ctx;
+	cJSON *ws = cJSON_CreateArray(), *w;
+	char id[24], *wj = NULL;
+	const char *v[3];
+
+	f->check_due = 0;
+	for (size_t i = 0; ws != NULL && i < f->nlocks; i++) {
+		if (f->locks[i].state != L_WAIT)
+			continue;
+		w = cJSON_CreateObject();
+		if (w == NULL)
+			break;
+		snprintf(id, sizeof(id), "%lld", f->locks[i].id);
+		cJSON_AddStringToObject(w, "id", id);
+		cJSON_AddStringToObject(w, "key", f->locks[i].key);
+		cJSON_AddItemToArray(ws, w);
+	}
+	wj = ws != NULL ? cJSON_PrintUnformatted(ws) : NULL;
+	cJSON_Delete(ws);
+	if (wj == NULL)
+		return;
+	v[0] = wj; v[1] = ctx->device_id; v[2] = ctx->libver;
+	sent(f, Q_CHECK, PQsendQueryParams(f->conn,
+		"SELECT w.id, EXISTS (SELECT 1 FROM fleet_results r WHERE "
+		"r.device = $2 AND r.libver = $3 AND r.key = w.key) FROM "
+		"json_to_recordset($1::json) AS w(id bigint, key text) WHERE "
+		"NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = "
+		"'advisory' AND l.granted AND l.objsubid = 1 AND l.database = "
+		"(SELECT oid FROM pg_database WHERE datname = "
+		"current_database()) AND ((l.classid::bigint << 32) | "
+		"l.objid::bigint) = w.id)", 3, NULL, v, NULL, NULL, 0));
+	free(wj);
 }
 
 /* The next thing to do on an idle connection. */
@@ -538,6 +611,8 @@ static void step(struct flyd_fleet *f)
 		send_claim(f, l);
 	} else if ((l = lock_next(f, L_UNLOCK)) != NULL) {
 		send_unlock(f, l);
+	} else if (f->check_due && lock_next(f, L_WAIT) != NULL) {
+		send_check(f);
 	} else if (f->device_known) {
 		(void)send_push(f);
 	}
@@ -551,9 +626,10 @@ static const char *query_name(int q)
 		[Q_NONE] = "none", [Q_MIGRATE] = "migrate",
 		[Q_LISTEN] = "listen", [Q_PULL] = "pull", [Q_PUSH] = "push",
 		[Q_CLAIM] = "claim", [Q_UNLOCK] = "unlock",
+		[Q_CHECK] = "check",
 	};
 
-	return q >= Q_NONE && q <= Q_UNLOCK ? name[q] : "query";
+	return q >= Q_NONE && q <= Q_CHECK ? name[q] : "query";
 }
 
 static void batch_add(struct flyd_fleet *f, const char *txt,
@@ -583,6 +659,26 @@ static void batch_add(struct flyd_fleet *f, const char *txt,
 		f->capbatch = cap;
 	}
 	f->batch[f->nbatch++] = r;
+}
+
+/* The watched lock @p id is free: no longer watched; with no winner in
+ * the fleet DB (@p won 0), the jobs parked on it ask again.  With one,
+ * its NOTIFY adopts them (its holder pushed, then unlocked). */
+static void lock_freed(struct flyd_fleet *f, long long id, int won)
+{
+	char key[FLY_KEY_MAX];
+
+	for (size_t i = f->nlocks; i-- > 0;) {
+		if (f->locks[i].state != L_WAIT || f->locks[i].id != id)
+			continue;
+		snprintf(key, sizeof(key), "%s", f->locks[i].key);
+		lock_del(f, &f->locks[i]);
+		flyd_log(FLYD_LOG_DEBUG, "fleet_lock_free", "key=%s won=%d", key,
+			 won);
+		if (!won)
+			flyd_sched_fleet_answer(f->ctx->sched, key,
+						FLYD_SF_FREE);
+	}
 }
 
 /* One PGresult of the query in flight. */
@@ -630,11 +726,15 @@ static void on_result(struct flyd_fleet *f, PGresult *res)
 		l = lock_find(f, r->key, L_PUSH);
 		if (l != NULL) /* the winner is in: waiters have it */
 			l->state = L_UNLOCK;
+	} else if (f->query == Q_CHECK && st == PGRES_TUPLES_OK) {
+		for (int i = 0; i < PQntuples(res); i++)
+			lock_freed(f, strtoll(PQgetvalue(res, i, 0), NULL, 10),
+				   strcmp(PQgetvalue(res, i, 1), "t") == 0);
 	} else if (f->query == Q_CLAIM && st == PGRES_TUPLES_OK) {
-		if (f->nres++ == 0)
-			f->claim_got = PQntuples(res) == 1 &&
-				       strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-		else if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
+		if (f->nres++ == 0 && PQntuples(res) == 1) {
+			f->claim_got = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+			f->claim_id = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+		} else if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
 			f->claim_row = strdup(PQgetvalue(res, 0, 0));
 	}
 }
@@ -656,12 +756,16 @@ static void claim_done(struct flyd_fleet *f)
 		answer = got ? FLYD_SF_GOT : FLYD_SF_BUSY;
 	free(row);
 	if (l != NULL) {
-		if (answer == FLYD_SF_GOT)
+		if (answer == FLYD_SF_GOT) {
 			l->state = L_HELD;
-		else if (got)
+		} else if (got) {
 			l->state = L_UNLOCK;
-		else
+		} else if (answer == FLYD_SF_BUSY) {
+			l->state = L_WAIT; /* watched until the job ends */
+			l->id = f->claim_id;
+		} else {
 			lock_del(f, l);
+		}
 	}
 	flyd_log(FLYD_LOG_DEBUG, "fleet_claim", "key=%s got=%d row=%d",
 		 f->qkey, got, answer == FLYD_SF_HAD);
@@ -852,6 +956,7 @@ static void connect_begin(struct flyd_fleet *f)
 	}
 	PQsetNoticeProcessor(f->conn, on_notice, f);
 	f->state = ST_CONNECTING;
+	f->connect_ms = uv_now(f->ctx->loop);
 	f->pulled = 0; /* another node may have pushed while we were away */
 	poll_set(f, UV_WRITABLE);
 }
@@ -862,6 +967,50 @@ static void on_retry(uv_timer_t *t)
 
 	if (!f->stopping && f->state == ST_DOWN)
 		connect_begin(f);
+}
+
+/* Whether a claim may wait for the connection being made. */
+static int connect_held(const struct flyd_fleet *f)
+{
+	return f->state == ST_CONNECTING &&
+	       uv_now(f->ctx->loop) - f->connect_ms < CONNECT_HOLD_MS;
+}
+
+/* Claims still waiting for a connection past CONNECT_HOLD_MS: answered
+ * "down" (their jobs run at once). */
+static void connect_hold_end(struct flyd_fleet *f)
+{
+	char key[FLY_KEY_MAX];
+
+	if (f->state != ST_CONNECTING || connect_held(f))
+		return;
+	for (size_t i = f->nlocks; i-- > 0;) {
+		if (f->locks[i].state != L_CLAIM)
+			continue;
+		snprintf(key, sizeof(key), "%s", f->locks[i].key);
+		lock_del(f, &f->locks[i]);
+		flyd_sched_fleet_answer(f->ctx->sched, key, FLYD_SF_DOWN);
+	}
+}
+
+/* Every fleet_check_ms (re-read each time: SIGHUP applies it; while 0,
+ * looked at again every second; at most CONNECT_HOLD_MS / 4 while
+ * connecting): a check when jobs are parked. */
+static void on_check(uv_timer_t *t)
+{
+	struct flyd_fleet *f = t->data;
+	uint32_t ms = f->ctx->cfg.fleet_check_ms;
+
+	if (f->stopping)
+		return;
+	connect_hold_end(f);
+	if (ms > 0 && lock_next(f, L_WAIT) != NULL) {
+		f->check_due = 1;
+		step(f);
+	}
+	if (ms == 0 || (f->state == ST_CONNECTING && ms > CONNECT_HOLD_MS / 4))
+		ms = f->state == ST_CONNECTING ? CONNECT_HOLD_MS / 4 : 1000;
+	uv_timer_start(&f->check, on_check, ms, 0);
 }
 
 /* ------------------------------------------------------------ lifecycle */
@@ -883,6 +1032,10 @@ int flyd_fleet_start(struct flyd_ctx *ctx, struct flyd_fleet **out)
 	snprintf(f->node, sizeof(f->node), "%s:%s", host, ctx->socket_path);
 	uv_timer_init(ctx->loop, &f->retry);
 	f->retry.data = f;
+	uv_timer_init(ctx->loop, &f->check);
+	f->check.data = f;
+	uv_timer_start(&f->check, on_check, ctx->cfg.fleet_check_ms > 0 ?
+		       ctx->cfg.fleet_check_ms : 1000, 0);
 	flyd_store_set_outbox(ctx->store, 1);
 	if (flyd_store_outbox_count(ctx->store) > 0)
 		f->since_ms = uv_now(ctx->loop);
@@ -917,8 +1070,10 @@ int flyd_fleet_claim(void *arg, const char *key)
 	struct flyd_fleet *f = arg;
 	struct fleet_lock *l;
 
-	if (f == NULL || f->stopping ||
-	    strcmp(flyd_fleet_state(f), "connected") != 0)
+	/* Down, or connecting for too long: run at once.  Connecting (for
+	 * a while) or syncing: asked, sent after the pull. */
+	if (f == NULL || f->stopping || f->state == ST_DOWN ||
+	    (f->state == ST_CONNECTING && !connect_held(f)))
 		return 0;
 	l = lock_find(f, key, L_HELD);
 	if (l == NULL)
@@ -929,6 +1084,9 @@ int flyd_fleet_claim(void *arg, const char *key)
 		l->state = L_HELD;
 		return 2;
 	}
+	l = lock_find(f, key, L_WAIT);
+	if (l != NULL) /* asked again: the claim's answer says what now */
+		lock_del(f, l);
 	if (lock_add(f, key, L_CLAIM) == NULL)
 		return 0;
 	step(f);
@@ -947,8 +1105,13 @@ void flyd_fleet_release(void *arg, const char *key, int won)
 		return;
 	ctx = f->ctx;
 	l = lock_find(f, key, L_HELD);
-	if (l == NULL)
+	if (l == NULL) {
+		/* a parked job that ended (adopted, timed out, forgotten) */
+		l = lock_find(f, key, L_WAIT);
+		if (l != NULL)
+			lock_del(f, l);
 		return;
+	}
 	l->state = won && flyd_store_outbox_has(ctx->store, key,
 						ctx->device_id, ctx->libver) ?
 		   L_PUSH : L_UNLOCK;
@@ -961,13 +1124,15 @@ void flyd_fleet_stop(struct flyd_fleet *f)
 		return;
 	f->stopping = 1;
 	uv_timer_stop(&f->retry);
+	uv_timer_stop(&f->check);
 	poll_close(f);
 	if (f->conn != NULL)
 		PQfinish(f->conn);
 	f->conn = NULL;
-	f->closing++;
+	f->closing += 2;
 	f->retry.data = f;
 	uv_close((uv_handle_t *)&f->retry, on_timer_closed);
+	uv_close((uv_handle_t *)&f->check, on_timer_closed);
 }
 
 /* ------------------------------------------------------------ status */
@@ -999,6 +1164,7 @@ static void sf_gauges(struct flyd_ctx *ctx, struct flyd_fleet_gauges *g)
 	g->waits = ctx->stats.fleet_waits;
 	g->satisfied = ctx->stats.fleet_satisfied;
 	g->wait_timeouts = ctx->stats.fleet_wait_timeouts;
+	g->holders_lost = ctx->stats.fleet_holders_lost;
 	flyd_sched_gauges(ctx->sched, &sg);
 	g->waiting = sg.fleet_waiting;
 }
@@ -1040,6 +1206,7 @@ void flyd_fleet_status(const struct flyd_fleet *f, cJSON *resp)
 	cJSON_AddNumberToObject(o, "waits", (double)g.waits);
 	cJSON_AddNumberToObject(o, "satisfied", (double)g.satisfied);
 	cJSON_AddNumberToObject(o, "wait_timeouts", (double)g.wait_timeouts);
+	cJSON_AddNumberToObject(o, "holders_lost", (double)g.holders_lost);
 	cJSON_AddNumberToObject(o, "waiting", g.waiting);
 	cJSON_AddStringToObject(o, "last_error", flyd_fleet_last_error(f));
 	if (f != NULL)

@@ -54,12 +54,14 @@ void flyd_fleet_kick(void *f);
 	"('x' || substr(md5(" dev " || chr(10) || " lib " || chr(10) || " key \
 	"), 1, 16))::bit(64)::bigint"
 /* The scheduler's claim hook (struct flyd_sched_fleet, @p f a struct
- * flyd_fleet *): ask for @p key's lock.  @return 0 (not connected: no
- * single flight), 1 (asked: flyd_sched_fleet_answer() follows), 2 (this
- * node holds it already). */
+ * flyd_fleet *): ask for @p key's lock.  @return 0 (down, or still
+ * connecting 2 s after the attempt began: no single flight), 1 (asked:
+ * flyd_sched_fleet_answer() follows; while connecting or syncing, after
+ * the pull), 2 (this node holds it already). */
 int flyd_fleet_claim(void *f, const char *key);
 /* The scheduler's release hook: give @p key's lock back, after its
- * winner's push when @p won.  No lock held: no-op. */
+ * winner's push when @p won; a parked job's: stop watching the lock it
+ * waited on.  Neither: no-op. */
 void flyd_fleet_release(void *f, const char *key, int won);
 /* Close the connection and the handles, then free @p f (asynchronously,
  * on the loop).  NULL: no-op. */
@@ -79,6 +81,8 @@ struct flyd_fleet_gauges {
 	uint64_t waits;        /* jobs parked on another node's lock */
 	uint64_t satisfied;    /* ... that adopted the fleet's winner */
 	uint64_t wait_timeouts; /* ... that tuned locally after fleet_wait_ms */
+	uint64_t holders_lost; /* ... whose holder let the lock go without a
+				  winner (died): asked again */
 	uint32_t waiting;      /* jobs parked now */
 };
 /* @p f may be NULL (all zero). */

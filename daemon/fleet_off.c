@@ -76,7 +76,7 @@ void flyd_fleet_status(const struct flyd_fleet *f, cJSON *resp)
 	static const char *const zero[] = {
 		"outbox", "lag_s",	   "pushed",	    "applied",
 		"refused", "errors", "locked", "waits", "satisfied",
-		"wait_timeouts", "waiting"};
+		"wait_timeouts", "holders_lost", "waiting"};
 	cJSON *o = cJSON_AddObjectToObject(resp, "fleet");
 
 	(void)f;

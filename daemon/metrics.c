@@ -367,6 +367,9 @@ static void fleet(struct out *o, const struct flyd_ctx *ctx)
 	single(o, "flytuned_fleet_wait_timeouts_total", "counter",
 	       "Parked tuning jobs run without the lock after fleet_wait_ms.",
 	       g.wait_timeouts);
+	single(o, "flytuned_fleet_holders_lost_total", "counter",
+	       "Parked tuning jobs that asked again because the lock's holder "
+	       "let it go without a winner (it died).", g.holders_lost);
 	single(o, "flytuned_fleet_waiting", "gauge",
 	       "Tuning jobs parked on another node's fleet lock now.",
 	       (uint64_t)g.waiting);

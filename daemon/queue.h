@@ -53,6 +53,8 @@ struct flyd_qjob {
 	uint64_t not_before_ms;   /* QUEUED: not started before (backoff,
 				     or the end of a fleet wait) */
 	int fleet;                /* enum flyd_qfleet */
+	int fleet_freed;          /* asking again: the lock it was parked on
+				     was let go (scheduler.c) */
 	int64_t queued_at;        /* unix seconds */
 	uint64_t started_ms;      /* uv_now when it started running */
 	void *udata;              /* owner's data (results.c: waiters) */

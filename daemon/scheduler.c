@@ -324,11 +324,12 @@ static int build_job(struct flyd_sched *sc, const struct flyd_qjob *j)
 /* ------------------------------------------------------------ fleet */
 
 /* @p j ends: give its fleet lock back (after its winner's push when
- * @p won). */
+ * @p won), or stop watching the one it was parked on. */
 static void fleet_release(struct flyd_sched *sc, struct flyd_qjob *j,
 			  int won)
 {
-	if (j->fleet == FLYD_QF_HELD && sc->fl.release != NULL)
+	if ((j->fleet == FLYD_QF_HELD || j->fleet == FLYD_QF_WAITING ||
+	     j->fleet == FLYD_QF_ASKING) && sc->fl.release != NULL)
 		sc->fl.release(sc->fl.arg, j->key, won);
 	j->fleet = FLYD_QF_NONE;
 }
@@ -367,6 +368,7 @@ static int fleet_gate(struct flyd_sched *sc, struct flyd_qjob *j)
 			 "wait_ms=%u why=\"%s\"", j->key, wait,
 			 j->fleet == FLYD_QF_ASKING ? "the fleet did not answer" :
 			 "no fleet winner arrived: tuning locally");
+		fleet_release(sc, j, 0); /* a parked job's lock: unwatched */
 		j->fleet = FLYD_QF_LOCAL;
 		return 1;
 	default:
@@ -413,6 +415,40 @@ static void fleet_locked(struct flyd_sched *sc, struct flyd_qjob *j, int got)
 		 ctx->cfg.fleet_wait_ms);
 }
 
+/* The lock parked job @p j waits on was let go with no winner in the
+ * fleet DB: its holder died (PostgreSQL dropped its session's locks) or
+ * lost its connection.  The job asks again at once, not after
+ * fleet_wait_ms: one waiter takes the lock and tunes, the others park on
+ * it afresh. */
+static void fleet_unpark(struct flyd_sched *sc, struct flyd_qjob *j)
+{
+	if (j == NULL || j->state != FLYD_Q_QUEUED ||
+	    j->fleet != FLYD_QF_WAITING)
+		return;
+	j->fleet = FLYD_QF_NONE;
+	j->fleet_freed = 1;
+	j->not_before_ms = 0;
+	flyd_log(FLYD_LOG_DEBUG, "fleet_lock_free", "key=%s", j->key);
+}
+
+/* The answer to the claim of a job that asked again after its lock was
+ * let go: unless the fleet had the winner after all (its holder pushed
+ * and unlocked just before the check), the holder was lost. */
+static void fleet_freed_answer(struct flyd_sched *sc, struct flyd_qjob *j,
+			       int answer)
+{
+	if (j == NULL || !j->fleet_freed || j->fleet != FLYD_QF_ASKING)
+		return;
+	j->fleet_freed = 0;
+	if (answer != FLYD_SF_GOT && answer != FLYD_SF_BUSY)
+		return;
+	sc->ctx->stats.fleet_holders_lost++;
+	flyd_log(FLYD_LOG_WARN, "fleet_holder_lost", "key=%s now=%s why=\"the "
+		 "key's fleet lock was let go without a winner: its holder "
+		 "died or lost its connection\"", j->key,
+		 answer == FLYD_SF_GOT ? "locked" : "waiting");
+}
+
 void flyd_sched_fleet_answer(struct flyd_sched *sc, const char *key,
 			     int answer)
 {
@@ -420,11 +456,13 @@ void flyd_sched_fleet_answer(struct flyd_sched *sc, const char *key,
 
 	if (!flyd_sched_is_running(sc))
 		return;
-	if (answer != FLYD_SF_WINNER && strcmp(sc->claiming, key) == 0)
+	if (answer != FLYD_SF_WINNER && answer != FLYD_SF_FREE &&
+	    strcmp(sc->claiming, key) == 0)
 		sc->claiming[0] = '\0';
 	j = flyd_queue_find(sc->q, key);
 	if (j != NULL && j->state == FLYD_Q_FAILED)
 		j = NULL;
+	fleet_freed_answer(sc, j, answer);
 	switch (answer) {
 	case FLYD_SF_GOT:
 		/* asked; or given up waiting and running without it */
@@ -443,6 +481,9 @@ void flyd_sched_fleet_answer(struct flyd_sched *sc, const char *key,
 			j->fleet = FLYD_QF_LOCAL;
 			j->not_before_ms = 0;
 		}
+		break;
+	case FLYD_SF_FREE:
+		fleet_unpark(sc, j);
 		break;
 	default: /* HAD, WINNER: a parked job is adopted at its turn */
 		if (j != NULL && j->state == FLYD_Q_QUEUED &&

@@ -98,10 +98,11 @@ int flyd_sched_check_result(const struct flyd_sched *sc, const char *key,
  * asked for.  Taken: the job runs, and the lock is given back once its
  * winner is in the fleet DB.  Held by another node: the job is parked
  * (jobs and explain show it; the key is answered with what the daemon
- * has) until that node's winner arrives (the job is then adopted) or
- * fleet_wait_ms passes (then it runs without the lock).  A forced job,
- * fleet_wait_ms 0, or no fleet to ask (off, down, syncing): the job runs
- * at once, as without a fleet.
+ * has) until that node's winner arrives (the job is then adopted), that
+ * node lets the lock go without a winner (it died: the job asks again,
+ * FLYD_SF_FREE), or fleet_wait_ms passes (then it runs without the
+ * lock).  A forced job, fleet_wait_ms 0, or no fleet to ask (off, down,
+ * connecting past 2 s): the job runs at once, as without a fleet.
  *
  * The fleet implements the hooks and main.c sets them: the fleet calls
  * the scheduler (flyd_sched_fleet_answer()), never the other way round
@@ -112,7 +113,8 @@ struct flyd_sched_fleet {
 	 * node holds it already (run). */
 	int (*claim)(void *arg, const char *key);
 	/* Give @p key's lock back: once its winner is in the fleet DB when
-	 * @p won, else at once. */
+	 * @p won, else at once; or, when the job was parked on another
+	 * node's lock, stop watching that lock. */
 	void (*release)(void *arg, const char *key, int won);
 	void *arg;
 };
@@ -125,11 +127,15 @@ enum flyd_sched_fleet_answer {
 	FLYD_SF_BUSY = 1,   /* another node holds it: the job is parked */
 	FLYD_SF_DOWN = 2,   /* no answer (the connection failed): it runs */
 	FLYD_SF_HAD = 3,    /* the fleet had a winner (now served): adopted */
-	FLYD_SF_WINNER = 4  /* a fleet winner of the key was applied (NOTIFY,
+	FLYD_SF_WINNER = 4, /* a fleet winner of the key was applied (NOTIFY,
 			       pull): a parked job is adopted */
+	FLYD_SF_FREE = 5    /* the lock a parked job waits on was let go
+			       without a winner (its holder died or lost
+			       its connection): the job asks again */
 };
 /* The fleet's answer about @p key (enum flyd_sched_fleet_answer); every
- * answer but WINNER ends the claim in flight.  NULL or stopped: no-op. */
+ * answer but WINNER and FREE ends the claim in flight.  NULL or stopped:
+ * no-op. */
 void flyd_sched_fleet_answer(struct flyd_sched *sc, const char *key,
 			     int answer);
 

@@ -108,6 +108,8 @@ struct flyd_stats {
 					  winner instead of running */
 	uint64_t fleet_wait_timeouts;  /* a parked job ran without the lock
 					  after fleet_wait_ms */
+	uint64_t fleet_holders_lost;   /* a parked job asked again: the lock
+					  was let go without a winner */
 };
 
 /* The sum of decide answers with status @p st over every op. */

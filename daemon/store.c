@@ -1433,7 +1433,11 @@ int flyd_store_outbox_iter(struct flyd_store *st, int64_t limit,
 {
 	static const char sql[] =
 	    "SELECT o.key, r.device, r.libver, r.variant, r.params,"
-	    " r.median_us, r.mad_us, r.status, r.tune_s, r.tuned_at"
+	    " r.median_us, r.mad_us, r.status, r.tune_s, r.tuned_at,"
+	    " (SELECT t.reps FROM main.trials t WHERE t.key = r.key"
+	    "  AND t.device = r.device AND t.libver = r.libver"
+	    "  AND t.variant = r.variant AND t.params = r.params"
+	    "  AND t.outcome = 'ok' ORDER BY t.id DESC LIMIT 1)"
 	    " FROM main.fleet_outbox o JOIN main.results r"
 	    " ON r.key = o.key AND r.device = o.device AND r.libver = o.libver"
 	    " ORDER BY o.queued_at, o.key LIMIT ?1";
@@ -1454,6 +1458,7 @@ int flyd_store_outbox_iter(struct flyd_store *st, int64_t limit,
 		col_str(s, 2, r.libver, sizeof(r.libver));
 		if (row_result(s, 3, &r) != 0)
 			continue; /* unparsable params: nothing to push */
+		r.reps = (uint32_t)sqlite3_column_int64(s, 10); /* NULL: 0 */
 		stop = cb(ctx, &r);
 	}
 	if (!stop && rc != SQLITE_DONE)

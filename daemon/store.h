@@ -30,6 +30,8 @@ struct flyd_result {
 	double mad_us;         /* noise of the winner */
 	double tune_s;         /* wall time the job took */
 	int64_t tuned_at;      /* unix seconds */
+	uint32_t reps;         /* the winner's timed reps (its trial); set by
+				  flyd_store_outbox_iter() only, 0: unknown */
 };
 
 struct flyd_job {

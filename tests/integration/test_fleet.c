@@ -28,7 +28,7 @@
 
 struct fx {
 	struct fly_test_pg pg;
-	struct fly_test_daemon a, b;
+	struct fly_test_daemon a, b, c;
 };
 
 static int setup(void **state)
@@ -54,6 +54,7 @@ static int teardown(void **state)
 
 	fly_test_daemon_cleanup(&x->a);
 	fly_test_daemon_cleanup(&x->b);
+	fly_test_daemon_cleanup(&x->c);
 	fly_test_pg_cleanup(&x->pg);
 	free(x);
 	return 0;
@@ -104,6 +105,18 @@ static double fleet_num(const struct fly_test_daemon *d, const char *name)
 {
 	cJSON *o = ctl_json(d, "status");
 	cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "fleet"), name);
+	double n = cJSON_IsNumber(v) ? v->valuedouble : -1;
+
+	cJSON_Delete(o);
+	return n;
+}
+
+/* status.PART.NAME as a number (-1: absent). */
+static double status_num(const struct fly_test_daemon *d, const char *part,
+			 const char *name)
+{
+	cJSON *o = ctl_json(d, "status");
+	cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(o, part), name);
 	double n = cJSON_IsNumber(v) ? v->valuedouble : -1;
 
 	cJSON_Delete(o);
@@ -202,6 +215,20 @@ static void test_b_serves_a_winner(void **state)
 		usleep(50000);
 	assert_true(fleet_num(&x->a, "outbox") == 0);
 	assert_true(fleet_num(&x->a, "pushed") >= 1);
+	/* Provenance: the winner's median, noise and reps, node and time. */
+	{
+		char *p = pg_value(x, "SELECT (reps > 0 AND mad_us >= 0 AND "
+				   "node <> '' AND received_at IS NOT NULL)::text"
+				   " FROM fleet_measurements WHERE key = '"
+				   KEY_A "'");
+		char *w = pg_value(x, "SELECT (reps > 0)::text FROM "
+				   "fleet_results WHERE key = '" KEY_A "'");
+
+		assert_string_equal(p, "true");
+		assert_string_equal(w, "true");
+		free(p);
+		free(w);
+	}
 
 	assert_int_equal(node_start(x, &x->b), 0);
 	wb = wait_winner(&x->b, KEY_A);
@@ -532,6 +559,147 @@ static void test_single_flight_wait_times_out(void **state)
 	fly_test_pg_close(holder);
 }
 
+/* status.PART.NAME as a string (caller frees; "" when absent). */
+static char *status_str(const struct fly_test_daemon *d, const char *part,
+			const char *name)
+{
+	cJSON *o = ctl_json(d, "status");
+	cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(o, part), name);
+	char *s = strdup(cJSON_IsString(v) ? v->valuestring : "");
+
+	cJSON_Delete(o);
+	return s;
+}
+
+/* Wait until explain KEY's job.fleet is @p want on @p d. */
+static int wait_job_fleet(const struct fly_test_daemon *d, const char *key,
+			  const char *want)
+{
+	for (int i = 0; i < fly_test_timeout(T_MS) / 20; i++) {
+		char *fl = job_fleet(d, key);
+		int ok = strcmp(fl, want) == 0;
+
+		free(fl);
+		if (ok)
+			return 1;
+		usleep(20000);
+	}
+	return 0;
+}
+
+/* No job queued or running on @p d, and its outbox empty. */
+static int node_idle(const struct fly_test_daemon *d)
+{
+	char *run = status_str(d, "queue", "running");
+	int idle = run[0] == '\0' && status_num(d, "queue", "queued") == 0 &&
+		   fleet_num(d, "outbox") == 0;
+
+	free(run);
+	return idle;
+}
+
+/* Issue 24: the node holding a key's fleet lock is SIGKILLed mid-tune.
+ * PostgreSQL drops a dead session's advisory locks, and the nodes parked
+ * on that lock notice it (they watch the locks they wait on) instead of
+ * waiting out fleet_wait_ms -- here 10 minutes, longer than this test may
+ * run, so a waiter that only times out fails it.  Exactly one of the
+ * surviving nodes benchmarks the key after the kill, the other adopts its
+ * winner; the killed node, restarted, resumes its job and converges to
+ * the same winner without a benchmark of its own.
+ *
+ * "Mid-tune" without a race: A's worker is stopped (SIGSTOP) before A is
+ * asked, so A takes the lock and hands the job to a worker that never
+ * answers; A is then SIGKILLed (the worker dies with it, PDEATHSIG). */
+static void test_issue_24_lock_holder_killed(void **state)
+{
+	struct fx *x = *state;
+	struct fly_test_daemon *sv[2] = {&x->b, &x->c};
+	char *run, *wa, *wb, *wc, *v;
+	pid_t wpid = 0;
+	int up = 0;
+
+	need_pg(x);
+	assert_int_equal(node_start_wait(x, &x->a, 600000), 0);
+	assert_int_equal(node_start_wait(x, &x->b, 600000), 0);
+	assert_int_equal(node_start_wait(x, &x->c, 600000), 0);
+	assert_true(wait_state(&x->a, "connected"));
+	assert_true(wait_state(&x->b, "connected"));
+	assert_true(wait_state(&x->c, "connected"));
+	/* A's worker is up (READY: the device is known), then stopped. */
+	for (int i = 0; i < fly_test_timeout(T_MS) / 50 && !up; i++) {
+		char *dev = status_str(&x->a, "device", "id");
+
+		wpid = (pid_t)status_num(&x->a, "worker", "pid");
+		up = dev[0] != '\0' && wpid > 0;
+		free(dev);
+		if (!up)
+			usleep(50000);
+	}
+	assert_true(up);
+	assert_int_equal(kill(wpid, SIGSTOP), 0);
+
+	/* A takes the key's lock and starts its job. */
+	assert_int_equal(fly_test_ctl(x->a.sock, 0, NULL, "tune %s", KEY_A),
+			 0);
+	assert_true(wait_job_fleet(&x->a, KEY_A, "locked"));
+	run = status_str(&x->a, "queue", "running");
+	assert_string_equal(run, KEY_A);
+	free(run);
+	assert_int_equal(advisory_locks(x), 1);
+
+	/* B and C are asked too: both park on A's lock. */
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(fly_test_ctl(sv[i]->sock, 0, NULL, "tune %s",
+					      KEY_A), 0);
+		assert_true(wait_job_fleet(sv[i], KEY_A, "waiting"));
+	}
+
+	/* A dies mid-tune; its worker too (PDEATHSIG; killed here as well,
+	 * a stopped process takes SIGKILL). */
+	assert_int_equal(fly_test_daemon_kill(&x->a, SIGKILL), 0);
+	(void)kill(wpid, SIGKILL);
+
+	wb = wait_winner(&x->b, KEY_A);
+	wc = wait_winner(&x->c, KEY_A);
+	assert_non_null(wb);
+	assert_non_null(wc);
+	assert_string_equal(wb, wc);
+	/* Exactly one benchmark among the survivors, none timed out. */
+	assert_true(counter(&x->b, "jobs_done") + counter(&x->c, "jobs_done")
+		    == 1);
+	assert_true(fleet_num(&x->b, "wait_timeouts") == 0);
+	assert_true(fleet_num(&x->c, "wait_timeouts") == 0);
+	assert_true(fleet_num(&x->b, "holders_lost") +
+		    fleet_num(&x->c, "holders_lost") >= 1);
+	/* The fleet DB has it, measured once. */
+	for (int i = 0; i < 200 && (fleet_num(&x->b, "outbox") != 0 ||
+				    fleet_num(&x->c, "outbox") != 0); i++)
+		usleep(50000);
+	v = pg_value(x, "SELECT count(*) FROM fleet_measurements WHERE key = '"
+		     KEY_A "'");
+	assert_string_equal(v, "1");
+	free(v);
+
+	/* A restarted: its job resumes and adopts the fleet's winner. */
+	assert_int_equal(fly_test_daemon_restart(&x->a), 0);
+	assert_true(wait_state(&x->a, "connected"));
+	wa = wait_winner(&x->a, KEY_A);
+	assert_non_null(wa);
+	assert_string_equal(wa, wb);
+	/* ... once its job has ended (adopted, or run and pushed). */
+	for (int i = 0; i < 400 && !node_idle(&x->a); i++)
+		usleep(50000);
+	assert_true(node_idle(&x->a));
+	assert_true(counter(&x->a, "jobs_done") == 0);
+	v = pg_value(x, "SELECT count(*) FROM fleet_measurements WHERE key = '"
+		     KEY_A "'");
+	assert_string_equal(v, "1");
+	free(v);
+	free(wa);
+	free(wb);
+	free(wc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -551,6 +719,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(
 			test_single_flight_wait_times_out, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_issue_24_lock_holder_killed, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
