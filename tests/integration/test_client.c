@@ -351,10 +351,11 @@ static void test_fork_child_own_connection(void **state)
 }
 
 /* RELIABILITY.md F20: 1,000 forks of a connected client (FLY_FORKS; the
- * ASan subset runs 100), 50 alive at a time; every child gets the tuned decision the parent has (its own
- * session: the parent's is never shared) and exits; the parent's session
- * still answers, and the daemon holds no session of a child that has
- * exited (its fd count back where it was). */
+ * ASan subset runs 100), 50 alive at a time; every child gets the tuned
+ * decision the parent has (its own session: the parent's is never
+ * shared) and exits; the parent's session still answers, and the daemon
+ * holds no session of a child that has exited (its fd count back where
+ * it was). */
 static void test_fork_1000(void **state)
 {
 	struct fly_problem p = prob(key_a);
