@@ -12,17 +12,19 @@
  *       -Itests/gpu/emu -include tests/gpu/emu/emu_gemm.h \
  *       -x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm/gemm.hip \
  *       kernels/gpu/gemm/grouped_gemm.hip -o /tmp/flyk_emu_gemm
- *   /tmp/flyk_emu_gemm [quick|compare|attn|attn-quick|mfma|full]
+ *   /tmp/flyk_emu_gemm [quick|compare|attn|attn-quick|mfma|amd|full]
  *       (compare: only the case check; attn*: attention only; mfma: the
- *       AMD build's MFMA model only; any other argument, or none:
- *       everything at every point)
+ *       AMD build's MFMA model only; amd: everything at every point but
+ *       every 3rd of the MFMA variants', the AMD run of `make test`; any
+ *       other argument, or none: everything at every point)
  *
  * Built with -DFLYK_EMU_AMD=1 (flyk_emu_gemm_amd), the AMD wave64 model
- * (flyk_emu.h): only the portable variants are feasible there; the
- * tally (emu_tally.h) lists the others skipped-infeasible.  That build
- * also models the two bf16 MFMA builtins (flyk_emu_mfma, from AMD's
- * documented register layouts) and tests them against a plain matrix
- * product (mfma_unit); no kernel calls them yet.
+ * (flyk_emu.h): the portable variants and the MFMA ones (gemm_mfma,
+ * ggemm_mfma) are feasible there; the tally (emu_tally.h) lists the
+ * others skipped-infeasible.  That build also models the two bf16 MFMA
+ * builtins (flyk_emu_mfma, from AMD's documented register layouts) and
+ * tests them against a plain matrix product (mfma_unit), and adds shapes
+ * with operands off 16-byte alignment and odd K for the AMD variants.
  *
  * Own scheduler (a copy of emu_main.cpp's, with 2-D grids).  Not emulated:
  * the asynchrony of cp.async (copies complete at once), timing, the
@@ -298,6 +300,16 @@ int flyk_cublas_default_launch(const struct flyk_device *,
 /* ------------------------------------------------------------ checks */
 
 static int npass, nfail;
+/* Every how many feasible points of an MFMA variant run (mode "amd": 3,
+ * the emulator is slow; with odd shapes' pruning, every tile shape, MFMA
+ * block, buffering and split still runs on some shape). */
+static int mfma_every = 1;
+
+/* The stride of variant @p name's points on a shape run at @p stride. */
+static int point_stride(const char *name, int stride)
+{
+	return strstr(name, "_mfma") ? stride * mfma_every : stride;
+}
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static uint16_t rnd_bf16(void)
@@ -389,8 +401,11 @@ static struct flyk_device emu_dev(void)
 	return d;
 }
 
+/* @p off: A, B, C and bias start that many elements past an aligned
+ * address (for the kernels that take any alignment). */
 static void gemm_one(const struct flyk_backend *b, int64_t m, int64_t n,
-		     int64_t k, uint32_t layout, uint32_t flags, int stride)
+		     int64_t k, uint32_t layout, uint32_t flags, int stride,
+		     int off = 0)
 {
 	struct flyk_device dev = emu_dev();
 	struct fly_problem p;
@@ -402,14 +417,18 @@ static void gemm_one(const struct flyk_backend *b, int64_t m, int64_t n,
 	p.dims[0] = m;
 	p.dims[1] = n;
 	p.dims[2] = k;
-	std::vector<uint16_t> A(m * k), B(n * k), bias(n), C(m * n);
+	std::vector<uint16_t> Ab(m * k + off), Bb(n * k + off), biasb(n + off),
+	    Cb(m * n + off);
+	uint16_t *A = Ab.data() + off, *B = Bb.data() + off,
+		 *bias = biasb.data() + off, *C = Cb.data() + off;
+	size_t nc = (size_t)(m * n);
 	std::vector<double> ref(m * n);
 	std::vector<float> ws(8 * m * n + 16);
-	for (auto &x : A)
+	for (auto &x : Ab)
 		x = rnd_bf16();
-	for (auto &x : B)
+	for (auto &x : Bb)
 		x = rnd_bf16();
-	for (auto &x : bias)
+	for (auto &x : biasb)
 		x = rnd_bf16();
 	float alpha = (flags & FLY_F_SCALE) ? 0.75f : 1.f;
 	for (int64_t i = 0; i < m; i++)
@@ -427,10 +446,10 @@ static void gemm_one(const struct flyk_backend *b, int64_t m, int64_t n,
 		}
 	union flyk_args args;
 	memset(&args, 0, sizeof(args));
-	args.gemm.a = A.data();
-	args.gemm.b = B.data();
-	args.gemm.c = C.data();
-	args.gemm.bias = bias.data();
+	args.gemm.a = A;
+	args.gemm.b = B;
+	args.gemm.c = C;
+	args.gemm.bias = bias;
 	args.gemm.alpha = alpha;
 	args.gemm.workspace = ws.data();
 	args.gemm.workspace_size = ws.size() * 4;
@@ -438,19 +457,22 @@ static void gemm_one(const struct flyk_backend *b, int64_t m, int64_t n,
 		const struct flyk_variant *v = &b->variants[vi];
 		if (!flyk_variant_supports(v, &p) || v->enumerate)
 			continue;
-		int seen = 0;
+		int seen = 0, vs = point_stride(v->name, stride);
 		tally_seen(v->name);
 		each_point(v, &dev, &p, [&](const int64_t *pt) {
-			if (seen++ % stride)
+			if (seen++ % vs)
 				return;
 			tally_ran(v->name);
 			char key[200];
 			key_of(v->name, &p, pt, v->nparams, key, sizeof(key));
-			memset(C.data(), 0xff, C.size() * 2);
+			if (off)
+				snprintf(key + strlen(key),
+					 sizeof(key) - strlen(key), " +%d", off);
+			memset(C, 0xff, nc * 2);
 			misaligned = 0;
 			int rc = v->launch(&dev, &p, pt, &args, NULL);
 			if (!rc)
-				rc = cmp(C.data(), ref.data(), C.size(), k);
+				rc = cmp(C, ref.data(), nc, k);
 			if (!rc && misaligned)
 				rc = -EFAULT; /* a GPU would fault */
 			result(rc == 0, "gemm", key, rc);
@@ -504,10 +526,10 @@ static void grouped_one(const struct flyk_backend *b,
 		const struct flyk_variant *v = &b->variants[vi];
 		if (!flyk_variant_supports(v, &p))
 			continue;
-		int seen = 0;
+		int seen = 0, vs = point_stride(v->name, stride);
 		tally_seen(v->name);
 		each_point(v, &dev, &p, [&](const int64_t *pt) {
-			if (seen++ % stride)
+			if (seen++ % vs)
 				return;
 			tally_ran(v->name);
 			char key[200];
@@ -887,6 +909,8 @@ static void mfma_unit(void)
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && !strcmp(argv[1], "quick");
+	if (argc > 1 && !strcmp(argv[1], "amd")) /* every point, MFMA sampled */
+		mfma_every = 3;
 	struct flyk_backend b;
 	memset(&b, 0, sizeof(b));
 	std::vector<struct flyk_variant> vs(flyk_gpu_gemm_op.variants,
@@ -936,6 +960,13 @@ int main(int argc, char **argv)
 	 * (the stage ring wraps), tails in M, N and K */
 	gemm_one(&b, 130, 136, 328, FLY_LAYOUT_NT, FLY_F_BIAS | FLY_F_SCALE,
 		 quick ? 8 : 1);
+#if FLYK_AMD
+	/* A, B, C and bias one element past 16-byte alignment, K % 8 != 0:
+	 * the AMD variants take any alignment (the MFMA engine's element
+	 * loads) */
+	gemm_one(&b, 33, 40, 27, FLY_LAYOUT_NT, FLY_F_BIAS, 1, 1);
+	gemm_one(&b, 33, 40, 27, FLY_LAYOUT_NN, FLY_F_SCALE, 1, 1);
+#endif
 	compare_rule();
 #if FLYK_AMD
 	mfma_unit();
@@ -946,6 +977,9 @@ int main(int argc, char **argv)
 	grouped_one(&b, {1, 0, 0, 0, 0}, 136, 16, st);
 	grouped_one(&b, {333, 1, 2, 3, 64, 7}, 72, 24, quick ? 7 : 1);
 	grouped_one(&b, {100, 0, 37, 130}, 136, 264, quick ? 6 : 1);
+#if FLYK_AMD
+	grouped_one(&b, {5, 0, 40, 3}, 37, 19, st); /* K, N odd */
+#endif
 	if (!quick) /* quick: attention is run-emu-attn.sh's (attn-quick) */
 		attn_all(&b, 0);
 	nfail += tally_report();
