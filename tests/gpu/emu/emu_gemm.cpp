@@ -23,7 +23,8 @@
  * ggemm_mfma) are feasible there; the tally (emu_tally.h) lists the
  * others skipped-infeasible.  That build also models the two bf16 MFMA
  * builtins (flyk_emu_mfma, from AMD's documented register layouts) and
- * tests them against a plain matrix product (mfma_unit), and adds shapes
+ * gfx940's two fp8 ones on e4m3 fnuz (flyk_emu_mfma_fp8), and tests them
+ * against a plain matrix product (mfma_unit), and adds shapes
  * with operands off 16-byte alignment and odd K for the AMD variants.
  *
  * Own scheduler (a copy of emu_main.cpp's, with 2-D grids).  Not emulated:
@@ -222,6 +223,51 @@ void flyk_emu_mfma(int n, const flyk_emu_short4 *a, const flyk_emu_short4 *b,
 		for (int k = 0; k < nk; k++)
 			s += mf_bf(mf_a[w][i + n * (k / 4)][k % 4]) *
 			     mf_bf(mf_b[w][j + n * (k / 4)][k % 4]);
+		acc[v] += s;
+	}
+	flyk_emu_syncwarp();
+}
+
+/* v_mfma_f32_32x32x16_fp8_fp8 and v_mfma_f32_16x16x32_fp8_fp8 (CDNA3),
+ * D = A B + C with n x n tiles, K = 16 or 32, A and B e4m3 fnuz.  The
+ * layouts follow the MFMA rule of the bf16 ones with 8 elements a lane
+ * (two VGPRs, element e in byte e % 4 of VGPR e / 4): with g = l / n,
+ *   A[i][k]  lane i + n (k / 8), byte k % 8 of the 64-bit operand
+ *   B[k][j]  lane j + n (k / 8), byte k % 8
+ *   D[i][j]  as the bf16 instructions of the same n
+ * Products of two e4m3 values are exact in fp32; summed in k order, then
+ * added to C. */
+static uint64_t mf8_a[16][64], mf8_b[16][64];
+
+/* One e4m3 fnuz byte as fp32: bias 8, 0x80 NaN, no infinity or -0. */
+static float fnuz_f32(unsigned b)
+{
+	unsigned e = (b >> 3) & 15u, m = b & 7u;
+	if (b == 0x80u)
+		return NAN;
+	float v = e ? ldexpf(1.f + m / 8.f, (int)e - 8) : ldexpf((float)m, -10);
+	return (b & 0x80u) ? -v : v;
+}
+
+void flyk_emu_mfma_fp8(int n, long a, long b, float *acc, int ctl)
+{
+	int w = threadIdx.x / 64, l = threadIdx.x % 64, g = l / n, j = l % n;
+	int nk = 64 / n * 8, nreg = n * n / 64;
+	if (ctl) {
+		fprintf(stderr, "emu: MFMA broadcast controls not emulated\n");
+		abort();
+	}
+	mf8_a[w][l] = (uint64_t)a;
+	mf8_b[w][l] = (uint64_t)b;
+	flyk_emu_syncwarp();
+	for (int v = 0; v < nreg; v++) {
+		int i = n == 32 ? 8 * (v / 4) + 4 * g + v % 4 : 4 * g + v;
+		float s = 0.f;
+		for (int k = 0; k < nk; k++)
+			s += fnuz_f32((unsigned)(mf8_a[w][i + n * (k / 8)] >>
+						 (8 * (k % 8))) & 0xffu) *
+			     fnuz_f32((unsigned)(mf8_b[w][j + n * (k / 8)] >>
+						 (8 * (k % 8))) & 0xffu);
 		acc[v] += s;
 	}
 	flyk_emu_syncwarp();
@@ -876,6 +922,119 @@ template <int N> static void mfma_product(void)
 	       bad);
 }
 
+/* fp8: the test's forward maps (lane l, byte e of its 64-bit operand). */
+static void mft8_ab(int n, int l, int e, int *idx, int *k)
+{
+	*idx = l % n;
+	*k = 8 * (l / n) + e;
+}
+
+/* Each wave w: D_w = A_w B_w + C_w on fnuz bytes (row-major n x nk,
+ * nk x n), operands packed by mft8_ab, D by mft_d. */
+template <int N>
+__global__ void mfma8_kernel(const uint8_t *A, const uint8_t *B,
+			     const float *C, float *D)
+{
+	enum { NK = 64 / N * 8, NR = N * N / 64 };
+	int w = threadIdx.x / 64, l = threadIdx.x % 64, i, j, k;
+	A += w * N * NK;
+	B += w * NK * N;
+	C += w * N * N;
+	D += w * N * N;
+	uint64_t a = 0, b = 0;
+	for (int e = 0; e < 8; e++) {
+		mft8_ab(N, l, e, &i, &k);
+		a |= (uint64_t)A[i * NK + k] << (8 * e);
+		mft8_ab(N, l, e, &j, &k);
+		b |= (uint64_t)B[k * N + j] << (8 * e);
+	}
+	float acc[NR];
+	for (int v = 0; v < NR; v++) {
+		mft_d(N, l, v, &i, &j);
+		acc[v] = C[i * N + j];
+	}
+	if constexpr (N == 32) {
+		flyk_emu_float16 c;
+		memcpy(&c, acc, sizeof(c));
+		c = __builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8((long)a, (long)b,
+							      c, 0, 0, 0);
+		memcpy(acc, &c, sizeof(c));
+	} else {
+		flyk_emu_float4 c;
+		memcpy(&c, acc, sizeof(c));
+		c = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8((long)a, (long)b,
+							      c, 0, 0, 0);
+		memcpy(acc, &c, sizeof(c));
+	}
+	for (int v = 0; v < NR; v++) {
+		mft_d(N, l, v, &i, &j);
+		D[i * N + j] = acc[v];
+	}
+}
+
+/* A random fnuz byte, never the NaN (0x80). */
+static uint8_t rnd_fnuz(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	uint8_t b = (uint8_t)(rng >> 40);
+	return b == 0x80 ? 0 : b;
+}
+
+/* Two waves of random fnuz operands (every finite code, subnormals
+ * included) against a plain product in double: within 2^-20 of the sum
+ * of the magnitudes (fp32 summation of exact products). */
+template <int N> static void mfma8_product(void)
+{
+	enum { NK = 64 / N * 8, W = 2 };
+	std::vector<uint8_t> A(W * N * NK), B(W * NK * N);
+	std::vector<float> C(W * N * N), D(W * N * N, NAN);
+	for (auto &x : A)
+		x = rnd_fnuz();
+	for (auto &x : B)
+		x = rnd_fnuz();
+	for (auto &x : C)
+		x = fnuz_f32(rnd_fnuz());
+	FLYK_GO(1, 64 * W, 0, 0, mfma8_kernel<N>)
+	(A.data(), B.data(), C.data(), D.data());
+	int bad = 0;
+	for (int w = 0; w < W; w++)
+		for (int i = 0; i < N; i++)
+			for (int j = 0; j < N; j++) {
+				double r = C[(w * N + i) * N + j], mag = fabs(r);
+				for (int k = 0; k < NK; k++) {
+					double t = (double)fnuz_f32(
+						       A[(w * N + i) * NK + k]) *
+						   fnuz_f32(B[(w * NK + k) * N + j]);
+					r += t;
+					mag += fabs(t);
+				}
+				double e = fabs(D[(w * N + i) * N + j] - r);
+				bad += !(e <= mag * 0x1p-20);
+			}
+	result(bad == 0, "mfma", N == 32 ? "32x32x16 fp8 fnuz" : "16x16x32 fp8 fnuz",
+	       bad);
+}
+
+/* The fnuz decoding at codes of the format's table: {byte, value}. */
+static void fnuz_unit(void)
+{
+	static const struct {
+		unsigned b;
+		float v;
+	} at[] = {
+	    {0x00, 0.f},	  {0x01, 0x1p-10f}, {0x07, 7 * 0x1p-10f},
+	    {0x08, 0x1p-7f},	  {0x40, 1.f},	    {0x44, 1.5f},
+	    {0x7f, 240.f},	  {0xc0, -1.f},	    {0xff, -240.f},
+	};
+	int bad = 0;
+	for (const auto &t : at)
+		bad += fnuz_f32(t.b) != t.v;
+	bad += !isnan(fnuz_f32(0x80));
+	result(bad == 0, "mfma", "fp8 fnuz codes", bad);
+}
+
 /* The maps at entries of the calculator's --matrix-layout tables (-a
  * cdna3), lanes past 31 included: {n, matrix, lane, e, row, col}. */
 static void mfma_unit(void)
@@ -903,6 +1062,17 @@ static void mfma_unit(void)
 	result(bad == 0, "mfma", "layout entries", bad);
 	mfma_product<32>();
 	mfma_product<16>();
+	/* fp8 (gfx940): lane 33 byte 5 of A is row 1, k 13 on 32x32x16;
+	 * lane 47 byte 2 is row 15, k 18 on 16x16x32 */
+	int r, c;
+	mft8_ab(32, 33, 5, &r, &c);
+	bad = r != 1 || c != 13;
+	mft8_ab(16, 47, 2, &r, &c);
+	bad += r != 15 || c != 18;
+	result(bad == 0, "mfma", "fp8 layout entries", bad);
+	fnuz_unit();
+	mfma8_product<32>();
+	mfma8_product<16>();
 }
 #endif
 
