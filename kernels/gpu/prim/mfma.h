@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "prim/flyk_gpu.h"
+#include "prim/mem.h"
 
 #if FLYK_HAS_MFMA
 
@@ -61,9 +62,11 @@ static inline bool flyk_mfma_arch_ok(const char *arch)
 	return false;
 }
 
-/* 4 bf16 (raw 16-bit patterns) at @p p, 8-byte aligned: one operand. */
+/* 4 bf16 (raw 16-bit patterns) at @p p, 8-byte aligned: one operand
+ * (the emulator counts a misaligned one, as it does vector stores). */
 __device__ __forceinline__ flyk_bf16x4 flyk_mfma_ld4(const uint16_t *p)
 {
+	FLYK_VST_ALIGNED(p, 8);
 	return *(const flyk_bf16x4 *)p;
 }
 
