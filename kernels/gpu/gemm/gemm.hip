@@ -31,6 +31,15 @@
  *                   infeasible.  K % 8 == 0 (NN: N % 8 == 0), A and B
  *                   16-byte aligned.
  *   gemm_fma        64x64 FMA tiles: any shape, the portable (AMD) path
+ *   gemm_mfma       (AMD gfx90a, gfx940-942, gfx950) the gemm_mma kernel
+ *                   with the MFMA engine of gemm_tile.h: params tile_m,
+ *                   tile_n, tile_k, waves, mfma (the MFMA block, 32 or
+ *                   16), lds_db (LDS double buffering), split_k.  NT and
+ *                   NN, any M, N, K and alignment; only the shapes of
+ *                   GEMM_MFMA_CFGS are built.  After gemm_fma: the
+ *                   untuned default on AMD stays the FMA kernel until an
+ *                   MFMA point has been checked and timed on a device (no
+ *                   AMD device has run it yet).
  *   gemm_ref        one thread per output (the reference)
  */
 #include <errno.h>
@@ -258,7 +267,7 @@ struct mma_job {
 typedef int (*mma_go_fn)(const struct mma_job *j);
 
 /* The split-K reduction of @p split partials in @p ws into C (for the
- * NVIDIA tile kernels: the AMD build instantiates none of its callers). */
+ * tile kernels: an AMD build without MFMA configs calls it nowhere). */
 [[maybe_unused]] static int gemm_reduce_go(const struct mma_job *j,
 					   const float *ws, int split)
 {
@@ -375,6 +384,44 @@ static const struct mma_ent *wg_find(const int64_t *q)
 }
 #endif
 
+/* The least tile_m of the mma shapes: never pruned. */
+#define MMA_MIN_BM  16
+#define MFMA_MIN_BM 32
+
+#if FLYK_HAS_MMA || FLYK_HAS_MFMA
+/* The rules of gemm_mma_kernel on bm x bn x bk tiles of @p smem bytes
+ * (tile_m @p min_bm never pruned), at split @p split and rasterisation
+ * @p swz. */
+static int tile_rules(const struct flyk_device *dev,
+		      const struct fly_problem *p, int bm, int bn, int bk,
+		      int smem, int min_bm, int64_t split, int64_t swz)
+{
+	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
+	if ((size_t)smem > dev->smem_per_block_optin)
+		return -ENOSPC;
+	if (((m + bm - 1) / bm) * ((n + bn - 1) / bn) > 0x7fffffff)
+		return -EINVAL;
+	/* Pruning (on the bucketed M, see flyk_gemm_bucket_m): a tile over
+	 * twice the problem does what a smaller one does. */
+	m = flyk_gemm_bucket_m(m);
+	if ((bm > min_bm && bm / 2 >= m) || (bn > 64 && bn / 2 >= n))
+		return -EINVAL;
+	int64_t tiles = ((m + bm - 1) / bm) * ((n + bn - 1) / bn);
+	if (split > 1) {
+		/* Only for a grid of a few waves at most (split-K then fills
+		 * the last wave), with >= 2 k-tiles a split. */
+		if (tiles * split > 8 * (int64_t)dev->sms || k / split < 2 * bk)
+			return -EINVAL;
+		if ((uint64_t)split * m * n * 4 > FLYK_GEMM_WS_BYTES)
+			return -EINVAL;
+	}
+	/* Rasterisation groups need several tile rows and columns. */
+	if (swz > 1 && ((m + bm - 1) / bm < 2 * swz || (n + bn - 1) / bn < 2))
+		return -EINVAL;
+	return 0;
+}
+#endif
+
 #if FLYK_HAS_MMA
 /* The rules shared by gemm_mma and gemm_wgmma, for entry @p e and the
  * point @p pr in gemm_mma's order. */
@@ -382,37 +429,13 @@ static int ent_feasible(const struct flyk_device *dev,
 			const struct fly_problem *p,
 			const struct mma_ent *e, const int64_t *pr)
 {
-	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
 	int nn = p->layout == FLY_LAYOUT_NN;
-	if (k % 8 || (nn && n % 8))
+	if (p->dims[2] % 8 || (nn && p->dims[1] % 8))
 		return -EINVAL;
 	if (!e || !e->go[nn])
 		return -EINVAL;
-	if ((size_t)e->smem[nn] > dev->smem_per_block_optin)
-		return -ENOSPC;
-	if (((m + e->bm - 1) / e->bm) * ((n + e->bn - 1) / e->bn) > 0x7fffffff)
-		return -EINVAL;
-	/* Pruning (on the bucketed M, see flyk_gemm_bucket_m): a tile over
-	 * twice the problem does what a smaller one does. */
-	m = flyk_gemm_bucket_m(m);
-	if ((e->bm > 16 && e->bm / 2 >= m) || (e->bn > 64 && e->bn / 2 >= n))
-		return -EINVAL;
-	int64_t tiles = ((m + e->bm - 1) / e->bm) * ((n + e->bn - 1) / e->bn);
-	int64_t split = pr[5], swz = pr[6];
-	if (split > 1) {
-		/* Only for a grid of a few waves at most (split-K then fills
-		 * the last wave), with >= 2 k-tiles a split. */
-		if (tiles * split > 8 * (int64_t)dev->sms ||
-		    k / split < 2 * e->bk)
-			return -EINVAL;
-		if ((uint64_t)split * m * n * 4 > FLYK_GEMM_WS_BYTES)
-			return -EINVAL;
-	}
-	/* Rasterisation groups need several tile rows and columns. */
-	if (swz > 1 &&
-	    ((m + e->bm - 1) / e->bm < 2 * swz || (n + e->bn - 1) / e->bn < 2))
-		return -EINVAL;
-	return 0;
+	return tile_rules(dev, p, e->bm, e->bn, e->bk, e->smem[nn],
+			  MMA_MIN_BM, pr[5], pr[6]);
 }
 #endif
 
@@ -452,7 +475,7 @@ static int wg_feasible(const struct flyk_device *dev,
 #endif
 }
 
-#if FLYK_HAS_MMA
+#if FLYK_HAS_MMA || FLYK_HAS_MFMA
 /* Whether @p ptr is aligned to @p al bytes. */
 static int gemm_al(const void *ptr, uintptr_t al)
 {
@@ -500,17 +523,17 @@ static int wg_launch(const struct flyk_device *dev,
 #endif
 }
 
-#if FLYK_HAS_MMA
+#if FLYK_HAS_MMA || FLYK_HAS_MFMA
 /* The job of a launch with @p split and @p swz, its arguments checked
- * (pointers, 16-byte A and B, C aligned to @p c_al, bias, workspace).
- * @return 0 or -EINVAL. */
+ * (pointers, A and B aligned to @p ab_al bytes, C to @p c_al, bias,
+ * workspace).  @return 0 or -EINVAL. */
 static int gemm_job_of(const struct fly_problem *p, const union flyk_args *args,
-		       int64_t split, int64_t swz, uintptr_t c_al, void *stream,
-		       struct mma_job *j)
+		       int64_t split, int64_t swz, uintptr_t ab_al,
+		       uintptr_t c_al, void *stream, struct mma_job *j)
 {
 	const struct flyk_gemm_args *a = &args->gemm;
-	if (!a->a || !a->b || !a->c || !gemm_al(a->a, 16) ||
-	    !gemm_al(a->b, 16) || !gemm_al(a->c, c_al))
+	if (!a->a || !a->b || !a->c || !gemm_al(a->a, ab_al) ||
+	    !gemm_al(a->b, ab_al) || !gemm_al(a->c, c_al))
 		return -EINVAL;
 	if ((p->flags & FLY_F_BIAS) && !a->bias)
 		return -EINVAL;
@@ -529,17 +552,110 @@ static int gemm_job_of(const struct fly_problem *p, const union flyk_args *args,
 		return -EINVAL;
 	return 0;
 }
+#endif
 
+#if FLYK_HAS_MMA
 /* Launch entry @p e at the point @p pr (gemm_mma's order), feasible. */
 static int ent_launch(const struct mma_ent *e, const struct fly_problem *p,
 		      const int64_t *pr, const union flyk_args *args,
 		      void *stream)
 {
 	struct mma_job j;
-	int rc = gemm_job_of(p, args, pr[5], pr[6], 4, stream, &j);
+	int rc = gemm_job_of(p, args, pr[5], pr[6], 16, 4, stream, &j);
 	return rc ? rc : e->go[p->layout == FLY_LAYOUT_NN](&j);
 }
 #endif
+
+/* ------------------------------------------------------------ mfma host */
+
+/*
+ * gemm_mfma: gemm_mma_kernel (split-K, the reduce kernel) on the MFMA
+ * engine of gemm_tile.h.  A point is (tile_m, tile_n, tile_k, waves, mfma,
+ * lds_db, split_k); the shapes of GEMM_MFMA_CFGS, each with and without
+ * LDS double buffering, are built.  Feasible where the device has the
+ * bf16 MFMA instructions (flyk_mfma_arch_ok), -EINVAL elsewhere.
+ */
+static const int64_t mf_tile_m[] = {32, 64, 128, 256};
+static const int64_t mf_tile_n[] = {32, 64, 128};
+static const int64_t mf_tile_k[] = {32, 64};
+static const int64_t mf_waves[] = {1, 2, 4, 8};
+static const int64_t mf_block[] = {32, 16};
+static const int64_t mf_db[] = {0, 1};
+static const int64_t mf_split[] = {1, 2, 4};
+
+#if FLYK_HAS_MFMA
+struct mfma_ent {
+	int bm, bn, bk, waves, mf, db;
+	int smem[2];	 /* NT, NN */
+	mma_go_fn go[2];
+};
+
+#define GEMM_MFMA_ENT_DB(BM, BN, BK, WM, WN, MF, DB)                           \
+	{BM,                                                                   \
+	 BN,                                                                   \
+	 BK,                                                                   \
+	 WM * WN,                                                              \
+	 MF,                                                                   \
+	 DB,                                                                   \
+	 {gemm_mfma_cfg<BM, BN, BK, WM, WN, MF, DB, false>::SMEM,              \
+	  gemm_mfma_cfg<BM, BN, BK, WM, WN, MF, DB, true>::SMEM},              \
+	 {mma_go<gemm_mfma_cfg<BM, BN, BK, WM, WN, MF, DB, false>>,            \
+	  mma_go<gemm_mfma_cfg<BM, BN, BK, WM, WN, MF, DB, true>>}},
+#define GEMM_MFMA_ENT(BM, BN, BK, WM, WN, MF)                                  \
+	GEMM_MFMA_ENT_DB(BM, BN, BK, WM, WN, MF, false)                        \
+	GEMM_MFMA_ENT_DB(BM, BN, BK, WM, WN, MF, true)
+static const struct mfma_ent mfma_ents[] = {GEMM_MFMA_CFGS(GEMM_MFMA_ENT)};
+
+static const struct mfma_ent *mfma_find(const int64_t *pr)
+{
+	for (size_t i = 0; i < sizeof(mfma_ents) / sizeof(mfma_ents[0]); i++) {
+		const struct mfma_ent *e = &mfma_ents[i];
+		if (e->bm == pr[0] && e->bn == pr[1] && e->bk == pr[2] &&
+		    e->waves == pr[3] && e->mf == pr[4] && e->db == pr[5])
+			return e;
+	}
+	return NULL;
+}
+#endif
+
+static int mfma_feasible(const struct flyk_device *dev,
+			 const struct fly_problem *p, const int64_t *pr)
+{
+	if (gemm_problem_ok(p))
+		return -EINVAL;
+#if !FLYK_HAS_MFMA
+	(void)dev;
+	(void)pr;
+	return -EINVAL;
+#else
+	const struct mfma_ent *e = mfma_find(pr);
+	if (!e || !flyk_mfma_arch_ok(dev->arch))
+		return -EINVAL;
+	int nn = p->layout == FLY_LAYOUT_NN;
+	return tile_rules(dev, p, e->bm, e->bn, e->bk, e->smem[nn],
+			  MFMA_MIN_BM, pr[6], 1);
+#endif
+}
+
+static int mfma_launch(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *pr,
+		       const union flyk_args *args, void *stream)
+{
+	int rc = mfma_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+#if !FLYK_HAS_MFMA
+	(void)args;
+	(void)stream;
+	return -EOPNOTSUPP;
+#else
+	/* Any alignment of A, B and C: the engine loads and stores what is
+	 * not aligned element by element. */
+	struct mma_job j;
+	rc = gemm_job_of(p, args, pr[6], 1, 2, 2, stream, &j);
+	return rc ? rc : mfma_find(pr)->go[p->layout == FLY_LAYOUT_NN](&j);
+#endif
+}
 
 /* ------------------------------------------------------------ tma host */
 
@@ -683,7 +799,8 @@ static int tma_launch(const struct flyk_device *dev,
 	/* The TMA store (ts) reads C's rows 16 bytes at a time. */
 	const tma_ent *e = tma_find(pr);
 	struct mma_job j;
-	rc = gemm_job_of(p, args, pr[2], pr[3], e->ts ? 16 : 4, stream, &j);
+	rc = gemm_job_of(p, args, pr[2], pr[3], 16, e->ts ? 16 : 4, stream,
+			 &j);
 	return rc ? rc : e->go(&j, dev->sms);
 #endif
 }
@@ -841,6 +958,22 @@ static const struct flyk_variant gemm_variants[] = {
      NULL,
      fma_launch,
      "gemm_mma"},
+    {"gemm_mfma",
+     FLY_OP_GEMM,
+     GEMM_DT_MASK,
+     GEMM_FLAGS,
+     0,
+     7,
+     {{"tile_m", NV(mf_tile_m)},
+      {"tile_n", NV(mf_tile_n)},
+      {"tile_k", NV(mf_tile_k)},
+      {"waves", NV(mf_waves)},
+      {"mfma", NV(mf_block)},
+      {"lds_db", NV(mf_db)},
+      {"split_k", NV(mf_split)}},
+     mfma_feasible,
+     NULL,
+     mfma_launch},
     {"gemm_ref",
      FLY_OP_GEMM,
      GEMM_DT_MASK,

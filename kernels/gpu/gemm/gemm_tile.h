@@ -31,6 +31,7 @@
 #include "prim/cp_async.h"
 #include "prim/flyk_gpu.h"
 #include "prim/mem.h"
+#include "prim/mfma.h"
 #include "prim/mma.h"
 #include "prim/wgmma.h"
 
@@ -76,7 +77,8 @@ struct gemm_cfg {
 		A_ST = BM_ * (BK_ + 8),
 		B_ST = NN_ ? BK_ * (BN_ + 8) : BN_ * (BK_ + 8),
 		SMEM = (A_ST + B_ST) * ST_ * 2, /* bytes */
-		WGMMA = 0
+		WGMMA = 0,
+		MFMA = 0
 	};
 	static const bool NN = NN_;
 	static_assert(WTM % 16 == 0 && WTN % 16 == 0, "warp tile");
@@ -174,6 +176,20 @@ __device__ __forceinline__ void gemm_store2(const gemm_out &o, int64_t row,
 	if (two)
 		o.c[i + 1] = (uint16_t)(pk >> 16);
 	o.c[i] = (uint16_t)pk;
+}
+
+/* Store one output (row, col): bf16 with alpha and bias, or the fp32
+ * partial. */
+__device__ __forceinline__ void gemm_store1(const gemm_out &o, int64_t row,
+					    int64_t col, float v)
+{
+	if (row >= o.m_end || col >= o.n_end)
+		return;
+	int64_t i = row * o.ldc + col;
+	if (!o.c)
+		o.ws[i] = v;
+	else
+		o.c[i] = flyk_df2b(gemm_fin(o, col, v));
 }
 
 /* ------------------------------------------------------------ mma engine */
@@ -375,7 +391,8 @@ template <int BM_, int BN_, int ST_> struct gemm_wg_cfg {
 		B_ST = BN_ * 64,
 		SMEM = (A_ST + B_ST) * ST_ * 2 + 1024, /* + alignment slack */
 		NACC = BN_ / 2, /* fp32 accumulators per thread */
-		WGMMA = 1
+		WGMMA = 1,
+		MFMA = 0
 	};
 	static const bool NN = false;
 	static_assert(BM_ % 64 == 0 && (BN_ == 128 || BN_ == 256), "tile");
@@ -478,7 +495,282 @@ gemm_wgmma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
 	}
 }
 
-/* The tile engine of config @p C: wgmma or mma.sync. */
+/* ------------------------------------------------------------ mfma engine */
+
+#if FLYK_HAS_MFMA
+/*
+ * AMD CDNA2/CDNA3 (wave64): bf16 MFMA (prim/mfma.h) from LDS.  The block
+ * tile BM x BN is split over WM x WN waves; a wave's WTM x WTN tile is
+ * MI x NI blocks of one MFMA (MF x MF, 32 or 16).  A and B sit in LDS
+ * K-contiguous (NT's B as it is, NN's B transposed on the way in), rows
+ * padded by 4 halves: a lane's operand is one 8-byte read, and the 32 (or
+ * 16) rows a wave reads at once start on distinct even banks.
+ *
+ * Global -> LDS goes through registers (AMD has no cp.async): each thread
+ * fetches its 8-element chunks of the next k-tile, 16-byte loads where a
+ * chunk is whole and aligned, element loads with zero fill at the ends
+ * (any M, N, K, any alignment).  DB (LDS double buffering) 1: two LDS
+ * buffers, the next k-tile's global loads issued before this one's MFMAs
+ * and written to the other buffer after them, one barrier a k-tile; DB 0:
+ * one buffer, loads then two barriers a k-tile.
+ */
+
+/* The MFMA tile shapes built (gemm_mfma and ggemm_mfma): BM, BN, BK,
+ * waves along M, waves along N, MFMA block (32: 32x32x8, 16: 16x16x16). */
+#define GEMM_MFMA_CFGS(X)                                                      \
+	X(32, 32, 64, 1, 1, 32)                                                \
+	X(32, 64, 32, 1, 2, 16)                                                \
+	X(64, 64, 32, 2, 2, 16)                                                \
+	X(64, 64, 32, 2, 2, 32)                                                \
+	X(64, 128, 32, 2, 2, 32)                                               \
+	X(128, 128, 32, 2, 2, 32)                                              \
+	X(128, 128, 64, 2, 2, 32)                                              \
+	X(256, 128, 32, 4, 2, 32)
+
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int MF_, bool DB_,
+	  bool NN_>
+struct gemm_mfma_cfg {
+	enum {
+		BM = BM_,
+		BN = BN_,
+		BK = BK_,
+		WM = WM_,
+		WN = WN_,
+		MF = MF_,
+		ST = DB_ ? 2 : 1,    /* LDS buffers */
+		THREADS = WM_ * WN_ * 64,
+		WTM = BM_ / WM_,     /* wave tile rows */
+		WTN = BN_ / WN_,     /* wave tile cols */
+		MI = WTM / MF_,      /* MFMA blocks per wave, along M */
+		NI = WTN / MF_,      /* ... along N */
+		LDS = BK_ + 4,       /* LDS row stride (halves), A and B */
+		A_ST = BM_ * LDS,    /* halves per buffer */
+		B_ST = BN_ * LDS,
+		SMEM = (A_ST + B_ST) * ST * 2, /* bytes */
+		CA = BM_ * BK_ / 8,  /* 8-element chunks of a k-tile of A */
+		CB = BN_ * BK_ / 8,  /* ... of B */
+		RA = (CA + THREADS - 1) / THREADS, /* chunks a thread carries */
+		RB = (CB + THREADS - 1) / THREADS,
+		WGMMA = 0,
+		MFMA = 1
+	};
+	static const bool NN = NN_;
+	static const bool DB = DB_;
+	static_assert(WTM % MF_ == 0 && WTN % MF_ == 0, "wave tile");
+	static_assert(BK_ % flyk_mfma<MF_>::K == 0 && BK_ % 8 == 0, "BK");
+};
+
+/* Elements c and c + 1 of @p row packed (c low), zero from @p end on. */
+__device__ __forceinline__ uint32_t gemm_ld2(const uint16_t *row, int64_t c,
+					     int64_t end)
+{
+	uint32_t lo = c < end ? row[c] : 0u, hi = c + 1 < end ? row[c + 1] : 0u;
+	return lo | hi << 16;
+}
+
+/* Elements c0 .. c0 + 7 of @p row, zero from @p end on: one 16-byte load
+ * where the chunk is whole and aligned.  (No local array: it would live
+ * in scratch.) */
+__device__ __forceinline__ uint4 gemm_ld8(const uint16_t *row, int64_t c0,
+					  int64_t end)
+{
+	uint4 v;
+	if (c0 + 8 <= end && !((uintptr_t)(row + c0) & 15))
+		return *(const uint4 *)(row + c0);
+	v.x = gemm_ld2(row, c0, end);
+	v.y = gemm_ld2(row, c0 + 2, end);
+	v.z = gemm_ld2(row, c0 + 4, end);
+	v.w = gemm_ld2(row, c0 + 6, end);
+	return v;
+}
+
+__device__ __forceinline__ uint4 gemm_zero8(void)
+{
+	uint4 v;
+	v.x = v.y = v.z = v.w = 0;
+	return v;
+}
+
+/* Element @p e (0..7) of the chunk @p v. */
+__device__ __forceinline__ uint16_t gemm_half8(const uint4 &v, int e)
+{
+	uint32_t w = e < 2 ? v.x : e < 4 ? v.y : e < 6 ? v.z : v.w;
+	return (uint16_t)(w >> (16 * (e & 1)));
+}
+
+/* This thread's chunks of the k-tile at @p k0 into @p ra and @p rb. */
+template <class C>
+__device__ __forceinline__ void gemm_mfma_fetch(const gemm_opnd &o, int64_t k0,
+						int64_t k_end, uint4 *ra,
+						uint4 *rb)
+{
+	const int KC = C::BK / 8, NC = C::BN / 8;
+#pragma unroll
+	for (int i = 0; i < C::RA; i++) {
+		int c = threadIdx.x + i * C::THREADS;
+		int64_t gr = o.m0 + c / KC;
+		ra[i] = c < C::CA && gr < o.m_end
+			    ? gemm_ld8(o.a + gr * o.lda, k0 + (c % KC) * 8,
+				       k_end)
+			    : gemm_zero8();
+	}
+#pragma unroll
+	for (int i = 0; i < C::RB; i++) {
+		int c = threadIdx.x + i * C::THREADS;
+		if (!C::NN) {
+			int64_t gn = o.n0 + c / KC;
+			rb[i] = c < C::CB && gn < o.n_end
+				    ? gemm_ld8(o.b + gn * o.ldb,
+					       k0 + (c % KC) * 8, k_end)
+				    : gemm_zero8();
+		} else { /* a row of B [K, N]: 8 columns at one k */
+			int64_t gk = k0 + c / NC;
+			rb[i] = c < C::CB && gk < k_end
+				    ? gemm_ld8(o.b + gk * o.ldb,
+					       o.n0 + (c % NC) * 8, o.n_end)
+				    : gemm_zero8();
+		}
+	}
+}
+
+/* The fetched chunks into the LDS buffers @p sa and @p sb. */
+template <class C>
+__device__ __forceinline__ void gemm_mfma_put(const uint4 *ra, const uint4 *rb,
+					      uint16_t *sa, uint16_t *sb)
+{
+	const int KC = C::BK / 8, NC = C::BN / 8;
+#pragma unroll
+	for (int i = 0; i < C::RA; i++) {
+		int c = threadIdx.x + i * C::THREADS;
+		if (c >= C::CA)
+			break;
+		uint32_t *d = (uint32_t *)(sa + (c / KC) * C::LDS + (c % KC) * 8);
+		d[0] = ra[i].x;
+		d[1] = ra[i].y;
+		d[2] = ra[i].z;
+		d[3] = ra[i].w;
+	}
+#pragma unroll
+	for (int i = 0; i < C::RB; i++) {
+		int c = threadIdx.x + i * C::THREADS;
+		if (c >= C::CB)
+			break;
+		if (!C::NN) {
+			uint32_t *d = (uint32_t *)(sb + (c / KC) * C::LDS +
+						   (c % KC) * 8);
+			d[0] = rb[i].x;
+			d[1] = rb[i].y;
+			d[2] = rb[i].z;
+			d[3] = rb[i].w;
+		} else { /* transposed: column n of the chunk is LDS row n */
+			int k = c / NC, n = (c % NC) * 8;
+#pragma unroll
+			for (int e = 0; e < 8; e++)
+				sb[(n + e) * C::LDS + k] = gemm_half8(rb[i], e);
+		}
+	}
+}
+
+/* acc += the products of one k-tile in LDS. */
+template <class C>
+__device__ __forceinline__ void
+gemm_mfma_step(const uint16_t *sa, const uint16_t *sb,
+	       typename flyk_mfma<C::MF>::acc_t (*acc)[C::NI])
+{
+	typedef flyk_mfma<C::MF> M;
+	const int l = threadIdx.x % FLYK_WARP, w = threadIdx.x / FLYK_WARP;
+	const int wm = w / C::WN, wn = w % C::WN;
+	const uint16_t *pa =
+	    sa + (wm * C::WTM + M::ab_idx(l)) * C::LDS + M::ab_k(l);
+	const uint16_t *pb =
+	    sb + (wn * C::WTN + M::ab_idx(l)) * C::LDS + M::ab_k(l);
+#pragma unroll
+	for (int kk = 0; kk < C::BK / M::K; kk++) {
+		flyk_bf16x4 a[C::MI], b[C::NI];
+#pragma unroll
+		for (int mi = 0; mi < C::MI; mi++)
+			a[mi] = flyk_mfma_ld4(pa + mi * C::MF * C::LDS +
+					      kk * M::K);
+#pragma unroll
+		for (int ni = 0; ni < C::NI; ni++)
+			b[ni] = flyk_mfma_ld4(pb + ni * C::MF * C::LDS +
+					      kk * M::K);
+#pragma unroll
+		for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+			for (int ni = 0; ni < C::NI; ni++)
+				M::run(acc[mi][ni], a[mi], b[ni]);
+	}
+}
+
+/*
+ * One output tile over k in [k_begin, k_end) (k_begin a multiple of BK)
+ * with MFMA, then the epilogue; the interface of gemm_mma_tile.  All
+ * threads of the block call it; @p smem is C::SMEM bytes of LDS.
+ */
+template <class C>
+__device__ __forceinline__ void
+gemm_mfma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
+	       const gemm_out &out, uint16_t *smem)
+{
+	typedef flyk_mfma<C::MF> M;
+	typename M::acc_t acc[C::MI][C::NI];
+#pragma unroll
+	for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+		for (int ni = 0; ni < C::NI; ni++)
+#pragma unroll
+			for (int v = 0; v < M::REGS; v++)
+				acc[mi][ni][v] = 0.f;
+	uint16_t *sa = smem, *sb = smem + C::A_ST * C::ST;
+	uint4 ra[C::RA], rb[C::RB];
+	int64_t nk = (k_end - k_begin + C::BK - 1) / C::BK;
+	__syncthreads(); /* a previous tile may still read the buffers */
+	if (C::DB) {
+		if (nk > 0) {
+			gemm_mfma_fetch<C>(o, k_begin, k_end, ra, rb);
+			gemm_mfma_put<C>(ra, rb, sa, sb);
+		}
+		__syncthreads();
+		for (int64_t kt = 0; kt < nk; kt++) {
+			int cur = (int)(kt & 1), nxt = cur ^ 1;
+			bool more = kt + 1 < nk;
+			if (more)
+				gemm_mfma_fetch<C>(o, k_begin + (kt + 1) * C::BK,
+						   k_end, ra, rb);
+			gemm_mfma_step<C>(sa + cur * C::A_ST,
+					  sb + cur * C::B_ST, acc);
+			if (more)
+				gemm_mfma_put<C>(ra, rb, sa + nxt * C::A_ST,
+						 sb + nxt * C::B_ST);
+			__syncthreads();
+		}
+	} else {
+		for (int64_t kt = 0; kt < nk; kt++) {
+			gemm_mfma_fetch<C>(o, k_begin + kt * C::BK, k_end, ra,
+					   rb);
+			if (kt)
+				__syncthreads(); /* the last step has read */
+			gemm_mfma_put<C>(ra, rb, sa, sb);
+			__syncthreads();
+			gemm_mfma_step<C>(sa, sb, acc);
+		}
+	}
+	const int l = threadIdx.x % FLYK_WARP, w = threadIdx.x / FLYK_WARP;
+	const int64_t r0 = o.m0 + (w / C::WN) * C::WTM;
+	const int64_t c0 = o.n0 + (w % C::WN) * C::WTN + M::d_col(l);
+#pragma unroll
+	for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+		for (int ni = 0; ni < C::NI; ni++)
+#pragma unroll
+			for (int v = 0; v < M::REGS; v++)
+				gemm_store1(out, r0 + mi * C::MF + M::d_row(l, v),
+					    c0 + ni * C::MF, acc[mi][ni][v]);
+}
+#endif /* FLYK_HAS_MFMA */
+
+/* The tile engine of config @p C: wgmma, MFMA or mma.sync. */
 template <class C>
 __device__ __forceinline__ void gemm_tile_run(const gemm_opnd &o,
 					      int64_t k_begin, int64_t k_end,
@@ -487,6 +779,10 @@ __device__ __forceinline__ void gemm_tile_run(const gemm_opnd &o,
 {
 	if constexpr (C::WGMMA)
 		gemm_wgmma_tile<C>(o, k_begin, k_end, out, smem);
+#if FLYK_HAS_MFMA
+	else if constexpr (C::MFMA)
+		gemm_mfma_tile<C>(o, k_begin, k_end, out, smem);
+#endif
 	else
 		gemm_mma_tile<C>(o, k_begin, k_end, out, smem);
 }

@@ -25,8 +25,12 @@
  * params tile_m, tile_n, tile_k, warps, stages, persist), ggemm_wgmma
  * (sm_90a: the wgmma engine; params tile_m, tile_n, stages, persist),
  * ggemm_fma (64x64
- * FMA tiles, any shape: the portable path; param persist), ggemm_ref
- * (one thread per output, the reference).  G <= GG_MAX_G.
+ * FMA tiles, any shape: the portable path; param persist), ggemm_mfma
+ * (AMD gfx90a, gfx940-942, gfx950: the MFMA engine of gemm_tile.h on the
+ * same tile scheduler; params tile_m, tile_n, tile_k, waves, mfma, lds_db,
+ * persist; any K and alignment; after ggemm_fma, so the untuned default on
+ * AMD stays the FMA kernel), ggemm_ref (one thread per output, the
+ * reference).  G <= GG_MAX_G.
  */
 #include <errno.h>
 #include <math.h>
@@ -458,36 +462,38 @@ static int wg_feasible(const struct flyk_device *dev,
 #endif
 }
 
-#if FLYK_HAS_MMA
+#if FLYK_HAS_MMA || FLYK_HAS_MFMA
 /* Launch the tile kernel @p go (bm x bn tiles, feasible) with @p persist
- * blocks per SM, tiles in the order @p mfirst (gg_job); A and B 16-byte
- * aligned, C to @p c_al bytes. */
+ * blocks per SM, tiles in the order @p mfirst (gg_job); A and B aligned
+ * to @p ab_al bytes, C to @p c_al. */
 static int gg_tiles_launch(const struct flyk_device *dev,
 			   const struct fly_problem *p, int bm, int bn,
-			   gg_go_fn go, uintptr_t c_al, int64_t persist,
-			   int mfirst, const union flyk_args *args,
-			   void *stream)
+			   gg_go_fn go, uintptr_t ab_al, uintptr_t c_al,
+			   int64_t persist, int mfirst,
+			   const union flyk_args *args, void *stream)
 {
 	struct gg_job j;
 	int rc = gg_job_of(p, args, bn, &j);
 	if (rc)
 		return rc;
 	j.mfirst = mfirst;
-	if (((uintptr_t)j.a | (uintptr_t)j.b) & 15 ||
+	if (((uintptr_t)j.a | (uintptr_t)j.b) & (ab_al - 1) ||
 	    (uintptr_t)j.c & (c_al - 1))
 		return -EINVAL;
 	int64_t grid = gg_grid(dev, p, bm, bn, persist);
 	return go(&j, (unsigned)grid, (hipStream_t)stream);
 }
+#endif
 
+#if FLYK_HAS_MMA
 /* Launch entry @p e (feasible) with @p persist blocks per SM. */
 static int gg_ent_launch(const struct flyk_device *dev,
 			 const struct fly_problem *p, const struct gg_ent *e,
 			 int64_t persist, const union flyk_args *args,
 			 void *stream)
 {
-	return gg_tiles_launch(dev, p, e->bm, e->bn, e->go, 4, persist, 0, args,
-			       stream);
+	return gg_tiles_launch(dev, p, e->bm, e->bn, e->go, 16, 4, persist, 0,
+			       args, stream);
 }
 #endif
 
@@ -633,8 +639,103 @@ static int tma_launch(const struct flyk_device *dev,
 	/* Persistent: one block per SM; the TMA store (ts) reads C's rows
 	 * 16 bytes at a time. */
 	const gg_tma_ent *e = gg_tma_find(pr);
-	return gg_tiles_launch(dev, p, e->bm * e->cl, e->bn, e->go,
+	return gg_tiles_launch(dev, p, e->bm * e->cl, e->bn, e->go, 16,
 			       e->ts ? 16 : 4, 1, (int)pr[4], args, stream);
+#endif
+}
+
+/*
+ * ggemm_mfma: gg_mma_kernel (the tile scheduler above) on the MFMA engine
+ * of gemm_tile.h, the shapes of GEMM_MFMA_CFGS with and without LDS double
+ * buffering.  A point is (tile_m, tile_n, tile_k, waves, mfma, lds_db,
+ * persist).  Feasible where the device has the bf16 MFMA instructions
+ * (flyk_mfma_arch_ok), -EINVAL elsewhere.
+ */
+static const int64_t gg_mf_tile_m[] = {32, 64, 128, 256};
+static const int64_t gg_mf_tile_n[] = {32, 64, 128};
+static const int64_t gg_mf_tile_k[] = {32, 64};
+static const int64_t gg_mf_waves[] = {1, 2, 4, 8};
+static const int64_t gg_mf_block[] = {32, 16};
+static const int64_t gg_mf_db[] = {0, 1};
+
+#if FLYK_HAS_MFMA
+struct gg_mfma_ent {
+	int bm, bn, bk, waves, mf, db, smem;
+	gg_go_fn go;
+};
+
+#define GG_MFMA_ENT_DB(BM, BN, BK, WM, WN, MF, DB)                             \
+	{BM,                                                                   \
+	 BN,                                                                   \
+	 BK,                                                                   \
+	 WM * WN,                                                              \
+	 MF,                                                                   \
+	 DB,                                                                   \
+	 gemm_mfma_cfg<BM, BN, BK, WM, WN, MF, DB, false>::SMEM,               \
+	 gg_go<gemm_mfma_cfg<BM, BN, BK, WM, WN, MF, DB, false>>},
+#define GG_MFMA_ENT(BM, BN, BK, WM, WN, MF)                                    \
+	GG_MFMA_ENT_DB(BM, BN, BK, WM, WN, MF, false)                          \
+	GG_MFMA_ENT_DB(BM, BN, BK, WM, WN, MF, true)
+static const struct gg_mfma_ent gg_mfma_ents[] = {
+    GEMM_MFMA_CFGS(GG_MFMA_ENT)};
+
+static const struct gg_mfma_ent *gg_mfma_find(const int64_t *pr)
+{
+	for (size_t i = 0; i < sizeof(gg_mfma_ents) / sizeof(gg_mfma_ents[0]);
+	     i++) {
+		const struct gg_mfma_ent *e = &gg_mfma_ents[i];
+		if (e->bm == pr[0] && e->bn == pr[1] && e->bk == pr[2] &&
+		    e->waves == pr[3] && e->mf == pr[4] && e->db == pr[5])
+			return e;
+	}
+	return NULL;
+}
+#endif
+
+static int mfma_feasible(const struct flyk_device *dev,
+			 const struct fly_problem *p, const int64_t *pr)
+{
+	if (gg_problem_ok(p))
+		return -EINVAL;
+#if !FLYK_HAS_MFMA
+	(void)dev;
+	(void)pr;
+	return -EINVAL;
+#else
+	const struct gg_mfma_ent *e = gg_mfma_find(pr);
+	if (!e || !flyk_mfma_arch_ok(dev->arch))
+		return -EINVAL;
+	if ((size_t)e->smem + (GG_MAX_G + 1) * sizeof(int) >
+	    dev->smem_per_block_optin)
+		return -ENOSPC;
+	/* Pruning on the bucketed M (flyk_gemm_bucket_m), tile_m 32 kept. */
+	int64_t avg = flyk_gemm_bucket_m(p->dims[1]) / p->dims[0];
+	if ((e->bm > 32 && e->bm / 2 >= avg) ||
+	    (e->bn > 64 && e->bn / 2 >= p->dims[2]))
+		return -EINVAL;
+	if (!gg_persist_ok(dev, p, e->bm, e->bn, pr[6]))
+		return -EINVAL;
+	return 0;
+#endif
+}
+
+static int mfma_launch(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *pr,
+		       const union flyk_args *args, void *stream)
+{
+	int rc = mfma_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+#if !FLYK_HAS_MFMA
+	(void)args;
+	(void)stream;
+	return -EOPNOTSUPP;
+#else
+	/* Any alignment: the engine loads and stores element by element
+	 * what is not aligned. */
+	const struct gg_mfma_ent *e = gg_mfma_find(pr);
+	return gg_tiles_launch(dev, p, e->bm, e->bn, e->go, 2, 2, pr[6], 0,
+			       args, stream);
 #endif
 }
 
@@ -753,6 +854,22 @@ static const struct flyk_variant gg_variants[] = {
      NULL,
      fma_launch,
      "ggemm_mma"},
+    {"ggemm_mfma",
+     FLY_OP_GROUPED_GEMM,
+     1u << FLY_DT_BF16,
+     0,
+     0,
+     7,
+     {{"tile_m", NV(gg_mf_tile_m)},
+      {"tile_n", NV(gg_mf_tile_n)},
+      {"tile_k", NV(gg_mf_tile_k)},
+      {"waves", NV(gg_mf_waves)},
+      {"mfma", NV(gg_mf_block)},
+      {"lds_db", NV(gg_mf_db)},
+      {"persist", NV(gg_persist)}},
+     mfma_feasible,
+     NULL,
+     mfma_launch},
     {"ggemm_ref",
      FLY_OP_GROUPED_GEMM,
      1u << FLY_DT_BF16,

@@ -13,13 +13,17 @@
  *   FLYK_HAS_MMA       the mma.sync / ldmatrix / cp.async engines
  *                      (NVIDIA, and the emulator)
  *   FLYK_HAS_WGMMA     wgmma kernels (an sm_90a build, and the emulator)
+ *   FLYK_HAS_MFMA      AMD's matrix cores, prim/mfma.h (an AMD build, and
+ *                      the emulator's AMD model); which devices have them
+ *                      is a run-time question (flyk_mfma_arch_ok)
  *   FLYK_HAS_TMA       TMA, mbarriers, cluster launches (an sm_90a build
  *                      under nvcc; not the emulator)
  *   FLYK_HAS_CUBLAS    the vendor GEMM candidates (kernels/vendor, CUDA)
  *   FLYK_HAS_CUDNN     cuDNN 9's fused attention (kernels/vendor/cudnn_attn.c):
  *                      1 when the Makefile found cuDNN (-DFLYK_HAS_CUDNN=1)
  * FLYK_MMA_DEVICE / FLYK_WGMMA_DEVICE: 1 in the device pass that emits
- * that PTX (the primitives' own test; ops use FLYK_HAS_*).
+ * that PTX; FLYK_MFMA_DEVICE: in a device pass for a CDNA2/CDNA3 target
+ * (the primitives' own test; ops use FLYK_HAS_*).
  */
 #ifndef FLYK_GPU_H
 #define FLYK_GPU_H
@@ -81,6 +85,8 @@
 #define FLYK_HAS_TMA 0
 #endif
 
+#define FLYK_HAS_MFMA FLYK_AMD
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define FLYK_MMA_DEVICE 1
 #else
@@ -90,6 +96,12 @@
 #define FLYK_WGMMA_DEVICE 1
 #else
 #define FLYK_WGMMA_DEVICE 0
+#endif
+#if defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || \
+	defined(__gfx942__) || defined(__gfx950__)
+#define FLYK_MFMA_DEVICE 1
+#else
+#define FLYK_MFMA_DEVICE 0
 #endif
 
 #ifndef FLYK_GO

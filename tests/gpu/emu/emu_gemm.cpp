@@ -12,17 +12,20 @@
  *       -Itests/gpu/emu -include tests/gpu/emu/emu_gemm.h \
  *       -x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm/gemm.hip \
  *       kernels/gpu/gemm/grouped_gemm.hip -o /tmp/flyk_emu_gemm
- *   /tmp/flyk_emu_gemm [quick|compare|attn|attn-quick|mfma|full]
+ *   /tmp/flyk_emu_gemm [quick|compare|attn|attn-quick|mfma|amd|full]
  *       (compare: only the case check; attn*: attention only; mfma: the
- *       AMD build's MFMA model only; any other argument, or none:
- *       everything at every point)
+ *       AMD build's MFMA model only; amd: everything at every point but
+ *       every 3rd of the MFMA variants', the AMD run of `make test`; any
+ *       other argument, or none: everything at every point)
  *
  * Built with -DFLYK_EMU_AMD=1 (flyk_emu_gemm_amd), the AMD wave64 model
- * (flyk_emu.h): only the portable variants are feasible there; the
- * tally (emu_tally.h) lists the others skipped-infeasible.  That build
- * also models the two bf16 MFMA builtins (flyk_emu_mfma, from AMD's
- * documented register layouts) and tests them against a plain matrix
- * product (mfma_unit); no kernel calls them yet.
+ * (flyk_emu.h): the portable variants and the MFMA ones (gemm_mfma,
+ * ggemm_mfma) are feasible there; the tally (emu_tally.h) lists the
+ * others skipped-infeasible.  That build also models the two bf16 MFMA
+ * builtins (flyk_emu_mfma, from AMD's documented register layouts) and
+ * gfx940's two fp8 ones on e4m3 fnuz (flyk_emu_mfma_fp8), and tests them
+ * against a plain matrix product (mfma_unit), and adds shapes
+ * with operands off 16-byte alignment and odd K for the AMD variants.
  *
  * Own scheduler (a copy of emu_main.cpp's, with 2-D grids).  Not emulated:
  * the asynchrony of cp.async (copies complete at once), timing, the
@@ -224,6 +227,51 @@ void flyk_emu_mfma(int n, const flyk_emu_short4 *a, const flyk_emu_short4 *b,
 	}
 	flyk_emu_syncwarp();
 }
+
+/* v_mfma_f32_32x32x16_fp8_fp8 and v_mfma_f32_16x16x32_fp8_fp8 (CDNA3),
+ * D = A B + C with n x n tiles, K = 16 or 32, A and B e4m3 fnuz.  The
+ * layouts follow the MFMA rule of the bf16 ones with 8 elements a lane
+ * (two VGPRs, element e in byte e % 4 of VGPR e / 4): with g = l / n,
+ *   A[i][k]  lane i + n (k / 8), byte k % 8 of the 64-bit operand
+ *   B[k][j]  lane j + n (k / 8), byte k % 8
+ *   D[i][j]  as the bf16 instructions of the same n
+ * Products of two e4m3 values are exact in fp32; summed in k order, then
+ * added to C. */
+static uint64_t mf8_a[16][64], mf8_b[16][64];
+
+/* One e4m3 fnuz byte as fp32: bias 8, 0x80 NaN, no infinity or -0. */
+static float fnuz_f32(unsigned b)
+{
+	unsigned e = (b >> 3) & 15u, m = b & 7u;
+	if (b == 0x80u)
+		return NAN;
+	float v = e ? ldexpf(1.f + m / 8.f, (int)e - 8) : ldexpf((float)m, -10);
+	return (b & 0x80u) ? -v : v;
+}
+
+void flyk_emu_mfma_fp8(int n, long a, long b, float *acc, int ctl)
+{
+	int w = threadIdx.x / 64, l = threadIdx.x % 64, g = l / n, j = l % n;
+	int nk = 64 / n * 8, nreg = n * n / 64;
+	if (ctl) {
+		fprintf(stderr, "emu: MFMA broadcast controls not emulated\n");
+		abort();
+	}
+	mf8_a[w][l] = (uint64_t)a;
+	mf8_b[w][l] = (uint64_t)b;
+	flyk_emu_syncwarp();
+	for (int v = 0; v < nreg; v++) {
+		int i = n == 32 ? 8 * (v / 4) + 4 * g + v % 4 : 4 * g + v;
+		float s = 0.f;
+		for (int k = 0; k < nk; k++)
+			s += fnuz_f32((unsigned)(mf8_a[w][i + n * (k / 8)] >>
+						 (8 * (k % 8))) & 0xffu) *
+			     fnuz_f32((unsigned)(mf8_b[w][j + n * (k / 8)] >>
+						 (8 * (k % 8))) & 0xffu);
+		acc[v] += s;
+	}
+	flyk_emu_syncwarp();
+}
 #endif
 
 /* ------------------------------------------------------------ links */
@@ -298,6 +346,16 @@ int flyk_cublas_default_launch(const struct flyk_device *,
 /* ------------------------------------------------------------ checks */
 
 static int npass, nfail;
+/* Every how many feasible points of an MFMA variant run (mode "amd": 3,
+ * the emulator is slow; with odd shapes' pruning, every tile shape, MFMA
+ * block, buffering and split still runs on some shape). */
+static int mfma_every = 1;
+
+/* The stride of variant @p name's points on a shape run at @p stride. */
+static int point_stride(const char *name, int stride)
+{
+	return strstr(name, "_mfma") ? stride * mfma_every : stride;
+}
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static uint16_t rnd_bf16(void)
@@ -389,8 +447,11 @@ static struct flyk_device emu_dev(void)
 	return d;
 }
 
+/* @p off: A, B, C and bias start that many elements past an aligned
+ * address (for the kernels that take any alignment). */
 static void gemm_one(const struct flyk_backend *b, int64_t m, int64_t n,
-		     int64_t k, uint32_t layout, uint32_t flags, int stride)
+		     int64_t k, uint32_t layout, uint32_t flags, int stride,
+		     int off = 0)
 {
 	struct flyk_device dev = emu_dev();
 	struct fly_problem p;
@@ -402,14 +463,18 @@ static void gemm_one(const struct flyk_backend *b, int64_t m, int64_t n,
 	p.dims[0] = m;
 	p.dims[1] = n;
 	p.dims[2] = k;
-	std::vector<uint16_t> A(m * k), B(n * k), bias(n), C(m * n);
+	std::vector<uint16_t> Ab(m * k + off), Bb(n * k + off), biasb(n + off),
+	    Cb(m * n + off);
+	uint16_t *A = Ab.data() + off, *B = Bb.data() + off,
+		 *bias = biasb.data() + off, *C = Cb.data() + off;
+	size_t nc = (size_t)(m * n);
 	std::vector<double> ref(m * n);
 	std::vector<float> ws(8 * m * n + 16);
-	for (auto &x : A)
+	for (auto &x : Ab)
 		x = rnd_bf16();
-	for (auto &x : B)
+	for (auto &x : Bb)
 		x = rnd_bf16();
-	for (auto &x : bias)
+	for (auto &x : biasb)
 		x = rnd_bf16();
 	float alpha = (flags & FLY_F_SCALE) ? 0.75f : 1.f;
 	for (int64_t i = 0; i < m; i++)
@@ -427,10 +492,10 @@ static void gemm_one(const struct flyk_backend *b, int64_t m, int64_t n,
 		}
 	union flyk_args args;
 	memset(&args, 0, sizeof(args));
-	args.gemm.a = A.data();
-	args.gemm.b = B.data();
-	args.gemm.c = C.data();
-	args.gemm.bias = bias.data();
+	args.gemm.a = A;
+	args.gemm.b = B;
+	args.gemm.c = C;
+	args.gemm.bias = bias;
 	args.gemm.alpha = alpha;
 	args.gemm.workspace = ws.data();
 	args.gemm.workspace_size = ws.size() * 4;
@@ -438,19 +503,22 @@ static void gemm_one(const struct flyk_backend *b, int64_t m, int64_t n,
 		const struct flyk_variant *v = &b->variants[vi];
 		if (!flyk_variant_supports(v, &p) || v->enumerate)
 			continue;
-		int seen = 0;
+		int seen = 0, vs = point_stride(v->name, stride);
 		tally_seen(v->name);
 		each_point(v, &dev, &p, [&](const int64_t *pt) {
-			if (seen++ % stride)
+			if (seen++ % vs)
 				return;
 			tally_ran(v->name);
 			char key[200];
 			key_of(v->name, &p, pt, v->nparams, key, sizeof(key));
-			memset(C.data(), 0xff, C.size() * 2);
+			if (off)
+				snprintf(key + strlen(key),
+					 sizeof(key) - strlen(key), " +%d", off);
+			memset(C, 0xff, nc * 2);
 			misaligned = 0;
 			int rc = v->launch(&dev, &p, pt, &args, NULL);
 			if (!rc)
-				rc = cmp(C.data(), ref.data(), C.size(), k);
+				rc = cmp(C, ref.data(), nc, k);
 			if (!rc && misaligned)
 				rc = -EFAULT; /* a GPU would fault */
 			result(rc == 0, "gemm", key, rc);
@@ -504,18 +572,21 @@ static void grouped_one(const struct flyk_backend *b,
 		const struct flyk_variant *v = &b->variants[vi];
 		if (!flyk_variant_supports(v, &p))
 			continue;
-		int seen = 0;
+		int seen = 0, vs = point_stride(v->name, stride);
 		tally_seen(v->name);
 		each_point(v, &dev, &p, [&](const int64_t *pt) {
-			if (seen++ % stride)
+			if (seen++ % vs)
 				return;
 			tally_ran(v->name);
 			char key[200];
 			key_of(v->name, &p, pt, v->nparams, key, sizeof(key));
 			memset(C.data(), 0xff, C.size() * 2);
+			misaligned = 0;
 			int rc = v->launch(&dev, &p, pt, &args, NULL);
 			if (!rc)
 				rc = cmp(C.data(), ref.data(), C.size(), k);
+			if (!rc && misaligned)
+				rc = -EFAULT; /* a GPU would fault */
 			result(rc == 0, "grouped", key, rc);
 		});
 	}
@@ -854,6 +925,119 @@ template <int N> static void mfma_product(void)
 	       bad);
 }
 
+/* fp8: the test's forward maps (lane l, byte e of its 64-bit operand). */
+static void mft8_ab(int n, int l, int e, int *idx, int *k)
+{
+	*idx = l % n;
+	*k = 8 * (l / n) + e;
+}
+
+/* Each wave w: D_w = A_w B_w + C_w on fnuz bytes (row-major n x nk,
+ * nk x n), operands packed by mft8_ab, D by mft_d. */
+template <int N>
+__global__ void mfma8_kernel(const uint8_t *A, const uint8_t *B,
+			     const float *C, float *D)
+{
+	enum { NK = 64 / N * 8, NR = N * N / 64 };
+	int w = threadIdx.x / 64, l = threadIdx.x % 64, i, j, k;
+	A += w * N * NK;
+	B += w * NK * N;
+	C += w * N * N;
+	D += w * N * N;
+	uint64_t a = 0, b = 0;
+	for (int e = 0; e < 8; e++) {
+		mft8_ab(N, l, e, &i, &k);
+		a |= (uint64_t)A[i * NK + k] << (8 * e);
+		mft8_ab(N, l, e, &j, &k);
+		b |= (uint64_t)B[k * N + j] << (8 * e);
+	}
+	float acc[NR];
+	for (int v = 0; v < NR; v++) {
+		mft_d(N, l, v, &i, &j);
+		acc[v] = C[i * N + j];
+	}
+	if constexpr (N == 32) {
+		flyk_emu_float16 c;
+		memcpy(&c, acc, sizeof(c));
+		c = __builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8((long)a, (long)b,
+							      c, 0, 0, 0);
+		memcpy(acc, &c, sizeof(c));
+	} else {
+		flyk_emu_float4 c;
+		memcpy(&c, acc, sizeof(c));
+		c = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8((long)a, (long)b,
+							      c, 0, 0, 0);
+		memcpy(acc, &c, sizeof(c));
+	}
+	for (int v = 0; v < NR; v++) {
+		mft_d(N, l, v, &i, &j);
+		D[i * N + j] = acc[v];
+	}
+}
+
+/* A random fnuz byte, never the NaN (0x80). */
+static uint8_t rnd_fnuz(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	uint8_t b = (uint8_t)(rng >> 40);
+	return b == 0x80 ? 0 : b;
+}
+
+/* Two waves of random fnuz operands (every finite code, subnormals
+ * included) against a plain product in double: within 2^-20 of the sum
+ * of the magnitudes (fp32 summation of exact products). */
+template <int N> static void mfma8_product(void)
+{
+	enum { NK = 64 / N * 8, W = 2 };
+	std::vector<uint8_t> A(W * N * NK), B(W * NK * N);
+	std::vector<float> C(W * N * N), D(W * N * N, NAN);
+	for (auto &x : A)
+		x = rnd_fnuz();
+	for (auto &x : B)
+		x = rnd_fnuz();
+	for (auto &x : C)
+		x = fnuz_f32(rnd_fnuz());
+	FLYK_GO(1, 64 * W, 0, 0, mfma8_kernel<N>)
+	(A.data(), B.data(), C.data(), D.data());
+	int bad = 0;
+	for (int w = 0; w < W; w++)
+		for (int i = 0; i < N; i++)
+			for (int j = 0; j < N; j++) {
+				double r = C[(w * N + i) * N + j], mag = fabs(r);
+				for (int k = 0; k < NK; k++) {
+					double t = (double)fnuz_f32(
+						       A[(w * N + i) * NK + k]) *
+						   fnuz_f32(B[(w * NK + k) * N + j]);
+					r += t;
+					mag += fabs(t);
+				}
+				double e = fabs(D[(w * N + i) * N + j] - r);
+				bad += !(e <= mag * 0x1p-20);
+			}
+	result(bad == 0, "mfma", N == 32 ? "32x32x16 fp8 fnuz" : "16x16x32 fp8 fnuz",
+	       bad);
+}
+
+/* The fnuz decoding at codes of the format's table: {byte, value}. */
+static void fnuz_unit(void)
+{
+	static const struct {
+		unsigned b;
+		float v;
+	} at[] = {
+	    {0x00, 0.f},	  {0x01, 0x1p-10f}, {0x07, 7 * 0x1p-10f},
+	    {0x08, 0x1p-7f},	  {0x40, 1.f},	    {0x44, 1.5f},
+	    {0x7f, 240.f},	  {0xc0, -1.f},	    {0xff, -240.f},
+	};
+	int bad = 0;
+	for (const auto &t : at)
+		bad += fnuz_f32(t.b) != t.v;
+	bad += !isnan(fnuz_f32(0x80));
+	result(bad == 0, "mfma", "fp8 fnuz codes", bad);
+}
+
 /* The maps at entries of the calculator's --matrix-layout tables (-a
  * cdna3), lanes past 31 included: {n, matrix, lane, e, row, col}. */
 static void mfma_unit(void)
@@ -881,12 +1065,25 @@ static void mfma_unit(void)
 	result(bad == 0, "mfma", "layout entries", bad);
 	mfma_product<32>();
 	mfma_product<16>();
+	/* fp8 (gfx940): lane 33 byte 5 of A is row 1, k 13 on 32x32x16;
+	 * lane 47 byte 2 is row 15, k 18 on 16x16x32 */
+	int r, c;
+	mft8_ab(32, 33, 5, &r, &c);
+	bad = r != 1 || c != 13;
+	mft8_ab(16, 47, 2, &r, &c);
+	bad += r != 15 || c != 18;
+	result(bad == 0, "mfma", "fp8 layout entries", bad);
+	fnuz_unit();
+	mfma8_product<32>();
+	mfma8_product<16>();
 }
 #endif
 
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && !strcmp(argv[1], "quick");
+	if (argc > 1 && !strcmp(argv[1], "amd")) /* every point, MFMA sampled */
+		mfma_every = 3;
 	struct flyk_backend b;
 	memset(&b, 0, sizeof(b));
 	std::vector<struct flyk_variant> vs(flyk_gpu_gemm_op.variants,
@@ -936,6 +1133,13 @@ int main(int argc, char **argv)
 	 * (the stage ring wraps), tails in M, N and K */
 	gemm_one(&b, 130, 136, 328, FLY_LAYOUT_NT, FLY_F_BIAS | FLY_F_SCALE,
 		 quick ? 8 : 1);
+#if FLYK_AMD
+	/* A, B, C and bias one element past 16-byte alignment, K % 8 != 0:
+	 * the AMD variants take any alignment (the MFMA engine's element
+	 * loads) */
+	gemm_one(&b, 33, 40, 27, FLY_LAYOUT_NT, FLY_F_BIAS, 1, 1);
+	gemm_one(&b, 33, 40, 27, FLY_LAYOUT_NN, FLY_F_SCALE, 1, 1);
+#endif
 	compare_rule();
 #if FLYK_AMD
 	mfma_unit();
@@ -946,6 +1150,9 @@ int main(int argc, char **argv)
 	grouped_one(&b, {1, 0, 0, 0, 0}, 136, 16, st);
 	grouped_one(&b, {333, 1, 2, 3, 64, 7}, 72, 24, quick ? 7 : 1);
 	grouped_one(&b, {100, 0, 37, 130}, 136, 264, quick ? 6 : 1);
+#if FLYK_AMD
+	grouped_one(&b, {5, 0, 40, 3}, 37, 19, st); /* K, N odd */
+#endif
 	if (!quick) /* quick: attention is run-emu-attn.sh's (attn-quick) */
 		attn_all(&b, 0);
 	nfail += tally_report();

@@ -50,12 +50,15 @@ static const struct emu_skip emu_skips[] = {
     {"cublas_default", "cuBLAS: vendor library"},
     {"cublaslt", "cuBLASLt: vendor library"},
 #if FLYK_AMD
-    {"gemm_mma", "mma.sync: NVIDIA only, no MFMA kernel yet"},
+    {"gemm_mma", "mma.sync: NVIDIA only (gemm_mfma is AMD's)"},
     {"gemm_wgmma", "wgmma: NVIDIA sm_90a only"},
-    {"ggemm_mma", "mma.sync: NVIDIA only, no MFMA kernel yet"},
+    {"ggemm_mma", "mma.sync: NVIDIA only (ggemm_mfma is AMD's)"},
     {"ggemm_wgmma", "wgmma: NVIDIA sm_90a only"},
     {"attn_fa2", "mma.sync: NVIDIA only, no MFMA kernel yet"},
     {"attn_fa2_split", "mma.sync: NVIDIA only, no MFMA kernel yet"},
+#else
+    {"gemm_mfma", "MFMA: AMD CDNA only"},
+    {"ggemm_mfma", "MFMA: AMD CDNA only"},
 #endif
 };
 

@@ -12,8 +12,9 @@
  *   AMD (-DFLYK_EMU_AMD=1)  FLYK_AMD 1, 64-lane waves, HIP's __shfl,
  *                        __shfl_up, __shfl_down, __shfl_xor (width, no
  *                        mask) and a 64-bit __ballot, 64 KiB of LDS a
- *                        workgroup, two bf16 MFMA builtins (modelled in
- *                        emu_gemm.cpp); prim/flyk_gpu.h then turns off MMA,
+ *                        workgroup, two bf16 and two fp8 (gfx940 fnuz)
+ *                        MFMA builtins (modelled in emu_gemm.cpp);
+ *                        prim/flyk_gpu.h then turns off MMA,
  *                        wgmma, TMA, clusters and cuBLAS, so the kernels'
  *                        AMD branches are the ones compiled.
  *
@@ -233,6 +234,25 @@ __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(flyk_emu_short4 a, flyk_emu_short4 b,
 					  int blgp)
 {
 	flyk_emu_mfma(16, &a, &b, (float *)&c, cbsz | abid | blgp);
+	return c;
+}
+/* MFMA fp8 (CDNA3 v_mfma_f32_32x32x16_fp8_fp8, ..._16x16x32_fp8_fp8):
+ * both operands e4m3 fnuz (bias 8, 0x80 the only NaN, no infinity), 8 a
+ * lane in one 64-bit register; the accumulators as the bf16 ones.
+ * Emulated in emu_gemm.cpp (flyk_emu_mfma_fp8). */
+void flyk_emu_mfma_fp8(int mn, long a, long b, float *acc, int ctl);
+static inline flyk_emu_float16
+__builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8(long a, long b, flyk_emu_float16 c,
+					   int cbsz, int abid, int blgp)
+{
+	flyk_emu_mfma_fp8(32, a, b, (float *)&c, cbsz | abid | blgp);
+	return c;
+}
+static inline flyk_emu_float4
+__builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(long a, long b, flyk_emu_float4 c,
+					   int cbsz, int abid, int blgp)
+{
+	flyk_emu_mfma_fp8(16, a, b, (float *)&c, cbsz | abid | blgp);
 	return c;
 }
 /* FLYK_SHFL* and FLYK_BALLOT: prim/flyk_gpu.h's AMD definitions, on the
