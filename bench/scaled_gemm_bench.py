@@ -191,7 +191,7 @@ def main(argv=None):
         args.cases = os.path.join(ROOT, ".devdeps", "bench", "cases.json")
     cases = json.load(open(args.cases))["scaled_gemm"]["primary"]
     import flyclient.kernels as fk
-    kern = fk.Kernels(os.path.join(args.build, "libflykernels_cuda.so"))
+    kern = fk.Kernels(gpu_bench.gpu_vendor.kernels_lib(args.build))
     head = {"gpu": torch.cuda.get_device_name(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "commit": gpu_bench.commit(), "torch": torch.__version__,
