@@ -5,8 +5,9 @@
  *
  * Shape of the backend: the core (this header, backend.hip, launch_api.hip
  * at kernels/gpu's top) owns struct flyk_device, the benchmark case
- * (allocation, poisoning, L2 cleaning by *reading* a buffer of >= 4x the
- * largest cache, L2 or Infinity Cache (kernels/devid.c sizes it), event timing) and assembles flyk_gpu_backend() from the op modules
+ * (allocation, poisoning, cache cleaning by *reading* a buffer of >= 4x
+ * the largest cache, L2 or AMD's Infinity Cache, sized by kernels/devid.c;
+ * event timing) and assembles flyk_gpu_backend() from the op modules
  * below.  Each op module (norm/rmsnorm.hip, topk/topk.hip, gemm/gemm.hip,
  * gemm/grouped_gemm.hip, mqa/mqa_logits.hip, attn/attention.hip) exports one
  * `struct flyk_gpu_op` and knows only its op: its variants, how to make
