@@ -462,6 +462,7 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ) $(EXAMPLES)
 		$(UNIT_BIN) $(INTEG_BIN) tests/integration/test_python.py \
 		tests/torch/test_torch_ops.py tests/integration/test_examples.sh \
 		tests/integration/test_metrics.py tests/integration/test_journal.py \
+		tests/integration/test_bench_vendor.sh \
 		tests/gpu/emu/run-emu-kernels.sh tests/gpu/emu/run-emu-gemm.sh \
 		tests/gpu/emu/run-emu-attn.sh tests/gpu/emu/run-emu-kernels-amd.sh \
 		tests/gpu/emu/run-emu-gemm-amd.sh \

@@ -5,7 +5,8 @@ clocks and power, and the fp8 e4m3 flavour (fnuz on gfx940/941/942, fn
 elsewhere).  Everything else in bench/ is written once for both.
 
 Importable without torch (is_rocm() then says False) so that the pure parts
-are checked by `python3 bench/gpu_vendor.py --self-test` anywhere.
+are checked anywhere: `python3 bench/gpu_vendor.py --self-test`, run by
+`make test` (tests/integration/test_bench_vendor.sh).
 """
 import os
 import shutil
@@ -134,7 +135,8 @@ def _self_test():
     assert lib == "build/libflykernels_%s.so" % backend(), lib
     os.environ["FLYK_LIB"] = "/x/lib.so"
     assert kernels_lib("build") == "/x/lib.so"
-    print("gpu_vendor: ok (backend %s, smi %s)" % (backend(), smi_tool()))
+    print("gpu_vendor: backend %s, smi %s" % (backend(), smi_tool()))
+    print("gpu_vendor: 1 passed, 0 failed")
 
 
 if __name__ == "__main__":
