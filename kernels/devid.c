@@ -74,7 +74,7 @@ size_t flyk_flush_bytes(size_t l2_bytes, size_t llc_bytes)
 
 	if (b < FLYK_FLUSH_MIN_BYTES)
 		b = FLYK_FLUSH_MIN_BYTES;
-	return (b + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+	return b;
 }
 
 /* ------------------------------------------------------------ ROCm SMI */

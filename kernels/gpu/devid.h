@@ -60,8 +60,8 @@ size_t flyk_gfx_llc_bytes(const char *arch);
 
 /* Size of the buffer whose read cleans the caches before a timed rep: at
  * least 4x the largest of @p l2_bytes and @p llc_bytes, never below
- * FLYK_FLUSH_MIN_BYTES, rounded up to 1 MiB.  With llc_bytes == 0 this is
- * the NVIDIA rule unchanged. */
+ * FLYK_FLUSH_MIN_BYTES.  With llc_bytes == 0 this is the NVIDIA rule
+ * unchanged, byte for byte. */
 size_t flyk_flush_bytes(size_t l2_bytes, size_t llc_bytes);
 
 /* Query ROCm SMI about the device at PCI @p domain:@p bus:@p device,
