@@ -249,8 +249,6 @@ static void gpu_fill_props(struct flyk_device *dev,
 	/* HIP reports the L2 only (4 MiB on MI300X); the Infinity Cache
 	 * behind it comes from the table by gfx name. */
 	dev->llc_bytes = flyk_gfx_llc_bytes(dev->arch);
-	dev->has_smi = flyk_smi_query(NULL, pr->pciDomainID, pr->pciBusID,
-				      pr->pciDeviceID, &dev->smi) == 0;
 #else
 	dev->cc_major = pr->major;
 	dev->cc_minor = pr->minor;
@@ -310,6 +308,13 @@ static int gpu_open(int index, struct flyk_device **out)
 	if (hipGetDeviceProperties(&pr, index) != hipSuccess)
 		goto fail;
 	gpu_fill_props(dev, &pr);
+#if FLYK_AMD
+	/* ROCm SMI (power cap, amdgpu version) for the fingerprint: here in
+	 * the worker only, not in flyk_gpu_device_query(), which the launch
+	 * API runs inside the serving process. */
+	dev->has_smi = flyk_smi_query(NULL, pr.pciDomainID, pr.pciBusID,
+				      pr.pciDeviceID, &dev->smi) == 0;
+#endif
 	rc = -ENOMEM;
 	if (hipStreamCreateWithFlags(&s, hipStreamNonBlocking) != hipSuccess)
 		goto fail;
