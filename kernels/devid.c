@@ -6,8 +6,10 @@
  * Owns: nothing beyond a call; flyk_smi_query() opens and closes ROCm SMI
  * within the call.  Thread: see devid.h.
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -75,6 +77,85 @@ size_t flyk_flush_bytes(size_t l2_bytes, size_t llc_bytes)
 	if (b < FLYK_FLUSH_MIN_BYTES)
 		b = FLYK_FLUSH_MIN_BYTES;
 	return b;
+}
+
+/* ------------------------------------------------------------ KFD */
+
+/* The value of "KEY value" in the KFD properties file @p path, or -1. */
+static long long kfd_prop(const char *path, const char *key)
+{
+	char line[256];
+	size_t klen = strlen(key);
+	long long v = -1;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, key, klen) == 0 && line[klen] == ' ') {
+			v = strtoll(line + klen + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+/* The largest "size" (KiB) among NODE/caches/x/properties, in bytes. */
+static size_t kfd_node_cache_max(const char *node)
+{
+	char path[1024];
+	size_t best = 0;
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "%s/caches", node);
+	d = opendir(path);
+	if (!d)
+		return 0;
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		if (snprintf(path, sizeof(path), "%s/caches/%s/properties",
+			     node, e->d_name) >= (int)sizeof(path))
+			continue;
+		long long kib = kfd_prop(path, "size");
+		if (kib > 0 && (size_t)kib * 1024 > best)
+			best = (size_t)kib * 1024;
+	}
+	closedir(d);
+	return best;
+}
+
+size_t flyk_kfd_cache_bytes(const char *root, int domain, int bus,
+			    int device)
+{
+	long long want = (long long)((bus & 0xff) << 8 | (device & 0x1f) << 3);
+	char node[768], path[1024];
+	size_t best = 0;
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(node, sizeof(node), "%s/nodes",
+		 root ? root : "/sys/class/kfd/kfd/topology");
+	d = opendir(node);
+	if (!d)
+		return 0;
+	while (best == 0 && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		if (snprintf(node, sizeof(node), "%s/nodes/%s",
+			     root ? root : "/sys/class/kfd/kfd/topology",
+			     e->d_name) >= (int)sizeof(node) ||
+		    snprintf(path, sizeof(path), "%s/properties", node) >=
+			    (int)sizeof(path))
+			continue;
+		long long loc = kfd_prop(path, "location_id");
+		long long dom = kfd_prop(path, "domain");
+		if (loc >= 0 && (loc & ~7LL) == want && (dom < 0 || dom == domain))
+			best = kfd_node_cache_max(node);
+	}
+	closedir(d);
+	return best;
 }
 
 /* ------------------------------------------------------------ ROCm SMI */

@@ -247,8 +247,12 @@ static void gpu_fill_props(struct flyk_device *dev,
 	snprintf(dev->arch, sizeof(dev->arch), "%.*s",
 		 (int)strcspn(pr->gcnArchName, ":"), pr->gcnArchName);
 	/* HIP reports the L2 only (4 MiB on MI300X); the Infinity Cache
-	 * behind it comes from the table by gfx name. */
-	dev->llc_bytes = flyk_gfx_llc_bytes(dev->arch);
+	 * behind it: the larger of what the driver's KFD topology lists and
+	 * the table by gfx name. */
+	dev->llc_bytes = flyk_kfd_cache_bytes(NULL, pr->pciDomainID,
+					      pr->pciBusID, pr->pciDeviceID);
+	if (dev->llc_bytes < flyk_gfx_llc_bytes(dev->arch))
+		dev->llc_bytes = flyk_gfx_llc_bytes(dev->arch);
 #else
 	dev->cc_major = pr->major;
 	dev->cc_minor = pr->minor;

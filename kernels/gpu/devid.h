@@ -58,6 +58,14 @@ int flyk_devid_fingerprint(const struct flyk_devid *id, char *buf,
  * runtimes that do not report it.  @return bytes, 0 if none or unknown. */
 size_t flyk_gfx_llc_bytes(const char *arch);
 
+/* The largest cache the amdgpu driver's KFD topology reports for the GPU
+ * at PCI @p domain:@p bus:@p device (its node's caches/N/properties
+ * "size", KiB; MI300X lists its Infinity Cache there), read from @p root
+ * (NULL: /sys/class/kfd/kfd/topology; tests pass a fake tree).
+ * @return bytes, 0 where there is no such node or it lists no cache. */
+size_t flyk_kfd_cache_bytes(const char *root, int domain, int bus,
+			    int device);
+
 /* Size of the buffer whose read cleans the caches before a timed rep: at
  * least 4x the largest of @p l2_bytes and @p llc_bytes, never below
  * FLYK_FLUSH_MIN_BYTES.  With llc_bytes == 0 this is the NVIDIA rule

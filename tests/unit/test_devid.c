@@ -2,7 +2,8 @@
  * test_devid.c -- kernels/devid.c without a GPU: the fingerprint composed
  * from a filled struct (NVIDIA's string unchanged, AMD's extra fields, the
  * fallback without ROCm SMI), the flush-buffer sizing from the device's
- * caches (MI300X's 256 MiB Infinity Cache) and flyk_smi_query()'s
+ * caches (MI300X's 256 MiB Infinity Cache, by gfx name and from a fake KFD
+ * topology tree) and flyk_smi_query()'s
  * absent-library and wrong-library paths.
  */
 #include <stdarg.h>
@@ -12,7 +13,10 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../../kernels/gpu/devid.h"
 
@@ -135,6 +139,54 @@ static void flush_sizing(void **state)
 	assert_int_equal(flyk_flush_bytes(100 * MiB + 1, 0), 400 * MiB + 4);
 }
 
+/* Write @p text to ROOT/@p rel, making the directories on the way. */
+static void put(const char *root, const char *rel, const char *text)
+{
+	char path[512];
+	FILE *f;
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	for (char *p = path + strlen(root) + 1; *p; p++)
+		if (*p == '/') {
+			*p = '\0';
+			(void)mkdir(path, 0700);
+			*p = '/';
+		}
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* A fake KFD topology: node 0 a CPU, node 1 an MI300X at 0000:0c:00.0
+ * (location_id = bus << 8 | device << 3) listing L2 and Infinity Cache,
+ * node 2 another GPU at 0000:8f:00.0 with an L2 only. */
+static void kfd_topology(void **state)
+{
+	char root[] = "/tmp/flyk-kfd-XXXXXX";
+	char cmd[64];
+	(void)state;
+	assert_non_null(mkdtemp(root));
+	put(root, "nodes/0/properties", "cpu_cores_count 64\nlocation_id 0\n"
+					 "domain 0\n");
+	put(root, "nodes/1/properties", "simd_count 1216\nlocation_id 3072\n"
+					 "domain 0\ngfx_target_version 90402\n");
+	put(root, "nodes/1/caches/0/properties", "processor_id_low 1\n"
+						  "level 2\nsize 4096\n");
+	put(root, "nodes/1/caches/1/properties", "level 3\nsize 262144\n"
+						  "cache_line_size 64\n");
+	put(root, "nodes/2/properties", "location_id 36608\ndomain 0\n");
+	put(root, "nodes/2/caches/0/properties", "level 2\nsize 8192\n");
+	assert_int_equal(flyk_kfd_cache_bytes(root, 0, 0x0c, 0), 256 * MiB);
+	assert_int_equal(flyk_kfd_cache_bytes(root, 0, 0x8f, 0), 8 * MiB);
+	assert_int_equal(flyk_kfd_cache_bytes(root, 1, 0x0c, 0), 0);
+	assert_int_equal(flyk_kfd_cache_bytes(root, 0, 0x0d, 0), 0);
+	strcat(root, "/none"); /* no topology at all */
+	assert_int_equal(flyk_kfd_cache_bytes(root, 0, 0x0c, 0), 0);
+	root[strlen(root) - 5] = '\0';
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+	assert_int_equal(system(cmd), 0);
+}
+
 static void smi_absent(void **state)
 {
 	struct flyk_smi smi;
@@ -174,6 +226,7 @@ int main(void)
 		cmocka_unit_test(too_small_or_null),
 		cmocka_unit_test(gfx_table),
 		cmocka_unit_test(flush_sizing),
+		cmocka_unit_test(kfd_topology),
 		cmocka_unit_test(smi_absent),
 		cmocka_unit_test(smi_wrong_library),
 		cmocka_unit_test(smi_default_search),
