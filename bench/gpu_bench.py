@@ -7,7 +7,8 @@ Daemon-driven (the default): starts flytuned on the GPU backend
 asks it through the Python client for each case of cases.json (rmsnorm,
 topk: primary and serving; topk with FLY_F_DETERMINISTIC off and on) with
 decide_wait (its wall time is the case's tune_s), launches the decision
-through libflykernels_cuda.so (flyk_gpu_rmsnorm / flyk_gpu_topk, ctypes)
+through libflykernels_cuda.so or, on ROCm, libflykernels_hip.so
+(flyk_gpu_rmsnorm / flyk_gpu_topk, ctypes)
 on PyTorch tensors and the current stream, and times it beside the peers:
 torch.nn.functional.rms_norm eager ("aten") and under torch.compile
 ("inductor"); torch.topk with torch.use_deterministic_algorithms off
