@@ -3,7 +3,8 @@
 the GPU, in one run, with one timing function for everything.
 
 Daemon-driven (the default): starts flytuned on the GPU backend
-(BUILD/flytuned --foreground --state-dir DIR, config {"backend": "cuda"}, "hip" on ROCm),
+(BUILD/flytuned --foreground --state-dir DIR, config {"backend": "cuda"},
+"hip" on ROCm),
 asks it through the Python client for each case of cases.json (rmsnorm,
 topk: primary and serving; topk with FLY_F_DETERMINISTIC off and on) with
 decide_wait (its wall time is the case's tune_s), launches the decision
