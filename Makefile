@@ -465,6 +465,7 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ) $(EXAMPLES)
 		$(UNIT_BIN) $(INTEG_BIN) tests/integration/test_python.py \
 		tests/torch/test_torch_ops.py tests/integration/test_examples.sh \
 		tests/integration/test_metrics.py tests/integration/test_journal.py \
+		tests/integration/test_bench_vendor.sh \
 		tests/gpu/emu/run-emu-kernels.sh tests/gpu/emu/run-emu-gemm.sh \
 		tests/gpu/emu/run-emu-attn.sh tests/gpu/emu/run-emu-kernels-amd.sh \
 		tests/gpu/emu/run-emu-gemm-amd.sh \
@@ -511,17 +512,32 @@ $(BUILD)/examples/%: examples/%.c $(HEADER) $(LIBCLIENT_A)
 	$(Q)$(CC) -std=gnu11 $(OPT) $(WARN) $(SANFLAGS) -I$(BUILD)/include -o $@ $< \
 		$(LIBCLIENT_A) -lcjson -lpthread $(LDFLAGS_ALL)
 
+# GPU=hip builds them against libflykernels_hip.so and the HIP runtime
+# (tests/gpu/gpu_rt.h maps the few runtime calls the tests make), any other
+# GPU= against libflykernels_cuda.so and cudart.
+# ROCm's tree, or none where the distribution's packages put HIP in /usr.
+HIP_PATH ?= $(if $(wildcard /opt/rocm/include/hip),/opt/rocm,)
+ifeq ($(BUILD_HIP)$(BUILD_CUDA),1)
+GPUTEST_KLIB  := flykernels_hip
+GPUTEST_FLAGS := -DFLYK_TEST_HIP=1 -D__HIP_PLATFORM_AMD__=1 \
+	$(if $(HIP_PATH),-I$(HIP_PATH)/include)
+GPUTEST_LIBS  := $(if $(HIP_PATH),-L$(HIP_PATH)/lib) -lamdhip64
+else
+GPUTEST_KLIB  := flykernels_cuda
+GPUTEST_FLAGS := -I$(CUDA_HOME)/include
+GPUTEST_LIBS  := -L$(CUDA_HOME)/lib64 -lcudart
+endif
 test-gpu: all $(GPUTEST_BIN)
 	$(Q)sh tools/run-tests.sh gpu $(GPUTEST_BIN)
 # Each GPU test links the harness they share (tests/gpu/gpu_harness.c).
 $(BUILD)/tests/gpu/%: tests/gpu/%.c tests/gpu/gpu_harness.c \
-		tests/gpu/gpu_harness.h tests/common/gemm_ties.h \
-		$(BUILD)/libflykernels_cuda.so
+		tests/gpu/gpu_harness.h tests/gpu/gpu_rt.h tests/common/gemm_ties.h \
+		$(BUILD)/lib$(GPUTEST_KLIB).so
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -Itests/common \
-		-I$(CUDA_HOME)/include -o $@ $< tests/gpu/gpu_harness.c \
-		-L$(BUILD) -lflykernels_cuda -Wl,-rpath,$(abspath $(BUILD)) \
-		-L$(CUDA_HOME)/lib64 -lcudart -lm
+		$(GPUTEST_FLAGS) -o $@ $< tests/gpu/gpu_harness.c \
+		-L$(BUILD) -l$(GPUTEST_KLIB) -Wl,-rpath,$(abspath $(BUILD)) \
+		$(GPUTEST_LIBS) -lm
 # The cuDNN attention candidate's own test: the module and the test alone
 # (no nvcc), so it builds in seconds on the GPU machine.
 $(BUILD)/tests/gpu/test_cudnn_attn: tests/gpu/test_cudnn_attn.c \

@@ -319,7 +319,7 @@ def main(argv=None):
         args.cases = os.path.join(ROOT, ".devdeps", "bench", "cases.json")
     allc = json.load(open(args.cases))["attention_fwd_bf16"]
     import flyclient.kernels as fk
-    kern = fk.Kernels(os.path.join(args.build, "libflykernels_cuda.so"))
+    kern = fk.Kernels(gpu_bench.gpu_vendor.kernels_lib(args.build))
     head = {"gpu": torch.cuda.get_device_name(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "commit": gpu_bench.commit(), "torch": torch.__version__,

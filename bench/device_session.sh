@@ -3,9 +3,10 @@
 # stages that each have a time limit, so one stage's failure or hang still
 # leaves the others' results:
 #
-#   build      make GPU=cuda: flytuned, libflyclient, libflykernels_cuda,
+#   build      make GPU=$GPU: flytuned, libflyclient, libflykernels_$GPU,
 #              the two GPU tests
-#   quick      test_gpu_gemm on the variants named by QUICK (default tma)
+#   quick      test_gpu_gemm on the variants named by QUICK (default tma;
+#              fma with GPU=hip)
 #   test       tests/gpu/test_gpu_kernels and test_gpu_gemm (contracts;
 #              GT_OPS=mqa,attention: test_gpu_kernels on those ops only;
 #              TESTS names a subset)
@@ -42,7 +43,10 @@
 # T_SWEEP, T_GEMM, T_MQA, T_SCALED, T_ATTN, T_POINTS (seconds per stage),
 # RT_ARGS, GEMM_ARGS, MQA_ARGS, SCALED_ARGS, ATTN_ARGS,
 # POINTS_ARGS (extra arguments), POINTS (see points),
-# FLY_COMMIT (the commit to record where the tree has no .git).
+# FLY_COMMIT (the commit to record where the tree has no .git), GPU (cuda
+# or hip; default hip where rocm-smi, amd-smi or /opt/rocm is found, else
+# cuda: the same stages then run on an AMD machine under PyTorch-ROCm, the
+# clocks sampled with amd-smi or rocm-smi instead of nvidia-smi).
 # OUT receives the result JSON files, summary.txt and logs.tgz (every log,
 # the daemons' logs included): few files, as the device tool returns <= 8.
 set -u
@@ -56,6 +60,42 @@ C=${CASES:-../shared/bench/cases.json}
 export FLY_COMMIT=${FLY_COMMIT:-}
 S=$R/summary.txt
 : > "$S"
+if [ -z "${GPU:-}" ]; then
+	if command -v amd-smi > /dev/null || command -v rocm-smi > /dev/null ||
+	   [ -d /opt/rocm ]; then
+		GPU=hip
+	else
+		GPU=cuda
+	fi
+fi
+smi_once() { # the GPU's name, driver, clocks, power, once
+	if [ "$GPU" = cuda ]; then
+		nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,\
+temperature.gpu,power.draw --format=csv
+	elif command -v amd-smi > /dev/null; then
+		amd-smi static --asic --driver --limit --csv
+		amd-smi metric --clock --power --temperature --csv
+	else
+		rocm-smi --showproductname --showdriverversion --showclocks \
+			--showpower --showmaxpower --showtemp --csv
+	fi
+}
+smi_loop() { # file ms: sample clocks and power every ms until killed
+	if [ "$GPU" = cuda ]; then
+		exec nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,\
+temperature.gpu,clocks_throttle_reasons.active --format=csv -lms "$2" \
+			> "$1" 2>&1
+	fi
+	while :; do
+		date -u +%FT%T.%N
+		if command -v amd-smi > /dev/null; then
+			amd-smi metric --clock --power --temperature --csv
+		else
+			rocm-smi --showclocks --showpower --showtemp --csv
+		fi
+		sleep "$(awk "BEGIN { print $2 / 1000 }")"
+	done > "$1" 2>&1
+}
 say() { echo "$*" | tee -a "$S"; }
 stage() { # name limit cmd...: run with a limit, log to $W/name.txt
 	# (names of its own: sh has no locals, and callers loop over $t)
@@ -69,8 +109,10 @@ stage() { # name limit cmd...: run with a limit, log to $W/name.txt
 }
 
 say "== $(date -u +%FT%TZ) commit ${FLY_COMMIT:-?} cases $C"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,\
-temperature.gpu,power.draw --format=csv >> "$S" 2>&1
+# test_gpu_gemm's quick variants: NVIDIA's TMA kernels, AMD's fma ones.
+if [ "$GPU" = hip ]; then QUICK_DEFAULT=fma; else QUICK_DEFAULT=tma; fi
+say "== GPU=$GPU"
+smi_once >> "$S" 2>&1
 python3 -c 'import torch, triton; print("torch", torch.__version__,
 	"triton", triton.__version__, torch.cuda.get_device_name())' \
 	>> "$S" 2>&1
@@ -78,9 +120,9 @@ python3 -c 'import torch, triton; print("torch", torch.__version__,
 for s in $STAGES; do
 	case $s in
 	build)
-		stage build 300 make -j"$(nproc)" BUILD="$B" GPU=cuda \
+		stage build 300 make -j"$(nproc)" BUILD="$B" GPU="$GPU" \
 			"$B/flytuned" "$B/libflyclient.so" \
-			"$B/libflykernels_cuda.so" "$B/flytune-ctl" \
+			"$B/libflykernels_$GPU.so" "$B/flytune-ctl" \
 			"$B/include/flyclient.h" \
 			"$B/tests/gpu/test_gpu_kernels" \
 			"$B/tests/gpu/test_gpu_gemm" ||
@@ -88,7 +130,7 @@ for s in $STAGES; do
 		;;
 	quick)
 		stage quick "${T_QUICK:-90}" env \
-			FLYK_TEST_VARIANTS="${QUICK:-tma}" \
+			FLYK_TEST_VARIANTS="${QUICK:-$QUICK_DEFAULT}" \
 			"$B/tests/gpu/test_gpu_gemm"
 		{ grep -m 20 FAIL "$W/quick.txt"; grep '^# ran' "$W/quick.txt"
 		  tail -1 "$W/quick.txt"; } | tee -a "$S"
@@ -116,9 +158,7 @@ for s in $STAGES; do
 	gemm)
 		# The SM clock, power and throttle reasons every 200 ms while
 		# it runs (in logs.tgz: smi-gemm.csv).
-		nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,\
-temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 200 \
-			> "$W/smi-gemm.csv" 2>&1 &
+		smi_loop "$W/smi-gemm.csv" 200 &
 		_smi=$!
 		stage gemm "${T_GEMM:-240}" env PYTHONUNBUFFERED=1 python3 \
 			bench/gemm_bench.py --build "$B" --cases "$C" \
@@ -127,9 +167,7 @@ temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 200 \
 		tail -70 "$W/gemm.txt" | tee -a "$S"
 		;;
 	mqa)
-		nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,\
-temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 500 \
-			> "$W/smi-mqa.csv" 2>&1 &
+		smi_loop "$W/smi-mqa.csv" 500 &
 		_smi=$!
 		stage mqa "${T_MQA:-300}" env PYTHONUNBUFFERED=1 python3 \
 			bench/mqa_bench.py --build "$B" --cases "$C" \

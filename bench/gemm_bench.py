@@ -55,8 +55,9 @@ WS_BYTES = 32 << 20
 
 
 def load(build):
-    """gpu_bench's library (FLYK_LIB or BUILD/libflykernels_cuda.so, its
-    candidates and defaults) with the GEMM launchers declared."""
+    """gpu_bench's library (FLYK_LIB or BUILD/libflykernels_cuda.so,
+    _hip.so on ROCm; its candidates and defaults) with the GEMM launchers
+    declared."""
     lib = gb.load_kernels(build)
     P, vp = ctypes.POINTER, ctypes.c_void_p
     lib.flyk_gpu_gemm.argtypes = [P(gb.Problem), P(gb.Decision), vp, vp, vp,

@@ -3,11 +3,13 @@
 the GPU, in one run, with one timing function for everything.
 
 Daemon-driven (the default): starts flytuned on the GPU backend
-(BUILD/flytuned --foreground --state-dir DIR, config {"backend": "cuda"}),
+(BUILD/flytuned --foreground --state-dir DIR, config {"backend": "cuda"},
+"hip" on ROCm),
 asks it through the Python client for each case of cases.json (rmsnorm,
 topk: primary and serving; topk with FLY_F_DETERMINISTIC off and on) with
 decide_wait (its wall time is the case's tune_s), launches the decision
-through libflykernels_cuda.so (flyk_gpu_rmsnorm / flyk_gpu_topk, ctypes)
+through libflykernels_cuda.so or, on ROCm, libflykernels_hip.so
+(flyk_gpu_rmsnorm / flyk_gpu_topk, ctypes)
 on PyTorch tensors and the current stream, and times it beside the peers:
 torch.nn.functional.rms_norm eager ("aten") and under torch.compile
 ("inductor"); torch.topk with torch.use_deterministic_algorithms off
@@ -49,6 +51,9 @@ import time
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_vendor  # noqa: E402 (bench/: the NVIDIA/AMD differences)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OP_RMSNORM, OP_TOPK = 4, 5
 DTYPES = {"fp32": 1, "fp16": 2, "bf16": 3}
@@ -78,8 +83,7 @@ assert ctypes.sizeof(Problem) == 80 and ctypes.sizeof(Decision) == 136
 
 
 def load_kernels(build):
-    path = os.environ.get("FLYK_LIB") or os.path.join(build,
-                                                      "libflykernels_cuda.so")
+    path = gpu_vendor.kernels_lib(build)  # _hip.so on ROCm
     lib = ctypes.CDLL(path)
     P, vp = ctypes.POINTER, ctypes.c_void_p
     lib.flyk_gpu_rmsnorm.argtypes = [P(Problem), P(Decision), vp, vp, vp, vp,
@@ -99,10 +103,12 @@ _sink = None
 
 
 def clean_l2():
-    """Read 512 MiB (>= 4x the L2), write one element: not a memset."""
+    """Read 512 MiB (>= 4x the L2; on MI300X 1 GiB, 4x its 256 MiB
+    Infinity Cache: gpu_vendor.flush_bytes), write one element: not a
+    memset."""
     global _flush, _sink
     if _flush is None:
-        _flush = torch.ones(512 << 20, dtype=torch.uint8,
+        _flush = torch.ones(gpu_vendor.flush_bytes(), dtype=torch.uint8,
                             device="cuda").view(torch.int64)
         _sink = torch.empty((), dtype=torch.int64, device="cuda")
     torch.sum(_flush, dim=0, out=_sink)
@@ -191,7 +197,7 @@ class Daemon(object):
         self.dir = tempfile.mkdtemp(prefix="flybench-")
         conf = os.path.join(self.dir, "flytuned.conf")
         with open(conf, "w") as f:
-            json.dump({"backend": "cuda"}, f)
+            json.dump({"backend": gpu_vendor.backend()}, f)
         exe = os.path.join(build, "flytuned")
         env = dict(os.environ, FLYTUNED_KERNELS_DIR=build)
         self.log = open(os.path.join(self.dir, "flytuned.log"), "w")

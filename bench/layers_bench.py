@@ -52,6 +52,8 @@ import subprocess
 import sys
 import tempfile
 import time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_vendor  # noqa: E402 (bench/: the NVIDIA/AMD differences)
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(
     os.path.abspath(__file__)), ".."))
@@ -282,7 +284,7 @@ def main():
     t_start = time.time()
     build = os.path.abspath(args.build)
     for var, f in (("FLYCLIENT_LIB", "libflyclient.so"),
-                   ("FLYK_LIB", "libflykernels_cuda.so"),
+                   ("FLYK_LIB", "libflykernels_%s.so" % gpu_vendor.backend()),
                    ("FLYCLIENT_INCLUDE", "include")):
         os.environ.setdefault(var, os.path.join(build, f))
     daemon = None
@@ -290,7 +292,8 @@ def main():
         d = tempfile.mkdtemp(prefix="flylayers.")
         conf = os.path.join(d, "flytuned.conf")
         with open(conf, "w") as f:
-            f.write('{"backend":"cuda","policy":"on-request"}\n')
+            f.write('{"backend":"%s","policy":"on-request"}\n'
+                    % gpu_vendor.backend())
         log = open(os.path.join(d, "flytuned.log"), "w")
         daemon = subprocess.Popen(
             [os.path.join(build, "flytuned"), "--foreground", "--state-dir",

@@ -18,7 +18,8 @@ median, reps interleaved) with:
   torch_ref  the peer's dense torch reference (per-head bf16 matmuls),
              on cases with sq * skv <= 2^27 only (it is 8 ms at 4096^2)
 TFLOP/s count 2 * H * D flops per valid (row, column) pair.  The SM
-clock and power are sampled with nvidia-smi before and after.
+clock and power are sampled with nvidia-smi (amd-smi or rocm-smi on
+ROCm) before and after.
 
 Writes OUT/h200-mqa_logits.json:
   {"gpu","date","commit","method","clocks":{...},
@@ -42,6 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 import gpu_bench  # noqa: E402
+import gpu_vendor  # noqa: E402
 
 H, D = 64, 128
 
@@ -56,17 +58,42 @@ def peer_module():
     raise RuntimeError("peers/mqa_logits_triton.py not found")
 
 
-def clocks():
+def aiter_module():
+    """aiter's Triton fp8_mqa_logits (the ROCm peer), or None with a line
+    saying why it is skipped."""
     try:
-        return subprocess.check_output(
-            ["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,power.draw,"
-             "temperature.gpu,clocks_throttle_reasons.active",
-             "--format=csv,noheader"]).decode().strip()
+        from aiter.ops.triton.fp8_mqa_logits import fp8_mqa_logits
+        return fp8_mqa_logits
     except Exception as e:
-        return "n/a (%s)" % e
+        print("aiter fp8_mqa_logits: not importable (%s): skipped" % e,
+              flush=True)
+        return None
 
 
-def one_case(args, peer, kern, daemon, idx, c):
+def aiter_peer(fn, q, kv, sc, w, ks, ke):
+    """A callable running aiter's fp8_mqa_logits on @p q, @p kv recast to
+    this GPU's e4m3 flavour (fnuz on gfx942: the peer's inputs are e4m3fn,
+    all within fnuz's +-240, so exactly), and its first output; or None
+    with a line saying why it is skipped."""
+    f8 = gpu_vendor.fp8_e4m3()
+    qa = q.float().to(f8) if q.dtype != f8 else q
+    kva = kv.float().to(f8) if kv.dtype != f8 else kv
+    try:
+        run = (lambda: fn(qa, kva, sc, w, ks, ke))
+        out = run()
+        torch.cuda.synchronize()
+    except Exception as e:
+        print("  aiter fp8_mqa_logits: call failed (%r): skipped" % e,
+              flush=True)
+        return None, None
+    return run, out
+
+
+def clocks():
+    return gpu_vendor.clocks()
+
+
+def one_case(args, peer, kern, daemon, idx, c, aiter_fn=None):
     sq, skv, kind, clean = c["s_q"], c["s_kv"], c["window"], c["clean_logits"]
     q, kv, sc, w, ks, ke = peer.make_inputs(sq, skv, kind, seed=idx)
     pairs = peer.valid_pairs(ks, ke, skv)
@@ -98,11 +125,24 @@ def one_case(args, peer, kern, daemon, idx, c):
         except Exception as e:  # a config that does not compile here
             print("  triton %s: %r" % (peer.cfg_name(cfg), e), flush=True)
     quick.sort(key=lambda x: x[0])
-    tcfg = quick[0][1]
+    tcfg = quick[0][1] if quick else None
     tchk = peer.check(tout, q, kv, sc, w, ks, ke, clean) if quick else {}
-    fns = {"flytuned": ours,
-           "triton": lambda: peer.mqa_logits_triton(q, kv, sc, w, ks, ke,
-                                                    clean, tcfg, out=tout)}
+    fns = {"flytuned": ours}
+    if quick:
+        fns["triton"] = lambda: peer.mqa_logits_triton(
+            q, kv, sc, w, ks, ke, clean, tcfg, out=tout)
+    else:  # e.g. fp8 e4m3fn on a gfx942 Triton that has fnuz only
+        print("  triton peer: no config ran here: skipped", flush=True)
+    achk = {}
+    if aiter_fn is not None:
+        arun, aout = aiter_peer(aiter_fn, q, kv, sc, w, ks, ke)
+        if arun is not None:
+            fns["aiter"] = arun
+            try:
+                achk = peer.check(aout if torch.is_tensor(aout) else aout[0],
+                                  q, kv, sc, w, ks, ke, clean)
+            except Exception as e:
+                achk = {"ok": None, "error": repr(e)}
     if sq * skv <= (1 << 27):
         fns["torch_ref"] = lambda: peer.torch_ref_bf16(q, kv, sc, w, ks, ke,
                                                        clean)
@@ -112,17 +152,24 @@ def one_case(args, peer, kern, daemon, idx, c):
          "variant": d["variant"], "params": d["params"],
          "status": d["status"], "tune_s": tune_s,
          "flytuned_ms": ms["flytuned"],
-         "peers": {"triton": ms["triton"], "torch_ref": ms.get("torch_ref")},
-         "triton_cfg": peer.cfg_name(tcfg), "gflop": gflop,
-         "tflops": {"flytuned": gflop / ms["flytuned"],
-                    "triton": gflop / ms["triton"]},
-         "check": chk, "triton_check": tchk}
+         "peers": {"triton": ms.get("triton"),
+                   "torch_ref": ms.get("torch_ref"),
+                   "aiter": ms.get("aiter")},
+         "triton_cfg": peer.cfg_name(tcfg) if tcfg else None,
+         "gflop": gflop,
+         "tflops": {nm: gflop / v for nm, v in ms.items()},
+         "check": chk, "triton_check": tchk, "aiter_check": achk}
     print("case %2d %5dx%-6d %-11s clean=%d  ours %-10s %-12s %.4f ms "
           "(%4.0f TF/s)  triton %.4f ms (%s)  x%.2f  tune %.2fs  ok=%s" %
           (idx, sq, skv, kind, clean, d["variant"], d["params"],
-           ms["flytuned"], r["tflops"]["flytuned"], ms["triton"],
-           r["triton_cfg"], ms["triton"] / ms["flytuned"], tune_s or 0,
+           ms["flytuned"], r["tflops"]["flytuned"],
+           ms.get("triton", float("nan")), r["triton_cfg"],
+           ms.get("triton", float("nan")) / ms["flytuned"], tune_s or 0,
            chk.get("ok")), flush=True)
+    if "aiter" in ms:
+        print("        aiter %.4f ms  x%.2f  ok=%s" %
+              (ms["aiter"], ms["aiter"] / ms["flytuned"], achk.get("ok")),
+              flush=True)
     del q, kv, sc, w, ks, ke, out, tout
     torch.cuda.empty_cache()
     return r
@@ -143,13 +190,15 @@ def main(argv=None):
     cases = json.load(open(args.cases))["mqa_logits_fp8"]["primary"]
     peer = peer_module()
     import flyclient.kernels as fk
-    kern = fk.Kernels(os.path.join(args.build, "libflykernels_cuda.so"))
+    kern = fk.Kernels(gpu_vendor.kernels_lib(args.build))
     head = {"gpu": torch.cuda.get_device_name(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "commit": gpu_bench.commit(), "torch": torch.__version__,
-            "method": "CUDA events per call, L2 cleaned by reading 512 MiB "
-                      "before each rep, median ms, reps interleaved",
+            "method": "CUDA/HIP events per call, caches cleaned by reading "
+                      "%d MiB before each rep, median ms, reps interleaved"
+                      % (gpu_vendor.flush_bytes() >> 20),
             "clocks": {"before": clocks()}}
+    aiter_fn = aiter_module()
     daemon = gpu_bench.Daemon(args.build)
     res = []
     only = [int(x) for x in args.only.split(",")] if args.only else None
@@ -158,7 +207,8 @@ def main(argv=None):
             if only is not None and i not in only:
                 continue
             try:
-                res.append(one_case(args, peer, kern, daemon, i, c))
+                res.append(one_case(args, peer, kern, daemon, i, c,
+                                    aiter_fn))
             except Exception as e:
                 print("case %d: failed: %r" % (i, e), flush=True)
                 res.append({"op": "mqa_logits", "case": dict(c, index=i),

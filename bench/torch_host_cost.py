@@ -26,13 +26,16 @@ import time
 ROOT = os.path.normpath(os.path.join(os.path.dirname(
     os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_vendor  # noqa: E402 (bench/: the NVIDIA/AMD differences)
 
 
 def start_daemon(build):
     d = tempfile.mkdtemp(prefix="flyhost.")
     conf = os.path.join(d, "flytuned.conf")
     with open(conf, "w") as f:
-        f.write('{"backend":"cuda","policy":"on-request"}\n')
+        f.write('{"backend":"%s","policy":"on-request"}\n'
+                    % gpu_vendor.backend())
     log = open(os.path.join(d, "flytuned.log"), "w")
     p = subprocess.Popen([os.path.join(build, "flytuned"), "--foreground",
                           "--state-dir", d, "--config", conf], stdout=log,
@@ -141,8 +144,7 @@ def main():
     build = os.path.abspath(args.build)
     os.environ.setdefault("FLYCLIENT_LIB", os.path.join(build,
                                                         "libflyclient.so"))
-    os.environ.setdefault("FLYK_LIB", os.path.join(build,
-                                                   "libflykernels_cuda.so"))
+    os.environ.setdefault("FLYK_LIB", gpu_vendor.kernels_lib(build))
     os.environ.setdefault("FLYCLIENT_INCLUDE", os.path.join(build, "include"))
     daemon, sock = start_daemon(build)
     os.environ["FLYTUNED_SOCKET"] = sock

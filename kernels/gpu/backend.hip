@@ -1,7 +1,8 @@
 /*
  * backend.hip -- the GPU backend: device open/close, fingerprint, the
  * benchmark case (buffers, random fill, poisoning, L2 cleaning by READING a
- * buffer of >= 4x the L2, event timing) and flyk_gpu_backend(), whose
+ * buffer of >= 4x the largest cache -- L2, or AMD's Infinity Cache -- sized
+ * by flyk_flush_bytes(), event timing) and flyk_gpu_backend(), whose
  * variant table is assembled from the op modules listed in gpu_ops[].
  *
  * Owns: struct flyk_device and struct flyk_case memory, the device's
@@ -40,9 +41,6 @@ static const struct flyk_gpu_op *gpu_ops[] = {
 	&flyk_gpu_attention_op,
 };
 #define NOPS (sizeof(gpu_ops) / sizeof(gpu_ops[0]))
-
-/* The L2 cleaner reads at least this much (4x a 60 MB L2 and then some). */
-#define FLUSH_MIN_BYTES ((size_t)256 << 20)
 
 static int hip_err(hipError_t e)
 {
@@ -248,6 +246,13 @@ static void gpu_fill_props(struct flyk_device *dev,
 #if FLYK_AMD
 	snprintf(dev->arch, sizeof(dev->arch), "%.*s",
 		 (int)strcspn(pr->gcnArchName, ":"), pr->gcnArchName);
+	/* HIP reports the L2 only (4 MiB on MI300X); the Infinity Cache
+	 * behind it: the larger of what the driver's KFD topology lists and
+	 * the table by gfx name. */
+	dev->llc_bytes = flyk_kfd_cache_bytes(NULL, pr->pciDomainID,
+					      pr->pciBusID, pr->pciDeviceID);
+	if (dev->llc_bytes < flyk_gfx_llc_bytes(dev->arch))
+		dev->llc_bytes = flyk_gfx_llc_bytes(dev->arch);
 #else
 	dev->cc_major = pr->major;
 	dev->cc_minor = pr->minor;
@@ -307,6 +312,13 @@ static int gpu_open(int index, struct flyk_device **out)
 	if (hipGetDeviceProperties(&pr, index) != hipSuccess)
 		goto fail;
 	gpu_fill_props(dev, &pr);
+#if FLYK_AMD
+	/* ROCm SMI (power cap, amdgpu version) for the fingerprint: here in
+	 * the worker only, not in flyk_gpu_device_query(), which the launch
+	 * API runs inside the serving process. */
+	dev->has_smi = flyk_smi_query(NULL, pr.pciDomainID, pr.pciBusID,
+				      pr.pciDeviceID, &dev->smi) == 0;
+#endif
 	rc = -ENOMEM;
 	if (hipStreamCreateWithFlags(&s, hipStreamNonBlocking) != hipSuccess)
 		goto fail;
@@ -317,9 +329,7 @@ static int gpu_open(int index, struct flyk_device **out)
 	if (hipEventCreate(&e1) != hipSuccess)
 		goto fail;
 	dev->ev_stop = e1;
-	dev->flush_bytes = 4 * dev->l2_bytes;
-	if (dev->flush_bytes < FLUSH_MIN_BYTES)
-		dev->flush_bytes = FLUSH_MIN_BYTES;
+	dev->flush_bytes = flyk_flush_bytes(dev->l2_bytes, dev->llc_bytes);
 	if (hipMalloc(&dev->flush_buf, dev->flush_bytes) != hipSuccess)
 		goto fail;
 	if (hipMalloc((void **)&dev->flush_sink, sizeof(float)) != hipSuccess)
@@ -345,17 +355,23 @@ static int gpu_fingerprint(const struct flyk_device *dev, char *buf,
 	 * another version's */
 	if (flyk_cudnn_attn_version)
 		(void)flyk_cudnn_attn_version(dnn, sizeof(dnn));
-	int n = snprintf(buf, cap,
-			 "arch=%s units=%d clock_mhz=%d mem_clock_mhz=%d "
-			 "driver=%d runtime=%d l2_kb=%zu lib=%s blas=%s dnn=%s "
-			 "name=\"%s\"",
-			 dev->arch, dev->sms, dev->clock_mhz,
-			 dev->mem_clock_mhz, dev->driver_version,
-			 dev->runtime_version, dev->l2_bytes / 1024,
-			 FLYK_VERSION, blas, dnn, dev->name);
-	if (n < 0 || (size_t)n >= cap)
-		return -ENOSPC;
-	return n;
+	struct flyk_devid id;
+	memset(&id, 0, sizeof(id));
+	id.amd = FLYK_AMD;
+	id.arch = dev->arch;
+	id.name = dev->name;
+	id.units = dev->sms;
+	id.clock_mhz = dev->clock_mhz;
+	id.mem_clock_mhz = dev->mem_clock_mhz;
+	id.driver_version = dev->driver_version;
+	id.runtime_version = dev->runtime_version;
+	id.l2_bytes = dev->l2_bytes;
+	id.llc_bytes = dev->llc_bytes;
+	id.lib = FLYK_VERSION;
+	id.blas = blas;
+	id.dnn = dnn;
+	id.smi = dev->has_smi ? &dev->smi : NULL;
+	return flyk_devid_fingerprint(&id, buf, cap);
 }
 
 /* ------------------------------------------------------------ cases */

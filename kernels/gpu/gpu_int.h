@@ -5,8 +5,9 @@
  *
  * Shape of the backend: the core (this header, backend.hip, launch_api.hip
  * at kernels/gpu's top) owns struct flyk_device, the benchmark case
- * (allocation, poisoning, L2 cleaning by *reading* a buffer of >= 4x the
- * L2, event timing) and assembles flyk_gpu_backend() from the op modules
+ * (allocation, poisoning, cache cleaning by *reading* a buffer of >= 4x
+ * the largest cache, L2 or AMD's Infinity Cache, sized by kernels/devid.c;
+ * event timing) and assembles flyk_gpu_backend() from the op modules
  * below.  Each op module (norm/rmsnorm.hip, topk/topk.hip, gemm/gemm.hip,
  * gemm/grouped_gemm.hip, mqa/mqa_logits.hip, attn/attention.hip) exports one
  * `struct flyk_gpu_op` and knows only its op: its variants, how to make
@@ -22,6 +23,7 @@
 #include <stdint.h>
 
 #include "flyk.h"
+#include "devid.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,10 +39,14 @@ struct flyk_device {
 	int clock_mhz, mem_clock_mhz;
 	int driver_version, runtime_version;
 	size_t l2_bytes;
+	size_t llc_bytes;        /* AMD Infinity Cache (MALL); 0 on NVIDIA */
+	struct flyk_smi smi;     /* AMD: ROCm SMI's answer (kernels/devid.c) */
+	int has_smi;             /* 1: smi was filled by ROCm SMI */
 	size_t smem_per_block_optin; /* max dynamic shared memory per block */
 	void *stream;            /* the backend's benchmark stream */
 	void *ev_start, *ev_stop;
-	void *flush_buf;         /* >= 4x L2, read (not written) before reps */
+	void *flush_buf;         /* >= 4x the largest cache (flyk_flush_bytes),
+				    read (not written) before reps */
 	size_t flush_bytes;
 	float *flush_sink;       /* 1 float written by the flush kernel */
 	void *vendor;            /* vendor BLAS handles (kernels/vendor) */

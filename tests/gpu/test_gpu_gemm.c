@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_runtime_api.h>
+#include "gpu_rt.h"
 
 #include "flyk.h"
 #include "gemm_ties.h"
