@@ -177,17 +177,16 @@ static void test_truncated_then_silence(void **state)
 	assert_alive();
 }
 
-static void oversize(uint32_t len)
+/* @p n bytes on a connection of their own: the daemon closes it at once,
+ * another connection is still served. */
+static void closed_on(const void *bytes, size_t n)
 {
 	int other = fly_test_connect(d.sock);
 	int fd = fly_test_connect(d.sock);
 	char *resp = NULL;
-	uint8_t h[4];
 
 	assert_true(other >= 0 && fd >= 0);
-	put_hdr(h, len);
-	/* Only the header: the daemon decides from it, allocating nothing. */
-	assert_int_equal(fly_test_send_raw(fd, h, 4), 0);
+	assert_int_equal(fly_test_send_raw(fd, bytes, n), 0);
 	assert_int_equal(fly_test_wait_closed(fd, T_MS), 0);
 	close(fd);
 	assert_int_equal(fly_test_request(other, "{\"req\":\"list\"}", &resp,
@@ -196,6 +195,15 @@ static void oversize(uint32_t len)
 	free(resp);
 	close(other);
 	assert_alive();
+}
+
+static void oversize(uint32_t len)
+{
+	uint8_t h[4];
+
+	put_hdr(h, len);
+	/* Only the header: the daemon decides from it, allocating nothing. */
+	closed_on(h, sizeof(h));
 }
 
 static void test_oversize_cap_plus_one(void **state)
@@ -219,20 +227,8 @@ static void test_length_zero(void **state)
 static void test_http_request(void **state)
 {
 	static const char http[] = "GET / HTTP/1.0\r\nHost: x\r\n\r\n";
-	int other = fly_test_connect(d.sock);
-	int fd = fly_test_connect(d.sock);
-	char *resp = NULL;
 
-	assert_true(other >= 0 && fd >= 0);
-	assert_int_equal(fly_test_send_raw(fd, http, sizeof(http) - 1), 0);
-	assert_int_equal(fly_test_wait_closed(fd, T_MS), 0);
-	close(fd);
-	assert_int_equal(fly_test_request(other, "{\"req\":\"list\"}", &resp,
-					  T_MS), 0);
-	expect_ok(resp);
-	free(resp);
-	close(other);
-	assert_alive();
+	closed_on(http, sizeof(http) - 1);
 }
 
 /* Send @p payload as a frame, expect error @p code, then check the same
