@@ -17,7 +17,14 @@
  *    of each of N distinct tuned keys (FORMAT with one %d, STEP..N*STEP:
  *    the imported winners must be feasible for every key), each a
  *    process-cache miss answered from the shm table; p50/p99 per call.
- * Prints "name value" lines (ns) that run_service_bench.sh tabulates.
+ *   bench_client SOCKET KEY --scale FORMAT N [STEP]
+ *
+ * 5. one connected client, two passes of fly_decide over the same N keys
+ *    (as in 4): per pass p50/p99 per call and where the answers came
+ *    from (process cache, shm table, socket requests), so a key that
+ *    falls out of the table or the process cache shows in pass 2.
+ * Prints "name value" lines (ns) that run_service_bench.sh and
+ * run_scale_bench.sh tabulate.
  * Owns: its clients.  Thread: main + 2 bench threads.
  */
 #include <pthread.h>
@@ -181,6 +188,59 @@ static void bench_shm(const char *sock, const char *fmt, int n, int step)
 	free(v);
 }
 
+/* One pass of fly_decide over keys 1..n of fmt: times into v, and the
+ * counters' deltas printed under pass number k. */
+static void scale_pass(fly_client *c, const char *fmt, int n, int step, int k,
+		       uint64_t *v)
+{
+	struct fly_client_stats st0, st1;
+	struct fly_problem p;
+	struct fly_decision d;
+	char key[FLY_KEY_MAX];
+
+	fly_client_stats_get(c, &st0);
+	for (int i = 0; i < n; i++) {
+		uint64_t s;
+
+		snprintf(key, sizeof(key), fmt, (i + 1) * step);
+		if (fly_problem_from_key(key, &p) < 0)
+			exit(1);
+		s = now_ns();
+		fly_decide(c, &p, &d);
+		v[i] = now_ns() - s;
+	}
+	fly_client_stats_get(c, &st1);
+	printf("pass%d_p50_ns %llu\npass%d_p99_ns %llu\n", k,
+	       (unsigned long long)pct(v, (size_t)n, 0.5), k,
+	       (unsigned long long)pct(v, (size_t)n, 0.99));
+	printf("pass%d_cache_hits %llu\npass%d_shm_hits %llu\n"
+	       "pass%d_socket_requests %llu\n", k,
+	       (unsigned long long)(st1.cache_hits - st0.cache_hits), k,
+	       (unsigned long long)(st1.shm_hits - st0.shm_hits), k,
+	       (unsigned long long)(st1.socket_requests - st0.socket_requests));
+}
+
+static void bench_scale(const char *sock, const char *fmt, int n, int step)
+{
+	struct fly_client_opts o = { .socket_path = sock, .timeout_ms = 1000 };
+	uint64_t *v = calloc((size_t)n, sizeof(uint64_t));
+	struct fly_problem p;
+	struct fly_decision d;
+	fly_client *c;
+	char key[FLY_KEY_MAX];
+
+	if (v == NULL || fly_client_open_opts(&o, &c) < 0)
+		exit(1);
+	snprintf(key, sizeof(key), fmt, (n + 1) * step);
+	if (fly_problem_from_key(key, &p) == 0)
+		fly_decide(c, &p, &d);
+	printf("scale_keys %d\n", n);
+	scale_pass(c, fmt, n, step, 1, v);
+	scale_pass(c, fmt, n, step, 2, v);
+	fly_client_close(c);
+	free(v);
+}
+
 static void bench_rtt(fly_client *c, const char *key)
 {
 	uint64_t *v = malloc(sizeof(uint64_t) * RTT_SAMPLES);
@@ -219,6 +279,11 @@ int main(int argc, char **argv)
 	if ((argc == 6 || argc == 7) && strcmp(argv[3], "--shm") == 0) {
 		bench_shm(argv[1], argv[4], atoi(argv[5]),
 			  argc == 7 ? atoi(argv[6]) : 1);
+		return 0;
+	}
+	if ((argc == 6 || argc == 7) && strcmp(argv[3], "--scale") == 0) {
+		bench_scale(argv[1], argv[4], atoi(argv[5]),
+			    argc == 7 ? atoi(argv[6]) : 1);
 		return 0;
 	}
 	if (fly_problem_from_key(key, &p) < 0 ||

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,12 +212,22 @@ void flyk_cpu_split(int64_t total, int n, int tid, int64_t grain,
 
 int flyk_cpu_cores(const struct flyk_device *dev)
 {
+	/* Without a device (the daemon's import and fleet checks) the count
+	 * is read once: sysconf opens and reads sysfs on every call, 40% of
+	 * the daemon's time importing (issue 19). */
+	static _Atomic int cached;
+	int c;
 	long n;
 
 	if (dev && dev->cores > 0)
 		return dev->cores;
+	c = atomic_load_explicit(&cached, memory_order_relaxed);
+	if (c > 0)
+		return c;
 	n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n > 0 ? (int)n : 1;
+	c = n > 0 ? (int)n : 1;
+	atomic_store_explicit(&cached, c, memory_order_relaxed);
+	return c;
 }
 
 int flyk_cpu_threads_ok(const struct flyk_device *dev, int64_t t,
