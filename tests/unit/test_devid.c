@@ -162,8 +162,8 @@ static void put(const char *root, const char *rel, const char *text)
  * node 2 another GPU at 0000:8f:00.0 with an L2 only. */
 static void kfd_topology(void **state)
 {
-	char root[] = "/tmp/flyk-kfd-XXXXXX";
-	char cmd[64];
+	char root[64] = "/tmp/flyk-kfd-XXXXXX"; /* room for "/none" */
+	char cmd[96];
 	(void)state;
 	assert_non_null(mkdtemp(root));
 	put(root, "nodes/0/properties", "cpu_cores_count 64\nlocation_id 0\n"
