@@ -64,6 +64,27 @@ static uint64_t pct(uint64_t *v, size_t n, double p)
 	return v[i];
 }
 
+/* fly_decide of keys 1..n of fmt (key i: fmt with i * step), each call
+ * timed into v[i - 1]. */
+static void decide_keys_timed(fly_client *c, const char *fmt, int n,
+			      int step, uint64_t *v)
+{
+	struct fly_problem p;
+	struct fly_decision d;
+	char key[FLY_KEY_MAX];
+
+	for (int i = 0; i < n; i++) {
+		uint64_t s;
+
+		snprintf(key, sizeof(key), fmt, (i + 1) * step);
+		if (fly_problem_from_key(key, &p) < 0)
+			exit(1);
+		s = now_ns();
+		fly_decide(c, &p, &d);
+		v[i] = now_ns() - s;
+	}
+}
+
 /* One per bench thread, each on its own cache lines: with plain adjacent
  * structs, one thread's `bad` shared a line with the other's `c` and `p`
  * (read on every call), and the benchmark measured its own false
@@ -168,16 +189,7 @@ static void bench_shm(const char *sock, const char *fmt, int n, int step)
 	if (fly_problem_from_key(key, &p) == 0)
 		fly_decide(c, &p, &d);
 	fly_client_stats_get(c, &st0);
-	for (int i = 0; i < n; i++) {
-		uint64_t s;
-
-		snprintf(key, sizeof(key), fmt, (i + 1) * step);
-		if (fly_problem_from_key(key, &p) < 0)
-			exit(1);
-		s = now_ns();
-		fly_decide(c, &p, &d);
-		v[i] = now_ns() - s;
-	}
+	decide_keys_timed(c, fmt, n, step, v);
 	fly_client_stats_get(c, &st1);
 	printf("shm_first_call_p50_ns %llu\nshm_first_call_p99_ns %llu\n"
 	       "shm_first_call_hits %llu/%d\n",
@@ -194,21 +206,9 @@ static void scale_pass(fly_client *c, const char *fmt, int n, int step, int k,
 		       uint64_t *v)
 {
 	struct fly_client_stats st0, st1;
-	struct fly_problem p;
-	struct fly_decision d;
-	char key[FLY_KEY_MAX];
 
 	fly_client_stats_get(c, &st0);
-	for (int i = 0; i < n; i++) {
-		uint64_t s;
-
-		snprintf(key, sizeof(key), fmt, (i + 1) * step);
-		if (fly_problem_from_key(key, &p) < 0)
-			exit(1);
-		s = now_ns();
-		fly_decide(c, &p, &d);
-		v[i] = now_ns() - s;
-	}
+	decide_keys_timed(c, fmt, n, step, v);
 	fly_client_stats_get(c, &st1);
 	printf("pass%d_p50_ns %llu\npass%d_p99_ns %llu\n", k,
 	       (unsigned long long)pct(v, (size_t)n, 0.5), k,
