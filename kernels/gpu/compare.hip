@@ -58,3 +58,29 @@ extern "C" int flyk_gpu_compare(struct flyk_device *dev, uint32_t dtype,
 	*max_err = mx;
 	return h[1] ? -EDOM : 0;
 }
+
+extern "C" int64_t flyk_check_sample(int64_t n, int64_t cap, int64_t edge,
+			  int64_t jitter, int32_t *out)
+{
+	int64_t k = 0;
+	if (n <= cap) {
+		for (int64_t i = 0; i < n; i++)
+			out[k++] = (int32_t)i;
+		return k;
+	}
+	const int64_t mid = cap - 2 * edge, lo = edge, hi = n - edge;
+	for (int64_t i = 0; i < lo; i++)
+		out[k++] = (int32_t)i;
+	int64_t prev = lo - 1;
+	for (int64_t j = 0; j < mid; j++) {
+		int64_t i = lo + (hi - lo) * j / mid + j % jitter;
+		i = i > prev ? i : prev + 1;
+		if (i >= hi)
+			break;
+		out[k++] = (int32_t)i;
+		prev = i;
+	}
+	for (int64_t i = hi; i < n; i++)
+		out[k++] = (int32_t)i;
+	return k;
+}

@@ -124,6 +124,14 @@ int flyk_gpu_compare(struct flyk_device *dev, uint32_t dtype,
 		     const void *got, const void *ref, size_t n, float rel,
 		     float floor_, float slack, unsigned *d_cmp,
 		     double *max_err);
+/* The indices a tuning case checks the values of, when checking all @p n
+ * (query rows, row blocks) would cost more than the tuning: all of them
+ * up to @p cap; else the first and last @p edge and cap - 2 edge spread
+ * between, each offset by i % @p jitter so that they fall at every
+ * position of the kernels' blocks.  Ascending into @p out (cap entries);
+ * returns how many (kernels/gpu/compare.hip). */
+int64_t flyk_check_sample(int64_t n, int64_t cap, int64_t edge,
+			  int64_t jitter, int32_t *out);
 /* Copy device -> host (synchronous on the benchmark stream). */
 int flyk_gpu_download(struct flyk_device *dev, void *host, const void *dbuf,
 		      size_t bytes);

@@ -1010,36 +1010,6 @@ static const struct flyk_variant attn_variants[] = {
 #define ATTN_CHECK_BLKS 12
 #define ATTN_CHECK_EDGE 2 /* first and last row blocks always checked */
 
-/* The row blocks whose values are checked, ascending, into @p blk
- * (ATTN_CHECK_BLKS entries); returns how many.  All of them up to
- * ATTN_CHECK_BLKS; else the first and last ATTN_CHECK_EDGE and the rest
- * spread between, offset by a few blocks. */
-static int64_t attn_check_blocks(int64_t nblk, int32_t *blk)
-{
-	int64_t n = 0;
-	if (nblk <= ATTN_CHECK_BLKS) {
-		for (int64_t i = 0; i < nblk; i++)
-			blk[n++] = (int32_t)i;
-		return n;
-	}
-	const int64_t mid = ATTN_CHECK_BLKS - 2 * ATTN_CHECK_EDGE;
-	const int64_t lo = ATTN_CHECK_EDGE, hi = nblk - ATTN_CHECK_EDGE;
-	for (int64_t i = 0; i < lo; i++)
-		blk[n++] = (int32_t)i;
-	int64_t prev = lo - 1;
-	for (int64_t k = 0; k < mid; k++) {
-		int64_t i = lo + (hi - lo) * k / mid + k % 3;
-		i = i > prev ? i : prev + 1;
-		if (i >= hi)
-			break;
-		blk[n++] = (int32_t)i;
-		prev = i;
-	}
-	for (int64_t i = hi; i < nblk; i++)
-		blk[n++] = (int32_t)i;
-	return n;
-}
-
 /* O [b, sq, hq, d]: out[0] = max |got - ref| over the checked rows
  * (sel[row]; +inf for a NaN anywhere), out[1] += NaNs anywhere and
  * checked entries off by more than |ref| / 64 + 4e-3. */
@@ -1141,7 +1111,8 @@ static int attn_setup(struct flyk_case *c, uint64_t seed)
 		return -ENOMEM;
 	int32_t *blk = (int32_t *)hb;
 	uint8_t *sel = hb + ATTN_CHECK_BLKS * 4;
-	int64_t nb = attn_check_blocks(nblk, blk);
+	int64_t nb = flyk_check_sample(nblk, ATTN_CHECK_BLKS, ATTN_CHECK_EDGE, 3,
+				       blk);
 	for (int64_t k = 0; k < nb; k++)
 		for (int64_t i = (int64_t)blk[k] * REF_R;
 		     i < sq && i < (int64_t)(blk[k] + 1) * REF_R; i++)

@@ -871,37 +871,6 @@ __global__ void mqa_fill_fp8_kernel(uint8_t *b, size_t n, uint64_t seed)
 #define MQA_CHECK_ROWS 128
 #define MQA_CHECK_EDGE 32 /* first and last rows always checked */
 
-/* The query rows whose values are checked, ascending, into @p rows
- * (MQA_CHECK_ROWS entries); returns how many.  All of them up to
- * MQA_CHECK_ROWS; else the first and last MQA_CHECK_EDGE and the rest
- * spread between, each offset by a few rows so that they fall at every
- * position of the kernels' query blocks. */
-static int64_t mqa_check_rows(int64_t sq, int32_t *rows)
-{
-	int64_t n = 0;
-	if (sq <= MQA_CHECK_ROWS) {
-		for (int64_t i = 0; i < sq; i++)
-			rows[n++] = (int32_t)i;
-		return n;
-	}
-	const int64_t mid = MQA_CHECK_ROWS - 2 * MQA_CHECK_EDGE;
-	const int64_t lo = MQA_CHECK_EDGE, hi = sq - MQA_CHECK_EDGE;
-	for (int64_t i = 0; i < lo; i++)
-		rows[n++] = (int32_t)i;
-	int64_t prev = lo - 1;
-	for (int64_t k = 0; k < mid; k++) {
-		int64_t i = lo + (hi - lo) * k / mid + k % 7;
-		i = i > prev ? i : prev + 1;
-		if (i >= hi)
-			break;
-		rows[n++] = (int32_t)i;
-		prev = i;
-	}
-	for (int64_t i = hi; i < sq; i++)
-		rows[n++] = (int32_t)i;
-	return n;
-}
-
 /* Every position: inside the window finite (bad otherwise) and, in a
  * checked row (slot[i] >= 0: its reference row), compared (max |err|,
  * max |ref|); outside it, under CLEAN, exactly -inf. */
@@ -968,7 +937,8 @@ static int mqa_setup(struct flyk_case *c, uint64_t seed)
 	if (!hb)
 		return -ENOMEM;
 	int32_t *rows = hb + nwin, *slot = rows + MQA_CHECK_ROWS;
-	int64_t nr = mqa_check_rows(sq, rows);
+	int64_t nr = flyk_check_sample(sq, MQA_CHECK_ROWS, MQA_CHECK_EDGE, 7,
+				       rows);
 	for (int64_t i = 0; i < sq; i++)
 		slot[i] = -1;
 	for (int64_t k = 0; k < nr; k++)
