@@ -481,17 +481,30 @@ def summary(res):
     return lines
 
 
-def trials(build, daemon, key):
-    """(measured, total) trials of the key, from flytune-ctl explain."""
+def trial_counts(build, daemon, key):
+    """The key's trials from flytune-ctl explain: {"ok": survivors of
+    every rejection round, "timed": run and timed on the device (ok, and
+    rejected for speed: every rejection follows a timing), "total": all
+    listed}; {"error": ...} when explain fails."""
     try:
         out = subprocess.check_output(
             [os.path.join(build, "flytune-ctl"), "--socket",
              daemon.sock, "explain", key, "--json"], timeout=20)
         t = json.loads(out).get("trials", [])
-        ok = [x for x in t if x.get("outcome") == "ok"]
-        return len(ok), len(t)
     except Exception as e:
-        return None, repr(e)
+        return {"error": repr(e)}
+    oc = [x.get("outcome") for x in t]
+    return {"ok": oc.count("ok"),
+            "timed": oc.count("ok") + oc.count("rejected"),
+            "total": len(t)}
+
+
+def trials(build, daemon, key):
+    """(measured, total) trials of the key, from flytune-ctl explain."""
+    c = trial_counts(build, daemon, key)
+    if "error" in c:
+        return None, c["error"]
+    return c["ok"], c["total"]
 
 
 def commit():

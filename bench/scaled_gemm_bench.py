@@ -146,7 +146,8 @@ def one_case(args, kern, daemon, idx, c, fmt):
             problem=p8)
         peers["fp8_variant"] = d8["variant"]
     p = kern.scaled_problem(m, n, k, fmt)
-    measured, total = gpu_bench.trials(args.build, daemon, d["key"])
+    tc = gpu_bench.trial_counts(args.build, daemon, d["key"])
+    measured, total = tc.get("ok"), tc.get("total", tc.get("error"))
 
     def ours():
         kern.scaled_gemm(d, a, b, sa, sb, out, dtype=fmt, workspace=ws,
@@ -162,7 +163,8 @@ def one_case(args, kern, daemon, idx, c, fmt):
     r = {"op": "scaled_gemm", "format": fmt, "case": dict(c, index=idx),
          "variant": d["variant"], "params": d["params"],
          "status": d["status"], "tune_s": tune_s,
-         "trials_measured": measured, "trials": total,
+         "trials_measured": measured, "trials_timed": tc.get("timed"),
+         "trials": total,
          "flytuned_ms": ms["flytuned"],
          "peers": dict({x: ms[x] for x in ms if x != "flytuned"}, **peers),
          "gflop": gflop,
@@ -171,11 +173,13 @@ def one_case(args, kern, daemon, idx, c, fmt):
     if "flytuned_fp8" in ms:
         r["fp8_over_mx"] = ms["flytuned_fp8"] / ms["flytuned"]
     print("%-8s %2d m%-5d n%-5d k%-5d ours %-11s %-28s %.4f ms (%5.0f TF/s)"
-          "  %s %.4f ms  x%.2f%s  tune %.2fs (%s trials)  ok=%s" %
+          "  %s %.4f ms  x%.2f%s  tune %.2fs (%s/%s/%s trials ok/timed/"
+          "listed)  ok=%s" %
           (fmt, idx, m, n, k, d["variant"], d["params"], ms["flytuned"],
            gflop / ms["flytuned"], peer_name, ms[peer_name], r["x_vs_peer"],
            ("  fp8/mx %.2f" % r["fp8_over_mx"]) if "fp8_over_mx" in r
-           else "", tune_s or 0, measured, chk["ok"]), flush=True)
+           else "", tune_s or 0, measured, tc.get("timed"), total,
+           chk["ok"]), flush=True)
     del a, b, a8, b8, out, ws, ref
     torch.cuda.empty_cache()
     return r
@@ -236,6 +240,13 @@ def main(argv=None):
                "%.2f; checks ok: %s" % (fmt, gm, min(x), len(ok),
                                         max(r["tune_s"] or 0 for r in ok),
                                         all(r["check"]["ok"] for r in ok))
+        tt = [r.get("trials_timed") or 0 for r in ok]
+        tl = [r["trials"] if isinstance(r.get("trials"), int) else 0
+              for r in ok]
+        line += "; trials timed %d-%d (keys with >= 30 listed: %d, of " \
+                "them >= 30 timed: %d)" % (
+                    min(tt), max(tt), sum(1 for v in tl if v >= 30),
+                    sum(1 for a, b in zip(tt, tl) if b >= 30 and a >= 30))
         f8 = [r["fp8_over_mx"] for r in ok if "fp8_over_mx" in r]
         if f8:
             line += "; fp8/mx time geomean %.3f" % math.exp(

@@ -30,9 +30,11 @@
  *              (M + N) * K bytes (launch: -ENOSPC without).  Params
  *              tile_m, tile_n, store (TMA-store epilogue), cluster (B
  *              multicast to two blocks), swizzle (tile rows per raster
- *              group), split_k (fp8 per tensor: k split over blocks,
- *              fp32 partials in the workspace -- 32 MiB -- then one
- *              reduce kernel applies the scales and the bias; for the
+ *              group), split_k (k split over blocks, fp32 partials in
+ *              the workspace -- 32 MiB, before mxfp4's unpacked
+ *              operands -- then one reduce kernel sums them and applies
+ *              the per-tensor scales and the bias; MX partials are
+ *              already promoted with their block scales; for the
  *              few-tile shapes, small M).  K % 16 == 0 (fp8 rows 16-byte
  *              aligned for TMA).
  *   sg_dq_tma, sg_dq_lt  (MX) both operands dequantized to bf16 into the
@@ -355,12 +357,13 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 			sg_tma_bars);
 }
 
-/* C = bf16(sa * sb * sum of the splits' partials + bias). */
+/* C = bf16(sa * sb * sum of the splits' partials + bias); MX (@p tsa
+ * NULL): the partials are already scaled block by block. */
 __global__ void sg_reduce_kernel(const float *ws, int split, size_t mn,
 				 int64_t n, const float *tsa, const float *tsb,
 				 const uint16_t *bias, uint16_t *c)
 {
-	const float al = __ldg(tsa) * __ldg(tsb);
+	const float al = tsa ? __ldg(tsa) * __ldg(tsb) : 1.f;
 	size_t stride = (size_t)gridDim.x * blockDim.x;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < mn;
 	     i += stride) {
@@ -438,7 +441,7 @@ template <class C> static int sg_go(const struct fly_problem *p,
 	if (blocks > (unsigned)sms * 8)
 		blocks = (unsigned)sms * 8;
 	FLYK_GO(blocks, 256, 0, x->s, sg_reduce_kernel)(
-	    j.ws, j.split, mn, j.n, j.tsa, j.tsb, j.bias, j.c);
+	    j.ws, j.split, mn, j.n, x->mx ? NULL : j.tsa, j.tsb, j.bias, j.c);
 	return sg_launch_err();
 }
 
@@ -498,10 +501,11 @@ static int wgmma_feasible(const struct flyk_device *dev,
 		return -EINVAL;
 	int64_t split = pr[5];
 	if (split > 1) {
-		/* per tensor only; while the tiles are fewer than two waves,
-		 * >= 2 k-tiles a split, the partials in SG_SPLIT_WS, no TMA
-		 * store (the reduce writes C) */
-		if (sg_is_mx(p->dtype) || e->ts ||
+		/* while the tiles are fewer than two waves, >= 2 k-tiles a
+		 * split, the partials in SG_SPLIT_WS, no TMA store (the
+		 * reduce writes C).  MX: each split's partials are promoted
+		 * block by block with their scales, as without a split. */
+		if (e->ts ||
 		    tm * tn * split > 2 * (int64_t)dev->sms / e->cl ||
 		    k / split < 256 ||
 		    (uint64_t)split * m * n * 4 > SG_SPLIT_WS)
@@ -536,10 +540,13 @@ static int wgmma_launch(const struct flyk_device *dev,
 	sg_args x = {g->a, g->b, g, sg_is_mx(p->dtype), (int)pr[4],
 		     (int)pr[5], (hipStream_t)stream};
 	if (p->dtype == FLY_DT_MXFP4) {
-		size_t need = (size_t)(m + n) * (size_t)k;
+		/* the unpacked operands after the split's partials */
+		size_t at = pr[5] > 1 ? SG_SPLIT_WS : 0;
+		size_t need = at + (size_t)(m + n) * (size_t)k;
 		if (!g->workspace || g->workspace_size < need)
 			return -ENOSPC;
-		uint8_t *ua = (uint8_t *)g->workspace, *ub = ua + (size_t)m * k;
+		uint8_t *ua = (uint8_t *)g->workspace + at;
+		uint8_t *ub = ua + (size_t)m * k;
 		unsigned blocks = (unsigned)(dev->sms * 4);
 		FLYK_GO(blocks, 256, 0, x.s, sg_unpack4_kernel)(
 		    (const uint8_t *)g->a, (uint16_t *)ua, (size_t)m * k / 2);
