@@ -517,7 +517,8 @@ $(BUILD)/examples/%: examples/%.c $(HEADER) $(LIBCLIENT_A)
 # GPU= against libflykernels_cuda.so and cudart.
 # ROCm's tree, or none where the distribution's packages put HIP in /usr.
 HIP_PATH ?= $(if $(wildcard /opt/rocm/include/hip),/opt/rocm,)
-ifeq ($(BUILD_HIP)$(BUILD_CUDA),1)
+# (HIP alone: where both are built, the tests take CUDA's.)
+ifeq ($(BUILD_HIP)-$(BUILD_CUDA),1-)
 GPUTEST_KLIB  := flykernels_hip
 GPUTEST_FLAGS := -DFLYK_TEST_HIP=1 -D__HIP_PLATFORM_AMD__=1 \
 	$(if $(HIP_PATH),-I$(HIP_PATH)/include)
