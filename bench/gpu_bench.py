@@ -494,9 +494,16 @@ def trial_counts(build, daemon, key):
     except Exception as e:
         return {"error": repr(e)}
     oc = [x.get("outcome") for x in t]
+    best = {}  # each variant's fastest timed point (median us)
+    for x in t:
+        med, v = x.get("median_us"), x.get("variant")
+        if isinstance(med, (int, float)) and med > 0 and v and (
+                v not in best or med < best[v]["median_us"]):
+            best[v] = {"median_us": med, "params": x.get("params"),
+                       "outcome": x.get("outcome")}
     return {"ok": oc.count("ok"),
             "timed": oc.count("ok") + oc.count("rejected"),
-            "total": len(t)}
+            "total": len(t), "best_by_variant": best}
 
 
 def trials(build, daemon, key):

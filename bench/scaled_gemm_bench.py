@@ -164,7 +164,7 @@ def one_case(args, kern, daemon, idx, c, fmt):
          "variant": d["variant"], "params": d["params"],
          "status": d["status"], "tune_s": tune_s,
          "trials_measured": measured, "trials_timed": tc.get("timed"),
-         "trials": total,
+         "trials": total, "best_by_variant": tc.get("best_by_variant"),
          "flytuned_ms": ms["flytuned"],
          "peers": dict({x: ms[x] for x in ms if x != "flytuned"}, **peers),
          "gflop": gflop,
