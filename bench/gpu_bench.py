@@ -493,6 +493,11 @@ def trial_counts(build, daemon, key):
         t = json.loads(out).get("trials", [])
     except Exception as e:
         return {"error": repr(e)}
+    if os.environ.get("FLY_TRIALS_DIR"):  # every trial, for diagnosis
+        os.makedirs(os.environ["FLY_TRIALS_DIR"], exist_ok=True)
+        with open(os.path.join(os.environ["FLY_TRIALS_DIR"], "trials.jsonl"),
+                  "a") as f:
+            f.write(json.dumps({"key": key, "trials": t}) + "\n")
     oc = [x.get("outcome") for x in t]
     best = {}  # each variant's fastest timed point (median us)
     for x in t:

@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstrict-prototypes"
@@ -59,6 +60,11 @@ _Static_assert(FLYK_CUDNN_ATTN_NPARAMS == FLY_PARAMS_MAX,
 #define CA_MAX_OPS   16 /* operations of one graph */
 #define CA_MAX_HEUR  24 /* results read from one heuristic query */
 #define CA_PLAN_DESC (FLYK_CUDNN_ATTN_MAX_KNOBS + 3)
+/* Seconds of plan building one enumeration may spend once it has a
+ * candidate: the heuristics rank their configs best first, and on the
+ * H200 a new head dim's plans (runtime-compiled kernels) took 1.4-2.4 s
+ * of listing for 16-36 configs, over the key's 1.5 s tuning target. */
+#define CA_LIST_S    0.3
 /* Graph forms (params[1] bits 8..15). */
 #define CA_COMPOSITE 0
 #define CA_UNIFIED   1
@@ -880,8 +886,16 @@ static int ca_heur(struct ca_graph *g, cudnnBackendHeurMode_t mode, int tag,
  * @p n, room for @p max): heuristics mode A, then fallback; each config
  * replayed into a cached plan.  Called with ca_mu held.  @return the new
  * count, or -1 when the graph did not build (noted). */
+static double ca_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int ca_enum_form(const struct ca_key *k, cudnnHandle_t h, int form,
-			int64_t (*out)[NP], int n, int max)
+			int64_t (*out)[NP], int n, int max, double t0,
+			int *unbuilt)
 {
 	int64_t cand[2 * CA_MAX_HEUR][NP];
 	char a_err[sizeof(ca_err)];
@@ -899,6 +913,10 @@ static int ca_enum_form(const struct ca_key *k, cudnnHandle_t h, int form,
 	if (nc == 0 && a >= 0)
 		snprintf(ca_err, sizeof(ca_err), "no engine proposed");
 	for (int i = 0; i < nc && n < max; i++) {
+		if (n > 0 && ca_now() - t0 > CA_LIST_S) {
+			*unbuilt += nc - i;
+			break;
+		}
 		struct ca_plan *e = ca_plan_get_locked(k, h, cand[i], g);
 		if (e && e->ws > FLYK_CUDNN_ATTN_WS_MAX)
 			snprintf(ca_err, sizeof(ca_err),
@@ -919,7 +937,8 @@ int flyk_cudnn_attn_enumerate(const struct flyk_cudnn_attn_problem *p,
 	char note[CA_FORMS][500];
 	int64_t dev = 0;
 	struct ca_key k;
-	int forms = 1, n = 0, built = 0, rc = flyk_cudnn_attn_feasible(p, NULL);
+	int forms = 1, n = 0, built = 0, unbuilt = 0;
+	int rc = flyk_cudnn_attn_feasible(p, NULL);
 	ca_err[0] = '\0';
 	if (rc == -EOPNOTSUPP) {
 		snprintf(ca_err, sizeof(ca_err),
@@ -939,9 +958,10 @@ int flyk_cudnn_attn_enumerate(const struct flyk_cudnn_attn_problem *p,
 	if (!h)
 		goto out;
 	ca_key_of(p, dev, &k);
+	double t0 = ca_now();
 	for (int f = 0; f < forms; f++) {
 		ca_err[0] = '\0';
-		int m = ca_enum_form(&k, h, f, out, n, max);
+		int m = ca_enum_form(&k, h, f, out, n, max, t0, &unbuilt);
 		built += m >= 0;
 		n = m >= 0 ? m : n;
 		snprintf(note[f], sizeof(note[f]), "%s%s%s",
@@ -951,6 +971,13 @@ int flyk_cudnn_attn_enumerate(const struct flyk_cudnn_attn_problem *p,
 	snprintf(ca_err, sizeof(ca_err), "%s%s%s", note[0],
 		 forms > 1 && note[0][0] && note[1][0] ? "; " : "",
 		 forms > 1 ? note[1] : "");
+	if (unbuilt) {
+		size_t at = strlen(ca_err);
+		snprintf(ca_err + at, sizeof(ca_err) - at,
+			 "%s%d lower-ranked configs not built (listing past "
+			 "%.1f s)",
+			 at ? "; " : "", unbuilt, CA_LIST_S);
+	}
 	rc = built ? n : -EIO;
 out:
 	pthread_mutex_unlock(&ca_mu);
