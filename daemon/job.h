@@ -68,6 +68,7 @@ struct flyd_tune_result {
 	uint32_t nexcluded;          /* points skipped: in job->exclude */
 	int budget_hit;              /* 1: budget_s ran out, reps were cut */
 	uint32_t nunmeasured;        /* candidates never run (budget) */
+	double list_s;               /* of tune_s: listing the candidates */
 };
 
 #endif /* FLYD_JOB_H */

@@ -668,6 +668,7 @@ int flyd_tuner_run(const struct flyk_backend *b, struct flyk_device *dev,
 	 * (cuDNN builds a plan per configuration to learn its workspace:
 	 * 1.4-3 s for an attention key on the H200) is tune_s, not budget. */
 	st.t0 = st.o.now(st.o.now_ctx);
+	r->list_s = st.t0 - st.start;
 	if (rc == 0)
 		r->trials = calloc(st.ncands ? st.ncands : 1, sizeof(*r->trials));
 	if (rc == 0 && r->trials == NULL)

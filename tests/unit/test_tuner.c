@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -701,6 +702,8 @@ static void test_listing_not_charged(void **state)
 	assert_int_equal(r.nunmeasured, 0);
 	assert_int_equal(r.ntrials, 4);
 	assert_true(r.tune_s >= 0.9);
+	/* the listing's share of tune_s is reported (the worker logs it) */
+	assert_true(fabs(r.list_s - 0.9) < 1e-6);
 	fake_variants[1].enumerate = NULL;
 	flyd_tune_result_fini(&r);
 }
