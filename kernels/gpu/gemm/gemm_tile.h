@@ -86,12 +86,15 @@ struct gemm_cfg {
 };
 
 /* The low-precision formats of scaled GEMM, decoded exactly.
- * One e8m0 scale as fp32: 2^(e - 127), 0xFF NaN (OCP MX v1.0). */
+ * One e8m0 scale (e < 256) as fp32: 2^(e - 127), 0xFF NaN (OCP MX v1.0).
+ * Without branches: e << 23 is the exponent field, and the mantissa's top
+ * bit makes 0 the subnormal 2^-127 and 0xFF (then +inf) a quiet NaN.  (As
+ * nested selects nvcc emitted two branches a scale, divergent across a
+ * warp's columns, in the MX mainloop's promotion.) */
 __device__ __forceinline__ float gemm_e8m0(uint32_t e)
 {
-	return e == 0xffu ? __uint_as_float(0x7fc00000u)
-	       : e	  ? __uint_as_float(e << 23)
-			  : __uint_as_float(0x00400000u);
+	uint32_t edge = (uint32_t)(e == 0u) | (uint32_t)(e == 0xffu);
+	return __uint_as_float((e << 23) | (edge << 22));
 }
 
 /* One e4m3 byte as fp32: fn (bias 7, 0x7f/0xff NaN) or fnuz (bias 8,
