@@ -125,15 +125,28 @@ def last_error():
 
 
 # ------------------------------------------------------------ routing
+# The routed calls go to each op's one overload directly: calling the
+# packet (ops.rms_norm) resolves the overload on every call, host time an
+# engine pays per launch (issue 17: routed calls cost 0.8-2 us over the
+# ops' own).
+_OV = {n: getattr(ops, n).default for n in _ops.SCHEMAS}
+_Tensor = torch.Tensor
+_grad_on = torch.is_grad_enabled
+
+
 def _plain(*ts):
     """CUDA tensors that need no autograd (the ops have no backward)."""
+    grad = None
     for t in ts:
         if t is None:
             continue
-        if not isinstance(t, torch.Tensor) or not t.is_cuda:
+        if not isinstance(t, _Tensor) or not t.is_cuda:
             return False
-        if t.requires_grad and torch.is_grad_enabled():
-            return False
+        if t.requires_grad:
+            if grad is None:
+                grad = _grad_on()
+            if grad:
+                return False
     return True
 
 
@@ -141,13 +154,14 @@ def _rms_norm(input, normalized_shape, weight=None, eps=None):
     if _plain(input, weight):
         if isinstance(normalized_shape, int):
             normalized_shape = [normalized_shape]
-        return ops.rms_norm(input, list(normalized_shape), weight, eps)
+        return _OV["rms_norm"](input, list(normalized_shape), weight,
+                                 eps)
     return _ops.ORIG["rms_norm"](input, normalized_shape, weight, eps)
 
 
 def _topk(input, k, dim=-1, largest=True, sorted=True, *, out=None):
     if out is None and _plain(input):
-        v, i = ops.topk(input, k, dim, largest, sorted)
+        v, i = _OV["topk"](input, k, dim, largest, sorted)
         return torch.return_types.topk((v, i))
     if out is None:
         return _ops.ORIG["topk"](input, k, dim, largest, sorted)
@@ -162,7 +176,7 @@ def _gemm2d(a, b):
 
 def _mm(input, mat2, *, out=None):
     if out is None and _gemm2d(input, mat2):
-        return ops.mm(input, mat2)
+        return _OV["mm"](input, mat2)
     if out is None:
         return _ops.ORIG["mm"](input, mat2)
     return _ops.ORIG["mm"](input, mat2, out=out)
@@ -170,7 +184,7 @@ def _mm(input, mat2, *, out=None):
 
 def _matmul(input, other, *, out=None):
     if out is None and _gemm2d(input, other):
-        return ops.mm(input, other)
+        return _OV["mm"](input, other)
     if out is None:
         return _ops.ORIG["matmul"](input, other)
     return _ops.ORIG["matmul"](input, other, out=out)
@@ -179,15 +193,15 @@ def _matmul(input, other, *, out=None):
 def _linear(input, weight, bias=None):
     if (input.dtype == torch.bfloat16 and weight.dtype == torch.bfloat16
             and weight.dim() == 2 and _plain(input, weight, bias)):
-        return ops.linear(input, weight, bias)
+        return _OV["linear"](input, weight, bias)
     return _ops.ORIG["linear"](input, weight, bias)
 
 
 def _scaled_mm(self, mat2, scale_a, scale_b, bias=None, scale_result=None,
                out_dtype=None, use_fast_accum=False):
     if _plain(self, mat2, scale_a, scale_b, bias, scale_result):
-        return ops.scaled_mm(self, mat2, scale_a, scale_b, bias,
-                             scale_result, out_dtype, use_fast_accum)
+        return _OV["scaled_mm"](self, mat2, scale_a, scale_b, bias,
+                                scale_result, out_dtype, use_fast_accum)
     return _ops.ORIG["scaled_mm"](self, mat2, scale_a, scale_b, bias=bias,
                                   scale_result=scale_result,
                                   out_dtype=out_dtype,
@@ -196,7 +210,7 @@ def _scaled_mm(self, mat2, scale_a, scale_b, bias=None, scale_result=None,
 
 def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     if _plain(mat_a, mat_b, offs, bias):
-        return ops.grouped_mm(mat_a, mat_b, offs, bias, out_dtype)
+        return _OV["grouped_mm"](mat_a, mat_b, offs, bias, out_dtype)
     return _ops.ORIG["grouped_mm"](mat_a, mat_b, offs=offs, bias=bias,
                                    out_dtype=out_dtype)
 
@@ -208,7 +222,7 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     if (attn_mask is None and dropout_p == 0.0 and query.dim() == 4 and
             key.dim() == 4 and (enable_gqa or key.shape[1] == query.shape[1])
             and _plain(query, key, value)):
-        return ops.attention(query, key, value, is_causal, scale)
+        return _OV["attention"](query, key, value, is_causal, scale)
     return _ops.ORIG["sdpa"](query, key, value, attn_mask=attn_mask,
                              dropout_p=dropout_p, is_causal=is_causal,
                              scale=scale, enable_gqa=enable_gqa)
