@@ -5,13 +5,16 @@ shapes of ../shared/bench/h200_notes.md) so the GPU is not the
 bottleneck: the GPU is kept busy (torch.cuda._sleep ahead of the calls),
 CALLS calls back to back timed on the host, median of REPS, after
 warm-up; the keys are tuned first (prepare), so every decide is a
-process-cache hit.  Three columns: torch's op, torch.ops.flytuned.X
-called directly, and torch's function routed by enable().
+process-cache hit.  Four columns: torch's op, torch.ops.flytuned.X
+called directly (the packet, which resolves the overload per call), its
+overload torch.ops.flytuned.X.default (what a compiled graph calls), and
+torch's function routed by enable().
 
     python3 bench/torch_host_cost.py [--build build/gpu] [--out FILE]
 
 Starts flytuned (backend cuda) in a temp dir.  Prints a table and writes
-{"op","shape","torch_us","flytuned_us","routed_us","backend"} rows.
+{"op","shape","torch_us","flytuned_us","overload_us","routed_us",
+"backend"} rows.
 """
 
 import argparse
@@ -80,6 +83,13 @@ def host_us(torch, fn, calls, reps):
 def cases(torch):
     F = torch.nn.functional
     fo = torch.ops.flytuned
+
+    class _Ov(object):
+        """fo.X.default: the overload itself, as a compiled graph calls
+        it (fo.X, the packet, resolves it per call)."""
+        def __getattr__(self, name):
+            return getattr(fo, name).default
+    ov = _Ov()
     dev, bf = "cuda", torch.bfloat16
     x = torch.randn(1, 4096, device=dev, dtype=bf)
     g = torch.randn(4096, device=dev, dtype=bf)
@@ -101,23 +111,30 @@ def cases(torch):
     return [
         ("rms_norm", "1x4096 bf16", lambda: F.rms_norm(x, [4096], g, 1e-6),
          lambda: fo.rms_norm(x, [4096], g, 1e-6),
-         lambda: F.rms_norm(x, [4096], g, 1e-6)),
+         lambda: F.rms_norm(x, [4096], g, 1e-6),
+         lambda: ov.rms_norm(x, [4096], g, 1e-6)),
         ("fused_add_rms_norm", "1x4096 bf16", torch_fadd,
-         lambda: fo.fused_add_rms_norm(x, r, g, 1e-6), None),
+         lambda: fo.fused_add_rms_norm(x, r, g, 1e-6), None,
+         lambda: ov.fused_add_rms_norm(x, r, g, 1e-6)),
         ("topk", "4x1024 k8 fp32", lambda: torch.topk(t, 8),
-         lambda: fo.topk(t, 8), lambda: torch.topk(t, 8)),
+         lambda: fo.topk(t, 8), lambda: torch.topk(t, 8),
+         lambda: ov.topk(t, 8)),
         ("mm", "8x4096x4096 bf16", lambda: torch.matmul(a, w.t()),
-         lambda: fo.mm(a, w.t()), lambda: torch.matmul(a, w.t())),
+         lambda: fo.mm(a, w.t()), lambda: torch.matmul(a, w.t()),
+         lambda: ov.mm(a, w.t())),
         ("linear", "8x4096x4096 bf16", lambda: F.linear(a, w),
-         lambda: fo.linear(a, w), lambda: F.linear(a, w)),
+         lambda: fo.linear(a, w), lambda: F.linear(a, w),
+         lambda: ov.linear(a, w)),
         ("grouped_mm", "g8 64x1024x1024 bf16",
          lambda: torch._grouped_mm(ag, wg, offs=ends),
          lambda: fo.grouped_mm(ag, wg, ends),
-         lambda: torch._grouped_mm(ag, wg, offs=ends)),
+         lambda: torch._grouped_mm(ag, wg, offs=ends),
+         lambda: ov.grouped_mm(ag, wg, ends)),
         ("scaled_mm", "16x4096x4096 fp8",
          lambda: torch._scaled_mm(a8, w8.t(), one, one, out_dtype=bf),
          lambda: fo.scaled_mm(a8, w8.t(), one, one, out_dtype=bf),
-         lambda: torch._scaled_mm(a8, w8.t(), one, one, out_dtype=bf)),
+         lambda: torch._scaled_mm(a8, w8.t(), one, one, out_dtype=bf),
+         lambda: ov.scaled_mm(a8, w8.t(), one, one, out_dtype=bf)),
     ]
 
 
@@ -157,23 +174,25 @@ def main():
         cs = cases(torch)
         with torch.no_grad():
             ft.prepare(lambda: [c[3]() for c in cs], (), timeout_s=240)
-            print("%-20s %-22s %9s %9s %9s" % ("op", "shape", "torch_us",
-                                               "flytuned", "routed"))
-            for op, shape, tf, ff, rf in cs:
+            print("%-20s %-22s %9s %9s %9s %9s" % (
+                "op", "shape", "torch_us", "flytuned", "overload", "routed"))
+            for op, shape, tf, ff, rf, of in cs:
                 tu = host_us(torch, tf, args.calls, args.reps)
                 fu = host_us(torch, ff, args.calls, args.reps)
+                ou = host_us(torch, of, args.calls, args.reps)
                 ru = None
                 if rf is not None:
                     ft.enable()
                     ru = host_us(torch, rf, args.calls, args.reps)
                     ft.disable()
                 rows.append({"op": op, "shape": shape, "torch_us": tu,
-                             "flytuned_us": fu, "routed_us": ru,
+                             "flytuned_us": fu, "overload_us": ou,
+                             "routed_us": ru,
                              "backend": be[0]})
                 def f(v):
                     return "-" if v is None else "%.2f" % v
-                print("%-20s %-22s %9s %9s %9s %s" % (
-                    op, shape, f(tu), f(fu), f(ru),
+                print("%-20s %-22s %9s %9s %9s %9s %s" % (
+                    op, shape, f(tu), f(fu), f(ou), f(ru),
                     "queue full: no figure" if None in (tu, fu) else
                     "ok" if fu <= tu else "OVER"), flush=True)
         print("stats:", ft.stats())
