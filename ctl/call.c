@@ -298,7 +298,9 @@ int ctl_page_all(struct ctl *x, const cJSON *base, cJSON **all)
 		free(after);
 		after = cJSON_IsString(next) && next->valuestring[0] ?
 				strdup(next->valuestring) : NULL;
-		while (cJSON_IsArray(res) && cJSON_GetArraySize(res) > 0)
+		/* the head, not cJSON_GetArraySize(): that walks the
+		 * list, once per item moved (quadratic in a page) */
+		while (cJSON_IsArray(res) && res->child != NULL)
 			cJSON_AddItemToArray(acc,
 					     cJSON_DetachItemFromArray(res, 0));
 		cJSON_Delete(res);

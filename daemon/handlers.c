@@ -833,12 +833,15 @@ static int h_import(struct flyd_ctx *ctx, struct flyd_req *rq,
 	}
 	n = st->n;
 	rc = flyd_store_import(ctx->store, st->rows, n);
-	stage_clear(st);
-	if (rc < 0)
+	if (rc < 0) {
+		stage_clear(st);
 		return rc;
+	}
 	flyd_log(FLYD_LOG_INFO, "imported", "rows=%zu uid=%d", n,
 		 (int)rq->uid);
-	flyd_results_refill(ctx->results);
+	/* only these rows changed: publish them, not every stored row */
+	flyd_results_imported(ctx->results, st->rows, n);
+	stage_clear(st);
 	/* A large import leaves the staging rows and the parsed chunks as
 	 * free heap: give it back (measured: +~10 MiB RSS kept after 100k). */
 	malloc_trim(0);

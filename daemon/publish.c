@@ -19,13 +19,14 @@ struct flyd_publish {
 	int warned_full;       /* -ENOSPC logged once per fill */
 };
 
-/* The largest power-of-two slot count whose slots fit in @p max_bytes
- * (the 256-byte header aside), never below @p capacity. */
+/* The largest power-of-two slot count whose slots and record arena fit
+ * in @p max_bytes (the 256-byte header aside), never below @p capacity. */
 static uint32_t cap_of_bytes(uint64_t max_bytes, uint32_t capacity)
 {
+	const uint64_t per = FLY_SHM_SLOT_SIZE + FLY_SHM_ARENA_PER_SLOT;
 	uint64_t n = 64;
 
-	while (n * 2 * FLY_SHM_SLOT_SIZE <= max_bytes && n * 2 <= (1u << 24))
+	while (n * 2 * per <= max_bytes && n * 2 <= (1u << 24))
 		n *= 2;
 	return n < capacity ? capacity : (uint32_t)n;
 }

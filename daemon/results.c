@@ -200,6 +200,16 @@ void flyd_results_refill(struct flyd_results *res)
 	refill(res);
 }
 
+void flyd_results_imported(struct flyd_results *res,
+			   const struct flyd_result *rows, size_t n)
+{
+	if (res == NULL || res->closing || !res->loaded)
+		return;
+	for (size_t i = 0; i < n; i++)
+		remember(res, rows[i].key, &rows[i].d, 1, NULL);
+	flyd_publish_bump(res->pub);
+}
+
 void flyd_results_forget(struct flyd_results *res, const char *key)
 {
 	if (key != NULL) {

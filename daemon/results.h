@@ -47,6 +47,14 @@ void flyd_results_load(struct flyd_results *res, const char *backend);
 /* Re-read map and table from the store (an import, a new system DB) and
  * bump the generation; no-op before flyd_results_load() or once stopping. */
 void flyd_results_refill(struct flyd_results *res);
+/* @p n rows were just committed by an import (each now the stored row
+ * of its key on this device and libver): put them in the map and the
+ * shm table, then bump the generation once -- only the rows the request
+ * changed (issue 19: a refill re-published every stored row per import,
+ * 3M puts for 1M keys imported in five files).  No-op before
+ * flyd_results_load() (the load reads them) or once stopping. */
+void flyd_results_imported(struct flyd_results *res,
+			   const struct flyd_result *rows, size_t n);
 size_t flyd_results_count(const struct flyd_results *res);
 
 /* The tuned decision of @p key: the map, else (when @p check_db and the

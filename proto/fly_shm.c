@@ -2,8 +2,9 @@
  * fly_shm.c -- the published-winners table: layout, single writer, and
  * the bounded lock-free reader (see fly_shm.h for the format essay).
  *
- * Owns: the layout structs (private here), the writer's memfd and its one
- * writable mapping, each reader's read-only mapping.
+ * Owns: the layout structs (private here), the writer's memfd, its one
+ * writable mapping and the arena's free lists (private memory), each
+ * reader's read-only mapping.
  * Thread: the writer is used by one thread (the daemon's loop); readers
  * from any thread of any process.
  *
@@ -11,29 +12,35 @@
  *  - every slot seq value the writer stores is unique: odd while a slot
  *    is being written, then the next even value of a writer-wide counter,
  *    or 0 when the slot returns to never-used (clear); a reader that sees
- *    the same even seq before and after copying has a consistent copy.
+ *    the same even seq before and after copying a slot *and the record it
+ *    references* has a consistent copy of both.
+ *  - a record is written only while no slot references it: it is
+ *    allocated (from a free list or the arena's unused end), filled, and
+ *    only then referenced by a slot publication; it returns to a free
+ *    list only after the slot that referenced it was republished (seq
+ *    changed).  The writer issues a release fence between that slot
+ *    change and any later write of the record's bytes, and the reader an
+ *    acquire fence between copying the record and re-loading the slot's
+ *    seq: a reader that copied bytes of a record being reused sees the
+ *    seq change and retries (C11 fence-fence synchronisation).
  *  - the reader copies the constant header fields once, at open, after
  *    checking them; later changes to the shared header cannot move any
- *    index out of bounds.
- *  - slot checksum: fly__hash_words() (FNV-1a 64 a word at a time) over
- *    the 31 little-endian 64-bit words at bytes 8..255 of the slot with
- *    the checksum field taken as 0 (hash, key length, status, nparams,
- *    key, variant, params, median_us, padding), h = (h ^ word) *
- *    0x100000001b3 from the FNV offset basis, folded to 32 bits as
- *    (h ^ h >> 32).  Word-wise: the byte-wise FNV-1a it replaced cost
- *    ~330 ns a slot, most of a lookup.  Readers verify it on the slot
+ *    index out of bounds.  A record reference and a record's lengths are
+ *    bounded by the arena before a byte of them is read.
+ *  - record checksum: fly__hash_words() (FNV-1a 64 a word at a time) over
+ *    the record's words with the checksum bits of word 0 taken as 0,
+ *    folded to 32 bits (h ^ h >> 32).  Readers verify it on the record
  *    whose key matches, the one whose decision they return.
- *  - header checksum (layout version 2): FNV-1a 64 (fly__hash) over bytes
- *    0..31 then 44..47 (magic, version, sizes, capacity, total size, max
- *    probe), folded to 32 bits as (h ^ h >> 32).  Version 1 used the
- *    32-bit FNV-1a there; a version-1 reader refuses a version-2 table
- *    (FLY_E_VERSION) before it looks at the checksum.
- *  - superseded (layout version 3): set once, by the writer, after every
- *    live entry was copied into a larger table and just before the
- *    generation bump that makes readers look again; the table stays
- *    valid (its entries were current at that moment) but is never
- *    written again.  A version-2 reader would not see the flag and
- *    would keep serving a frozen table: it refuses version 3.
+ *  - header checksum (layout version 2 on): FNV-1a 64 (fly__hash) over
+ *    bytes 0..31 then 44..47 (magic, version, sizes, capacity, total size,
+ *    max probe), folded to 32 bits as (h ^ h >> 32).
+ *  - superseded (layout version 3 on): set once, by the writer, after
+ *    every live entry was copied into a larger table and just before the
+ *    generation bump that makes readers look again; the table stays valid
+ *    but is never written again.
+ *  - layout version 4 (issue 19): 16-byte slots and a record arena
+ *    replace version 3's 256-byte slots; an older reader refuses it
+ *    (FLY_E_VERSION) before it reads a slot.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -49,8 +56,16 @@
 #include "fly_key.h"
 #include "fly_shm.h"
 
-#define SHM_MAGIC  0x31304d4853594c46ull /* "FLYSHM01" little-endian */
-#define SLOT_WORDS (FLY_SHM_SLOT_SIZE / 8)
+#define SHM_MAGIC 0x31304d4853594c46ull /* "FLYSHM01" little-endian */
+/* The record arena is addressed in units of 16 bytes. */
+#define UNIT	  16u
+#define REC_HEAD  2u /* words before the params: word 0, median_us */
+/* The longest record: head, 8 params, a 95-byte key and a 39-byte
+ * variant, rounded up to a unit: 224 bytes, 14 units. */
+#define REC_MAX_WORDS                                                         \
+	((REC_HEAD + FLY_PARAMS_MAX + (FLY_KEY_MAX + FLY_VARIANT_MAX - 2 + 7) / 8 \
+	  + 1) & ~1u)
+#define NCLASS ((int)(REC_MAX_WORDS / 2))
 
 /* TSan does not model fences (gcc -Wtsan); every shared access here is
  * atomic anyway, so TSan sees no plain data race.  Silence the warning
@@ -69,7 +84,7 @@ struct shm_header {
 	uint32_t header_size;	     /* FLY_SHM_HEADER_SIZE */
 	uint32_t slot_size;	     /* FLY_SHM_SLOT_SIZE */
 	uint32_t capacity;	     /* slots, power of two */
-	uint64_t total_size;	     /* header_size + capacity * slot_size */
+	uint64_t total_size;	     /* header + capacity * (slot + arena) */
 	_Atomic uint64_t generation; /* bumps on forget/import/re-tune */
 	_Atomic uint32_t count;	     /* live entries */
 	uint32_t max_probe;	     /* longest probe the writer ever needs */
@@ -81,17 +96,10 @@ struct shm_header {
 };
 
 struct shm_slot {
-	_Atomic uint64_t seq;	       /* odd while written; 0 never used */
-	uint64_t hash;		       /* fly_key_hash of the key */
-	uint16_t keylen;	       /* 0: tombstone (when seq != 0) */
-	uint8_t status;		       /* enum fly_status */
-	uint8_t nparams;	       /* <= FLY_PARAMS_MAX */
-	uint32_t checksum;	       /* see the file comment */
-	char key[FLY_KEY_MAX];	       /* not NUL-terminated: keylen bytes */
-	char variant[FLY_VARIANT_MAX]; /* NUL-terminated */
-	int64_t params[FLY_PARAMS_MAX];
-	double median_us;
-	uint8_t pad[24];
+	_Atomic uint64_t seq; /* odd while written; 0 never used */
+	/* tag (high 32 bits of the key's hash) << 32 | record unit + 1;
+	 * 0: tombstone (when seq != 0) */
+	_Atomic uint64_t ref;
 };
 
 _Static_assert(sizeof(struct shm_header) == FLY_SHM_HEADER_SIZE, "header");
@@ -108,21 +116,38 @@ _Static_assert(offsetof(struct shm_header, checksum) == 48, "checksum");
 _Static_assert(offsetof(struct shm_header, superseded) == 52, "superseded");
 _Static_assert(sizeof(struct shm_slot) == FLY_SHM_SLOT_SIZE, "slot");
 _Static_assert(offsetof(struct shm_slot, seq) == 0, "seq");
-_Static_assert(offsetof(struct shm_slot, hash) == 8, "hash");
-_Static_assert(offsetof(struct shm_slot, keylen) == 16, "keylen");
-_Static_assert(offsetof(struct shm_slot, status) == 18, "status");
-_Static_assert(offsetof(struct shm_slot, nparams) == 19, "nparams");
-_Static_assert(offsetof(struct shm_slot, checksum) == 20, "slot sum");
-_Static_assert(offsetof(struct shm_slot, key) == 24, "key");
-_Static_assert(offsetof(struct shm_slot, variant) == 120, "variant");
-_Static_assert(offsetof(struct shm_slot, params) == 160, "params");
-_Static_assert(offsetof(struct shm_slot, median_us) == 224, "median");
+_Static_assert(offsetof(struct shm_slot, ref) == 8, "ref");
+_Static_assert(64 % FLY_SHM_SLOT_SIZE == 0, "slots share cache lines");
+_Static_assert(FLY_SHM_ARENA_PER_SLOT % UNIT == 0, "arena units");
+_Static_assert(REC_MAX_WORDS == 28, "longest record: 224 bytes");
+_Static_assert(FLY_KEY_MAX - 1 <= 255 && FLY_VARIANT_MAX - 1 <= 255,
+	       "lengths fit a byte");
 _Static_assert(sizeof(_Atomic uint64_t) == 8, "atomic u64");
 
-/* A private copy of a slot, addressable as words. */
-union slot_img {
-	struct shm_slot s;
-	uint64_t w[SLOT_WORDS];
+/* A record, as words:
+ *   word 0: key length (bits 0..7), variant length (8..15), nparams
+ *           (16..23), status (24..31), checksum (32..63)
+ *   word 1: median_us (an IEEE double's bits)
+ *   words 2..2+nparams-1: params
+ *   then the key's bytes and the variant's (no NUL), zero-padded to a
+ *   multiple of 16 bytes. */
+union rec {
+	uint64_t w[REC_MAX_WORDS];
+	uint8_t b[REC_MAX_WORDS * 8];
+};
+
+struct rec_fields {
+	unsigned keylen;
+	unsigned varlen;
+	unsigned nparams;
+	unsigned status;
+	uint32_t checksum;
+};
+
+struct freelist {
+	uint32_t *v; /* record units free for reuse */
+	uint32_t n;
+	uint32_t cap;
 };
 
 struct fly_shm_writer {
@@ -138,6 +163,9 @@ struct fly_shm_writer {
 	 * (measured: a full clear at start made the whole table resident,
 	 * +32 MiB RSS at 131072 slots). */
 	uint8_t *written;
+	uint32_t arena_units; /* the arena's size in units */
+	uint32_t bump;	      /* units ever handed out (since clear) */
+	struct freelist fl[NCLASS]; /* by record size in units, minus 1 */
 };
 
 struct fly_shm_reader {
@@ -145,6 +173,7 @@ struct fly_shm_reader {
 	size_t size;
 	uint32_t capacity;
 	uint32_t probe; /* min(header max_probe, FLY_SHM_MAX_PROBE, cap) */
+	uint64_t arena_units;
 };
 
 uint32_t fly__shm_header_sum(const void *hdr)
@@ -154,18 +183,17 @@ uint32_t fly__shm_header_sum(const void *hdr)
 	return fly__hash_fold32(fly__hash_more(fly__hash(b, 32), b + 44, 4));
 }
 
-static uint32_t slot_sum(const union slot_img *img)
+static struct shm_slot *slot_at(const uint8_t *base, uint32_t i)
 {
-	union slot_img t = *img;
-
-	t.s.checksum = 0;
-	return fly__hash_fold32(fly__hash_words(&t.w[1], SLOT_WORDS - 1));
+	return (struct shm_slot *)(uintptr_t)(base + FLY_SHM_HEADER_SIZE +
+					      (size_t)i * FLY_SHM_SLOT_SIZE);
 }
 
-static _Atomic uint64_t *slot_words(const uint8_t *base, uint32_t i)
+static _Atomic uint64_t *arena_of(const uint8_t *base, uint32_t capacity)
 {
 	return (_Atomic uint64_t *)(uintptr_t)(base + FLY_SHM_HEADER_SIZE +
-					       (size_t)i * FLY_SHM_SLOT_SIZE);
+					       (size_t)capacity *
+						   FLY_SHM_SLOT_SIZE);
 }
 
 /* A key's home slot: the finalizer over the key's hash (fly_hash.h says
@@ -175,9 +203,116 @@ uint64_t fly__shm_home(uint64_t hash)
 	return fly__hash_mix(hash);
 }
 
+static uint64_t tag_of(uint64_t hash)
+{
+	return hash & 0xffffffff00000000ull;
+}
+
 static struct shm_header *hdr_of(const uint8_t *base)
 {
 	return (struct shm_header *)(uintptr_t)base;
+}
+
+/* -------------------------------------------------------------- records */
+
+static struct rec_fields rec_decode(uint64_t w0)
+{
+	struct rec_fields f = {
+	    .keylen = (unsigned)(w0 & 0xff),
+	    .varlen = (unsigned)(w0 >> 8 & 0xff),
+	    .nparams = (unsigned)(w0 >> 16 & 0xff),
+	    .status = (unsigned)(w0 >> 24 & 0xff),
+	    .checksum = (uint32_t)(w0 >> 32),
+	};
+	return f;
+}
+
+/* Words of a record with these lengths (a whole number of units). */
+static uint32_t rec_words(unsigned keylen, unsigned varlen, unsigned np)
+{
+	return (REC_HEAD + np + (keylen + varlen + 7) / 8 + 1) & ~1u;
+}
+
+/* Whether the lengths of @p f are in range (key non-empty). */
+static int rec_fields_ok(const struct rec_fields *f)
+{
+	return f->keylen >= 1 && f->keylen <= FLY_KEY_MAX - 1 &&
+	       f->varlen <= FLY_VARIANT_MAX - 1 && f->nparams <= FLY_PARAMS_MAX;
+}
+
+static uint32_t rec_sum(const union rec *r, uint32_t nwords)
+{
+	uint64_t w0 = r->w[0] & 0xffffffffull;
+	uint64_t h = fly__hash_words(&w0, 1);
+
+	for (uint32_t k = 1; k < nwords; k++)
+		h = (h ^ r->w[k]) * FLY_HASH_PRIME;
+	return fly__hash_fold32(h);
+}
+
+/* Build the record of (key, d) in @p r.  @return its words. */
+static uint32_t rec_build(union rec *r, const char *key, size_t len,
+			  const struct fly_decision *d)
+{
+	size_t vl = strlen(d->variant);
+	uint32_t n = rec_words((unsigned)len, (unsigned)vl, d->nparams);
+	uint8_t *tail;
+
+	memset(r, 0, n * 8);
+	r->w[0] = (uint64_t)len | (uint64_t)vl << 8 |
+		  (uint64_t)d->nparams << 16 | (uint64_t)(d->status & 0xff)
+						   << 24;
+	memcpy(&r->w[1], &d->median_us, 8);
+	memcpy(&r->w[REC_HEAD], d->params, d->nparams * 8u);
+	tail = r->b + (REC_HEAD + d->nparams) * 8;
+	memcpy(tail, key, len);
+	memcpy(tail + len, d->variant, vl);
+	r->w[0] |= (uint64_t)rec_sum(r, n) << 32;
+	return n;
+}
+
+/* Copy the record at @p unit of an arena of @p units units, every index
+ * bounded by the arena (the bytes may be hostile or being rewritten).
+ * @return its words, or 0 when the reference or the lengths are out of
+ * range (only word 0 copied). */
+static uint32_t rec_copy(const _Atomic uint64_t *arena, uint64_t units,
+			 uint64_t unit, union rec *r)
+{
+	const _Atomic uint64_t *p;
+	struct rec_fields f;
+	uint32_t n;
+
+	if (unit >= units)
+		return 0;
+	p = arena + unit * 2;
+	r->w[0] = atomic_load_explicit(&p[0], memory_order_relaxed);
+	f = rec_decode(r->w[0]);
+	if (!rec_fields_ok(&f))
+		return 0;
+	n = rec_words(f.keylen, f.varlen, f.nparams);
+	if (unit + n / 2 > units)
+		return 0;
+	for (uint32_t k = 1; k < n; k++)
+		r->w[k] = atomic_load_explicit(&p[k], memory_order_relaxed);
+	return n;
+}
+
+/* The key bytes of a copied record. */
+static const char *rec_key(const union rec *r)
+{
+	return (const char *)r->b + (REC_HEAD + rec_decode(r->w[0]).nparams) * 8;
+}
+
+static void rec_to_decision(const union rec *r, struct fly_decision *d)
+{
+	struct rec_fields f = rec_decode(r->w[0]);
+
+	memset(d, 0, sizeof(*d));
+	d->status = f.status;
+	memcpy(d->variant, rec_key(r) + f.keylen, f.varlen);
+	d->nparams = f.nparams;
+	memcpy(d->params, &r->w[REC_HEAD], f.nparams * 8u);
+	memcpy(&d->median_us, &r->w[1], 8);
 }
 
 /* ---------------------------------------------------------------- writer */
@@ -208,44 +343,12 @@ static int seal(struct fly_shm_writer *w)
 	return 0;
 }
 
-int fly__shm_writer_open(uint32_t capacity, struct fly_shm_writer **out)
+/* Write the header of a fresh table. */
+static void header_init(struct fly_shm_writer *w)
 {
-	struct fly_shm_writer *w;
-	struct shm_header *h;
+	struct shm_header *h = hdr_of(w->base);
 	struct timespec ts;
-	int rc;
 
-	*out = NULL;
-	if (capacity > (1u << 24))
-		return -EINVAL;
-	w = calloc(1, sizeof(*w));
-	if (w == NULL)
-		return -ENOMEM;
-	w->capacity = round_pow2(capacity);
-	w->written = calloc(w->capacity, 1);
-	if (w->written == NULL) {
-		free(w);
-		return -ENOMEM;
-	}
-	w->probe =
-	    w->capacity < FLY_SHM_MAX_PROBE ? w->capacity : FLY_SHM_MAX_PROBE;
-	w->size = FLY_SHM_HEADER_SIZE + (size_t)w->capacity * FLY_SHM_SLOT_SIZE;
-	w->fd = memfd_create("flytuned-table", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (w->fd < 0) {
-		rc = -errno;
-		goto err_free;
-	}
-	if (ftruncate(w->fd, (off_t)w->size) < 0) {
-		rc = -errno;
-		goto err_close;
-	}
-	w->base =
-	    mmap(NULL, w->size, PROT_READ | PROT_WRITE, MAP_SHARED, w->fd, 0);
-	if (w->base == MAP_FAILED) {
-		rc = -errno;
-		goto err_close;
-	}
-	h = hdr_of(w->base);
 	h->magic = SHM_MAGIC;
 	h->version = FLY_SHM_LAYOUT_VERSION;
 	h->header_size = FLY_SHM_HEADER_SIZE;
@@ -264,6 +367,55 @@ int fly__shm_writer_open(uint32_t capacity, struct fly_shm_writer **out)
 			      (uint64_t)ts.tv_sec * 1000000ull +
 				  (uint64_t)ts.tv_nsec / 1000u,
 			      memory_order_release);
+}
+
+static void writer_free_mem(struct fly_shm_writer *w)
+{
+	for (int c = 0; c < NCLASS; c++)
+		free(w->fl[c].v);
+	free(w->written);
+	free(w);
+}
+
+int fly__shm_writer_open(uint32_t capacity, struct fly_shm_writer **out)
+{
+	struct fly_shm_writer *w;
+	int rc;
+
+	*out = NULL;
+	if (capacity > (1u << 24))
+		return -EINVAL;
+	w = calloc(1, sizeof(*w));
+	if (w == NULL)
+		return -ENOMEM;
+	w->capacity = round_pow2(capacity);
+	w->written = calloc(w->capacity, 1);
+	if (w->written == NULL) {
+		free(w);
+		return -ENOMEM;
+	}
+	w->probe =
+	    w->capacity < FLY_SHM_MAX_PROBE ? w->capacity : FLY_SHM_MAX_PROBE;
+	w->arena_units = w->capacity * (FLY_SHM_ARENA_PER_SLOT / UNIT);
+	w->size = FLY_SHM_HEADER_SIZE +
+		  (size_t)w->capacity *
+		      (FLY_SHM_SLOT_SIZE + FLY_SHM_ARENA_PER_SLOT);
+	w->fd = memfd_create("flytuned-table", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (w->fd < 0) {
+		rc = -errno;
+		goto err_free;
+	}
+	if (ftruncate(w->fd, (off_t)w->size) < 0) {
+		rc = -errno;
+		goto err_close;
+	}
+	w->base =
+	    mmap(NULL, w->size, PROT_READ | PROT_WRITE, MAP_SHARED, w->fd, 0);
+	if (w->base == MAP_FAILED) {
+		rc = -errno;
+		goto err_close;
+	}
+	header_init(w);
 	rc = seal(w);
 	if (rc < 0)
 		goto err_unmap;
@@ -275,8 +427,7 @@ err_unmap:
 err_close:
 	close(w->fd);
 err_free:
-	free(w->written);
-	free(w);
+	writer_free_mem(w);
 	return rc;
 }
 
@@ -286,8 +437,7 @@ void fly__shm_writer_close(struct fly_shm_writer *w)
 		return;
 	munmap(w->base, w->size);
 	close(w->fd);
-	free(w->written);
-	free(w);
+	writer_free_mem(w);
 }
 
 int fly__shm_writer_fd(const struct fly_shm_writer *w)
@@ -321,61 +471,104 @@ void *fly__shm_writer_mem(struct fly_shm_writer *w)
 	return w->base;
 }
 
-/* The writer reads its own slots with relaxed loads (readers race). */
-static void slot_peek(const struct fly_shm_writer *w, uint32_t i,
-		      union slot_img *img)
+/* A free record of @p units units.  @return its unit, or -ENOSPC. */
+static int64_t arena_alloc(struct fly_shm_writer *w, uint32_t units)
 {
-	_Atomic uint64_t *sw = slot_words(w->base, i);
+	struct freelist *f = &w->fl[units - 1];
 
-	for (int k = 0; k < SLOT_WORDS; k++)
-		img->w[k] = atomic_load_explicit(&sw[k], memory_order_relaxed);
+	if (f->n > 0)
+		return f->v[--f->n];
+	if (w->bump + units > w->arena_units)
+		return -ENOSPC;
+	w->bump += units;
+	return w->bump - units;
 }
 
-/* Publish @p img into slot i under the seqlock; seq ends at @p final
- * (0: never used) or at the next even counter value. */
-static void slot_publish(struct fly_shm_writer *w, uint32_t i,
-			 union slot_img *img, int never_used)
+/* Give a record back (its slot no longer references it).  A failed
+ * allocation of the list only loses the space until the next clear. */
+static void arena_free(struct fly_shm_writer *w, uint32_t unit)
 {
-	_Atomic uint64_t *sw = slot_words(w->base, i);
-	uint64_t final;
+	union rec r;
+	uint32_t n = rec_copy(arena_of(w->base, w->capacity), w->arena_units,
+			      unit, &r);
+	struct freelist *f;
+
+	if (n == 0)
+		return;
+	f = &w->fl[n / 2 - 1];
+	if (f->n == f->cap) {
+		uint32_t ncap = f->cap ? f->cap * 2 : 64;
+		uint32_t *v = realloc(f->v, ncap * sizeof(*v));
+
+		if (v == NULL)
+			return;
+		f->v = v;
+		f->cap = ncap;
+	}
+	f->v[f->n++] = unit;
+}
+
+/* Publish @p ref into slot i under the seqlock; seq ends at 0 (never
+ * used) or at the next even counter value. */
+static void slot_publish(struct fly_shm_writer *w, uint32_t i, uint64_t ref,
+			 int never_used)
+{
+	struct shm_slot *s = slot_at(w->base, i);
 
 	w->seqctr += 2;
 	w->written[i] = 1;
-	final = never_used ? 0 : w->seqctr;
-	atomic_store_explicit(&sw[0], w->seqctr - 1, memory_order_relaxed);
+	atomic_store_explicit(&s->seq, w->seqctr - 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_release);
-	for (int k = 1; k < SLOT_WORDS; k++)
-		atomic_store_explicit(&sw[k], img->w[k], memory_order_relaxed);
-	atomic_store_explicit(&sw[0], final, memory_order_release);
+	atomic_store_explicit(&s->ref, ref, memory_order_relaxed);
+	atomic_store_explicit(&s->seq, never_used ? 0 : w->seqctr,
+			      memory_order_release);
+}
+
+/* Whether slot @p ref's record holds @p key (the writer's own bytes). */
+static int writer_rec_is(const struct fly_shm_writer *w, uint64_t ref,
+			 const char *key, size_t len)
+{
+	union rec r;
+	uint32_t unit = (uint32_t)ref - 1;
+
+	if (rec_copy(arena_of(w->base, w->capacity), w->arena_units, unit,
+		     &r) == 0)
+		return 0;
+	return rec_decode(r.w[0]).keylen == len && !memcmp(rec_key(&r), key, len);
 }
 
 /* Find the slot holding @p key, or where it would go.
- * @return slot index with *found set, or -ENOSPC / FLY_E_NOTFOUND. */
+ * @return slot index with *found and *ref set, or -ENOSPC. */
 static int64_t writer_find(const struct fly_shm_writer *w, const char *key,
-			   size_t len, uint64_t hash, int *found)
+			   size_t len, uint64_t hash, int *found,
+			   uint64_t *ref)
 {
 	uint32_t mask = w->capacity - 1;
+	uint64_t h0 = fly__shm_home(hash);
 	int64_t free_slot = -1;
-	union slot_img img;
 
 	*found = 0;
+	*ref = 0;
 	for (uint32_t p = 0; p < w->probe; p++) {
-		uint32_t i = (uint32_t)(fly__shm_home(hash) + p) & mask;
+		uint32_t i = (uint32_t)(h0 + p) & mask;
+		struct shm_slot *s = slot_at(w->base, i);
+		uint64_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed);
+		uint64_t rf = atomic_load_explicit(&s->ref, memory_order_relaxed);
 
-		slot_peek(w, i, &img);
-		if (img.w[0] == 0) {
+		if (seq == 0) {
 			if (free_slot < 0)
 				free_slot = i;
 			break;
 		}
-		if (img.s.keylen == 0) {
+		if (rf == 0) {
 			if (free_slot < 0)
 				free_slot = i;
 			continue;
 		}
-		if (img.s.hash == hash && img.s.keylen == len &&
-		    !memcmp(img.s.key, key, len)) {
+		if ((rf & ~0xffffffffull) == tag_of(hash) &&
+		    writer_rec_is(w, rf, key, len)) {
 			*found = 1;
+			*ref = rf;
 			return i;
 		}
 	}
@@ -385,9 +578,11 @@ static int64_t writer_find(const struct fly_shm_writer *w, const char *key,
 int fly__shm_put(struct fly_shm_writer *w, const char *key, size_t len,
 		 const struct fly_decision *d)
 {
-	union slot_img img;
-	uint64_t hash;
-	int64_t i;
+	_Atomic uint64_t *p;
+	union rec r;
+	uint64_t hash, old;
+	int64_t i, unit;
+	uint32_t n;
 	int found;
 
 	if (len == 0 || len > FLY_KEY_MAX - 1 || key == NULL)
@@ -396,21 +591,23 @@ int fly__shm_put(struct fly_shm_writer *w, const char *key, size_t len,
 	    memchr(d->variant, '\0', FLY_VARIANT_MAX) == NULL)
 		return -EINVAL;
 	hash = fly_key_hash(key, len);
-	i = writer_find(w, key, len, hash, &found);
+	i = writer_find(w, key, len, hash, &found, &old);
 	if (i < 0)
 		return (int)i;
-	memset(&img, 0, sizeof(img));
-	img.s.hash = hash;
-	img.s.keylen = (uint16_t)len;
-	img.s.status = (uint8_t)d->status;
-	img.s.nparams = (uint8_t)d->nparams;
-	memcpy(img.s.key, key, len);
-	memcpy(img.s.variant, d->variant, FLY_VARIANT_MAX);
-	memcpy(img.s.params, d->params, sizeof(img.s.params));
-	img.s.median_us = d->median_us;
-	img.s.checksum = slot_sum(&img);
-	slot_publish(w, (uint32_t)i, &img, 0);
-	if (!found)
+	n = rec_build(&r, key, len, d);
+	unit = arena_alloc(w, n / 2);
+	if (unit < 0)
+		return (int)unit;
+	/* orders every earlier slot change (the one that freed this
+	 * record) before the record's new bytes: see the file comment */
+	atomic_thread_fence(memory_order_release);
+	p = arena_of(w->base, w->capacity) + unit * 2;
+	for (uint32_t k = 0; k < n; k++)
+		atomic_store_explicit(&p[k], r.w[k], memory_order_relaxed);
+	slot_publish(w, (uint32_t)i, tag_of(hash) | (uint64_t)(unit + 1), 0);
+	if (found)
+		arena_free(w, (uint32_t)old - 1);
+	else
 		atomic_fetch_add_explicit(&hdr_of(w->base)->count, 1,
 					  memory_order_relaxed);
 	return 0;
@@ -418,18 +615,17 @@ int fly__shm_put(struct fly_shm_writer *w, const char *key, size_t len,
 
 int fly__shm_del(struct fly_shm_writer *w, const char *key, size_t len)
 {
-	union slot_img img;
+	uint64_t old;
 	int64_t i;
 	int found;
 
 	if (key == NULL || len == 0 || len > FLY_KEY_MAX - 1)
 		return FLY_E_NOTFOUND;
-	i = writer_find(w, key, len, fly_key_hash(key, len), &found);
+	i = writer_find(w, key, len, fly_key_hash(key, len), &found, &old);
 	if (i < 0 || !found)
 		return FLY_E_NOTFOUND;
-	memset(&img, 0, sizeof(img));
-	img.s.checksum = slot_sum(&img);
-	slot_publish(w, (uint32_t)i, &img, 0);
+	slot_publish(w, (uint32_t)i, 0, 0);
+	arena_free(w, (uint32_t)old - 1);
 	atomic_fetch_sub_explicit(&hdr_of(w->base)->count, 1,
 				  memory_order_relaxed);
 	return 0;
@@ -437,43 +633,43 @@ int fly__shm_del(struct fly_shm_writer *w, const char *key, size_t len)
 
 void fly__shm_clear(struct fly_shm_writer *w)
 {
-	union slot_img img;
-
-	memset(&img, 0, sizeof(img));
 	for (uint32_t i = 0; i < w->capacity; i++) {
 		if (w->written[i] &&
-		    atomic_load_explicit(slot_words(w->base, i),
+		    atomic_load_explicit(&slot_at(w->base, i)->seq,
 					 memory_order_relaxed) != 0)
-			slot_publish(w, i, &img, 1);
+			slot_publish(w, i, 0, 1);
 	}
+	/* every record is unreferenced now: the arena starts over (put's
+	 * release fence orders these slot changes before any reuse) */
+	w->bump = 0;
+	for (int c = 0; c < NCLASS; c++)
+		w->fl[c].n = 0;
 	atomic_store_explicit(&hdr_of(w->base)->count, 0, memory_order_relaxed);
 }
 
 int fly__shm_writer_copy(struct fly_shm_writer *dst,
 			 const struct fly_shm_writer *src)
 {
-	union slot_img img;
+	const _Atomic uint64_t *arena = arena_of(src->base, src->capacity);
 	int n = 0;
 
 	for (uint32_t i = 0; i < src->capacity; i++) {
+		struct shm_slot *s = slot_at(src->base, i);
 		struct fly_decision d;
+		uint64_t ref;
+		union rec r;
 		int rc;
 
-		if (!src->written[i])
+		if (!src->written[i] ||
+		    atomic_load_explicit(&s->seq, memory_order_relaxed) == 0)
 			continue;
-		slot_peek(src, i, &img);
-		if (img.w[0] == 0 || img.s.keylen == 0 ||
-		    img.s.keylen > FLY_KEY_MAX - 1 ||
-		    img.s.nparams > FLY_PARAMS_MAX)
+		ref = atomic_load_explicit(&s->ref, memory_order_relaxed);
+		if (ref == 0 || rec_copy(arena, src->arena_units,
+					 (uint32_t)ref - 1, &r) == 0)
 			continue;
-		memset(&d, 0, sizeof(d));
-		d.status = img.s.status;
-		memcpy(d.variant, img.s.variant, FLY_VARIANT_MAX);
-		d.variant[FLY_VARIANT_MAX - 1] = '\0';
-		d.nparams = img.s.nparams;
-		memcpy(d.params, img.s.params, sizeof(d.params));
-		d.median_us = img.s.median_us;
-		rc = fly__shm_put(dst, img.s.key, img.s.keylen, &d);
+		rec_to_decision(&r, &d);
+		rc = fly__shm_put(dst, rec_key(&r), rec_decode(r.w[0]).keylen,
+				  &d);
 		if (rc < 0)
 			return rc;
 		n++;
@@ -534,12 +730,14 @@ static int check_header(const uint8_t *base, size_t size,
 	    h.slot_size != FLY_SHM_SLOT_SIZE || h.capacity == 0 ||
 	    (h.capacity & (h.capacity - 1)) != 0 || h.total_size != size)
 		return FLY_E_SHM;
-	want = (uint64_t)h.header_size + (uint64_t)h.capacity * h.slot_size;
+	want = (uint64_t)h.header_size +
+	       (uint64_t)h.capacity * (h.slot_size + FLY_SHM_ARENA_PER_SLOT);
 	if (want != h.total_size)
 		return FLY_E_SHM;
 	if (h.checksum != fly__shm_header_sum(base))
 		return FLY_E_SHM;
 	r->capacity = h.capacity;
+	r->arena_units = (uint64_t)h.capacity * (FLY_SHM_ARENA_PER_SLOT / UNIT);
 	r->probe =
 	    h.max_probe < FLY_SHM_MAX_PROBE ? h.max_probe : FLY_SHM_MAX_PROBE;
 	if (r->probe > h.capacity)
@@ -610,90 +808,83 @@ uint64_t fly__shm_reader_generation(const struct fly_shm_reader *r)
 				    memory_order_acquire);
 }
 
-/* Copy slot i consistently.  @return 0, or FLY_E_SHM after the retries. */
-static int slot_read(const struct fly_shm_reader *r, uint32_t i,
-		     union slot_img *img)
+/* What one probe step found. */
+enum probe_res {
+	PROBE_END,   /* a never-used slot: the key is not in the table */
+	PROBE_NEXT,  /* another key (or a tombstone): go on probing */
+	PROBE_COPY,  /* the record the tag points to, copied consistently */
+	PROBE_TORN,  /* still inconsistent after the retries */
+	PROBE_BAD    /* a reference or record out of range: corrupt */
+};
+
+/* Read slot @p i and, when its tag is @p tag, copy its record into @p rec
+ * under the slot's seqlock (the record's bytes between the two loads of
+ * seq, see the file comment).  @param[out] nw the record's words. */
+static enum probe_res probe_slot(const struct fly_shm_reader *r, uint32_t i,
+				 uint64_t tag, union rec *rec, uint32_t *nw)
 {
-	_Atomic uint64_t *sw = slot_words(r->base, i);
+	const struct shm_slot *s = slot_at(r->base, i);
+	const _Atomic uint64_t *arena = arena_of(r->base, r->capacity);
 
 	for (int t = 0; t < FLY_SHM_RETRIES; t++) {
-		uint64_t s1 =
-		    atomic_load_explicit(&sw[0], memory_order_acquire);
+		uint64_t s1 = atomic_load_explicit(&s->seq, memory_order_acquire);
+		uint64_t ref;
 
+		if (s1 == 0)
+			return PROBE_END;
 		if (s1 & 1)
 			continue;
-		img->w[0] = s1;
-		if (s1 == 0)
-			return 0; /* never used: nothing else matters */
-		for (int k = 1; k < SLOT_WORDS; k++)
-			img->w[k] =
-			    atomic_load_explicit(&sw[k], memory_order_relaxed);
+		ref = atomic_load_explicit(&s->ref, memory_order_relaxed);
+		/* another key, or a tombstone: passed over on two loads
+		 * of one cache line (a stale view reads as a miss) */
+		if (ref == 0 || (ref & ~0xffffffffull) != tag)
+			return PROBE_NEXT;
+		*nw = rec_copy(arena, r->arena_units, (uint32_t)ref - 1, rec);
 		atomic_thread_fence(memory_order_acquire);
-		if (atomic_load_explicit(&sw[0], memory_order_relaxed) == s1)
-			return 0;
+		if (atomic_load_explicit(&s->seq, memory_order_relaxed) != s1)
+			continue;
+		return *nw == 0 ? PROBE_BAD : PROBE_COPY;
 	}
-	return FLY_E_SHM;
-}
-
-/* A consistent copy that is still untrusted: check it before use. */
-static int slot_valid(const union slot_img *img)
-{
-	if (img->s.checksum != slot_sum(img))
-		return 0;
-	if (img->s.keylen > FLY_KEY_MAX - 1 || img->s.nparams > FLY_PARAMS_MAX)
-		return 0;
-	return memchr(img->s.variant, '\0', FLY_VARIANT_MAX) != NULL;
+	return PROBE_TORN;
 }
 
 int fly_shm_lookup(const struct fly_shm_reader *r, const char *key, size_t len,
 		   struct fly_decision *out)
 {
-	union slot_img img;
-	uint64_t hash, h0, gen;
-	uint32_t mask;
-	int rc;
+	union rec rec;
+	uint64_t hash, h0, tag, gen;
+	uint32_t mask, nw = 0;
 
 	if (r == NULL || key == NULL || len == 0 || len > FLY_KEY_MAX - 1)
 		return FLY_E_NOTFOUND;
 	gen = fly__shm_reader_generation(r);
 	hash = fly_key_hash(key, len);
 	h0 = fly__shm_home(hash);
+	tag = tag_of(hash);
 	mask = r->capacity - 1;
 	for (uint32_t p = 0; p < r->probe; p++) {
 		uint32_t i = (uint32_t)(h0 + p) & mask;
-		_Atomic uint64_t *sw = slot_words(r->base, i);
-		uint64_t s0 = atomic_load_explicit(&sw[0], memory_order_acquire);
+		struct rec_fields f;
 
-		if (s0 == 0)
+		switch (probe_slot(r, i, tag, &rec, &nw)) {
+		case PROBE_END:
 			return FLY_E_NOTFOUND;
-		/* A stable slot whose hash differs is passed over on two
-		 * loads; only a match (or a slot being written) is copied
-		 * whole under the seqlock and checked. */
-		if (!(s0 & 1) &&
-		    atomic_load_explicit(&sw[1], memory_order_relaxed) != hash)
+		case PROBE_NEXT:
 			continue;
-		rc = slot_read(r, i, &img);
-		if (rc < 0)
-			return rc;
-		if (img.w[0] == 0)
-			return FLY_E_NOTFOUND;
-		/* Fields out of their range mark a corrupt table at once;
-		 * the (costlier) checksum is verified on the matching slot,
-		 * the only one whose bytes are returned. */
-		if (img.s.keylen > FLY_KEY_MAX - 1 ||
-		    img.s.nparams > FLY_PARAMS_MAX)
+		case PROBE_TORN:
+		case PROBE_BAD:
 			return FLY_E_SHM;
-		if (img.s.keylen != len || img.s.hash != hash ||
-		    memcmp(img.s.key, key, len))
+		case PROBE_COPY:
+			break;
+		}
+		/* a tag shared by another key (1 in 2^32): the full key
+		 * decides, so a hit is never another key's decision */
+		f = rec_decode(rec.w[0]);
+		if (f.keylen != len || memcmp(rec_key(&rec), key, len))
 			continue;
-		if (!slot_valid(&img))
+		if (f.checksum != rec_sum(&rec, nw))
 			return FLY_E_SHM;
-		memset(out, 0, sizeof(*out));
-		out->status = img.s.status;
-		memcpy(out->variant, img.s.variant, FLY_VARIANT_MAX);
-		out->nparams = img.s.nparams;
-		memcpy(out->params, img.s.params, sizeof(out->params));
-		out->median_us = img.s.median_us;
+		rec_to_decision(&rec, out);
 		out->generation = gen;
 		return 0;
 	}

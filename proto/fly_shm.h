@@ -11,7 +11,8 @@
  * PROT_READ and treat every byte as untrusted.
  *
  * Layout (all little-endian, fixed width; see fly_shm.c for the
- * _Static_asserts):
+ * _Static_asserts), version 4 (issue 19: 16 bytes a slot, where version 3
+ * spent 256 on every slot and 512 MiB of memfd on a 1M-key table):
  *
  *   offset 0      header (256 bytes): magic "FLYSHM01" (u64), layout
  *                 version (u32), header size (u32), slot size (u32),
@@ -19,21 +20,33 @@
  *                 generation (atomic u64, bumps on forget/import/re-tune
  *                 and on every restart), count (atomic u32), max probe
  *                 (u32), header checksum (u32, FNV-1a 64 over the constant
- *                 fields, folded), padding.
- *   offset 256    capacity slots of 256 bytes, cache-line aligned:
+ *                 fields, folded), superseded (atomic u32), padding.
+ *   offset 256    capacity slots of 16 bytes, four to a cache line:
  *                 seq (atomic u64: odd while written, 0 never used),
- *                 key hash (u64), key length (u16, 0 = tombstone),
- *                 status (u8), nparams (u8), checksum (u32, FNV-1a over
- *                 key + decision bytes), key (96), variant (40),
- *                 params (8 x i64), median_us (f64), padding.
+ *                 ref (atomic u64: the high 32 bits of the key's hash
+ *                 (the tag) << 32 | the record's unit + 1; 0 with seq
+ *                 != 0 is a tombstone).
+ *   then          the record arena, capacity x 128 bytes in units of 16:
+ *                 one record per live key, 32 to 224 bytes: word 0 (key
+ *                 length u8, variant length u8, nparams u8, status u8,
+ *                 checksum u32: FNV-1a 64 word-wise over the record with
+ *                 the checksum taken as 0, folded), median_us (f64),
+ *                 params (nparams x i64), the key's bytes then the
+ *                 variant's (no NULs), zero-padded to a unit.  Only the
+ *                 pages of records ever written are resident.
  *
  * Lookup: linear probing from fly__shm_home(hash) & (capacity - 1) (the
  * key's FNV-1a hash through the fmix64 finalizer), at most max probe
  * (bounded again by the reader's own cap) slots; a never-used slot ends
- * the probe.  Each slot is read as relaxed atomic 64-bit words between two
- * acquire loads of seq; a reader retries a slot a bounded number of times
- * and then reports FLY_E_SHM (a writer killed mid-update must not spin a
- * reader forever).
+ * the probe, a slot whose tag differs is passed over on its two words.
+ * On a tag match the record is copied (every index bounded by the arena)
+ * between two loads of the slot's seq, and its full key compared: a key
+ * sharing the tag is a miss, never its decision; the checksum is checked
+ * on the record returned.  A reader retries a slot a bounded number of
+ * times and then reports FLY_E_SHM (a writer killed mid-update must not
+ * spin a reader forever).  The writer writes a record only while no slot
+ * references it and frees it after its slot changed (fly_shm.c says why a
+ * reader cannot return a reused record's bytes).
  */
 #ifndef FLY_SHM_H
 #define FLY_SHM_H
@@ -44,9 +57,13 @@
 #include "fly_abi.h"
 
 /* 2: the header checksum is FNV-1a 64 folded to 32 bits (fly_hash.h),
- * not the 32-bit FNV-1a of version 1 (issue 23: one hash). */
-#define FLY_SHM_LAYOUT_VERSION 3
-#define FLY_SHM_SLOT_SIZE 256
+ * not the 32-bit FNV-1a of version 1 (issue 23: one hash); 3: the
+ * superseded flag; 4: 16-byte slots and the record arena (issue 19). */
+#define FLY_SHM_LAYOUT_VERSION 4
+#define FLY_SHM_SLOT_SIZE 16
+/* Arena bytes per slot: a table at most half full has 256 bytes a live
+ * key, more than the longest record (224). */
+#define FLY_SHM_ARENA_PER_SLOT 128
 #define FLY_SHM_HEADER_SIZE 256
 #define FLY_SHM_MAX_PROBE 64
 #define FLY_SHM_RETRIES 16
@@ -69,7 +86,7 @@ size_t fly__shm_writer_size(const struct fly_shm_writer *w);
 uint32_t fly__shm_writer_capacity(const struct fly_shm_writer *w);
 uint32_t fly__shm_writer_count(const struct fly_shm_writer *w);
 /* Insert or replace the decision for a key.  @return 0, -ENOSPC when the
- * probe window is full, FLY_E_KEYLEN. */
+ * probe window or the record arena is full, FLY_E_KEYLEN. */
 int fly__shm_put(struct fly_shm_writer *w, const char *key, size_t len,
 		 const struct fly_decision *d);
 /* Remove a key (tombstone).  @return 0 or FLY_E_NOTFOUND. */

@@ -741,11 +741,32 @@ static int sealed_copy(const uint8_t *src, size_t n, size_t len, int seals)
 	return fd;
 }
 
+/* Byte offset of a live slot's record (layout 4: a slot's low 32 bits
+ * of ref are its record's 16-byte unit + 1) from a random slot on, or of
+ * the arena's start when none is live. */
+static size_t live_rec(const uint8_t *m, size_t nslots)
+{
+	size_t arena = FLY_SHM_HEADER_SIZE + nslots * FLY_SHM_SLOT_SIZE;
+	size_t i0 = rnd_below((uint32_t)nslots);
+
+	for (size_t k = 0; k < nslots; k++) {
+		size_t s = FLY_SHM_HEADER_SIZE +
+			   ((i0 + k) % nslots) * FLY_SHM_SLOT_SIZE;
+		uint64_t ref;
+
+		memcpy(&ref, m + s + 8, 8);
+		if ((uint32_t)ref != 0)
+			return arena + ((size_t)(uint32_t)ref - 1) * 16;
+	}
+	return arena;
+}
+
 /* Mutate the table at @p m (writable mapping, @p total bytes); may
  * replace the fd handed to the reader (*fd). */
 static void shm_mutate(struct shm_case *c, uint8_t *m, size_t total, int *fd)
 {
-	size_t nslots = (total - FLY_SHM_HEADER_SIZE) / FLY_SHM_SLOT_SIZE;
+	size_t nslots = (total - FLY_SHM_HEADER_SIZE) /
+			(FLY_SHM_SLOT_SIZE + FLY_SHM_ARENA_PER_SLOT);
 	size_t slot = FLY_SHM_HEADER_SIZE +
 		      rnd_below((uint32_t)nslots) * FLY_SHM_SLOT_SIZE;
 	const int full = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
@@ -815,25 +836,30 @@ static void shm_mutate(struct shm_case *c, uint8_t *m, size_t total, int *fd)
 		snprintf(c->why, sizeof(c->why), "%d torn slots", k);
 		break;
 	}
-	case 6: { /* slot fields that lie: key length, nparams, status */
-		size_t off = (size_t[]){16, 18, 19}[rnd_below(3)];
-		uint16_t v = (uint16_t)rnd();
+	case 6: { /* record fields that lie: key length, variant length,
+		   * nparams, status; or a slot's record reference */
+		size_t rec = live_rec(m, nslots), off = rnd_below(5);
+		uint32_t v = rnd();
 
-		memcpy(m + slot + off, &v, off == 16 ? 2 : 1);
-		snprintf(c->why, sizeof(c->why), "slot %zu field +%zu = %u",
-			 (slot - FLY_SHM_HEADER_SIZE) / FLY_SHM_SLOT_SIZE, off,
-			 v);
+		if (off < 4)
+			m[rec + off] = (uint8_t)v;
+		else
+			memcpy(m + slot + 8, &v, 4);
+		snprintf(c->why, sizeof(c->why), "record %zu field +%zu = %u",
+			 rec, off, v);
 		break;
 	}
-	case 7: { /* an unterminated variant / key, random slot bytes */
+	case 7: { /* random bytes of a record, or of slots */
+		size_t rec = live_rec(m, nslots);
+
 		if (rnd_below(2))
-			memset(m + slot + 120, 'A', 40);
+			for (int i = 0; i < 4; i++)
+				m[rec + rnd_below(224)] = (uint8_t)rnd();
 		else
 			for (int i = 0; i < 16; i++)
-				m[slot + rnd_below(FLY_SHM_SLOT_SIZE)] =
-				    (uint8_t)rnd();
-		snprintf(c->why, sizeof(c->why), "slot %zu bytes",
-			 (slot - FLY_SHM_HEADER_SIZE) / FLY_SHM_SLOT_SIZE);
+				m[slot + rnd_below(64)] = (uint8_t)rnd();
+		snprintf(c->why, sizeof(c->why), "record %zu / slot %zu bytes",
+			 rec, (slot - FLY_SHM_HEADER_SIZE) / FLY_SHM_SLOT_SIZE);
 		break;
 	}
 	case 8: { /* a memfd shorter or longer than the header says */
@@ -911,7 +937,7 @@ static int shm_child(void *arg)
 			    "lookup rc %d", rc);
 		if (rc != 0)
 			continue;
-		/* A hit is exactly what was written (slot checksums). */
+		/* A hit is exactly what was written (record checksums). */
 		shm_decision(i, &d);
 		CHILD_CHECK(strcmp(got.variant, d.variant) == 0 &&
 				got.nparams == d.nparams &&

@@ -203,16 +203,29 @@ static void test_huge_max_probe_is_bounded(void **state)
 	fly__shm_writer_close(w);
 }
 
-/* Byte offset of the slot holding k1 (found by scanning for its key). */
-static size_t slot_of_k1(struct fly_shm_writer *w)
+/* Byte offset of the slot holding k1 (found by scanning the records its
+ * slots reference for its key); *rec: its record's offset. */
+static size_t slot_of_k1(struct fly_shm_writer *w, size_t *rec)
 {
 	uint8_t *m = fly__shm_writer_mem(w);
+	uint32_t cap = fly__shm_writer_capacity(w);
+	size_t arena = FLY_SHM_HEADER_SIZE + (size_t)cap * FLY_SHM_SLOT_SIZE;
 
-	for (uint32_t i = 0; i < fly__shm_writer_capacity(w); i++) {
+	for (uint32_t i = 0; i < cap; i++) {
 		size_t off = FLY_SHM_HEADER_SIZE + (size_t)i * FLY_SHM_SLOT_SIZE;
+		uint64_t ref;
+		size_t r;
 
-		if (memcmp(m + off + 24, k1, strlen(k1)) == 0)
+		memcpy(&ref, m + off + 8, 8);
+		if ((uint32_t)ref == 0)
+			continue;
+		r = arena + ((size_t)(uint32_t)ref - 1) * 16;
+		/* the key follows word 0, the median and the params */
+		if (m[r] == strlen(k1) &&
+		    memcmp(m + r + 16 + 8 * m[r + 2], k1, strlen(k1)) == 0) {
+			*rec = r;
 			return off;
+		}
 	}
 	fail_msg("k1 not in the table");
 	return 0;
@@ -224,21 +237,21 @@ static void test_corrupt_and_torn_slots(void **state)
 	struct fly_shm_reader *r;
 	struct fly_decision d;
 	uint8_t *m = fly__shm_writer_mem(w);
-	size_t off = slot_of_k1(w);
+	size_t rec, off = slot_of_k1(w, &rec);
+	size_t var = rec + 16 + 8 * m[rec + 2] + strlen(k1);
 	uint64_t seq;
 
 	(void)state;
 	assert_int_equal(open_dup(w, &r), 0);
-	/* corrupt: a variant byte changes, the slot checksum no longer
+	/* corrupt: a variant byte changes, the record checksum no longer
 	 * matches */
-	m[off + 120] ^= 0x55;
+	m[var] ^= 0x55;
 	assert_int_equal(fly_shm_lookup(r, k1, strlen(k1), &d), FLY_E_SHM);
-	m[off + 120] ^= 0x55;
+	m[var] ^= 0x55;
 	assert_int_equal(fly_shm_lookup(r, k1, strlen(k1), &d), 0);
-	/* hostile: keylen and nparams out of range */
-	m[off + 16] = 0xff;
-	m[off + 17] = 0xff;
-	m[off + 19] = 200;
+	/* hostile: key length and nparams out of range */
+	m[rec] = 0xff;
+	m[rec + 2] = 200;
 	assert_int_equal(fly_shm_lookup(r, k1, strlen(k1), &d), FLY_E_SHM);
 	fly__shm_reader_close(r);
 	fly__shm_writer_close(w);
@@ -247,7 +260,7 @@ static void test_corrupt_and_torn_slots(void **state)
 	 * gives up after its bounded retries */
 	w = writer_with_key();
 	m = fly__shm_writer_mem(w);
-	off = slot_of_k1(w);
+	off = slot_of_k1(w, &rec);
 	assert_int_equal(open_dup(w, &r), 0);
 	memcpy(&seq, m + off, 8);
 	seq |= 1;

@@ -28,11 +28,14 @@
 
 #define OFF_MAGIC    0
 #define OFF_VERSION  8
+#define OFF_SLOTSIZE 16
 #define OFF_CAPACITY 20
 #define OFF_TOTAL    24
 #define OFF_MAXPROBE 44
 #define OFF_SUM	     48
 #define SLOT(i)	     (FLY_SHM_HEADER_SIZE + (size_t)(i)*FLY_SHM_SLOT_SIZE)
+#define ARENA(cap)   (FLY_SHM_HEADER_SIZE + (size_t)(cap)*FLY_SHM_SLOT_SIZE)
+#define PER_SLOT     (FLY_SHM_SLOT_SIZE + FLY_SHM_ARENA_PER_SLOT)
 
 static void mkdec(const char *key, uint64_t round, struct fly_decision *d)
 {
@@ -102,7 +105,7 @@ static void test_roundtrip(void **state)
 	(void)state;
 	assert_int_equal(fly__shm_writer_capacity(w), 128);
 	assert_int_equal(fly__shm_writer_size(w),
-			 FLY_SHM_HEADER_SIZE + 128 * FLY_SHM_SLOT_SIZE);
+			 FLY_SHM_HEADER_SIZE + 128 * PER_SLOT);
 	for (int i = 0; i < 50; i++) {
 		key_of(k, i);
 		assert_int_equal(put(w, k, 7), 0);
@@ -463,6 +466,14 @@ static void test_refuse_header(void **state)
 
 	set32(w, OFF_VERSION, FLY_SHM_LAYOUT_VERSION + 1, 1);
 	assert_int_equal(ropen(w, &r), FLY_E_VERSION);
+	/* a version-3 table (256-byte slots, no arena) is refused cleanly,
+	 * whatever its sizes say */
+	set32(w, OFF_VERSION, 3, 1);
+	assert_int_equal(ropen(w, &r), FLY_E_VERSION);
+	set32(w, OFF_VERSION, FLY_SHM_LAYOUT_VERSION, 1);
+	set32(w, OFF_SLOTSIZE, 256, 1);
+	assert_int_equal(ropen(w, &r), FLY_E_SHM);
+	set32(w, OFF_SLOTSIZE, FLY_SHM_SLOT_SIZE, 1);
 	set32(w, OFF_VERSION, FLY_SHM_LAYOUT_VERSION, 1);
 
 	/* bad checksum: a constant field changed behind the sum's back */
@@ -489,7 +500,7 @@ static void test_refuse_non_pow2(void **state)
 {
 	struct fly_shm_writer *w = wopen(64);
 	struct fly_shm_reader *r = NULL;
-	uint64_t total = FLY_SHM_HEADER_SIZE + 3 * FLY_SHM_SLOT_SIZE;
+	uint64_t total = FLY_SHM_HEADER_SIZE + 3 * PER_SLOT;
 	uint8_t *b = fly__shm_writer_mem(w);
 
 	(void)state;
@@ -501,13 +512,36 @@ static void test_refuse_non_pow2(void **state)
 	    fly__shm_reader_open(copy_table(w, total, ALLSEALS), &r),
 	    FLY_E_SHM);
 	/* the same with capacity 4 is accepted (control) */
-	total = FLY_SHM_HEADER_SIZE + 4 * FLY_SHM_SLOT_SIZE;
+	total = FLY_SHM_HEADER_SIZE + 4 * PER_SLOT;
 	memcpy(b + OFF_TOTAL, &total, 8);
 	set32(w, OFF_CAPACITY, 4, 1);
 	assert_int_equal(
 	    fly__shm_reader_open(copy_table(w, total, ALLSEALS), &r), 0);
 	fly__shm_reader_close(r);
 	fly__shm_writer_close(w);
+}
+
+/* Byte offset of slot @p i's record in the writer's table (0: none). */
+static size_t rec_off(struct fly_shm_writer *w, uint32_t i)
+{
+	uint8_t *b = fly__shm_writer_mem(w);
+	uint64_t seq, ref;
+
+	memcpy(&seq, b + SLOT(i), 8);
+	memcpy(&ref, b + SLOT(i) + 8, 8);
+	if (seq == 0 || (uint32_t)ref == 0)
+		return 0;
+	return ARENA(fly__shm_writer_capacity(w)) +
+	       ((size_t)(uint32_t)ref - 1) * 16;
+}
+
+/* Offset of the key bytes of the record at @p off (after word 0, the
+ * median and nparams params). */
+static size_t rec_key_off(struct fly_shm_writer *w, size_t off)
+{
+	uint8_t *b = fly__shm_writer_mem(w);
+
+	return off + 16 + 8 * (size_t)b[off + 2];
 }
 
 /* Index of the slot holding @p key in the writer's table, or -1. */
@@ -517,10 +551,10 @@ static int slot_of(struct fly_shm_writer *w, const char *key)
 	size_t len = strlen(key);
 
 	for (uint32_t i = 0; i < fly__shm_writer_capacity(w); i++) {
-		uint16_t kl;
+		size_t off = rec_off(w, i);
 
-		memcpy(&kl, b + SLOT(i) + 16, 2);
-		if (kl == len && !memcmp(b + SLOT(i) + 24, key, len))
+		if (off != 0 && b[off] == len &&
+		    !memcmp(b + rec_key_off(w, off), key, len))
 			return (int)i;
 	}
 	return -1;
@@ -533,6 +567,7 @@ static void test_bad_slot(void **state)
 	struct fly_decision d;
 	const char *k = "topk/fp32/m=4096,n=1024,k=8/det";
 	uint8_t *b = fly__shm_writer_mem(w);
+	size_t var;
 	uint64_t seq;
 	int s;
 
@@ -541,12 +576,14 @@ static void test_bad_slot(void **state)
 	assert_int_equal(ropen(w, &r), 0);
 	s = slot_of(w, k);
 	assert_true(s >= 0);
-	/* a flipped variant byte: checksum fails, the slot is not returned */
-	b[SLOT(s) + 120] ^= 0x01;
+	/* a flipped variant byte: checksum fails, the record is not
+	 * returned */
+	var = rec_key_off(w, rec_off(w, (uint32_t)s)) + strlen(k);
+	b[var] ^= 0x01;
 	memset(&d, 0, sizeof(d));
 	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_SHM);
 	assert_int_equal(d.nparams, 0);
-	b[SLOT(s) + 120] ^= 0x01;
+	b[var] ^= 0x01;
 	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
 	/* a slot whose seq stays odd (writer died mid-update): bounded */
 	memcpy(&seq, b + SLOT(s), 8);
@@ -556,6 +593,147 @@ static void test_bad_slot(void **state)
 	seq += 1;
 	memcpy(b + SLOT(s), &seq, 8);
 	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+/* A slot whose reference or record is out of range: FLY_E_SHM, no read
+ * outside the mapping (ASan builds check that). */
+static void test_bad_record_ref(void **state)
+{
+	struct fly_shm_writer *w = wopen(64);
+	struct fly_shm_reader *r = NULL;
+	struct fly_decision d;
+	const char *k = "rmsnorm/bf16/m=1,n=8192";
+	uint8_t *b = fly__shm_writer_mem(w);
+	uint64_t ref, bad;
+	size_t off;
+	int s;
+
+	(void)state;
+	assert_int_equal(put(w, k, 2), 0);
+	assert_int_equal(ropen(w, &r), 0);
+	s = slot_of(w, k);
+	assert_true(s >= 0);
+	off = rec_off(w, (uint32_t)s);
+	memcpy(&ref, b + SLOT(s) + 8, 8);
+	/* the reference past the arena's last unit, and at the last unit
+	 * (the record's words would run past the end) */
+	bad = (ref & ~0xffffffffull) | (64u * FLY_SHM_ARENA_PER_SLOT / 16 + 1);
+	memcpy(b + SLOT(s) + 8, &bad, 8);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_SHM);
+	bad = (ref & ~0xffffffffull) | (64u * FLY_SHM_ARENA_PER_SLOT / 16);
+	memcpy(b + SLOT(s) + 8, &bad, 8);
+	memcpy(b + ARENA(64) + 64u * FLY_SHM_ARENA_PER_SLOT - 16, b + off, 8);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_SHM);
+	memcpy(b + SLOT(s) + 8, &ref, 8);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
+	/* lengths out of range: key length 0, nparams 9 */
+	b[off] = 0;
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_SHM);
+	b[off] = (uint8_t)strlen(k);
+	b[off + 2] = FLY_PARAMS_MAX + 1;
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_SHM);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+/* Two keys that share a tag (the slot's 32 bits of hash) and a probe:
+ * the full key in the record decides, so the other key's decision is
+ * never returned.  Forged: key b's home slot made to reference key a's
+ * record under b's tag. */
+static void test_tag_collision_is_miss(void **state)
+{
+	struct fly_shm_writer *w = wopen(64);
+	struct fly_shm_reader *r = NULL;
+	struct fly_decision d;
+	const char *a = "gemm/bf16/NN/m=128,n=128,k=128";
+	char bk[FLY_KEY_MAX];
+	uint8_t *m = fly__shm_writer_mem(w);
+	uint64_t ref, hb, forged, seq = 2;
+	uint32_t home;
+	int sa;
+
+	(void)state;
+	assert_int_equal(put(w, a, 1), 0);
+	sa = slot_of(w, a);
+	assert_true(sa >= 0);
+	for (int i = 0;; i++) {
+		key_of(bk, i);
+		hb = fly_key_hash(bk, strlen(bk));
+		home = (uint32_t)fly__shm_home(hb) & 63;
+		if (home != (uint32_t)sa)
+			break;
+	}
+	memcpy(&ref, m + SLOT(sa) + 8, 8);
+	forged = (hb & ~0xffffffffull) | (ref & 0xffffffffull);
+	memcpy(m + SLOT(home) + 8, &forged, 8);
+	memcpy(m + SLOT(home), &seq, 8);
+	assert_int_equal(ropen(w, &r), 0);
+	assert_int_equal(fly_shm_lookup(r, bk, strlen(bk), &d),
+			 FLY_E_NOTFOUND);
+	assert_int_equal(fly_shm_lookup(r, a, strlen(a), &d), 0);
+	assert_true(dec_ok(a, &d));
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+/* Records of every size class: the longest keys, variants and params
+ * round-trip; rewriting a key with a record of another size frees the
+ * old one for reuse; a full arena is -ENOSPC (the daemon grows then),
+ * never a lost or damaged entry. */
+static void test_long_keys_and_arena(void **state)
+{
+	struct fly_shm_writer *w = wopen(64);
+	struct fly_shm_reader *r = NULL;
+	struct fly_decision d, got;
+	char k[FLY_KEY_MAX];
+	int n = 0, rc = 0;
+
+	(void)state;
+	assert_int_equal(ropen(w, &r), 0);
+	memset(&d, 0, sizeof(d));
+	d.status = FLY_STATUS_TUNED;
+	d.nparams = FLY_PARAMS_MAX;
+	memset(d.variant, 'v', FLY_VARIANT_MAX - 1);
+	for (int i = 0; i < FLY_PARAMS_MAX; i++)
+		d.params[i] = -1 - i;
+	/* 64 slots x 128 bytes of arena: 36 records of 224 bytes */
+	while (n < 64) {
+		memset(k, 'k', FLY_KEY_MAX - 1);
+		snprintf(k, FLY_KEY_MAX, "%04d", n);
+		k[4] = 'k';
+		d.median_us = n;
+		rc = fly__shm_put(w, k, FLY_KEY_MAX - 1, &d);
+		if (rc < 0)
+			break;
+		n++;
+	}
+	assert_int_equal(rc, -ENOSPC);
+	assert_int_equal(n, 64 * FLY_SHM_ARENA_PER_SLOT / 224);
+	assert_int_equal(fly__shm_writer_count(w), n);
+	for (int i = 0; i < n; i++) {
+		memset(k, 'k', FLY_KEY_MAX - 1);
+		snprintf(k, FLY_KEY_MAX, "%04d", i);
+		k[4] = 'k';
+		assert_int_equal(fly_shm_lookup(r, k, FLY_KEY_MAX - 1, &got),
+				 0);
+		assert_int_equal(got.nparams, FLY_PARAMS_MAX);
+		assert_int_equal(got.params[7], -8);
+		assert_int_equal(strlen(got.variant), FLY_VARIANT_MAX - 1);
+		assert_true(got.median_us == i);
+		/* a short record for key i frees a 224-byte one ... */
+		d.nparams = 0;
+		strcpy(d.variant, "s");
+		assert_int_equal(fly__shm_put(w, k, FLY_KEY_MAX - 1, &d), 0);
+		d.nparams = FLY_PARAMS_MAX;
+		memset(d.variant, 'v', FLY_VARIANT_MAX - 1);
+		/* ... which the long record takes back */
+		assert_int_equal(fly__shm_put(w, k, FLY_KEY_MAX - 1, &d), 0);
+	}
+	assert_int_equal(fly__shm_writer_count(w), n);
+	fly__shm_clear(w);
+	assert_int_equal(fly__shm_put(w, k, FLY_KEY_MAX - 1, &d), 0);
 	fly__shm_reader_close(r);
 	fly__shm_writer_close(w);
 }
@@ -630,6 +808,10 @@ static void *writer_main(void *arg)
 		if (round % 64 == 0)
 			(void)fly__shm_del(c->w, c->keys[round % NKEYS],
 					   strlen(c->keys[round % NKEYS]));
+		/* the arena starts over: records are reused by other keys
+		 * while readers may still copy them */
+		if (round % 97 == 0)
+			fly__shm_clear(c->w);
 	}
 	return NULL;
 }
@@ -713,6 +895,9 @@ int main(void)
 	    cmocka_unit_test(test_refuse_header),
 	    cmocka_unit_test(test_refuse_non_pow2),
 	    cmocka_unit_test(test_bad_slot),
+	    cmocka_unit_test(test_bad_record_ref),
+	    cmocka_unit_test(test_tag_collision_is_miss),
+	    cmocka_unit_test(test_long_keys_and_arena),
 	    cmocka_unit_test(test_hostile_max_probe),
 	    cmocka_unit_test(test_client_cannot_write),
 	    cmocka_unit_test(test_concurrent),
