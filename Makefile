@@ -194,7 +194,7 @@ ALL_TARGETS := $(LAYERING) $(HEADER) $(LIBCLIENT_A) $(LIBCLIENT_SO) \
 .PHONY: all test test-bins unit integration python-test check checks style layering run \
 	deps asan ubsan tsan coverage install uninstall clean gen gen-check \
 	deb deb-version asan-ci asan-ci-bins tsan-ci tsan-ci-bins \
-	corrupt-inputs torture faultsim \
+	corrupt-inputs torture powercut faultsim \
 	test-gpu bench systemd-verify fuzz fuzz-bins examples FORCE
 .DEFAULT_GOAL := all
 # Keep every intermediate object (no rebuilds of objects make deleted).
@@ -484,6 +484,13 @@ corrupt-inputs: all $(BUILD)/tests/integration/test_corrupt_inputs
 TORTURE_KILLS ?= 10000
 torture: all $(BUILD)/tests/integration/test_torture
 	$(Q)TORTURE_KILLS=$(TORTURE_KILLS) $(BUILD)/tests/integration/test_torture
+
+# Power cuts (issue 21 item 3, RELIABILITY.md F3): the store over
+# tests/common/crashvfs.c, cut after each of POWERCUT_POINTS mutating VFS
+# calls of successive workloads; `make test` runs 300.
+POWERCUT_POINTS ?= 10000
+powercut: $(BUILD)/tests/unit/test_powercut
+	$(Q)POWERCUT_POINTS=$(POWERCUT_POINTS) $(BUILD)/tests/unit/test_powercut
 
 # Fault injection (issue 21 item 1): tests/fault/faultsim.c, an LD_PRELOAD
 # shim failing the Nth allocation or I/O call, and the sweep over
