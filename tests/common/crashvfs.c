@@ -260,7 +260,9 @@ static int cv_close(sqlite3_file *f)
 		p->node->nopen--;
 		if (p->node->real == p->real)
 			p->node->real = NULL;
-		/* Another handle of the same file takes over the writes. */
+		/* The cut then writes this node's operations through the
+		 * file's name (platter_write), even while another handle is
+		 * open: only the store's one connection is modelled. */
 		nodes_gc();
 	}
 	return rc;
