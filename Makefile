@@ -194,7 +194,7 @@ ALL_TARGETS := $(LAYERING) $(HEADER) $(LIBCLIENT_A) $(LIBCLIENT_SO) \
 .PHONY: all test test-bins unit integration python-test check checks style layering run \
 	deps asan ubsan tsan coverage install uninstall clean gen gen-check \
 	deb deb-version asan-ci asan-ci-bins tsan-ci tsan-ci-bins \
-	corrupt-inputs torture faultsim \
+	corrupt-inputs torture powercut churn faultsim \
 	test-gpu bench systemd-verify fuzz fuzz-bins examples FORCE
 .DEFAULT_GOAL := all
 # Keep every intermediate object (no rebuilds of objects make deleted).
@@ -485,6 +485,23 @@ TORTURE_KILLS ?= 10000
 torture: all $(BUILD)/tests/integration/test_torture
 	$(Q)TORTURE_KILLS=$(TORTURE_KILLS) $(BUILD)/tests/integration/test_torture
 
+# Power cuts (issue 21 item 3, RELIABILITY.md F3): the store over
+# tests/common/crashvfs.c, cut after each of POWERCUT_POINTS mutating VFS
+# calls of successive workloads; `make test` runs 300.
+POWERCUT_POINTS ?= 10000
+powercut: $(BUILD)/tests/unit/test_powercut
+	$(Q)POWERCUT_POINTS=$(POWERCUT_POINTS) $(BUILD)/tests/unit/test_powercut
+
+# Client churn at the rows' scale (RELIABILITY.md L5, F13, L8): 100,000
+# connect/close cycles, 10,000 client kills, 10,000 tune requests;
+# `make test` runs 2,000 / 200 / 2,000.
+CHURN_CYCLES ?= 100000
+CHURN_KILLS ?= 10000
+CHURN_TUNES ?= 10000
+churn: all $(BUILD)/tests/integration/test_churn
+	$(Q)CHURN_CYCLES=$(CHURN_CYCLES) CHURN_KILLS=$(CHURN_KILLS) \
+		CHURN_TUNES=$(CHURN_TUNES) $(BUILD)/tests/integration/test_churn
+
 # Fault injection (issue 21 item 1): tests/fault/faultsim.c, an LD_PRELOAD
 # shim failing the Nth allocation or I/O call, and the sweep over
 # "start, decide, tune and commit" (tests/fault/test_faultsim.c).
@@ -574,7 +591,7 @@ ASAN_CI_BIN := $(filter-out %/test_kernels_cpu,$(patsubst tests/unit/%.c,build/a
 asan-ci-bins:
 	$(MAKE) BUILD=build/asan SAN=address,undefined GPU=none all $(ASAN_CI_BIN)
 asan-ci: asan-ci-bins
-	$(Q)FLY_CORRUPT_N=50 FLY_FORKS=100 sh tools/run-tests.sh asan $(ASAN_CI_BIN)
+	$(Q)FLY_CORRUPT_N=50 FLY_FORKS=100 POWERCUT_POINTS=60 sh tools/run-tests.sh asan $(ASAN_CI_BIN)
 ubsan:
 	$(MAKE) BUILD=build/ubsan SAN=undefined GPU=none test
 tsan:
