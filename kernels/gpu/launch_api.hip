@@ -60,9 +60,14 @@ FLYK_EXPORT int flyk_gpu_rmsnorm(const struct fly_problem *p,
 	return flyk_launch(flyk_gpu_backend(), &a->dev, p, d, &args, stream);
 }
 
-FLYK_EXPORT int flyk_gpu_topk(const struct fly_problem *p,
-			      const struct fly_decision *d, const void *x,
-			      void *values, int64_t *indices, void *stream)
+/* TopK with a workspace (flyk.h FLYK_TOPK_WS_BYTES: zeroed once, for
+ * topk alone; NULL refuses the points that need one, topk_mb's, with
+ * -EINVAL). */
+FLYK_EXPORT int flyk_gpu_topk_ws(const struct fly_problem *p,
+				 const struct fly_decision *d, const void *x,
+				 void *values, int64_t *indices,
+				 void *workspace, size_t workspace_size,
+				 void *stream)
 {
 	struct api_dev *a = api_device();
 	if (a->rc)
@@ -74,7 +79,17 @@ FLYK_EXPORT int flyk_gpu_topk(const struct fly_problem *p,
 	args.topk.x = x;
 	args.topk.values = values;
 	args.topk.indices = indices;
+	args.topk.workspace = workspace;
+	args.topk.workspace_size = workspace_size;
 	return flyk_launch(flyk_gpu_backend(), &a->dev, p, d, &args, stream);
+}
+
+/* TopK without a workspace: flyk_gpu_topk_ws(..., NULL, 0, stream). */
+FLYK_EXPORT int flyk_gpu_topk(const struct fly_problem *p,
+			      const struct fly_decision *d, const void *x,
+			      void *values, int64_t *indices, void *stream)
+{
+	return flyk_gpu_topk_ws(p, d, x, values, indices, NULL, 0, stream);
 }
 
 /* FP8 MQA logits (struct flyk_mqa_logits_args: q [sq,h,d] and kv [skv,d]

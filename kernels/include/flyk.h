@@ -82,10 +82,20 @@ struct flyk_rmsnorm_args {
 	float eps;        /* 1e-6 in the benchmark cases */
 };
 
+/* TopK's workspace: the variants that take one (topk_mb, few long rows)
+ * need at most this much, 8-byte aligned, its first 4 * M bytes (a
+ * counter a row) zero before the first launch: each launch leaves them
+ * zero again, so allocate it zeroed once and give it to topk alone (a
+ * GEMM's split-K partials there would break the next topk).  Without one
+ * such a point's launch fails with -EINVAL; the others ignore it. */
+#define FLYK_TOPK_WS_BYTES ((size_t)1 << 20)
+
 struct flyk_topk_args {
 	const void *x;     /* [M,N] */
 	void *values;      /* [M,K], same dtype as x, sorted descending */
 	int64_t *indices;  /* [M,K] */
+	void *workspace;   /* FLYK_TOPK_WS_BYTES, counters zero; may be NULL */
+	size_t workspace_size;
 };
 
 /* Scaled low-precision GEMM, NT: C[m,n] = sum_k A[m,k] B[n,k] * scales,

@@ -46,10 +46,10 @@ static void test_topk(const struct flyk_backend *b, struct flyk_device *dev)
 		{1, 1, 1},	{3, 5, 2},	 {17, 129, 8},	{33, 1000, 16},
 		{5, 4097, 32},	{2, 8193, 3},	 {3, 30001, 50}, {2, 131073, 100},
 		{64, 256, 8},	{4, 2048, 128},	 {7, 64, 64},
-		/* few long rows (topk_wqc's space): a vocabulary, k = 1 and
-		 * 128, slices of an odd length */
+		/* few long rows (topk_wqc's and topk_mb's space): a
+		 * vocabulary, k = 1 and 128, slices of an odd length, 1M */
 		{1, 128256, 50}, {2, 65536, 1},	 {1, 20000, 128},
-		{3, 40001, 33},
+		{3, 40001, 33},	 {1, 1048577, 128}, {8, 131072, 128},
 	};
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
 		for (int d = 0; d < 3; d++)

@@ -38,6 +38,18 @@
  *               other blocks' lists, read from their shared memory.  For
  *               few long rows (a vocabulary's logits at decode), where
  *               one block a row leaves the other SMs idle.
+ *   topk_mb     one row over `bpr` blocks of `threads` (one launch, no
+ *               cluster): each block radix-selects its slice's top k
+ *               (keys in registers, 8-bit digits from the top, stopping
+ *               when the digit's bucket holds exactly the words needed;
+ *               ties at the slice's k-th key by index), sorts them and
+ *               writes them to the workspace; the row's last block to
+ *               finish (a counter a row, set back to zero by that block)
+ *               merges the sorted lists by a tree of bitonic merges.
+ *               Few long rows (n >= 32768, m * bpr <= 2 waves of one
+ *               block an SM), k <= 128; needs the op's workspace
+ *               (flyk.h FLYK_TOPK_WS_BYTES, counters zero): -EINVAL
+ *               without it.
  *
  * The case (setup/check) has no reference output: tk_check_kernel checks
  * any k against x itself (indices valid, values exact, order strict, and
@@ -608,6 +620,265 @@ __global__ void __launch_bounds__(1024)
 		tk_emit<DT>(tk_smem[i], vals, idx, (int64_t)blockIdx.x * k + i);
 }
 
+/* ------------------------------------------------------------ mb */
+
+/* topk_mb: a row over `bpr` blocks, one launch.  Block b radix-selects
+ * the top k of its slice (keys in registers, EPT a thread, 8-bit digits
+ * from the top in shared memory, stopping as soon as the digit's bucket
+ * holds exactly the words still needed), sorts them (bitonic, K2 words,
+ * zeros after its k) and writes them to the workspace; the row's last
+ * block to finish (a counter per row at the workspace's head, which it
+ * sets back to zero) merges the bpr sorted lists by a tree of bitonic
+ * merges and writes the k.  Ties at the slice's k-th key go to the
+ * smaller indices (the words are key << 32 | ~index: unique). */
+
+#define TK_MB_EQC 512 /* (EPT, warp) counts of the ordered tie gather */
+
+/* The word of the @p kk-th largest digit of @p h (from 255 down): warp 0
+ * writes the prefix with that digit, kk within it, and its count. */
+__device__ __forceinline__ void tk_mb_digit(const uint32_t *h, uint32_t prefix,
+					    int shift, uint32_t kk,
+					    uint32_t *out)
+{
+	int t = threadIdx.x;
+	int per = 256 / FLYK_WARP, hi = 255 - t * per;
+	uint32_t s = 0;
+	for (int d = 0; d < per; d++)
+		s += h[hi - d];
+	uint32_t inc = s; /* inclusive scan from lane 0 (the top digits) */
+	for (int o = 1; o < FLYK_WARP; o <<= 1) {
+		uint32_t v = FLYK_SHFL(inc, t >= o ? t - o : t);
+		if (t >= o)
+			inc += v;
+	}
+	uint32_t above = inc - s;
+	if (above < kk && kk <= inc) {
+		for (int d = 0; d < per; d++) {
+			uint32_t c = h[hi - d];
+			if (above + c >= kk) {
+				out[0] = prefix | ((uint32_t)(hi - d) << shift);
+				out[1] = kk - above;
+				out[2] = c;
+				break;
+			}
+			above += c;
+		}
+	}
+}
+
+/* Bitonic sort, descending, of @p ks (a power of two) words of @p s by
+ * the whole block. */
+__device__ __forceinline__ void tk_mb_sort(u64 *s, int ks)
+{
+	int t = threadIdx.x, G = blockDim.x;
+	for (int size = 2; size <= ks; size <<= 1) {
+		for (int stride = size >> 1; stride > 0; stride >>= 1) {
+			for (int i = t; i < ks / 2; i += G) {
+				int lo = 2 * i - (i & (stride - 1));
+				int hi = lo + stride;
+				bool desc = (lo & size) == 0;
+				u64 a = s[lo], b = s[hi];
+				if ((a < b) == desc) {
+					s[lo] = b;
+					s[hi] = a;
+				}
+			}
+			__syncthreads();
+		}
+	}
+}
+
+/* The @p nl sorted (descending) lists of @p ks words at @p s into the
+ * first one's top ks, sorted: pairs of lists by a tree, each pair by a
+ * half-cleaner (the first list against the second reversed: a bitonic
+ * sequence holding the pair's top ks) and a bitonic merge.  nl is a power
+ * of two. */
+__device__ __forceinline__ void tk_mb_merge(u64 *s, int nl, int ks)
+{
+	int t = threadIdx.x, G = blockDim.x;
+	for (int len = 1; len < nl; len <<= 1) {
+		int pairs = nl / (2 * len);
+		for (int i = t; i < pairs * ks; i += G) {
+			u64 *a = s + (size_t)(i / ks) * 2 * len * ks;
+			const u64 *b = a + (size_t)len * ks;
+			int j = i % ks;
+			u64 y = b[ks - 1 - j];
+			a[j] = a[j] > y ? a[j] : y;
+		}
+		__syncthreads();
+		for (int st = ks >> 1; st > 0; st >>= 1) {
+			for (int i = t; i < pairs * (ks / 2); i += G) {
+				u64 *a = s + (size_t)(i / (ks / 2)) * 2 * len * ks;
+				int j = i % (ks / 2);
+				int lo = 2 * j - (j & (st - 1)), hi = lo + st;
+				u64 x = a[lo], y = a[hi];
+				if (x < y) {
+					a[lo] = y;
+					a[hi] = x;
+				}
+			}
+			__syncthreads();
+		}
+	}
+}
+
+/* The radix select of one slice (keys @p key, EPT a thread, @p cnt
+ * valid): the prefix P under mask M of the slice's k-th word, kk the
+ * words needed from P's bucket (tot of them there).  16-bit dtypes stop
+ * at the bits their keys hold (bf16: 16, fp16: 24; the bits under them
+ * are the same for one value). */
+template <int DT, int EPT>
+__device__ __forceinline__ void tk_mb_select(const uint32_t (&key)[EPT],
+					     int cnt, uint32_t k,
+					     uint32_t (*hist)[256],
+					     uint32_t *sel, uint32_t &P,
+					     uint32_t &M, uint32_t &kk,
+					     uint32_t &tot)
+{
+	int t = threadIdx.x, G = blockDim.x;
+	int low = DT == FLY_DT_BF16 ? 16 : DT == FLY_DT_FP16 ? 8 : 0;
+	P = 0;
+	M = 0;
+	tot = (uint32_t)cnt;
+	kk = k < tot ? k : tot;
+	for (int shift = 24, ps = 0; shift >= low && kk < tot; shift -= 8, ps++) {
+		uint32_t *h = hist[ps & 1];
+		for (int i = t; i < 256; i += G)
+			hist[(ps + 1) & 1][i] = 0; /* the next pass's */
+		/* runs of one digit in this thread's keys: one atomic each */
+		uint32_t cd = 0, cc = 0;
+#pragma unroll
+		for (int j = 0; j < EPT; j++) {
+			if (j * G + t >= cnt || (key[j] & M) != P)
+				continue;
+			uint32_t d = (key[j] >> shift) & 255u;
+			if (cc && d != cd) {
+				atomicAdd(&h[cd], cc);
+				cc = 0;
+			}
+			cd = d;
+			cc++;
+		}
+		if (cc)
+			atomicAdd(&h[cd], cc);
+		__syncthreads();
+		if (t < FLYK_WARP)
+			tk_mb_digit(h, P, shift, kk, sel);
+		__syncthreads();
+		P = sel[0];
+		kk = sel[1];
+		tot = sel[2];
+		M |= 255u << shift;
+	}
+}
+
+template <int DT, int EPT>
+__global__ void __launch_bounds__(EPT >= 32 ? 512 : 1024)
+	tk_mb_kernel(const typename flyk_elem<DT>::T *x,
+		     typename flyk_elem<DT>::T *vals, int64_t *idx, int n,
+		     int k, int bpr, int ks, uint32_t *ctr, u64 *cand)
+{
+	typedef typename flyk_elem<DT>::T T;
+	FLYK_DYN_SMEM(u64, tk_smem); /* bpr lists of ks words (the last
+					block); this block's list first */
+	__shared__ uint32_t hist[2][256];
+	__shared__ uint32_t s_sel[3], s_n, s_last;
+	__shared__ uint32_t s_eqc[TK_MB_EQC];
+	int t = threadIdx.x, G = blockDim.x;
+	int64_t row = blockIdx.x / bpr;
+	int b = (int)(blockIdx.x % bpr);
+	int chunk = (n + bpr - 1) / bpr;
+	int lo = b * chunk < n ? b * chunk : n;
+	int cnt = n - lo < chunk ? n - lo : chunk;
+	const T *xs = x + row * (int64_t)n + lo;
+	uint32_t key[EPT];
+#pragma unroll
+	for (int j = 0; j < EPT; j++)
+		key[j] = j * G + t < cnt ? tk_key<DT>(xs[j * G + t]) : 0;
+	for (int i = t; i < ks; i += G)
+		tk_smem[i] = 0;
+	for (int i = t; i < 256; i += G)
+		hist[0][i] = 0;
+	if (t == 0)
+		s_n = 0;
+	__syncthreads();
+	uint32_t P, M, kk, tot;
+	tk_mb_select<DT, EPT>(key, cnt, (uint32_t)k, hist, s_sel, P, M, kk, tot);
+	/* words above P's bucket: k_eff - kk of them, anywhere in
+	 * [0, k_eff - kk); P's bucket: all when it holds kk, else the kk of
+	 * smallest index, by rank, in [k_eff - kk, k_eff) */
+	uint32_t keff = (uint32_t)(k < cnt ? k : cnt), ngt = keff - kk;
+	bool ties = tot > kk;
+	int nw = G / FLYK_WARP, warp = t / FLYK_WARP, lane = t % FLYK_WARP;
+#pragma unroll
+	for (int j = 0; j < EPT; j++) {
+		bool in = j * G + t < cnt;
+		uint32_t mk = key[j] & M;
+		u64 w = tk_pack(key[j], (uint32_t)(lo + j * G + t));
+		if (in && (mk > P || (mk == P && !ties)))
+			tk_smem[atomicAdd(&s_n, 1u)] = w;
+		if (ties) { /* block-uniform */
+			u64 bal = (u64)FLYK_BALLOT(in && mk == P);
+			if (lane == 0)
+				s_eqc[j * nw + warp] = (uint32_t)__popcll(bal);
+		}
+	}
+	if (ties) {
+		__syncthreads();
+		if (t < FLYK_WARP) { /* exclusive scan of EPT * nw counts */
+			int tot_e = EPT * nw, per = (tot_e + FLYK_WARP - 1) / FLYK_WARP;
+			uint32_t s = 0;
+			for (int i = t * per; i < tot_e && i < (t + 1) * per; i++)
+				s += s_eqc[i];
+			uint32_t inc = s;
+			for (int o = 1; o < FLYK_WARP; o <<= 1) {
+				uint32_t v = FLYK_SHFL(inc, t >= o ? t - o : t);
+				if (t >= o)
+					inc += v;
+			}
+			uint32_t run = inc - s;
+			for (int i = t * per; i < tot_e && i < (t + 1) * per; i++) {
+				uint32_t c = s_eqc[i];
+				s_eqc[i] = run;
+				run += c;
+			}
+		}
+		__syncthreads();
+#pragma unroll
+		for (int j = 0; j < EPT; j++) {
+			bool e = j * G + t < cnt && (key[j] & M) == P;
+			u64 bal = (u64)FLYK_BALLOT(e);
+			uint32_t r = s_eqc[j * nw + warp] +
+				     (uint32_t)__popcll(bal & ((1ull << lane) - 1ull));
+			if (e && r < kk)
+				tk_smem[ngt + r] =
+					tk_pack(key[j], (uint32_t)(lo + j * G + t));
+		}
+	}
+	__syncthreads();
+	tk_mb_sort(tk_smem, ks);
+	u64 *mine = cand + ((size_t)row * bpr + b) * ks;
+	for (int i = t; i < ks; i += G)
+		mine[i] = tk_smem[i];
+	__threadfence();
+	__syncthreads();
+	if (t == 0)
+		s_last = atomicAdd(&ctr[row], 1u) == (uint32_t)bpr - 1;
+	__syncthreads();
+	if (!s_last)
+		return;
+	__threadfence();
+	const volatile u64 *all = cand + (size_t)row * bpr * ks;
+	for (int i = t; i < bpr * ks; i += G)
+		tk_smem[i] = all[i];
+	__syncthreads();
+	tk_mb_merge(tk_smem, bpr, ks);
+	for (int i = t; i < k; i += G)
+		tk_emit<DT>(tk_smem[i], vals, idx, row * k + i);
+	if (t == 0)
+		ctr[row] = 0; /* for the next launch (and a graph's replay) */
+}
+
 /* ------------------------------------------------------------ reference */
 
 template <int DT>
@@ -1040,6 +1311,124 @@ static int radix_launch(const struct flyk_device *dev,
 	}
 }
 
+/* ---- mb: a row over several blocks, the last one merging */
+
+#define TOPK_MB_KMAX 128
+
+/* Blocks per row (powers of two: the merge's tree) and threads. */
+static const int64_t mb_bpr[] = {32, 64, 16, 128};
+static const int64_t mb_threads[] = {512, 256, 1024};
+
+/* The workspace's head: one counter a row, then the candidates. */
+static size_t mb_ctr_bytes(int64_t m)
+{
+	return ((size_t)m * 4 + 255) / 256 * 256;
+}
+
+static size_t mb_ws_bytes(int64_t m, int64_t bpr, int k)
+{
+	return mb_ctr_bytes(m) + (size_t)m * bpr * radix_ks(k) * 8;
+}
+
+/* Keys a thread (a power of two, 4..32) for a slice of @p chunk. */
+static int mb_ept(int64_t chunk, int64_t th)
+{
+	int64_t e = 4;
+	while (e * th < chunk)
+		e <<= 1;
+	return (int)e;
+}
+
+static int mb_feasible(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *pr)
+{
+	int64_t m;
+	int n, k;
+	if (tk_dims(p, &m, &n, &k) || k > TOPK_MB_KMAX || dev->warp != FLYK_WARP)
+		return -EINVAL;
+	int64_t bpr = pr[0], th = pr[1];
+	if (bpr < 2 || bpr > 1024 || (bpr & (bpr - 1)) || th < 64 ||
+	    th > 1024 || th % dev->warp)
+		return -EINVAL;
+	/* few long rows: every block a slice of more than one key a thread,
+	 * the grid one wave or two */
+	int64_t chunk = (n + bpr - 1) / bpr;
+	if (n < 32768 || chunk <= th || m * bpr > 2 * (int64_t)dev->sms)
+		return -EINVAL;
+	int ept = mb_ept(chunk, th);
+	if (ept > 32 || (ept == 32 && th > 512) ||
+	    ept * (th / dev->warp) > TK_MB_EQC)
+		return -EINVAL;
+	if ((size_t)bpr * radix_ks(k) * 8 > dev->smem_per_block_optin ||
+	    mb_ws_bytes(m, bpr, k) > FLYK_TOPK_WS_BYTES)
+		return -ENOSPC;
+	return 0;
+}
+
+template <int DT, int EPT>
+static int mb_go(const struct flyk_topk_args *a, int64_t m, int n, int k,
+		 int bpr, int th, hipStream_t s)
+{
+	typedef typename flyk_elem<DT>::T T;
+	int ks = radix_ks(k);
+	size_t smem = (size_t)bpr * ks * 8;
+	const void *fn = (const void *)tk_mb_kernel<DT, EPT>;
+	if (smem > 48 * 1024 &&
+	    hipFuncSetAttribute(fn,
+				hipFuncAttributeMaxDynamicSharedMemorySize,
+				(int)smem) != hipSuccess)
+		return -ENOSPC;
+	uint32_t *ctr = (uint32_t *)a->workspace;
+	u64 *cand = (u64 *)((char *)a->workspace + mb_ctr_bytes(m));
+	FLYK_GO((unsigned)(m * bpr), th, smem, s, tk_mb_kernel<DT, EPT>)(
+		TK_ARGS(T), n, k, bpr, ks, ctr, cand);
+	return tk_err();
+}
+
+template <int DT>
+static int mb_dt(const struct flyk_topk_args *a, int64_t m, int n, int k,
+		 int bpr, int th, hipStream_t s)
+{
+	switch (mb_ept((n + bpr - 1) / bpr, th)) {
+	case 4:
+		return mb_go<DT, 4>(a, m, n, k, bpr, th, s);
+	case 8:
+		return mb_go<DT, 8>(a, m, n, k, bpr, th, s);
+	case 16:
+		return mb_go<DT, 16>(a, m, n, k, bpr, th, s);
+	default:
+		return mb_go<DT, 32>(a, m, n, k, bpr, th, s);
+	}
+}
+
+/* A workspace of mb_ws_bytes() at least, 8-byte aligned, whose counters
+ * are zero (flyk.h, FLYK_TOPK_WS_BYTES); else -EINVAL, nothing launched. */
+static int mb_launch(const struct flyk_device *dev,
+		     const struct fly_problem *p, const int64_t *pr,
+		     const union flyk_args *args, void *stream)
+{
+	int64_t m = 0;
+	int n = 0, k = 0;
+	int rc = mb_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	tk_dims(p, &m, &n, &k);
+	const struct flyk_topk_args *a = &args->topk;
+	if (!a->workspace || (uintptr_t)a->workspace % 8 ||
+	    a->workspace_size < mb_ws_bytes(m, pr[0], k))
+		return -EINVAL;
+	hipStream_t s = (hipStream_t)stream;
+	int bpr = (int)pr[0], th = (int)pr[1];
+	switch (p->dtype) {
+	case FLY_DT_FP32:
+		return mb_dt<FLY_DT_FP32>(a, m, n, k, bpr, th, s);
+	case FLY_DT_FP16:
+		return mb_dt<FLY_DT_FP16>(a, m, n, k, bpr, th, s);
+	default:
+		return mb_dt<FLY_DT_BF16>(a, m, n, k, bpr, th, s);
+	}
+}
+
 /* ---- reference */
 
 static int ref_feasible(const struct flyk_device *dev,
@@ -1098,6 +1487,9 @@ static const struct flyk_variant tk_variants[] = {
 	{"topk_wqc", FLY_OP_TOPK, DT_MASK, FLY_F_DETERMINISTIC, 0, 2,
 	 {{"cluster", NV(wqc_cluster)}, {"wpr", NV(wqc_wpr)}}, wqc_feasible,
 	 NULL, wqc_launch},
+	{"topk_mb", FLY_OP_TOPK, DT_MASK, FLY_F_DETERMINISTIC, 0, 2,
+	 {{"bpr", NV(mb_bpr)}, {"threads", NV(mb_threads)}}, mb_feasible, NULL,
+	 mb_launch},
 };
 #endif
 
@@ -1121,17 +1513,22 @@ static int tk_setup(struct flyk_case *c, uint64_t seed)
 	if (!st)
 		return -ENOMEM;
 	c->state = st;
-	void *x, *v, *i, *bad;
+	void *x, *v, *i, *bad, *ws;
 	if (flyk_gpu_case_alloc(c, (size_t)m * n * es, 0, &x) < 0 ||
 	    flyk_gpu_case_alloc(c, mk * es, 1, &v) < 0 ||
 	    flyk_gpu_case_alloc(c, mk * 8, 1, &i) < 0 ||
-	    flyk_gpu_case_alloc(c, (size_t)m, 0, &bad) < 0)
+	    flyk_gpu_case_alloc(c, (size_t)m, 0, &bad) < 0 ||
+	    flyk_gpu_case_alloc(c, FLYK_TOPK_WS_BYTES, 0, &ws) < 0)
 		return -ENOMEM;
+	if (hipMemset(ws, 0, FLYK_TOPK_WS_BYTES) != hipSuccess)
+		return -EIO;
 	st->d_bad = (unsigned char *)bad;
 	struct flyk_topk_args *a = &c->args.topk;
 	a->x = x;
 	a->values = v;
 	a->indices = (int64_t *)i;
+	a->workspace = ws; /* the workspace's counters: zero, left zero */
+	a->workspace_size = FLYK_TOPK_WS_BYTES;
 	return flyk_gpu_fill_random(c->dev, x, (size_t)m * n, c->p.dtype,
 				    -4.f, 4.f, seed);
 }

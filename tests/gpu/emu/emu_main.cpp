@@ -10,7 +10,8 @@
  *       -Itests/gpu/emu -x c++ tests/gpu/emu/emu_main.cpp \
  *       kernels/gpu/norm/rmsnorm.hip kernels/gpu/topk/topk.hip -o /tmp/flyk_emu
  *
- *   /tmp/flyk_emu [quick|cases]   (cases: only the op modules' case paths)
+ *   /tmp/flyk_emu [quick|cases|long]   (cases: only the op modules' case
+ *   paths; long: those and quick's few long topk rows)
  *
  * Built with -DFLYK_EMU_AMD=1 (flyk_emu_amd), the same tests run in the
  * AMD wave64 model (flyk_emu.h); quick there takes every other topk
@@ -253,9 +254,36 @@ static void rms_case(uint32_t dt, int res, int64_t m, int64_t n)
 	free(r);
 }
 
-/* Every feasible point of every topk variant (every @p stride-th). */
+/* The kernels' total order: the order-preserving key of the value (as
+ * a float; NaN above +inf) << 32 | ~index, larger first. */
+static uint64_t topk_word(const void *x, size_t i, uint32_t dt, int64_t j)
+{
+	float f = hval(x, i, dt);
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	u ^= (u & 0x80000000u) ? 0xffffffffu : 0x80000000u;
+	return (uint64_t)u << 32 | (uint32_t)(0xffffffffu - (uint32_t)j);
+}
+
+/* x's values by @p kind: 0 uniform in [-4, 4); 1 few distinct (ties);
+ * 2 special values among ties: NaN, +-inf, +-0, the largest finite
+ * value, and integers. */
+static float topk_value(int kind)
+{
+	static const float sp[] = {NAN, INFINITY, -INFINITY, 0.f, -0.f, 3.f, 3.f,
+				   65504.f, -65504.f, 1.f};
+	if (kind == 0)
+		return frand(-4, 4);
+	if (kind == 1 || frand(0, 1) < 0.9f)
+		return (float)(int)frand(-4, 4);
+	return sp[(int)frand(0, 10) % 10];
+}
+
+/* Every feasible point of every topk variant (every @p stride-th),
+ * against a sort of the words; the workspace zero, and zero again after
+ * each launch (topk_mb's counters). */
 static void topk_case(uint32_t dt, int det, int64_t m, int64_t n, int64_t k,
-		      int dups, int stride)
+		      int kind, int stride, const char *only = NULL)
 {
 	struct fly_problem p;
 	memset(&p, 0, sizeof(p));
@@ -268,27 +296,25 @@ static void topk_case(uint32_t dt, int det, int64_t m, int64_t n, int64_t k,
 	size_t es = flyk_dtype_bytes(dt), mn = (size_t)(m * n), mk = (size_t)(m * k);
 	void *x = aligned_alloc(64, mn * es + 64), *vals = aligned_alloc(64, mk * es + 64);
 	int64_t *idx = (int64_t *)aligned_alloc(64, mk * 8 + 64);
-	for (size_t i = 0; i < mn; i++) /* dups: few distinct values: ties */
-		hset(x, i, dt, dups ? (float)(int)frand(-4, 4) : frand(-4, 4));
+	std::vector<uint64_t> ws(FLYK_TOPK_WS_BYTES / 8, 0);
+	for (size_t i = 0; i < mn; i++)
+		hset(x, i, dt, topk_value(kind));
 	std::vector<int64_t> ri(mk);
 	for (int64_t i = 0; i < m; i++) {
-		std::vector<int64_t> o(n);
+		std::vector<uint64_t> o(n);
 		for (int64_t j = 0; j < n; j++)
-			o[j] = j;
-		const float *dummy = NULL;
-		(void)dummy;
-		std::stable_sort(o.begin(), o.end(), [&](int64_t a, int64_t b) {
-			float fa = hval(x, i * n + a, dt), fb = hval(x, i * n + b, dt);
-			return fa > fb;
-		});
+			o[j] = topk_word(x, i * n + j, dt, j);
+		std::sort(o.begin(), o.end(), std::greater<uint64_t>());
 		for (int64_t j = 0; j < k; j++)
-			ri[i * k + j] = o[j];
+			ri[i * k + j] = 0xffffffffu - (uint32_t)o[j];
 	}
 	struct flyk_device dev = emu_dev();
 	const struct flyk_gpu_op *op = &flyk_gpu_topk_op;
 	for (size_t vi = 0; vi < op->nvariants; vi++) {
 		const struct flyk_variant *v = &op->variants[vi];
 		int seen = 0;
+		if (only && strcmp(v->name, only))
+			continue;
 		tally_seen(v->name);
 		each_point(v, [&](const int64_t *pt) {
 			if (v->feasible(&dev, &p, pt) || seen++ % stride)
@@ -301,21 +327,63 @@ static void topk_case(uint32_t dt, int det, int64_t m, int64_t n, int64_t k,
 			a.topk.x = x;
 			a.topk.values = vals;
 			a.topk.indices = idx;
+			a.topk.workspace = ws.data();
+			a.topk.workspace_size = ws.size() * 8;
 			int rc = v->launch(&dev, &p, pt, &a, NULL);
 			const char *why = rc ? "launch failed" : NULL;
 			for (size_t i = 0; i < mk && !why; i++) {
 				int64_t row = i / k;
 				if (idx[i] != ri[i])
 					why = "index differs from (value desc, index asc)";
-				else if (hval(vals, i, dt) != hval(x, row * n + ri[i], dt))
+				else if (memcmp((char *)vals + i * es,
+						(char *)x + (row * n + ri[i]) * es, es))
 					why = "value wrong";
 			}
+			for (size_t i = 0; i < (size_t)m && !why; i++)
+				if (((uint32_t *)ws.data())[i])
+					why = "a row's counter left non-zero";
 			report(!why, &p, v->name, pt, v->nparams, why);
+			if (rc || strcmp(v->name, "topk_mb"))
+				return;
+			/* no workspace, or too small: refused, nothing run */
+			a.topk.workspace = NULL;
+			rc = v->launch(&dev, &p, pt, &a, NULL);
+			a.topk.workspace = ws.data();
+			a.topk.workspace_size = 4 * m;
+			int rc2 = v->launch(&dev, &p, pt, &a, NULL);
+			report(rc == -EINVAL && rc2 == -EINVAL, &p, "topk_mb-no-ws",
+			       pt, v->nparams, "ran without its workspace");
 		});
 	}
 	free(x);
 	free(vals);
 	free(idx);
+}
+
+/* Few long rows (topk_mb's space): k = 1 and 128, n odd, uniform, ties
+ * and special values (NaN, +-inf, +-0).  Every variant runs them (the
+ * host sort is the reference); quick: topk_mb alone, every fourth point,
+ * one dtype and kind a shape (the emulator runs a coroutine per GPU
+ * thread: the suite's time). */
+static void topk_long(int quick)
+{
+	static const uint32_t dts[] = {FLY_DT_FP32, FLY_DT_FP16, FLY_DT_BF16};
+	static const int64_t ls[][3] = {{1, 32771, 1}, {2, 40001, 128},
+					{3, 49999, 64}, {1, 65536, 50},
+					{1, 131075, 100}};
+	for (size_t s = 0; s < sizeof(ls) / sizeof(ls[0]); s++)
+		for (int d = 0; d < 3; d++)
+			for (int kind = 0; kind < 3; kind++) {
+				/* quick: (fp32, uniform), (fp16, ties),
+				 * (bf16, special) */
+				int q = s < 3 && (int)s == d &&
+					kind == (d == 0 ? 0 : d == 1 ? 1 : 2);
+				if (!quick || q)
+					topk_case(dts[d], kind != 0, ls[s][0],
+						  ls[s][1], ls[s][2], kind,
+						  quick ? 4 : 1,
+						  quick ? "topk_mb" : NULL);
+			}
 }
 
 /* TopK's check has no reference: plant answers that are consistent
@@ -575,6 +643,12 @@ int main(int argc, char **argv)
 	printf("case paths: %d passed, %d failed\n", npass, nfail);
 	if (argc > 1 && strcmp(argv[1], "cases") == 0)
 		return nfail ? 1 : 0;
+	if (argc > 1 && strcmp(argv[1], "long") == 0) { /* topk_mb's */
+		topk_long(1);
+		nfail += tally_report();
+		printf("%d passed, %d failed\n", npass, nfail);
+		return nfail ? 1 : 0;
+	}
 	/* quick: fp32 up to 2x8193 (a 32 KB row) */
 	for (size_t s = 0; s < sizeof(rs) / sizeof(rs[0]); s++)
 		for (int d = 0; d < 3; d++)
@@ -590,6 +664,7 @@ int main(int argc, char **argv)
 				if (!quick || ((s < 5 || s >= 10) && d == 0))
 					topk_case(dts[d], dup, ts[s][0], ts[s][1],
 						  ts[s][2], dup, st);
+	topk_long(quick);
 	nfail += tally_report();
 	printf("%d passed, %d failed\n", npass, nfail);
 	return nfail ? 1 : 0;

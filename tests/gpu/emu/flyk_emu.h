@@ -105,6 +105,11 @@ static inline hipError_t hipMemcpyAsync(void *d, const void *s, size_t n,
 	return hipSuccess;
 }
 #define hipMemcpyDeviceToDevice 0
+static inline hipError_t hipMemset(void *d, int v, size_t n)
+{
+	memset(d, v, n);
+	return hipSuccess;
+}
 
 /* ---- scheduler */
 void flyk_emu_run(dim3 grid, dim3 block, size_t smem,
@@ -302,6 +307,8 @@ static inline unsigned atomicAdd(unsigned *p, unsigned v)
 	*p = o + v;
 	return o;
 }
+/* one block at a time: its writes are seen by the next ones */
+static inline void __threadfence(void) {}
 static inline unsigned atomicMax(unsigned *p, unsigned v)
 {
 	unsigned o = *p;

@@ -26,6 +26,7 @@ import flyclient  # noqa: E402
 from flyclient import Problem, Decision, OPS, DTYPES  # noqa: E402
 
 WS_BYTES = 32 << 20  # FLYK_GEMM_WS_BYTES
+TOPK_WS_BYTES = 1 << 20  # FLYK_TOPK_WS_BYTES: topk's own, zeroed once
 _DT = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
@@ -95,7 +96,8 @@ class Runtime(object):
         pd = [P(Problem), P(Decision)]
         lib.flyk_gpu_rmsnorm.argtypes = pd + [vp, vp, vp, vp, ctypes.c_float,
                                               vp]
-        lib.flyk_gpu_topk.argtypes = pd + [vp, vp, vp, vp]
+        lib.flyk_gpu_topk_ws.argtypes = pd + [vp, vp, vp, vp,
+                                              ctypes.c_size_t, vp]
         lib.flyk_gpu_gemm.argtypes = pd + [vp, vp, vp, vp, ctypes.c_float,
                                            vp, ctypes.c_size_t, vp]
         lib.flyk_gpu_grouped_gemm.argtypes = pd + [vp, vp, vp, vp, vp]
@@ -107,6 +109,7 @@ class Runtime(object):
         self.pending = []    # problems a capture missed
         self.recorded = None  # a list while prepare() records
         self.ws = {}         # stream -> workspace tensor
+        self.topk_ws = {}    # stream -> topk's workspace (zeroed)
         self.mu = threading.Lock()
         self.warned = set()
         self.error = ""
@@ -213,6 +216,14 @@ class Runtime(object):
             self.ws[s] = w
         return w.data_ptr()
 
+    def _topk_ws(self, s, like):
+        w = self.topk_ws.get(s)
+        if w is None:
+            w = torch.zeros(TOPK_WS_BYTES, dtype=torch.uint8,
+                            device=like.device)
+            self.topk_ws[s] = w
+        return w.data_ptr()
+
     # ---------------------------------------------------------------- ops
     def rms_norm(self, input, normalized_shape, weight=None, eps=None):
         n = input.shape[-1] if input.dim() else 0
@@ -271,9 +282,10 @@ class Runtime(object):
         shape = tuple(x.shape[:-1]) + (k,)
         v = torch.empty(shape, dtype=x.dtype, device=x.device)
         i = torch.empty(shape, dtype=torch.int64, device=x.device)
-        rc = self.lib.flyk_gpu_topk(ctypes.byref(p), ctypes.byref(d),
-                                    x.data_ptr(), v.data_ptr(), i.data_ptr(),
-                                    s)
+        rc = self.lib.flyk_gpu_topk_ws(ctypes.byref(p), ctypes.byref(d),
+                                       x.data_ptr(), v.data_ptr(),
+                                       i.data_ptr(), self._topk_ws(s, x),
+                                       TOPK_WS_BYTES, s)
         if rc:
             self._failed("topk", rc)
             return _ops.ref_topk(x, k, dim, largest, sorted)

@@ -46,7 +46,7 @@ typedef int (*key_fn)(const fly_problem *, char *, size_t);
 typedef int (*rms_fn)(const fly_problem *, const fly_decision *, const void *,
 		      const void *, void *, void *, float, void *);
 typedef int (*topk_fn)(const fly_problem *, const fly_decision *,
-		       const void *, void *, int64_t *, void *);
+		       const void *, void *, int64_t *, void *, size_t, void *);
 typedef int (*gemm_fn)(const fly_problem *, const fly_decision *,
 		       const void *, const void *, void *, const void *, float,
 		       void *, size_t, void *);
@@ -70,6 +70,7 @@ typedef int (*attn_fn)(const fly_problem *, const fly_decision *,
 		       void *);
 
 constexpr size_t kWorkspace = (size_t)32 << 20; /* FLYK_GEMM_WS_BYTES */
+constexpr size_t kTopkWorkspace = (size_t)1 << 20; /* FLYK_TOPK_WS_BYTES */
 
 struct ProbHash {
 	size_t operator()(const fly_problem &p) const
@@ -109,6 +110,8 @@ struct Runtime {
 	std::vector<fly_problem> pending;
 	std::vector<fly_problem> recorded;
 	std::unordered_map<cudaStream_t, at::Tensor> ws;
+	/* topk's own, zeroed (its counters stay zero between launches) */
+	std::unordered_map<cudaStream_t, at::Tensor> topk_ws;
 	std::string last_error; /* the last refused launch, for last_error() */
 	std::atomic<uint64_t> calls{0}, capture_hits{0}, capture_misses{0},
 		fallbacks{0};
@@ -253,6 +256,20 @@ void *workspace(cudaStream_t s, const at::Tensor &like)
 	return last_p = w.data_ptr();
 }
 
+/* The stream's topk workspace (flyk.h FLYK_TOPK_WS_BYTES): zeroed once,
+ * never shared with another op. */
+void *topk_workspace(cudaStream_t s, const at::Tensor &like)
+{
+	std::lock_guard<std::mutex> g(rt.mu);
+	auto it = rt.topk_ws.find(s);
+	if (it != rt.topk_ws.end())
+		return it->second.data_ptr();
+	at::Tensor w = at::zeros({(int64_t)kTopkWorkspace},
+				 like.options().dtype(at::kByte));
+	rt.topk_ws[s] = w;
+	return w.data_ptr();
+}
+
 cudaStream_t stream()
 {
 	return at::cuda::getCurrentCUDAStream().stream();
@@ -343,7 +360,8 @@ std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor &self, int64_t k,
 	at::Tensor v = at::empty(os, self.options());
 	at::Tensor i = at::empty(os, self.options().dtype(at::kLong));
 	int rc = rt.topk(&p, &d, self.data_ptr(), v.data_ptr(),
-			 i.data_ptr<int64_t>(), s);
+			 i.data_ptr<int64_t>(), topk_workspace(s, self),
+			 kTopkWorkspace, s);
 	if (rc) {
 		launch_failed("topk", rc, d);
 		return at::topk(self, k, dim, largest, sorted);
@@ -673,7 +691,7 @@ std::string init(const std::string &client_lib, const std::string &klib,
 	    !sym(hc, "fly_problem_key", &rt.key))
 		return "libflyclient lacks fly_client_open_opts/fly_decide";
 	if (!sym(hk, "flyk_gpu_rmsnorm", &rt.rmsnorm) ||
-	    !sym(hk, "flyk_gpu_topk", &rt.topk) ||
+	    !sym(hk, "flyk_gpu_topk_ws", &rt.topk) ||
 	    !sym(hk, "flyk_gpu_gemm", &rt.gemm) ||
 	    !sym(hk, "flyk_gpu_grouped_gemm", &rt.ggemm) ||
 	    !sym(hk, "flyk_gpu_scaled_gemm", &rt.sgemm) ||
