@@ -174,7 +174,7 @@ static int setup_topk(struct flyk_case *c, uint64_t *s)
 	if (!mn || !mk || !x || !c->out || !c->ref || !c->out2 || !c->ref2)
 		return -ENOMEM;
 	fill(x, mn, dt, -1.0f, 1.0f, s);
-	*a = (struct flyk_topk_args){ x, c->ref, c->ref2 };
+	*a = (struct flyk_topk_args){ x, c->ref, c->ref2, NULL, 0 };
 	return 0;
 }
 
