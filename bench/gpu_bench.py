@@ -13,7 +13,10 @@ through libflykernels_cuda.so or, on ROCm, libflykernels_hip.so
 on PyTorch tensors and the current stream, and times it beside the peers:
 torch.nn.functional.rms_norm eager ("aten") and under torch.compile
 ("inductor"); torch.topk with torch.use_deterministic_algorithms off
-("aten_det0") and on ("aten_det1").
+("aten_det0") and on ("aten_det1").  rmsnorm_residual (the bf16 serving
+shapes): ours with FLY_F_RESIDUAL (r += x in place, y = rms_norm(r))
+against `s = x + r; y = rms_norm(s)` returning (y, s), eager ("eager")
+and under torch.compile ("inductor", one fused kernel).
 
 --standalone: no daemon; every feasible (variant, point) of the library
 (flyk_gpu_candidates) is timed per case and the fastest kept (variant
@@ -36,7 +39,8 @@ excluded, caches as back-to-back calls leave them).  A capture of ours
 that fails stops the case with GraphCaptureError; it is never timed
 another way instead.
 
-Writes OUT/h200-rmsnorm.json and OUT/h200-topk.json as
+Writes OUT/h200-rmsnorm.json, OUT/h200-rmsnorm_residual.json and
+OUT/h200-topk.json as
 {"gpu","date","commit","copy_gbps","cases":[{"op","case","set","variant",
 "params","flytuned_ms","peers":{NAME: ms},"max_abs_err","tune_s",
 "graph_ms":{"ours"|NAME: ms},"graph_peer","graph_x_vs_peer",
@@ -45,7 +49,8 @@ faster peer, GB/s against the measured copy bandwidth, the graph-replay
 ratio; the summary counts the cases where graph_x_vs_peer < 0.95.
 
 usage: python3 bench/gpu_bench.py [--standalone] [--build DIR]
-       [--cases FILE] [--out DIR] [--ops rmsnorm,topk] [--sets primary,serving]
+       [--cases FILE] [--out DIR] [--ops rmsnorm,rmsnorm_residual,topk]
+       [--sets primary,serving]
 """
 import argparse
 import ctypes
@@ -70,7 +75,7 @@ OP_RMSNORM, OP_TOPK = 4, 5
 DTYPES = {"fp32": 1, "fp16": 2, "bf16": 3}
 TORCH_DT = {"fp32": torch.float32, "fp16": torch.float16,
             "bf16": torch.bfloat16}
-F_DET = 0x8
+F_RESIDUAL, F_DET = 0x4, 0x8
 EPS = 1e-6
 
 
@@ -405,14 +410,17 @@ def sweep(lib, p, mk_fn):
     return cand[best[1]], time.time() - t0, pts
 
 
-def rms_launcher(lib, p, x, w, y):
+def rms_launcher(lib, p, x, w, y, r=None):
+    """mk(decision) -> fn(): flyk_gpu_rmsnorm on the tensors (with r:
+    FLY_F_RESIDUAL, r += x in place, then y = rms_norm(r))."""
     def mk(d):
         dd = Decision.from_buffer_copy(d)
 
         def fn():
             rc = lib.flyk_gpu_rmsnorm(ctypes.byref(p), ctypes.byref(dd),
                                       x.data_ptr(), w.data_ptr(), y.data_ptr(),
-                                      None, EPS,
+                                      None if r is None else r.data_ptr(),
+                                      EPS,
                                       torch.cuda.current_stream().cuda_stream)
             if rc:
                 raise RuntimeError("flyk_gpu_rmsnorm: %d" % rc)
@@ -437,7 +445,8 @@ def topk_launcher(lib, p, x, vals, idx):
 
 def choose(args, lib, daemon, op, dtype, dims, flags, p, mk):
     if daemon is not None:
-        names = ("det",) if flags & F_DET else ()
+        names = (("det",) if flags & F_DET else ()) + \
+            (("residual",) if flags & F_RESIDUAL else ())
         try:
             dd, tune_s = daemon.decide(op, dtype, dict(dims), names)
         except Exception as e:  # what an engine does: the library default
@@ -504,6 +513,71 @@ def one_rmsnorm(args, lib, daemon, s, c, res, sweeps):
         sweeps.append(dict(case=name, points=pts))
     show(rec, args.copy_gbps)
     del x, w, y, ref
+
+
+def residual_cases(cases):
+    """The fused residual's cases: rmsnorm's bf16 serving shapes, or a
+    "rmsnorm_residual" list of cases.json where there is one."""
+    if "rmsnorm_residual" in cases:
+        return cases
+    v = cases["rmsnorm"].get("serving", [])
+    return {"rmsnorm_residual": {
+        "serving": [c for c in v if c["dtype"] == "bf16"]}}
+
+
+def run_rmsnorm_residual(args, lib, daemon, cases, res, sweeps):
+    each_case(residual_cases(cases), "rmsnorm_residual",
+              args.sets, res,
+              lambda s, c: one_rmsnorm_residual(args, lib, daemon, s, c, res,
+                                                sweeps))
+
+
+def one_rmsnorm_residual(args, lib, daemon, s, c, res, sweeps):
+    """Fused residual add + RMSNorm: ours with FLY_F_RESIDUAL (r += x in
+    place, y = rms_norm(r)) against `s = x + r; y = rms_norm(s)`
+    returning (y, s), eager ("eager") and under torch.compile
+    ("inductor", which fuses both into one kernel)."""
+    dt, m, n = c["dtype"], c["m"], c["n"]
+    x = torch.randn(m, n, device="cuda", dtype=TORCH_DT[dt])
+    r0 = torch.randn(m, n, device="cuda", dtype=TORCH_DT[dt])
+    w = torch.randn(n, device="cuda", dtype=TORCH_DT[dt])
+    y = torch.full_like(x, float("nan"))
+    r = r0.clone()
+    p = problem(OP_RMSNORM, dt, (m, n), F_RESIDUAL)
+    mk = rms_launcher(lib, p, x, w, y, r)
+    d, tune_s, status, pts = choose(args, lib, daemon, "rmsnorm", dt,
+                                    (("m", m), ("n", n)), F_RESIDUAL, p, mk)
+    r.copy_(r0)
+    fn = mk(d)
+    fn()
+    torch.cuda.synchronize()
+
+    def fused(a, b, g):
+        t = a + b
+        return F.rms_norm(t, (n,), g, EPS), t
+    ref_y, ref_s = fused(x, r0, w)
+    err = max((y.float() - ref_y.float()).abs().max().item(),
+              (r.float() - ref_s.float()).abs().max().item())
+    fns = {"ours": fn, "eager": lambda: fused(x, r0, w)}
+    if not args.no_compile:
+        torch._dynamo.reset()
+        cf = torch.compile(fused, dynamic=False)
+        cf(x, r0, w)
+        fns["inductor"] = lambda: cf(x, r0, w)
+    peers = bench_side_by_side(fns)
+    gms, gfail = bench_graph_side_by_side(fns)
+    ours = peers.pop("ours")
+    name = "%s %dx%d residual" % (dt, m, n)
+    rec = dict(op="rmsnorm_residual", case=name, set=s, status=status,
+               flytuned_ms=ours, peers=peers, max_abs_err=err,
+               tune_s=tune_s, bytes=(4 * m * n + n) * x.element_size(),
+               **dec_dict(d))
+    rec.update(graph_fields(gms, gfail, "ours", list(peers)))
+    res.append(rec)
+    if pts is not None:
+        sweeps.append(dict(case=name, points=pts))
+    show(rec, args.copy_gbps)
+    del x, r0, r, w, y, ref_y, ref_s
 
 
 def run_topk(args, lib, daemon, cases, res, sweeps):
@@ -594,6 +668,15 @@ def summary(res):
         lines.append("rmsnorm serving (%d): gmean vs faster peer %.2fx "
                      "(target >= 1.10), min %.2fx (>= 1.0)" %
                      (len(srv), gmean(vf), min(vf)))
+    fr = [r for r in res if r["op"] == "rmsnorm_residual" and
+          "inductor" in r["peers"]]
+    if fr:
+        vi = [r["peers"]["inductor"] / r["flytuned_ms"] for r in fr]
+        ve = [r["peers"]["eager"] / r["flytuned_ms"] for r in fr]
+        lines.append("rmsnorm_residual bf16 serving (%d): gmean vs "
+                     "torch.compile %.2fx (target >= 1.10), min %.2fx; vs "
+                     "eager %.2fx" % (len(fr), gmean(vi), min(vi),
+                                      gmean(ve)))
     for det in (0, 1):
         tk = [r for r in prim if r["op"] == "topk" and
               r["case"].endswith("det%d" % det)]
@@ -602,7 +685,7 @@ def summary(res):
             lines.append("topk primary det%d (%d): gmean vs torch.topk "
                          "%.2fx (>= 6), min %.2fx (>= 2)" %
                          (det, len(tk), gmean(v), min(v)))
-    for op in ("rmsnorm", "topk"):
+    for op in ("rmsnorm", "rmsnorm_residual", "topk"):
         if any(r["op"] == op for r in res):
             lines.append(graph_summary([r for r in res if r["op"] == op],
                                        op))
@@ -653,7 +736,7 @@ def main(argv=None):
                                                     "bench", "cases.json"))
     ap.add_argument("--out", default=os.environ.get(
         "OUT", os.path.join(ROOT, "build", "bench-results")))
-    ap.add_argument("--ops", default="rmsnorm,topk")
+    ap.add_argument("--ops", default="rmsnorm,rmsnorm_residual,topk")
     ap.add_argument("--sets", default="primary,serving")
     ap.add_argument("--no-compile", action="store_true")
     args = ap.parse_args(argv)
@@ -678,7 +761,9 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     allres = []
     try:
-        for op, fn in (("rmsnorm", run_rmsnorm), ("topk", run_topk)):
+        for op, fn in (("rmsnorm", run_rmsnorm),
+                       ("rmsnorm_residual", run_rmsnorm_residual),
+                       ("topk", run_topk)):
             if op not in args.ops.split(","):
                 continue
             res, sweeps = [], []
