@@ -11,7 +11,9 @@ case's tune_s), launches the decision through flyclient.kernels
 (libflykernels_cuda.so's flyk_gpu_attention, LSE written too), checks it,
 and times it side by side (gpu_bench.bench_side_by_side: CUDA events per
 call, L2 cleaned by a read of 512 MiB before each rep, median, reps
-interleaved) with torch.nn.functional.scaled_dot_product_attention on the
+interleaved; and the second timing, gpu_bench.bench_graph_side_by_side:
+20 calls captured back to back in a CUDA graph, replayed, per-call GPU
+time; a failed capture of ours fails the case) with torch.nn.functional.scaled_dot_product_attention on the
 same tensors (viewed [b, h, s, d]; GQA through enable_gqa) under
 torch.nn.attention.sdpa_kernel of each backend:
   sdpa_cudnn      SDPBackend.CUDNN_ATTENTION (PyTorch's default on H100/H200)
@@ -40,9 +42,11 @@ Writes OUT/h200-attention.json (--variants: h200-attention-variants.json):
              "peers":{NAME: ms},
              "unsupported":{NAME: msg},"gflop","tflops":{NAME: TF/s},
              "x_vs_peer":{NAME: peer_ms / ours},"faster_peer",
-             "x_vs_faster","check","variants"?}],
+             "x_vs_faster","check","variants"?,"graph_ms":{NAME: ms},
+             "graph_peer","graph_x_vs_peer"}],
    "summary":{"geomean_x_vs_faster","min_x_vs_faster",
-              "geomean_x_vs":{NAME: ...},"tune_s_max","checks_ok"}}
+              "geomean_x_vs":{NAME: ...},"tune_s_max","checks_ok",
+              "graph_below_0_95","graph"}}
 usage: python3 bench/attention_bench.py [--build DIR] [--cases FILE]
        [--out DIR] [--sets primary] [--only 0,3] [--variants]
        [--batch-div N] [--reps N]
@@ -244,6 +248,8 @@ def one_case(args, kern, daemon, idx, c):
             ours[vn] = mk(d)
     ms = gpu_bench.bench_side_by_side(dict(ours, **fns), warmup=2,
                                       reps=args.reps, budget_ms=400)
+    gms, gfail = gpu_bench.bench_graph_side_by_side(
+        dict(ours, **fns), must=tuple(ours), budget_ms=400)
     peers = {n: ms[n] for n in fns}
     if variants:
         for vn in variants:
@@ -263,15 +269,16 @@ def one_case(args, kern, daemon, idx, c):
     if peers:
         fp = min(peers, key=peers.get)
         r["faster_peer"], r["x_vs_faster"] = fp, peers[fp] / ms["flytuned"]
+    r.update(gpu_bench.graph_fields(gms, gfail, "flytuned", list(fns)))
     if variants:
         r["variants"] = variants
     print("%2d b%-3d s%-6d h%-3d/%-3d d%-4d %-6s ours %-15s %-16s %7.3f ms "
-          "(%4.0f TF/s)  %s  x%.3f vs %s  tune %.2fs  ok=%s%s" %
+          "(%4.0f TF/s)  %s  x%.3f vs %s  graph x%.3f  tune %.2fs  ok=%s%s" %
           (idx, b, s, hq, hkv, dd, "causal" if causal else "", dec["variant"],
            dec["params"], ms["flytuned"], gflop / ms["flytuned"],
            " ".join("%s %.3f" % (n, peers[n]) for n in peers),
            r.get("x_vs_faster", float("nan")), r.get("faster_peer"),
-           tune_s, chk["ok"],
+           r.get("graph_x_vs_peer", float("nan")), tune_s, chk["ok"],
            ("  " + " ".join("%s %.0fTF/s" % (vn, x["tflops"]) for vn, x in
                             variants.items())) if variants else ""),
           flush=True)
@@ -296,7 +303,10 @@ def summarize(res):
                                       if n in r["x_vs_peer"]])
                             for n in names},
            "tune_s_max": max(r["tune_s"] or 0 for r in ok),
-           "checks_ok": all(r["check"]["ok"] for r in ok)}
+           "checks_ok": all(r["check"]["ok"] for r in ok),
+           "graph_below_0_95": sum(1 for r in ok if
+                                   r.get("graph_x_vs_peer", 1) < 0.95),
+           "graph": gpu_bench.graph_summary(ok, "attention")}
     var = {}
     for r in ok:
         fp = r["peers"][r["faster_peer"]]
@@ -380,6 +390,7 @@ def main(argv=None):
                               "%s x%.3f" % (n, v) for n, v in
                               sm["geomean_x_vs"].items()),
                           sm["tune_s_max"], sm["checks_ok"]))
+        print(sm["graph"])
         for vn, v in sm.get("geomean_x_vs_faster_by_variant", {}).items():
             print("  %s alone: geomean x%.3f vs the faster backend" % (vn, v))
     for r in res:

@@ -24,12 +24,17 @@ each call, the L2 cleaned before each rep by READING a 512 MiB buffer,
 warm-ups, the median), ours and every peer of a case in one call with
 their reps interleaved, so that the GPU's clocks and temperature are the
 same for all (Inductor is compiled before any of them is timed); the
-copy ceiling by bench(), the same per-call timing.
+copy ceiling by bench(), the same per-call timing.  The second timing:
+gpu_bench.bench_graph_side_by_side() (each callable captured 20 times back
+to back in a CUDA graph, replayed; per-call GPU time, host cost excluded;
+a failed capture of ours fails the case).
 
 Writes OUT/h200-gemm.json and OUT/h200-grouped_gemm.json as
 {"gpu","date","commit","copy_gbps","cases":[{"op","case","set","variant",
 "params","status","flytuned_ms","peers":{NAME: ms},"max_abs_err",
-"tune_s"}]} and prints a table with ratios, then the targets' summary.
+"tune_s","graph_ms":{"ours"|NAME: ms},"graph_peer","graph_x_vs_peer"}]}
+and prints a table with ratios, then the targets' summary (with the
+count of graph_x_vs_peer < 0.95).
 
 usage: python3 bench/gemm_bench.py [--build DIR] [--cases FILE] [--out DIR]
        [--ops gemm,grouped_gemm] [--sets primary,serving] [--no-compile]
@@ -110,6 +115,16 @@ def decide(daemon, op, dims):
     return d, time.time() - t0
 
 
+def checked(run, d):
+    """fn() launching decision d, raising on a non-zero return (inside a
+    CUDA graph capture too: a refused launch must not pass silently)."""
+    def fn():
+        rc = run(d)
+        if rc:
+            raise RuntimeError("flytuned launch failed: %d" % rc)
+    return fn
+
+
 def launch_or_default(run, d):
     """Run decision d once; if it is refused on these exact dims (the key
     is bucketed), fall back to the library default and say so."""
@@ -150,7 +165,7 @@ def one_gemm(args, lib, s, c, res, t_ind, ws, daemon):
     ref = torch.matmul(a, b.t())
     err = (out.float() - ref.float()).abs().max().item()
     amax = ref.float().abs().max().item()
-    fns = {"ours": lambda: run(d), "aten": lambda: torch.matmul(a, b.t())}
+    fns = {"ours": checked(run, d), "aten": lambda: torch.matmul(a, b.t())}
     if (not args.no_compile and s == "primary" and
             t_ind[0] < args.inductor_budget):
         t0 = time.time()
@@ -165,11 +180,13 @@ def one_gemm(args, lib, s, c, res, t_ind, ws, daemon):
         t_ind[0] += time.time() - t0
         fns["inductor"] = lambda: cf(a, b)
     peers = gb.bench_side_by_side(fns)
+    gms, gfail = gb.bench_graph_side_by_side(fns)
     ours = peers.pop("ours")
     rec = dict(op="gemm", case="m%d n%d k%d" % (m, n, k), set=s,
                status=dd.get("status"), flytuned_ms=ours, peers=peers,
                max_abs_err=err, max_abs_ref=amax, tune_s=tune_s,
                tflops=2.0 * m * n * k / ours / 1e9, **gb.dec_dict(d))
+    rec.update(gb.graph_fields(gms, gfail, "ours", list(peers)))
     if refused is not None:
         rec["refused"] = refused
     res.append(rec)
@@ -217,7 +234,7 @@ def one_grouped(args, lib, s, c, res, daemon):
     ref = loop()
     err = (out.float() - ref.float()).abs().max().item()
     amax = ref.float().abs().max().item()
-    fns = {"ours": lambda: run(d), "loop": loop}
+    fns = {"ours": checked(run, d), "loop": loop}
     try:
         wt = w.transpose(-2, -1)
         gm = torch._grouped_mm(a, wt, offs=ends)
@@ -227,6 +244,7 @@ def one_grouped(args, lib, s, c, res, daemon):
         err_gm = None
         print("torch._grouped_mm unavailable: %s" % e, flush=True)
     peers = gb.bench_side_by_side(fns)
+    gms, gfail = gb.bench_graph_side_by_side(fns)
     ours = peers.pop("ours")
     name = "g%d m%d n%d k%d %s" % (g, m, n, k,
                                    "even" if len(set(rows)) == 1
@@ -237,6 +255,7 @@ def one_grouped(args, lib, s, c, res, daemon):
                tune_s=tune_s,
                m_per_group=rows, tflops=2.0 * m * n * k / ours / 1e9,
                **gb.dec_dict(d))
+    rec.update(gb.graph_fields(gms, gfail, "ours", list(peers)))
     if refused is not None:
         rec["refused"] = refused
     res.append(rec)
@@ -250,10 +269,12 @@ def show(r):
     ratios = " ".join("%s %5.2fx" % (k, v / r["flytuned_ms"])
                       for k, v in sorted(r["peers"].items()))
     print("%-12s %-34s %-7s %9.1f us %6.0f TF/s  %s  vs-faster %5.2fx  "
-          "err %.3g  tune %.2fs  %s%s" %
+          "graph %.1f us %5.2fx  err %.3g  tune %.2fs  %s%s" %
           (r["op"], r["case"], r["set"], r["flytuned_ms"] * 1e3, r["tflops"],
-           ratios, best / r["flytuned_ms"], r["max_abs_err"], r["tune_s"],
-           r["variant"], r["params"]), flush=True)
+           ratios, best / r["flytuned_ms"],
+           r["graph_ms"].get("ours", float("nan")) * 1e3,
+           r.get("graph_x_vs_peer", float("nan")), r["max_abs_err"],
+           r["tune_s"], r["variant"], r["params"]), flush=True)
 
 
 def summary(res):
@@ -283,6 +304,10 @@ def summary(res):
     if ts:
         lines.append("gemm tune_s per key: max %.2f s, median %.2f s "
                      "(target <= 1.5 s)" % (max(ts), sorted(ts)[len(ts) // 2]))
+    for op in ("gemm", "grouped_gemm"):
+        if any(r["op"] == op for r in res):
+            lines.append(gb.graph_summary([r for r in res if r["op"] == op],
+                                          op))
     for r in errs:
         lines.append("FAILED: %s %s: %s" % (r["op"], r["case"], r["error"]))
     ref = [r["case"] for r in res if "refused" in r]

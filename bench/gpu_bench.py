@@ -15,7 +15,10 @@ through libflykernels_cuda.so or, on ROCm, libflykernels_hip.so
 on PyTorch tensors and the current stream, and times it beside the peers:
 torch.nn.functional.rms_norm eager ("aten") and under torch.compile
 ("inductor"); torch.topk with torch.use_deterministic_algorithms off
-("aten_det0") and on ("aten_det1").
+("aten_det0") and on ("aten_det1").  rmsnorm_residual (the bf16 serving
+shapes): ours with FLY_F_RESIDUAL (r += x in place, y = rms_norm(r))
+against `s = x + r; y = rms_norm(s)` returning (y, s), eager ("eager")
+and under torch.compile ("inductor", one fused kernel).
 
 --standalone: no daemon; every feasible (variant, point) of the library
 (flyk_gpu_candidates) is timed per case and the fastest kept (variant
@@ -29,14 +32,26 @@ peers of a case are timed in one bench_side_by_side() call, their reps
 interleaved (the same per-call timing), so that clocks and temperature
 are the same for all; the copy ceiling and the sweep by bench().
 
-Writes OUT/h200-rmsnorm.json and OUT/h200-topk.json as
+The second timing (bench_graph_side_by_side(), also used by
+gemm_bench.py, scaled_gemm_bench.py, attention_bench.py and
+mqa_bench.py): each callable captured GRAPH_CALLS times back to back in
+a CUDA graph, no clean between the calls, replayed; per-call GPU time =
+replay time / calls, the median over interleaved replays (host cost
+excluded, caches as back-to-back calls leave them).  A capture of ours
+that fails stops the case with GraphCaptureError; it is never timed
+another way instead.
+
+Writes OUT/h200-rmsnorm.json, OUT/h200-rmsnorm_residual.json and
+OUT/h200-topk.json as
 {"gpu","date","commit","copy_gbps","cases":[{"op","case","set","variant",
-"params","flytuned_ms","peers":{NAME: ms},"max_abs_err","tune_s"}]}
-and prints a table: ratios vs each peer and vs the faster peer, GB/s
-against the measured copy bandwidth.
+"params","flytuned_ms","peers":{NAME: ms},"max_abs_err","tune_s",
+"graph_ms":{"ours"|NAME: ms},"graph_peer","graph_x_vs_peer",
+"graph_calls"}]} and prints a table: ratios vs each peer and vs the
+faster peer, GB/s against the measured copy bandwidth, the graph-replay
+ratio; the summary counts the cases where graph_x_vs_peer < 0.95.
 
 usage: python3 bench/gpu_bench.py [--standalone] [--build DIR]
-       [--cases FILE] [--out DIR] [--ops rmsnorm,topk]
+       [--cases FILE] [--out DIR] [--ops rmsnorm,rmsnorm_residual,topk]
        [--sets primary,serving[,long]]
 """
 import argparse
@@ -62,7 +77,7 @@ OP_RMSNORM, OP_TOPK = 4, 5
 DTYPES = {"fp32": 1, "fp16": 2, "bf16": 3}
 TORCH_DT = {"fp32": torch.float32, "fp16": torch.float16,
             "bf16": torch.bfloat16}
-F_DET = 0x8
+F_RESIDUAL, F_DET = 0x4, 0x8
 EPS = 1e-6
 TOPK_WS_BYTES = 1 << 20  # FLYK_TOPK_WS_BYTES (flyk.h)
 
@@ -183,6 +198,118 @@ def bench_side_by_side(fns, warmup=5, reps=50, budget_ms=150.0):
             for nm in names}
 
 
+GRAPH_CALLS = 20
+
+
+class GraphCaptureError(RuntimeError):
+    """A callable that must be timed under graph replay did not capture."""
+
+
+def bench_graph_side_by_side(fns, must=("ours", "flytuned"),
+                             calls=GRAPH_CALLS, reps=20, budget_ms=150.0):
+    """The second timing (issue 22 item 7): GPU time per call as a server
+    replaying CUDA graphs sees it, host cost excluded.  Each callable of
+    @p fns is captured `calls` times back to back into its own CUDA graph
+    (no L2 clean between the calls, nor between replays: what the calls
+    leave in L2 is what the next one finds, as in a replayed decode
+    step); each replay is timed by CUDA events; per-call ms = replay ms /
+    calls, the median over the replays.  The replays are interleaved with
+    a rotating order, as bench_side_by_side() interleaves its reps.
+    Warm-ups run on a side stream first (torch's rule before a capture).
+
+    Returns ({name: per-call ms}, {name: capture error}).  A callable
+    named in @p must whose capture fails raises GraphCaptureError: ours
+    is never timed some other way in its place; a peer that cannot be
+    captured is left out and its error returned.  budget_ms is per
+    callable, as in bench_side_by_side()."""
+    names = list(fns)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for nm in names:
+            for _ in range(3):
+                fns[nm]()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graphs, failed = {}, {}
+    for nm in names:
+        g = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(g):
+                for _ in range(calls):
+                    fns[nm]()
+        except Exception as e:
+            torch.cuda.synchronize()
+            if nm in must:
+                raise GraphCaptureError("%s: CUDA graph capture failed: %r"
+                                        % (nm, e)) from e
+            failed[nm] = repr(e)
+            continue
+        graphs[nm] = g
+    names = [nm for nm in names if nm in graphs]
+    for nm in names:  # the first replay uploads the graph
+        graphs[nm].replay()
+    torch.cuda.synchronize()
+    ev = {nm: [] for nm in names}
+    i = 0
+    while i < reps and names:
+        r = i % len(names)
+        for nm in names[r:] + names[:r]:
+            e = (torch.cuda.Event(enable_timing=True),
+                 torch.cuda.Event(enable_timing=True))
+            e[0].record()
+            graphs[nm].replay()
+            e[1].record()
+            ev[nm].append(e)
+        i += 1
+        if i == 3:
+            torch.cuda.synchronize()
+            spent = sum(sum(a.elapsed_time(b) for a, b in ev[nm]) / 3
+                        for nm in names)
+            if spent * reps > budget_ms * len(names):
+                reps = max(5, int(budget_ms * len(names) /
+                                  max(spent, 1e-3)))
+    torch.cuda.synchronize()
+    out = {nm: sorted(a.elapsed_time(b) for a, b in ev[nm])[
+        len(ev[nm]) // 2] / calls for nm in names}
+    del graphs
+    return out, failed
+
+
+def graph_fields(gms, failed, ours, peers):
+    """The graph-replay fields of a result row: graph_ms {name: ms} (ours
+    under @p ours, the peers under their names), graph_x_vs_peer (the
+    faster of @p peers that captured, over ours), graph_peer (its name),
+    graph_failed (peers that did not capture, if any)."""
+    out = {"graph_ms": dict(gms), "graph_calls": GRAPH_CALLS}
+    ok = [p for p in peers if p in gms]
+    if ok and ours in gms:
+        fp = min(ok, key=gms.get)
+        out["graph_peer"] = fp
+        out["graph_x_vs_peer"] = gms[fp] / gms[ours]
+    if failed:
+        out["graph_failed"] = failed
+    return out
+
+
+def graph_summary(res, what, limit=0.95):
+    """One summary line: how many rows of @p res have graph_x_vs_peer
+    below @p limit (the item-7 target: none), naming them."""
+    g = [r for r in res if "graph_x_vs_peer" in r]
+    if not g:
+        return "%s graph replay: no rows" % what
+    low = [r for r in g if r["graph_x_vs_peer"] < limit]
+    v = [r["graph_x_vs_peer"] for r in g]
+    line = ("%s graph replay (%d calls a graph, %d rows): %d below %.2fx of "
+            "the faster peer (target 0); gmean %.2fx, min %.2fx" %
+            (what, GRAPH_CALLS, len(g), len(low), limit, gmean(v), min(v)))
+    if low:
+        line += ": " + ", ".join("%s %.2fx" % (r.get("case"),
+                                               r["graph_x_vs_peer"])
+                                 for r in low)
+    return line
+
+
 def copy_gbps():
     """The copy ceiling: a 1 GiB device-to-device copy timed by bench(),
     bytes read + written per second (GB/s); printed too."""
@@ -298,14 +425,17 @@ def sweep(lib, p, mk_fn):
     return cand[best[1]], time.time() - t0, pts
 
 
-def rms_launcher(lib, p, x, w, y):
+def rms_launcher(lib, p, x, w, y, r=None):
+    """mk(decision) -> fn(): flyk_gpu_rmsnorm on the tensors (with r:
+    FLY_F_RESIDUAL, r += x in place, then y = rms_norm(r))."""
     def mk(d):
         dd = Decision.from_buffer_copy(d)
 
         def fn():
             rc = lib.flyk_gpu_rmsnorm(ctypes.byref(p), ctypes.byref(dd),
                                       x.data_ptr(), w.data_ptr(), y.data_ptr(),
-                                      None, EPS,
+                                      None if r is None else r.data_ptr(),
+                                      EPS,
                                       torch.cuda.current_stream().cuda_stream)
             if rc:
                 raise RuntimeError("flyk_gpu_rmsnorm: %d" % rc)
@@ -332,7 +462,8 @@ def topk_launcher(lib, p, x, vals, idx, ws):
 
 def choose(args, lib, daemon, op, dtype, dims, flags, p, mk):
     if daemon is not None:
-        names = ("det",) if flags & F_DET else ()
+        names = (("det",) if flags & F_DET else ()) + \
+            (("residual",) if flags & F_RESIDUAL else ())
         try:
             dd, tune_s = daemon.decide(op, dtype, dict(dims), names)
         except Exception as e:  # what an engine does: the library default
@@ -386,17 +517,84 @@ def one_rmsnorm(args, lib, daemon, s, c, res, sweeps):
         cf(x, w)
         fns["inductor"] = lambda: cf(x, w)
     peers = bench_side_by_side(fns)
+    gms, gfail = bench_graph_side_by_side(fns)
     ours = peers.pop("ours")
     name = "%s %dx%d" % (dt, m, n)
     rec = dict(op="rmsnorm", case=name, set=s, status=status,
                flytuned_ms=ours, peers=peers, max_abs_err=err,
                tune_s=tune_s, bytes=(2 * m * n + n) * x.element_size(),
                **dec_dict(d))
+    rec.update(graph_fields(gms, gfail, "ours", list(peers)))
     res.append(rec)
     if pts is not None:
         sweeps.append(dict(case=name, points=pts))
     show(rec, args.copy_gbps)
     del x, w, y, ref
+
+
+def residual_cases(cases):
+    """The fused residual's cases: rmsnorm's bf16 serving shapes, or a
+    "rmsnorm_residual" list of cases.json where there is one."""
+    if "rmsnorm_residual" in cases:
+        return cases
+    v = cases["rmsnorm"].get("serving", [])
+    return {"rmsnorm_residual": {
+        "serving": [c for c in v if c["dtype"] == "bf16"]}}
+
+
+def run_rmsnorm_residual(args, lib, daemon, cases, res, sweeps):
+    each_case(residual_cases(cases), "rmsnorm_residual",
+              args.sets, res,
+              lambda s, c: one_rmsnorm_residual(args, lib, daemon, s, c, res,
+                                                sweeps))
+
+
+def one_rmsnorm_residual(args, lib, daemon, s, c, res, sweeps):
+    """Fused residual add + RMSNorm: ours with FLY_F_RESIDUAL (r += x in
+    place, y = rms_norm(r)) against `s = x + r; y = rms_norm(s)`
+    returning (y, s), eager ("eager") and under torch.compile
+    ("inductor", which fuses both into one kernel)."""
+    dt, m, n = c["dtype"], c["m"], c["n"]
+    x = torch.randn(m, n, device="cuda", dtype=TORCH_DT[dt])
+    r0 = torch.randn(m, n, device="cuda", dtype=TORCH_DT[dt])
+    w = torch.randn(n, device="cuda", dtype=TORCH_DT[dt])
+    y = torch.full_like(x, float("nan"))
+    r = r0.clone()
+    p = problem(OP_RMSNORM, dt, (m, n), F_RESIDUAL)
+    mk = rms_launcher(lib, p, x, w, y, r)
+    d, tune_s, status, pts = choose(args, lib, daemon, "rmsnorm", dt,
+                                    (("m", m), ("n", n)), F_RESIDUAL, p, mk)
+    r.copy_(r0)
+    fn = mk(d)
+    fn()
+    torch.cuda.synchronize()
+
+    def fused(a, b, g):
+        t = a + b
+        return F.rms_norm(t, (n,), g, EPS), t
+    ref_y, ref_s = fused(x, r0, w)
+    err = max((y.float() - ref_y.float()).abs().max().item(),
+              (r.float() - ref_s.float()).abs().max().item())
+    fns = {"ours": fn, "eager": lambda: fused(x, r0, w)}
+    if not args.no_compile:
+        torch._dynamo.reset()
+        cf = torch.compile(fused, dynamic=False)
+        cf(x, r0, w)
+        fns["inductor"] = lambda: cf(x, r0, w)
+    peers = bench_side_by_side(fns)
+    gms, gfail = bench_graph_side_by_side(fns)
+    ours = peers.pop("ours")
+    name = "%s %dx%d residual" % (dt, m, n)
+    rec = dict(op="rmsnorm_residual", case=name, set=s, status=status,
+               flytuned_ms=ours, peers=peers, max_abs_err=err,
+               tune_s=tune_s, bytes=(4 * m * n + n) * x.element_size(),
+               **dec_dict(d))
+    rec.update(graph_fields(gms, gfail, "ours", list(peers)))
+    res.append(rec)
+    if pts is not None:
+        sweeps.append(dict(case=name, points=pts))
+    show(rec, args.copy_gbps)
+    del x, r0, r, w, y, ref_y, ref_s
 
 
 def run_topk(args, lib, daemon, cases, res, sweeps):
@@ -430,8 +628,9 @@ def one_topk(args, lib, daemon, s, c, det, res, sweeps):
     if (idx < 0).any() or (idx >= n).any() or \
             not torch.equal(got, vals):
         err = float("inf")
-    peers = bench_side_by_side({"ours": fn, "aten_det%d" % det:
-                                lambda: torch.topk(x, k, dim=-1)})
+    fns = {"ours": fn, "aten_det%d" % det: lambda: torch.topk(x, k, dim=-1)}
+    peers = bench_side_by_side(fns)
+    gms, gfail = bench_graph_side_by_side(fns)
     ours = peers.pop("ours")
     name = "%dx%d k%d det%d%s" % (m, n, k, det,
                                   "" if dt == "fp32" else " " + dt)
@@ -439,6 +638,7 @@ def one_topk(args, lib, daemon, s, c, det, res, sweeps):
                flytuned_ms=ours, peers=peers, max_abs_err=err,
                tune_s=tune_s, bytes=m * n * x.element_size() +
                m * k * (8 + x.element_size()), **dec_dict(d))
+    rec.update(graph_fields(gms, gfail, "ours", list(peers)))
     res.append(rec)
     if pts is not None:
         sweeps.append(dict(case=name, points=pts))
@@ -453,9 +653,12 @@ def show(r, copy_gbps):
     ratios = " ".join("%s %5.2fx" % (k, v / r["flytuned_ms"])
                       for k, v in sorted(r["peers"].items()))
     print("%-8s %-26s %-7s %8.1f us  %s  vs-faster %5.2fx  %6.0f GB/s "
-          "(%3.0f%% copy)  err %.2g  tune %.2fs  %s%s" %
+          "(%3.0f%% copy)  graph %.1f us %5.2fx  err %.2g  tune %.2fs  "
+          "%s%s" %
           (r["op"], r["case"], r["set"], r["flytuned_ms"] * 1e3, ratios,
            best / r["flytuned_ms"], gbps, 100 * gbps / copy_gbps,
+           r["graph_ms"].get("ours", float("nan")) * 1e3,
+           r.get("graph_x_vs_peer", float("nan")),
            r["max_abs_err"], r["tune_s"] or 0, r["variant"], r["params"]),
           flush=True)
 
@@ -477,6 +680,22 @@ def summary(res):
                      ">= 1.8), vs faster peer %.2fx (>= 1.2), min vs faster "
                      "%.2fx (>= 0.97)" % (len(rms), gmean(va), gmean(vf),
                                           min(vf)))
+    srv = [r for r in res if r["set"] == "serving" and
+           r["op"] == "rmsnorm"]
+    if srv:
+        vf = [min(r["peers"].values()) / r["flytuned_ms"] for r in srv]
+        lines.append("rmsnorm serving (%d): gmean vs faster peer %.2fx "
+                     "(target >= 1.10), min %.2fx (>= 1.0)" %
+                     (len(srv), gmean(vf), min(vf)))
+    fr = [r for r in res if r["op"] == "rmsnorm_residual" and
+          "inductor" in r["peers"]]
+    if fr:
+        vi = [r["peers"]["inductor"] / r["flytuned_ms"] for r in fr]
+        ve = [r["peers"]["eager"] / r["flytuned_ms"] for r in fr]
+        lines.append("rmsnorm_residual bf16 serving (%d): gmean vs "
+                     "torch.compile %.2fx (target >= 1.10), min %.2fx; vs "
+                     "eager %.2fx" % (len(fr), gmean(vi), min(vi),
+                                      gmean(ve)))
     for det in (0, 1):
         tk = [r for r in prim if r["op"] == "topk" and
               r["case"].endswith("det%d" % det)]
@@ -493,6 +712,10 @@ def summary(res):
             lines.append("topk long det%d (%d): gmean vs torch.topk %.2fx, "
                          "min %.2fx (target: none below 1.5)" %
                          (det, len(tk), gmean(v), min(v)))
+    for op in ("rmsnorm", "rmsnorm_residual", "topk"):
+        if any(r["op"] == op for r in res):
+            lines.append(graph_summary([r for r in res if r["op"] == op],
+                                       op))
     bad = [r["case"] for r in res if not (r["max_abs_err"] <= 0.05)]
     lines.append("numerics: %s" % ("all agree with PyTorch" if not bad else
                                    "DISAGREE on " + ", ".join(bad)))
@@ -565,7 +788,7 @@ def main(argv=None):
                                                     "bench", "cases.json"))
     ap.add_argument("--out", default=os.environ.get(
         "OUT", os.path.join(ROOT, "build", "bench-results")))
-    ap.add_argument("--ops", default="rmsnorm,topk")
+    ap.add_argument("--ops", default="rmsnorm,rmsnorm_residual,topk")
     ap.add_argument("--sets", default="primary,serving")
     ap.add_argument("--no-compile", action="store_true")
     args = ap.parse_args(argv)
@@ -583,11 +806,16 @@ def main(argv=None):
             "torch": torch.__version__,
             "mode": "standalone sweep" if args.standalone else "daemon",
             "method": "CUDA events per call, L2 cleaned by reading 512 MiB "
-                      "before each rep, median ms"}
+                      "before each rep, median ms",
+            "graph_method": "%d back-to-back calls captured in a CUDA "
+                            "graph, no clean, replay ms / calls, median "
+                            "of interleaved replays" % GRAPH_CALLS}
     os.makedirs(args.out, exist_ok=True)
     allres = []
     try:
-        for op, fn in (("rmsnorm", run_rmsnorm), ("topk", run_topk)):
+        for op, fn in (("rmsnorm", run_rmsnorm),
+                       ("rmsnorm_residual", run_rmsnorm_residual),
+                       ("topk", run_topk)):
             if op not in args.ops.split(","):
                 continue
             res, sweeps = [], []

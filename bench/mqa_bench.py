@@ -12,7 +12,10 @@ it with the peer's check() (fp32 reference on the exact fp8 inputs,
 relative error < 2e-3 on every window position, exact -inf outside under
 clean_logits), and times it side by side (gpu_bench.bench_side_by_side:
 CUDA events per call, L2 cleaned by a read of 512 MiB before each rep,
-median, reps interleaved) with:
+median, reps interleaved; and the second timing,
+gpu_bench.bench_graph_side_by_side: 20 calls captured back to back in a
+CUDA graph, replayed, per-call GPU time; a failed capture of ours fails
+the case) with:
   triton     ../shared/bench/peers/mqa_logits_triton.py, its DEFAULT_CONFIGS
              swept per case (quick median each), the fastest config
   torch_ref  the peer's dense torch reference (per-head bf16 matmuls),
@@ -25,7 +28,8 @@ Writes OUT/h200-mqa_logits.json:
   {"gpu","date","commit","method","clocks":{...},
    "cases":[{"op","case","variant","params","flytuned_ms",
              "peers":{"triton":ms,"torch_ref":ms},"triton_cfg",
-             "tflops":{"flytuned","triton"},"check","tune_s","status"}]}
+             "tflops":{"flytuned","triton"},"check","tune_s","status",
+             "graph_ms":{NAME: ms},"graph_peer","graph_x_vs_peer"}]}
 usage: python3 bench/mqa_bench.py [--build DIR] [--cases FILE] [--out DIR]
        [--only 0,3,11]
 """
@@ -148,6 +152,7 @@ def one_case(args, peer, kern, daemon, idx, c, aiter_fn=None):
                                                        clean)
     ms = gpu_bench.bench_side_by_side(fns, warmup=3, reps=args.reps,
                                       budget_ms=400)
+    gms, gfail = gpu_bench.bench_graph_side_by_side(fns, budget_ms=400)
     r = {"op": "mqa_logits", "case": dict(c, index=idx),
          "variant": d["variant"], "params": d["params"],
          "status": d["status"], "tune_s": tune_s,
@@ -159,12 +164,18 @@ def one_case(args, peer, kern, daemon, idx, c, aiter_fn=None):
          "gflop": gflop,
          "tflops": {nm: gflop / v for nm, v in ms.items()},
          "check": chk, "triton_check": tchk, "aiter_check": achk}
+    # the peer of record is Triton's (torch_ref is a dense reference)
+    r.update(gpu_bench.graph_fields(gms, gfail, "flytuned",
+                                    [x for x in ("triton", "aiter")
+                                     if x in fns]))
     print("case %2d %5dx%-6d %-11s clean=%d  ours %-10s %-12s %.4f ms "
-          "(%4.0f TF/s)  triton %.4f ms (%s)  x%.2f  tune %.2fs  ok=%s" %
+          "(%4.0f TF/s)  triton %.4f ms (%s)  x%.2f  graph x%.2f  "
+          "tune %.2fs  ok=%s" %
           (idx, sq, skv, kind, clean, d["variant"], d["params"],
            ms["flytuned"], r["tflops"]["flytuned"],
            ms.get("triton", float("nan")), r["triton_cfg"],
-           ms.get("triton", float("nan")) / ms["flytuned"], tune_s or 0,
+           ms.get("triton", float("nan")) / ms["flytuned"],
+           r.get("graph_x_vs_peer", float("nan")), tune_s or 0,
            chk.get("ok")), flush=True)
     if "aiter" in ms:
         print("        aiter %.4f ms  x%.2f  ok=%s" %
@@ -229,6 +240,7 @@ def main(argv=None):
         print("geomean vs triton over %d cases: x%.3f (min x%.3f); all "
               "checks ok: %s" % (len(ok), g, min(ratios),
                                  all(r["check"].get("ok") for r in ok)))
+        print(gpu_bench.graph_summary(ok, "mqa_logits"))
 
 
 if __name__ == "__main__":

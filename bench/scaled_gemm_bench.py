@@ -9,7 +9,9 @@ Python client (decide_wait: its wall time is the case's tune_s), launches
 the decision on the case's inputs through flyclient.kernels
 (libflykernels_cuda.so's flyk_gpu_scaled_gemm), checks it, and times it
 side by side (gpu_bench.bench_side_by_side: CUDA events per call, L2
-cleaned by a read of 512 MiB before each rep, median, reps interleaved)
+cleaned by a read of 512 MiB before each rep, median, reps interleaved;
+and the second timing, gpu_bench.bench_graph_side_by_side: 20 calls
+captured back to back in a CUDA graph, replayed, per-call GPU time)
 with:
   fp8_e4m3   torch._scaled_mm (per-tensor fp32 scales, bf16 out, no fast
              accumulation: its default)
@@ -25,7 +27,8 @@ TFLOP/s count 2 m n k.
 Writes OUT/h200-scaled_gemm.json:
   {"gpu","date","commit","method","clocks",
    "cases":[{"op","format","case","variant","params","status","tune_s",
-             "flytuned_ms","peers":{...},"tflops":{...},"check"}]}
+             "flytuned_ms","peers":{...},"tflops":{...},"check",
+             "graph_ms":{...},"graph_peer","graph_x_vs_peer"}]}
 usage: python3 bench/scaled_gemm_bench.py [--build DIR] [--cases FILE]
        [--out DIR] [--only 0,3] [--formats fp8_e4m3,mxfp8,mxfp4]
 """
@@ -159,6 +162,8 @@ def one_case(args, kern, daemon, idx, c, fmt):
     fns = dict({"flytuned": ours}, **fns)
     ms = gpu_bench.bench_side_by_side(fns, warmup=3, reps=args.reps,
                                       budget_ms=300)
+    gms, gfail = gpu_bench.bench_graph_side_by_side(
+        fns, must=("flytuned", "flytuned_fp8"), budget_ms=300)
     peer_name = [x for x in fns if x not in ("flytuned", "flytuned_fp8")][0]
     r = {"op": "scaled_gemm", "format": fmt, "case": dict(c, index=idx),
          "variant": d["variant"], "params": d["params"],
@@ -170,13 +175,15 @@ def one_case(args, kern, daemon, idx, c, fmt):
          "gflop": gflop,
          "tflops": {x: gflop / ms[x] for x in ms}, "check": chk,
          "x_vs_peer": ms[peer_name] / ms["flytuned"]}
+    r.update(gpu_bench.graph_fields(gms, gfail, "flytuned", [peer_name]))
     if "flytuned_fp8" in ms:
         r["fp8_over_mx"] = ms["flytuned_fp8"] / ms["flytuned"]
     print("%-8s %2d m%-5d n%-5d k%-5d ours %-11s %-28s %.4f ms (%5.0f TF/s)"
-          "  %s %.4f ms  x%.2f%s  tune %.2fs (%s/%s/%s trials ok/timed/"
-          "listed)  ok=%s" %
+          "  %s %.4f ms  x%.2f  graph x%.2f%s  tune %.2fs (%s/%s/%s trials "
+          "ok/timed/listed)  ok=%s" %
           (fmt, idx, m, n, k, d["variant"], d["params"], ms["flytuned"],
            gflop / ms["flytuned"], peer_name, ms[peer_name], r["x_vs_peer"],
+           r.get("graph_x_vs_peer", float("nan")),
            ("  fp8/mx %.2f" % r["fp8_over_mx"]) if "fp8_over_mx" in r
            else "", tune_s or 0, measured, tc.get("timed"), total,
            chk["ok"]), flush=True)
@@ -252,6 +259,7 @@ def main(argv=None):
             line += "; fp8/mx time geomean %.3f" % math.exp(
                 sum(math.log(v) for v in f8) / len(f8))
         print(line)
+        print(gpu_bench.graph_summary(ok, fmt))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ and the issues' targets checked.
 usage: python3 bench/summarize.py bench/results/h200-*.json
 
 Per case: our median (us), each peer's, the ratio peer / ours for each
-and for the faster peer, the variant the daemon chose and tune_s.  Then
+and for the faster peer, the graph-replay ratio (graph_x_vs_peer, where
+the file has one), the variant the daemon chose and tune_s.  Then
 per op and set: geometric means and the minimum of those ratios.  Cases
 that failed in the run (an "error" entry) are listed, not hidden.
 """
@@ -20,6 +21,7 @@ TARGETS = {
     "topk": [(None, 6.0, 2.0)],
     "gemm": [(None, 1.10, 0.98)],
     "grouped_gemm": [("grouped_mm", 1.20, None)],
+    "rmsnorm_residual": [("inductor", 1.10, None)],
     "attention": [(None, 1.0, 0.95)],
 }
 
@@ -53,17 +55,19 @@ def table(doc):
     peers = sorted({p for r in cases for p in peers_of(r)})
     out = ["| set | case | ours us | " + " | ".join(p + " us" for p in peers) +
            " | " + " | ".join("x " + p for p in peers) +
-           " | x faster | variant | tune s |",
-           "|" + "---|" * (5 + 2 * len(peers) + 1)]
+           " | x faster | graph x | variant | tune s |",
+           "|" + "---|" * (6 + 2 * len(peers) + 1)]
     for r in cases:
         us = r["flytuned_ms"] * 1e3
         pv = [peers_of(r).get(p) for p in peers]
-        out.append("| %s | %s | %.1f | %s | %s | %.2f | %s%s | %s |" % (
+        gx = r.get("graph_x_vs_peer")
+        out.append("| %s | %s | %.1f | %s | %s | %.2f | %s | %s%s | %s |" % (
             set_of(r), r["case"], us,
             " | ".join("%.1f" % (v * 1e3) if v else "-" for v in pv),
             " | ".join("%.2f" % (v / r["flytuned_ms"]) if v else "-"
                        for v in pv),
-            ratio(r, None) or float("nan"), r["variant"],
+            ratio(r, None) or float("nan"),
+            "%.2f" % gx if gx is not None else "-", r["variant"],
             r.get("params", []),
             "%.2f" % r["tune_s"] if r.get("tune_s") is not None else "-"))
     for r in doc["cases"]:
@@ -105,12 +109,20 @@ def verdicts(doc):
                             " (target %.2f)" % g_t if prim else "", min(v),
                             " (target %.2f)" % m_t if m_t and prim else "",
                             ok))
+        gx = [r["graph_x_vs_peer"] for r in cases if r["op"] == op and
+              "graph_x_vs_peer" in r]
+        if gx:
+            lines.append("%s graph replay (%d): %d below 0.95x of the "
+                         "faster peer (target 0), min %.2fx" %
+                         (op, len(gx), sum(1 for x in gx if x < 0.95),
+                          min(gx)))
         ts = [r["tune_s"] for r in cases if r["op"] == op and
               r.get("tune_s") is not None]
         if ts:
             lines.append("%s tune_s: max %.2f s, median %.2f s" %
                          (op, max(ts), sorted(ts)[len(ts) // 2]))
-    bad = [r["case"] for r in cases if r["op"] in ("rmsnorm", "topk") and
+    bad = [r["case"] for r in cases
+           if r["op"] in ("rmsnorm", "rmsnorm_residual", "topk") and
            not r["max_abs_err"] <= 0.05]
     bad += [r["case"] for r in cases if "max_abs_ref" in r and
             not r["max_abs_err"] <= r["max_abs_ref"] / 64 + 1e-3]

@@ -15,6 +15,10 @@
  *                    handled per row (scalar prologue to 16-byte alignment,
  *                    vector body, scalar epilogue), so n = 4097 rows stay on
  *                    vector loads.
+ *   rmsnorm_lat      rmsnorm_rows for decode sizes (m <= 8192): whole
+ *                    warps a row (`group`), `rows` rows a block, 16-byte
+ *                    vectors, and the thread's w loaded with its x (and r)
+ *                    before any use: one DRAM round trip, not two.
  *   rmsnorm_cluster  (CUDA sm_90) a row split over a thread-block cluster
  *                    of `cluster` blocks, register-resident, the sum of
  *                    squares reduced through distributed shared memory: for
@@ -142,18 +146,48 @@ __device__ __forceinline__ int rms_prologue(const T *row, int n)
  * The register-resident row: the thread with virtual id vt of VG keeps R
  * vectors (body vectors vt, vt + VG, ...) plus at most one prologue and one
  * epilogue element; returns its partial sum of squares.  The row is read
- * from memory once.
+ * from memory once.  WE (w early): load() also loads the thread's w
+ * elements, issued with x's (and r's) before any of them is used, so that
+ * one DRAM round trip serves both; otherwise store() loads w after the
+ * reduction (fewer registers, a second round trip unless w is cached).
  */
-template <int DT, int VB, int R, bool RES> struct rms_row {
+template <int DT, int VB, int R, bool RES, bool WE = false> struct rms_row {
 	typedef typename flyk_elem<DT>::T T;
 	typedef flyk_elem<DT> E;
 	enum { VEC = VB / sizeof(T) };
 	rms_vec<VB, T> v[R];
-	T s0, s1;
+	rms_vec<VB, T> wv[WE ? R : 1];
+	T s0, s1, w0, w1;
 	int p, nb, tail;
 
+	/* WE: this thread's w (vectors where the row is aligned, else the
+	 * same elements one by one: w + p is then misaligned). */
+	__device__ __forceinline__ void load_w(const T *__restrict__ w, int vt,
+					       int VG)
+	{
+		if (p == 0) {
+			const rms_vec<VB, T> *wa = (const rms_vec<VB, T> *)w;
+#pragma unroll
+			for (int i = 0; i < R; i++)
+				if (vt + i * VG < nb)
+					wv[i] = wa[vt + i * VG];
+		} else {
+#pragma unroll
+			for (int i = 0; i < R; i++)
+				if (vt + i * VG < nb)
+#pragma unroll
+					for (int e = 0; e < VEC; e++)
+						wv[i].e[e] = w[p +
+							       (vt + i * VG) * VEC + e];
+		}
+		if (vt < p)
+			w0 = w[vt];
+		if (vt < tail)
+			w1 = w[p + nb * VEC + vt];
+	}
+
 	__device__ __forceinline__ float load(const T *xr, T *rr, int n, int vt,
-					      int VG)
+					      int VG, const T *w = NULL)
 	{
 		p = rms_prologue<VB>(xr, n);
 		nb = (n - p) / VEC;
@@ -168,6 +202,9 @@ template <int DT, int VB, int R, bool RES> struct rms_row {
 			s0 = xr[vt];
 		if (vt < tail)
 			s1 = xr[p + nb * VEC + vt];
+		if constexpr (WE) /* before the residual stores: w may not
+				   * be assumed apart from r */
+			load_w(w, vt, VG);
 		if (RES) {
 			rms_vec<VB, T> r[R];
 #pragma unroll
@@ -218,6 +255,22 @@ template <int DT, int VB, int R, bool RES> struct rms_row {
 					      int vt, int VG)
 	{
 		rms_vec<VB, T> *yv = (rms_vec<VB, T> *)(yr + p);
+		if constexpr (WE) {
+#pragma unroll
+			for (int i = 0; i < R; i++) {
+				int j = vt + i * VG;
+				if (j < nb)
+					yv[j] = rms_scale<DT, VB>(v[i], wv[i].e,
+								  rstd);
+			}
+			if (vt < p)
+				yr[vt] = E::store(E::load(s0) * rstd *
+						  E::load(w0));
+			if (vt < tail)
+				yr[p + nb * VEC + vt] = E::store(
+					E::load(s1) * rstd * E::load(w1));
+			return;
+		}
 		if (p == 0) { /* aligned row: w aligned too */
 			const rms_vec<VB, T> *wv = (const rms_vec<VB, T> *)w;
 #pragma unroll
@@ -248,8 +301,12 @@ template <int DT, int VB, int R, bool RES> struct rms_row {
 	}
 };
 
-template <int DT, int VB, int R, bool RES>
-__global__ void __launch_bounds__(RMS_MAXT(R, VB))
+/* Threads bound of rmsnorm_lat (w early: twice the row registers). */
+#define LAT_MAXT(R) ((R) >= 8 ? 256 : RMS_MAXT(2 * (R), 16))
+
+/* rmsnorm_rows (WE false) and rmsnorm_lat (WE true: w loaded with x). */
+template <int DT, int VB, int R, bool RES, bool WE>
+__global__ void __launch_bounds__(WE ? LAT_MAXT(R) : RMS_MAXT(R, VB))
 	rms_rows_kernel(const typename flyk_elem<DT>::T *x,
 			const typename flyk_elem<DT>::T *w,
 			typename flyk_elem<DT>::T *y,
@@ -261,10 +318,10 @@ __global__ void __launch_bounds__(RMS_MAXT(R, VB))
 	int vt = threadIdx.x % G;
 	bool valid = row < m;
 	int64_t off = (valid ? row : 0) * (int64_t)n;
-	rms_row<DT, VB, R, RES> r;
+	rms_row<DT, VB, R, RES, WE> r;
 	float ss = 0.f;
 	if (valid)
-		ss = r.load(x + off, res + off, n, vt, G);
+		ss = r.load(x + off, res + off, n, vt, G, w);
 	ss = rms_group_sum(ss, G, red);
 	if (valid)
 		r.store(w, y + off, rsqrtf(ss / (float)n + eps), vt, G);
@@ -577,7 +634,7 @@ static int rms_launch_err(void)
 #define RMS_ARGS(T)                                                         \
 	(const T *)a->x, (const T *)a->w, (T *)a->y, (T *)a->residual
 
-template <int DT, int VB, bool RES>
+template <int DT, int VB, bool RES, bool WE>
 static int rms_rows_go(const struct flyk_rmsnorm_args *a, int64_t m, int n,
 		       int G, int rows, int R, hipStream_t s)
 {
@@ -586,33 +643,33 @@ static int rms_rows_go(const struct flyk_rmsnorm_args *a, int64_t m, int n,
 	unsigned th = (unsigned)(G * rows);
 	switch (R) {
 	case 1:
-		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 1, RES>)(
+		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 1, RES, WE>)(
 			RMS_ARGS(T), m, n, G, a->eps);
 		break;
 	case 2:
-		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 2, RES>)(
+		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 2, RES, WE>)(
 			RMS_ARGS(T), m, n, G, a->eps);
 		break;
 	case 4:
-		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 4, RES>)(
+		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 4, RES, WE>)(
 			RMS_ARGS(T), m, n, G, a->eps);
 		break;
 	default:
-		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 8, RES>)(
+		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 8, RES, WE>)(
 			RMS_ARGS(T), m, n, G, a->eps);
 		break;
 	}
 	return rms_launch_err();
 }
 
-template <int DT, int VB>
+template <int DT, int VB, bool WE>
 static int rms_rows_res(const struct flyk_rmsnorm_args *a, uint32_t flags,
 			int64_t m, int n, int G, int rows, int R,
 			hipStream_t s)
 {
 	if (flags & FLY_F_RESIDUAL)
-		return rms_rows_go<DT, VB, true>(a, m, n, G, rows, R, s);
-	return rms_rows_go<DT, VB, false>(a, m, n, G, rows, R, s);
+		return rms_rows_go<DT, VB, true, WE>(a, m, n, G, rows, R, s);
+	return rms_rows_go<DT, VB, false, WE>(a, m, n, G, rows, R, s);
 }
 
 template <int DT>
@@ -621,8 +678,9 @@ static int rms_rows_dt(const struct flyk_rmsnorm_args *a, uint32_t flags,
 		       hipStream_t s)
 {
 	if (vb == 16)
-		return rms_rows_res<DT, 16>(a, flags, m, n, G, rows, R, s);
-	return rms_rows_res<DT, 8>(a, flags, m, n, G, rows, R, s);
+		return rms_rows_res<DT, 16, false>(a, flags, m, n, G, rows, R,
+						   s);
+	return rms_rows_res<DT, 8, false>(a, flags, m, n, G, rows, R, s);
 }
 
 /* Value orders put a sensible untuned default in the middle, where
@@ -698,6 +756,70 @@ static int rows_launch(const struct flyk_device *dev,
 	default:
 		return rms_rows_dt<FLY_DT_BF16>(a, p->flags, m, n, G, rows, vb,
 						R, s);
+	}
+}
+
+/* ---- lat (decode sizes: one DRAM round trip for x, r and w) */
+
+/* For 1 to a few thousand rows the time is the launch, one DRAM round
+ * trip and the reduction: x, r and w of a thread are all in flight
+ * before the first is used (rmsnorm_rows loads w after the reduction, a
+ * second round trip while the grid is one wave and w not yet cached).
+ * Whole warps a row, 16-byte vectors; group = warp: no block barrier. */
+static const int64_t lat_group[] = {128, 64, 32, 256, 512, 1024};
+static const int64_t lat_rows[] = {1, 2, 4};
+#define LAT_MAX_M 8192
+
+static int lat_feasible(const struct flyk_device *dev,
+			const struct fly_problem *p, const int64_t *pr)
+{
+	int64_t m;
+	int n;
+	if (rms_dims(p, &m, &n) || m > LAT_MAX_M)
+		return -EINVAL;
+	int64_t G = pr[0], rows = pr[1];
+	if (G < dev->warp || G % dev->warp || rows < 1 || G * rows > 1024)
+		return -EINVAL;
+	int64_t vec = 16 / (int64_t)flyk_dtype_bytes(p->dtype);
+	if (G > dev->warp && (G / 2) * vec >= n) /* narrower does it */
+		return -EINVAL;
+	/* Blocks of several rows only where the grid still has two blocks
+	 * an SM (else one row a block spreads the loads over more SMs);
+	 * they keep small groups from the per-SM block limit. */
+	if (rows > 1 && m < 2 * (int64_t)dev->sms * rows)
+		return -EINVAL;
+	int R = rms_pick_r(rms_need(n, p->dtype, G, 16));
+	if (!R || G * rows > LAT_MAXT(R))
+		return -ENOSPC;
+	return 0;
+}
+
+static int lat_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *pr,
+		      const union flyk_args *args, void *stream)
+{
+	int64_t m = 0;
+	int n = 0;
+	int rc = lat_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	rms_dims(p, &m, &n);
+	const struct flyk_rmsnorm_args *a = &args->rmsnorm;
+	if (!rms_aligned(a, p->flags))
+		return -EINVAL;
+	int G = (int)pr[0], rows = (int)pr[1];
+	int R = rms_pick_r(rms_need(n, p->dtype, G, 16));
+	hipStream_t s = (hipStream_t)stream;
+	switch (p->dtype) {
+	case FLY_DT_FP32:
+		return rms_rows_res<FLY_DT_FP32, 16, true>(a, p->flags, m, n,
+							   G, rows, R, s);
+	case FLY_DT_FP16:
+		return rms_rows_res<FLY_DT_FP16, 16, true>(a, p->flags, m, n,
+							   G, rows, R, s);
+	default:
+		return rms_rows_res<FLY_DT_BF16, 16, true>(a, p->flags, m, n,
+							   G, rows, R, s);
 	}
 }
 
@@ -993,6 +1115,9 @@ static const struct flyk_variant rms_variants[] = {
 	 {{"group", NV(rows_group)}, {"rows", NV(rows_rows)},
 	  {"vec", NV(rows_vec)}},
 	 rows_feasible, NULL, rows_launch},
+	{"rmsnorm_lat", FLY_OP_RMSNORM, DT_MASK, FLY_F_RESIDUAL, 0, 2,
+	 {{"group", NV(lat_group)}, {"rows", NV(lat_rows)}},
+	 lat_feasible, NULL, lat_launch},
 	{"rmsnorm_cluster", FLY_OP_RMSNORM, DT_MASK, FLY_F_RESIDUAL, 0, 2,
 	 {{"cluster", NV(cl_size)}, {"threads", NV(cl_threads)}},
 	 cl_feasible, NULL, cl_launch},

@@ -10,8 +10,9 @@
  *       -Itests/gpu/emu -x c++ tests/gpu/emu/emu_main.cpp \
  *       kernels/gpu/norm/rmsnorm.hip kernels/gpu/topk/topk.hip -o /tmp/flyk_emu
  *
- *   /tmp/flyk_emu [quick|cases|long]   (cases: only the op modules' case
- *   paths; long: those and quick's few long topk rows)
+ *   /tmp/flyk_emu [quick|cases|long|rmsnorm]   (cases: only the op
+ *   modules' case paths; long: those and quick's few long topk rows;
+ *   rmsnorm: quick's rmsnorm part, no topk)
  *
  * Built with -DFLYK_EMU_AMD=1 (flyk_emu_amd), the same tests run in the
  * AMD wave64 model (flyk_emu.h); quick there takes every other topk
@@ -171,7 +172,10 @@ static void report(bool ok, const struct fly_problem *p, const char *v,
 	printf("): %s\n", why);
 }
 
-static void rms_case(uint32_t dt, int res, int64_t m, int64_t n)
+/* Every feasible point of every rmsnorm variant, or of the variant
+ * named @p only (non-NULL), against the host reference. */
+static void rms_case(uint32_t dt, int res, int64_t m, int64_t n,
+		     const char *only = NULL)
 {
 	struct fly_problem p;
 	memset(&p, 0, sizeof(p));
@@ -219,6 +223,8 @@ static void rms_case(uint32_t dt, int res, int64_t m, int64_t n)
 	const struct flyk_gpu_op *op = &flyk_gpu_rmsnorm_op;
 	for (size_t vi = 0; vi < op->nvariants; vi++) {
 		const struct flyk_variant *v = &op->variants[vi];
+		if (only && strcmp(v->name, only))
+			continue;
 		tally_seen(v->name);
 		each_point(v, [&](const int64_t *pt) {
 			if (v->feasible(&dev, &p, pt))
@@ -655,10 +661,29 @@ int main(int argc, char **argv)
 			for (int res = 0; res < 2; res++)
 				if (!quick || (s < 5 && d == 0))
 					rms_case(dts[d], res, rs[s][0], rs[s][1]);
+	/* Decode sizes on rmsnorm_lat (the variant made for them; the
+	 * others ran above): 1-256 rows of the serving widths and an
+	 * unaligned one.  quick (the suite's time): bf16 1x4096, 3x5120,
+	 * 64x4097, and fp32 3x4097.  Then rows > 1 a block, which needs a
+	 * grid of 2 blocks an SM (quick: in the NVIDIA model only). */
+	static const int64_t dm[] = {1, 3, 64, 256}, dn[] = {4096, 5120, 4097};
+	for (int d = 0; d < 3; d++)
+		for (int res = 0; res < 2; res++)
+			for (size_t i = 0; i < 4; i++)
+				for (size_t j = 0; j < 3; j++)
+					if (!quick || (dts[d] == FLY_DT_BF16 && i == j) ||
+					    (dts[d] == FLY_DT_FP32 && !res && i == 1 &&
+					     j == 2))
+						rms_case(dts[d], res, dm[i], dn[j],
+							 "rmsnorm_lat");
+	for (int res = 0; res < 2 && (!quick || !FLYK_AMD); res++)
+		rms_case(quick ? FLY_DT_BF16 : dts[res], res,
+			 2 * emu_dev().sms * 4 + 3, 130 + 3 * res, "rmsnorm_lat");
 	printf("rmsnorm: %d passed, %d failed\n", npass, nfail);
 	/* quick in the AMD model: every other point (the suite's time) */
 	int st = quick && FLYK_AMD ? 2 : 1;
-	for (size_t s = 0; s < sizeof(ts) / sizeof(ts[0]); s++)
+	int rms_only = argc > 1 && strcmp(argv[1], "rmsnorm") == 0;
+	for (size_t s = 0; s < sizeof(ts) / sizeof(ts[0]) && !rms_only; s++)
 		for (int d = 0; d < 3; d++)
 			for (int dup = 0; dup < 2; dup++)
 				if (!quick || ((s < 5 || s >= 10) && d == 0))
