@@ -13,24 +13,8 @@ cd "$(dirname "$0")/.."
 B=${BUILD:-build/bench}
 KEY=${KEY:-rmsnorm/fp32/m=8,n=64}
 ${MAKE:-make} -s BUILD="$B" GPU=none all "$B/bench/loadgen" >/dev/null
-DIR=$(mktemp -d /tmp/flyload.XXXXXX)
-DPID= RPID=
-cleanup() {
-	[ -n "$DPID" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null
-	[ -n "$RPID" ] && kill "$RPID" 2>/dev/null && wait "$RPID" 2>/dev/null
-	rm -rf "$DIR"
-}
-trap cleanup EXIT INT TERM
-echo '{"backend":"cpu","policy":"on-request"}' > "$DIR/flytuned.conf"
-"$B/flytuned" --state-dir "$DIR" --config "$DIR/flytuned.conf" 2> "$DIR/daemon.log" &
-DPID=$!
-CTL="$B/flytune-ctl --socket $DIR/gpu0.sock"
-i=0
-until $CTL status >/dev/null 2>&1; do
-	i=$((i + 1)); [ $i -gt 300 ] && { cat "$DIR/daemon.log" >&2; exit 1; }
-	sleep 0.1
-done
-$CTL tune "$KEY" --wait --timeout 600 >/dev/null
+. bench/daemon.sh
+fly_start flyload '{"backend":"cpu","policy":"on-request"}' "$KEY"
 redis-server --port 0 --unixsocket "$DIR/redis.sock" --save '' --appendonly no \
 	--daemonize no > "$DIR/redis.log" 2>&1 &
 RPID=$!

@@ -14,25 +14,8 @@ cd "$(dirname "$0")/.."
 B=${BUILD:-build}
 KEY=${KEY:-rmsnorm/fp32/m=8,n=64}
 ${MAKE:-make} -s BUILD="$B" GPU=none all "$B/bench/pipeline" >/dev/null
-DIR=$(mktemp -d /tmp/flypipe.XXXXXX)
-DPID=
-cleanup() {
-	[ -n "$DPID" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null
-	rm -rf "$DIR"
-}
-trap cleanup EXIT INT TERM
-echo '{"backend":"cpu","policy":"on-request","max_clients":256}' \
-	> "$DIR/flytuned.conf"
-"$B/flytuned" --state-dir "$DIR" --config "$DIR/flytuned.conf" \
-	2> "$DIR/daemon.log" &
-DPID=$!
-CTL="$B/flytune-ctl --socket $DIR/gpu0.sock"
-i=0
-until $CTL status >/dev/null 2>&1; do
-	i=$((i + 1)); [ $i -gt 300 ] && { cat "$DIR/daemon.log" >&2; exit 1; }
-	sleep 0.1
-done
-$CTL tune "$KEY" --wait --timeout 600 >/dev/null
+. bench/daemon.sh
+fly_start flypipe '{"backend":"cpu","policy":"on-request","max_clients":256}' "$KEY"
 P="$B/bench/pipeline --sock $DIR/gpu0.sock --key $KEY"
 rc=0
 $P --conns "${CONNS:-64}" --requests "${REQS:-100000}" --depth 32 \

@@ -20,26 +20,8 @@ CHUNK=${CHUNK:-200000}
 FMT='rmsnorm/fp32/m=8,n=%d'
 
 ${MAKE:-make} -s BUILD="$B" GPU=none all "$B/bench/bench_client" >/dev/null
-DIR=$(mktemp -d /tmp/flyscale.XXXXXX)
-CTL="$B/flytune-ctl --socket $DIR/gpu0.sock"
-DPID=
-cleanup() {
-	[ -n "$DPID" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null
-	rm -rf "$DIR"
-}
-trap cleanup EXIT INT TERM
-
-echo '{"backend":"cpu","policy":"on-request"}' > "$DIR/flytuned.conf"
-"$B/flytuned" --state-dir "$DIR" --config "$DIR/flytuned.conf" \
-	2> "$DIR/daemon.log" &
-DPID=$!
-i=0
-until $CTL status >/dev/null 2>&1; do
-	i=$((i + 1))
-	[ $i -gt 300 ] && { echo "flytuned did not start" >&2; cat "$DIR/daemon.log" >&2; exit 1; }
-	sleep 0.1
-done
-$CTL tune "$KEY" --wait --timeout 600 >/dev/null
+. bench/daemon.sh
+fly_start flyscale '{"backend":"cpu","policy":"on-request"}' "$KEY"
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$DPID/status"; }
 # VmRSS counts the table's memfd pages the daemon wrote (RssShmem) too
 rss_split() {

@@ -17,27 +17,8 @@ KEY=${KEY:-rmsnorm/fp32/m=8,n=64}
 NKEYS=${NKEYS:-100000}
 
 ${MAKE:-make} -s BUILD="$B" GPU=none all "$B/bench/bench_client" "$B/bench/bench_socket" >/dev/null
-DIR=$(mktemp -d /tmp/flybench.XXXXXX)
-CTL="$B/flytune-ctl --socket $DIR/gpu0.sock"
-DPID= RPID=
-cleanup() {
-	[ -n "$DPID" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null
-	[ -n "$RPID" ] && kill "$RPID" 2>/dev/null && wait "$RPID" 2>/dev/null
-	rm -rf "$DIR"
-}
-trap cleanup EXIT INT TERM
-
-echo "{\"backend\":\"cpu\",\"policy\":\"on-request\",\"shm_capacity\":${SHM_CAP:-131072}}" > "$DIR/flytuned.conf"
-"$B/flytuned" --state-dir "$DIR" --config "$DIR/flytuned.conf" \
-	2> "$DIR/daemon.log" &
-DPID=$!
-i=0
-until $CTL status >/dev/null 2>&1; do
-	i=$((i + 1))
-	[ $i -gt 300 ] && { echo "flytuned did not start" >&2; cat "$DIR/daemon.log" >&2; exit 1; }
-	sleep 0.1
-done
-$CTL tune "$KEY" --wait --timeout 600 >/dev/null
+. bench/daemon.sh
+fly_start flybench "{\"backend\":\"cpu\",\"policy\":\"on-request\",\"shm_capacity\":${SHM_CAP:-131072}}" "$KEY"
 
 "$B/bench/bench_client" "$DIR/gpu0.sock" "$KEY" > "$DIR/client.txt"
 "$B/bench/bench_socket" "$DIR/gpu0.sock" "$SECS" "$KEY" > "$DIR/socket.txt"
