@@ -497,8 +497,7 @@ int fly_test_daemon_restart(struct fly_test_daemon *d)
 	return spawn_and_wait(d);
 }
 
-/* rm -rf of a directory tree (the test's own temporary directory). */
-static void rm_tree(const char *path)
+void fly_test_rm_tree(const char *path)
 {
 	DIR *dir = opendir(path);
 	struct dirent *e;
@@ -515,7 +514,7 @@ static void rm_tree(const char *path)
 			continue;
 		snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
 		if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
-			rm_tree(sub);
+			fly_test_rm_tree(sub);
 		else
 			unlink(sub);
 	}
@@ -530,7 +529,7 @@ void fly_test_daemon_cleanup(struct fly_test_daemon *d)
 	if (d->pid > 0)
 		fly_test_daemon_stop(d);
 	if (d->dir[0] != '\0' && getenv("FLY_TEST_KEEP") == NULL)
-		rm_tree(d->dir);
+		fly_test_rm_tree(d->dir);
 	d->dir[0] = '\0';
 }
 

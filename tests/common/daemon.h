@@ -53,6 +53,9 @@ int fly_test_daemon_stop(struct fly_test_daemon *d);
 int fly_test_daemon_kill(struct fly_test_daemon *d, int sig);
 /* Stop (if running) and start again on the same directory and config. */
 int fly_test_daemon_restart(struct fly_test_daemon *d);
+/* rm -rf of a directory tree (a test's own temporary directory); symbolic
+ * links are removed, never followed. */
+void fly_test_rm_tree(const char *path);
 /* Stop if running, then rm -rf the directory. */
 void fly_test_daemon_cleanup(struct fly_test_daemon *d);
 /* Print the last lines of DIR/daemon.log to stderr. */

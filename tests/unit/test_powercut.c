@@ -32,7 +32,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +44,7 @@
 #include "fly_abi.h"
 #include "log.h"
 #include "store.h"
+#include "../common/daemon.h"
 
 #define LIBVER	"flyk-1.0"
 #define FP	"backend=cpu arch=test units=4 name=powercut lib=1.0"
@@ -265,15 +265,6 @@ static void workload(struct run *r, struct flyd_store **open)
 	}
 }
 
-static int rm_cb(const char *p, const struct stat *sb, int flag,
-		 struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(p);
-}
-
 static void run_init(struct run *r, uint64_t seed)
 {
 	memset(r, 0, sizeof(*r));
@@ -286,7 +277,7 @@ static void run_init(struct run *r, uint64_t seed)
 
 static void run_fini(struct run *r)
 {
-	nftw(r->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	fly_test_rm_tree(r->dir);
 }
 
 /* Key @p k as the store has it matches state (present, median, variant). */

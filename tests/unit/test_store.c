@@ -16,7 +16,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +28,7 @@
 #include "fly_abi.h"
 #include "migrations.h"
 #include "store.h"
+#include "../common/daemon.h"
 
 #define DEV    "0123456789abcdef"
 #define LIBVER "flyk-1.0"
@@ -38,15 +38,6 @@ struct tdir {
 	char db[300];
 	char sys[300];
 };
-
-static int rm_cb(const char *p, const struct stat *sb, int flag,
-		 struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(p);
-}
 
 static int setup_dir(void **state)
 {
@@ -67,7 +58,7 @@ static int teardown_dir(void **state)
 {
 	struct tdir *t = *state;
 
-	nftw(t->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	fly_test_rm_tree(t->dir);
 	free(t);
 	return 0;
 }
