@@ -365,12 +365,15 @@ err_delete:
  * and 1000000000000000.125 as 1e+15, which reads back as an integer (the
  * message fuzzer: printing was then not stable).  From 1e15 up to 2^63,
  * integral doubles are printed with "%.0f", the others with "%.17g"
- * (exact: they read back as the same double). */
+ * (exact: they read back as the same double).  The range starts one below
+ * 1e15: cJSON printed 999999999999999.9 as 1e+15 (15 digits, equal within
+ * its epsilon), which read back into the range and printed as
+ * 1000000000000000 (the message fuzzer again, in CI). */
 static int is_long_int(const cJSON *it)
 {
 	double v = it->valuedouble;
 
-	return cJSON_IsNumber(it) && isfinite(v) && fabs(v) >= 1e15 &&
+	return cJSON_IsNumber(it) && isfinite(v) && fabs(v) >= 1e15 - 1 &&
 	       fabs(v) < 9223372036854775808.0;
 }
 

@@ -181,6 +181,38 @@ static void test_issue_18_print_long_ints(void **state)
 	cJSON_Delete(j);
 }
 
+/* Printing is stable just below 1e15: 999999999999999.9 printed as
+ * 1e+15, which read back as 1e15 and then printed 1000000000000000 (found
+ * by the message fuzzer; tests/fuzz/regress/fuzz_msg). */
+static void test_print_stable_below_1e15(void **state)
+{
+	static const char *const in[] = {
+	    "{\"a\":999999999999999.9}", "{\"a\":-999999999999999.94}",
+	    "{\"a\":999999999999999}", "{\"a\":999999999999998.5}"};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
+		cJSON *a = NULL, *b = NULL;
+		char *pa, *pb;
+
+		assert_int_equal(fly_msg_parse((const uint8_t *)in[i],
+					       strlen(in[i]), &a), 0);
+		pa = fly_msg_print(a, NULL);
+		assert_non_null(pa);
+		assert_int_equal(fly_msg_parse((const uint8_t *)pa, strlen(pa),
+					       &b), 0);
+		pb = fly_msg_print(b, NULL);
+		assert_string_equal(pa, pb);
+		/* and exact: the same double read back */
+		assert_true(cJSON_GetObjectItem(a, "a")->valuedouble ==
+			    cJSON_GetObjectItem(b, "a")->valuedouble);
+		free(pa);
+		free(pb);
+		cJSON_Delete(a);
+		cJSON_Delete(b);
+	}
+}
+
 static void test_req_table(void **state)
 {
 	(void)state;
@@ -395,6 +427,7 @@ int main(void)
 	    cmocka_unit_test(test_rejects),
 	    cmocka_unit_test(test_print),
 	    cmocka_unit_test(test_issue_18_print_long_ints),
+	    cmocka_unit_test(test_print_stable_below_1e15),
 	    cmocka_unit_test(test_req_table),
 	    cmocka_unit_test(test_err_names),
 	    cmocka_unit_test(test_error_msg),
