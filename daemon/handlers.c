@@ -557,6 +557,8 @@ static void jpage_add(void *arg, struct flyd_qjob *j)
 	struct fly_problem p;
 	struct flyd_qjob **v;
 
+	if (j->cancelled && !j->rerun)
+		return; /* its run is being stopped, nothing of it kept */
 	if (pending != (jp->status == FLY_STATUS_PENDING) ||
 	    (jp->after != NULL && strcmp(j->key, jp->after) <= 0))
 		return;
@@ -586,6 +588,8 @@ static int jkey_cmp(const void *a, const void *b)
 
 static const char *job_state_name(const struct flyd_qjob *j)
 {
+	if (j->cancelled) /* only a rerun is shown: it waits for the stop */
+		return "queued";
 	return j->state == FLYD_Q_RUNNING ? "running" :
 	       j->state == FLYD_Q_QUEUED ? "queued" : "failed";
 }
@@ -1061,8 +1065,8 @@ static void job_json(void *arg, struct flyd_qjob *j)
 	cJSON_AddItemToArray(jo->arr, o);
 }
 
-/* schemas/jobs.response.json: the running job (position 0), then the
- * queued ones in run order. */
+/* schemas/jobs.response.json: the running job (position 0) unless it was
+ * cancelled, then the queued ones in run order. */
 static int h_jobs(struct flyd_ctx *ctx, struct flyd_req *rq,
 		  const cJSON *req, cJSON *resp, const char **msg)
 {
@@ -1078,7 +1082,12 @@ static int h_jobs(struct flyd_ctx *ctx, struct flyd_req *rq,
 		*msg = "tuning is stopped";
 		return FLY_E_DOWN;
 	}
-	if (flyd_queue_running(q) != NULL)
+	/* a cancelled job is shown no more (its worker is being killed and
+	 * its end will be dropped: it lingered here until the worker's exit
+	 * was reaped, so `jobs` right after `cancel` could still list it),
+	 * unless it was asked again since: then it is queued */
+	if (flyd_queue_running(q) != NULL &&
+	    (!flyd_queue_running(q)->cancelled || flyd_queue_running(q)->rerun))
 		job_json(&jo, flyd_queue_running(q));
 	jo.pos = 1;
 	flyd_queue_foreach(q, job_json, &jo);

@@ -138,6 +138,15 @@ static int push_existing(struct flyd_queue *q, struct flyd_qjob *j,
 		list_append(&q->level[prio], j);
 		return 0;
 	}
+	if (j->state == FLYD_Q_RUNNING && j->cancelled && !j->rerun) {
+		/* asked again while its cancelled run is being stopped: a new
+		 * job, queued when that run's end comes back (scheduler.c) */
+		j->rerun = 1;
+		j->priority = prio;
+		j->force = force;
+		j->faults = 0;
+		return 0;
+	}
 	if (force)
 		j->force = 1;
 	if (j->state == FLYD_Q_QUEUED && prio > j->priority) {

@@ -50,6 +50,8 @@ struct flyd_qjob {
 	int persisted;            /* a jobs-table row exists */
 	uint32_t faults;          /* worker deaths while running this job */
 	int cancelled;            /* forgotten while RUNNING: drop its end */
+	int rerun;                /* cancelled, then asked again: queued at
+				     the front once its end is dropped */
 	uint64_t not_before_ms;   /* QUEUED: not started before (backoff,
 				     or the end of a fleet wait) */
 	int fleet;                /* enum flyd_qfleet */

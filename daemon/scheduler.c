@@ -699,7 +699,17 @@ static void done_cb(void *arg, const struct flyd_tune_result *r)
 		return;
 	}
 	span_add(sc, j->started_ms, uv_now(ctx->loop));
-	if (j->cancelled) {
+	if (j->cancelled && j->rerun) {
+		/* cancelled, then asked again before its run stopped: the new
+		 * request's job runs next, its waiters kept */
+		flyd_log(FLYD_LOG_INFO, "job_cancelled", "key=%s rerun=1",
+			 j->key);
+		count_job(sc, j->key, FLYD_JOB_CANCELLED);
+		fleet_release(sc, j, 0);
+		j->cancelled = 0;
+		j->rerun = 0;
+		flyd_queue_requeue_front(sc->q, j);
+	} else if (j->cancelled) {
 		/* forgotten while running: nothing of it is kept */
 		flyd_log(FLYD_LOG_INFO, "job_cancelled", "key=%s", j->key);
 		count_job(sc, j->key, FLYD_JOB_CANCELLED);
@@ -1011,7 +1021,7 @@ void flyd_sched_status(const struct flyd_sched *sc, cJSON *resp)
 	run = flyd_queue_running(sc->q);
 	q = cJSON_AddObjectToObject(resp, "queue");
 	cJSON_AddNumberToObject(q, "queued", flyd_queue_len(sc->q));
-	if (run != NULL)
+	if (run != NULL && !run->cancelled)
 		cJSON_AddStringToObject(q, "running", run->key);
 	else
 		cJSON_AddNullToObject(q, "running");
@@ -1056,11 +1066,16 @@ static void cancel_one(void *arg, struct flyd_qjob *j)
 	struct flyd_ctx *ctx = sc->ctx;
 
 	flyd_log(FLYD_LOG_INFO, "job_cancelled", "key=%s state=%s", j->key,
-		 j->state == FLYD_Q_RUNNING ? "running" : "queued");
+		 j->state == FLYD_Q_RUNNING && !j->cancelled ? "running" :
+							    "queued");
 	flyd_results_answer_error(sc->res, j, FLY_E_NOTFOUND,
 				  "job cancelled by forget");
 	if (ctx->device_id[0] != '\0')
 		(void)flyd_store_job_del(ctx->store, ctx->device_id, j->key);
+	if (j->state == FLYD_Q_RUNNING && j->cancelled) {
+		j->rerun = 0; /* the request made after the cancel goes too */
+		return;
+	}
 	if (j->state == FLYD_Q_RUNNING) {
 		j->cancelled = 1; /* counted when its end comes back */
 		flyd_worker_cancel(sc->worker);
@@ -1077,13 +1092,14 @@ static void cancel_jobs(struct flyd_sched *sc, const char *key)
 
 	if (key != NULL) {
 		j = flyd_queue_find(sc->q, key);
-		if (j != NULL && j->state != FLYD_Q_FAILED && !j->cancelled)
+		if (j != NULL && j->state != FLYD_Q_FAILED &&
+		    (!j->cancelled || j->rerun))
 			cancel_one(sc, j);
 		return;
 	}
 	flyd_queue_foreach(sc->q, cancel_one, sc);
 	j = flyd_queue_running(sc->q);
-	if (j != NULL && !j->cancelled)
+	if (j != NULL && (!j->cancelled || j->rerun))
 		cancel_one(sc, j);
 }
 
@@ -1102,9 +1118,10 @@ int flyd_sched_cancel(struct flyd_sched *sc, const char *key,
 		return FLY_E_DOWN;
 	ctx = sc->ctx;
 	j = flyd_queue_find(sc->q, key);
-	if (j == NULL || j->cancelled)
+	if (j == NULL || (j->cancelled && !j->rerun))
 		return FLY_E_NOTFOUND;
-	*was = j->state == FLYD_Q_RUNNING ? "running" :
+	*was = j->cancelled ? "queued" : /* asked again after a cancel */
+	       j->state == FLYD_Q_RUNNING ? "running" :
 	       j->state == FLYD_Q_QUEUED ? "queued" : "failed";
 	if (j->state == FLYD_Q_FAILED) {
 		flyd_log(FLYD_LOG_INFO, "job_cancelled", "key=%s state=failed",
@@ -1116,7 +1133,7 @@ int flyd_sched_cancel(struct flyd_sched *sc, const char *key,
 						    key);
 		flyd_queue_clear_failed(sc->q, key);
 	} else {
-		if (j->state == FLYD_Q_RUNNING)
+		if (j->state == FLYD_Q_RUNNING && !j->cancelled)
 			span_add(sc, j->started_ms, uv_now(ctx->loop));
 		/* a running job's worker is stopped; done_cb drops its end */
 		cancel_one(sc, j);

@@ -46,6 +46,38 @@ static void test_single_flight(void **state)
 	flyd_queue_free(q);
 }
 
+/* A key asked again while its cancelled run is being stopped is a new
+ * job (0), marked to run once that run's end comes back; asking once
+ * more joins it (1). */
+static void test_rerun_after_cancel(void **state)
+{
+	struct flyd_queue *q;
+	struct flyd_qjob *j1, *j2;
+
+	(void)state;
+	assert_int_equal(flyd_queue_new(8, &q), 0);
+	assert_int_equal(flyd_queue_push(q, "a", 0, 0, &j1), 0);
+	flyd_queue_start(q, j1);
+	j1->cancelled = 1;
+	j1->faults = 2;
+	assert_int_equal(flyd_queue_push(q, "a", 1, 1, &j2), 0);
+	assert_ptr_equal(j2, j1);
+	assert_int_equal(j1->rerun, 1);
+	assert_int_equal(j1->priority, 1);
+	assert_int_equal(j1->force, 1);
+	assert_int_equal(j1->faults, 0);
+	assert_int_equal(flyd_queue_push(q, "a", 0, 0, &j2), 1);
+	assert_int_equal(flyd_queue_len(q), 0);
+	/* what the scheduler does when the stopped run's end comes back */
+	j1->cancelled = 0;
+	j1->rerun = 0;
+	flyd_queue_requeue_front(q, j1);
+	assert_null(flyd_queue_running(q));
+	assert_int_equal(flyd_queue_len(q), 1);
+	assert_ptr_equal(flyd_queue_peek(q, 1), j1);
+	flyd_queue_free(q);
+}
+
 static void test_cap_busy(void **state)
 {
 	struct flyd_queue *q;
@@ -232,6 +264,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_issue_18_requeue_back_backoff),
 		cmocka_unit_test(test_single_flight),
+		cmocka_unit_test(test_rerun_after_cancel),
 		cmocka_unit_test(test_cap_busy),
 		cmocka_unit_test(test_priority_order),
 		cmocka_unit_test(test_promotion),
