@@ -466,8 +466,10 @@ test: all $(UNIT_BIN) $(INTEG_BIN) $(EMU_BIN) $(TEST_FUZZ) $(EXAMPLES)
 		tests/torch/test_torch_ops.py tests/integration/test_examples.sh \
 		tests/integration/test_metrics.py tests/integration/test_journal.py \
 		tests/integration/test_bench_vendor.sh \
-		tests/gpu/emu/run-emu-kernels.sh tests/gpu/emu/run-emu-gemm.sh \
+		tests/gpu/emu/run-emu-kernels.sh tests/gpu/emu/run-emu-topk1.sh \
+		tests/gpu/emu/run-emu-topk2.sh tests/gpu/emu/run-emu-gemm.sh \
 		tests/gpu/emu/run-emu-attn.sh tests/gpu/emu/run-emu-kernels-amd.sh \
+		tests/gpu/emu/run-emu-topk1-amd.sh tests/gpu/emu/run-emu-topk2-amd.sh \
 		tests/gpu/emu/run-emu-gemm-amd.sh \
 		$(if $(TEST_FUZZ),tests/fuzz/run-fuzz.sh) \
 		tools/systemd-verify.sh tools/install-check.sh \

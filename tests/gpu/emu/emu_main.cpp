@@ -10,9 +10,11 @@
  *       -Itests/gpu/emu -x c++ tests/gpu/emu/emu_main.cpp \
  *       kernels/gpu/norm/rmsnorm.hip kernels/gpu/topk/topk.hip -o /tmp/flyk_emu
  *
- *   /tmp/flyk_emu [quick|cases|long|rmsnorm]   (cases: only the op
- *   modules' case paths; long: those and quick's few long topk rows;
- *   rmsnorm: quick's rmsnorm part, no topk)
+ *   /tmp/flyk_emu [quick|cases|long|rmsnorm|topk1|topk2]   (cases: only
+ *   the op modules' case paths; long: those and quick's few long topk
+ *   rows; rmsnorm: quick's rmsnorm part, no topk; topk1 and topk2:
+ *   quick's topk part in two halves, no rmsnorm -- topk1 has the long
+ *   rows)
  *
  * Built with -DFLYK_EMU_AMD=1 (flyk_emu_amd), the same tests run in the
  * AMD wave64 model (flyk_emu.h); quick there takes every other topk
@@ -655,8 +657,16 @@ int main(int argc, char **argv)
 		printf("%d passed, %d failed\n", npass, nfail);
 		return nfail ? 1 : 0;
 	}
+	/* topk1, topk2: quick's topk part alone, in two halves (the suite
+	 * runs rmsnorm and the halves as three tests, each under its own
+	 * time limit, about 100 s each on the 2-core VM): topk1 the small
+	 * shapes, 3x777 k=100 and the long rows, topk2 the other wide
+	 * shapes */
+	int topk_half = argc < 2 ? 0 : strcmp(argv[1], "topk1") == 0 ? 1 :
+					strcmp(argv[1], "topk2") == 0 ? 2 : 0;
+	int topk_only = topk_half != 0;
 	/* quick: fp32 up to 2x8193 (a 32 KB row) */
-	for (size_t s = 0; s < sizeof(rs) / sizeof(rs[0]); s++)
+	for (size_t s = 0; s < sizeof(rs) / sizeof(rs[0]) && !topk_only; s++)
 		for (int d = 0; d < 3; d++)
 			for (int res = 0; res < 2; res++)
 				if (!quick || (s < 5 && d == 0))
@@ -667,7 +677,7 @@ int main(int argc, char **argv)
 	 * 64x4097, and fp32 3x4097.  Then rows > 1 a block, which needs a
 	 * grid of 2 blocks an SM (quick: in the NVIDIA model only). */
 	static const int64_t dm[] = {1, 3, 64, 256}, dn[] = {4096, 5120, 4097};
-	for (int d = 0; d < 3; d++)
+	for (int d = 0; d < 3 && !topk_only; d++)
 		for (int res = 0; res < 2; res++)
 			for (size_t i = 0; i < 4; i++)
 				for (size_t j = 0; j < 3; j++)
@@ -676,7 +686,7 @@ int main(int argc, char **argv)
 					     j == 2))
 						rms_case(dts[d], res, dm[i], dn[j],
 							 "rmsnorm_lat");
-	for (int res = 0; res < 2 && (!quick || !FLYK_AMD); res++)
+	for (int res = 0; res < 2 && (!quick || !FLYK_AMD) && !topk_only; res++)
 		rms_case(quick ? FLY_DT_BF16 : dts[res], res,
 			 2 * emu_dev().sms * 4 + 3, 130 + 3 * res, "rmsnorm_lat");
 	printf("rmsnorm: %d passed, %d failed\n", npass, nfail);
@@ -686,10 +696,15 @@ int main(int argc, char **argv)
 	for (size_t s = 0; s < sizeof(ts) / sizeof(ts[0]) && !rms_only; s++)
 		for (int d = 0; d < 3; d++)
 			for (int dup = 0; dup < 2; dup++)
-				if (!quick || ((s < 5 || s >= 10) && d == 0))
+				if ((!quick || ((s < 5 || s >= 10) && d == 0)) &&
+				    (topk_half == 0 ||
+				     (topk_half == 1) == (s < 5 || s == 11)))
 					topk_case(dts[d], dup, ts[s][0], ts[s][1],
 						  ts[s][2], dup, st);
-	topk_long(quick);
+	if (!rms_only && topk_half != 2)
+		topk_long(quick);
+	if (topk_half == 2) /* its only feasible points are the long rows */
+		tally_elsewhere("topk_mb", "the long rows, in topk1");
 	nfail += tally_report();
 	printf("%d passed, %d failed\n", npass, nfail);
 	return nfail ? 1 : 0;

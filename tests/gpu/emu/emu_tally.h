@@ -90,6 +90,24 @@ static void tally_ran(const char *name)
 	tally_of(name)->ran++;
 }
 
+/* Variants whose points another part of the same binary runs (a part
+ * is a mode of it: the suite runs the parts as separate tests). */
+static std::vector<emu_skip> emu_elsewhere;
+
+/* Variant @p name is run by the part @p why names, not by this run. */
+static void tally_elsewhere(const char *name, const char *why)
+{
+	emu_elsewhere.push_back(emu_skip{name, why});
+}
+
+static const char *tally_elsewhere_why(const char *name)
+{
+	for (const auto &s : emu_elsewhere)
+		if (!strcmp(s.name, name))
+			return s.why;
+	return NULL;
+}
+
 static const char *tally_skip_why(const char *name)
 {
 	for (const auto &s : emu_skips)
@@ -118,7 +136,14 @@ static int tally_report(void)
 	}
 	printf("\n");
 	for (const auto &c : emu_counts) {
+		const char *why = tally_elsewhere_why(c.name);
+		if (!c.ran && why)
+			printf("run by another part: %s (%s)\n", c.name, why);
+	}
+	for (const auto &c : emu_counts) {
 		const char *why = tally_skip_why(c.name);
+		if (!c.ran && !why && tally_elsewhere_why(c.name))
+			continue;
 		if (!c.ran && !why) {
 			printf("FAIL %s: no feasible point ran (%s)\n", c.name,
 			       EMU_MODEL);

@@ -6,9 +6,11 @@
 # flyk_emu_gemm (gemm, grouped gemm; MODE attn-quick: attention; full:
 # all three at every point), or their AMD wave64 builds flyk_emu_amd and
 # flyk_emu_gemm_amd, default all four; MODE defaults to quick.  `make
-# test` runs them through run-emu-kernels.sh, run-emu-gemm.sh,
-# run-emu-attn.sh, run-emu-kernels-amd.sh and run-emu-gemm-amd.sh: one
-# test (and one time limit) each.  Each binary prints the variants it ran
+# test` runs them through run-emu-kernels.sh (flyk_emu:rmsnorm),
+# run-emu-topk1.sh and run-emu-topk2.sh (flyk_emu's topk in two halves),
+# run-emu-gemm.sh, run-emu-attn.sh, run-emu-kernels-amd.sh,
+# run-emu-topk1-amd.sh, run-emu-topk2-amd.sh (flyk_emu_amd likewise) and
+# run-emu-gemm-amd.sh: one test (and one time limit) each.  Each binary prints the variants it ran
 # and those skipped as infeasible in its model; ends with one line "emu: N
 # passed, N failed".
 set -u
