@@ -225,6 +225,19 @@ $(BUILD)/obj/kernels/%.o: kernels/%.c | $(LAYERING)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) -c $< -o $@
+# The kernels' source id (tools/srcid.sh) in flyk_libver(): rewritten only
+# when it changes, so libver.o is rebuilt exactly when a kernel source is.
+KSRCID := $(BUILD)/gen/kernels.srcid
+$(KSRCID): FORCE
+	@mkdir -p $(@D)
+	$(Q)sh tools/srcid.sh > $@.tmp && { cmp -s $@.tmp $@ || mv $@.tmp $@; }; \
+		rm -f $@.tmp
+$(BUILD)/obj/kernels/libver.o $(BUILD)/gpuobj/kernels/libver.o: \
+		kernels/libver.c $(KSRCID) | $(LAYERING)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(BASE_CFLAGS) $(INC_kernels) \
+		-DFLYK_SOURCE_ID="\"$$(cat $(KSRCID))\"" -c $< -o $@
 $(BUILD)/obj/daemon/%.o: daemon/%.c | $(LAYERING)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $<")

@@ -120,7 +120,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'h': usage(stdout); return 1;
 		case 'V':
 			printf("flytuned %s (kernels %s, protocol %d)\n",
-			       FLYTUNED_VERSION, FLYK_VERSION,
+			       FLYTUNED_VERSION, flyk_libver(),
 			       FLY_PROTO_VERSION);
 			return 1;
 		default: usage(stderr); return -1;

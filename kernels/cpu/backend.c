@@ -159,7 +159,7 @@ static int cpu_fingerprint(const struct flyk_device *dev, char *buf,
 		       "arch=%s model=\"%s\" units=%d l1d_kb=%zu l2_kb=%zu "
 		       "l3_kb=%zu lib=%s",
 		       u.machine, model, dev->cores, dev->l1d_bytes >> 10,
-		       dev->l2_bytes >> 10, dev->l3_bytes >> 10, FLYK_VERSION);
+		       dev->l2_bytes >> 10, dev->l3_bytes >> 10, flyk_libver());
 	if (len < 0 || (size_t)len >= cap)
 		return -ENOSPC;
 	return len;

@@ -367,7 +367,7 @@ static int gpu_fingerprint(const struct flyk_device *dev, char *buf,
 	id.runtime_version = dev->runtime_version;
 	id.l2_bytes = dev->l2_bytes;
 	id.llc_bytes = dev->llc_bytes;
-	id.lib = FLYK_VERSION;
+	id.lib = flyk_libver();
 	id.blas = blas;
 	id.dnn = dnn;
 	id.smi = dev->has_smi ? &dev->smi : NULL;

@@ -40,7 +40,7 @@ struct flyk_devid {
 	int driver_version, runtime_version;
 	size_t l2_bytes;
 	size_t llc_bytes;        /* AMD: Infinity Cache (MALL), 0 if none */
-	const char *lib;         /* FLYK_VERSION */
+	const char *lib;         /* flyk_libver() */
 	const char *blas, *dnn;  /* vendor library versions or "none" */
 	const struct flyk_smi *smi; /* AMD: NULL when SMI was absent */
 };

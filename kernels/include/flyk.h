@@ -32,9 +32,14 @@
 extern "C" {
 #endif
 
-/* The kernel library's version: part of every result's identity, so an
- * upgrade never serves stale winners.  Bump when any variant changes. */
+/* The kernel library's release.  A result's identity is flyk_libver(),
+ * this and the kernels' source id, so a build whose kernels changed in
+ * any byte re-tunes even when nobody bumped this. */
 #define FLYK_VERSION "0.1.0"
+
+/* "FLYK_VERSION+SOURCE_ID" (kernels/libver.c, tools/srcid.sh): the lib=
+ * of every device fingerprint. */
+const char *flyk_libver(void);
 
 enum flyk_backend_kind {
 	FLYK_BACKEND_CPU = 1,
@@ -231,7 +236,7 @@ struct flyk_backend {
 	/* One line of space-separated key=value pairs naming what makes
 	 * results comparable: arch=sm_90 (or gfx942, or x86_64 model),
 	 * units=132 (SMs/CUs/cores), clock_mhz=, mem_clock_mhz=, driver=,
-	 * runtime=, l2_kb= (or cache sizes), lib=FLYK_VERSION, blas= (the
+	 * runtime=, l2_kb= (or cache sizes), lib=flyk_libver(), blas= (the
 	 * vendor BLAS and its version, "none" without one), name="...".
 	 * @return length or -ENOSPC. */
 	int (*fingerprint)(const struct flyk_device *dev, char *buf,

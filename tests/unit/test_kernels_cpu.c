@@ -158,6 +158,20 @@ static void test_fingerprint_stable(void **state)
 	assert_non_null(strstr(a, " l2_kb="));
 	assert_non_null(strstr(a, " l3_kb="));
 	assert_non_null(strstr(a, " lib=" FLYK_VERSION));
+	{
+		/* lib= is flyk_libver(): the release and the kernels' 12-hex
+		 * source id (tools/srcid.sh), so changed kernels re-tune */
+		const char *v = flyk_libver(), *id;
+		char want[128];
+
+		assert_int_equal(strncmp(v, FLYK_VERSION "+",
+					 strlen(FLYK_VERSION) + 1), 0);
+		id = v + strlen(FLYK_VERSION) + 1;
+		assert_int_equal(strlen(id), 12);
+		assert_int_equal(strspn(id, "0123456789abcdef"), 12);
+		snprintf(want, sizeof(want), " lib=%s", v);
+		assert_non_null(strstr(a, want));
+	}
 	assert_null(strchr(a, '\n'));
 	assert_int_equal(B->fingerprint(dev, tiny, sizeof(tiny)), -ENOSPC);
 	B->close(dev);
