@@ -385,7 +385,8 @@ static void test_conflict_converges(void **state)
 static void test_unknown_variant_refused(void **state)
 {
 	struct fx *x = *state;
-	char sql[1024], *dev;
+	char sql[1024], libver[64], *dev;
+	const char *lib;
 	cJSON *o;
 
 	need_pg(x);
@@ -394,10 +395,16 @@ static void test_unknown_variant_refused(void **state)
 	o = ctl_json(&x->a, "status");
 	dev = strdup(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "device"),
 					 "id")->valuestring);
+	/* the node's libver: the lib= of its fingerprint */
+	lib = strstr(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "device"),
+					 "fingerprint")->valuestring, " lib=");
+	assert_non_null(lib);
+	snprintf(libver, sizeof(libver), "%.*s", (int)strcspn(lib + 5, " "),
+		 lib + 5);
 	cJSON_Delete(o);
-	snprintf(sql, sizeof(sql), "SELECT fleet_push('%s', '0.1.0', '%s', "
+	snprintf(sql, sizeof(sql), "SELECT fleet_push('%s', '%s', '%s', "
 		 "'evil', 'no_such_variant', '{1}', 0.5, 0.01, 1, 1, 0.03)",
-		 dev, KEY_A);
+		 dev, libver, KEY_A);
 	free(dev);
 	assert_int_equal(fly_test_pg_exec(&x->pg, sql, NULL), 0);
 	for (int i = 0; i < 200 && fleet_num(&x->a, "refused") < 1; i++)
