@@ -416,6 +416,13 @@ int flyd_server_start(struct flyd_ctx *ctx, int listen_fd,
 	return 0;
 }
 
+void flyd_server_set_fast(struct flyd_ctx *ctx, flyd_fast_fn fast,
+			  void *arg)
+{
+	ctx->server->fast = fast;
+	ctx->server->fast_arg = arg;
+}
+
 /* Close callbacks of the server's own handles: count down. */
 static void on_own_closed(uv_handle_t *h)
 {

@@ -37,7 +37,14 @@ struct flyd_server {
 	void *done_arg;
 	flyd_dispatch_fn dispatch;   /* every parsed request goes here */
 	void *dispatch_arg;
+	flyd_fast_fn fast;           /* decide's fast path, or NULL */
+	void *fast_arg;
 	char rbuf[65536];            /* shared read buffer */
+	/* Replies of the session being processed (wown), written with one
+	 * write when its read callback is done (issue 19): */
+	struct flyd_session *wown;   /* batching session, or NULL */
+	size_t wlen;                 /* bytes in wbuf */
+	uint8_t wbuf[65536];
 };
 
 #endif /* FLYD_SERVER_INT_H */

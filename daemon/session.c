@@ -30,6 +30,7 @@
 #include "daemon.h"
 #include "fly_err.h"
 #include "fly_frame.h"
+#include "fly_hot.h"
 #include "fly_msg.h"
 #include "log.h"
 #include "reply.h"
@@ -120,6 +121,8 @@ static void session_close_why(struct flyd_session *s, const char *why)
 	if (s->closing)
 		return;
 	s->closing = 1;
+	if (srv->wown == s)
+		srv->wlen = 0; /* its batch goes with it */
 	flyd_log(FLYD_LOG_DEBUG, "close", "conn=%llu reason=%s",
 		 (unsigned long long)s->serial, why);
 	if (s->prev != NULL)
@@ -174,34 +177,37 @@ static void on_write(uv_write_t *req, int status)
 		session_close_why(s, "protocol");
 }
 
-/* Write @p buf (owned): straight to the socket when nothing is queued
- * before it, the rest (or all of it) queued with uv_write.  The direct
- * write matters: a uv_write that completes at once still makes libuv
- * re-arm the epoll watcher (one epoll_ctl per response, measured with
- * strace under bench_socket), which a request/response protocol pays on
- * every request. */
-static void write_now(struct flyd_session *s, uint8_t *buf, size_t len)
+/* Write what the socket takes at once, when nothing is queued before
+ * @p buf.  The direct write matters: a uv_write that completes at once
+ * still makes libuv re-arm the epoll watcher (one epoll_ctl per response,
+ * measured with strace under bench_socket), which a request/response
+ * protocol pays on every request.
+ * @return bytes written (0 .. len), or -1 when the session closed. */
+static ssize_t write_try(struct flyd_session *s, const uint8_t *buf,
+			 size_t len)
 {
-	struct flyd_wreq *w;
 	uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
+	int n;
 
-	if (s->writes == 0 &&
-	    uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe) == 0) {
-		int n = uv_try_write((uv_stream_t *)&s->pipe, &b, 1);
+	if (s->writes != 0 ||
+	    uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe) != 0)
+		return 0;
+	n = uv_try_write((uv_stream_t *)&s->pipe, &b, 1);
+	if (n >= 0)
+		return n;
+	if (n == UV_EAGAIN)
+		return 0;
+	session_close_why(s, "write_error");
+	return -1;
+}
 
-		if (n == (int)len) {
-			free(buf);
-			return;
-		}
-		if (n < 0 && n != UV_EAGAIN) {
-			free(buf);
-			session_close_why(s, "write_error");
-			return;
-		}
-		if (n > 0)
-			b = uv_buf_init((char *)buf + n, (unsigned)(len - n));
-	}
-	w = malloc(sizeof(*w));
+/* Queue @p buf[off..len) with uv_write (@p buf owned, freed in on_write). */
+static void write_queue(struct flyd_session *s, uint8_t *buf, size_t off,
+			size_t len)
+{
+	struct flyd_wreq *w = malloc(sizeof(*w));
+	uv_buf_t b = uv_buf_init((char *)buf + off, (unsigned)(len - off));
+
 	if (w == NULL) {
 		free(buf);
 		session_close_why(s, "enomem");
@@ -216,6 +222,78 @@ static void write_now(struct flyd_session *s, uint8_t *buf, size_t len)
 		return;
 	}
 	s->writes++;
+}
+
+/* Write @p buf (owned): straight to the socket when nothing is queued
+ * before it, the rest (or all of it) queued with uv_write. */
+static void write_now(struct flyd_session *s, uint8_t *buf, size_t len)
+{
+	ssize_t n = write_try(s, buf, len);
+
+	if (n < 0 || (size_t)n == len) {
+		free(buf);
+		return;
+	}
+	write_queue(s, buf, (size_t)n, len);
+}
+
+static void check_slow(struct flyd_session *s);
+
+/* Send the batch of @p s (the replies of one read callback, issue 19):
+ * one write for all of them; what the socket does not take is copied and
+ * queued.  A no-op unless @p s is the batching session. */
+static void batch_flush(struct flyd_session *s)
+{
+	struct flyd_server *srv = s->srv;
+	size_t len = srv->wlen;
+	uint8_t *rest;
+	ssize_t n;
+
+	if (srv->wown != s || len == 0)
+		return;
+	srv->wlen = 0;
+	if (s->closing)
+		return;
+	n = write_try(s, srv->wbuf, len);
+	if (n < 0 || (size_t)n == len)
+		return;
+	rest = malloc(len - (size_t)n);
+	if (rest == NULL) {
+		session_close_why(s, "enomem");
+		return;
+	}
+	memcpy(rest, srv->wbuf + n, len - (size_t)n);
+	write_queue(s, rest, 0, len - (size_t)n);
+	check_slow(s);
+}
+
+/* Room for @p need more bytes in the batch of @p s, flushing it first
+ * when full.  @return 1 when @p s batches (nothing held before it) and
+ * the room is there, else 0. */
+static int batch_room(struct flyd_session *s, size_t need)
+{
+	struct flyd_server *srv = s->srv;
+
+	if (srv->wown != s || s->held != NULL || s->closing ||
+	    need > sizeof(srv->wbuf))
+		return 0;
+	if (need > sizeof(srv->wbuf) - srv->wlen)
+		batch_flush(s);
+	return !s->closing && s->held == NULL;
+}
+
+/* Append one frame (header + @p payload) to the batch of @p s.
+ * @return 1 when taken, 0 when it must be sent the unbatched way. */
+static int batch_put(struct flyd_session *s, const char *payload, size_t len)
+{
+	struct flyd_server *srv = s->srv;
+
+	if (!batch_room(s, FLY_FRAME_HDR + len))
+		return 0;
+	fly_frame_put_header(srv->wbuf + srv->wlen, (uint32_t)len);
+	memcpy(srv->wbuf + srv->wlen + FLY_FRAME_HDR, payload, len);
+	srv->wlen += FLY_FRAME_HDR + len;
+	return 1;
 }
 
 static void on_kick(uv_timer_t *t)
@@ -343,6 +421,7 @@ static void out_enqueue(struct flyd_session *s, uint8_t *buf, size_t len,
 {
 	struct outmsg *m;
 
+	batch_flush(s); /* the batch goes first: order is kept */
 	if (s->closing) {
 		free(buf);
 		if (fd >= 0)
@@ -393,6 +472,10 @@ static void send_resp(struct flyd_session *s, cJSON *resp, int has_id,
 		if (fd >= 0)
 			close(fd);
 		session_close_why(s, "enomem");
+		return;
+	}
+	if (fd < 0 && batch_put(s, text, len)) {
+		free(text);
 		return;
 	}
 	buf = malloc(FLY_FRAME_HDR + len);
@@ -495,6 +578,47 @@ static const struct flyd_reply_ops session_ops = {
 	.reply_attach_fd = session_reply_attach_fd,
 };
 
+/* Answer a decide that fly_hot_scan_decide() matched through the
+ * server's fast path, its reply written straight into the batch when it
+ * can be.  @return 0 answered, 1 to parse and dispatch it. */
+static int hot_frame(struct flyd_session *s, const struct fly_hot_req *hr)
+{
+	struct flyd_server *srv = s->srv;
+	uint8_t tmp[FLY_FRAME_HDR + FLY_HOT_DECIDE_MAX];
+	const char *msg = NULL;
+	size_t len = 0;
+	uint8_t *at, *buf;
+	int rc, direct = batch_room(s, sizeof(tmp));
+
+	at = direct ? srv->wbuf + srv->wlen : tmp;
+	s->cur_has_id = hr->has_id;
+	s->cur_id = hr->id;
+	rc = srv->fast(srv->fast_arg, &s->rq, hr, (char *)at + FLY_FRAME_HDR,
+		       FLY_HOT_DECIDE_MAX, &len, &msg);
+	if (rc == FLYD_FAST_FALLBACK)
+		return 1;
+	if (rc < 0) {
+		s->ctx->stats.errors++;
+		send_resp(s, fly_msg_error(rc, msg != NULL ? msg :
+					   fly_strerror(rc)),
+			  hr->has_id, hr->id, -1);
+		return 0;
+	}
+	fly_frame_put_header(at, (uint32_t)len);
+	if (direct && srv->wown == s) {
+		srv->wlen += FLY_FRAME_HDR + len;
+		return 0;
+	}
+	buf = malloc(FLY_FRAME_HDR + len);
+	if (buf == NULL) {
+		session_close_why(s, "enomem");
+		return 0;
+	}
+	memcpy(buf, at, FLY_FRAME_HDR + len);
+	out_enqueue(s, buf, FLY_FRAME_HDR + len, -1);
+	return 0;
+}
+
 /* Parse, dispatch and answer one request frame. */
 static void handle_frame(struct flyd_session *s, const uint8_t *frame,
 			 uint32_t len)
@@ -502,12 +626,18 @@ static void handle_frame(struct flyd_session *s, const uint8_t *frame,
 	struct flyd_ctx *ctx = s->ctx;
 	const char *msg = NULL;
 	cJSON *req = NULL, *resp = NULL, *id;
+	struct fly_hot_req hr;
 	int rc;
 
 	ctx->stats.requests++;
 	s->cur_has_id = 0;
 	s->cur_id = 0;
 	s->cur_fd = -1;
+	if (s->srv->fast != NULL && fly_hot_scan_decide(frame, len, &hr) == 0 &&
+	    hot_frame(s, &hr) == 0)
+		return;
+	s->cur_has_id = 0;
+	s->cur_id = 0;
 	if (fly_msg_parse(frame, len, &req) != 0) {
 		ctx->stats.protocol_errors++;
 		rc = FLY_E_PROTO;
@@ -580,13 +710,15 @@ static void framing_error(struct flyd_session *s, int64_t rc)
 	uv_read_stop((uv_stream_t *)&s->pipe);
 	s->close_after_flush = 1;
 	send_resp(s, fly_msg_error(code, m), 0, 0, -1);
+	batch_flush(s);
 	if (!s->closing && s->writes == 0 && s->held == NULL)
 		session_close_why(s, "protocol");
 }
 
 /* Handle up to FLYD_FRAMES_PER_READ frames from @p data.
  * @return bytes consumed (less than @p len when the budget ran out). */
-static size_t process(struct flyd_session *s, const uint8_t *data, size_t len)
+static size_t process_frames(struct flyd_session *s, const uint8_t *data,
+			     size_t len)
 {
 	uint64_t now = uv_now(s->ctx->loop);
 	int frames = 0;
@@ -624,6 +756,28 @@ static size_t process(struct flyd_session *s, const uint8_t *data, size_t len)
 		s->partial_since = 0;
 	}
 	return off;
+}
+
+/* process_frames() with the session's replies batched: pipelined
+ * requests read together are answered with one write, in order (issue
+ * 19).  Not nested: a session processed inside another's handler (none
+ * today) writes its replies one by one. */
+static size_t process(struct flyd_session *s, const uint8_t *data, size_t len)
+{
+	struct flyd_server *srv = s->srv;
+	int batching = srv->wown == NULL;
+	size_t used;
+
+	if (batching) {
+		srv->wown = s;
+		srv->wlen = 0;
+	}
+	used = process_frames(s, data, len);
+	if (batching) {
+		batch_flush(s);
+		srv->wown = NULL;
+	}
+	return used;
 }
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
