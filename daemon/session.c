@@ -122,7 +122,7 @@ static void session_close_why(struct flyd_session *s, const char *why)
 		return;
 	s->closing = 1;
 	if (srv->wown == s)
-		srv->wlen = 0; /* its batch goes with it */
+		srv->wlen = srv->wstart; /* its open segment goes with it */
 	flyd_log(FLYD_LOG_DEBUG, "close", "conn=%llu reason=%s",
 		 (unsigned long long)s->serial, why);
 	if (s->prev != NULL)
@@ -238,23 +238,15 @@ static void write_now(struct flyd_session *s, uint8_t *buf, size_t len)
 }
 
 static void check_slow(struct flyd_session *s);
+static void session_unref_free(struct flyd_session *s);
 
-/* Send the batch of @p s (the replies of one read callback, issue 19):
- * one write for all of them; what the socket does not take is copied and
- * queued.  A no-op unless @p s is the batching session. */
-static void batch_flush(struct flyd_session *s)
+/* Write one segment of the batch: what the socket does not take is
+ * copied and queued. */
+static void seg_write(struct flyd_session *s, const uint8_t *buf, size_t len)
 {
-	struct flyd_server *srv = s->srv;
-	size_t len = srv->wlen;
 	uint8_t *rest;
-	ssize_t n;
+	ssize_t n = write_try(s, buf, len);
 
-	if (srv->wown != s || len == 0)
-		return;
-	srv->wlen = 0;
-	if (s->closing)
-		return;
-	n = write_try(s, srv->wbuf, len);
 	if (n < 0 || (size_t)n == len)
 		return;
 	rest = malloc(len - (size_t)n);
@@ -262,14 +254,58 @@ static void batch_flush(struct flyd_session *s)
 		session_close_why(s, "enomem");
 		return;
 	}
-	memcpy(rest, srv->wbuf + n, len - (size_t)n);
+	memcpy(rest, buf + n, len - (size_t)n);
 	write_queue(s, rest, 0, len - (size_t)n);
 	check_slow(s);
 }
 
-/* Room for @p need more bytes in the batch of @p s, flushing it first
- * when full.  @return 1 when @p s batches (nothing held before it) and
- * the room is there, else 0. */
+/* End the open segment of the session being processed (its replies so
+ * far), holding a ref on it until the batch is written. */
+static void seg_close(struct flyd_server *srv)
+{
+	struct flyd_wseg *g;
+
+	if (srv->wown == NULL || srv->wlen == srv->wstart)
+		return;
+	g = &srv->seg[srv->nseg++];
+	g->s = srv->wown;
+	g->off = srv->wstart;
+	g->len = srv->wlen - srv->wstart;
+	g->s->refs++;
+	srv->wstart = srv->wlen;
+}
+
+/* Write the whole batch, session by session in the order they were
+ * processed.  The open segment (of the session being processed) goes
+ * too, so a reply written after this call comes after it. */
+static void batch_flush_all(struct flyd_server *srv)
+{
+	uint32_t nseg;
+
+	seg_close(srv);
+	nseg = srv->nseg;
+	srv->nseg = 0;
+	for (uint32_t i = 0; i < nseg; i++) {
+		struct flyd_session *s = srv->seg[i].s;
+
+		if (!s->closing)
+			seg_write(s, srv->wbuf + srv->seg[i].off,
+				  srv->seg[i].len);
+		s->refs--;
+		session_unref_free(s);
+	}
+	srv->wlen = srv->wstart = 0;
+}
+
+void flyd_session_flush(struct flyd_ctx *ctx)
+{
+	if (ctx->server->nseg > 0 || ctx->server->wlen > 0)
+		batch_flush_all(ctx->server);
+}
+
+/* Room for @p need more bytes in the batch for @p s, writing the batch
+ * first when full.  @return 1 when @p s batches (it is being processed
+ * and nothing is held before it) and the room is there, else 0. */
 static int batch_room(struct flyd_session *s, size_t need)
 {
 	struct flyd_server *srv = s->srv;
@@ -278,7 +314,7 @@ static int batch_room(struct flyd_session *s, size_t need)
 	    need > sizeof(srv->wbuf))
 		return 0;
 	if (need > sizeof(srv->wbuf) - srv->wlen)
-		batch_flush(s);
+		batch_flush_all(srv);
 	return !s->closing && s->held == NULL;
 }
 
@@ -421,7 +457,7 @@ static void out_enqueue(struct flyd_session *s, uint8_t *buf, size_t len,
 {
 	struct outmsg *m;
 
-	batch_flush(s); /* the batch goes first: order is kept */
+	flyd_session_flush(s->ctx); /* the batch goes first: order is kept */
 	if (s->closing) {
 		free(buf);
 		if (fd >= 0)
@@ -710,7 +746,7 @@ static void framing_error(struct flyd_session *s, int64_t rc)
 	uv_read_stop((uv_stream_t *)&s->pipe);
 	s->close_after_flush = 1;
 	send_resp(s, fly_msg_error(code, m), 0, 0, -1);
-	batch_flush(s);
+	flyd_session_flush(s->ctx);
 	if (!s->closing && s->writes == 0 && s->held == NULL)
 		session_close_why(s, "protocol");
 }
@@ -758,10 +794,11 @@ static size_t process_frames(struct flyd_session *s, const uint8_t *data,
 	return off;
 }
 
-/* process_frames() with the session's replies batched: pipelined
- * requests read together are answered with one write, in order (issue
- * 19).  Not nested: a session processed inside another's handler (none
- * today) writes its replies one by one. */
+/* process_frames() with the session's replies batched: they go out with
+ * the other sessions' replies of this loop iteration, after the poll
+ * phase, one write per session, in order (issue 19).  Not nested: a
+ * session processed inside another's handler (none today) writes its
+ * replies one by one. */
 static size_t process(struct flyd_session *s, const uint8_t *data, size_t len)
 {
 	struct flyd_server *srv = s->srv;
@@ -769,12 +806,14 @@ static size_t process(struct flyd_session *s, const uint8_t *data, size_t len)
 	size_t used;
 
 	if (batching) {
+		if (srv->nseg >= FLYD_WSEG_MAX - 1)
+			batch_flush_all(srv); /* room for this one's segment */
 		srv->wown = s;
-		srv->wlen = 0;
+		srv->wstart = srv->wlen;
 	}
 	used = process_frames(s, data, len);
 	if (batching) {
-		batch_flush(s);
+		seg_close(srv);
 		srv->wown = NULL;
 	}
 	return used;
@@ -952,6 +991,7 @@ int flyd_session_has_work(const struct flyd_ctx *ctx)
 
 void flyd_session_close_all(struct flyd_ctx *ctx)
 {
+	flyd_session_flush(ctx); /* and the batch's refs are released */
 	while (ctx->server->head != NULL)
 		session_close_why(ctx->server->head, "shutdown");
 }
