@@ -768,6 +768,19 @@ static size_t process_frames(struct flyd_session *s, const uint8_t *data,
 
 		if (frames >= FLYD_FRAMES_PER_READ)
 			break;
+		if (!fly_frame_dec_is_partial(&s->dec) &&
+		    len - off >= FLY_FRAME_HDR) {
+			/* A whole frame in the buffer: handled where it is,
+			 * not copied into a malloc'd one (issue 19). */
+			n = fly_frame_get_header(data + off, s->dec.cap);
+			if (n > 0 && (size_t)n <= len - off - FLY_FRAME_HDR) {
+				frames++;
+				handle_frame(s, data + off + FLY_FRAME_HDR,
+					     (uint32_t)n);
+				off += FLY_FRAME_HDR + (size_t)n;
+				continue;
+			}
+		}
 		n = fly_frame_dec_feed(&s->dec, data + off, len - off, &frame,
 				       &flen);
 		if (n < 0) {
