@@ -11,10 +11,17 @@
  * handler by name: this file calls nothing above it.
  *
  * Lifetime: a session is freed when its handle closed and no deferred
- * token (struct sreply) refers to it.  Responses go out with
- * uv_write (a struct flyd_wreq owns the buffer until write_cb); a response
- * that carries an fd is sent with sendmsg(SCM_RIGHTS) on the raw socket
- * once libuv's write queue is empty, so byte order is kept.
+ * token (struct sreply) nor batch segment refers to it.  The replies of
+ * the requests read in one loop iteration are batched in the server's
+ * buffer (a segment per session processed) and written after the poll
+ * phase (flyd_session_flush, from server.c's check handle), one write per
+ * session; what the socket does not take, and every reply outside a read
+ * callback, goes out with uv_try_write, then uv_write (a struct flyd_wreq
+ * owns the buffer until write_cb); any unbatched write writes the batch
+ * first, so byte order is kept.  A response that carries an fd is sent
+ * with sendmsg(SCM_RIGHTS) on the raw socket once libuv's write queue is
+ * empty.  A decide the fly_hot scanner reads is answered through the
+ * server's fast callback, its reply written straight into the batch.
  */
 #include <errno.h>
 #include <fcntl.h>
