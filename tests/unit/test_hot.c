@@ -79,7 +79,11 @@ static void test_fmt_double(void **state)
 	    999999999999999.9, 999999999999999.0, 1e15, 1e15 + 2, 1.5e15,
 	    9007199254740993.0, 1e300, 5e-324, DBL_MAX, DBL_MIN, 2.5e-6,
 	    12.345678901234567, 3.0000000000000004, 1234.5678, 7e22,
-	    100000000000000.5, 0.30000000000000004, 1e-4 + 1e-20};
+	    100000000000000.5, 0.30000000000000004, 1e-4 + 1e-20,
+	    /* next to powers of ten, where log10 may be one off */
+	    0.001, 0.0009999999999999998, 10.000000000000002,
+	    99.99999999999999, 9.999999999999999e14, 1e-5 * (1 + DBL_EPSILON),
+	    0.00001 - 1e-21, 1000.0000000000001, 3.2912345678901234};
 	char out[32];
 
 	(void)state;
@@ -87,6 +91,15 @@ static void test_fmt_double(void **state)
 		check_fmt(fixed[i]);
 	for (int i = 0; i < 200000; i++)
 		check_fmt(rand_double(i));
+	/* 17 digits, exact, from the 128-bit path (no printf) */
+	fly_hot_fmt_double(3.2912345678901234, out);
+	assert_string_equal(out, "3.2912345678901236");
+	for (int i = 0; i < 100000; i++) { /* every power-of-ten boundary */
+		double p = pow(10, i % 21 - 5);
+
+		check_fmt(nextafter(p, 0));
+		check_fmt(nextafter(p, INFINITY));
+	}
 	/* short where short reads back */
 	fly_hot_fmt_double(123.456, out);
 	assert_string_equal(out, "123.456");
