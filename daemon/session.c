@@ -21,7 +21,7 @@
  * first, so byte order is kept.  A response that carries an fd is sent
  * with sendmsg(SCM_RIGHTS) on the raw socket once libuv's write queue is
  * empty.  A decide the fly_hot scanner reads is answered through the
- * server's fast callback, its reply written straight into the batch.
+ * server's fast callback, without a cJSON tree.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -622,22 +622,23 @@ static const struct flyd_reply_ops session_ops = {
 };
 
 /* Answer a decide that fly_hot_scan_decide() matched through the
- * server's fast path, its reply written straight into the batch when it
- * can be.  @return 0 answered, 1 to parse and dispatch it. */
+ * server's fast path; its reply joins the batch.  The reply is written
+ * on the stack, not straight into the batch: a reply queued while the
+ * handler runs must not be written over.
+ * @return 0 answered, 1 to parse and dispatch it. */
 static int hot_frame(struct flyd_session *s, const struct fly_hot_req *hr)
 {
 	struct flyd_server *srv = s->srv;
-	uint8_t tmp[FLY_FRAME_HDR + FLY_HOT_DECIDE_MAX];
+	char tmp[FLY_HOT_DECIDE_MAX];
 	const char *msg = NULL;
 	size_t len = 0;
-	uint8_t *at, *buf;
-	int rc, direct = batch_room(s, sizeof(tmp));
+	uint8_t *buf;
+	int rc;
 
-	at = direct ? srv->wbuf + srv->wlen : tmp;
 	s->cur_has_id = hr->has_id;
 	s->cur_id = hr->id;
-	rc = srv->fast(srv->fast_arg, &s->rq, hr, (char *)at + FLY_FRAME_HDR,
-		       FLY_HOT_DECIDE_MAX, &len, &msg);
+	rc = srv->fast(srv->fast_arg, &s->rq, hr, tmp, sizeof(tmp), &len,
+		       &msg);
 	if (rc == FLYD_FAST_FALLBACK)
 		return 1;
 	if (rc < 0) {
@@ -647,17 +648,15 @@ static int hot_frame(struct flyd_session *s, const struct fly_hot_req *hr)
 			  hr->has_id, hr->id, -1);
 		return 0;
 	}
-	fly_frame_put_header(at, (uint32_t)len);
-	if (direct && srv->wown == s) {
-		srv->wlen += FLY_FRAME_HDR + len;
+	if (batch_put(s, tmp, len))
 		return 0;
-	}
 	buf = malloc(FLY_FRAME_HDR + len);
 	if (buf == NULL) {
 		session_close_why(s, "enomem");
 		return 0;
 	}
-	memcpy(buf, at, FLY_FRAME_HDR + len);
+	fly_frame_put_header(buf, (uint32_t)len);
+	memcpy(buf + FLY_FRAME_HDR, tmp, len);
 	out_enqueue(s, buf, FLY_FRAME_HDR + len, -1);
 	return 0;
 }
