@@ -1194,3 +1194,21 @@ int flyd_handlers_dispatch(void *arg, struct flyd_req *rq, const cJSON *req,
 	*msg = b;
 	return FLY_E_PROTO;
 }
+
+int flyd_handlers_fast(void *arg, struct flyd_req *rq,
+		       const struct fly_hot_req *hr, char *out, size_t cap,
+		       size_t *outlen, const char **msg)
+{
+	struct flyd_ctx *ctx = arg;
+	int rc;
+
+	(void)rq; /* decide: no admin check, no identity needed */
+	rc = flyd_handle_decide_fast(ctx, hr, out, cap, outlen, msg);
+	if (rc == FLYD_FAST_FALLBACK)
+		return rc;
+	if (rc < 0)
+		ctx->stats.req_err[FLY_REQ_decide]++;
+	else
+		ctx->stats.req_ok[FLY_REQ_decide]++;
+	return rc;
+}

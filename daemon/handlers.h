@@ -10,7 +10,8 @@
  * cfg.admin_group); others get "permission".
  *
  * main.c hands flyd_handlers_dispatch to flyd_server_start() as the
- * session layer's dispatch callback; handlers answer through the struct
+ * session layer's dispatch callback (and flyd_handlers_fast to
+ * flyd_server_set_fast() for decide's fast path); handlers answer through the struct
  * flyd_req they are given (reply.h) and call services below them, never
  * the session layer by name.
  */
@@ -28,6 +29,12 @@
  * set. */
 int flyd_handlers_dispatch(void *arg, struct flyd_req *rq, const cJSON *req,
 			   cJSON *resp, const char **msg);
+/* The decide fast path (a flyd_fast_fn whose @p arg is the struct
+ * flyd_ctx; main.c gives it to flyd_server_set_fast()): counted as
+ * dispatch counts a decide. */
+int flyd_handlers_fast(void *arg, struct flyd_req *rq,
+		       const struct fly_hot_req *hr, char *out, size_t cap,
+		       size_t *outlen, const char **msg);
 /* The daemon became ready: answer the hellos that waited for it. */
 void flyd_handlers_ready(struct flyd_ctx *ctx);
 /* Shutting down: fail the hellos still waiting. */

@@ -437,6 +437,8 @@ static int daemon_start(struct flyd_ctx *ctx, int listen_fd)
 	}
 	rc = flyd_server_start(ctx, listen_fd, flyd_handlers_dispatch, ctx);
 	if (rc == 0)
+		flyd_server_set_fast(ctx, flyd_handlers_fast, ctx);
+	if (rc == 0)
 		rc = metrics_start(ctx);
 	if (rc == 0)
 		rc = flyd_results_open(ctx, &ctx->results);

@@ -105,4 +105,18 @@ typedef int (*flyd_dispatch_fn)(void *arg, struct flyd_req *rq,
 				const cJSON *req, cJSON *resp,
 				const char **msg);
 
+/* The fast path of a decide request that fly_hot_scan_decide() matched
+ * (issue 19): the session layer calls it, with the @p arg given to
+ * flyd_server_set_fast(), instead of parsing the frame.  It writes the
+ * whole response payload into @p out (@p cap >= FLY_HOT_DECIDE_MAX) and
+ * returns 0 with its length in *outlen; or a negative FLY_E_* / -errno
+ * (and optionally *msg, as a handler) for an error response; or
+ * FLYD_FAST_FALLBACK, having done and counted nothing, to have the
+ * request parsed and dispatched the generic way. */
+#define FLYD_FAST_FALLBACK 2
+struct fly_hot_req;
+typedef int (*flyd_fast_fn)(void *arg, struct flyd_req *rq,
+			    const struct fly_hot_req *hr, char *out,
+			    size_t cap, size_t *outlen, const char **msg);
+
 #endif /* FLYD_REPLY_H */

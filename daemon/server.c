@@ -234,6 +234,12 @@ static void on_poll(uv_poll_t *h, int status, int events)
 	}
 }
 
+/* After the poll phase: the replies of this iteration go out. */
+static void on_flush(uv_check_t *c)
+{
+	flyd_session_flush(c->data);
+}
+
 static void on_sweep(uv_timer_t *t)
 {
 	struct flyd_ctx *ctx = t->data;
@@ -387,8 +393,12 @@ int flyd_server_start(struct flyd_ctx *ctx, int listen_fd,
 	uv_timer_init(ctx->loop, &srv->sweep);
 	uv_timer_init(ctx->loop, &srv->kick);
 	uv_timer_init(ctx->loop, &srv->pause);
+	uv_check_init(ctx->loop, &srv->flush);
 	srv->sweep.data = srv->kick.data = srv->pause.data = ctx;
-	srv->open_handles = 3;
+	srv->flush.data = ctx;
+	srv->open_handles = 4;
+	uv_check_start(&srv->flush, on_flush);
+	uv_unref((uv_handle_t *)&srv->flush); /* keeps nothing alive */
 	if (listen_fd >= 0) {
 		srv->activated = 1;
 		rc = fcntl(listen_fd, F_SETFL,
@@ -414,6 +424,13 @@ int flyd_server_start(struct flyd_ctx *ctx, int listen_fd,
 		 "max_clients=%u", ctx->socket_path, srv->activated,
 		 srv->max_clients);
 	return 0;
+}
+
+void flyd_server_set_fast(struct flyd_ctx *ctx, flyd_fast_fn fast,
+			  void *arg)
+{
+	ctx->server->fast = fast;
+	ctx->server->fast_arg = arg;
 }
 
 /* Close callbacks of the server's own handles: count down. */
@@ -467,6 +484,8 @@ void flyd_server_stop(struct flyd_ctx *ctx, void (*done)(void *), void *arg)
 		uv_close((uv_handle_t *)&srv->kick, on_own_closed);
 	if (!uv_is_closing((uv_handle_t *)&srv->pause))
 		uv_close((uv_handle_t *)&srv->pause, on_own_closed);
+	if (!uv_is_closing((uv_handle_t *)&srv->flush))
+		uv_close((uv_handle_t *)&srv->flush, on_own_closed);
 	if (srv->spare_fd >= 0)
 		close(srv->spare_fd);
 	srv->spare_fd = -1;

@@ -49,6 +49,12 @@
 int flyd_server_start(struct flyd_ctx *ctx, int listen_fd,
 		      flyd_dispatch_fn dispatch, void *arg);
 
+/* Give the session layer the decide fast path (reply.h flyd_fast_fn;
+ * NULL: every request is parsed and dispatched).  After
+ * flyd_server_start(). */
+void flyd_server_set_fast(struct flyd_ctx *ctx, flyd_fast_fn fast,
+			  void *arg);
+
 /* Before anything is opened there (none with a socket-activated
  * @p listen_fd >= 0): the socket's directory is created 0755 where
  * missing and must not be writable by group or others (-EPERM), logged.

@@ -14,6 +14,16 @@
 #include "reply.h"
 #include "server.h"
 
+#define FLYD_WSEG_MAX 256
+#define FLYD_WBUF_BYTES (256 * 1024)
+
+/* One session's replies in the server's batch: wbuf[off .. off+len). */
+struct flyd_wseg {
+	struct flyd_session *s;      /* holds a ref (session.c) */
+	size_t off;
+	size_t len;
+};
+
 struct flyd_server {
 	struct flyd_ctx *ctx;
 	int lfd;                     /* listening socket, -1 when closed */
@@ -37,7 +47,19 @@ struct flyd_server {
 	void *done_arg;
 	flyd_dispatch_fn dispatch;   /* every parsed request goes here */
 	void *dispatch_arg;
+	flyd_fast_fn fast;           /* decide's fast path, or NULL */
+	void *fast_arg;
 	char rbuf[65536];            /* shared read buffer */
+	/* The replies of a loop iteration (issue 19), written after the
+	 * poll phase (the check handle), one write per session, as Redis
+	 * writes its replies before it sleeps: */
+	uv_check_t flush;            /* runs flyd_session_flush() */
+	struct flyd_session *wown;   /* session being processed, or NULL */
+	size_t wstart;               /* where wown's open segment began */
+	size_t wlen;                 /* bytes in wbuf */
+	uint32_t nseg;               /* closed segments in seg[] */
+	struct flyd_wseg seg[FLYD_WSEG_MAX];
+	uint8_t wbuf[FLYD_WBUF_BYTES];
 };
 
 #endif /* FLYD_SERVER_INT_H */

@@ -11,10 +11,17 @@
  * handler by name: this file calls nothing above it.
  *
  * Lifetime: a session is freed when its handle closed and no deferred
- * token (struct sreply) refers to it.  Responses go out with
- * uv_write (a struct flyd_wreq owns the buffer until write_cb); a response
- * that carries an fd is sent with sendmsg(SCM_RIGHTS) on the raw socket
- * once libuv's write queue is empty, so byte order is kept.
+ * token (struct sreply) nor batch segment refers to it.  The replies of
+ * the requests read in one loop iteration are batched in the server's
+ * buffer (a segment per session processed) and written after the poll
+ * phase (flyd_session_flush, from server.c's check handle), one write per
+ * session; what the socket does not take, and every reply outside a read
+ * callback, goes out with uv_try_write, then uv_write (a struct flyd_wreq
+ * owns the buffer until write_cb); any unbatched write writes the batch
+ * first, so byte order is kept.  A response that carries an fd is sent
+ * with sendmsg(SCM_RIGHTS) on the raw socket once libuv's write queue is
+ * empty.  A decide the fly_hot scanner reads is answered through the
+ * server's fast callback, without a cJSON tree.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +37,7 @@
 #include "daemon.h"
 #include "fly_err.h"
 #include "fly_frame.h"
+#include "fly_hot.h"
 #include "fly_msg.h"
 #include "log.h"
 #include "reply.h"
@@ -120,6 +128,8 @@ static void session_close_why(struct flyd_session *s, const char *why)
 	if (s->closing)
 		return;
 	s->closing = 1;
+	if (srv->wown == s)
+		srv->wlen = srv->wstart; /* its open segment goes with it */
 	flyd_log(FLYD_LOG_DEBUG, "close", "conn=%llu reason=%s",
 		 (unsigned long long)s->serial, why);
 	if (s->prev != NULL)
@@ -174,34 +184,37 @@ static void on_write(uv_write_t *req, int status)
 		session_close_why(s, "protocol");
 }
 
-/* Write @p buf (owned): straight to the socket when nothing is queued
- * before it, the rest (or all of it) queued with uv_write.  The direct
- * write matters: a uv_write that completes at once still makes libuv
- * re-arm the epoll watcher (one epoll_ctl per response, measured with
- * strace under bench_socket), which a request/response protocol pays on
- * every request. */
-static void write_now(struct flyd_session *s, uint8_t *buf, size_t len)
+/* Write what the socket takes at once, when nothing is queued before
+ * @p buf.  The direct write matters: a uv_write that completes at once
+ * still makes libuv re-arm the epoll watcher (one epoll_ctl per response,
+ * measured with strace under bench_socket), which a request/response
+ * protocol pays on every request.
+ * @return bytes written (0 .. len), or -1 when the session closed. */
+static ssize_t write_try(struct flyd_session *s, const uint8_t *buf,
+			 size_t len)
 {
-	struct flyd_wreq *w;
 	uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
+	int n;
 
-	if (s->writes == 0 &&
-	    uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe) == 0) {
-		int n = uv_try_write((uv_stream_t *)&s->pipe, &b, 1);
+	if (s->writes != 0 ||
+	    uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe) != 0)
+		return 0;
+	n = uv_try_write((uv_stream_t *)&s->pipe, &b, 1);
+	if (n >= 0)
+		return n;
+	if (n == UV_EAGAIN)
+		return 0;
+	session_close_why(s, "write_error");
+	return -1;
+}
 
-		if (n == (int)len) {
-			free(buf);
-			return;
-		}
-		if (n < 0 && n != UV_EAGAIN) {
-			free(buf);
-			session_close_why(s, "write_error");
-			return;
-		}
-		if (n > 0)
-			b = uv_buf_init((char *)buf + n, (unsigned)(len - n));
-	}
-	w = malloc(sizeof(*w));
+/* Queue @p buf[off..len) with uv_write (@p buf owned, freed in on_write). */
+static void write_queue(struct flyd_session *s, uint8_t *buf, size_t off,
+			size_t len)
+{
+	struct flyd_wreq *w = malloc(sizeof(*w));
+	uv_buf_t b = uv_buf_init((char *)buf + off, (unsigned)(len - off));
+
 	if (w == NULL) {
 		free(buf);
 		session_close_why(s, "enomem");
@@ -216,6 +229,114 @@ static void write_now(struct flyd_session *s, uint8_t *buf, size_t len)
 		return;
 	}
 	s->writes++;
+}
+
+/* Write @p buf (owned): straight to the socket when nothing is queued
+ * before it, the rest (or all of it) queued with uv_write. */
+static void write_now(struct flyd_session *s, uint8_t *buf, size_t len)
+{
+	ssize_t n = write_try(s, buf, len);
+
+	if (n < 0 || (size_t)n == len) {
+		free(buf);
+		return;
+	}
+	write_queue(s, buf, (size_t)n, len);
+}
+
+static void check_slow(struct flyd_session *s);
+static void session_unref_free(struct flyd_session *s);
+
+/* Write one segment of the batch: what the socket does not take is
+ * copied and queued. */
+static void seg_write(struct flyd_session *s, const uint8_t *buf, size_t len)
+{
+	uint8_t *rest;
+	ssize_t n = write_try(s, buf, len);
+
+	if (n < 0 || (size_t)n == len)
+		return;
+	rest = malloc(len - (size_t)n);
+	if (rest == NULL) {
+		session_close_why(s, "enomem");
+		return;
+	}
+	memcpy(rest, buf + n, len - (size_t)n);
+	write_queue(s, rest, 0, len - (size_t)n);
+	check_slow(s);
+}
+
+/* End the open segment of the session being processed (its replies so
+ * far), holding a ref on it until the batch is written. */
+static void seg_close(struct flyd_server *srv)
+{
+	struct flyd_wseg *g;
+
+	if (srv->wown == NULL || srv->wlen == srv->wstart)
+		return;
+	g = &srv->seg[srv->nseg++];
+	g->s = srv->wown;
+	g->off = srv->wstart;
+	g->len = srv->wlen - srv->wstart;
+	g->s->refs++;
+	srv->wstart = srv->wlen;
+}
+
+/* Write the whole batch, session by session in the order they were
+ * processed.  The open segment (of the session being processed) goes
+ * too, so a reply written after this call comes after it. */
+static void batch_flush_all(struct flyd_server *srv)
+{
+	uint32_t nseg;
+
+	seg_close(srv);
+	nseg = srv->nseg;
+	srv->nseg = 0;
+	for (uint32_t i = 0; i < nseg; i++) {
+		struct flyd_session *s = srv->seg[i].s;
+
+		if (!s->closing)
+			seg_write(s, srv->wbuf + srv->seg[i].off,
+				  srv->seg[i].len);
+		s->refs--;
+		session_unref_free(s);
+	}
+	srv->wlen = srv->wstart = 0;
+}
+
+void flyd_session_flush(struct flyd_ctx *ctx)
+{
+	if (ctx->server->nseg > 0 || ctx->server->wlen > 0)
+		batch_flush_all(ctx->server);
+}
+
+/* Room for @p need more bytes in the batch for @p s, writing the batch
+ * first when full.  @return 1 when @p s batches (it is being processed
+ * and nothing is held before it) and the room is there, else 0. */
+static int batch_room(struct flyd_session *s, size_t need)
+{
+	struct flyd_server *srv = s->srv;
+
+	if (srv->wown != s || s->held != NULL || s->closing ||
+	    need > sizeof(srv->wbuf))
+		return 0;
+	if (need > sizeof(srv->wbuf) - srv->wlen)
+		batch_flush_all(srv);
+	return !s->closing && s->held == NULL;
+}
+
+/* Append one frame (header + @p payload) to the batch of @p s.
+ * @return 1 when taken, 0 when it must be sent the unbatched way. */
+static int batch_put(struct flyd_session *s, const char *payload, size_t len)
+{
+	struct flyd_server *srv = s->srv;
+
+	if (!batch_room(s, FLY_FRAME_HDR + len))
+		return 0;
+	fly_frame_put_header(srv->wbuf + srv->wlen, (uint32_t)len);
+	memcpy(srv->wbuf + srv->wlen + FLY_FRAME_HDR, payload, len);
+	srv->wlen += FLY_FRAME_HDR + len;
+	return 1;
 }
 
 static void on_kick(uv_timer_t *t)
@@ -343,6 +464,7 @@ static void out_enqueue(struct flyd_session *s, uint8_t *buf, size_t len,
 {
 	struct outmsg *m;
 
+	flyd_session_flush(s->ctx); /* the batch goes first: order is kept */
 	if (s->closing) {
 		free(buf);
 		if (fd >= 0)
@@ -393,6 +515,10 @@ static void send_resp(struct flyd_session *s, cJSON *resp, int has_id,
 		if (fd >= 0)
 			close(fd);
 		session_close_why(s, "enomem");
+		return;
+	}
+	if (fd < 0 && batch_put(s, text, len)) {
+		free(text);
 		return;
 	}
 	buf = malloc(FLY_FRAME_HDR + len);
@@ -495,6 +621,46 @@ static const struct flyd_reply_ops session_ops = {
 	.reply_attach_fd = session_reply_attach_fd,
 };
 
+/* Answer a decide that fly_hot_scan_decide() matched through the
+ * server's fast path; its reply joins the batch.  The reply is written
+ * on the stack, not straight into the batch: a reply queued while the
+ * handler runs must not be written over.
+ * @return 0 answered, 1 to parse and dispatch it. */
+static int hot_frame(struct flyd_session *s, const struct fly_hot_req *hr)
+{
+	struct flyd_server *srv = s->srv;
+	char tmp[FLY_HOT_DECIDE_MAX];
+	const char *msg = NULL;
+	size_t len = 0;
+	uint8_t *buf;
+	int rc;
+
+	s->cur_has_id = hr->has_id;
+	s->cur_id = hr->id;
+	rc = srv->fast(srv->fast_arg, &s->rq, hr, tmp, sizeof(tmp), &len,
+		       &msg);
+	if (rc == FLYD_FAST_FALLBACK)
+		return 1;
+	if (rc < 0) {
+		s->ctx->stats.errors++;
+		send_resp(s, fly_msg_error(rc, msg != NULL ? msg :
+					   fly_strerror(rc)),
+			  hr->has_id, hr->id, -1);
+		return 0;
+	}
+	if (batch_put(s, tmp, len))
+		return 0;
+	buf = malloc(FLY_FRAME_HDR + len);
+	if (buf == NULL) {
+		session_close_why(s, "enomem");
+		return 0;
+	}
+	fly_frame_put_header(buf, (uint32_t)len);
+	memcpy(buf + FLY_FRAME_HDR, tmp, len);
+	out_enqueue(s, buf, FLY_FRAME_HDR + len, -1);
+	return 0;
+}
+
 /* Parse, dispatch and answer one request frame. */
 static void handle_frame(struct flyd_session *s, const uint8_t *frame,
 			 uint32_t len)
@@ -502,12 +668,18 @@ static void handle_frame(struct flyd_session *s, const uint8_t *frame,
 	struct flyd_ctx *ctx = s->ctx;
 	const char *msg = NULL;
 	cJSON *req = NULL, *resp = NULL, *id;
+	struct fly_hot_req hr;
 	int rc;
 
 	ctx->stats.requests++;
 	s->cur_has_id = 0;
 	s->cur_id = 0;
 	s->cur_fd = -1;
+	if (s->srv->fast != NULL && fly_hot_scan_decide(frame, len, &hr) == 0 &&
+	    hot_frame(s, &hr) == 0)
+		return;
+	s->cur_has_id = 0;
+	s->cur_id = 0;
 	if (fly_msg_parse(frame, len, &req) != 0) {
 		ctx->stats.protocol_errors++;
 		rc = FLY_E_PROTO;
@@ -580,13 +752,15 @@ static void framing_error(struct flyd_session *s, int64_t rc)
 	uv_read_stop((uv_stream_t *)&s->pipe);
 	s->close_after_flush = 1;
 	send_resp(s, fly_msg_error(code, m), 0, 0, -1);
+	flyd_session_flush(s->ctx);
 	if (!s->closing && s->writes == 0 && s->held == NULL)
 		session_close_why(s, "protocol");
 }
 
 /* Handle up to FLYD_FRAMES_PER_READ frames from @p data.
  * @return bytes consumed (less than @p len when the budget ran out). */
-static size_t process(struct flyd_session *s, const uint8_t *data, size_t len)
+static size_t process_frames(struct flyd_session *s, const uint8_t *data,
+			     size_t len)
 {
 	uint64_t now = uv_now(s->ctx->loop);
 	int frames = 0;
@@ -600,6 +774,19 @@ static size_t process(struct flyd_session *s, const uint8_t *data, size_t len)
 
 		if (frames >= FLYD_FRAMES_PER_READ)
 			break;
+		if (!fly_frame_dec_is_partial(&s->dec) &&
+		    len - off >= FLY_FRAME_HDR) {
+			/* A whole frame in the buffer: handled where it is,
+			 * not copied into a malloc'd one (issue 19). */
+			n = fly_frame_get_header(data + off, s->dec.cap);
+			if (n > 0 && (size_t)n <= len - off - FLY_FRAME_HDR) {
+				frames++;
+				handle_frame(s, data + off + FLY_FRAME_HDR,
+					     (uint32_t)n);
+				off += FLY_FRAME_HDR + (size_t)n;
+				continue;
+			}
+		}
 		n = fly_frame_dec_feed(&s->dec, data + off, len - off, &frame,
 				       &flen);
 		if (n < 0) {
@@ -624,6 +811,31 @@ static size_t process(struct flyd_session *s, const uint8_t *data, size_t len)
 		s->partial_since = 0;
 	}
 	return off;
+}
+
+/* process_frames() with the session's replies batched: they go out with
+ * the other sessions' replies of this loop iteration, after the poll
+ * phase, one write per session, in order (issue 19).  Not nested: a
+ * session processed inside another's handler (none today) writes its
+ * replies one by one. */
+static size_t process(struct flyd_session *s, const uint8_t *data, size_t len)
+{
+	struct flyd_server *srv = s->srv;
+	int batching = srv->wown == NULL;
+	size_t used;
+
+	if (batching) {
+		if (srv->nseg >= FLYD_WSEG_MAX - 1)
+			batch_flush_all(srv); /* room for this one's segment */
+		srv->wown = s;
+		srv->wstart = srv->wlen;
+	}
+	used = process_frames(s, data, len);
+	if (batching) {
+		seg_close(srv);
+		srv->wown = NULL;
+	}
+	return used;
 }
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -798,6 +1010,7 @@ int flyd_session_has_work(const struct flyd_ctx *ctx)
 
 void flyd_session_close_all(struct flyd_ctx *ctx)
 {
+	flyd_session_flush(ctx); /* and the batch's refs are released */
 	while (ctx->server->head != NULL)
 		session_close_why(ctx->server->head, "shutdown");
 }

@@ -23,6 +23,9 @@ void flyd_session_close(struct flyd_session *s);
 void flyd_session_sweep(struct flyd_ctx *ctx, uint64_t now_ms);
 /* Handle backlogged frames (fairness) and pending fd sends. */
 void flyd_session_kick(struct flyd_ctx *ctx);
+/* Write the replies batched since the last call, one write per session
+ * (server.c calls it from a check handle, after each poll phase). */
+void flyd_session_flush(struct flyd_ctx *ctx);
 /* Whether any session has backlogged input or a pending fd send. */
 int flyd_session_has_work(const struct flyd_ctx *ctx);
 /* Close every session. */

@@ -10,12 +10,14 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
 #include "daemon.h"
 #include "fly_err.h"
+#include "fly_hot.h"
 #include "fly_key.h"
 #include "fly_msg.h"
 #include "handlers_int.h"
@@ -26,19 +28,13 @@
 
 #define WAIT_DEFAULT_MS 600000 /* `tune wait` without timeout_ms */
 
-/* Parse, bucket and re-format the request's key. */
-static int request_key(struct flyd_ctx *ctx, const cJSON *req,
-		       struct fly_problem *p, char key[FLY_KEY_MAX],
-		       const char **msg)
+/* Parse, bucket and re-format the key @p s (NUL-terminated). */
+static int bucket_key(struct flyd_ctx *ctx, const char *s,
+		      struct fly_problem *p, char key[FLY_KEY_MAX],
+		      const char **msg)
 {
-	const char *s;
-	int rc;
+	int rc = fly_key_parse(s, strlen(s), p);
 
-	if (fly_msg_get_str(req, "key", &s) < 0) {
-		*msg = "missing or non-string \"key\"";
-		return FLY_E_INVALID;
-	}
-	rc = fly_key_parse(s, strlen(s), p);
 	if (rc < 0) {
 		/* Say which part is wrong (issue 18 item 18); loop thread
 		 * only, read before the next request is handled. */
@@ -58,32 +54,53 @@ static int request_key(struct flyd_ctx *ctx, const cJSON *req,
 	return 0;
 }
 
-int flyd_handle_decide(struct flyd_ctx *ctx, struct flyd_req *rq,
-		       const cJSON *req, cJSON *resp, const char **msg)
+/* Parse, bucket and re-format the request's key. */
+static int request_key(struct flyd_ctx *ctx, const cJSON *req,
+		       struct fly_problem *p, char key[FLY_KEY_MAX],
+		       const char **msg)
+{
+	const char *s;
+
+	if (fly_msg_get_str(req, "key", &s) < 0) {
+		*msg = "missing or non-string \"key\"";
+		return FLY_E_INVALID;
+	}
+	return bucket_key(ctx, s, p, key, msg);
+}
+
+/* Decide for the key @p s: the bucketed key into @p key, the answer into
+ * @p d (tuned, a neighbour's, or the default, queueing the key for
+ * tuning as the policy says); @p s NULL: the request had no key
+ * string.  Shared by the generic and the fast path. */
+static int decide_key(struct flyd_ctx *ctx, const char *s,
+		      char key[FLY_KEY_MAX], struct fly_decision *d,
+		      const char **msg)
 {
 	struct flyd_sched *sc = ctx->sched;
 	struct flyd_results *res = ctx->results;
 	struct fly_problem p;
-	char key[FLY_KEY_MAX];
 	const struct fly_decision *tuned;
-	struct fly_decision d, def;
+	struct fly_decision def;
 	struct flyd_qjob *j;
 	int rc, queued = 0;
 
-	(void)rq;
 	ctx->stats.decides++;
 	if (!flyd_sched_is_running(sc)) {
 		*msg = "tuning is stopped";
 		return FLY_E_DOWN;
 	}
 	flyd_sched_note_request(sc);
-	rc = request_key(ctx, req, &p, key, msg);
+	if (s == NULL) {
+		*msg = "missing or non-string \"key\"";
+		return FLY_E_INVALID;
+	}
+	rc = bucket_key(ctx, s, &p, key, msg);
 	if (rc < 0)
 		return rc;
 	j = flyd_queue_find(flyd_sched_queue(sc), key);
 	tuned = flyd_results_lookup(res, key, j == NULL);
 	if (tuned != NULL) {
-		d = *tuned;
+		*d = *tuned;
 		goto answer;
 	}
 	if (flyd_results_default(res, &p, &def) == 0 &&
@@ -95,12 +112,78 @@ int flyd_handle_decide(struct flyd_ctx *ctx, struct flyd_req *rq,
 	} else if (j != NULL) {
 		queued = j->state != FLYD_Q_FAILED;
 	}
-	(void)flyd_results_provisional(res, key, &p, queued, &d);
+	(void)flyd_results_provisional(res, key, &p, queued, d);
 answer:
-	if (p.op < FLY_OP_COUNT && d.status <= FLY_STATUS_TUNED)
-		ctx->stats.decide[p.op][d.status]++;
+	if (p.op < FLY_OP_COUNT && d->status <= FLY_STATUS_TUNED)
+		ctx->stats.decide[p.op][d->status]++;
+	return 0;
+}
+
+int flyd_handle_decide(struct flyd_ctx *ctx, struct flyd_req *rq,
+		       const cJSON *req, cJSON *resp, const char **msg)
+{
+	char key[FLY_KEY_MAX];
+	struct fly_decision d;
+	const char *s;
+	int rc;
+
+	(void)rq;
+	if (fly_msg_get_str(req, "key", &s) < 0)
+		s = NULL;
+	rc = decide_key(ctx, s, key, &d, msg);
+	if (rc < 0)
+		return rc;
 	cJSON_AddStringToObject(resp, "key", key);
 	cJSON_AddItemToObject(resp, "decision", fly_msg_decision_to_json(&d));
+	return 0;
+}
+
+int flyd_handle_decide_fast(struct flyd_ctx *ctx,
+			    const struct fly_hot_req *hr, char *out,
+			    size_t cap, size_t *outlen, const char **msg)
+{
+	char s[FLY_KEY_MAX * 2], key[FLY_KEY_MAX];
+	struct fly_decision d;
+	cJSON *resp;
+	char *text;
+	size_t len;
+	int rc;
+
+	if (hr->keylen >= sizeof(s))
+		return FLYD_FAST_FALLBACK; /* the generic path says why */
+	memcpy(s, hr->key, hr->keylen);
+	s[hr->keylen] = '\0';
+	rc = decide_key(ctx, s, key, &d, msg);
+	if (rc < 0)
+		return rc;
+	rc = fly_hot_decide_write(out, cap, key, &d, hr->has_id, hr->id);
+	if (rc >= 0) {
+		*outlen = (size_t)rc;
+		return 0;
+	}
+	/* Unusual numbers: the generic printer, the same bytes as
+	 * flyd_handle_decide's reply. */
+	resp = cJSON_CreateObject();
+	if (resp == NULL || !cJSON_AddTrueToObject(resp, "ok") ||
+	    !cJSON_AddStringToObject(resp, "key", key) ||
+	    !cJSON_AddItemToObject(resp, "decision",
+				   fly_msg_decision_to_json(&d)) ||
+	    (hr->has_id && !cJSON_AddNumberToObject(resp, "id",
+						     (double)hr->id))) {
+		cJSON_Delete(resp);
+		return -ENOMEM;
+	}
+	text = fly_msg_print(resp, &len);
+	cJSON_Delete(resp);
+	if (text == NULL)
+		return -ENOMEM;
+	if (len > cap) {
+		free(text);
+		return -ENOMEM;
+	}
+	memcpy(out, text, len);
+	free(text);
+	*outlen = len;
 	return 0;
 }
 

@@ -935,6 +935,122 @@ static void test_pipelined_in_order(void **state)
 	assert_alive();
 }
 
+/* issue 19: the decide fast path (a request the scanner knows) and the
+ * generic path (the same request with an escape in its key, which the
+ * scanner leaves to the parser) give the same answer, both valid against
+ * the schemas, and count the same. */
+static void test_decide_fast_and_generic_agree(void **state)
+{
+	static const char *const fast[] = {
+	    "{\"req\":\"decide\",\"id\":5,\"key\":\"" K1 "\"}",
+	    "{\"key\":\"" K2 "\",\"req\":\"decide\"}",
+	    "{\"req\":\"decide\",\"id\":6,\"key\":\"nope/x\"}",
+	    "{\"req\":\"decide\",\"id\":7,\"key\":\"gemm/bf16/m=1\"}"};
+	static const char *const generic[] = {
+	    "{\"req\":\"decide\",\"id\":5,\"key\":\"\\u0072msnorm/fp32/"
+	    "m=32,n=4096\"}",
+	    "{\"key\":\"\\u0072msnorm/fp32/m=64,n=4096\",\"req\":\"decide\"}",
+	    "{\"req\":\"decide\",\"id\":6,\"key\":\"\\u006eope/x\"}",
+	    "{\"req\":\"decide\",\"id\":7,\"key\":\"\\u0067emm/bf16/m=1\"}"};
+	static const char *const names[] = {"requests", "decides", "errors"};
+	int64_t at[3][3];
+	char err[512];
+	int fd = fly_test_connect(d.sock);
+
+	(void)state;
+	assert_true(fd >= 0);
+	for (int pass = 0; pass < 3; pass++) {
+		for (int k = 0; k < 3; k++)
+			at[pass][k] = stat_of(names[k]);
+		if (pass == 2)
+			break;
+		for (size_t i = 0; i < 4; i++) {
+			char *a = NULL, *b = NULL;
+
+			assert_int_equal(fly_test_request(fd, fast[i], &a, T_MS),
+					 0);
+			assert_int_equal(fly_test_request(fd, generic[i], &b,
+							  T_MS), 0);
+			if (strcmp(a, b) != 0)
+				fail_msg("fast %s\ngeneric %s", a, b);
+			if (fly_test_schema_validate_text(
+				    strstr(a, "\"ok\":true") ?
+				    "decide.response.json" :
+				    "error.response.json", a, err,
+				    sizeof(err)) != 0)
+				fail_msg("%s: %s", err, a);
+			free(a);
+			free(b);
+		}
+	}
+	/* pass 0 and pass 1 sent the same requests, each both ways */
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(at[1][k] - at[0][k], at[2][k] - at[1][k]);
+	assert_int_equal(at[1][1] - at[0][1], 8);
+	close(fd);
+	assert_alive();
+}
+
+/* issue 19: replies of one read go out batched, still in order: fast
+ * decides, generic requests, errors, and a hello whose reply carries an
+ * fd, pipelined in one write. */
+static void test_pipelined_mixed_in_order(void **state)
+{
+	char json[128], *resp = NULL;
+	uint8_t *buf = malloc(64 * 128);
+	size_t n = 0;
+	int fd = fly_test_connect(d.sock);
+
+	(void)state;
+	assert_non_null(buf);
+	assert_true(fd >= 0);
+	for (int i = 0; i < 64; i++) {
+		int len;
+
+		switch (i % 5) {
+		case 0:
+		case 1:
+			len = snprintf(json, sizeof(json), "{\"req\":\"decide\","
+				       "\"id\":%d,\"key\":\"%s\"}", i,
+				       i % 2 ? K1 : K2);
+			break;
+		case 2:
+			len = snprintf(json, sizeof(json), "{\"req\":\"list\","
+				       "\"limit\":1,\"id\":%d}", i);
+			break;
+		case 3:
+			len = snprintf(json, sizeof(json), "{\"req\":\"decide\","
+				       "\"id\":%d,\"key\":\"bad\"}", i);
+			break;
+		default:
+			len = snprintf(json, sizeof(json), i == 9 ?
+				       "{\"req\":\"hello\",\"version\":1,"
+				       "\"id\":%d}" :
+				       "{\"req\":\"status\",\"id\":%d}", i);
+		}
+		put_hdr(buf + n, (uint32_t)len);
+		memcpy(buf + n + 4, json, (size_t)len);
+		n += 4 + (size_t)len;
+	}
+	assert_int_equal(fly_test_send_raw(fd, buf, n), 0);
+	free(buf);
+	for (int i = 0; i < 64; i++) {
+		char want[32];
+
+		assert_int_equal(fly_test_recv_frame(fd, &resp, T_MS), 0);
+		snprintf(want, sizeof(want), "\"id\":%d}", i);
+		if (strstr(resp, want) == NULL)
+			fail_msg("response %d out of order: %s", i, resp);
+		if (i % 5 == 3)
+			assert_non_null(strstr(resp, "\"ok\":false"));
+		else
+			expect_ok(resp);
+		free(resp);
+	}
+	close(fd);
+	assert_alive();
+}
+
 /* Count lines of the daemon log containing @p needle. */
 static int log_count(const char *needle)
 {
@@ -1842,6 +1958,8 @@ int main(void)
 		cmocka_unit_test(test_import_all_or_nothing),
 		cmocka_unit_test(test_responses_match_schemas),
 		cmocka_unit_test(test_pipelined_in_order),
+		cmocka_unit_test(test_pipelined_mixed_in_order),
+		cmocka_unit_test(test_decide_fast_and_generic_agree),
 		cmocka_unit_test(test_emfile_below_spare),
 		cmocka_unit_test(test_structured_fuzz),
 		cmocka_unit_test(test_issue_18_oversize_code),
