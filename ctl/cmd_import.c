@@ -165,6 +165,241 @@ static int import_send(struct ctl *x, cJSON *res, cJSON **last)
 	return import_chunk(x, chunk, 0, last);
 }
 
+/* ------------------------------------------------- the records' own text
+ *
+ * issue 19: printing every record twice (once to size the chunk, once in
+ * the request) was most of flytune-ctl's import time -- %1.15g and its
+ * sscanf check per number.  The records are sent as the file wrote them
+ * instead (whitespace outside strings dropped): the file is parsed and
+ * checked as before, then its top-level "results" array is located in
+ * the text.  Anything the scan does not recognise the way cJSON did
+ * (an escaped member name, another record count) falls back to printing. */
+
+struct raw_rec {
+	const char *p;   /* the record's first byte, in the file's text */
+	size_t n;        /* its bytes */
+};
+
+static const char *skip_ws(const char *p, const char *e)
+{
+	while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	return p;
+}
+
+/* Past the string starting at @p p (a '"'); NULL when unterminated. */
+static const char *skip_str(const char *p, const char *e)
+{
+	for (p++; p < e; p++) {
+		if (*p == '\\')
+			p++;
+		else if (*p == '"')
+			return p + 1;
+	}
+	return NULL;
+}
+
+/* Past the value starting at @p p (text cJSON already accepted).
+ * @return the first byte after it, or NULL. */
+static const char *skip_val(const char *p, const char *e)
+{
+	int depth = 0;
+
+	if (p < e && *p != '{' && *p != '[' && *p != '"') {
+		while (p < e && strchr(",]} \t\r\n", *p) == NULL)
+			p++;
+		return p;
+	}
+	while (p < e) {
+		if (*p == '"') {
+			p = skip_str(p, e);
+			if (p == NULL || depth == 0)
+				return p;
+			continue;
+		}
+		if (*p == '{' || *p == '[')
+			depth++;
+		else if ((*p == '}' || *p == ']') && --depth == 0)
+			return p + 1;
+		p++;
+	}
+	return NULL;
+}
+
+/* Append record @p p, @p n to *@p recs.  @return 0 or -1 (ENOMEM). */
+static int rec_add(struct raw_rec **recs, size_t *nrec, size_t *cap,
+		   const char *p, size_t n)
+{
+	if (*nrec == *cap) {
+		size_t c = *cap ? *cap * 2 : 1024;
+		struct raw_rec *g = realloc(*recs, c * sizeof(*g));
+
+		if (g == NULL)
+			return -1;
+		*recs = g;
+		*cap = c;
+	}
+	(*recs)[*nrec].p = p;
+	(*recs)[(*nrec)++].n = n;
+	return 0;
+}
+
+/* The elements of the array at @p p.  @return 0 or -1. */
+static int array_recs(const char *p, const char *e, struct raw_rec **recs,
+		      size_t *nrec)
+{
+	size_t cap = 0;
+	const char *q;
+
+	if (p >= e || *p != '[')
+		return -1;
+	p = skip_ws(p + 1, e);
+	if (p < e && *p == ']')
+		return 0;
+	while (p < e) {
+		q = skip_val(p, e);
+		if (q == NULL || rec_add(recs, nrec, &cap, p, (size_t)(q - p)))
+			return -1;
+		p = skip_ws(q, e);
+		if (p < e && *p == ']')
+			return 0;
+		if (p >= e || *p != ',')
+			return -1;
+		p = skip_ws(p + 1, e);
+	}
+	return -1;
+}
+
+/* The records of the top-level "results" member of @p buf (the first
+ * one, as cJSON finds it).  @return 0 (*recs: caller frees) or -1. */
+static int raw_records(const char *buf, size_t len, struct raw_rec **recs,
+		       size_t *nrec)
+{
+	const char *p = skip_ws(buf, buf + len), *e = buf + len, *k;
+
+	*recs = NULL;
+	*nrec = 0;
+	if (p >= e || *p != '{')
+		return -1;
+	for (p++;;) {
+		int is_res;
+
+		p = skip_ws(p, e);
+		if (p >= e || *p != '"')
+			return -1;
+		k = p;
+		p = skip_str(p, e);
+		if (p == NULL || memchr(k, '\\', (size_t)(p - k)) != NULL)
+			return -1;
+		is_res = p - k == 9 && memcmp(k, "\"results\"", 9) == 0;
+		p = skip_ws(p, e);
+		if (p >= e || *p != ':')
+			return -1;
+		p = skip_ws(p + 1, e);
+		if (is_res)
+			return array_recs(p, e, recs, nrec);
+		p = skip_ws(skip_val(p, e), e);
+		if (p == NULL || p >= e || *p != ',')
+			return -1;
+		p++;
+	}
+}
+
+/* Copy @p n bytes of JSON at @p s to @p dst without the whitespace
+ * outside strings.  @return bytes written (<= @p n). */
+static size_t copy_min(char *dst, const char *s, size_t n)
+{
+	size_t o = 0;
+	int in = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+
+		if (in) {
+			dst[o++] = c;
+			if (c == '\\' && i + 1 < n)
+				dst[o++] = s[++i];
+			else if (c == '"')
+				in = 0;
+		} else if (c == '"') {
+			in = 1;
+			dst[o++] = c;
+		} else if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+			dst[o++] = c;
+		}
+	}
+	return o;
+}
+
+#define RAW_HEAD "{\"req\":\"import\",\"results\":["
+
+/* Send chunk text @p b (RAW_HEAD and @p len bytes of records joined by
+ * commas) with its tail.  *last is the reply (caller owns). */
+static int raw_chunk(struct ctl *x, char *b, size_t len, int more,
+		     cJSON **last)
+{
+	static const char t_more[] = "],\"more\":true}";
+	static const char t_last[] = "],\"more\":false}";
+	const char *t = more ? t_more : t_last;
+	size_t tn = more ? sizeof(t_more) - 1 : sizeof(t_last) - 1;
+	cJSON *resp;
+	int rc;
+
+	memcpy(b + len, t, tn);
+	rc = ctl_call_text(x, b, len + tn, 0, &resp);
+	if (rc != CTL_OK)
+		return rc;
+	cJSON_Delete(*last);
+	*last = resp;
+	return CTL_OK;
+}
+
+/* import_send() from the records' text: the same chunks (at most
+ * CTL_CHUNK_BYTES of records, at least one record each). */
+static int import_send_raw(struct ctl *x, const struct raw_rec *recs,
+			   size_t nrec, cJSON **last)
+{
+	const size_t head = sizeof(RAW_HEAD) - 1, tail = 32;
+	size_t maxn = 0, len = head, bytes = 0, nchunk = 0;
+	char *b, *row;
+	int rc = CTL_OK;
+
+	for (size_t i = 0; i < nrec; i++)
+		maxn = recs[i].n > maxn ? recs[i].n : maxn;
+	/* a chunk: its records' budget, or one record larger than it */
+	b = malloc(head + CTL_CHUNK_BYTES + maxn + 1 + tail);
+	row = malloc(maxn + 1);
+	if (b == NULL || row == NULL) {
+		free(b);
+		free(row);
+		return CTL_ERR;
+	}
+	memcpy(b, RAW_HEAD, head);
+	for (size_t i = 0; i < nrec && rc == CTL_OK; i++) {
+		size_t n = copy_min(row, recs[i].p, recs[i].n);
+
+		if (bytes + n + 1 > CTL_CHUNK_BYTES && nchunk > 0) {
+			rc = raw_chunk(x, b, len, 1, last);
+			len = head;
+			bytes = 0;
+			nchunk = 0;
+			if (rc != CTL_OK)
+				break;
+		}
+		if (nchunk > 0)
+			b[len++] = ',';
+		memcpy(b + len, row, n);
+		len += n;
+		bytes += n + 1;
+		nchunk++;
+	}
+	if (rc == CTL_OK)
+		rc = raw_chunk(x, b, len, 0, last);
+	free(row);
+	free(b);
+	return rc;
+}
+
 /* The last reply's count: every staged and committed row. */
 static void print_imported(const cJSON *resp)
 {
@@ -172,6 +407,26 @@ static void print_imported(const cJSON *resp)
 
 	printf("imported %.0f result(s)\n",
 	       cJSON_IsNumber(n) ? n->valuedouble : 0.0);
+}
+
+/* Send checked file @p doc (its text @p buf, @p len): the records' own
+ * text when the scan finds the records cJSON found, else printed. */
+static int import_doc(struct ctl *x, cJSON *doc, const char *buf,
+		      size_t len, cJSON **last)
+{
+	cJSON *res = cJSON_GetObjectItemCaseSensitive(doc, "results"), *r;
+	struct raw_rec *recs;
+	size_t nrec, n = 0;
+	int rc;
+
+	cJSON_ArrayForEach(r, res)
+		n++;
+	if (raw_records(buf, len, &recs, &nrec) == 0 && nrec == n)
+		rc = import_send_raw(x, recs, nrec, last);
+	else
+		rc = import_send(x, res, last);
+	free(recs);
+	return rc;
 }
 
 int ctl_import(struct ctl *x, int argc, char **argv)
@@ -207,17 +462,16 @@ int ctl_import(struct ctl *x, int argc, char **argv)
 	if (rc != CTL_OK)
 		return rc;
 	doc = cJSON_ParseWithLength(buf, len);
-	free(buf);
 	if (doc == NULL) {
+		free(buf);
 		ctl_err("invalid", "import failed: %s: not valid JSON",
 			argv[optind]);
 		return CTL_INVALID;
 	}
 	rc = check_export(argv[optind], doc);
 	if (rc == CTL_OK)
-		rc = import_send(x, cJSON_GetObjectItemCaseSensitive(doc,
-								     "results"),
-				 &last);
+		rc = import_doc(x, doc, buf, len, &last);
+	free(buf);
 	cJSON_Delete(doc);
 	if (rc == CTL_OK)
 		ctl_out(x, last, print_imported);
