@@ -3,7 +3,9 @@
  * cap checked before reading, file.c; then the header and every record, the
  * records by fly_record_check, the validator the daemon uses too), then
  * send it in chunks with "more": true until the last, so the daemon
- * commits all or nothing.
+ * commits all or nothing.  The records are found in the file's text,
+ * parsed and checked one at a time and sent as written (issue 19); a file
+ * the scan does not follow is parsed whole and printed, as before.
  *
  * Owns: the file it reads.  Thread: main.
  */
@@ -68,16 +70,14 @@ static const char *check_header_device(const cJSON *doc)
 	return NULL;
 }
 
-/* Validate the export-file shape.  @return CTL_OK or CTL_INVALID. */
-static int check_export(const char *file, const cJSON *doc)
+/* Validate the export file's header (every member but the records).
+ * @return CTL_OK or CTL_INVALID. */
+static int check_header(const char *file, const cJSON *doc)
 {
 	const cJSON *f = cJSON_GetObjectItemCaseSensitive(doc, "format");
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(doc, "version");
 	const cJSON *res = cJSON_GetObjectItemCaseSensitive(doc, "results");
-	const cJSON *r;
 	const char *bad = NULL;
-	char why[128];
-	int i = 0;
 
 	if (!cJSON_IsObject(doc))
 		bad = "not a JSON object";
@@ -95,12 +95,28 @@ static int check_export(const char *file, const cJSON *doc)
 		ctl_err("invalid", "import failed: %s: %s", file, bad);
 		return CTL_INVALID;
 	}
-	cJSON_ArrayForEach(r, res) {
-		if (fly_record_check(r, why, sizeof(why)) < 0) {
-			ctl_err("invalid", "import failed: %s: results[%d]: %s",
-				file, i, why);
-			return CTL_INVALID;
-		}
+	return CTL_OK;
+}
+
+/* Report record @p i of @p file refused for @p why.  @return CTL_INVALID. */
+static int bad_record(const char *file, size_t i, const char *why)
+{
+	ctl_err("invalid", "import failed: %s: results[%zu]: %s", file, i, why);
+	return CTL_INVALID;
+}
+
+/* Validate the export-file shape.  @return CTL_OK or CTL_INVALID. */
+static int check_export(const char *file, const cJSON *doc)
+{
+	const cJSON *r;
+	char why[128];
+	size_t i = 0;
+
+	if (check_header(file, doc) != CTL_OK)
+		return CTL_INVALID;
+	cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(doc, "results")) {
+		if (fly_record_check(r, why, sizeof(why)) < 0)
+			return bad_record(file, i, why);
 		i++;
 	}
 	return CTL_OK;
@@ -191,10 +207,12 @@ static const char *skip_ws(const char *p, const char *e)
 static const char *skip_str(const char *p, const char *e)
 {
 	for (p++; p < e; p++) {
-		if (*p == '\\')
-			p++;
-		else if (*p == '"')
+		if (*p == '\\') {
+			if (++p >= e) /* the escaped byte is skipped */
+				break;
+		} else if (*p == '"') {
 			return p + 1;
+		}
 	}
 	return NULL;
 }
@@ -246,7 +264,7 @@ static int rec_add(struct raw_rec **recs, size_t *nrec, size_t *cap,
 
 /* The elements of the array at @p p.  @return 0 or -1. */
 static int array_recs(const char *p, const char *e, struct raw_rec **recs,
-		      size_t *nrec)
+		      size_t *nrec, const char **end)
 {
 	size_t cap = 0;
 	const char *q;
@@ -254,15 +272,19 @@ static int array_recs(const char *p, const char *e, struct raw_rec **recs,
 	if (p >= e || *p != '[')
 		return -1;
 	p = skip_ws(p + 1, e);
-	if (p < e && *p == ']')
+	if (p < e && *p == ']') {
+		*end = p + 1;
 		return 0;
+	}
 	while (p < e) {
 		q = skip_val(p, e);
 		if (q == NULL || rec_add(recs, nrec, &cap, p, (size_t)(q - p)))
 			return -1;
 		p = skip_ws(q, e);
-		if (p < e && *p == ']')
+		if (p < e && *p == ']') {
+			*end = p + 1;
 			return 0;
+		}
 		if (p >= e || *p != ',')
 			return -1;
 		p = skip_ws(p + 1, e);
@@ -271,9 +293,10 @@ static int array_recs(const char *p, const char *e, struct raw_rec **recs,
 }
 
 /* The records of the top-level "results" member of @p buf (the first
- * one, as cJSON finds it).  @return 0 (*recs: caller frees) or -1. */
+ * one, as cJSON finds it), and the array's text [*lo, *hi).
+ * @return 0 (*recs: caller frees) or -1. */
 static int raw_records(const char *buf, size_t len, struct raw_rec **recs,
-		       size_t *nrec)
+		       size_t *nrec, const char **lo, const char **hi)
 {
 	const char *p = skip_ws(buf, buf + len), *e = buf + len, *k;
 
@@ -296,10 +319,15 @@ static int raw_records(const char *buf, size_t len, struct raw_rec **recs,
 		if (p >= e || *p != ':')
 			return -1;
 		p = skip_ws(p + 1, e);
-		if (is_res)
-			return array_recs(p, e, recs, nrec);
-		p = skip_ws(skip_val(p, e), e);
-		if (p == NULL || p >= e || *p != ',')
+		if (is_res) {
+			*lo = p;
+			return array_recs(p, e, recs, nrec, hi);
+		}
+		p = skip_val(p, e);
+		if (p == NULL)
+			return -1;
+		p = skip_ws(p, e);
+		if (p >= e || *p != ',')
 			return -1;
 		p++;
 	}
@@ -409,22 +437,69 @@ static void print_imported(const cJSON *resp)
 	       cJSON_IsNumber(n) ? n->valuedouble : 0.0);
 }
 
-/* Send checked file @p doc (its text @p buf, @p len): the records' own
- * text when the scan finds the records cJSON found, else printed. */
-static int import_doc(struct ctl *x, cJSON *doc, const char *buf,
-		      size_t len, cJSON **last)
+/* The file's records as cJSON would parse each (nothing but white space
+ * after it), checked; the first refused is reported after the header,
+ * as check_export() does.  @return CTL_OK, CTL_INVALID, or -1: a record
+ * is not valid JSON on its own (the whole-file parse says why). */
+static int check_records(const char *file, const cJSON *hdoc,
+			 const struct raw_rec *recs, size_t nrec)
 {
-	cJSON *res = cJSON_GetObjectItemCaseSensitive(doc, "results"), *r;
-	struct raw_rec *recs;
-	size_t nrec, n = 0;
-	int rc;
+	char why[128] = "";
+	size_t bad = nrec;
 
-	cJSON_ArrayForEach(r, res)
-		n++;
-	if (raw_records(buf, len, &recs, &nrec) == 0 && nrec == n)
+	for (size_t i = 0; i < nrec; i++) {
+		const char *end;
+		cJSON *r = cJSON_ParseWithLengthOpts(recs[i].p, recs[i].n, &end,
+						     0);
+
+		if (r == NULL || end != recs[i].p + recs[i].n) {
+			cJSON_Delete(r);
+			return -1;
+		}
+		if (bad == nrec && fly_record_check(r, why, sizeof(why)) < 0)
+			bad = i;
+		cJSON_Delete(r);
+	}
+	if (check_header(file, hdoc) != CTL_OK)
+		return CTL_INVALID;
+	return bad < nrec ? bad_record(file, bad, why) : CTL_OK;
+}
+
+/* Check and send file @p buf, @p len record by record: the header parsed
+ * with "results": [], each record parsed, checked and freed (issue 19:
+ * the whole file's tree, ~150 MiB for 200k records, was most of the
+ * CLI's page faults), then the records' own text sent.  *@p done 0: the
+ * scan did not find the records cJSON would (nothing sent or printed;
+ * the caller parses the whole file).  @return exit code. */
+static int import_stream(struct ctl *x, const char *file, const char *buf,
+			 size_t len, cJSON **last, int *done)
+{
+	struct raw_rec *recs;
+	const char *lo = NULL, *hi = NULL;
+	size_t nrec, hn;
+	char *head;
+	cJSON *hdoc = NULL;
+	int rc = -1;
+
+	*done = 0;
+	if (raw_records(buf, len, &recs, &nrec, &lo, &hi) < 0)
+		goto out;
+	hn = (size_t)(lo - buf);
+	head = malloc(len - (size_t)(hi - lo) + 3);
+	if (head == NULL)
+		goto out;
+	memcpy(head, buf, hn);
+	memcpy(head + hn, "[]", 2);
+	memcpy(head + hn + 2, hi, len - (size_t)(hi - buf));
+	hdoc = cJSON_ParseWithLength(head, len - (size_t)(hi - lo) + 2);
+	free(head);
+	if (hdoc != NULL)
+		rc = check_records(file, hdoc, recs, nrec);
+	if (rc == CTL_OK)
 		rc = import_send_raw(x, recs, nrec, last);
-	else
-		rc = import_send(x, res, last);
+	*done = rc != -1;
+out:
+	cJSON_Delete(hdoc);
 	free(recs);
 	return rc;
 }
@@ -439,7 +514,7 @@ int ctl_import(struct ctl *x, int argc, char **argv)
 	cJSON *doc, *last = NULL;
 	size_t len;
 	char *buf;
-	int ch, rc, tunableop = 0;
+	int ch, rc, done, tunableop = 0;
 
 	opterr = 0;
 	optind = 0; /* 0: glibc re-initialises (permuting again) */
@@ -461,17 +536,26 @@ int ctl_import(struct ctl *x, int argc, char **argv)
 	rc = ctl_read_file(argv[optind], &buf, &len);
 	if (rc != CTL_OK)
 		return rc;
-	doc = cJSON_ParseWithLength(buf, len);
-	if (doc == NULL) {
+	rc = import_stream(x, argv[optind], buf, len, &last, &done);
+	if (done) {
 		free(buf);
+		doc = NULL;
+		goto out;
+	}
+	/* the scan gave up: parse, check and print the whole file */
+	doc = cJSON_ParseWithLength(buf, len);
+	free(buf);
+	if (doc == NULL) {
 		ctl_err("invalid", "import failed: %s: not valid JSON",
 			argv[optind]);
 		return CTL_INVALID;
 	}
 	rc = check_export(argv[optind], doc);
 	if (rc == CTL_OK)
-		rc = import_doc(x, doc, buf, len, &last);
-	free(buf);
+		rc = import_send(x, cJSON_GetObjectItemCaseSensitive(doc,
+								     "results"),
+				 &last);
+out:
 	cJSON_Delete(doc);
 	if (rc == CTL_OK)
 		ctl_out(x, last, print_imported);

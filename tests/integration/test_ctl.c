@@ -415,7 +415,8 @@ static double get_median(const char *key)
  * records, a number in exponent form, after the header's members
  * (strings, numbers, the device object) imports both records with
  * their values; a file whose "results" name is written with an escape
- * (the scan gives up: the printed path) imports the same. */
+ * (the scan gives up: the printed path) imports the same; bad files
+ * are refused with the same messages. */
 static void test_issue_19_import_as_written(void **state)
 {
 	const char *names[2] = {"asis", "escaped"};
@@ -469,6 +470,36 @@ static void test_issue_19_import_as_written(void **state)
 			assert_true(get_median(key) == 250.0);
 		}
 	}
+	/* refused as before: a record's field (named by its index, after
+	 * the header), a record that is not JSON, a bad header */
+	file = malloc(strlen(head) + strlen(r1) + 200);
+	assert_non_null(file);
+	r = cJSON_Parse(r1);
+	cJSON_ReplaceItemInObject(r, "median_us", cJSON_CreateString("x"));
+	text = cJSON_PrintUnformatted(r);
+	cJSON_Delete(r);
+	sprintf(file, "%.*s,\"results\":[%s,%s]}", (int)strlen(head) - 1, head,
+		r1, text);
+	free(text);
+	write_text(path, file);
+	assert_int_equal(ctl(NULL, 0, "forget --all"), 0);
+	assert_int_equal(ctl(&out, 1, "import %s", path), 8);
+	assert_non_null(strstr(out, "results[1]"));
+	free(out);
+	sprintf(file, "%.*s,\"results\":[%s,{\"key\": }]}",
+		(int)strlen(head) - 1, head, r1);
+	write_text(path, file);
+	assert_int_equal(ctl(&out, 1, "import %s", path), 8);
+	assert_non_null(strstr(out, "not valid JSON"));
+	free(out);
+	sprintf(file, "{\"format\":\"flytuned-export\",\"version\":2,"
+		"\"results\":[%s]}", r1);
+	write_text(path, file);
+	assert_int_equal(ctl(&out, 1, "import %s", path), 8);
+	assert_non_null(strstr(out, "version: expected 1"));
+	free(out);
+	free(file);
+	assert_int_equal(n_results(), 0);
 	free(head);
 	free(r1);
 	free(r2);
