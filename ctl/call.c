@@ -128,9 +128,7 @@ static cJSON *ctl_parse(const char *text, size_t len)
 int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms,
 	     cJSON **resp)
 {
-	char *text, *out = NULL;
-	size_t out_len = 0;
-	cJSON *o;
+	char *text;
 	int rc;
 
 	*resp = NULL;
@@ -140,10 +138,23 @@ int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms,
 		ctl_err("internal", "%s failed: out of memory", x->cmd);
 		return CTL_ERR;
 	}
-	rc = fly_request(x->c, text, strlen(text),
+	rc = ctl_call_text(x, text, strlen(text), timeout_ms, resp);
+	free(text);
+	return rc;
+}
+
+int ctl_call_text(struct ctl *x, const char *text, size_t len,
+		  uint32_t timeout_ms, cJSON **resp)
+{
+	char *out = NULL;
+	size_t out_len = 0;
+	cJSON *o;
+	int rc;
+
+	*resp = NULL;
+	rc = fly_request(x->c, text, len,
 			 timeout_ms ? timeout_ms : x->timeout_ms, &out,
 			 &out_len);
-	free(text);
 	if (rc < 0) {
 		const char *m = fly_client_errmsg(x->c);
 

@@ -93,6 +93,9 @@ cJSON *ctl_req(const char *name);
  * reply on stdout) and returns its exit code; *resp is NULL.
  * @p timeout_ms 0: x->timeout_ms.  @return CTL_OK or an exit code. */
 int ctl_call(struct ctl *x, cJSON *req, uint32_t timeout_ms, cJSON **resp);
+/* ctl_call of a request already printed: @p text, @p len bytes (borrowed). */
+int ctl_call_text(struct ctl *x, const char *text, size_t len,
+		  uint32_t timeout_ms, cJSON **resp);
 /* ctl_call, then ctl_out of the reply.  @return exit code. */
 int ctl_call_out(struct ctl *x, cJSON *req, ctl_text_fn *text);
 /* Validate a canonical key; prints the error with an example.

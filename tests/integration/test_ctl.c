@@ -376,6 +376,135 @@ static void test_import_many_chunks(void **state)
 	assert_int_equal(ctl(NULL, 0, "get rmsnorm/fp32/m=4,n=100"), 4);
 }
 
+/* The text of @p o printed unformatted, with @p from replaced by @p to
+ * once (caller frees). */
+static char *print_replacing(const cJSON *o, const char *from,
+			     const char *to)
+{
+	char *t = cJSON_PrintUnformatted(o), *at, *r;
+
+	assert_non_null(t);
+	at = strstr(t, from);
+	assert_non_null(at);
+	r = malloc(strlen(t) + strlen(to) + 1);
+	assert_non_null(r);
+	memcpy(r, t, (size_t)(at - t));
+	strcpy(r + (at - t), to);
+	strcat(r, at + strlen(from));
+	free(t);
+	return r;
+}
+
+/* The median_us of tuned @p key, as `get` answers it. */
+static double get_median(const char *key)
+{
+	char args[200];
+	cJSON *o;
+	double v;
+
+	snprintf(args, sizeof(args), "get %s", key);
+	o = ctl_json(0, "get.response.json", args);
+	v = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "result"), "median_us")
+		->valuedouble;
+	cJSON_Delete(o);
+	return v;
+}
+
+/* issue 19: import sends the records as the file wrote them (no longer
+ * printed twice per record): a file with whitespace between and inside
+ * records, a number in exponent form, after the header's members
+ * (strings, numbers, the device object) imports both records with
+ * their values; a file whose "results" name is written with an escape
+ * (the scan gives up: the printed path) imports the same; bad files
+ * are refused with the same messages. */
+static void test_issue_19_import_as_written(void **state)
+{
+	const char *names[2] = {"asis", "escaped"};
+	char path[400], key[96];
+	cJSON *doc, *res, *r;
+	char *text, *head, *r1, *r2, *file, *out;
+	size_t len;
+	int rc;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/asis.json", dm.dir);
+	assert_int_equal(ctl(NULL, 0, "export %s", path), 0);
+	text = slurp(path, &len);
+	doc = cJSON_Parse(text);
+	free(text);
+	res = cJSON_DetachItemFromObject(doc, "results");
+	r = cJSON_Duplicate(cJSON_GetArrayItem(res, 0), 1);
+	cJSON_Delete(res);
+	/* feasible for both keys (as in test_import_many_chunks) */
+	cJSON_ReplaceItemInObject(r, "variant", cJSON_CreateString("rms_vec"));
+	cJSON_ReplaceItemInObject(r, "params",
+				  cJSON_CreateIntArray((const int[]){ 1, 1, 1 },
+						       3));
+	cJSON_ReplaceItemInObject(r, "median_us", cJSON_CreateNumber(250));
+	cJSON_ReplaceItemInObject(r, "key",
+				  cJSON_CreateString("rmsnorm/fp32/m=4,n=7001"));
+	r1 = cJSON_Print(r); /* tabs and newlines inside the record */
+	cJSON_ReplaceItemInObject(r, "key",
+				  cJSON_CreateString("rmsnorm/fp32/m=4,n=7002"));
+	r2 = print_replacing(r, "\"median_us\":250", "\"median_us\" : 2.5e2");
+	cJSON_Delete(r);
+	head = cJSON_PrintUnformatted(doc); /* "{...}" without results */
+	cJSON_Delete(doc);
+	for (int i = 0; i < 2; i++) {
+		file = malloc(strlen(head) + strlen(r1) + strlen(r2) + 200);
+		assert_non_null(file);
+		sprintf(file, "%.*s,\n  \"%s\" :\t[\n%s ,\n %s\n] }",
+			(int)strlen(head) - 1, head,
+			i == 0 ? "results" : "res\\u0075lts", r1, r2);
+		snprintf(path, sizeof(path), "%s/%s.json", dm.dir, names[i]);
+		write_text(path, file);
+		free(file);
+		assert_int_equal(ctl(NULL, 0, "forget --all"), 0);
+		rc = ctl(&out, 1, "import %s", path);
+		if (rc != 0)
+			fail_msg("%s: rc %d: %s", names[i], rc, out);
+		free(out);
+		assert_int_equal(n_results(), 2);
+		for (int k = 1; k <= 2; k++) {
+			snprintf(key, sizeof(key), "rmsnorm/fp32/m=4,n=700%d", k);
+			assert_true(get_median(key) == 250.0);
+		}
+	}
+	/* refused as before: a record's field (named by its index, after
+	 * the header), a record that is not JSON, a bad header */
+	file = malloc(strlen(head) + strlen(r1) + 200);
+	assert_non_null(file);
+	r = cJSON_Parse(r1);
+	cJSON_ReplaceItemInObject(r, "median_us", cJSON_CreateString("x"));
+	text = cJSON_PrintUnformatted(r);
+	cJSON_Delete(r);
+	sprintf(file, "%.*s,\"results\":[%s,%s]}", (int)strlen(head) - 1, head,
+		r1, text);
+	free(text);
+	write_text(path, file);
+	assert_int_equal(ctl(NULL, 0, "forget --all"), 0);
+	assert_int_equal(ctl(&out, 1, "import %s", path), 8);
+	assert_non_null(strstr(out, "results[1]"));
+	free(out);
+	sprintf(file, "%.*s,\"results\":[%s,{\"key\": }]}",
+		(int)strlen(head) - 1, head, r1);
+	write_text(path, file);
+	assert_int_equal(ctl(&out, 1, "import %s", path), 8);
+	assert_non_null(strstr(out, "not valid JSON"));
+	free(out);
+	sprintf(file, "{\"format\":\"flytuned-export\",\"version\":2,"
+		"\"results\":[%s]}", r1);
+	write_text(path, file);
+	assert_int_equal(ctl(&out, 1, "import %s", path), 8);
+	assert_non_null(strstr(out, "version: expected 1"));
+	free(out);
+	free(file);
+	assert_int_equal(n_results(), 0);
+	free(head);
+	free(r1);
+	free(r2);
+}
+
 /* ------------------------------------------------ a scripted daemon */
 
 /* A daemon that answers each request kind with a fixed body (the text
@@ -939,6 +1068,7 @@ int main(void)
 		cmocka_unit_test(test_tune_get_explain_list),
 		cmocka_unit_test(test_export_forget_import),
 		cmocka_unit_test(test_import_many_chunks),
+		cmocka_unit_test(test_issue_19_import_as_written),
 		cmocka_unit_test(test_json_status_stats_tune),
 		cmocka_unit_test(test_issue_18_long_ints_print_exactly),
 		cmocka_unit_test(test_issue_18_explain_order),
