@@ -11,8 +11,9 @@
  * PROT_READ and treat every byte as untrusted.
  *
  * Layout (all little-endian, fixed width; see fly_shm.c for the
- * _Static_asserts), version 4 (issue 19: 16 bytes a slot, where version 3
- * spent 256 on every slot and 512 MiB of memfd on a 1M-key table):
+ * _Static_asserts), version 5 (issue 19: 16 bytes a slot, where version 3
+ * spent 256 on every slot and 512 MiB of memfd on a 1M-key table; 5 is
+ * 4's layout with the key hashed a word at a time):
  *
  *   offset 0      header (256 bytes): magic "FLYSHM01" (u64), layout
  *                 version (u32), header size (u32), slot size (u32),
@@ -23,8 +24,9 @@
  *                 fields, folded), superseded (atomic u32), padding.
  *   offset 256    capacity slots of 16 bytes, four to a cache line:
  *                 seq (atomic u64: odd while written, 0 never used),
- *                 ref (atomic u64: the high 32 bits of the key's hash
- *                 (the tag) << 32 | the record's unit + 1; 0 with seq
+ *                 ref (atomic u64: the high 32 bits of the key's hash,
+ *                 fly__shm_key_hash (the tag) << 32 | the record's
+ *                 unit + 1; 0 with seq
  *                 != 0 is a tombstone).
  *   then          the record arena, capacity x 128 bytes in units of 16:
  *                 one record per live key, 32 to 224 bytes: word 0 (key
@@ -36,7 +38,7 @@
  *                 pages of records ever written are resident.
  *
  * Lookup: linear probing from fly__shm_home(hash) & (capacity - 1) (the
- * key's FNV-1a hash through the fmix64 finalizer), at most max probe
+ * key's fly__shm_key_hash through the fmix64 finalizer), at most max probe
  * (bounded again by the reader's own cap) slots; a never-used slot ends
  * the probe, a slot whose tag differs is passed over on its two words.
  * On a tag match the record is copied (every index bounded by the arena)
@@ -58,8 +60,10 @@
 
 /* 2: the header checksum is FNV-1a 64 folded to 32 bits (fly_hash.h),
  * not the 32-bit FNV-1a of version 1 (issue 23: one hash); 3: the
- * superseded flag; 4: 16-byte slots and the record arena (issue 19). */
-#define FLY_SHM_LAYOUT_VERSION 4
+ * superseded flag; 4: 16-byte slots and the record arena (issue 19);
+ * 5: slots and tags from fly__shm_key_hash (a word at a time), not the
+ * byte-wise fly_key_hash (issue 19: the shm path's cost). */
+#define FLY_SHM_LAYOUT_VERSION 5
 #define FLY_SHM_SLOT_SIZE 16
 /* Arena bytes per slot: a table at most half full has 256 bytes a live
  * key, more than the longest record (224). */
@@ -68,7 +72,11 @@
 #define FLY_SHM_MAX_PROBE 64
 #define FLY_SHM_RETRIES 16
 
-/* The home slot index (before masking) of a key with fly_key_hash()
+/* The table's hash of a key (layout 5 on): FNV-1a 64 stepped a 64-bit
+ * word at a time over the key's length, then its bytes in little-endian
+ * words, the last zero-padded.  Its high 32 bits are a slot's tag. */
+uint64_t fly__shm_key_hash(const char *key, size_t len);
+/* The home slot index (before masking) of a key with fly__shm_key_hash()
  * @p hash: fmix64 of it, so every bit of the hash reaches the index. */
 uint64_t fly__shm_home(uint64_t hash);
 
