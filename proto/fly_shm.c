@@ -679,11 +679,71 @@ void fly__shm_clear(struct fly_shm_writer *w)
 	atomic_store_explicit(&hdr_of(w->base)->count, 0, memory_order_relaxed);
 }
 
+/* Copy one record of @p src (at @p unit, @p r) into @p dst when it is
+ * the live record of its key.  @return 1 copied, 0 a record left behind
+ * (its key replaced or deleted), or fly__shm_put's error. */
+static int copy_if_live(struct fly_shm_writer *dst,
+			const struct fly_shm_writer *src, uint32_t unit,
+			const union rec *r)
+{
+	const char *key = rec_key(r);
+	size_t len = rec_decode(r->w[0]).keylen;
+	struct fly_decision d;
+	uint64_t ref;
+	int found, rc;
+
+	if (writer_find(src, key, len, fly__shm_key_hash(key, len), &found,
+			&ref) < 0 ||
+	    !found || (uint32_t)ref != unit + 1)
+		return 0;
+	rec_to_decision(r, &d);
+	rc = fly__shm_put(dst, key, len, &d);
+	return rc < 0 ? rc : 1;
+}
+
+/* The records below the arena's bump lie end to end (a freed record is
+ * reused only by one of its own size): copy the live ones in that order,
+ * the order they were published in.  @return entries copied, -EINVAL
+ * when a record there does not decode (then the caller copies by slot),
+ * or fly__shm_put's error. */
+static int copy_in_arena_order(struct fly_shm_writer *dst,
+			       const struct fly_shm_writer *src)
+{
+	const _Atomic uint64_t *arena = arena_of(src->base, src->capacity);
+	int n = 0;
+
+	for (uint32_t u = 0; u < src->bump;) {
+		union rec r;
+		uint32_t nw = rec_copy(arena, src->arena_units, u, &r);
+		int rc;
+
+		if (nw == 0)
+			return -EINVAL;
+		rc = copy_if_live(dst, src, u, &r);
+		if (rc < 0)
+			return rc;
+		n += rc;
+		u += nw / 2;
+	}
+	return n;
+}
+
+/* Growing keeps the arena's order (issue 19): a copy in slot order put
+ * the records in hash order, and a pass over keys in the order they were
+ * imported paid a record miss on every lookup of the larger table.  A
+ * copy that did not find every live entry (an arena that does not
+ * decode: never, short of a bug) is completed in slot order; a put of a
+ * key already copied replaces it with the same decision. */
 int fly__shm_writer_copy(struct fly_shm_writer *dst,
 			 const struct fly_shm_writer *src)
 {
 	const _Atomic uint64_t *arena = arena_of(src->base, src->capacity);
-	int n = 0;
+	int n = copy_in_arena_order(dst, src);
+
+	if (n == -ENOSPC ||
+	    (n >= 0 && (uint32_t)n == fly__shm_writer_count(src)))
+		return n;
+	n = 0;
 
 	for (uint32_t i = 0; i < src->capacity; i++) {
 		struct shm_slot *s = slot_at(src->base, i);

@@ -103,7 +103,9 @@ int fly__shm_del(struct fly_shm_writer *w, const char *key, size_t len);
 void fly__shm_clear(struct fly_shm_writer *w);
 /* Bump and return the generation (release store). */
 uint64_t fly__shm_bump(struct fly_shm_writer *w);
-/* Copy every live entry of @p src into @p dst (growing the table).
+/* Copy every live entry of @p src into @p dst (growing the table), in
+ * the order their records were published (the arena's order, so keys
+ * written together stay together).
  * @return entries copied, or fly__shm_put's error (-ENOSPC). */
 int fly__shm_writer_copy(struct fly_shm_writer *dst,
 			 const struct fly_shm_writer *src);

@@ -565,6 +565,59 @@ static int slot_of(struct fly_shm_writer *w, const char *key)
 	return -1;
 }
 
+/* issue 19: growing keeps the records in the order they were published
+ * (the arena's order), so keys published together stay on the same
+ * cache lines and pages in the larger table; a copy in slot order
+ * scattered them by hash, and a pass over 1M keys in their import order
+ * paid a record miss on every lookup.  Replaced and deleted keys'
+ * records left behind in the arena are not copied. */
+static void test_issue_19_copy_keeps_arena_order(void **state)
+{
+	struct fly_shm_writer *w = wopen(64), *big = wopen(1024);
+	struct fly_shm_reader *rb = NULL;
+	struct fly_decision d;
+	char k[FLY_KEY_MAX];
+	size_t prev = 0;
+
+	(void)state;
+	for (int i = 0; i < 30; i++) {
+		key_of(k, i);
+		assert_int_equal(put(w, k, 1), 0);
+	}
+	key_of(k, 3);
+	assert_int_equal(put(w, k, 2), 0); /* a new record, at the end */
+	key_of(k, 5);
+	assert_int_equal(fly__shm_del(w, k, strlen(k)), 0);
+	assert_int_equal(fly__shm_writer_copy(big, w), 29);
+	assert_int_equal(fly__shm_writer_count(big), 29);
+	for (int i = 0; i < 30; i++) {
+		int s;
+
+		if (i == 3 || i == 5)
+			continue;
+		key_of(k, i);
+		s = slot_of(big, k);
+		assert_true(s >= 0);
+		assert_true(rec_off(big, (uint32_t)s) > prev);
+		prev = rec_off(big, (uint32_t)s);
+	}
+	key_of(k, 3);
+	assert_true(rec_off(big, (uint32_t)slot_of(big, k)) > prev);
+	assert_int_equal(ropen(big, &rb), 0);
+	for (int i = 0; i < 30; i++) {
+		key_of(k, i);
+		assert_int_equal(fly_shm_lookup(rb, k, strlen(k), &d),
+				 i == 5 ? FLY_E_NOTFOUND : 0);
+		if (i != 5) {
+			assert_true(dec_ok(k, &d));
+			assert_int_equal(d.params[1], i == 3 ? 2 : 1);
+		}
+	}
+	fly__shm_reader_close(rb);
+	fly__shm_writer_close(w);
+	fly__shm_writer_close(big);
+}
+
 static void test_bad_slot(void **state)
 {
 	struct fly_shm_writer *w = wopen(64);
@@ -899,6 +952,7 @@ int main(void)
 	    cmocka_unit_test(test_refuse_seals_and_size),
 	    cmocka_unit_test(test_refuse_header),
 	    cmocka_unit_test(test_refuse_non_pow2),
+	    cmocka_unit_test(test_issue_19_copy_keeps_arena_order),
 	    cmocka_unit_test(test_bad_slot),
 	    cmocka_unit_test(test_bad_record_ref),
 	    cmocka_unit_test(test_tag_collision_is_miss),
