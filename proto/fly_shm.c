@@ -199,12 +199,11 @@ static _Atomic uint64_t *arena_of(const uint8_t *base, uint32_t capacity)
 						   FLY_SHM_SLOT_SIZE);
 }
 
-/* The table's key hash (layout 5): FNV-1a 64 stepped a word at a time
- * (fly__hash_words' step) over the key's length, then its bytes as
- * native (little-endian) 8-byte words, the last one zero-padded.  A
- * 25-byte key costs 5 dependent multiplies where the byte-wise
- * fly_key_hash() of layouts 1-4 cost 25. */
-uint64_t fly__shm_key_hash(const char *key, size_t len)
+/* A key text that is not a problem's canonical key, hashed (layout 5):
+ * FNV-1a 64 stepped a word at a time (fly__hash_words' step) over the
+ * length, then the bytes as native (little-endian) 8-byte words, the
+ * last one zero-padded. */
+static uint64_t text_hash(const char *key, size_t len)
 {
 	uint64_t h = (FLY_HASH_SEED ^ (uint64_t)len) * FLY_HASH_PRIME;
 	uint64_t w;
@@ -221,6 +220,33 @@ uint64_t fly__shm_key_hash(const char *key, size_t len)
 		h = (h ^ w) * FLY_HASH_PRIME;
 	}
 	return h;
+}
+
+/* Layout 5 hashes a key's problem, not its text: a client has the
+ * problem before it has the text, so it can start the slot's cache miss
+ * (fly__shm_prefetch) and format the key while the line is on its way.
+ * FNV-1a 64 a word at a time over the op, dtype, layout and flags in
+ * one word, then the dims: 9 dependent multiplies, where the byte-wise
+ * fly_key_hash of layouts 1-4 took one per key byte (~25). */
+uint64_t fly__shm_problem_hash(const struct fly_problem *p)
+{
+	uint64_t w[1 + FLY_DIMS_MAX];
+
+	w[0] = (uint64_t)p->op ^ (uint64_t)p->dtype << 16 ^
+	       (uint64_t)p->layout << 32 ^ (uint64_t)p->flags << 40;
+	memcpy(&w[1], p->dims, sizeof(p->dims));
+	return fly__hash_words(w, 1 + FLY_DIMS_MAX);
+}
+
+uint64_t fly__shm_key_hash(const char *key, size_t len)
+{
+	struct fly_problem p;
+
+	/* only a canonical key parses, so a problem has one key text and
+	 * the client's hash of the problem is the writer's of the text */
+	if (fly_key_parse(key, len, &p) == 0)
+		return fly__shm_problem_hash(&p);
+	return text_hash(key, len);
 }
 
 /* A key's home slot: the finalizer over the key's hash (fly_hash.h says
@@ -606,22 +632,18 @@ static int64_t writer_find(const struct fly_shm_writer *w, const char *key,
 	return free_slot >= 0 ? free_slot : -ENOSPC;
 }
 
-int fly__shm_put(struct fly_shm_writer *w, const char *key, size_t len,
-		 const struct fly_decision *d)
+/* fly__shm_put of a key whose table hash is @p hash (arguments
+ * checked). */
+static int put_hashed(struct fly_shm_writer *w, const char *key, size_t len,
+		      uint64_t hash, const struct fly_decision *d)
 {
 	_Atomic uint64_t *p;
 	union rec r;
-	uint64_t hash, old;
+	uint64_t old;
 	int64_t i, unit;
 	uint32_t n;
 	int found;
 
-	if (len == 0 || len > FLY_KEY_MAX - 1 || key == NULL)
-		return FLY_E_KEYLEN;
-	if (d == NULL || d->nparams > FLY_PARAMS_MAX ||
-	    memchr(d->variant, '\0', FLY_VARIANT_MAX) == NULL)
-		return -EINVAL;
-	hash = fly__shm_key_hash(key, len);
 	i = writer_find(w, key, len, hash, &found, &old);
 	if (i < 0)
 		return (int)i;
@@ -642,6 +664,17 @@ int fly__shm_put(struct fly_shm_writer *w, const char *key, size_t len,
 		atomic_fetch_add_explicit(&hdr_of(w->base)->count, 1,
 					  memory_order_relaxed);
 	return 0;
+}
+
+int fly__shm_put(struct fly_shm_writer *w, const char *key, size_t len,
+		 const struct fly_decision *d)
+{
+	if (len == 0 || len > FLY_KEY_MAX - 1 || key == NULL)
+		return FLY_E_KEYLEN;
+	if (d == NULL || d->nparams > FLY_PARAMS_MAX ||
+	    memchr(d->variant, '\0', FLY_VARIANT_MAX) == NULL)
+		return -EINVAL;
+	return put_hashed(w, key, len, fly__shm_key_hash(key, len), d);
 }
 
 int fly__shm_del(struct fly_shm_writer *w, const char *key, size_t len)
@@ -688,16 +721,15 @@ static int copy_if_live(struct fly_shm_writer *dst,
 {
 	const char *key = rec_key(r);
 	size_t len = rec_decode(r->w[0]).keylen;
+	uint64_t ref, hash = fly__shm_key_hash(key, len);
 	struct fly_decision d;
-	uint64_t ref;
 	int found, rc;
 
-	if (writer_find(src, key, len, fly__shm_key_hash(key, len), &found,
-			&ref) < 0 ||
-	    !found || (uint32_t)ref != unit + 1)
+	if (writer_find(src, key, len, hash, &found, &ref) < 0 || !found ||
+	    (uint32_t)ref != unit + 1)
 		return 0;
 	rec_to_decision(r, &d);
-	rc = fly__shm_put(dst, key, len, &d);
+	rc = put_hashed(dst, key, len, hash, &d);
 	return rc < 0 ? rc : 1;
 }
 
@@ -940,17 +972,33 @@ static enum probe_res probe_slot(const struct fly_shm_reader *r, uint32_t i,
 	return PROBE_TORN;
 }
 
+void fly__shm_prefetch(const struct fly_shm_reader *r, uint64_t hash)
+{
+	if (r != NULL)
+		__builtin_prefetch(slot_at(r->base, (uint32_t)fly__shm_home(hash) &
+						       (r->capacity - 1)));
+}
+
 int fly_shm_lookup(const struct fly_shm_reader *r, const char *key, size_t len,
 		   struct fly_decision *out)
 {
+	if (r == NULL || key == NULL || len == 0 || len > FLY_KEY_MAX - 1)
+		return FLY_E_NOTFOUND;
+	return fly__shm_lookup_hashed(r, fly__shm_key_hash(key, len), key, len,
+				      out);
+}
+
+int fly__shm_lookup_hashed(const struct fly_shm_reader *r, uint64_t hash,
+			   const char *key, size_t len,
+			   struct fly_decision *out)
+{
 	union rec rec;
-	uint64_t hash, h0, tag, gen;
+	uint64_t h0, tag, gen;
 	uint32_t mask, nw = 0;
 
 	if (r == NULL || key == NULL || len == 0 || len > FLY_KEY_MAX - 1)
 		return FLY_E_NOTFOUND;
 	gen = fly__shm_reader_generation(r);
-	hash = fly__shm_key_hash(key, len);
 	h0 = fly__shm_home(hash);
 	tag = tag_of(hash);
 	mask = r->capacity - 1;

@@ -618,6 +618,55 @@ static void test_issue_19_copy_keeps_arena_order(void **state)
 	fly__shm_writer_close(big);
 }
 
+/* Layout 5: a canonical key's table hash is its problem's, so a client
+ * that has only the (bucketed) problem finds the slot the writer chose
+ * for the text; any other text is hashed as text and still found by
+ * text; a wrong hash finds nothing. */
+static void test_problem_hash_is_key_hash(void **state)
+{
+	static const char *const keys[] = {
+		"rmsnorm/fp32/m=8,n=64",
+		"gemm/bf16/NT/m=4096,n=6144,k=4096",
+		"topk/fp32/m=4096,n=1024,k=8/det",
+		"attention/bf16/b=1,sq=128,skv=4096,hq=32,hkv=8,d=128/causal",
+	};
+	struct fly_shm_writer *w = wopen(64);
+	struct fly_shm_reader *r = NULL;
+	struct fly_decision d;
+	struct fly_problem p;
+	const char *odd = "not a key/at all";
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		size_t len = strlen(keys[i]);
+
+		assert_int_equal(fly_key_parse(keys[i], len, &p), 0);
+		assert_true(fly__shm_problem_hash(&p) ==
+			    fly__shm_key_hash(keys[i], len));
+		assert_int_equal(put(w, keys[i], i), 0);
+	}
+	assert_int_equal(put(w, odd, 9), 0);
+	assert_int_equal(ropen(w, &r), 0);
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		size_t len = strlen(keys[i]);
+
+		assert_int_equal(fly_key_parse(keys[i], len, &p), 0);
+		assert_int_equal(fly__shm_lookup_hashed(
+					 r, fly__shm_problem_hash(&p), keys[i],
+					 len, &d),
+				 0);
+		assert_true(dec_ok(keys[i], &d));
+		assert_int_equal(fly__shm_lookup_hashed(
+					 r, fly__shm_problem_hash(&p) ^ 1ull << 40,
+					 keys[i], len, &d),
+				 FLY_E_NOTFOUND);
+	}
+	assert_int_equal(fly_shm_lookup(r, odd, strlen(odd), &d), 0);
+	assert_true(dec_ok(odd, &d));
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
 static void test_bad_slot(void **state)
 {
 	struct fly_shm_writer *w = wopen(64);
@@ -953,6 +1002,7 @@ int main(void)
 	    cmocka_unit_test(test_refuse_header),
 	    cmocka_unit_test(test_refuse_non_pow2),
 	    cmocka_unit_test(test_issue_19_copy_keeps_arena_order),
+	    cmocka_unit_test(test_problem_hash_is_key_hash),
 	    cmocka_unit_test(test_bad_slot),
 	    cmocka_unit_test(test_bad_record_ref),
 	    cmocka_unit_test(test_tag_collision_is_miss),
