@@ -16,8 +16,10 @@ int fly__cache_init(struct fly_cache *c)
 {
 	int rc;
 
-	for (size_t i = 0; i < FLY_CACHE_SLOTS; i++)
+	for (size_t i = 0; i < FLY_CACHE_SLOTS; i++) {
 		atomic_init(&c->slots[i], NULL);
+		atomic_init(&c->hashes[i], 0);
+	}
 	atomic_init(&c->count, 0);
 	c->retired = NULL;
 	rc = pthread_mutex_init(&c->mu, NULL);
@@ -48,6 +50,28 @@ static int entry_is(const struct fly_cache_entry *e, const char *key,
 	       memcmp(e->key, key, len) == 0;
 }
 
+/* Whether slot @p j holds a key of another hash than @p hash. */
+static int slot_is_other(const struct fly_cache *c, size_t j, uint64_t hash)
+{
+	uint64_t h = atomic_load_explicit(&c->hashes[j], memory_order_relaxed);
+
+	return h != 0 && h != hash;
+}
+
+/* Whether the probe window of @p hash holds only other keys: then a put
+ * finds no slot, and needs no lock to know it (keys are never removed,
+ * so a window full of other keys stays full). */
+static int window_full_of_others(const struct fly_cache *c, uint64_t hash)
+{
+	size_t mask = FLY_CACHE_SLOTS - 1;
+
+	for (size_t i = 0; i < FLY_CACHE_PROBE; i++) {
+		if (!slot_is_other(c, (hash + i) & mask, hash))
+			return 0;
+	}
+	return 1;
+}
+
 const struct fly_cache_entry *fly__cache_lookup(const struct fly_cache *c,
 						const char *key, size_t len,
 						uint64_t hash)
@@ -55,8 +79,15 @@ const struct fly_cache_entry *fly__cache_lookup(const struct fly_cache *c,
 	size_t mask = FLY_CACHE_SLOTS - 1;
 
 	for (size_t i = 0; i < FLY_CACHE_PROBE; i++) {
-		const struct fly_cache_entry *e = atomic_load_explicit(
-			&c->slots[(hash + i) & mask], memory_order_acquire);
+		size_t j = (hash + i) & mask;
+		const struct fly_cache_entry *e;
+
+		/* another key's slot (its hash is set before its entry and
+		 * never changes); 0 may be an empty slot or a key hashing
+		 * to 0: the entry decides */
+		if (slot_is_other(c, j, hash))
+			continue;
+		e = atomic_load_explicit(&c->slots[j], memory_order_acquire);
 		if (e == NULL)
 			return NULL;
 		if (entry_is(e, key, len, hash))
@@ -122,14 +153,18 @@ int fly__cache_put(struct fly_cache *c, const char *key, size_t len,
 
 	if (len == 0 || len >= FLY_KEY_MAX)
 		return FLY_E_KEYLEN;
+	if (window_full_of_others(c, hash))
+		return -ENOSPC;
 	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < FLY_CACHE_PROBE; i++) {
-		_Atomic(struct fly_cache_entry *) *slot =
-			&c->slots[(hash + i) & mask];
-		struct fly_cache_entry *old =
-			atomic_load_explicit(slot, memory_order_relaxed);
+		size_t j = (hash + i) & mask;
+		_Atomic(struct fly_cache_entry *) *slot = &c->slots[j];
+		struct fly_cache_entry *old;
 		struct fly_cache_entry *e;
 
+		if (slot_is_other(c, j, hash))
+			continue;
+		old = atomic_load_explicit(slot, memory_order_relaxed);
 		if (old != NULL && !entry_is(old, key, len, hash))
 			continue;
 		if (old != NULL && same_decision(&old->dec, d)) {
@@ -142,6 +177,10 @@ int fly__cache_put(struct fly_cache *c, const char *key, size_t len,
 			rc = -ENOMEM;
 			break;
 		}
+		/* the hash first: a reader that sees the entry sees it */
+		if (old == NULL)
+			atomic_store_explicit(&c->hashes[j], hash,
+					      memory_order_relaxed);
 		atomic_store_explicit(slot, e, memory_order_release);
 		if (old != NULL) {
 			old->next_retired = c->retired;

@@ -976,9 +976,11 @@ static int superseded(const struct fly_shm_reader *r)
  * superseded table answers nothing: the caller moves to the new one). */
 static int try_shm(fly_client *c, struct fly_shm_reader *r,
 		   const struct fly_problem *p, const char *key, size_t len,
-		   uint64_t hash, uint64_t stamp, struct fly_decision *d)
+		   uint64_t hash, uint64_t shash, uint64_t stamp,
+		   struct fly_decision *d)
 {
-	if (r == NULL || superseded(r) || fly_shm_lookup(r, key, len, d) != 0)
+	if (r == NULL || superseded(r) ||
+	    fly__shm_lookup_hashed(r, shash, key, len, d) != 0)
 		return 0;
 	bump(&c->n_shm_hits);
 	/* checked_ns 0: the table answered, not the socket (and the hit
@@ -991,8 +993,8 @@ static int try_shm(fly_client *c, struct fly_shm_reader *r,
 /* The socket step of fly_decide: bounded by @p deadline_ns.  Without an
  * answer from the daemon, d is fallback()'s. */
 static void decide_socket(fly_client *c, const struct fly_problem *p,
-			  const char *key, size_t len,
-			  uint64_t hash, uint64_t deadline_ns, uint64_t gen,
+			  const char *key, size_t len, uint64_t hash,
+			  uint64_t shash, uint64_t deadline_ns, uint64_t gen,
 			  struct fly_decision *d)
 {
 	struct fly_shm_reader *r;
@@ -1016,7 +1018,7 @@ static void decide_socket(fly_client *c, const struct fly_problem *p,
 	/* a fresh connection may have brought a table that answers */
 	r = atomic_load_explicit(&c->shm, memory_order_acquire);
 	stamp = stamp_of(c, r, &gen);
-	if (rc == 0 && try_shm(c, r, p, key, len, hash, stamp, d) &&
+	if (rc == 0 && try_shm(c, r, p, key, len, hash, shash, stamp, d) &&
 	    d->status == FLY_STATUS_TUNED) {
 		pthread_mutex_unlock(&c->mu);
 		return;
@@ -1059,6 +1061,28 @@ static int socket_quiet(fly_client *c, uint64_t now)
 					  memory_order_relaxed);
 }
 
+/* fly_problem_key into @p key (FLY_KEY_MAX bytes), with the key's table
+ * hash in *shash: hashed from the bucketed problem, so the home slot's
+ * line of @p r (may be NULL) is asked for before the key is formatted
+ * and its cache miss overlaps the formatting (issue 19). */
+static int problem_key_hashed(const struct fly_problem *p,
+			      const struct fly_shm_reader *r, char *key,
+			      uint64_t *shash)
+{
+	struct fly_bucket_policy pol;
+	struct fly_problem q;
+	int rc = fly_problem_validate(p);
+
+	if (rc < 0)
+		return rc;
+	q = *p;
+	fly_bucket_policy_default(q.op, &pol);
+	fly_problem_bucket(&q, &pol);
+	*shash = fly__shm_problem_hash(&q);
+	fly__shm_prefetch(r, *shash);
+	return fly_key_format(&q, key, FLY_KEY_MAX);
+}
+
 int fly_decide(fly_client *c, const struct fly_problem *p,
 	       struct fly_decision *d)
 {
@@ -1066,7 +1090,7 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 	const struct fly_cache_entry *e;
 	struct fly_shm_reader *r;
 	struct rd_token t;
-	uint64_t start, hash, gen, stamp;
+	uint64_t start, hash, shash = 0, gen, stamp;
 	int n;
 
 	if (d == NULL)
@@ -1089,8 +1113,8 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 		return 0;
 	}
 	decision_default(d);
-	n = fly_problem_key(p, key, sizeof(key));
-	if (n >= 0 && try_shm(c, r, p, key, (size_t)n, hash, stamp, d) &&
+	n = problem_key_hashed(p, r, key, &shash);
+	if (n >= 0 && try_shm(c, r, p, key, (size_t)n, hash, shash, stamp, d) &&
 	    d->status == FLY_STATUS_TUNED) {
 		rd_exit(c, t, 0);
 		return 0;
@@ -1108,7 +1132,7 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 	}
 	if (socket_quiet(c, start))
 		return 0; /* d: the table's answer, else the default */
-	decide_socket(c, p, key, (size_t)n, hash,
+	decide_socket(c, p, key, (size_t)n, hash, shash,
 		      start + c->timeout_ms * 1000000ull, gen, d);
 	return 0;
 }

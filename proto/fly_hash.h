@@ -5,7 +5,8 @@
  * Owns: nothing (pure functions).  Thread: any.
  *
  * Raw FNV-1a values are stable identities (they are stored or compared
- * across processes and versions): the shm slot's key hash, the device id
+ * across processes and versions): the shm slot's key hash (layout 5:
+ * fly__hash_words over the key's problem, fly_shm.c), the device id
  * (store.c, hex of the fingerprint line's hash), the case seed of a key
  * (tuner.c).  FNV-1a's low bits depend only on the low bits of the input's
  * bytes, so keys that differ in one digit ("n=4097", "n=4098") share low

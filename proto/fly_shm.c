@@ -40,7 +40,10 @@
  *    but is never written again.
  *  - layout version 4 (issue 19): 16-byte slots and a record arena
  *    replace version 3's 256-byte slots; an older reader refuses it
- *    (FLY_E_VERSION) before it reads a slot.
+ *    (FLY_E_VERSION) before it reads a slot.  Version 5: the same
+ *    layout, slots placed and tagged by fly__shm_key_hash (a word at a
+ *    time) instead of fly_key_hash; a version-4 reader would miss every
+ *    key, so each refuses the other's table.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -196,6 +199,56 @@ static _Atomic uint64_t *arena_of(const uint8_t *base, uint32_t capacity)
 						   FLY_SHM_SLOT_SIZE);
 }
 
+/* A key text that is not a problem's canonical key, hashed (layout 5):
+ * FNV-1a 64 stepped a word at a time (fly__hash_words' step) over the
+ * length, then the bytes as native (little-endian) 8-byte words, the
+ * last one zero-padded. */
+static uint64_t text_hash(const char *key, size_t len)
+{
+	uint64_t h = (FLY_HASH_SEED ^ (uint64_t)len) * FLY_HASH_PRIME;
+	uint64_t w;
+	size_t i = 0;
+
+	for (; i + 8 <= len; i += 8) {
+		memcpy(&w, key + i, 8);
+		h = (h ^ w) * FLY_HASH_PRIME;
+	}
+	if (i < len) {
+		w = 0;
+		for (size_t k = 0; i + k < len; k++)
+			w |= (uint64_t)(uint8_t)key[i + k] << (8 * k);
+		h = (h ^ w) * FLY_HASH_PRIME;
+	}
+	return h;
+}
+
+/* Layout 5 hashes a key's problem, not its text: a client has the
+ * problem before it has the text, so it can start the slot's cache miss
+ * (fly__shm_prefetch) and format the key while the line is on its way.
+ * FNV-1a 64 a word at a time over the op, dtype, layout and flags in
+ * one word, then the dims: 9 dependent multiplies, where the byte-wise
+ * fly_key_hash of layouts 1-4 took one per key byte (~25). */
+uint64_t fly__shm_problem_hash(const struct fly_problem *p)
+{
+	uint64_t w[1 + FLY_DIMS_MAX];
+
+	w[0] = (uint64_t)p->op ^ (uint64_t)p->dtype << 16 ^
+	       (uint64_t)p->layout << 32 ^ (uint64_t)p->flags << 40;
+	memcpy(&w[1], p->dims, sizeof(p->dims));
+	return fly__hash_words(w, 1 + FLY_DIMS_MAX);
+}
+
+uint64_t fly__shm_key_hash(const char *key, size_t len)
+{
+	struct fly_problem p;
+
+	/* only a canonical key parses, so a problem has one key text and
+	 * the client's hash of the problem is the writer's of the text */
+	if (fly_key_parse(key, len, &p) == 0)
+		return fly__shm_problem_hash(&p);
+	return text_hash(key, len);
+}
+
 /* A key's home slot: the finalizer over the key's hash (fly_hash.h says
  * why a raw FNV-1a hash must not index a table). */
 uint64_t fly__shm_home(uint64_t hash)
@@ -285,6 +338,10 @@ static uint32_t rec_copy(const _Atomic uint64_t *arena, uint64_t units,
 	if (unit >= units)
 		return 0;
 	p = arena + unit * 2;
+	/* a record of more than one unit usually spans two cache lines:
+	 * ask for the second while the first is on its way (a prefetch
+	 * past the arena's end cannot fault) */
+	__builtin_prefetch((const void *)(p + 8));
 	r->w[0] = atomic_load_explicit(&p[0], memory_order_relaxed);
 	f = rec_decode(r->w[0]);
 	if (!rec_fields_ok(&f))
@@ -575,22 +632,18 @@ static int64_t writer_find(const struct fly_shm_writer *w, const char *key,
 	return free_slot >= 0 ? free_slot : -ENOSPC;
 }
 
-int fly__shm_put(struct fly_shm_writer *w, const char *key, size_t len,
-		 const struct fly_decision *d)
+/* fly__shm_put of a key whose table hash is @p hash (arguments
+ * checked). */
+static int put_hashed(struct fly_shm_writer *w, const char *key, size_t len,
+		      uint64_t hash, const struct fly_decision *d)
 {
 	_Atomic uint64_t *p;
 	union rec r;
-	uint64_t hash, old;
+	uint64_t old;
 	int64_t i, unit;
 	uint32_t n;
 	int found;
 
-	if (len == 0 || len > FLY_KEY_MAX - 1 || key == NULL)
-		return FLY_E_KEYLEN;
-	if (d == NULL || d->nparams > FLY_PARAMS_MAX ||
-	    memchr(d->variant, '\0', FLY_VARIANT_MAX) == NULL)
-		return -EINVAL;
-	hash = fly_key_hash(key, len);
 	i = writer_find(w, key, len, hash, &found, &old);
 	if (i < 0)
 		return (int)i;
@@ -613,6 +666,17 @@ int fly__shm_put(struct fly_shm_writer *w, const char *key, size_t len,
 	return 0;
 }
 
+int fly__shm_put(struct fly_shm_writer *w, const char *key, size_t len,
+		 const struct fly_decision *d)
+{
+	if (len == 0 || len > FLY_KEY_MAX - 1 || key == NULL)
+		return FLY_E_KEYLEN;
+	if (d == NULL || d->nparams > FLY_PARAMS_MAX ||
+	    memchr(d->variant, '\0', FLY_VARIANT_MAX) == NULL)
+		return -EINVAL;
+	return put_hashed(w, key, len, fly__shm_key_hash(key, len), d);
+}
+
 int fly__shm_del(struct fly_shm_writer *w, const char *key, size_t len)
 {
 	uint64_t old;
@@ -621,7 +685,8 @@ int fly__shm_del(struct fly_shm_writer *w, const char *key, size_t len)
 
 	if (key == NULL || len == 0 || len > FLY_KEY_MAX - 1)
 		return FLY_E_NOTFOUND;
-	i = writer_find(w, key, len, fly_key_hash(key, len), &found, &old);
+	i = writer_find(w, key, len, fly__shm_key_hash(key, len), &found,
+			&old);
 	if (i < 0 || !found)
 		return FLY_E_NOTFOUND;
 	slot_publish(w, (uint32_t)i, 0, 0);
@@ -647,11 +712,70 @@ void fly__shm_clear(struct fly_shm_writer *w)
 	atomic_store_explicit(&hdr_of(w->base)->count, 0, memory_order_relaxed);
 }
 
+/* Copy one record of @p src (at @p unit, @p r) into @p dst when it is
+ * the live record of its key.  @return 1 copied, 0 a record left behind
+ * (its key replaced or deleted), or fly__shm_put's error. */
+static int copy_if_live(struct fly_shm_writer *dst,
+			const struct fly_shm_writer *src, uint32_t unit,
+			const union rec *r)
+{
+	const char *key = rec_key(r);
+	size_t len = rec_decode(r->w[0]).keylen;
+	uint64_t ref, hash = fly__shm_key_hash(key, len);
+	struct fly_decision d;
+	int found, rc;
+
+	if (writer_find(src, key, len, hash, &found, &ref) < 0 || !found ||
+	    (uint32_t)ref != unit + 1)
+		return 0;
+	rec_to_decision(r, &d);
+	rc = put_hashed(dst, key, len, hash, &d);
+	return rc < 0 ? rc : 1;
+}
+
+/* The records below the arena's bump lie end to end (a freed record is
+ * reused only by one of its own size): copy the live ones in that order,
+ * the order they were published in.  @return entries copied, -EINVAL
+ * when a record there does not decode (then the caller copies by slot),
+ * or fly__shm_put's error. */
+static int copy_in_arena_order(struct fly_shm_writer *dst,
+			       const struct fly_shm_writer *src)
+{
+	const _Atomic uint64_t *arena = arena_of(src->base, src->capacity);
+	int n = 0;
+
+	for (uint32_t u = 0; u < src->bump;) {
+		union rec r;
+		uint32_t nw = rec_copy(arena, src->arena_units, u, &r);
+		int rc;
+
+		if (nw == 0)
+			return -EINVAL;
+		rc = copy_if_live(dst, src, u, &r);
+		if (rc < 0)
+			return rc;
+		n += rc;
+		u += nw / 2;
+	}
+	return n;
+}
+
+/* Growing keeps the arena's order (issue 19): a copy in slot order put
+ * the records in hash order, and a pass over keys in the order they were
+ * imported paid a record miss on every lookup of the larger table.  A
+ * copy that did not find every live entry (an arena that does not
+ * decode: never, short of a bug) is completed in slot order; a put of a
+ * key already copied replaces it with the same decision. */
 int fly__shm_writer_copy(struct fly_shm_writer *dst,
 			 const struct fly_shm_writer *src)
 {
 	const _Atomic uint64_t *arena = arena_of(src->base, src->capacity);
-	int n = 0;
+	int n = copy_in_arena_order(dst, src);
+
+	if (n == -ENOSPC ||
+	    (n >= 0 && (uint32_t)n == fly__shm_writer_count(src)))
+		return n;
+	n = 0;
 
 	for (uint32_t i = 0; i < src->capacity; i++) {
 		struct shm_slot *s = slot_at(src->base, i);
@@ -848,17 +972,33 @@ static enum probe_res probe_slot(const struct fly_shm_reader *r, uint32_t i,
 	return PROBE_TORN;
 }
 
+void fly__shm_prefetch(const struct fly_shm_reader *r, uint64_t hash)
+{
+	if (r != NULL)
+		__builtin_prefetch(slot_at(r->base, (uint32_t)fly__shm_home(hash) &
+						       (r->capacity - 1)));
+}
+
 int fly_shm_lookup(const struct fly_shm_reader *r, const char *key, size_t len,
 		   struct fly_decision *out)
 {
+	if (r == NULL || key == NULL || len == 0 || len > FLY_KEY_MAX - 1)
+		return FLY_E_NOTFOUND;
+	return fly__shm_lookup_hashed(r, fly__shm_key_hash(key, len), key, len,
+				      out);
+}
+
+int fly__shm_lookup_hashed(const struct fly_shm_reader *r, uint64_t hash,
+			   const char *key, size_t len,
+			   struct fly_decision *out)
+{
 	union rec rec;
-	uint64_t hash, h0, tag, gen;
+	uint64_t h0, tag, gen;
 	uint32_t mask, nw = 0;
 
 	if (r == NULL || key == NULL || len == 0 || len > FLY_KEY_MAX - 1)
 		return FLY_E_NOTFOUND;
 	gen = fly__shm_reader_generation(r);
-	hash = fly_key_hash(key, len);
 	h0 = fly__shm_home(hash);
 	tag = tag_of(hash);
 	mask = r->capacity - 1;

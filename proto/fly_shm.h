@@ -11,8 +11,9 @@
  * PROT_READ and treat every byte as untrusted.
  *
  * Layout (all little-endian, fixed width; see fly_shm.c for the
- * _Static_asserts), version 4 (issue 19: 16 bytes a slot, where version 3
- * spent 256 on every slot and 512 MiB of memfd on a 1M-key table):
+ * _Static_asserts), version 5 (issue 19: 16 bytes a slot, where version 3
+ * spent 256 on every slot and 512 MiB of memfd on a 1M-key table; 5 is
+ * 4's layout with keys placed by their problem's hash):
  *
  *   offset 0      header (256 bytes): magic "FLYSHM01" (u64), layout
  *                 version (u32), header size (u32), slot size (u32),
@@ -23,8 +24,9 @@
  *                 fields, folded), superseded (atomic u32), padding.
  *   offset 256    capacity slots of 16 bytes, four to a cache line:
  *                 seq (atomic u64: odd while written, 0 never used),
- *                 ref (atomic u64: the high 32 bits of the key's hash
- *                 (the tag) << 32 | the record's unit + 1; 0 with seq
+ *                 ref (atomic u64: the high 32 bits of the key's hash,
+ *                 fly__shm_key_hash (the tag) << 32 | the record's
+ *                 unit + 1; 0 with seq
  *                 != 0 is a tombstone).
  *   then          the record arena, capacity x 128 bytes in units of 16:
  *                 one record per live key, 32 to 224 bytes: word 0 (key
@@ -36,7 +38,7 @@
  *                 pages of records ever written are resident.
  *
  * Lookup: linear probing from fly__shm_home(hash) & (capacity - 1) (the
- * key's FNV-1a hash through the fmix64 finalizer), at most max probe
+ * key's fly__shm_key_hash through the fmix64 finalizer), at most max probe
  * (bounded again by the reader's own cap) slots; a never-used slot ends
  * the probe, a slot whose tag differs is passed over on its two words.
  * On a tag match the record is copied (every index bounded by the arena)
@@ -58,8 +60,11 @@
 
 /* 2: the header checksum is FNV-1a 64 folded to 32 bits (fly_hash.h),
  * not the 32-bit FNV-1a of version 1 (issue 23: one hash); 3: the
- * superseded flag; 4: 16-byte slots and the record arena (issue 19). */
-#define FLY_SHM_LAYOUT_VERSION 4
+ * superseded flag; 4: 16-byte slots and the record arena (issue 19);
+ * 5: slots and tags from fly__shm_key_hash (a canonical key's problem
+ * hashed a word at a time), not the byte-wise fly_key_hash of the text
+ * (issue 19: the shm path's cost). */
+#define FLY_SHM_LAYOUT_VERSION 5
 #define FLY_SHM_SLOT_SIZE 16
 /* Arena bytes per slot: a table at most half full has 256 bytes a live
  * key, more than the longest record (224). */
@@ -68,7 +73,16 @@
 #define FLY_SHM_MAX_PROBE 64
 #define FLY_SHM_RETRIES 16
 
-/* The home slot index (before masking) of a key with fly_key_hash()
+/* The table's hash of a key (layout 5 on): of a canonical key (one
+ * fly_key_parse accepts), fly__shm_problem_hash of its problem; of any
+ * other text, FNV-1a 64 a word at a time over its length and bytes.  Its
+ * high 32 bits are a slot's tag. */
+uint64_t fly__shm_key_hash(const char *key, size_t len);
+/* The table's hash of the canonical key of the (validated, bucketed)
+ * problem @p p, without formatting the key: FNV-1a 64 a word at a time
+ * over (op, dtype, layout, flags) in one word, then the dims. */
+uint64_t fly__shm_problem_hash(const struct fly_problem *p);
+/* The home slot index (before masking) of a key with fly__shm_key_hash()
  * @p hash: fmix64 of it, so every bit of the hash reaches the index. */
 uint64_t fly__shm_home(uint64_t hash);
 
@@ -95,7 +109,9 @@ int fly__shm_del(struct fly_shm_writer *w, const char *key, size_t len);
 void fly__shm_clear(struct fly_shm_writer *w);
 /* Bump and return the generation (release store). */
 uint64_t fly__shm_bump(struct fly_shm_writer *w);
-/* Copy every live entry of @p src into @p dst (growing the table).
+/* Copy every live entry of @p src into @p dst (growing the table), in
+ * the order their records were published (the arena's order, so keys
+ * written together stay together).
  * @return entries copied, or fly__shm_put's error (-ENOSPC). */
 int fly__shm_writer_copy(struct fly_shm_writer *dst,
 			 const struct fly_shm_writer *src);
@@ -134,5 +150,15 @@ int fly__shm_reader_superseded(const struct fly_shm_reader *r);
  * use the socket). */
 int fly_shm_lookup(const struct fly_shm_reader *r, const char *key,
 		   size_t len, struct fly_decision *out);
+/* fly_shm_lookup with the key's table hash given (fly__shm_key_hash or,
+ * for a problem's canonical key, fly__shm_problem_hash): a hash that is
+ * not the key's finds nothing, never another key's decision (the full
+ * key decides). */
+int fly__shm_lookup_hashed(const struct fly_shm_reader *r, uint64_t hash,
+			   const char *key, size_t len,
+			   struct fly_decision *out);
+/* Start loading the home slot's cache line of a key of table hash
+ * @p hash (no fault, no effect on a NULL reader). */
+void fly__shm_prefetch(const struct fly_shm_reader *r, uint64_t hash);
 
 #endif /* FLY_SHM_H */

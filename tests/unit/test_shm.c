@@ -223,7 +223,7 @@ static int colliding(uint32_t cap, char keys[][FLY_KEY_MAX], int n)
 		uint64_t h;
 
 		key_of(k, i);
-		h = fly__shm_home(fly_key_hash(k, strlen(k))) & (cap - 1);
+		h = fly__shm_home(fly__shm_key_hash(k, strlen(k))) & (cap - 1);
 		if (got == 0)
 			want = h;
 		if (h == want)
@@ -335,7 +335,8 @@ static void test_digit_keys_spread(void **state)
 	assert_non_null(seen);
 	for (int i = 1; i <= 32768; i++) {
 		int n = snprintf(k, sizeof(k), "rmsnorm/fp32/m=4,n=%d", i);
-		uint64_t h = fly__shm_home(fly_key_hash(k, (size_t)n)) & 65535;
+		uint64_t h = fly__shm_home(fly__shm_key_hash(k, (size_t)n)) &
+			     65535;
 
 		distinct += !seen[h];
 		seen[h] = 1;
@@ -470,6 +471,10 @@ static void test_refuse_header(void **state)
 	 * whatever its sizes say */
 	set32(w, OFF_VERSION, 3, 1);
 	assert_int_equal(ropen(w, &r), FLY_E_VERSION);
+	/* a version-4 table (the same sizes, keys placed by the byte-wise
+	 * fly_key_hash): read as version 5 it would miss every key */
+	set32(w, OFF_VERSION, 4, 1);
+	assert_int_equal(ropen(w, &r), FLY_E_VERSION);
 	set32(w, OFF_VERSION, FLY_SHM_LAYOUT_VERSION, 1);
 	set32(w, OFF_SLOTSIZE, 256, 1);
 	assert_int_equal(ropen(w, &r), FLY_E_SHM);
@@ -558,6 +563,108 @@ static int slot_of(struct fly_shm_writer *w, const char *key)
 			return (int)i;
 	}
 	return -1;
+}
+
+/* issue 19: growing keeps the records in the order they were published
+ * (the arena's order), so keys published together stay on the same
+ * cache lines and pages in the larger table; a copy in slot order
+ * scattered them by hash, and a pass over 1M keys in their import order
+ * paid a record miss on every lookup.  Replaced and deleted keys'
+ * records left behind in the arena are not copied. */
+static void test_issue_19_copy_keeps_arena_order(void **state)
+{
+	struct fly_shm_writer *w = wopen(64), *big = wopen(1024);
+	struct fly_shm_reader *rb = NULL;
+	struct fly_decision d;
+	char k[FLY_KEY_MAX];
+	size_t prev = 0;
+
+	(void)state;
+	for (int i = 0; i < 30; i++) {
+		key_of(k, i);
+		assert_int_equal(put(w, k, 1), 0);
+	}
+	key_of(k, 3);
+	assert_int_equal(put(w, k, 2), 0); /* a new record, at the end */
+	key_of(k, 5);
+	assert_int_equal(fly__shm_del(w, k, strlen(k)), 0);
+	assert_int_equal(fly__shm_writer_copy(big, w), 29);
+	assert_int_equal(fly__shm_writer_count(big), 29);
+	for (int i = 0; i < 30; i++) {
+		int s;
+
+		if (i == 3 || i == 5)
+			continue;
+		key_of(k, i);
+		s = slot_of(big, k);
+		assert_true(s >= 0);
+		assert_true(rec_off(big, (uint32_t)s) > prev);
+		prev = rec_off(big, (uint32_t)s);
+	}
+	key_of(k, 3);
+	assert_true(rec_off(big, (uint32_t)slot_of(big, k)) > prev);
+	assert_int_equal(ropen(big, &rb), 0);
+	for (int i = 0; i < 30; i++) {
+		key_of(k, i);
+		assert_int_equal(fly_shm_lookup(rb, k, strlen(k), &d),
+				 i == 5 ? FLY_E_NOTFOUND : 0);
+		if (i != 5) {
+			assert_true(dec_ok(k, &d));
+			assert_int_equal(d.params[1], i == 3 ? 2 : 1);
+		}
+	}
+	fly__shm_reader_close(rb);
+	fly__shm_writer_close(w);
+	fly__shm_writer_close(big);
+}
+
+/* Layout 5: a canonical key's table hash is its problem's, so a client
+ * that has only the (bucketed) problem finds the slot the writer chose
+ * for the text; any other text is hashed as text and still found by
+ * text; a wrong hash finds nothing. */
+static void test_problem_hash_is_key_hash(void **state)
+{
+	static const char *const keys[] = {
+		"rmsnorm/fp32/m=8,n=64",
+		"gemm/bf16/NT/m=4096,n=6144,k=4096",
+		"topk/fp32/m=4096,n=1024,k=8/det",
+		"attention/bf16/b=1,sq=128,skv=4096,hq=32,hkv=8,d=128/causal",
+	};
+	struct fly_shm_writer *w = wopen(64);
+	struct fly_shm_reader *r = NULL;
+	struct fly_decision d;
+	struct fly_problem p;
+	const char *odd = "not a key/at all";
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		size_t len = strlen(keys[i]);
+
+		assert_int_equal(fly_key_parse(keys[i], len, &p), 0);
+		assert_true(fly__shm_problem_hash(&p) ==
+			    fly__shm_key_hash(keys[i], len));
+		assert_int_equal(put(w, keys[i], i), 0);
+	}
+	assert_int_equal(put(w, odd, 9), 0);
+	assert_int_equal(ropen(w, &r), 0);
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		size_t len = strlen(keys[i]);
+
+		assert_int_equal(fly_key_parse(keys[i], len, &p), 0);
+		assert_int_equal(fly__shm_lookup_hashed(
+					 r, fly__shm_problem_hash(&p), keys[i],
+					 len, &d),
+				 0);
+		assert_true(dec_ok(keys[i], &d));
+		assert_int_equal(fly__shm_lookup_hashed(
+					 r, fly__shm_problem_hash(&p) ^ 1ull << 40,
+					 keys[i], len, &d),
+				 FLY_E_NOTFOUND);
+	}
+	assert_int_equal(fly_shm_lookup(r, odd, strlen(odd), &d), 0);
+	assert_true(dec_ok(odd, &d));
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
 }
 
 static void test_bad_slot(void **state)
@@ -660,7 +767,7 @@ static void test_tag_collision_is_miss(void **state)
 	assert_true(sa >= 0);
 	for (int i = 0;; i++) {
 		key_of(bk, i);
-		hb = fly_key_hash(bk, strlen(bk));
+		hb = fly__shm_key_hash(bk, strlen(bk));
 		home = (uint32_t)fly__shm_home(hb) & 63;
 		if (home != (uint32_t)sa)
 			break;
@@ -894,6 +1001,8 @@ int main(void)
 	    cmocka_unit_test(test_refuse_seals_and_size),
 	    cmocka_unit_test(test_refuse_header),
 	    cmocka_unit_test(test_refuse_non_pow2),
+	    cmocka_unit_test(test_issue_19_copy_keeps_arena_order),
+	    cmocka_unit_test(test_problem_hash_is_key_hash),
 	    cmocka_unit_test(test_bad_slot),
 	    cmocka_unit_test(test_bad_record_ref),
 	    cmocka_unit_test(test_tag_collision_is_miss),
