@@ -35,34 +35,12 @@
 #include <time.h>
 
 #include "flyclient.h"
+#include "bench_time.h"
 
 #define BATCH 16
 #define HOT_SAMPLES 200000
 #define FRESH 200
 #define RTT_SAMPLES 20000
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-static uint64_t pct(uint64_t *v, size_t n, double p)
-{
-	size_t i = (size_t)(p * (double)(n - 1));
-
-	qsort(v, n, sizeof(*v), cmp_u64);
-	return v[i];
-}
 
 /* fly_decide of keys 1..n of fmt (key i: fmt with i * step), each call
  * timed into v[i - 1]. */
@@ -129,9 +107,9 @@ static void bench_hot(fly_client *c, const struct fly_problem *p, int nth)
 		pthread_join(th[i], NULL);
 		printf("hot_t%d_p50_ns %llu\nhot_t%d_p99_ns %llu\n"
 		       "hot_t%d_mops_per_thread %.2f\n", nth,
-		       (unsigned long long)pct(h[i].samples, HOT_SAMPLES, 0.5),
+		       (unsigned long long)pct_u64(h[i].samples, HOT_SAMPLES, 0.5),
 		       nth,
-		       (unsigned long long)pct(h[i].samples, HOT_SAMPLES, 0.99),
+		       (unsigned long long)pct_u64(h[i].samples, HOT_SAMPLES, 0.99),
 		       nth, (double)HOT_SAMPLES * BATCH / h[i].secs / 1e6);
 		if (h[i].bad)
 			printf("warning: %llu hot batches not tuned\n",
@@ -168,8 +146,8 @@ static void bench_fresh(const char *sock, const struct fly_problem *p)
 	}
 	printf("fresh_first_call_p50_ns %llu\nfresh_first_call_p99_ns %llu\n"
 	       "fresh_first_call_via_shm %d/%d\n",
-	       (unsigned long long)pct(v, FRESH, 0.5),
-	       (unsigned long long)pct(v, FRESH, 0.99), shm, FRESH);
+	       (unsigned long long)pct_u64(v, FRESH, 0.5),
+	       (unsigned long long)pct_u64(v, FRESH, 0.99), shm, FRESH);
 }
 
 static void bench_shm(const char *sock, const char *fmt, int n, int step)
@@ -193,8 +171,8 @@ static void bench_shm(const char *sock, const char *fmt, int n, int step)
 	fly_client_stats_get(c, &st1);
 	printf("shm_first_call_p50_ns %llu\nshm_first_call_p99_ns %llu\n"
 	       "shm_first_call_hits %llu/%d\n",
-	       (unsigned long long)pct(v, (size_t)n, 0.5),
-	       (unsigned long long)pct(v, (size_t)n, 0.99),
+	       (unsigned long long)pct_u64(v, (size_t)n, 0.5),
+	       (unsigned long long)pct_u64(v, (size_t)n, 0.99),
 	       (unsigned long long)(st1.shm_hits - st0.shm_hits), n);
 	fly_client_close(c);
 	free(v);
@@ -211,8 +189,8 @@ static void scale_pass(fly_client *c, const char *fmt, int n, int step, int k,
 	decide_keys_timed(c, fmt, n, step, v);
 	fly_client_stats_get(c, &st1);
 	printf("pass%d_p50_ns %llu\npass%d_p99_ns %llu\n", k,
-	       (unsigned long long)pct(v, (size_t)n, 0.5), k,
-	       (unsigned long long)pct(v, (size_t)n, 0.99));
+	       (unsigned long long)pct_u64(v, (size_t)n, 0.5), k,
+	       (unsigned long long)pct_u64(v, (size_t)n, 0.99));
 	printf("pass%d_cache_hits %llu\npass%d_shm_hits %llu\n"
 	       "pass%d_socket_requests %llu\n", k,
 	       (unsigned long long)(st1.cache_hits - st0.cache_hits), k,
@@ -258,8 +236,8 @@ static void bench_rtt(fly_client *c, const char *key)
 		fly_free(resp);
 	}
 	printf("socket_rtt_p50_ns %llu\nsocket_rtt_p99_ns %llu\n",
-	       (unsigned long long)pct(v, RTT_SAMPLES, 0.5),
-	       (unsigned long long)pct(v, RTT_SAMPLES, 0.99));
+	       (unsigned long long)pct_u64(v, RTT_SAMPLES, 0.5),
+	       (unsigned long long)pct_u64(v, RTT_SAMPLES, 0.99));
 	free(v);
 }
 

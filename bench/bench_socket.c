@@ -22,6 +22,7 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+#include "bench_time.h"
 
 #define MAX_SAMPLES 4000000
 #define MAX_CONNS 64
@@ -33,21 +34,6 @@ struct conn {
 	size_t have;           /* bytes of the reply read so far */
 	uint8_t buf[RBUF];
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
-}
 
 static int dial(const char *path)
 {

@@ -14,24 +14,10 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include "bench_time.h"
 
 #define SZ (32u << 20)
 #define N 10000
-
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
-}
 
 /* p50 of N random reads of @p r; @p sum keeps the reads alive. */
 static uint64_t pass(const volatile uint8_t *r, unsigned *x, uint64_t *sum)

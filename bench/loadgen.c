@@ -29,6 +29,7 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+#include "bench_time.h"
 
 #define MAX_CONNS 1024
 #define BUF 65536
@@ -42,14 +43,6 @@ struct conn {
 	uint64_t sent_ns;
 	char buf[BUF];
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int dial(const char *path)
 {
@@ -104,13 +97,6 @@ static long reply_len(enum proto pr, const char *b, size_t n)
 	if (len < 0)
 		return head;
 	return (long)n >= head + len + 2 ? head + len + 2 : 0;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
 }
 
 static uint64_t cpu_ns(int pid)

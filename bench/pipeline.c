@@ -30,6 +30,7 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+#include "bench_time.h"
 
 #define MAX_CONNS 1024
 #define INBUF	  (1 << 20)
@@ -53,14 +54,6 @@ struct conn {
 static const char *key;
 static uint64_t bad, nlat;
 static uint32_t *lat;
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int dial(const char *path)
 {

@@ -35,27 +35,7 @@
 #include "flyclient.h"
 #include "fly_key.h"
 #include "fly_shm.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-static uint64_t pct(uint64_t *v, size_t n, double p)
-{
-	qsort(v, n, sizeof(*v), cmp_u64);
-	return v[(size_t)(p * (double)(n - 1))];
-}
+#include "bench_time.h"
 
 enum step { S_CLOCK, S_KEY, S_HASH, S_LOOKUP, S_BOTH, S_COUNT };
 static const char *step_names[S_COUNT] = { "clock", "key", "hash", "lookup",
@@ -145,8 +125,8 @@ static void run_step(struct ctx *x, enum step s, const char *pass,
 	printf("%s %-10s mean %4llu.%llu ns  per-call p50 %4llu p99 %5llu\n",
 	       pass, step_names[s], (unsigned long long)(mean / 10),
 	       (unsigned long long)(mean % 10),
-	       (unsigned long long)pct(v, (size_t)x->n, 0.5),
-	       (unsigned long long)pct(v, (size_t)x->n, 0.99));
+	       (unsigned long long)pct_u64(v, (size_t)x->n, 0.5),
+	       (unsigned long long)pct_u64(v, (size_t)x->n, 0.99));
 }
 
 static struct fly_shm_writer *fill(struct ctx *x, int n)
