@@ -52,25 +52,6 @@ struct ctx {
 	uint64_t misses;
 };
 
-/* client.c's problem_key_hashed: the key's table hash from the bucketed
- * problem, the home slot prefetched, then the key formatted. */
-static int key_hashed(const struct fly_shm_reader *r,
-		      const struct fly_problem *p, char *key, uint64_t *h)
-{
-	struct fly_bucket_policy pol;
-	struct fly_problem q;
-	int rc = fly_problem_validate(p);
-
-	if (rc < 0)
-		return rc;
-	q = *p;
-	fly_bucket_policy_default(q.op, &pol);
-	fly_problem_bucket(&q, &pol);
-	*h = fly__shm_problem_hash(&q);
-	fly__shm_prefetch(r, *h);
-	return fly_key_format(&q, key, FLY_KEY_MAX);
-}
-
 /* One call of @p s on key i. */
 static void step_once(struct ctx *x, enum step s, int i)
 {
@@ -97,7 +78,7 @@ static void step_once(struct ctx *x, enum step s, int i)
 		x->sink += (uint64_t)d.params[0];
 		break;
 	case S_BOTH:
-		n = key_hashed(x->r, &x->probs[i], key, &h);
+		n = fly__shm_problem_key(x->r, &x->probs[i], key, &h);
 		x->misses += fly__shm_lookup_hashed(x->r, h, key, (size_t)n,
 						    &d) != 0;
 		x->sink += (uint64_t)d.params[0];

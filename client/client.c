@@ -1061,28 +1061,6 @@ static int socket_quiet(fly_client *c, uint64_t now)
 					  memory_order_relaxed);
 }
 
-/* fly_problem_key into @p key (FLY_KEY_MAX bytes), with the key's table
- * hash in *shash: hashed from the bucketed problem, so the home slot's
- * line of @p r (may be NULL) is asked for before the key is formatted
- * and its cache miss overlaps the formatting (issue 19). */
-static int problem_key_hashed(const struct fly_problem *p,
-			      const struct fly_shm_reader *r, char *key,
-			      uint64_t *shash)
-{
-	struct fly_bucket_policy pol;
-	struct fly_problem q;
-	int rc = fly_problem_validate(p);
-
-	if (rc < 0)
-		return rc;
-	q = *p;
-	fly_bucket_policy_default(q.op, &pol);
-	fly_problem_bucket(&q, &pol);
-	*shash = fly__shm_problem_hash(&q);
-	fly__shm_prefetch(r, *shash);
-	return fly_key_format(&q, key, FLY_KEY_MAX);
-}
-
 int fly_decide(fly_client *c, const struct fly_problem *p,
 	       struct fly_decision *d)
 {
@@ -1113,7 +1091,7 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 		return 0;
 	}
 	decision_default(d);
-	n = problem_key_hashed(p, r, key, &shash);
+	n = fly__shm_problem_key(r, p, key, &shash);
 	if (n >= 0 && try_shm(c, r, p, key, (size_t)n, hash, shash, stamp, d) &&
 	    d->status == FLY_STATUS_TUNED) {
 		rd_exit(c, t, 0);

@@ -979,6 +979,24 @@ void fly__shm_prefetch(const struct fly_shm_reader *r, uint64_t hash)
 						       (r->capacity - 1)));
 }
 
+int fly__shm_problem_key(const struct fly_shm_reader *r,
+			 const struct fly_problem *p, char *key,
+			 uint64_t *hash)
+{
+	struct fly_bucket_policy pol;
+	struct fly_problem q;
+	int rc = fly_problem_validate(p);
+
+	if (rc < 0)
+		return rc;
+	q = *p;
+	fly_bucket_policy_default(q.op, &pol);
+	fly_problem_bucket(&q, &pol);
+	*hash = fly__shm_problem_hash(&q);
+	fly__shm_prefetch(r, *hash);
+	return fly_key_format(&q, key, FLY_KEY_MAX);
+}
+
 int fly_shm_lookup(const struct fly_shm_reader *r, const char *key, size_t len,
 		   struct fly_decision *out)
 {
