@@ -1056,7 +1056,7 @@ static void job_json(void *arg, struct flyd_qjob *j)
 	cJSON_AddNumberToObject(o, "faults", j->faults);
 	cJSON_AddNumberToObject(o, "queued_at",
 				(double)(j->queued_at > 0 ? j->queued_at : 0));
-	if (j->state == FLYD_Q_RUNNING)
+	if (j->state == FLYD_Q_RUNNING && !j->cancelled) /* not a rerun */
 		cJSON_AddNumberToObject(o, "running_s",
 					jo->now_ms > j->started_ms ?
 					(double)(jo->now_ms - j->started_ms) /
@@ -1072,6 +1072,7 @@ static int h_jobs(struct flyd_ctx *ctx, struct flyd_req *rq,
 {
 	struct flyd_queue *q = flyd_sched_queue(ctx->sched);
 	struct jobs_out jo = {.now_ms = uv_now(ctx->loop)};
+	struct flyd_qjob *run;
 
 	(void)rq;
 	(void)req;
@@ -1086,9 +1087,9 @@ static int h_jobs(struct flyd_ctx *ctx, struct flyd_req *rq,
 	 * its end will be dropped: it lingered here until the worker's exit
 	 * was reaped, so `jobs` right after `cancel` could still list it),
 	 * unless it was asked again since: then it is queued */
-	if (flyd_queue_running(q) != NULL &&
-	    (!flyd_queue_running(q)->cancelled || flyd_queue_running(q)->rerun))
-		job_json(&jo, flyd_queue_running(q));
+	run = flyd_queue_running(q);
+	if (run != NULL && (!run->cancelled || run->rerun))
+		job_json(&jo, run);
 	jo.pos = 1;
 	flyd_queue_foreach(q, job_json, &jo);
 	return 0;
