@@ -351,6 +351,11 @@ def main(argv=None):
                       "before each rep, median ms, reps interleaved",
             "clocks": {"before": clocks()}}
     daemon = None if args.variants else gpu_bench.Daemon(args.build)
+    ver, where = gpu_bench.process_cudnn()
+    head["cudnn"] = {"process": ver, "process_dir": where,
+                     "daemon_dir": daemon.cudnn_dir if daemon else None,
+                     "daemon_fingerprint": daemon.fingerprint(args.build)
+                     if daemon else None}
     only = [int(x) for x in args.only.split(",")] if args.only else None
     res = []
     try:

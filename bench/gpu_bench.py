@@ -323,8 +323,29 @@ def copy_gbps():
 
 
 # ---------------------------------------------------------------- daemon
+def process_cudnn():
+    """The cuDNN this process runs (PyTorch's own, loaded by torch, whose
+    SONAME our libflykernels_cuda.so then binds to): (version, directory),
+    or (None, None) without one."""
+    try:
+        ver = torch.backends.cudnn.version()
+    except Exception:  # noqa: BLE001 (a ROCm or cuDNN-less build)
+        ver = None
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1] if len(line.split()) >= 6 else ""
+            if os.path.basename(path).startswith("libcudnn.so"):
+                return ver, os.path.dirname(path)
+    return ver, None
+
+
 class Daemon(object):
-    """flytuned on the GPU backend in a temp state dir."""
+    """flytuned on the GPU backend in a temp state dir.  It loads the
+    cuDNN this process loaded (PyTorch's, first on its LD_LIBRARY_PATH),
+    as a deployment runs the daemon with its engine's cuDNN: engine
+    indices and their speeds belong to one cuDNN version, and a point
+    tuned under another is replayed, or substituted, on this one.
+    FLY_DAEMON_CUDNN=system keeps the loader's default instead."""
 
     def __init__(self, build):
         self.dir = tempfile.mkdtemp(prefix="flybench-")
@@ -333,6 +354,13 @@ class Daemon(object):
             json.dump({"backend": gpu_vendor.backend()}, f)
         exe = os.path.join(build, "flytuned")
         env = dict(os.environ, FLYTUNED_KERNELS_DIR=build)
+        self.cudnn_version, self.cudnn_dir = process_cudnn()
+        if self.cudnn_dir and os.environ.get("FLY_DAEMON_CUDNN") != "system":
+            env["LD_LIBRARY_PATH"] = self.cudnn_dir + (
+                ":" + env["LD_LIBRARY_PATH"]
+                if env.get("LD_LIBRARY_PATH") else "")
+        else:
+            self.cudnn_dir = None
         self.log = open(os.path.join(self.dir, "flytuned.log"), "w")
         self.proc = subprocess.Popen(
             [exe, "--foreground", "--state-dir", self.dir, "--config", conf],
@@ -350,6 +378,18 @@ class Daemon(object):
                               os.path.join(build, "libflyclient.so"))
         import flyclient
         self.client = flyclient.Client(self.sock)
+
+    def fingerprint(self, build):
+        """The device identity the daemon tunes under (its dnn= names
+        the cuDNN it loaded), from `flytune-ctl status`; None on error."""
+        try:
+            out = subprocess.run(
+                [os.path.join(build, "flytune-ctl"), "--socket", self.sock,
+                 "--json", "status"], capture_output=True, text=True,
+                timeout=30).stdout
+            return json.loads(out)["device"]["fingerprint"]
+        except Exception as e:  # noqa: BLE001 (recorded, not fatal)
+            return "unknown: %r" % (e,)
 
     def decide(self, op, dtype, dims, flags):
         t0 = time.time()

@@ -113,6 +113,17 @@ int flyk_cudnn_attn_enumerate(const struct flyk_cudnn_attn_problem *p,
 int flyk_cudnn_attn_workspace(const struct flyk_cudnn_attn_problem *p,
 			      const int64_t *params, size_t *bytes);
 
+/* Whether the point @p params builds as itself on @p p's graph (in its
+ * own graph form, no stand-in from the heuristics), and then its
+ * workspace bytes into @p bytes; the plan is cached as by
+ * flyk_cudnn_attn_workspace(), and a point found not to build is
+ * remembered (the last 16) so asking again costs no rebuild.  A launch
+ * uses it to run a point tuned on one graph (with the LSE) on another
+ * (without).  @return 0, -EINVAL (does not build as itself), -EOPNOTSUPP,
+ * -ENODEV. */
+int flyk_cudnn_attn_replays(const struct flyk_cudnn_attn_problem *p,
+			    const int64_t *params, size_t *bytes);
+
 /* Enqueue one forward pass of (@p p, @p params) on @p stream (a
  * cudaStream_t; NULL: the default stream), building and caching the
  * plan on first use.  @return 0, -EINVAL (bad pointers, alignment or a

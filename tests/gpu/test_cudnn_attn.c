@@ -269,6 +269,32 @@ static void upload(void **d, uint16_t *hb, float *hf, int64_t n)
 	cudaMemcpy(*d, hb, (size_t)n * 2, cudaMemcpyHostToDevice);
 }
 
+/* Each of a with-LSE problem's points on the graph without the LSE (what
+ * a launch that asks for none runs, flyk_cudnn_attn_replays()): those
+ * that build there run checked; at least one must (the heuristics' first
+ * engines take both graphs). */
+static void without_lse(const struct tcase *c,
+			const struct flyk_cudnn_attn_problem *p,
+			const struct host *hs, struct dev *dv,
+			int64_t (*pts)[FLYK_CUDNN_ATTN_NPARAMS], int n)
+{
+	struct tcase c0 = *c;
+	struct flyk_cudnn_attn_problem p0 = *p;
+	int built = 0;
+	c0.lse = 0;
+	p0.lse = 0;
+	for (int i = 0; i < n; i++) {
+		size_t ws = 0;
+		if (flyk_cudnn_attn_replays(&p0, pts[i], &ws))
+			continue;
+		built++;
+		run_point(&c0, &p0, hs, dv, pts[i], i);
+	}
+	printf("  without the LSE: %d of %d points build as themselves: %s\n",
+	       built, n, built ? "pass" : "FAIL none");
+	failures += !built;
+}
+
 static void run_case(const struct tcase *c, const int64_t *extra)
 {
 	struct flyk_cudnn_attn_problem p;
@@ -309,6 +335,22 @@ static void run_case(const struct tcase *c, const int64_t *extra)
 	cudaMalloc((void **)&dv.lse, sizeof(float) * c->b * c->hq * c->sq);
 	for (int i = 0; i < n; i++)
 		run_point(c, &p, &hs, &dv, pts[i], i);
+	if (c->lse)
+		without_lse(c, &p, &hs, &dv, pts, n);
+	if (extra) {
+		/* replays() is exact: no stand-in, nothing counted, and the
+		 * second ask is answered from its memory */
+		size_t ws = 1;
+		unsigned long s0 = flyk_cudnn_attn_substituted();
+		int r1 = flyk_cudnn_attn_replays(&p, extra, &ws);
+		int r2 = flyk_cudnn_attn_replays(&p, extra, &ws);
+		int ok = r1 == -EINVAL && r2 == -EINVAL && ws == 1 &&
+			 flyk_cudnn_attn_substituted() == s0;
+		printf("  replays: %d, again %d: %s\n", r1, r2,
+		       ok ? "pass" : "FAIL expected -EINVAL twice, no "
+				     "substitution");
+		failures += !ok;
+	}
 	if (extra) {
 		unsigned long s0 = flyk_cudnn_attn_substituted();
 		int f0 = failures;

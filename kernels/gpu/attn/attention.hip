@@ -833,9 +833,10 @@ static void cudnn_problem(const struct fly_problem *p,
 		cp->o_stride[i] = a && a->o_stride[i] ? a->o_stride[i] : dq[i];
 	}
 	cp->causal = (p->flags & FLY_F_CAUSAL) != 0;
-	/* always the graph with the LSE (the case checks it): a caller
-	 * without one gets it in the workspace's tail (cudnn_launch), so
-	 * every launch replays the tuned plan */
+	/* the graph with the LSE (the case checks it, so that is the one
+	 * tuned); a caller without one gets the same configuration on the
+	 * graph without it where it builds, else the LSE in the
+	 * workspace's tail (cudnn_launch) */
 	cp->lse = 1;
 }
 
@@ -907,7 +908,16 @@ static int cudnn_launch(const struct flyk_device *dev,
 	ca.workspace = a->workspace;
 	ca.workspace_size = a->workspace_size;
 	if (!ca.lse) {
+		/* no LSE asked: the tuned configuration on the graph without
+		 * one, as SDPA's inference call builds it, where it builds
+		 * there and its workspace fits; else the tuned graph, its
+		 * LSE in the workspace's tail */
+		struct flyk_cudnn_attn_problem np = cp;
 		size_t ws = 0;
+		np.lse = 0;
+		if (!flyk_cudnn_attn_replays(&np, pr, &ws) &&
+		    (!ws || (a->workspace && ws <= a->workspace_size)))
+			return flyk_cudnn_attn_run(&np, pr, &ca, stream);
 		int rc = flyk_cudnn_attn_workspace(&cp, pr, &ws);
 		if (rc)
 			return rc;
