@@ -35,9 +35,13 @@ rows of two heads of batch 0 against an fp32 logsumexp of the scores.
 TFLOP/s count 4 b h sq skv d flops, half under causal.
 
 Writes OUT/h200-attention.json (--variants: h200-attention-variants.json):
-  {"gpu","date","commit","torch","mode","method","clocks",
+  {"gpu","date","commit","torch","mode","method","clocks","cudnn" (the
+   version this process runs, its directory, the daemon's LD_LIBRARY_PATH
+   head and fingerprint: gpu_bench.Daemon runs it with this process's),
    "cases":[{"op","case","variant","params","status","tune_s",
-             "trials_measured","trials","flytuned_ms" (O only, as SDPA's
+             "trials_measured","trials","best_by_variant" (each variant's
+             fastest timed point in the daemon's tuning: median_us,
+             params, outcome),"flytuned_ms" (O only, as SDPA's
              inference call), "flytuned_lse_ms" (O and LSE),
              "peers":{NAME: ms},
              "unsupported":{NAME: msg},"gflop","tflops":{NAME: TF/s},
@@ -214,7 +218,9 @@ def one_case(args, kern, daemon, idx, c):
                                   "hkv": hkv, "d": dd},
             flags=("causal",) if causal else (), timeout_ms=120000)
         tune_s = time.time() - t0
-        measured, total = gpu_bench.trials(args.build, daemon, dec["key"])
+        tc = gpu_bench.trial_counts(args.build, daemon, dec["key"])
+        measured, total = tc.get("ok"), tc.get("total", tc.get("error"))
+        best_by_variant = tc.get("best_by_variant")
         status = dec["status"]
     else:
         t0 = time.time()
@@ -224,6 +230,7 @@ def one_case(args, kern, daemon, idx, c):
             raise RuntimeError("no variant ran")
         dec = min(best.values(), key=lambda x: x[0])[1]
         measured, total, status = None, None, "sweep"
+        best_by_variant = None
         variants = {vn: {"params": d["params"]} for vn, (_, d) in
                     best.items()}
     o.fill_(float("nan"))
@@ -259,6 +266,7 @@ def one_case(args, kern, daemon, idx, c):
          "variant": dec["variant"], "params": dec["params"],
          "status": status, "tune_s": tune_s,
          "trials_measured": measured, "trials": total,
+         "best_by_variant": best_by_variant,
          "flytuned_ms": ms["flytuned"],
          "flytuned_lse_ms": ms["flytuned_lse"], "peers": peers,
          "unsupported": unsupported, "gflop": gflop,

@@ -427,6 +427,7 @@ static int gpu_case_poison(struct flyk_case *c)
 		    hipMemsetAsync(c->buf[i], 0xff, c->bytes[i], s) !=
 			    hipSuccess)
 			return -EIO;
+	c->checking = 1;
 	return hip_err(hipStreamSynchronize(s));
 }
 
@@ -476,7 +477,10 @@ static int gpu_case_time(struct flyk_case *c, const struct flyk_variant *v,
 		return rc;
 	if (hipEventRecord(e0, s) != hipSuccess)
 		return -EIO;
-	rc = v->launch(dev, &c->p, params, &c->args, s);
+	const union flyk_args *a =
+	    c->has_timed_args && !c->checking ? &c->timed_args : &c->args;
+	c->checking = 0;
+	rc = v->launch(dev, &c->p, params, a, s);
 	if (rc == 0)
 		rc = hip_err(hipGetLastError());
 	if (hipEventRecord(e1, s) != hipSuccess && rc == 0)

@@ -70,6 +70,14 @@ struct flyk_case {
 	int is_output[FLYK_CASE_BUFS];
 	int nbuf;
 	void *state;             /* op module's own (reference output etc.) */
+	/* The operands a timed rep launches where setup() sets
+	 * has_timed_args: the op's common call when the checked one asks
+	 * for more (attention: O alone, as an engine's inference call, where
+	 * the check also reads the LSE).  The launch after case_poison (the
+	 * one case_check reads) always takes `args`. */
+	union flyk_args timed_args;
+	int has_timed_args;
+	int checking; /* set by case_poison: the next launch is checked */
 };
 
 struct flyk_gpu_op {
