@@ -470,16 +470,33 @@ static int gpu_case_time(struct flyk_case *c, const struct flyk_variant *v,
 	hipStream_t s = (hipStream_t)dev->stream;
 	hipEvent_t e0 = (hipEvent_t)dev->ev_start, e1 = (hipEvent_t)dev->ev_stop;
 	*us = 0;
-	int rc = c->op->prepare ? c->op->prepare(c) : 0;
+	/* the checked launch takes args; the first timed one after it
+	 * runs its call once untimed first (after the check has read the
+	 * outputs), so that whatever that call sets up on first use (a
+	 * cuDNN plan for another graph) falls outside every timed rep */
+	const union flyk_args *a = &c->args;
+	int rc = 0;
+	if (c->has_timed_args && c->checking) {
+		c->timed_cold = 1;
+	} else if (c->has_timed_args) {
+		a = &c->timed_args;
+		if (c->timed_cold) {
+			c->timed_cold = 0;
+			rc = v->launch(dev, &c->p, params, a, s);
+			if (rc == 0)
+				rc = hip_err(hipGetLastError());
+			if (rc)
+				return rc;
+		}
+	}
+	c->checking = 0;
+	rc = c->op->prepare ? c->op->prepare(c) : 0;
 	if (rc == 0)
 		rc = gpu_flush(dev);
 	if (rc)
 		return rc;
 	if (hipEventRecord(e0, s) != hipSuccess)
 		return -EIO;
-	const union flyk_args *a =
-	    c->has_timed_args && !c->checking ? &c->timed_args : &c->args;
-	c->checking = 0;
 	rc = v->launch(dev, &c->p, params, a, s);
 	if (rc == 0)
 		rc = hip_err(hipGetLastError());

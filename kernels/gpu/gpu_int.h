@@ -78,6 +78,7 @@ struct flyk_case {
 	union flyk_args timed_args;
 	int has_timed_args;
 	int checking; /* set by case_poison: the next launch is checked */
+	int timed_cold; /* the timed call not run since the check */
 };
 
 struct flyk_gpu_op {
