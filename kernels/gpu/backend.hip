@@ -29,6 +29,7 @@
 #pragma weak flyk_gpu_grouped_gemm_op
 #pragma weak flyk_vendor_blas
 #pragma weak flyk_cudnn_attn_version
+#pragma weak flyk_cudnn_attn_warm
 
 /* Not const: hipcc would place a const table on the device too. */
 static const struct flyk_gpu_op *gpu_ops[] = {
@@ -338,6 +339,9 @@ static int gpu_open(int index, struct flyk_device **out)
 	if (hipMemset(dev->flush_buf, 0x3c, dev->flush_bytes) != hipSuccess ||
 	    hipDeviceSynchronize() != hipSuccess)
 		goto fail;
+	/* cuDNN's first use at the worker's start, not in a key's budget */
+	if (flyk_cudnn_attn_warm)
+		(void)flyk_cudnn_attn_warm();
 	*out = dev;
 	return 0;
 fail:

@@ -112,9 +112,10 @@ extern const struct flyk_gpu_op flyk_gpu_attention_op;
 /* The vendor BLAS library and version for the fingerprint
  * (kernels/vendor; absent where no vendor module is linked). */
 int flyk_vendor_blas(char *buf, size_t cap);
-/* cuDNN's version for the fingerprint (kernels/vendor/cudnn_attn.c; absent
- * where it is not linked). */
+/* cuDNN's version for the fingerprint, and its first use done at open
+ * (kernels/vendor/cudnn_attn.c; absent where it is not linked). */
 int flyk_cudnn_attn_version(char *buf, size_t cap);
+int flyk_cudnn_attn_warm(void);
 
 /* Allocate a device buffer owned by the case.  @return index or -ENOMEM. */
 int flyk_gpu_case_alloc(struct flyk_case *c, size_t bytes, int is_output,

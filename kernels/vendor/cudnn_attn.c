@@ -1164,6 +1164,26 @@ const char *flyk_cudnn_attn_last_error(void)
 	return ca_err;
 }
 
+int flyk_cudnn_attn_warm(void)
+{
+	/* a causal d128 problem's first plan: loads cuDNN's engine libraries
+	 * and builds its kernels, once per process */
+	struct flyk_cudnn_attn_problem p;
+	int64_t pt[1][NP];
+	memset(&p, 0, sizeof(p));
+	p.b = 1;
+	p.sq = p.skv = 128;
+	p.hq = p.hkv = 1;
+	p.d = 128;
+	p.causal = 1;
+	p.lse = 1;
+	for (int i = 0; i < 3; i++)
+		p.q_stride[i] = p.k_stride[i] = p.v_stride[i] = p.o_stride[i] =
+		    i == 2 ? 128 : 128 * 128;
+	int n = flyk_cudnn_attn_enumerate(&p, pt, 1);
+	return n < 0 ? n : 0;
+}
+
 int flyk_cudnn_attn_version(char *buf, size_t cap)
 {
 	return snprintf(buf, cap, "cudnn-%zu", cudnnGetVersion());

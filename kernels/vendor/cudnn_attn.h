@@ -142,6 +142,12 @@ unsigned long flyk_cudnn_attn_substituted(void);
 
 const char *flyk_cudnn_attn_last_error(void);
 
+/* Load cuDNN's handle, engine libraries and one plan's kernels on the
+ * calling thread's device (a causal d128 problem), so the first key tuned
+ * does not pay them (0.5-0.8 s on the H200).  @return 0 or a negative
+ * error (nothing else depends on it). */
+int flyk_cudnn_attn_warm(void);
+
 /* "cudnn-<cudnnGetVersion()>" into @p buf (for the device fingerprint,
  * as flyk_vendor_blas).  @return snprintf's. */
 int flyk_cudnn_attn_version(char *buf, size_t cap);

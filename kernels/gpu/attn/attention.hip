@@ -968,7 +968,10 @@ static const struct flyk_variant attn_variants[] = {
      fa2_feasible,
      NULL,
      fa2_launch,
-     NULL},
+     /* where attn_wgmma runs (sm_90a) it checks these last: on the H200
+      * no fa2 point came within 2.6x of the best on the 16 primary
+      * keys, and their checks took the budget before attn_cudnn's */
+     "attn_wgmma"},
     {"attn_fa2_split",
      FLY_OP_ATTENTION,
      ATTN_DTYPES,
