@@ -29,8 +29,10 @@
  *           operations; 1: the one SDPA_FWD operation of cuDNN >= 9.13.1,
  *           offered without a mask only); bits 16..23: which heuristic
  *           proposed it (0 CUDNN_HEUR_MODE_A, 1 CUDNN_HEUR_MODE_FALLBACK);
- *           bits 24..39: its rank there.  Replay reads bits 0..15 only:
- *           the rest tells explain where the point came from.
+ *           bits 24..39: its rank there; bits 40..47: the caller's
+ *           (attn_cudnn's bit 40: a call without the LSE runs the LSE
+ *           graph).  Replay reads bits 0..15 only: the rest tells
+ *           explain where the point came from.
  *   [2..7]  knob i < n: CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE << 32 | the low
  *           32 bits of CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE (sign-extended
  *           back), sorted by type; unused slots 0.
