@@ -83,7 +83,19 @@ static int is_long_int(const char *t, size_t n)
 	return d >= 16;
 }
 
-/* Turn the long integer members of @p o into raw nodes holding their
+/* Whether cJSON would print @p v inexactly: its 15 digits read back as
+ * another double (equal within cJSON's epsilon: 0.30000000000000004 as
+ * 0.3), so a tuned median would not survive get, list or export. */
+static int is_inexact(double v)
+{
+	char buf[32];
+
+	snprintf(buf, sizeof(buf), "%1.15g", v);
+	return isfinite(v) && strtod(buf, NULL) != v;
+}
+
+/* Turn the long integer members of @p o, and the numbers cJSON would
+ * print inexactly (is_inexact), into raw nodes holding their
  * literal; @p s is the text @p o was parsed from, *pos a cursor over it
  * (cJSON keeps members in document order, so the walk meets the numbers
  * in the order of the text). */
@@ -101,7 +113,8 @@ static void exact_ints(cJSON *o, const char *s, size_t len, size_t *pos)
 
 			if (!next_number(s, len, pos, &t, &n))
 				return;
-			if (!is_long_int(t, n) || (v = strndup(t, n)) == NULL)
+			if (!(is_long_int(t, n) || is_inexact(it->valuedouble)) ||
+			    (v = strndup(t, n)) == NULL)
 				continue;
 			it->type = cJSON_Raw | (it->type & cJSON_StringIsConst);
 			it->valuestring = v;
@@ -112,9 +125,10 @@ static void exact_ints(cJSON *o, const char *s, size_t len, size_t *pos)
 /* Parse a reply.  cJSON holds numbers as doubles: 53 bits, printed with
  * 15 significant digits when that reads back equal, so the shm generation
  * 1796229956770520 came out as 1.79622995677052e+15, and a 64-bit
- * integer past 2^53 would come out changed.  Integers of 16 digits or
- * more are kept as their literal (raw nodes), which cJSON_Print and
- * ctl_print_flat print verbatim.  @return the object or NULL. */
+ * integer past 2^53 would come out changed; 0.30000000000000004 came
+ * out as 0.3.  Integers of 16 digits or more, and numbers whose 15
+ * digits would not read back as themselves, are kept as their literal
+ * (raw nodes), which cJSON_Print and ctl_print_flat print verbatim.  @return the object or NULL. */
 static cJSON *ctl_parse(const char *text, size_t len)
 {
 	cJSON *o = cJSON_ParseWithLength(text, len);

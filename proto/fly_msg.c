@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "fly_err.h"
+#include "fly_hot.h"
 #include "fly_msg.h"
 
 #define FLY_MSG_DEPTH_MAX 32
@@ -377,37 +378,61 @@ static int is_long_int(const cJSON *it)
 	       fabs(v) < 9223372036854775808.0;
 }
 
-static int has_long_int(const cJSON *o)
+/* Whether cJSON's 15 digits of a number (not a long integer) would not
+ * read back as the same double (0.30000000000000004 printed 0.3, equal
+ * within cJSON's epsilon): such numbers are printed by
+ * fly_hot_fmt_double(), exact in 15, 16 or 17 digits. */
+static int is_inexact(const cJSON *it)
+{
+	double v = it->valuedouble;
+	char buf[32];
+
+	if (!cJSON_IsNumber(it) || !isfinite(v) || is_long_int(it))
+		return 0;
+	snprintf(buf, sizeof(buf), "%1.15g", v);
+	return strtod(buf, NULL) != v;
+}
+
+static int needs_raw(const cJSON *it)
+{
+	return is_long_int(it) || is_inexact(it);
+}
+
+static int has_raw_number(const cJSON *o)
 {
 	const cJSON *it;
 
 	cJSON_ArrayForEach(it, o) {
-		if (is_long_int(it) || has_long_int(it))
+		if (needs_raw(it) || has_raw_number(it))
 			return 1;
 	}
 	return 0;
 }
 
-/* Turn every long integer of @p o into a raw node of its digits. */
-static int raw_long_ints(cJSON *o)
+/* Turn every number of @p o that needs_raw() into a raw node of its exact
+ * digits. */
+static int raw_numbers(cJSON *o)
 {
 	cJSON *it;
 	char buf[32];
 
 	cJSON_ArrayForEach(it, o) {
-		if (is_long_int(it)) {
+		if (needs_raw(it)) {
 			char *v;
 
 			double x = it->valuedouble;
 
-			snprintf(buf, sizeof(buf), x == floor(x) ? "%.0f" : "%.17g",
-				 x);
+			if (is_long_int(it))
+				snprintf(buf, sizeof(buf),
+					 x == floor(x) ? "%.0f" : "%.17g", x);
+			else if (fly_hot_fmt_double(x, buf) < 0)
+				return -EINVAL;
 			v = strdup(buf);
 			if (v == NULL)
 				return -ENOMEM;
 			it->type = cJSON_Raw | (it->type & cJSON_StringIsConst);
 			it->valuestring = v;
-		} else if (raw_long_ints(it) < 0) {
+		} else if (raw_numbers(it) < 0) {
 			return -ENOMEM;
 		}
 	}
@@ -419,9 +444,9 @@ char *fly_msg_print(const cJSON *msg, size_t *len)
 	cJSON *copy = NULL;
 	char *s;
 
-	if (has_long_int(msg)) {
+	if (has_raw_number(msg)) {
 		copy = cJSON_Duplicate(msg, 1);
-		if (copy == NULL || raw_long_ints(copy) < 0) {
+		if (copy == NULL || raw_numbers(copy) < 0) {
 			cJSON_Delete(copy);
 			return NULL;
 		}

@@ -48,7 +48,9 @@ int fly_msg_parse(const uint8_t *buf, size_t len, cJSON **out);
 int fly__utf8_valid(const char *s, size_t n);
 
 /* Serialize unformatted.  Integral numbers from 1e15 up to 2^63 print as
- * integers (cJSON alone prints 1796229956770520 as 1.79622995677052e+15).
+ * integers (cJSON alone prints 1796229956770520 as 1.79622995677052e+15),
+ * and every other number reads back as the same double (cJSON alone
+ * prints 0.30000000000000004 as 0.3).
  * Caller owns result; free with free().
  * @return NULL on -ENOMEM. */
 char *fly_msg_print(const cJSON *msg, size_t *len);

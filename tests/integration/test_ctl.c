@@ -410,6 +410,54 @@ static double get_median(const char *key)
 	return v;
 }
 
+/* A median that cJSON's 15 digits do not carry (0.30000000000000004 us
+ * printed as 0.3, equal within its epsilon) survives import, get and an
+ * export imported again: every number reads back as the same double. */
+static void test_median_exact_round_trip(void **state)
+{
+	const double m = 0.30000000000000004;
+	const char *key = "rmsnorm/fp32/m=4,n=7101";
+	char path[400], *text, *out;
+	cJSON *doc, *res, *r;
+	size_t len;
+	int rc;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/exact.json", dm.dir);
+	assert_int_equal(ctl(NULL, 0, "export %s", path), 0);
+	text = slurp(path, &len);
+	doc = cJSON_Parse(text);
+	free(text);
+	res = cJSON_GetObjectItem(doc, "results");
+	r = cJSON_Duplicate(cJSON_GetArrayItem(res, 0), 1);
+	cJSON_ReplaceItemInObject(doc, "results", cJSON_CreateArray());
+	cJSON_ReplaceItemInObject(r, "variant", cJSON_CreateString("rms_vec"));
+	cJSON_ReplaceItemInObject(r, "params",
+				  cJSON_CreateIntArray((const int[]){ 1, 1, 1 },
+						       3));
+	cJSON_ReplaceItemInObject(r, "median_us",
+				  cJSON_CreateRaw("0.30000000000000004"));
+	cJSON_ReplaceItemInObject(r, "key", cJSON_CreateString(key));
+	cJSON_AddItemToArray(cJSON_GetObjectItem(doc, "results"), r);
+	text = cJSON_Print(doc);
+	cJSON_Delete(doc);
+	write_text(path, text);
+	free(text);
+	rc = ctl(&out, 1, "import %s", path);
+	if (rc != 0)
+		fail_msg("import: rc %d: %s", rc, out);
+	free(out);
+	assert_true(get_median(key) == m);
+	/* exported, forgotten, imported again: the same double */
+	assert_int_equal(ctl(NULL, 0, "export %s", path), 0);
+	assert_int_equal(ctl(NULL, 0, "forget %s", key), 0);
+	rc = ctl(&out, 1, "import %s", path);
+	if (rc != 0)
+		fail_msg("re-import: rc %d: %s", rc, out);
+	free(out);
+	assert_true(get_median(key) == m);
+}
+
 /* issue 19: import sends the records as the file wrote them (no longer
  * printed twice per record): a file with whitespace between and inside
  * records, a number in exponent form, after the header's members
@@ -1070,6 +1118,7 @@ int main(void)
 		cmocka_unit_test(test_tune_get_explain_list),
 		cmocka_unit_test(test_export_forget_import),
 		cmocka_unit_test(test_import_many_chunks),
+		cmocka_unit_test(test_median_exact_round_trip),
 		cmocka_unit_test(test_issue_19_import_as_written),
 		cmocka_unit_test(test_json_status_stats_tune),
 		cmocka_unit_test(test_issue_18_long_ints_print_exactly),

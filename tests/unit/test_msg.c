@@ -181,6 +181,42 @@ static void test_issue_18_print_long_ints(void **state)
 	cJSON_Delete(j);
 }
 
+/* Every double reads back as itself: cJSON prints 15 significant digits
+ * when they read back equal within its epsilon, so a tuned median of
+ * 0.30000000000000004 us came out 0.3 in get, list and export (and an
+ * exported file imported back held another number). */
+static void test_print_doubles_exact(void **state)
+{
+	static const double v[] = {0.30000000000000004, 1.0 / 3.0,
+				   7346.240000000001, -2.2250738585072014e-308,
+				   123456.78901234567, 0.1, 12.5, 1e-7 / 3.0};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		cJSON *j = cJSON_CreateObject(), *back = NULL;
+		char *s;
+
+		cJSON_AddNumberToObject(j, "median_us", v[i]);
+		s = fly_msg_print(j, NULL);
+		assert_non_null(s);
+		assert_int_equal(
+		    fly_msg_parse((const uint8_t *)s, strlen(s), &back), 0);
+		assert_true(cJSON_GetObjectItem(back, "median_us")->valuedouble ==
+			    v[i]);
+		free(s);
+		cJSON_Delete(back);
+		cJSON_Delete(j);
+	}
+	/* and the ones cJSON prints exactly print as before */
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddNumberToObject(j, "a", 0.1);
+	cJSON_AddNumberToObject(j, "b", 12.5);
+	char *s = fly_msg_print(j, NULL);
+	assert_string_equal(s, "{\"a\":0.1,\"b\":12.5}");
+	free(s);
+	cJSON_Delete(j);
+}
+
 /* Printing is stable just below 1e15: 999999999999999.9 printed as
  * 1e+15, which read back as 1e15 and then printed 1000000000000000 (found
  * by the message fuzzer; tests/fuzz/regress/fuzz_msg). */
@@ -427,6 +463,7 @@ int main(void)
 	    cmocka_unit_test(test_rejects),
 	    cmocka_unit_test(test_print),
 	    cmocka_unit_test(test_issue_18_print_long_ints),
+	    cmocka_unit_test(test_print_doubles_exact),
 	    cmocka_unit_test(test_print_stable_below_1e15),
 	    cmocka_unit_test(test_req_table),
 	    cmocka_unit_test(test_err_names),
