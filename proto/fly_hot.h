@@ -46,12 +46,6 @@ struct fly_hot_req {
 int fly_hot_scan_decide(const uint8_t *buf, size_t len,
 			struct fly_hot_req *out);
 
-/* Print finite @p v as the shortest of "%.15g", "%.16g", "%.17g" that
- * strtod() reads back as @p v (integral values below 2^53 as integers).
- * @return the length written to @p out (NUL-terminated), or FLY_E_PROTO
- * when @p v is not finite (JSON has no such number). */
-int fly_hot_fmt_double(double v, char out[32]);
-
 /* Write the decide response payload
  * {"ok":true,"key":KEY,"decision":{"status":..,"provisional":..,
  *  "variant":..,"params":[..],"median_us":..}[,"id":ID]}

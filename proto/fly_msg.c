@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "fly_err.h"
-#include "fly_hot.h"
+#include "fly_num.h"
 #include "fly_msg.h"
 
 #define FLY_MSG_DEPTH_MAX 32
@@ -381,7 +381,7 @@ static int is_long_int(const cJSON *it)
 /* Whether cJSON's 15 digits of a number (not a long integer) would not
  * read back as the same double (0.30000000000000004 printed 0.3, equal
  * within cJSON's epsilon): such numbers are printed by
- * fly_hot_fmt_double(), exact in 15, 16 or 17 digits. */
+ * fly_num_fmt_double(), exact in 15, 16 or 17 digits. */
 static int is_inexact(const cJSON *it)
 {
 	double v = it->valuedouble;
@@ -425,7 +425,7 @@ static int raw_numbers(cJSON *o)
 			if (is_long_int(it))
 				snprintf(buf, sizeof(buf),
 					 x == floor(x) ? "%.0f" : "%.17g", x);
-			else if (fly_hot_fmt_double(x, buf) < 0)
+			else if (fly_num_fmt_double(x, buf) < 0)
 				return -EINVAL;
 			v = strdup(buf);
 			if (v == NULL)

@@ -5,7 +5,7 @@
  * Checks: a request fly_hot_scan_decide() matches, fly_msg_parse() accepts
  * as a decide with the same key and id; and a decision built from the
  * input's bytes, written by fly_hot_decide_write(), parses strictly and
- * decodes to the same decision, median_us exact (fly_hot_fmt_double reads
+ * decodes to the same decision, median_us exact (fly_num_fmt_double reads
  * back as the same double).
  */
 #include <math.h>

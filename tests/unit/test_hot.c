@@ -4,7 +4,7 @@
  * way; the fixed-layout writer gives the decoded answer of the generic
  * printer (fly_msg_decision_to_json + fly_msg_print) over many decisions,
  * with median_us exact; its replies validate against
- * schemas/decide.response.json; fly_hot_fmt_double() reads back as the
+ * schemas/decide.response.json; fly_num_fmt_double() reads back as the
  * same double.
  */
 #include <stdarg.h>
@@ -22,6 +22,7 @@
 
 #include "fly_err.h"
 #include "fly_hot.h"
+#include "fly_num.h"
 #include "fly_msg.h"
 #include "jsonschema.h"
 
@@ -58,7 +59,7 @@ static void check_fmt(double v)
 {
 	char out[32], json[64];
 	cJSON *o = NULL;
-	int n = fly_hot_fmt_double(v, out);
+	int n = fly_num_fmt_double(v, out);
 
 	assert_true(n > 0 && n < 32);
 	assert_int_equal((size_t)n, strlen(out));
@@ -92,7 +93,7 @@ static void test_fmt_double(void **state)
 	for (int i = 0; i < 200000; i++)
 		check_fmt(rand_double(i));
 	/* 17 digits, exact, from the 128-bit path (no printf) */
-	fly_hot_fmt_double(3.2912345678901234, out);
+	fly_num_fmt_double(3.2912345678901234, out);
 	assert_string_equal(out, "3.2912345678901236");
 	for (int i = 0; i < 100000; i++) { /* every power-of-ten boundary */
 		double p = pow(10, i % 21 - 5);
@@ -101,21 +102,21 @@ static void test_fmt_double(void **state)
 		check_fmt(nextafter(p, INFINITY));
 	}
 	/* short where short reads back */
-	fly_hot_fmt_double(123.456, out);
+	fly_num_fmt_double(123.456, out);
 	assert_string_equal(out, "123.456");
-	fly_hot_fmt_double(41.5, out);
+	fly_num_fmt_double(41.5, out);
 	assert_string_equal(out, "41.5");
-	fly_hot_fmt_double(0.000123, out);
+	fly_num_fmt_double(0.000123, out);
 	assert_string_equal(out, "0.000123");
-	fly_hot_fmt_double(1e-7, out);
+	fly_num_fmt_double(1e-7, out);
 	assert_string_equal(out, "1e-07");
-	fly_hot_fmt_double(0, out);
+	fly_num_fmt_double(0, out);
 	assert_string_equal(out, "0");
 	/* exact where cJSON's "%1.15g" printed 0.3 */
-	fly_hot_fmt_double(0.1 + 0.2, out);
+	fly_num_fmt_double(0.1 + 0.2, out);
 	assert_string_equal(out, "0.30000000000000004");
-	assert_int_equal(fly_hot_fmt_double(NAN, out), FLY_E_PROTO);
-	assert_int_equal(fly_hot_fmt_double(INFINITY, out), FLY_E_PROTO);
+	assert_int_equal(fly_num_fmt_double(NAN, out), FLY_E_PROTO);
+	assert_int_equal(fly_num_fmt_double(INFINITY, out), FLY_E_PROTO);
 }
 
 struct scan_case {
@@ -292,7 +293,7 @@ static void test_fast_vs_generic(void **state)
 		assert_true(fabs(dg.median_us - d.median_us) <=
 			    fmax(fabs(d.median_us), 1e-300) * DBL_EPSILON);
 		/* the same bytes where the median prints the same */
-		fly_hot_fmt_double(d.median_us, med);
+		fly_num_fmt_double(d.median_us, med);
 		if (strstr(gen, med) != NULL && dg.median_us == d.median_us &&
 		    glen == (size_t)n)
 			assert_memory_equal(fast, gen, glen);
