@@ -410,6 +410,29 @@ static double get_median(const char *key)
 	return v;
 }
 
+/* Export to @p path and return the export without its results in *doc
+ * and a copy of its first record, made feasible for any rmsnorm fp32
+ * key (rms_vec, params 1,1,1; as in test_import_many_chunks). */
+static cJSON *exported_record(const char *path, cJSON **doc)
+{
+	char *text;
+	size_t len;
+	cJSON *res, *r;
+
+	assert_int_equal(ctl(NULL, 0, "export %s", path), 0);
+	text = slurp(path, &len);
+	*doc = cJSON_Parse(text);
+	free(text);
+	res = cJSON_DetachItemFromObject(*doc, "results");
+	r = cJSON_Duplicate(cJSON_GetArrayItem(res, 0), 1);
+	cJSON_Delete(res);
+	cJSON_ReplaceItemInObject(r, "variant", cJSON_CreateString("rms_vec"));
+	cJSON_ReplaceItemInObject(r, "params",
+				  cJSON_CreateIntArray((const int[]){ 1, 1, 1 },
+						       3));
+	return r;
+}
+
 /* A median that cJSON's 15 digits do not carry (0.30000000000000004 us
  * printed as 0.3, equal within its epsilon) survives import, get and an
  * export imported again: every number reads back as the same double. */
@@ -418,23 +441,13 @@ static void test_median_exact_round_trip(void **state)
 	const double m = 0.30000000000000004;
 	const char *key = "rmsnorm/fp32/m=4,n=7101";
 	char path[400], *text, *out;
-	cJSON *doc, *res, *r;
-	size_t len;
+	cJSON *doc, *r;
 	int rc;
 
 	(void)state;
 	snprintf(path, sizeof(path), "%s/exact.json", dm.dir);
-	assert_int_equal(ctl(NULL, 0, "export %s", path), 0);
-	text = slurp(path, &len);
-	doc = cJSON_Parse(text);
-	free(text);
-	res = cJSON_GetObjectItem(doc, "results");
-	r = cJSON_Duplicate(cJSON_GetArrayItem(res, 0), 1);
-	cJSON_ReplaceItemInObject(doc, "results", cJSON_CreateArray());
-	cJSON_ReplaceItemInObject(r, "variant", cJSON_CreateString("rms_vec"));
-	cJSON_ReplaceItemInObject(r, "params",
-				  cJSON_CreateIntArray((const int[]){ 1, 1, 1 },
-						       3));
+	r = exported_record(path, &doc);
+	cJSON_AddItemToObject(doc, "results", cJSON_CreateArray());
 	cJSON_ReplaceItemInObject(r, "median_us",
 				  cJSON_CreateRaw("0.30000000000000004"));
 	cJSON_ReplaceItemInObject(r, "key", cJSON_CreateString(key));
@@ -469,25 +482,13 @@ static void test_issue_19_import_as_written(void **state)
 {
 	const char *names[2] = {"asis", "escaped"};
 	char path[400], key[96];
-	cJSON *doc, *res, *r;
+	cJSON *doc, *r;
 	char *text, *head, *r1, *r2, *file, *out;
-	size_t len;
 	int rc;
 
 	(void)state;
 	snprintf(path, sizeof(path), "%s/asis.json", dm.dir);
-	assert_int_equal(ctl(NULL, 0, "export %s", path), 0);
-	text = slurp(path, &len);
-	doc = cJSON_Parse(text);
-	free(text);
-	res = cJSON_DetachItemFromObject(doc, "results");
-	r = cJSON_Duplicate(cJSON_GetArrayItem(res, 0), 1);
-	cJSON_Delete(res);
-	/* feasible for both keys (as in test_import_many_chunks) */
-	cJSON_ReplaceItemInObject(r, "variant", cJSON_CreateString("rms_vec"));
-	cJSON_ReplaceItemInObject(r, "params",
-				  cJSON_CreateIntArray((const int[]){ 1, 1, 1 },
-						       3));
+	r = exported_record(path, &doc);
 	cJSON_ReplaceItemInObject(r, "median_us", cJSON_CreateNumber(250));
 	cJSON_ReplaceItemInObject(r, "key",
 				  cJSON_CreateString("rmsnorm/fp32/m=4,n=7001"));
