@@ -1179,7 +1179,7 @@ int flyk_cudnn_attn_warm(void)
 	p.lse = 1;
 	for (int i = 0; i < 3; i++)
 		p.q_stride[i] = p.k_stride[i] = p.v_stride[i] = p.o_stride[i] =
-		    i == 2 ? 128 : 128 * 128;
+		    i == 0 ? 128 * 128 : 128;
 	int n = flyk_cudnn_attn_enumerate(&p, pt, 1);
 	return n < 0 ? n : 0;
 }

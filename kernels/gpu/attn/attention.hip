@@ -833,10 +833,10 @@ static void cudnn_problem(const struct fly_problem *p,
 		cp->o_stride[i] = a && a->o_stride[i] ? a->o_stride[i] : dq[i];
 	}
 	cp->causal = (p->flags & FLY_F_CAUSAL) != 0;
-	/* the graph with the LSE (the case checks it, so that is the one
-	 * tuned); a caller without one gets the same configuration on the
-	 * graph without it where it builds, else the LSE in the
-	 * workspace's tail (cudnn_launch) */
+	/* the graph with the LSE (the case's checked launch reads it, and
+	 * its configurations are the ones listed); a call without one (the
+	 * case's timed launches, an engine's inference call) runs per
+	 * cudnn_launch */
 	cp->lse = 1;
 }
 
