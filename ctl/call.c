@@ -128,7 +128,8 @@ static void exact_ints(cJSON *o, const char *s, size_t len, size_t *pos)
  * integer past 2^53 would come out changed; 0.30000000000000004 came
  * out as 0.3.  Integers of 16 digits or more, and numbers whose 15
  * digits would not read back as themselves, are kept as their literal
- * (raw nodes), which cJSON_Print and ctl_print_flat print verbatim.  @return the object or NULL. */
+ * (raw nodes), which cJSON_Print and ctl_print_flat print verbatim.
+ * @return the object or NULL. */
 static cJSON *ctl_parse(const char *text, size_t len)
 {
 	cJSON *o = cJSON_ParseWithLength(text, len);
