@@ -6,7 +6,8 @@
  * each step of fly_decide's table path is timed over all N keys in key
  * order (the scale bench's order):
  *
- *   clock      two clock_gettime calls (what a per-call timing adds)
+ *   clock      an empty tick pair (what a per-call timing adds: rdtsc
+ *              on x86-64, bench_time.h)
  *   key        fly_problem_key (validate, bucket, format)
  *   hash       the table's hash of the problem (fly__shm_problem_hash)
  *              and its home slot
@@ -17,7 +18,7 @@
  *              prefetch the home slot, format the key, look it up
  *
  * Each step is timed twice: the loop's mean (total / N, no clock inside)
- * and per call (p50/p99 of clock pairs, the clock pair's own p50 not
+ * and per call (p50/p99 of tick pairs, the empty pair's own p50 not
  * subtracted).  "pass1" is the first lookup pass through a fresh mapping
  * (page faults), the later passes are warm.
  *
@@ -98,10 +99,10 @@ static void run_step(struct ctx *x, enum step s, const char *pass,
 		step_once(x, s, i);
 	mean = (now_ns() - t0) * 10 / (uint64_t)x->n;
 	for (int i = 0; i < x->n; i++) {
-		uint64_t a = now_ns();
+		uint64_t a = tick();
 
 		step_once(x, s, i);
-		v[i] = now_ns() - a;
+		v[i] = ticks_ns(tick() - a);
 	}
 	printf("%s %-10s mean %4llu.%llu ns  per-call p50 %4llu p99 %5llu\n",
 	       pass, step_names[s], (unsigned long long)(mean / 10),
@@ -157,7 +158,8 @@ int main(int argc, char **argv)
 	if (fly__shm_reader_open(dup(fly__shm_writer_fd(w)), &r) < 0)
 		return 1;
 	x.r = r;
-	printf("keys %d capacity %u\n", x.n, fly__shm_writer_capacity(w));
+	printf("keys %d capacity %u timer %s\n", x.n,
+	       fly__shm_writer_capacity(w), tick_calibrate());
 	run_step(&x, S_LOOKUP, "pass1", v); /* through the fresh mapping */
 	for (int s = 0; s < S_COUNT; s++)
 		run_step(&x, (enum step)s, "pass2", v);
