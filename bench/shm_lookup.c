@@ -20,7 +20,9 @@
  * Each step is timed twice: the loop's mean (total / N, no clock inside)
  * and per call (p50/p99 of tick pairs, the empty pair's own p50 not
  * subtracted).  "pass1" is the first lookup pass through a fresh mapping
- * (page faults), the later passes are warm.
+ * (page faults), the later passes are warm.  "prefault" is what
+ * fly__shm_reader_prefault of another fresh mapping costs (what a client
+ * pays when it maps the table).
  *
  *   build/bench/bench/shm_lookup [N]        (default 1000000)
  *
@@ -137,6 +139,25 @@ static struct fly_shm_writer *fill(struct ctx *x, int n)
 	return w;
 }
 
+/* What a client's pre-fault of a fresh mapping of the table costs
+ * (another reader than the timed one, whose pass1 stays a first touch). */
+static void prefault_cost(struct fly_shm_writer *w)
+{
+	struct fly_shm_reader *r;
+	uint64_t t0;
+	size_t n;
+
+	if (fly__shm_reader_open(dup(fly__shm_writer_fd(w)), &r) < 0)
+		exit(1);
+	t0 = now_ns();
+	n = fly__shm_reader_prefault(r);
+	printf("prefault %.1f MiB of %.1f MiB mapped: %.1f ms\n",
+	       (double)n / 1048576.0,
+	       (double)fly__shm_writer_size(w) / 1048576.0,
+	       (double)(now_ns() - t0) / 1e6);
+	fly__shm_reader_close(r);
+}
+
 int main(int argc, char **argv)
 {
 	struct ctx x = { .n = argc > 1 ? atoi(argv[1]) : 1000000 };
@@ -160,6 +181,7 @@ int main(int argc, char **argv)
 	x.r = r;
 	printf("keys %d capacity %u timer %s\n", x.n,
 	       fly__shm_writer_capacity(w), tick_calibrate());
+	prefault_cost(w);
 	run_step(&x, S_LOOKUP, "pass1", v); /* through the fresh mapping */
 	for (int s = 0; s < S_COUNT; s++)
 		run_step(&x, (enum step)s, "pass2", v);
