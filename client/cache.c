@@ -250,8 +250,13 @@ int fly__cache_put(struct fly_cache *c, const char *key, size_t len,
 			old->next_retired = c->retired;
 			c->retired = old;
 		} else {
-			atomic_fetch_add_explicit(&c->count, 1,
-						  memory_order_relaxed);
+			/* writers hold mu: a plain store, no locked add on
+			 * the table path's put (issue 19) */
+			atomic_store_explicit(
+				&c->count,
+				atomic_load_explicit(&c->count,
+						     memory_order_relaxed) + 1,
+				memory_order_relaxed);
 		}
 		rc = 0;
 		break;

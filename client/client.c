@@ -1104,8 +1104,10 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 		rd_exit(c, t, 1);
 		return 0;
 	}
-	decision_default(d);
+	/* the key first: its home slot's line is asked for before d is
+	 * cleared (issue 19: the slot's miss is the table path's cost) */
 	n = fly__shm_problem_key(r, p, key, &shash);
+	decision_default(d);
 	if (n >= 0 && try_shm(c, r, p, key, (size_t)n, hash, shash, stamp, d) &&
 	    d->status == FLY_STATUS_TUNED) {
 		rd_exit(c, t, 0);
