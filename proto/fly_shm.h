@@ -144,9 +144,10 @@ int fly__shm_reader_open(int fd, struct fly_shm_reader **out);
 void fly__shm_reader_close(struct fly_shm_reader *r);
 /* Read one byte of every page a lookup can touch, so lookups take no
  * first-touch fault on them (issue 19: the shm row's p99): the header,
- * the slots, and the record arena up to the header's arena-used mark
- * (bounded by the arena; never its unwritten tail, since reading a memfd
- * hole allocates a page).  Plain loads: MADV_POPULATE_READ was measured
+ * the slots (all of them: a sparse table's never-written slot pages are
+ * allocated by the read, capacity x 16 bytes at most), and the record
+ * arena up to the header's arena-used mark (bounded by the arena; never
+ * its unwritten tail, since reading a memfd hole allocates a page).  Plain loads: MADV_POPULATE_READ was measured
  * and left each page's first load from user space at 10-20 us on the
  * 2-core VM.  Pages written later (new records) are first touched by
  * their lookup.  A slow call on a large table (1M keys: 108 MiB, see
