@@ -147,11 +147,12 @@ void fly__shm_reader_close(struct fly_shm_reader *r);
  * the slots (all of them: a sparse table's never-written slot pages are
  * allocated by the read, capacity x 16 bytes at most), and the record
  * arena up to the header's arena-used mark (bounded by the arena; never
- * its unwritten tail, since reading a memfd hole allocates a page).  Plain loads: MADV_POPULATE_READ was measured
- * and left each page's first load from user space at 10-20 us on the
- * 2-core VM.  Pages written later (new records) are first touched by
- * their lookup.  A slow call on a large table (1M keys: 108 MiB, see
- * bench/README.md).  @return the bytes pre-faulted. */
+ * its unwritten tail, since reading a memfd hole allocates a page).
+ * Plain loads: MADV_POPULATE_READ was measured and left each page's
+ * first load from user space at 10-20 us on the 2-core VM.  Pages
+ * written later (new records) are first touched by their lookup.  A
+ * slow call on a large table (1M keys: 108 MiB, see bench/README.md).
+ * @return the bytes pre-faulted. */
 size_t fly__shm_reader_prefault(const struct fly_shm_reader *r);
 /* Current generation (acquire load). */
 uint64_t fly__shm_reader_generation(const struct fly_shm_reader *r);
