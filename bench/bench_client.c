@@ -23,6 +23,10 @@
  *    (as in 4): per pass p50/p99 per call and where the answers came
  *    from (process cache, shm table, socket requests), so a key that
  *    falls out of the table or the process cache shows in pass 2.
+ * 4 and 5 time each call with tick() (bench_time.h: rdtsc on x86-64),
+ * print the timer's source and an empty tick pair's p50 ("timer_p50_ns",
+ * not subtracted from anything), and the minor page faults the timed
+ * calls took (getrusage around the timed loop).
  * Prints "name value" lines (ns) that run_service_bench.sh and
  * run_scale_bench.sh tabulate.
  * Owns: its clients.  Thread: main + 2 bench threads.
@@ -32,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "flyclient.h"
@@ -41,15 +46,46 @@
 #define HOT_SAMPLES 200000
 #define FRESH 200
 #define RTT_SAMPLES 20000
+#define TIMER_SAMPLES 100000
+
+/* Minor page faults of this process so far. */
+static long minflt(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_minflt;
+}
+
+/* Choose the per-call timer and print it, with what an empty tick pair
+ * measures (p50 and p99, ns): the floor under every per-call figure. */
+static void timer_report(void)
+{
+	uint64_t *v = malloc(sizeof(uint64_t) * TIMER_SAMPLES);
+	const char *src = tick_calibrate();
+
+	if (v == NULL)
+		exit(1);
+	for (int i = 0; i < TIMER_SAMPLES; i++) {
+		uint64_t a = tick();
+
+		v[i] = ticks_ns(tick() - a);
+	}
+	printf("timer %s\ntimer_p50_ns %llu\ntimer_p99_ns %llu\n", src,
+	       (unsigned long long)pct_u64(v, TIMER_SAMPLES, 0.5),
+	       (unsigned long long)pct_u64(v, TIMER_SAMPLES, 0.99));
+	free(v);
+}
 
 /* fly_decide of keys 1..n of fmt (key i: fmt with i * step), each call
- * timed into v[i - 1]. */
-static void decide_keys_timed(fly_client *c, const char *fmt, int n,
+ * timed into v[i - 1] (ns).  @return the minor page faults of the loop. */
+static long decide_keys_timed(fly_client *c, const char *fmt, int n,
 			      int step, uint64_t *v)
 {
 	struct fly_problem p;
 	struct fly_decision d;
 	char key[FLY_KEY_MAX];
+	long f0 = minflt();
 
 	for (int i = 0; i < n; i++) {
 		uint64_t s;
@@ -57,10 +93,11 @@ static void decide_keys_timed(fly_client *c, const char *fmt, int n,
 		snprintf(key, sizeof(key), fmt, (i + 1) * step);
 		if (fly_problem_from_key(key, &p) < 0)
 			exit(1);
-		s = now_ns();
+		s = tick();
 		fly_decide(c, &p, &d);
-		v[i] = now_ns() - s;
+		v[i] = ticks_ns(tick() - s);
 	}
+	return minflt() - f0;
 }
 
 /* One per bench thread, each on its own cache lines: with plain adjacent
@@ -159,6 +196,7 @@ static void bench_shm(const char *sock, const char *fmt, int n, int step)
 	struct fly_decision d;
 	fly_client *c;
 	char key[FLY_KEY_MAX];
+	long flt;
 
 	if (v == NULL || fly_client_open_opts(&o, &c) < 0)
 		exit(1);
@@ -166,14 +204,15 @@ static void bench_shm(const char *sock, const char *fmt, int n, int step)
 	snprintf(key, sizeof(key), fmt, (n + 1) * step);
 	if (fly_problem_from_key(key, &p) == 0)
 		fly_decide(c, &p, &d);
+	timer_report();
 	fly_client_stats_get(c, &st0);
-	decide_keys_timed(c, fmt, n, step, v);
+	flt = decide_keys_timed(c, fmt, n, step, v);
 	fly_client_stats_get(c, &st1);
 	printf("shm_first_call_p50_ns %llu\nshm_first_call_p99_ns %llu\n"
-	       "shm_first_call_hits %llu/%d\n",
+	       "shm_first_call_hits %llu/%d\nshm_first_call_minflt %ld\n",
 	       (unsigned long long)pct_u64(v, (size_t)n, 0.5),
 	       (unsigned long long)pct_u64(v, (size_t)n, 0.99),
-	       (unsigned long long)(st1.shm_hits - st0.shm_hits), n);
+	       (unsigned long long)(st1.shm_hits - st0.shm_hits), n, flt);
 	fly_client_close(c);
 	free(v);
 }
@@ -184,13 +223,14 @@ static void scale_pass(fly_client *c, const char *fmt, int n, int step, int k,
 		       uint64_t *v)
 {
 	struct fly_client_stats st0, st1;
+	long flt;
 
 	fly_client_stats_get(c, &st0);
-	decide_keys_timed(c, fmt, n, step, v);
+	flt = decide_keys_timed(c, fmt, n, step, v);
 	fly_client_stats_get(c, &st1);
-	printf("pass%d_p50_ns %llu\npass%d_p99_ns %llu\n", k,
-	       (unsigned long long)pct_u64(v, (size_t)n, 0.5), k,
-	       (unsigned long long)pct_u64(v, (size_t)n, 0.99));
+	printf("pass%d_p50_ns %llu\npass%d_p99_ns %llu\npass%d_minflt %ld\n",
+	       k, (unsigned long long)pct_u64(v, (size_t)n, 0.5), k,
+	       (unsigned long long)pct_u64(v, (size_t)n, 0.99), k, flt);
 	printf("pass%d_cache_hits %llu\npass%d_shm_hits %llu\n"
 	       "pass%d_socket_requests %llu\n", k,
 	       (unsigned long long)(st1.cache_hits - st0.cache_hits), k,
@@ -212,6 +252,7 @@ static void bench_scale(const char *sock, const char *fmt, int n, int step)
 	snprintf(key, sizeof(key), fmt, (n + 1) * step);
 	if (fly_problem_from_key(key, &p) == 0)
 		fly_decide(c, &p, &d);
+	timer_report();
 	printf("scale_keys %d\n", n);
 	scale_pass(c, fmt, n, step, 1, v);
 	scale_pass(c, fmt, n, step, 2, v);

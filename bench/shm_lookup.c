@@ -6,7 +6,8 @@
  * each step of fly_decide's table path is timed over all N keys in key
  * order (the scale bench's order):
  *
- *   clock      two clock_gettime calls (what a per-call timing adds)
+ *   clock      an empty tick pair (what a per-call timing adds: rdtsc
+ *              on x86-64, bench_time.h)
  *   key        fly_problem_key (validate, bucket, format)
  *   hash       the table's hash of the problem (fly__shm_problem_hash)
  *              and its home slot
@@ -17,9 +18,11 @@
  *              prefetch the home slot, format the key, look it up
  *
  * Each step is timed twice: the loop's mean (total / N, no clock inside)
- * and per call (p50/p99 of clock pairs, the clock pair's own p50 not
+ * and per call (p50/p99 of tick pairs, the empty pair's own p50 not
  * subtracted).  "pass1" is the first lookup pass through a fresh mapping
- * (page faults), the later passes are warm.
+ * (page faults), the later passes are warm.  "prefault" is what
+ * fly__shm_reader_prefault of another fresh mapping costs (what a client
+ * pays when it maps the table).
  *
  *   build/bench/bench/shm_lookup [N]        (default 1000000)
  *
@@ -98,10 +101,10 @@ static void run_step(struct ctx *x, enum step s, const char *pass,
 		step_once(x, s, i);
 	mean = (now_ns() - t0) * 10 / (uint64_t)x->n;
 	for (int i = 0; i < x->n; i++) {
-		uint64_t a = now_ns();
+		uint64_t a = tick();
 
 		step_once(x, s, i);
-		v[i] = now_ns() - a;
+		v[i] = ticks_ns(tick() - a);
 	}
 	printf("%s %-10s mean %4llu.%llu ns  per-call p50 %4llu p99 %5llu\n",
 	       pass, step_names[s], (unsigned long long)(mean / 10),
@@ -136,6 +139,25 @@ static struct fly_shm_writer *fill(struct ctx *x, int n)
 	return w;
 }
 
+/* What a client's pre-fault of a fresh mapping of the table costs
+ * (another reader than the timed one, whose pass1 stays a first touch). */
+static void prefault_cost(struct fly_shm_writer *w)
+{
+	struct fly_shm_reader *r;
+	uint64_t t0;
+	size_t n;
+
+	if (fly__shm_reader_open(dup(fly__shm_writer_fd(w)), &r) < 0)
+		exit(1);
+	t0 = now_ns();
+	n = fly__shm_reader_prefault(r);
+	printf("prefault %.1f MiB of %.1f MiB mapped: %.1f ms\n",
+	       (double)n / 1048576.0,
+	       (double)fly__shm_writer_size(w) / 1048576.0,
+	       (double)(now_ns() - t0) / 1e6);
+	fly__shm_reader_close(r);
+}
+
 int main(int argc, char **argv)
 {
 	struct ctx x = { .n = argc > 1 ? atoi(argv[1]) : 1000000 };
@@ -157,7 +179,9 @@ int main(int argc, char **argv)
 	if (fly__shm_reader_open(dup(fly__shm_writer_fd(w)), &r) < 0)
 		return 1;
 	x.r = r;
-	printf("keys %d capacity %u\n", x.n, fly__shm_writer_capacity(w));
+	printf("keys %d capacity %u timer %s\n", x.n,
+	       fly__shm_writer_capacity(w), tick_calibrate());
+	prefault_cost(w);
 	run_step(&x, S_LOOKUP, "pass1", v); /* through the fresh mapping */
 	for (int s = 0; s < S_COUNT; s++)
 		run_step(&x, (enum step)s, "pass2", v);

@@ -1,7 +1,8 @@
 /*
  * cache.c -- the process cache of libflyclient (see cache.h).
  *
- * Owns: entries allocated here.  Thread: lock-free readers, mutex writers.
+ * Owns: entries allocated here (the arena's, then calloc'd ones), the
+ * arena mapping.  Thread: lock-free readers, mutex writers.
  * Publication: a writer fills a fresh entry completely, then stores its
  * pointer with release order; a reader loads with acquire order and sees
  * a fully written entry (no seqlock needed, no torn reads by construction).
@@ -9,8 +10,53 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cache.h"
+
+#ifndef MAP_POPULATE
+#define MAP_POPULATE 0
+#endif
+
+#define ARENA_BYTES (sizeof(struct fly_cache_entry) * FLY_CACHE_SLOTS)
+
+/* The entry arena, its pages populated by the kernel in one call and
+ * then written once each, so a put writes to memory that is there.
+ * Both steps are needed on the 2-core VM (issue 19, measured with
+ * bench/bench_client --shm): MAP_POPULATE alone left the first store to
+ * each page at 20-50 us (the hypervisor backs a page on its first use
+ * in user space, a cost the guest counts as no fault); populate + one
+ * store a page costs ~1.5 ms for the 1.1 MiB here, once, at open.
+ * @return NULL when the mapping is refused. */
+static struct fly_cache_entry *arena_map(void)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	volatile char *m = mmap(NULL, ARENA_BYTES, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+				-1, 0);
+
+	if (m == MAP_FAILED)
+		return NULL;
+	if (page <= 0)
+		page = 4096;
+	for (size_t o = 0; o < ARENA_BYTES; o += (size_t)page)
+		m[o] = 0;
+	return (struct fly_cache_entry *)(uintptr_t)m;
+}
+
+/* Whether @p e lies in the arena (else it was calloc'd). */
+static int in_arena(const struct fly_cache *c, const struct fly_cache_entry *e)
+{
+	return c->arena != NULL && e >= c->arena &&
+	       e < c->arena + FLY_CACHE_SLOTS;
+}
+
+static void entry_free(const struct fly_cache *c, struct fly_cache_entry *e)
+{
+	if (!in_arena(c, e))
+		free(e);
+}
 
 int fly__cache_init(struct fly_cache *c)
 {
@@ -22,8 +68,12 @@ int fly__cache_init(struct fly_cache *c)
 	}
 	atomic_init(&c->count, 0);
 	c->retired = NULL;
+	c->arena_used = 0;
 	rc = pthread_mutex_init(&c->mu, NULL);
-	return rc ? -rc : 0;
+	if (rc)
+		return -rc;
+	c->arena = arena_map();
+	return 0;
 }
 
 void fly__cache_fini(struct fly_cache *c)
@@ -31,14 +81,19 @@ void fly__cache_fini(struct fly_cache *c)
 	struct fly_cache_entry *e, *next;
 
 	for (size_t i = 0; i < FLY_CACHE_SLOTS; i++) {
-		free(atomic_load_explicit(&c->slots[i], memory_order_relaxed));
+		entry_free(c, atomic_load_explicit(&c->slots[i],
+						   memory_order_relaxed));
 		atomic_store_explicit(&c->slots[i], NULL, memory_order_relaxed);
 	}
 	for (e = c->retired; e != NULL; e = next) {
 		next = e->next_retired;
-		free(e);
+		entry_free(c, e);
 	}
 	c->retired = NULL;
+	if (c->arena != NULL)
+		munmap(c->arena, ARENA_BYTES);
+	c->arena = NULL;
+	c->arena_used = 0;
 	pthread_mutex_destroy(&c->mu);
 }
 
@@ -119,14 +174,23 @@ static int same_decision(const struct fly_decision *a,
 		      sizeof(a->params[0]) * a->nparams) == 0;
 }
 
-/* A fresh, fully initialised entry. */
-static struct fly_cache_entry *entry_new(const char *key, size_t len,
-					 uint64_t hash,
+/* Zeroed memory for a new entry: the arena's next one, else calloc's.
+ * Caller holds c->mu. */
+static struct fly_cache_entry *entry_alloc(struct fly_cache *c)
+{
+	if (c->arena != NULL && c->arena_used < FLY_CACHE_SLOTS)
+		return &c->arena[c->arena_used++];
+	return calloc(1, sizeof(struct fly_cache_entry));
+}
+
+/* A fresh, fully initialised entry.  Caller holds c->mu. */
+static struct fly_cache_entry *entry_new(struct fly_cache *c, const char *key,
+					 size_t len, uint64_t hash,
 					 const struct fly_decision *d,
 					 uint64_t generation,
 					 uint64_t checked_ns)
 {
-	struct fly_cache_entry *e = calloc(1, sizeof(*e));
+	struct fly_cache_entry *e = entry_alloc(c);
 
 	if (e == NULL)
 		return NULL;
@@ -172,7 +236,7 @@ int fly__cache_put(struct fly_cache *c, const char *key, size_t len,
 			rc = 0;
 			break;
 		}
-		e = entry_new(key, len, hash, d, generation, checked_ns);
+		e = entry_new(c, key, len, hash, d, generation, checked_ns);
 		if (e == NULL) {
 			rc = -ENOMEM;
 			break;
@@ -186,8 +250,13 @@ int fly__cache_put(struct fly_cache *c, const char *key, size_t len,
 			old->next_retired = c->retired;
 			c->retired = old;
 		} else {
-			atomic_fetch_add_explicit(&c->count, 1,
-						  memory_order_relaxed);
+			/* writers hold mu: a plain store, no locked add on
+			 * the table path's put (issue 19) */
+			atomic_store_explicit(
+				&c->count,
+				atomic_load_explicit(&c->count,
+						     memory_order_relaxed) + 1,
+				memory_order_relaxed);
 		}
 		rc = 0;
 		break;

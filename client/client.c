@@ -96,6 +96,7 @@ struct fly_client {
 	uint32_t timeout_ms;       /* fly_decide budget */
 	uint32_t recheck_ms;       /* pending keys: socket re-ask period */
 	uint32_t no_shm;           /* never map the table */
+	uint32_t no_prefault;      /* FLYTUNED_SHM_PREFAULT=0 at open */
 	struct fly_cache cache;    /* process cache */
 	_Atomic(struct fly_shm_reader *) shm; /* current table or NULL */
 	_Atomic uint64_t epoch;    /* bumps whenever shm is replaced */
@@ -412,6 +413,14 @@ int fly_client_open(const char *socket_path, fly_client **out)
 	return fly_client_open_opts(&o, out);
 }
 
+/* Whether $FLYTUNED_SHM_PREFAULT turns the table's pre-fault off ("0"). */
+static uint32_t prefault_off(void)
+{
+	const char *env = getenv("FLYTUNED_SHM_PREFAULT");
+
+	return env != NULL && strcmp(env, "0") == 0;
+}
+
 /* Resolve the socket path: explicit, $FLYTUNED_SOCKET, or the default. */
 static int resolve_path(const struct fly_client_opts *o, char *buf,
 			size_t cap)
@@ -458,6 +467,7 @@ int fly_client_open_opts(const struct fly_client_opts *o, fly_client **out)
 	c->timeout_ms = o->timeout_ms ? o->timeout_ms : TIMEOUT_DEFAULT_MS;
 	c->recheck_ms = o->recheck_ms ? o->recheck_ms : RECHECK_DEFAULT_MS;
 	c->no_shm = o->no_shm;
+	c->no_prefault = prefault_off();
 	c->fd = -1;
 	c->backoff_ms = BACKOFF_MIN_MS;
 	c->quiet_ms = BACKOFF_MIN_MS;
@@ -760,6 +770,10 @@ static void hello_map_locked(fly_client *c, int fd)
 		shm_replace_locked(c, NULL);
 		return;
 	}
+	/* before it is published: a lookup of this table never takes a
+	 * first-touch fault on a page that was written before the map */
+	if (!c->no_prefault)
+		fly__shm_reader_prefault(r);
 	c->shm_dev = st.st_dev;
 	c->shm_ino = st.st_ino;
 	shm_replace_locked(c, r);
@@ -1090,8 +1104,10 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 		rd_exit(c, t, 1);
 		return 0;
 	}
-	decision_default(d);
+	/* the key first: its home slot's line is asked for before d is
+	 * cleared (issue 19: the slot's miss is the table path's cost) */
 	n = fly__shm_problem_key(r, p, key, &shash);
+	decision_default(d);
 	if (n >= 0 && try_shm(c, r, p, key, (size_t)n, hash, shash, stamp, d) &&
 	    d->status == FLY_STATUS_TUNED) {
 		rd_exit(c, t, 0);

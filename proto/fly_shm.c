@@ -95,7 +95,11 @@ struct shm_header {
 	/* 1 once the writer moved to a larger table (layout 3): readers
 	 * ask the daemon for the new one on their next miss */
 	_Atomic uint32_t superseded;
-	uint8_t pad[200];
+	/* record units ever handed out from the arena's start (a high-water
+	 * mark; 0 from a writer before it): a reader pre-faults that much
+	 * of the arena and not its never-written tail (issue 19) */
+	_Atomic uint64_t arena_used;
+	uint8_t pad[192];
 };
 
 struct shm_slot {
@@ -117,6 +121,7 @@ _Static_assert(offsetof(struct shm_header, count) == 40, "count");
 _Static_assert(offsetof(struct shm_header, max_probe) == 44, "max_probe");
 _Static_assert(offsetof(struct shm_header, checksum) == 48, "checksum");
 _Static_assert(offsetof(struct shm_header, superseded) == 52, "superseded");
+_Static_assert(offsetof(struct shm_header, arena_used) == 56, "arena_used");
 _Static_assert(sizeof(struct shm_slot) == FLY_SHM_SLOT_SIZE, "slot");
 _Static_assert(offsetof(struct shm_slot, seq) == 0, "seq");
 _Static_assert(offsetof(struct shm_slot, ref) == 8, "ref");
@@ -538,6 +543,10 @@ static int64_t arena_alloc(struct fly_shm_writer *w, uint32_t units)
 	if (w->bump + units > w->arena_units)
 		return -ENOSPC;
 	w->bump += units;
+	if (w->bump > atomic_load_explicit(&hdr_of(w->base)->arena_used,
+					   memory_order_relaxed))
+		atomic_store_explicit(&hdr_of(w->base)->arena_used, w->bump,
+				      memory_order_relaxed);
 	return w->bump - units;
 }
 
@@ -916,6 +925,44 @@ err_free:
 err_close:
 	close(fd);
 	return rc;
+}
+
+/* Read one byte of each page of [off, off + len) of @p r's mapping.
+ * @return the bytes touched. */
+static size_t prefault_range(const struct fly_shm_reader *r, size_t off,
+			     size_t len, size_t page)
+{
+	volatile const uint8_t *b = r->base;
+	uint8_t sink = 0;
+	size_t end;
+
+	off &= ~(page - 1);
+	end = off + len < r->size ? off + len : r->size;
+	if (off >= end)
+		return 0;
+	/* loads, not MADV_POPULATE_READ: on the 2-core VM the populated
+	 * pages' first loads still cost 10-20 us each afterwards (the shm
+	 * row's p99 stayed at 8 us; with the loads alone, 0.6 us) */
+	for (size_t o = off; o < end; o += page)
+		sink ^= b[o];
+	(void)sink;
+	return end - off;
+}
+
+size_t fly__shm_reader_prefault(const struct fly_shm_reader *r)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t page = pg > 0 && (pg & (pg - 1)) == 0 ? (size_t)pg : 4096;
+	size_t slots_end = FLY_SHM_HEADER_SIZE +
+			   (size_t)r->capacity * FLY_SHM_SLOT_SIZE;
+	uint64_t used = atomic_load_explicit(&hdr_of(r->base)->arena_used,
+					     memory_order_relaxed);
+
+	/* the header's value is untrusted: bounded by the arena */
+	if (used > r->arena_units)
+		used = r->arena_units;
+	return prefault_range(r, 0, slots_end, page) +
+	       prefault_range(r, slots_end, (size_t)used * UNIT, page);
 }
 
 void fly__shm_reader_close(struct fly_shm_reader *r)

@@ -21,7 +21,11 @@
  *                 generation (atomic u64, bumps on forget/import/re-tune
  *                 and on every restart), count (atomic u32), max probe
  *                 (u32), header checksum (u32, FNV-1a 64 over the constant
- *                 fields, folded), superseded (atomic u32), padding.
+ *                 fields, folded), superseded (atomic u32), arena used
+ *                 (atomic u64: record units ever handed out from the
+ *                 arena's start, a high-water mark; 0 from writers
+ *                 before it, which readers of version 5 accept),
+ *                 padding.
  *   offset 256    capacity slots of 16 bytes, four to a cache line:
  *                 seq (atomic u64: odd while written, 0 never used),
  *                 ref (atomic u64: the high 32 bits of the key's hash,
@@ -138,6 +142,18 @@ struct fly_shm_reader;
  * @return 0, FLY_E_SHM (refused), FLY_E_VERSION, -errno. */
 int fly__shm_reader_open(int fd, struct fly_shm_reader **out);
 void fly__shm_reader_close(struct fly_shm_reader *r);
+/* Read one byte of every page a lookup can touch, so lookups take no
+ * first-touch fault on them (issue 19: the shm row's p99): the header,
+ * the slots (all of them: a sparse table's never-written slot pages are
+ * allocated by the read, capacity x 16 bytes at most), and the record
+ * arena up to the header's arena-used mark (bounded by the arena; never
+ * its unwritten tail, since reading a memfd hole allocates a page).
+ * Plain loads: MADV_POPULATE_READ was measured and left each page's
+ * first load from user space at 10-20 us on the 2-core VM.  Pages
+ * written later (new records) are first touched by their lookup.  A
+ * slow call on a large table (1M keys: 108 MiB, see bench/README.md).
+ * @return the bytes pre-faulted. */
+size_t fly__shm_reader_prefault(const struct fly_shm_reader *r);
 /* Current generation (acquire load). */
 uint64_t fly__shm_reader_generation(const struct fly_shm_reader *r);
 /* 1 when the daemon has moved to a larger table: this one is frozen, the

@@ -126,6 +126,55 @@ static void test_probe_window_full(void **state)
 	free(c);
 }
 
+/* The entry arena (issue 19): the first FLY_CACHE_SLOTS entries come
+ * from it, later ones (replaced answers) from the heap; either kind is
+ * found, kept readable once retired, and freed by fini (the leak check
+ * of the sanitizer builds). */
+static void test_arena_then_heap(void **state)
+{
+	struct fly_cache *c = malloc(sizeof(*c));
+	char k[64];
+
+	(void)state;
+	assert_int_equal(fly__cache_init(c), 0);
+	for (uint64_t i = 0; i < FLY_CACHE_SLOTS; i++) {
+		struct fly_decision d = mk(FLY_STATUS_TUNED, "a", (int64_t)i);
+
+		snprintf(k, sizeof(k), "topk/fp32/m=%d,n=8,k=1", (int)i + 1);
+		/* hash i: slot i, so every key has a slot */
+		assert_int_equal(fly__cache_put(c, k, strlen(k), i, &d, 1, 0),
+				 0);
+	}
+	assert_int_equal(atomic_load(&c->count), FLY_CACHE_SLOTS);
+	for (uint64_t i = 0; i < 8; i++) {
+		struct fly_decision d = mk(FLY_STATUS_TUNED, "b", 100 + (int)i);
+		const struct fly_cache_entry *old, *e;
+
+		snprintf(k, sizeof(k), "topk/fp32/m=%d,n=8,k=1", (int)i + 1);
+		old = fly__cache_lookup(c, k, strlen(k), i);
+		assert_non_null(old);
+		assert_int_equal(fly__cache_put(c, k, strlen(k), i, &d, 2, 0),
+				 0);
+		e = fly__cache_lookup(c, k, strlen(k), i);
+		assert_ptr_not_equal(e, old);
+		assert_string_equal(e->dec.variant, "b");
+		assert_int_equal(e->dec.params[0], 100 + (int)i);
+		assert_string_equal(old->dec.variant, "a"); /* retired */
+	}
+	/* every other key still holds its first answer */
+	for (uint64_t i = 8; i < FLY_CACHE_SLOTS; i += 97) {
+		const struct fly_cache_entry *e;
+
+		snprintf(k, sizeof(k), "topk/fp32/m=%d,n=8,k=1", (int)i + 1);
+		e = fly__cache_lookup(c, k, strlen(k), i);
+		assert_non_null(e);
+		assert_int_equal(e->dec.params[0], (int64_t)i);
+	}
+	assert_int_equal(atomic_load(&c->count), FLY_CACHE_SLOTS);
+	fly__cache_fini(c);
+	free(c);
+}
+
 /* Concurrency: the writer flips one key between answers whose fields are
  * all derived from one number; a reader checks the derivation. */
 struct race {
@@ -202,6 +251,7 @@ int main(void)
 		cmocka_unit_test(test_insert_lookup),
 		cmocka_unit_test(test_replace_and_stamps),
 		cmocka_unit_test(test_probe_window_full),
+		cmocka_unit_test(test_arena_then_heap),
 		cmocka_unit_test(test_concurrent_readers),
 	};
 

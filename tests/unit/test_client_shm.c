@@ -518,6 +518,34 @@ static void test_client_sealed_table_hits(void **state)
 	fake_stop(&f);
 }
 
+/* FLYTUNED_SHM_PREFAULT=0 (issue 19): the table is mapped without its
+ * pre-fault and serves as with it. */
+static void test_client_prefault_off_hits(void **state)
+{
+	struct fly_client_opts o = { .timeout_ms = 2000 };
+	struct fly_client_stats st;
+	struct fly_problem p = problem_k1();
+	struct fly_decision d;
+	struct fake f = { 0 };
+	fly_client *c;
+
+	(void)state;
+	fake_start(&f, 1, 1);
+	o.socket_path = f.sock;
+	setenv("FLYTUNED_SHM_PREFAULT", "0", 1);
+	assert_int_equal(fly_client_open_opts(&o, &c), 0);
+	unsetenv("FLYTUNED_SHM_PREFAULT");
+	assert_int_equal(fly_decide(c, &p, &d), 0);
+	assert_int_equal(fly_decide(c, &p, &d), 0);
+	fly_client_stats_get(c, &st);
+	assert_int_equal(st.shm_refused, 0);
+	assert_true(st.shm_hits + st.cache_hits >= 1);
+	assert_int_equal(d.status, FLY_STATUS_TUNED);
+	assert_string_equal(d.variant, "tiled");
+	fly_client_close(c);
+	fake_stop(&f);
+}
+
 static void test_client_ctrunc_no_leak(void **state)
 {
 	struct fly_client_opts o = { .timeout_ms = 2000 };
@@ -624,6 +652,7 @@ int main(void)
 		cmocka_unit_test(test_corrupt_and_torn_slots),
 		cmocka_unit_test(test_client_refused_table_uses_socket),
 		cmocka_unit_test(test_client_sealed_table_hits),
+		cmocka_unit_test(test_client_prefault_off_hits),
 		cmocka_unit_test(test_client_ctrunc_no_leak),
 		cmocka_unit_test(test_client_backoff),
 		cmocka_unit_test(test_client_hostile_replies),

@@ -867,6 +867,69 @@ static void test_hostile_max_probe(void **state)
 	fly__shm_writer_close(w);
 }
 
+#define OFF_ARENA_USED 56
+
+/* Issue 19: a reader pre-faults the slots and the written part of the
+ * arena (the writer's arena-used mark), never the arena's unwritten
+ * tail (reading a memfd hole allocates a page); lookups still hit. */
+static void test_issue_19_prefault_written_part(void **state)
+{
+	struct fly_shm_writer *w = wopen(65536); /* 9 MiB, 1 MiB of slots */
+	struct fly_shm_reader *r = NULL;
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	size_t slot_pages = (ARENA(65536) + pg - 1) / pg;
+	struct fly_decision d;
+	uint64_t used;
+	char k[FLY_KEY_MAX];
+
+	(void)state;
+	for (int i = 0; i < 200; i++) {
+		key_of(k, i);
+		assert_int_equal(put(w, k, 1), 0);
+	}
+	memcpy(&used, (uint8_t *)fly__shm_writer_mem(w) + OFF_ARENA_USED, 8);
+	assert_true(used >= 200 * 2 && used <= 200 * 14); /* 2-14 units */
+	assert_int_equal(ropen(w, &r), 0);
+	assert_true(fly__shm_reader_prefault(r) <=
+		    (slot_pages + used * 16 / pg + 2) * pg);
+	/* the slots (now all resident) and the records' few pages */
+	assert_true(resident_pages(w) <= slot_pages + used * 16 / pg + 2);
+	for (int i = 0; i < 200; i++) {
+		key_of(k, i);
+		assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
+		assert_true(dec_ok(k, &d));
+	}
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+/* A hostile arena-used mark is bounded by the arena; a writer before the
+ * mark (0) gets the slots pre-faulted only.  Either way the reader maps
+ * and serves. */
+static void test_issue_19_prefault_hostile_mark(void **state)
+{
+	struct fly_shm_writer *w = wopen(64);
+	struct fly_shm_reader *r = NULL;
+	uint8_t *b = fly__shm_writer_mem(w);
+	uint64_t marks[] = { ~0ull, 0 };
+	struct fly_decision d;
+	char k[FLY_KEY_MAX];
+
+	(void)state;
+	key_of(k, 7);
+	assert_int_equal(put(w, k, 3), 0);
+	for (size_t m = 0; m < sizeof(marks) / sizeof(marks[0]); m++) {
+		memcpy(b + OFF_ARENA_USED, &marks[m], 8);
+		assert_int_equal(ropen(w, &r), 0);
+		assert_true(fly__shm_reader_prefault(r) <=
+			    fly__shm_writer_size(w));
+		assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
+		assert_true(dec_ok(k, &d));
+		fly__shm_reader_close(r);
+	}
+	fly__shm_writer_close(w);
+}
+
 static void test_client_cannot_write(void **state)
 {
 	struct fly_shm_writer *w = wopen(64);
@@ -1008,6 +1071,8 @@ int main(void)
 	    cmocka_unit_test(test_tag_collision_is_miss),
 	    cmocka_unit_test(test_long_keys_and_arena),
 	    cmocka_unit_test(test_hostile_max_probe),
+	    cmocka_unit_test(test_issue_19_prefault_written_part),
+	    cmocka_unit_test(test_issue_19_prefault_hostile_mark),
 	    cmocka_unit_test(test_client_cannot_write),
 	    cmocka_unit_test(test_concurrent),
 	};
