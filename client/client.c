@@ -771,8 +771,13 @@ static void hello_map_locked(fly_client *c, int fd)
 		return;
 	}
 	/* before it is published: a lookup of this table never takes a
-	 * first-touch fault on a page that was written before the map */
-	if (!c->no_prefault)
+	 * first-touch fault on a page that was written before the map.
+	 * The client's first table only: a later one (grown, or a restarted
+	 * daemon's) is mapped by whichever fly_decide missed while a
+	 * serving engine runs, and reading a large table there (~50 ms at
+	 * a million keys) would stall that call; its pages are touched as
+	 * lookups come */
+	if (!c->no_prefault && atomic_load(&c->shm) == NULL)
 		fly__shm_reader_prefault(r);
 	c->shm_dev = st.st_dev;
 	c->shm_ino = st.st_ino;

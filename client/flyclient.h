@@ -48,13 +48,15 @@ struct fly_client_opts {
  * lazy and retried with backoff, so fly_decide works (answering
  * `default`) while the daemon is down.
  * Memory: the process cache's entries (~1.1 MiB) are mapped and touched
- * here, and each time the client maps a daemon's shm table (its first
- * connect, a daemon restart, a table grown larger) it reads one byte of
- * every page of the table's slots and written records, so lookups do
- * not take those first-touch faults (issue 19); that costs ~50 ms for a
- * million keys (108 MiB) and ~0.7 ms for an empty 131072-slot table (its
- * 2 MiB of slots, whose never-written pages the read allocates in the
- * shared memfd) on the 2-core VM, paid by the fly_decide that connects.
+ * here, and when the client maps its first shm table (its first
+ * connect) it reads one byte of every page of the table's slots and
+ * written records, so lookups do not take those first-touch faults
+ * (issue 19); that costs ~50 ms for a million keys (108 MiB) and ~0.7 ms
+ * for an empty 131072-slot table (its 2 MiB of slots, whose never-written
+ * pages the read allocates in the shared memfd) on the 2-core VM, paid
+ * by the fly_decide that connects.  A later table (grown larger, or a
+ * restarted daemon's) is mapped without it: that map happens in a
+ * running engine's fly_decide, which must not stall.
  * FLYTUNED_SHM_PREFAULT=0 in the environment (read here) turns the
  * table's pre-fault off.
  * @param[in] socket_path NULL for $FLYTUNED_SOCKET or the device-0 path.
