@@ -95,10 +95,20 @@ static int put_fixed(uint64_t m, int k, char out[32])
  * @return the length, or 0 (let snprintf do it). */
 static int fmt_fixed(double v, char out[32])
 {
-	int e10 = (int)floor(log10(v)), k;
+	int e10 = 0, k;
 	uint64_t q = 0;
 
-	/* log10 may be one off next to a power of ten: q has 17 digits */
+	/* the decimal exponent from the table (no log10: libflyclient.a's
+	 * users link without libm), maybe one off next to a power of ten:
+	 * the loop below settles it (q has 17 digits) */
+	if (v >= 1.0) {
+		while (e10 < 21 && v >= pow10_exact[e10 + 1])
+			e10++;
+	} else {
+		e10 = -1;
+		while (e10 > -22 && v * pow10_exact[-e10] < 1.0)
+			e10--;
+	}
 	for (int tries = 0;; tries++) {
 		k = 16 - e10;
 		if (k < 0 || k > 22 || tries > 2)
