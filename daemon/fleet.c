@@ -1090,9 +1090,13 @@ int flyd_fleet_claim(void *arg, const char *key)
 	if (lock_add(f, key, L_CLAIM) == NULL)
 		return 0;
 	step(f);
-	/* A send that failed dropped the connection and answered "down"
-	 * before the scheduler waits: say so here instead. */
-	return f->state == ST_UP ? 1 : 0;
+	/* Asked: sent now (up), or after the connection and its pull
+	 * (connecting: connect_hold_end answers "down" past the hold).  A
+	 * send that failed dropped the connection and answered "down"
+	 * before the scheduler waits: say so here instead.  (It said "run
+	 * now" while connecting too, so a job resumed at start ran before
+	 * the fleet could tell it the key was measured.) */
+	return f->state == ST_DOWN ? 0 : 1;
 }
 
 void flyd_fleet_release(void *arg, const char *key, int won)

@@ -17,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cjson/cJSON.h>
 
@@ -707,6 +710,50 @@ static void test_issue_24_lock_holder_killed(void **state)
 	free(wc);
 }
 
+/* A job asked for while the node's fleet connection is still being made
+ * waits for it (up to the connect hold, CONNECT_HOLD_MS) instead of
+ * running at once.  The "server" takes the TCP connection and never
+ * answers (a listening socket nobody accepts on), so the node stays
+ * connecting: the job's fleet state is "asking"; the hold over, it is
+ * answered "down" and tuned locally.  Before the fix the claim returned
+ * "run now" while it was still pending, so a daemon restarted with its
+ * job resumed benchmarked a key the fleet already had
+ * (test_issue_24_lock_holder_killed failed 1 run in 3 under load). */
+static void test_job_waits_for_connecting_fleet(void **state)
+{
+	struct fx *x = *state;
+	struct sockaddr_in sa;
+	socklen_t sl = sizeof(sa);
+	int ls = socket(AF_INET, SOCK_STREAM, 0);
+	char cfg[256], *st, *w;
+
+	assert_true(ls >= 0);
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(ls, 8), 0);
+	assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+	snprintf(cfg, sizeof(cfg),
+		 "{\"fleet_url\":\"postgresql://127.0.0.1:%d/fleet?"
+		 "connect_timeout=60\",\"fleet_wait_ms\":60000}",
+		 ntohs(sa.sin_port));
+	assert_int_equal(fly_test_daemon_start(&x->a, cfg, NULL), 0);
+	st = status_str(&x->a, "fleet", "state");
+	assert_string_equal(st, "connecting");
+	free(st);
+	assert_int_equal(fly_test_ctl(x->a.sock, 0, NULL, "tune %s", KEY_A),
+			 0);
+	assert_true(wait_job_fleet(&x->a, KEY_A, "asking"));
+	w = wait_winner(&x->a, KEY_A);
+	assert_non_null(w);
+	free(w);
+	st = status_str(&x->a, "fleet", "state");
+	assert_string_equal(st, "connecting");
+	free(st);
+	close(ls);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -728,6 +775,8 @@ int main(void)
 			test_single_flight_wait_times_out, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_issue_24_lock_holder_killed, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_job_waits_for_connecting_fleet, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
