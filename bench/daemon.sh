@@ -4,7 +4,9 @@
 # config JSON CONF, waits until it answers `status`, and tunes KEY; it
 # sets DIR, DPID (the daemon) and CTL (flytune-ctl on its socket).  On
 # exit the daemon, and RPID when the caller set it (a redis-server), are
-# stopped and DIR removed.
+# stopped and DIR removed.  fly_synth_keys N CHUNK writes N synthetic
+# results of the tuned rmsnorm key into $DIR/partNNN.json, CHUNK a file
+# (for `flytune-ctl import`).
 
 RPID=
 DPID=
@@ -36,4 +38,25 @@ fly_start() { # TAG CONF KEY
 		sleep 0.1
 	done
 	$CTL tune "$3" --wait --timeout 600 >/dev/null
+}
+
+# N synthetic results, CHUNK a file: the tuned key's exported result
+# under keys rmsnorm/fp32/m=8,n=64*i (n a multiple of the tuned key's 64:
+# the winner stays feasible for every key, which import checks).
+fly_synth_keys() { # N CHUNK
+	$CTL export "$DIR/one.json" 2>/dev/null
+	python3 - "$DIR/one.json" "$DIR/part" "$1" "$2" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+t = doc["results"][0]
+n, chunk = int(sys.argv[3]), int(sys.argv[4])
+for f, lo in enumerate(range(0, n, chunk)):
+    res = []
+    for i in range(lo, min(n, lo + chunk)):
+        r = dict(t)
+        r["key"] = "rmsnorm/fp32/m=8,n=%d" % (64 * (i + 1))
+        res.append(r)
+    doc["results"] = res
+    json.dump(doc, open("%s%03d.json" % (sys.argv[2], f), "w"))
+PY
 }

@@ -30,23 +30,7 @@ rss_split() {
 		"/proc/$DPID/status"
 }
 echo "rss0_kib $(rss)"
-$CTL export "$DIR/one.json" 2>/dev/null
-python3 - "$DIR/one.json" "$DIR/part" "$NKEYS" "$CHUNK" <<'PY'
-import json, sys
-doc = json.load(open(sys.argv[1]))
-t = doc["results"][0]
-n, chunk = int(sys.argv[3]), int(sys.argv[4])
-for f, lo in enumerate(range(0, n, chunk)):
-    res = []
-    for i in range(lo, min(n, lo + chunk)):
-        r = dict(t)
-        # n a multiple of the tuned key's (64): the winner stays
-        # feasible for every key (import checks it)
-        r["key"] = "rmsnorm/fp32/m=8,n=%d" % (64 * (i + 1))
-        res.append(r)
-    doc["results"] = res
-    json.dump(doc, open("%s%03d.json" % (sys.argv[2], f), "w"))
-PY
+fly_synth_keys "$NKEYS" "$CHUNK"
 t0=$(date +%s%N)
 for f in "$DIR"/part*.json; do
 	$CTL import "$f" >/dev/null

@@ -42,22 +42,8 @@ done
 # RSS: before and after importing NKEYS tuned results.
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$DPID/status"; }
 RSS0=$(rss)
-$CTL export "$DIR/one.json" 2>/dev/null
-python3 - "$DIR/one.json" "$DIR/many.json" "$NKEYS" <<'PY'
-import json, sys
-doc = json.load(open(sys.argv[1]))
-t = doc["results"][0]
-res = []
-for i in range(int(sys.argv[3])):
-    r = dict(t)
-    # n a multiple of the tuned key's (64): the winner stays feasible
-    # for every key (import checks it)
-    r["key"] = "rmsnorm/fp32/m=8,n=%d" % (64 * (i + 1))
-    res.append(r)
-doc["results"] = res
-json.dump(doc, open(sys.argv[2], "w"))
-PY
-$CTL import "$DIR/many.json" >/dev/null
+fly_synth_keys "$NKEYS" "$NKEYS"
+$CTL import "$DIR/part000.json" >/dev/null
 NRES=$($CTL --json status | python3 -c 'import json,sys; print(json.load(sys.stdin)["results"])')
 RSS1=$(rss)
 # cold process cache, warm shm: the first decide of 10,000 imported keys

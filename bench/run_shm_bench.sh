@@ -21,21 +21,8 @@ ROUNDS=${ROUNDS:-3}
 ${MAKE:-make} -s BUILD="$B" GPU=none all "$B/bench/bench_client" >/dev/null
 . bench/daemon.sh
 fly_start flyshm "{\"backend\":\"cpu\",\"policy\":\"on-request\",\"shm_capacity\":${SHM_CAP:-131072}}" "$KEY"
-$CTL export "$DIR/one.json" 2>/dev/null
-python3 - "$DIR/one.json" "$DIR/many.json" "$NKEYS" <<'PY'
-import json, sys
-doc = json.load(open(sys.argv[1]))
-t = doc["results"][0]
-res = []
-for i in range(int(sys.argv[3])):
-    r = dict(t)
-    # n a multiple of the tuned key's (64): the winner stays feasible
-    r["key"] = "rmsnorm/fp32/m=8,n=%d" % (64 * (i + 1))
-    res.append(r)
-doc["results"] = res
-json.dump(doc, open(sys.argv[2], "w"))
-PY
-$CTL import "$DIR/many.json" >/dev/null
+fly_synth_keys "$NKEYS" "$NKEYS"
+$CTL import "$DIR/part000.json" >/dev/null
 k=1
 while [ $k -le "$ROUNDS" ]; do
 	echo "run $k"

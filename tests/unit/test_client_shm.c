@@ -493,7 +493,11 @@ static void test_client_refused_table_uses_socket(void **state)
 	fake_stop(&f);
 }
 
-static void test_client_sealed_table_hits(void **state)
+/* A sealed table serves: the first call connects (the socket's answer)
+ * and maps it, the second hits it (or the cache it filled).  @p prefault
+ * "0": with FLYTUNED_SHM_PREFAULT=0 at open, the table mapped without its
+ * pre-fault (issue 19); NULL: the default. */
+static void sealed_table_hits(const char *prefault)
 {
 	struct fly_client_opts o = { .timeout_ms = 2000 };
 	struct fly_client_stats st;
@@ -502,37 +506,10 @@ static void test_client_sealed_table_hits(void **state)
 	struct fake f = { 0 };
 	fly_client *c;
 
-	(void)state;
 	fake_start(&f, 1, 1);
 	o.socket_path = f.sock;
-	assert_int_equal(fly_client_open_opts(&o, &c), 0);
-	/* first call: connects (socket answer), maps the table */
-	assert_int_equal(fly_decide(c, &p, &d), 0);
-	assert_int_equal(fly_decide(c, &p, &d), 0);
-	fly_client_stats_get(c, &st);
-	assert_int_equal(st.shm_refused, 0);
-	assert_true(st.shm_hits + st.cache_hits >= 1);
-	assert_int_equal(d.status, FLY_STATUS_TUNED);
-	assert_string_equal(d.variant, "tiled");
-	fly_client_close(c);
-	fake_stop(&f);
-}
-
-/* FLYTUNED_SHM_PREFAULT=0 (issue 19): the table is mapped without its
- * pre-fault and serves as with it. */
-static void test_client_prefault_off_hits(void **state)
-{
-	struct fly_client_opts o = { .timeout_ms = 2000 };
-	struct fly_client_stats st;
-	struct fly_problem p = problem_k1();
-	struct fly_decision d;
-	struct fake f = { 0 };
-	fly_client *c;
-
-	(void)state;
-	fake_start(&f, 1, 1);
-	o.socket_path = f.sock;
-	setenv("FLYTUNED_SHM_PREFAULT", "0", 1);
+	if (prefault != NULL)
+		setenv("FLYTUNED_SHM_PREFAULT", prefault, 1);
 	assert_int_equal(fly_client_open_opts(&o, &c), 0);
 	unsetenv("FLYTUNED_SHM_PREFAULT");
 	assert_int_equal(fly_decide(c, &p, &d), 0);
@@ -544,6 +521,20 @@ static void test_client_prefault_off_hits(void **state)
 	assert_string_equal(d.variant, "tiled");
 	fly_client_close(c);
 	fake_stop(&f);
+}
+
+static void test_client_sealed_table_hits(void **state)
+{
+	(void)state;
+	sealed_table_hits(NULL);
+}
+
+/* FLYTUNED_SHM_PREFAULT=0 (issue 19): the table is mapped without its
+ * pre-fault and serves as with it. */
+static void test_client_prefault_off_hits(void **state)
+{
+	(void)state;
+	sealed_table_hits("0");
 }
 
 static void test_client_ctrunc_no_leak(void **state)
