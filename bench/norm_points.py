@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""norm_points.py -- every candidate of the RMSNorm variants timed on given
+shapes, flushed per call and under CUDA-graph replay, beside eager and
+torch.compile (Inductor), with gpu_bench's two timing functions.
+
+A diagnostic, not the benchmark of record (gpu_bench.py times the daemon's
+decisions): it answers "which point of which variant is fastest on this
+decode-size shape, by each timing", which the tuner's trials answer only
+for its flushed timing.  --code prints the Triton source Inductor generated
+for each shape (what the peer runs).
+
+  python3 bench/norm_points.py [--build DIR] [--variants REGEX] [--top N]
+      [--code] [--out FILE] SHAPE...
+
+SHAPE is DTYPE:M,N or DTYPE:M,N:res (the fused residual: ours r += x in
+place, y = rms_norm(r); the peer `t = x + r; (rms_norm(t), t)`).  Every
+candidate whose variant matches --variants (default: rows|lat) is timed
+quickly flushed (12 reps); the --top fastest, the default and the peers are
+then timed side by side, flushed (50 reps) and under graph replay.
+"""
+import argparse
+import ctypes
+import json
+import os
+import re
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_bench as gb  # noqa: E402
+
+
+def shape_of(text):
+    parts = text.split(":")
+    try:
+        dt = parts[0]
+        m, n = (int(v) for v in parts[1].split(","))
+        res = len(parts) == 3 and parts[2] == "res"
+        if dt not in gb.DTYPES or len(parts) not in (2, 3) or \
+                (len(parts) == 3 and not res):
+            raise ValueError
+    except (ValueError, IndexError):
+        raise argparse.ArgumentTypeError("bad shape %r (DTYPE:M,N[:res])"
+                                         % text)
+    return dt, m, n, res
+
+
+def name_of(d):
+    return "%s%s" % (d.variant.decode(),
+                     [d.params[i] for i in range(d.nparams)])
+
+
+def one(args, lib, shape):
+    dt, m, n, res = shape
+    tdt = gb.TORCH_DT[dt]
+    x = torch.randn(m, n, device="cuda", dtype=tdt)
+    w = torch.randn(n, device="cuda", dtype=tdt)
+    r = torch.randn(m, n, device="cuda", dtype=tdt) if res else None
+    y = torch.empty_like(x)
+    p = gb.problem(gb.OP_RMSNORM, dt, (m, n), gb.F_RESIDUAL if res else 0)
+    mk = gb.rms_launcher(lib, p, x, w, y, r)
+    cand = (gb.Decision * 512)()
+    nc = lib.flyk_gpu_candidates(ctypes.byref(p), cand, 512)
+    dflt = gb.Decision()
+    lib.flyk_gpu_default(ctypes.byref(p), ctypes.byref(dflt))
+    rx = re.compile(args.variants)
+    quick = []
+    for i in range(max(nc, 0)):
+        if not rx.search(cand[i].variant.decode()):
+            continue
+        quick.append((gb.bench(mk(cand[i]), warmup=2, reps=12,
+                               budget_ms=40), name_of(cand[i]), i))
+    quick.sort()
+
+    if res:
+        def peer(a, b, g):
+            t = a + b
+            return F.rms_norm(t, (n,), g, gb.EPS), t
+        pargs = (x, r, w)
+    else:
+        def peer(a, g):
+            return F.rms_norm(a, (n,), g, gb.EPS)
+        pargs = (x, w)
+    torch._dynamo.reset()
+    cf = torch.compile(peer, dynamic=False)
+    if args.code:
+        from torch._inductor.utils import run_and_get_code
+        _, code = run_and_get_code(cf, *pargs)
+        src = "\n".join(code)
+        keep = [ln for ln in src.splitlines()
+                if "@triton" in ln or "def triton" in ln or
+                "num_warps" in ln or "XBLOCK" in ln or "R0_BLOCK" in ln or
+                "RBLOCK" in ln or "tl.load" in ln or "tl.store" in ln or
+                "grid" in ln]
+        print("-- inductor code for %s:\n%s" % (shape_text(shape),
+                                               "\n".join(keep[:60])))
+    cf(*pargs)
+    fns = {"eager": lambda: peer(*pargs), "inductor": lambda: cf(*pargs)}
+    tops = [i for _, _, i in quick[:args.top]]
+    fns["default " + name_of(dflt)] = mk(dflt)
+    for i in tops:
+        fns[name_of(cand[i])] = mk(cand[i])
+    flushed = gb.bench_side_by_side(fns)
+    graph, failed = gb.bench_graph_side_by_side(fns, must=())
+    best_peer_f = min(flushed["eager"], flushed["inductor"])
+    best_peer_g = min(graph.get("eager", 1e9), graph.get("inductor", 1e9))
+    print("== %s: %d candidates timed, inductor %.2f us flushed, %.2f us "
+          "graph" % (shape_text(shape), len(quick),
+                     flushed["inductor"] * 1e3,
+                     graph.get("inductor", float("nan")) * 1e3))
+    print("  %-34s %9s %7s %9s %7s" % ("", "flush us", "x peer",
+                                        "graph us", "x peer"))
+    rows = []
+    for nm in fns:
+        g = graph.get(nm)
+        rows.append(dict(name=nm, flushed_us=flushed[nm] * 1e3,
+                         graph_us=None if g is None else g * 1e3))
+        print("  %-34s %9.2f %7.3f %9s %7s" % (
+            nm[:34], flushed[nm] * 1e3, best_peer_f / flushed[nm],
+            "-" if g is None else "%.2f" % (g * 1e3),
+            "-" if g is None else "%.3f" % (best_peer_g / g)))
+    for ms, nm, _ in quick[args.top:args.top + 8]:
+        print("  %-34s %9.2f (quick)" % (nm[:34], ms * 1e3))
+    return dict(shape=shape_text(shape), timed=rows, failed=failed,
+                quick=[dict(name=nm, flushed_us=ms * 1e3)
+                       for ms, nm, _ in quick])
+
+
+def shape_text(s):
+    return "%s:%d,%d%s" % (s[0], s[1], s[2], ":res" if s[3] else "")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(gb.ROOT, "build/gpu"))
+    ap.add_argument("--variants", default="rows|lat")
+    ap.add_argument("--top", type=int, default=6)
+    ap.add_argument("--code", action="store_true")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("shapes", nargs="+", type=shape_of)
+    args = ap.parse_args(argv)
+    lib = gb.load_kernels(args.build)
+    out = [one(args, lib, s) for s in args.shapes]
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(dict(commit=gb.commit(), shapes=out), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
