@@ -17,6 +17,8 @@
 #              daemon-driven)
 #   mqaprof    Nsight Compute over bench/mqa_profile.py (PROF_ARGS: the
 #              case, our points, the Triton configs; a diagnostic)
+#   normprof   Nsight Compute over bench/norm_points.py --launch (PROF_ARGS:
+#              the shapes and --params; a diagnostic)
 #   scaled     bench/scaled_gemm_bench.py (fp8 / MXFP8 / MXFP4 GEMM vs
 #              torch._scaled_mm and dequantize + matmul; daemon-driven)
 #   attn       bench/attention_bench.py (attention forward vs SDPA's
@@ -191,6 +193,21 @@ for s in $STAGES; do
 			> "$W/mqa.sass" 2>&1
 		grep -E '^  [a-z_]*mqa|Duration|Throughput|Issue Slots|Registers|Achieved Occ|check|ok' \
 			"$W/mqaprof.txt" | head -60 | tee -a "$S"
+		;;
+	normprof)
+		# shellcheck disable=SC2086
+		stage normprof "${T_PROF:-180}" ncu --clock-control none \
+			-k 'regex:rms|triton' --section SpeedOfLight \
+			--section MemoryWorkloadAnalysis --section WarpStateStats \
+			--section Occupancy --section LaunchStats \
+			--section SchedulerStats --print-details all \
+			python3 bench/norm_points.py --build "$B" --launch 2 \
+			${PROF_ARGS:-bf16:1,4096 bf16:1,4096:res}
+		cp "$W/normprof.txt" "$R/" 2>/dev/null
+		cuobjdump -sass "$B/cuda/kernels/gpu/norm/rmsnorm.o" \
+			> "$R/rmsnorm.sass" 2>&1
+		grep -E '^  [a-z_]*(rms|triton)|Duration|Stall|Warp Cycles|launched' \
+			"$W/normprof.txt" | head -80 | tee -a "$S"
 		;;
 	scaled)
 		stage scaled "${T_SCALED:-420}" env PYTHONUNBUFFERED=1 python3 \

@@ -10,13 +10,16 @@ for its flushed timing.  --code prints the Triton source Inductor generated
 for each shape (what the peer runs).
 
   python3 bench/norm_points.py [--build DIR] [--variants REGEX] [--top N]
-      [--code] [--out FILE] SHAPE...
+      [--code] [--out FILE] [--launch N [--params REGEX]] SHAPE...
 
 SHAPE is DTYPE:M,N or DTYPE:M,N:res (the fused residual: ours r += x in
 place, y = rms_norm(r); the peer `t = x + r; (rms_norm(t), t)`).  Every
 candidate whose variant matches --variants (default: rows|lat) is timed
 quickly flushed (12 reps); the --top fastest, the default and the peers are
 then timed side by side, flushed (50 reps) and under graph replay.
+--launch N: no timing; the candidates whose "variant[params]" text matches
+--params, the default and the peers each run N times, for a profiler
+(bench/device_session.sh's normprof stage runs Nsight Compute over it).
 """
 import argparse
 import ctypes
@@ -66,6 +69,8 @@ def one(args, lib, shape):
     dflt = gb.Decision()
     lib.flyk_gpu_default(ctypes.byref(p), ctypes.byref(dflt))
     rx = re.compile(args.variants)
+    if args.launch:
+        return launch_only(args, lib, shape, p, mk, cand, nc, dflt, x, w, r)
     quick = []
     for i in range(max(nc, 0)):
         if not rx.search(cand[i].variant.decode()):
@@ -74,15 +79,7 @@ def one(args, lib, shape):
                                budget_ms=40), name_of(cand[i]), i))
     quick.sort()
 
-    if res:
-        def peer(a, b, g):
-            t = a + b
-            return F.rms_norm(t, (n,), g, gb.EPS), t
-        pargs = (x, r, w)
-    else:
-        def peer(a, g):
-            return F.rms_norm(a, (n,), g, gb.EPS)
-        pargs = (x, w)
+    peer, pargs = peer_of(shape, x, w, r)
     torch._dynamo.reset()
     cf = torch.compile(peer, dynamic=False)
     if args.code:
@@ -128,6 +125,43 @@ def one(args, lib, shape):
                        for ms, nm, _ in quick])
 
 
+def peer_of(shape, x, w, r):
+    """The peer's callable (eager) and its arguments."""
+    n = shape[2]
+    if r is not None:
+        def peer(a, b, g):
+            t = a + b
+            return F.rms_norm(t, (n,), g, gb.EPS), t
+        return peer, (x, r, w)
+
+    def peer(a, g):
+        return F.rms_norm(a, (n,), g, gb.EPS)
+    return peer, (x, w)
+
+
+def launch_only(args, lib, shape, p, mk, cand, nc, dflt, x, w, r):
+    """Run the matching points, the default and the peers args.launch times
+    each (nothing timed: for ncu)."""
+    peer, pargs = peer_of(shape, x, w, r)
+    torch._dynamo.reset()
+    cf = torch.compile(peer, dynamic=False)
+    cf(*pargs)
+    px = re.compile(args.params)
+    fns = [("inductor", lambda: cf(*pargs)), ("eager", lambda: peer(*pargs)),
+           ("default " + name_of(dflt), mk(dflt))]
+    fns += [(name_of(cand[i]), mk(cand[i])) for i in range(max(nc, 0))
+            if px.search(name_of(cand[i]))]
+    for nm, fn in fns:
+        torch.cuda.nvtx.range_push(nm)
+        for _ in range(args.launch):
+            fn()
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+        print("launched %s: %s x %d" % (shape_text(shape), nm, args.launch),
+              flush=True)
+    return dict(shape=shape_text(shape), launched=[nm for nm, _ in fns])
+
+
 def shape_text(s):
     return "%s:%d,%d%s" % (s[0], s[1], s[2], ":res" if s[3] else "")
 
@@ -139,6 +173,8 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=6)
     ap.add_argument("--code", action="store_true")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--launch", type=int, default=0)
+    ap.add_argument("--params", default=r"^$")
     ap.add_argument("shapes", nargs="+", type=shape_of)
     args = ap.parse_args(argv)
     lib = gb.load_kernels(args.build)

@@ -51,15 +51,53 @@
  * to 512 threads (feasible() knows, through rms_maxt()). */
 #define RMS_MAXT(R, VB) ((R) * (VB) >= 64 ? 512 : 1024)
 
+/*
+ * BYTES bytes of elements T, held as 32-bit words: a 16-bit element is
+ * taken out of its word where it is used (get), not split into a
+ * register of its own at the load.  With T e[] storage nvcc split each
+ * 16-byte load into eight 16-bit registers at once, which waited for the
+ * load, and gave the freed registers to the next load: x, w and r of a
+ * decode-size row took three DRAM round trips one after the other (seen
+ * in the SASS of rms_rows_kernel<bf16, 16, 1, residual, w early>).
+ */
 template <int BYTES, typename T> struct alignas(BYTES) rms_vec {
-	T e[BYTES / sizeof(T)];
+	uint32_t u[BYTES / 4];
+	enum { N = BYTES / sizeof(T) };
+	__device__ __forceinline__ T get(int i) const
+	{
+		if constexpr (sizeof(T) == 4)
+			return __uint_as_float(u[i]);
+		else
+			return (T)(u[i >> 1] >> ((i & 1) * 16));
+	}
+	__device__ __forceinline__ void set(int i, T v)
+	{
+		if constexpr (sizeof(T) == 4) {
+			u[i] = __float_as_uint(v);
+		} else {
+			int sh = (i & 1) * 16;
+			u[i >> 1] = (u[i >> 1] & ~(0xffffu << sh)) |
+				    ((uint32_t)v << sh);
+		}
+	}
 };
 
-/* x * rstd * w element-wise over one vector (w: VEC elements anywhere). */
-template <int DT, int VB>
+/* Element i of w: a vector in registers or VEC elements in memory. */
+template <int VB, typename T>
+__device__ __forceinline__ T rms_w(const rms_vec<VB, T> &w, int i)
+{
+	return w.get(i);
+}
+template <typename T> __device__ __forceinline__ T rms_w(const T *w, int i)
+{
+	return w[i];
+}
+
+/* x * rstd * w element-wise over one vector (W: rms_w's two kinds). */
+template <int DT, int VB, typename W>
 __device__ __forceinline__ rms_vec<VB, typename flyk_elem<DT>::T>
-rms_scale(const rms_vec<VB, typename flyk_elem<DT>::T> &x,
-	  const typename flyk_elem<DT>::T *w, float rstd)
+rms_scale(const rms_vec<VB, typename flyk_elem<DT>::T> &x, const W &w,
+	  float rstd)
 {
 	typedef flyk_elem<DT> E;
 	typedef typename E::T T;
@@ -67,17 +105,16 @@ rms_scale(const rms_vec<VB, typename flyk_elem<DT>::T> &x,
 	if constexpr (sizeof(T) == 4) {
 #pragma unroll
 		for (int e = 0; e < VB / 4; e++)
-			o.e[e] = E::store(E::load(x.e[e]) * rstd *
-					  E::load(w[e]));
+			o.set(e, E::store(E::load(x.get(e)) * rstd *
+					  E::load(rms_w(w, e))));
 	} else {
-		uint32_t pk[VB / 4];
 #pragma unroll
 		for (int k = 0; k < VB / 4; k++)
-			pk[k] = flyk_pack2<DT>(
-				E::load(x.e[2 * k]) * rstd * E::load(w[2 * k]),
-				E::load(x.e[2 * k + 1]) * rstd *
-					E::load(w[2 * k + 1]));
-		memcpy(&o, pk, VB);
+			o.u[k] = flyk_pack2<DT>(
+				E::load(x.get(2 * k)) * rstd *
+					E::load(rms_w(w, 2 * k)),
+				E::load(x.get(2 * k + 1)) * rstd *
+					E::load(rms_w(w, 2 * k + 1)));
 	}
 	return o;
 }
@@ -94,24 +131,26 @@ rms_add(const rms_vec<VB, typename flyk_elem<DT>::T> &x,
 	if constexpr (sizeof(T) == 4) {
 #pragma unroll
 		for (int e = 0; e < VB / 4; e++)
-			o.e[e] = E::store(E::load(x.e[e]) + E::load(r.e[e]));
+			o.set(e, E::store(E::load(x.get(e)) +
+					  E::load(r.get(e))));
 	} else {
-		uint32_t pk[VB / 4];
 #pragma unroll
 		for (int k = 0; k < VB / 4; k++)
-			pk[k] = flyk_pack2<DT>(
-				E::load(x.e[2 * k]) + E::load(r.e[2 * k]),
-				E::load(x.e[2 * k + 1]) + E::load(r.e[2 * k + 1]));
-		memcpy(&o, pk, VB);
+			o.u[k] = flyk_pack2<DT>(
+				E::load(x.get(2 * k)) + E::load(r.get(2 * k)),
+				E::load(x.get(2 * k + 1)) +
+					E::load(r.get(2 * k + 1)));
 	}
 	return o;
 }
 
 /* Sum @p v over a group of @p G threads (G a power of two below the warp
- * or a multiple of it, the groups contiguous in threadIdx.x); every thread
- * gets the group's sum.  All threads of the block must call it when
- * G > warp, all of the warp when G < warp. */
-__device__ __forceinline__ float rms_group_sum(float v, int G, float *red)
+ * or a multiple of it, the groups contiguous in threadIdx.x; @p gi the
+ * caller's group, threadIdx.x / G); every thread gets the group's sum.
+ * All threads of the block must call it when G > warp, all of the warp
+ * when G < warp. */
+__device__ __forceinline__ float rms_group_sum(float v, int G, int gi,
+					       float *red)
 {
 #pragma unroll
 	for (int o = FLYK_WARP / 2; o > 0; o >>= 1)
@@ -125,7 +164,7 @@ __device__ __forceinline__ float rms_group_sum(float v, int G, float *red)
 	__syncthreads();
 	/* One shared load per lane and a warp tree instead of G / warp
 	 * serial loads: shorter between the loads and the stores. */
-	int per = G / FLYK_WARP, first = (threadIdx.x / G) * per;
+	int per = G / FLYK_WARP, first = gi * per;
 	float s = lane < per ? red[first + lane] : 0.f;
 #pragma unroll
 	for (int o = FLYK_WARP / 2; o > 0; o >>= 1)
@@ -158,6 +197,7 @@ template <int DT, int VB, int R, bool RES, bool WE = false> struct rms_row {
 	rms_vec<VB, T> v[R];
 	rms_vec<VB, T> wv[WE ? R : 1];
 	T s0, s1, w0, w1;
+	T *rres; /* RES and WE: the residual row, its body stored by store() */
 	int p, nb, tail;
 
 	/* WE: this thread's w (vectors where the row is aligned, else the
@@ -177,8 +217,9 @@ template <int DT, int VB, int R, bool RES, bool WE = false> struct rms_row {
 				if (vt + i * VG < nb)
 #pragma unroll
 					for (int e = 0; e < VEC; e++)
-						wv[i].e[e] = w[p +
-							       (vt + i * VG) * VEC + e];
+						wv[i].set(e, w[p + (vt + i * VG) *
+									   VEC +
+								   e]);
 		}
 		if (vt < p)
 			w0 = w[vt];
@@ -216,8 +257,10 @@ template <int DT, int VB, int R, bool RES, bool WE = false> struct rms_row {
 				if (vt + i * VG >= nb)
 					continue;
 				v[i] = rms_add<DT, VB>(v[i], r[i]);
-				rv[vt + i * VG] = v[i];
+				if constexpr (!WE)
+					rv[vt + i * VG] = v[i];
 			}
+			rres = rr;
 			if (vt < p) {
 				s0 = E::store(E::load(s0) + E::load(rr[vt]));
 				rr[vt] = s0;
@@ -234,7 +277,7 @@ template <int DT, int VB, int R, bool RES, bool WE = false> struct rms_row {
 			if (vt + i * VG < nb)
 #pragma unroll
 				for (int e = 0; e < VEC; e++) {
-					float f = E::load(v[i].e[e]);
+					float f = E::load(v[i].get(e));
 					ss += f * f;
 				}
 		if (vt < p) {
@@ -259,9 +302,11 @@ template <int DT, int VB, int R, bool RES, bool WE = false> struct rms_row {
 #pragma unroll
 			for (int i = 0; i < R; i++) {
 				int j = vt + i * VG;
-				if (j < nb)
-					yv[j] = rms_scale<DT, VB>(v[i], wv[i].e,
-								  rstd);
+				if (j >= nb)
+					continue;
+				if constexpr (RES)
+					((rms_vec<VB, T> *)(rres + p))[j] = v[i];
+				yv[j] = rms_scale<DT, VB>(v[i], wv[i], rstd);
 			}
 			if (vt < p)
 				yr[vt] = E::store(E::load(s0) * rstd *
@@ -279,7 +324,7 @@ template <int DT, int VB, int R, bool RES, bool WE = false> struct rms_row {
 				if (j >= nb)
 					continue;
 				rms_vec<VB, T> wj = wv[j];
-				yv[j] = rms_scale<DT, VB>(v[i], wj.e, rstd);
+				yv[j] = rms_scale<DT, VB>(v[i], wj, rstd);
 			}
 		} else {
 #pragma unroll
@@ -311,20 +356,29 @@ __global__ void __launch_bounds__(WE ? LAT_MAXT(R) : RMS_MAXT(R, VB))
 			const typename flyk_elem<DT>::T *w,
 			typename flyk_elem<DT>::T *y,
 			typename flyk_elem<DT>::T *res, int64_t m, int n, int G,
-			float eps)
+			int lg, float inv_n, float eps)
 {
 	__shared__ float red[MAX_WARPS];
-	int64_t row = (int64_t)blockIdx.x * (blockDim.x / G) + threadIdx.x / G;
-	int vt = threadIdx.x % G;
+	/* A row a block (gi = 0), or lg = log2(G) for groups of a power of
+	 * two, and inv_n = 1 / n from the host: no integer or float division
+	 * ahead of the loads or the rsqrt (at decode sizes the kernel is one
+	 * latency chain).  The division remains for blocks of several groups
+	 * of another width (lg = -1; no listed point has one). */
+	int gi = G == (int)blockDim.x ? 0
+		 : lg >= 0	   ? (int)threadIdx.x >> lg
+				   : (int)threadIdx.x / G;
+	int vt = (int)threadIdx.x - gi * G;
+	int per = lg >= 0 ? (int)blockDim.x >> lg : (int)blockDim.x / G;
+	int64_t row = (int64_t)blockIdx.x * per + gi;
 	bool valid = row < m;
 	int64_t off = (valid ? row : 0) * (int64_t)n;
 	rms_row<DT, VB, R, RES, WE> r;
 	float ss = 0.f;
 	if (valid)
 		ss = r.load(x + off, res + off, n, vt, G, w);
-	ss = rms_group_sum(ss, G, red);
+	ss = rms_group_sum(ss, G, gi, red);
 	if (valid)
-		r.store(w, y + off, rsqrtf(ss / (float)n + eps), vt, G);
+		r.store(w, y + off, rsqrtf(ss * inv_n + eps), vt, G);
 }
 
 #if FLYK_HAS_CLUSTERS
@@ -346,7 +400,7 @@ __global__ void __launch_bounds__(RMS_MAXT(R, VB))
 	int64_t off = row * (int64_t)n;
 	rms_row<DT, VB, R, RES> r;
 	float ss = r.load(x + off, res + off, n, vt, VG);
-	ss = rms_group_sum(ss, G, red);
+	ss = rms_group_sum(ss, G, 0, red);
 	if (threadIdx.x == 0)
 		part = ss;
 	cl.sync();
@@ -392,15 +446,12 @@ __global__ void __launch_bounds__(1024)
 				continue;
 			if (RES) {
 				V b = ((const V *)(rr + p))[j];
-#pragma unroll
-				for (int e = 0; e < VEC; e++)
-					a[u].e[e] = E::store(E::load(a[u].e[e]) +
-							     E::load(b.e[e]));
+				a[u] = rms_add<DT, 16>(a[u], b);
 				((V *)(rr + p))[j] = a[u];
 			}
 #pragma unroll
 			for (int e = 0; e < VEC; e++) {
-				float f = E::load(a[u].e[e]);
+				float f = E::load(a[u].get(e));
 				ss += f * f;
 			}
 		}
@@ -419,15 +470,11 @@ __global__ void __launch_bounds__(1024)
 		float f = E::load(v);
 		ss += f * f;
 	}
-	ss = rms_group_sum(ss, G, red);
+	ss = rms_group_sum(ss, G, 0, red);
 	float rstd = rsqrtf(ss / (float)n + eps);
 	for (int j = t; j < nb; j += G) {
-		V a = ((const V *)(src + p))[j], o;
-#pragma unroll
-		for (int e = 0; e < VEC; e++)
-			o.e[e] = E::store(E::load(a.e[e]) * rstd *
-					  E::load(w[p + j * VEC + e]));
-		((V *)(yr + p))[j] = o;
+		V a = ((const V *)(src + p))[j];
+		((V *)(yr + p))[j] = rms_scale<DT, 16>(a, w + p + j * VEC, rstd);
 	}
 	if (has_s)
 		yr[ti] = E::store(E::load(src[ti]) * rstd * E::load(w[ti]));
@@ -463,7 +510,7 @@ rms_l2_scale(const typename flyk_elem<DT>::T *src,
 			V o;
 			if (WALIGNED) {
 				V wj = flyk_ld_pol_ro((const V *)w + j, keep);
-				o = rms_scale<DT, 16>(a[u], wj.e, rstd);
+				o = rms_scale<DT, 16>(a[u], wj, rstd);
 			} else {
 				o = rms_scale<DT, 16>(a[u], w + j * VEC, rstd);
 			}
@@ -535,7 +582,7 @@ __global__ void __launch_bounds__(L2_MAXT(U, RES))
 				continue;
 #pragma unroll
 			for (int e = 0; e < VEC; e++) {
-				float f = E::load(a[u].e[e]);
+				float f = E::load(a[u].get(e));
 				ss += f * f;
 			}
 		}
@@ -552,7 +599,7 @@ __global__ void __launch_bounds__(L2_MAXT(U, RES))
 		float f = E::load(v);
 		ss += f * f;
 	}
-	ss = rms_group_sum(ss, G, red);
+	ss = rms_group_sum(ss, G, 0, red);
 	float rstd = rsqrtf(ss / (float)n + eps);
 	if (p == 0) /* aligned row: w + p aligned too */
 		rms_l2_scale<DT, U, true>(src, w, yr, nb, rstd);
@@ -583,7 +630,7 @@ __global__ void rms_ref_kernel(const typename flyk_elem<DT>::T *x,
 		float f = E::load(v);
 		ss += f * f;
 	}
-	ss = rms_group_sum(ss, blockDim.x, red);
+	ss = rms_group_sum(ss, blockDim.x, 0, red);
 	float rstd = rsqrtf(ss / (float)n + eps);
 	for (int i = threadIdx.x; i < n; i += blockDim.x) {
 		T v = RES ? res[off + i] : x[off + i];
@@ -641,22 +688,24 @@ static int rms_rows_go(const struct flyk_rmsnorm_args *a, int64_t m, int n,
 	typedef typename flyk_elem<DT>::T T;
 	unsigned grid = (unsigned)((m + rows - 1) / rows);
 	unsigned th = (unsigned)(G * rows);
+	int lg = (G & (G - 1)) ? -1 : __builtin_ctz((unsigned)G);
+	float inv_n = 1.0f / (float)n;
 	switch (R) {
 	case 1:
 		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 1, RES, WE>)(
-			RMS_ARGS(T), m, n, G, a->eps);
+			RMS_ARGS(T), m, n, G, lg, inv_n, a->eps);
 		break;
 	case 2:
 		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 2, RES, WE>)(
-			RMS_ARGS(T), m, n, G, a->eps);
+			RMS_ARGS(T), m, n, G, lg, inv_n, a->eps);
 		break;
 	case 4:
 		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 4, RES, WE>)(
-			RMS_ARGS(T), m, n, G, a->eps);
+			RMS_ARGS(T), m, n, G, lg, inv_n, a->eps);
 		break;
 	default:
 		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 8, RES, WE>)(
-			RMS_ARGS(T), m, n, G, a->eps);
+			RMS_ARGS(T), m, n, G, lg, inv_n, a->eps);
 		break;
 	}
 	return rms_launch_err();
@@ -766,7 +815,11 @@ static int rows_launch(const struct flyk_device *dev,
  * before the first is used (rmsnorm_rows loads w after the reduction, a
  * second round trip while the grid is one wave and w not yet cached).
  * Whole warps a row, 16-byte vectors; group = warp: no block barrier. */
-static const int64_t lat_group[] = {128, 64, 32, 256, 512, 1024};
+/* Powers of two, and the widths that cover rows of 5120 and 7168 (640
+ * and 896 16-byte vectors of bf16/fp16) in 1, 2 or 4 vectors a thread
+ * with no idle lanes. */
+static const int64_t lat_group[] = {128, 64,  32,  256, 512, 1024,
+				    160, 320, 640, 224, 448, 896};
 static const int64_t lat_rows[] = {1, 2, 4};
 #define LAT_MAX_M 8192
 
