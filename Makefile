@@ -205,6 +205,7 @@ all: $(ALL_TARGETS)
 # ---------------------------------------------------------------- compile
 $(LAYERING): tools/check-layering.sh $(PROTO_SRC) $(CLIENT_SRC) $(CTL_SRC) \
 		$(KCOMMON_SRC) $(KCPU_SRC) $(KTEST_SRC) $(KGPU_SRC) \
+		$(wildcard kernels/testing/*.hip) \
 		$(DAEMON_SRC) daemon/main.c $(wildcard */*.h */*/*.h) $(KGPU_HDR)
 	@mkdir -p $(@D)
 	$(Q)sh tools/check-layering.sh --no-cycles . && touch $@
@@ -370,7 +371,23 @@ $(BUILD)/gpuobj/%.o: %.c
 $(BUILD)/libflykernels_cuda.so: $(CUDA_OBJ) $(GPU_COMMON_OBJ)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -lcublasLt -lcublas $(CUDNN_LIBS)
+# The test build of the GPU kernel library: the same objects plus
+# kernels/testing/gpu_faulty.hip (variants that trap, read out of bounds,
+# hang, write NaN or exhaust device memory, enabled by FLYK_TESTING_FAULTS),
+# under the same name in its own directory, which a test daemon is pointed
+# at with FLYTUNED_KERNELS_DIR (tests/gpu/test_gpu_faults.c).  The
+# production library above never links it.
+$(BUILD)/testing/libflykernels_cuda.so: $(CUDA_OBJ) $(GPU_COMMON_OBJ) \
+		$(BUILD)/cuda/kernels/testing/gpu_faulty.o
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -lcublasLt -lcublas $(CUDNN_LIBS)
 $(BUILD)/libflykernels_hip.so: $(HIP_OBJ) $(GPU_COMMON_OBJ)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(HIPCC) -shared $(HIP_ARCH) -o $@ $^
+$(BUILD)/testing/libflykernels_hip.so: $(HIP_OBJ) $(GPU_COMMON_OBJ) \
+		$(BUILD)/hip/kernels/testing/gpu_faulty.o
+	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(HIPCC) -shared $(HIP_ARCH) -o $@ $^
 
