@@ -252,11 +252,14 @@ for s in $STAGES; do
 			"$B/flytuned" "$B/testing/libflykernels_$GPU.so" \
 			"$B/tests/gpu/test_gpu_faults" ||
 			{ tail -30 "$W/faults_build.txt" | tee -a "$S"; continue; }
+		# the test stops injecting 30 s before the limit, so that its
+		# summary line is printed
 		stage faults "${T_FAULTS:-420}" env GPU_FAULTS="${GPU_FAULTS:-100}" \
 			GPU_FAULTS_BACKEND="$GPU" GPU_FAULTS_LOG="$W/faults-daemon.log" \
+			GPU_FAULTS_MAX_S=$(( ${T_FAULTS:-420} - 30 )) \
 			"$B/tests/gpu/test_gpu_faults"
 		{ grep -m 30 FAIL "$W/faults.txt"; grep '^gpu faults:' \
-			"$W/faults.txt" | tail -4; } | tee -a "$S"
+			"$W/faults.txt" | tail -5; } | tee -a "$S"
 		;;
 	*)
 		say "unknown stage $s"

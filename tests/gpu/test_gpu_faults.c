@@ -29,7 +29,10 @@
  * Environment: GPU_FAULTS (default 100), GPU_FAULT_KINDS (default
  * "trap,oob,hang,nan,oom"), GPU_FAULTS_BACKEND ("cuda"; "hip" on AMD),
  * GPU_FAULTS_TIMEOUT_S (candidate_timeout_s, default 2),
- * GPU_FAULTS_BUDGET_S (job_budget_s, default 1); FLY_TEST_FLYTUNED
+ * GPU_FAULTS_BUDGET_S (job_budget_s, default 1), GPU_FAULTS_MAX_S (stop
+ * injecting past this wall time, default 390: the summary is still
+ * printed, the run fails), GPU_FAULTS_LOG (copy the daemon's log there);
+ * FLY_TEST_FLYTUNED
  * overrides the daemon binary, FLY_TEST_KEEP keeps its directory.
  * GPU_FAULTS_BACKEND=cpu runs the same loop on the CPU backend's test
  * variants (crash, hang, wrong) in BUILD/flytuned-test: this program's
@@ -67,6 +70,7 @@ struct kind {
 	const char *want; /* the culprit's trial outcome */
 	int kills;        /* 1: the worker must be replaced */
 	int injected;
+	double secs;      /* wall time of its faults' jobs */
 };
 
 struct fstats {
@@ -379,7 +383,9 @@ static int one_fault(const struct fly_test_daemon *d, pid_t pid0, int fd,
 		return -1;
 	k->injected++;
 	st.injected++;
+	double t0 = now_s();
 	o = tune_wait(fd, other, key, 1);
+	k->secs += now_s() - t0;
 	if (!is_ok(o) || strcmp(str_at(o, "status", NULL), "tuned") != 0) {
 		char *txt = o != NULL ? cJSON_PrintUnformatted(o) : NULL;
 
@@ -531,6 +537,13 @@ static void summary(const struct kind *k, int nk, double wall)
 			  : 0.0,
 	       st.served, st.queries, p99(st.lat_storm, st.nstorm),
 	       p99(st.lat_base, st.nbase), st.degraded_seen, st.failed, wall);
+	off = 0;
+	for (int i = 0; i < nk; i++)
+		off += (size_t)snprintf(kinds + off, sizeof(kinds) - off,
+					"%s%s %.1f s", i ? ", " : "", k[i].name,
+					k[i].injected ? k[i].secs /
+							k[i].injected : 0.0);
+	printf("gpu faults: mean tune wall per fault: %s\n", kinds);
 }
 
 /* Start the daemon; *pid0 its pid.  @return 0 or -1 (printed). */
@@ -564,6 +577,7 @@ int main(void)
 	char exe[600], tmp[] = "/tmp/flygpufaults.XXXXXX";
 	struct kind k[MAX_KINDS];
 	int n = env_int("GPU_FAULTS", 100), nk, fd, other, rc = 1;
+	double max_s = env_num("GPU_FAULTS_MAX_S", 390);
 	pid_t pid0 = 0;
 	double t0 = now_s();
 
@@ -607,6 +621,12 @@ int main(void)
 		if ((i + 1) % 10 == 0)
 			printf("gpu faults: %d/%d done, %d failed, %.0f s\n",
 			       i + 1, n, st.failed, now_s() - t0);
+		if (i + 1 < n && now_s() - t0 > max_s) {
+			printf("gpu faults: FAIL: stopped after %d of %d: "
+			       "past GPU_FAULTS_MAX_S=%.0f s\n", i + 1, n,
+			       max_s);
+			break;
+		}
 	}
 	(void)set_fault(file, "none");
 	for (int r = 0; r < 20; r++)
