@@ -22,6 +22,11 @@
  *     variant and params, while each fault's job runs (a decide every
  *     ~50 ms) and after the storm; their decide round trips against the
  *     ones before the storm (F9's p99).
+ * It also stands in for systemd's watchdog (NOTIFY_SOCKET, WATCHDOG_USEC
+ * = GPU_FAULTS_WATCHDOG_S, default 30 as in systemd/flytuned@.service)
+ * and reports the longest gap between the daemon's WATCHDOG=1 pings: one
+ * longer than the period is a daemon restart under systemd (reported,
+ * not asserted: the daemon stops pinging while its worker is degraded).
  * Prints one summary line ("gpu faults: 100 injected (...), daemon
  * restarts 0, ...") and exits 0, 1 on any failure, or 77 (skipped) when
  * there is no GPU or no test kernel library.
@@ -48,7 +53,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -85,6 +92,10 @@ struct fstats {
 	long queries;
 	int degraded_seen;    /* status said "degraded" */
 	int daemon_lost;      /* the daemon we started is gone */
+	int notify_fd;        /* our stand-in for systemd's notify socket */
+	int pings;            /* WATCHDOG=1 received */
+	double last_ping;     /* when the last came (or READY=1) */
+	double max_gap;       /* the longest wait between two */
 	double lat_base[MAX_LAT];
 	int nbase;
 	double lat_storm[MAX_LAT];
@@ -218,6 +229,53 @@ static int daemon_intact(const struct fly_test_daemon *d, pid_t pid0)
 	return bad ? -1 : 0;
 }
 
+/* Read what the daemon sent to the notify socket: READY=1 starts the
+ * watchdog clock, each WATCHDOG=1 ends a gap (systemd kills the service
+ * when one exceeds WatchdogSec: 30 s in systemd/flytuned@.service). */
+static void watchdog_drain(void)
+{
+	char buf[512];
+	ssize_t n;
+
+	while (st.notify_fd >= 0 &&
+	       (n = recv(st.notify_fd, buf, sizeof(buf) - 1, MSG_DONTWAIT)) >
+		       0) {
+		double t = now_s();
+
+		buf[n] = '\0';
+		if (strstr(buf, "READY=1") != NULL && st.last_ping == 0)
+			st.last_ping = t;
+		if (strstr(buf, "WATCHDOG=1") == NULL)
+			continue;
+		st.pings++;
+		if (st.last_ping > 0 && t - st.last_ping > st.max_gap)
+			st.max_gap = t - st.last_ping;
+		st.last_ping = t;
+	}
+}
+
+/* A datagram socket at @p path for the daemon's sd_notify. */
+static int notify_open(const char *path)
+{
+	struct sockaddr_un a;
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	memset(&a, 0, sizeof(a));
+	a.sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof(a.sun_path)) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	memcpy(a.sun_path, path, strlen(path));
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 /* status: the worker's pid and restart count, and whether degraded. */
 static int worker_state(int fd, int *pid, int *restarts)
 {
@@ -282,6 +340,7 @@ static cJSON *tune_wait(int fd, int other, const char *key, int storm)
 	for (;;) {
 		struct pollfd pfd = {.fd = fd, .events = POLLIN};
 
+		watchdog_drain();
 		if (poll(&pfd, 1, POLL_MS) == 1)
 			break;
 		if (storm)
@@ -537,6 +596,15 @@ static void summary(const struct kind *k, int nk, double wall)
 			  : 0.0,
 	       st.served, st.queries, p99(st.lat_storm, st.nstorm),
 	       p99(st.lat_base, st.nbase), st.degraded_seen, st.failed, wall);
+	watchdog_drain();
+	if (st.last_ping > 0 && now_s() - st.last_ping > st.max_gap)
+		st.max_gap = now_s() - st.last_ping;
+	printf("gpu faults: watchdog (WATCHDOG_USEC as systemd's WatchdogSec="
+	       "%g s): %d pings, longest gap %.1f s: systemd %s have "
+	       "restarted the daemon\n", env_num("GPU_FAULTS_WATCHDOG_S", 30),
+	       st.pings, st.max_gap,
+	       st.max_gap > env_num("GPU_FAULTS_WATCHDOG_S", 30) ? "WOULD"
+								: "would not");
 	off = 0;
 	for (int i = 0; i < nk; i++)
 		off += (size_t)snprintf(kinds + off, sizeof(kinds) - off,
@@ -548,7 +616,7 @@ static void summary(const struct kind *k, int nk, double wall)
 
 /* Start the daemon; *pid0 its pid.  @return 0 or -1 (printed). */
 static int start(struct fly_test_daemon *d, const char *backend,
-		 const char *envs[3], pid_t *pid0)
+		 const char *envs[5], pid_t *pid0)
 {
 	char cfg[256];
 	int rc;
@@ -572,8 +640,9 @@ int main(void)
 {
 	static struct fly_test_daemon d;
 	static char kdir[600], lib[700], fenv[600], kenv[700], file[520];
+	static char nsock[520], nenv[600], wenv[64];
 	const char *backend = getenv("GPU_FAULTS_BACKEND");
-	const char *envs[3] = {fenv, kenv, NULL};
+	const char *envs[5] = {fenv, kenv, nenv, wenv, NULL};
 	char exe[600], tmp[] = "/tmp/flygpufaults.XXXXXX";
 	struct kind k[MAX_KINDS];
 	int n = env_int("GPU_FAULTS", 100), nk, fd, other, rc = 1;
@@ -603,6 +672,13 @@ int main(void)
 	snprintf(file, sizeof(file), "%s/faults", tmp);
 	snprintf(fenv, sizeof(fenv), "FLYK_TESTING_FAULTS=@%s", file);
 	snprintf(kenv, sizeof(kenv), "FLYTUNED_KERNELS_DIR=%s", kdir);
+	/* systemd's watchdog, as the unit sets it: the daemon pings only
+	 * while its worker is healthy (< 3 restarts in 60 s) */
+	snprintf(nsock, sizeof(nsock), "%s/notify", tmp);
+	snprintf(nenv, sizeof(nenv), "NOTIFY_SOCKET=%s", nsock);
+	snprintf(wenv, sizeof(wenv), "WATCHDOG_USEC=%.0f",
+		 env_num("GPU_FAULTS_WATCHDOG_S", 30) * 1e6);
+	st.notify_fd = notify_open(nsock);
 	if (set_fault(file, "none") < 0 || start(&d, backend, envs, &pid0) < 0)
 		goto out;
 	fd = fly_test_connect(d.sock);
@@ -642,6 +718,9 @@ out:
 	keep_log(&d);
 	fly_test_daemon_cleanup(&d);
 	unlink(file);
+	if (st.notify_fd >= 0)
+		close(st.notify_fd);
+	unlink(nsock);
 	rmdir(tmp);
 	printf("gpu faults: %s\n", rc == 0 ? "PASS" : "FAIL");
 	return rc;
