@@ -36,13 +36,21 @@
 #              another; T_LAYERS default 540)
 #   points     bench/gemm_points.py on the shapes of POINTS (every point of
 #              the variants of POINTS_ARGS timed; a diagnostic)
+#   faults     RELIABILITY.md F9: builds the test build of the GPU kernel
+#              library ($BUILD/testing/libflykernels_$GPU.so, with
+#              kernels/testing/gpu_faulty.hip) and tests/gpu/test_gpu_faults,
+#              then injects GPU_FAULTS (default 100) GPU faults -- trap,
+#              out-of-bounds, hang, NaN, out of memory in turn -- into the
+#              real daemon's benchmarks (T_FAULTS default 420; the daemon's
+#              log in logs.tgz: faults-daemon.log)
 #
 #   . .devdeps/prelude.sh && sh bench/device_session.sh [STAGE...]
 #
 # Default stages: build test rt gemm.  Environment: CASES (cases.json;
 # default ../shared/bench/cases.json, else .devdeps/cases.json), BUILD
 # (build/gpu), OUT (results; else build/bench-results), T_QUICK, T_TEST, T_RT,
-# T_SWEEP, T_GEMM, T_MQA, T_SCALED, T_ATTN, T_POINTS (seconds per stage),
+# T_SWEEP, T_GEMM, T_MQA, T_SCALED, T_ATTN, T_POINTS, T_FAULTS (seconds
+# per stage),
 # RT_ARGS, GEMM_ARGS, MQA_ARGS, SCALED_ARGS, ATTN_ARGS,
 # POINTS_ARGS (extra arguments), POINTS (see points),
 # FLY_COMMIT (the commit to record where the tree has no .git), GPU (cuda
@@ -255,6 +263,20 @@ for s in $STAGES; do
 			python3 bench/gemm_points.py --build "$B" \
 			--out "$R/points.json" ${POINTS_ARGS:-} ${POINTS:-}
 		grep -v '^\s*$' "$W/points.txt" | tee -a "$S"
+		;;
+	faults)
+		stage faults_build 180 make -j"$(nproc)" BUILD="$B" GPU="$GPU" \
+			"$B/flytuned" "$B/testing/libflykernels_$GPU.so" \
+			"$B/tests/gpu/test_gpu_faults" ||
+			{ tail -30 "$W/faults_build.txt" | tee -a "$S"; continue; }
+		# the test stops injecting 30 s before the limit, so that its
+		# summary line is printed
+		stage faults "${T_FAULTS:-420}" env GPU_FAULTS="${GPU_FAULTS:-100}" \
+			GPU_FAULTS_BACKEND="$GPU" GPU_FAULTS_LOG="$W/faults-daemon.log" \
+			GPU_FAULTS_MAX_S=$(( ${T_FAULTS:-420} - 30 )) \
+			"$B/tests/gpu/test_gpu_faults"
+		{ grep -m 30 FAIL "$W/faults.txt"; grep '^gpu faults:' \
+			"$W/faults.txt" | tail -5; } | tee -a "$S"
 		;;
 	*)
 		say "unknown stage $s"

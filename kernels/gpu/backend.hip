@@ -27,6 +27,9 @@
 /* Op modules not written yet resolve to NULL and are skipped. */
 #pragma weak flyk_gpu_gemm_op
 #pragma weak flyk_gpu_grouped_gemm_op
+/* kernels/testing/gpu_faulty.hip: only in the test build of the library
+ * (BUILD/testing/), NULL in the production one. */
+#pragma weak flyk_gpu_testing_op
 #pragma weak flyk_vendor_blas
 #pragma weak flyk_cudnn_attn_version
 #pragma weak flyk_cudnn_attn_warm
@@ -40,6 +43,7 @@ static const struct flyk_gpu_op *gpu_ops[] = {
 	&flyk_gpu_mqa_logits_op,
 	&flyk_gpu_scaled_gemm_op,
 	&flyk_gpu_attention_op,
+	&flyk_gpu_testing_op, /* last: variants only, no cases of its own */
 };
 #define NOPS (sizeof(gpu_ops) / sizeof(gpu_ops[0]))
 
@@ -380,10 +384,12 @@ static int gpu_fingerprint(const struct flyk_device *dev, char *buf,
 
 /* ------------------------------------------------------------ cases */
 
+/* The op's module (one without a setup -- the test-only variants --
+ * contributes variants, never cases). */
 static const struct flyk_gpu_op *gpu_find_op(uint32_t op)
 {
 	for (size_t i = 0; i < NOPS; i++)
-		if (gpu_ops[i] && gpu_ops[i]->op == op)
+		if (gpu_ops[i] && gpu_ops[i]->op == op && gpu_ops[i]->setup)
 			return gpu_ops[i];
 	return NULL;
 }

@@ -108,6 +108,10 @@ extern const struct flyk_gpu_op flyk_gpu_grouped_gemm_op;
 extern const struct flyk_gpu_op flyk_gpu_mqa_logits_op;
 extern const struct flyk_gpu_op flyk_gpu_scaled_gemm_op;
 extern const struct flyk_gpu_op flyk_gpu_attention_op;
+/* Test-only variants (kernels/testing/gpu_faulty.hip): linked into the
+ * test build of the library alone; an op of variants only (setup NULL),
+ * whose cases are its op's module's. */
+extern const struct flyk_gpu_op flyk_gpu_testing_op;
 
 /* The vendor BLAS library and version for the fingerprint
  * (kernels/vendor; absent where no vendor module is linked). */

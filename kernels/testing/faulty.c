@@ -10,6 +10,9 @@
  *
  * Each is feasible only when FLYK_TESTING_FAULTS (comma-separated) names
  * it: "crash", "hang", "wrong"; otherwise feasible() returns -EINVAL.
+ * A value "@PATH" reads the list from the file PATH (its first line) at
+ * every call instead, so a test can switch a running daemon's fault
+ * (tests/gpu/test_gpu_faults.c in its CPU mode; gpu_faulty.hip the same).
  *
  * flyk_testing_setup_fault(), called by the worker before a job's case
  * set-up, crashes it for rmsnorm problems with n = 4093 when the list
@@ -17,6 +20,7 @@
  * Owns: nothing.  Thread: any.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,22 +29,49 @@
 #define FAULTY_DTYPES ((1u << FLY_DT_FP32) | (1u << FLY_DT_BF16) | \
 		       (1u << FLY_DT_FP16))
 
+#define FAULT_LIST_MAX 256
+
 static const int64_t one_val[] = { 1 };
 
-/* Whether FLYK_TESTING_FAULTS lists @p name as one comma-separated item. */
-static int fault_enabled(const char *name)
+/* The fault list: FLYK_TESTING_FAULTS, or the first line of the file it
+ * names as "@PATH" ("" when unset or unreadable). */
+static void fault_list(char *buf, size_t cap)
 {
 	const char *env = getenv("FLYK_TESTING_FAULTS");
+	FILE *f;
+
+	buf[0] = '\0';
+	if (env == NULL)
+		return;
+	if (env[0] != '@') {
+		snprintf(buf, cap, "%s", env);
+		return;
+	}
+	f = fopen(env + 1, "r");
+	if (f == NULL)
+		return;
+	if (fgets(buf, (int)cap, f) == NULL)
+		buf[0] = '\0';
+	fclose(f);
+	buf[strcspn(buf, "\r\n")] = '\0';
+}
+
+/* Whether the fault list has @p name as one comma-separated item. */
+static int fault_enabled(const char *name)
+{
+	char buf[FAULT_LIST_MAX];
+	const char *s = buf;
 	size_t len = strlen(name);
 
-	while (env && *env) {
-		size_t item = strcspn(env, ",");
+	fault_list(buf, sizeof(buf));
+	while (*s) {
+		size_t item = strcspn(s, ",");
 
-		if (item == len && strncmp(env, name, len) == 0)
+		if (item == len && strncmp(s, name, len) == 0)
 			return 1;
-		env += item;
-		if (*env == ',')
-			env++;
+		s += item;
+		if (*s == ',')
+			s++;
 	}
 	return 0;
 }
