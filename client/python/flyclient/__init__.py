@@ -35,7 +35,7 @@ DTYPES = {"fp32": 1, "fp16": 2, "bf16": 3, "fp8_e4m3": 4, "fp8_e5m2": 5,
 LAYOUTS = {None: 0, "NT": 1, "NN": 2, "TN": 3, "TT": 4}
 FLAGS = {"bias": 0x1, "scale": 0x2, "residual": 0x4, "det": 0x8,
          "deterministic": 0x8, "causal": 0x10, "clean": 0x20,
-         "kvfnuz": 0x40}
+         "kvfnuz": 0x40, "exact": 0x80}
 DIM_NAMES = {
     "gemm": ("m", "n", "k"),
     "grouped_gemm": ("g", "m", "n", "k"),
@@ -66,7 +66,7 @@ class Decision(ctypes.Structure):
                 ("provisional", ctypes.c_uint32),
                 ("variant", ctypes.c_char * VARIANT_MAX),
                 ("nparams", ctypes.c_uint32),
-                ("reserved", ctypes.c_uint32),
+                ("exact", ctypes.c_uint32),
                 ("params", ctypes.c_int64 * PARAMS_MAX),
                 ("median_us", ctypes.c_double),
                 ("generation", ctypes.c_uint64)]
