@@ -817,6 +817,15 @@ int fly_problem_exact(const struct fly_problem *p, struct fly_problem *out)
 	return 1;
 }
 
+int fly_key_is_exact(const char *s, size_t len)
+{
+	static const char tail[] = "exact";
+	size_t n = sizeof(tail) - 1;
+
+	return len > n && memcmp(s + len - n, tail, n) == 0 &&
+	       (s[len - n - 1] == '/' || s[len - n - 1] == '+');
+}
+
 void fly_problem_shape(struct fly_problem *p)
 {
 	p->flags &= ~FLY_F_EXACT;

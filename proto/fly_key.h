@@ -122,6 +122,11 @@ void fly_problem_bucket_floor(const struct fly_problem *bucketed,
  * key is already exact for it. */
 int fly_problem_exact(const struct fly_problem *p, struct fly_problem *out);
 
+/* Whether the canonical key @p s (@p len bytes) carries FLY_F_EXACT: the
+ * highest flag, so always the last one ("/exact" or "+exact" at the
+ * end).  A suffix test, no parse: for keys already known canonical. */
+int fly_key_is_exact(const char *s, size_t len);
+
 /* The shape a key's problem launches: @p p without FLY_F_EXACT (which
  * the kernels do not take). */
 void fly_problem_shape(struct fly_problem *p);
