@@ -3,7 +3,8 @@
  * hit.
  *
  * Owns: the slot array, the entry arena and every entry ever published
- * (entries are immutable once published, except their two atomic stamps;
+ * (entries are immutable once published, except their atomic stamps and
+ * exact-shape counters;
  * a replaced entry is retired, not freed, until fly__cache_fini, so a
  * reader that loaded the old pointer never touches freed memory).
  * Entries come from one arena of FLY_CACHE_SLOTS entries, mapped and
@@ -39,6 +40,11 @@ struct fly_cache_entry {
 	struct fly_decision dec;      /* the answer */
 	_Atomic uint64_t generation;  /* shm generation it was valid at */
 	_Atomic uint64_t checked_ns;  /* last socket check (monotonic ns) */
+	/* The key's exact-shape state and use count (client.c, issue 22);
+	 * like the stamps, mutable after publication, and carried over to
+	 * an entry that replaces this one. */
+	_Atomic uint32_t xstate;
+	_Atomic uint32_t xuses;
 	struct fly_cache_entry *next_retired; /* writer-only list link */
 };
 
@@ -74,11 +80,13 @@ const struct fly_cache_entry *fly__cache_lookup(const struct fly_cache *c,
 
 /* Insert or replace the answer for a key, stamped with @p generation and
  * @p checked_ns.  When the stored decision is identical, only the stamps
- * are updated (no allocation).  @return 0, -ENOMEM, -ENOSPC (probe window
- * full: the key is simply not cached), FLY_E_KEYLEN. */
+ * are updated (no allocation).  A new key's entry starts with xstate
+ * @p xstate and no uses; a replacing entry keeps its predecessor's.
+ * @return 0, -ENOMEM, -ENOSPC (probe window full: the key is simply not
+ * cached), FLY_E_KEYLEN. */
 int fly__cache_put(struct fly_cache *c, const char *key, size_t len,
 		   uint64_t hash, const struct fly_decision *d,
-		   uint64_t generation, uint64_t checked_ns);
+		   uint64_t generation, uint64_t checked_ns, uint32_t xstate);
 
 /* Update the stamps of an existing entry (no allocation, no lock). */
 void fly__cache_touch(const struct fly_cache_entry *e, uint64_t generation,
