@@ -28,6 +28,7 @@
 #include <cjson/cJSON.h>
 
 #include "../common/daemon.h"
+#include "../common/jsonschema.h"
 #include "flyclient.h"
 
 #define TUNE_MS 120000 /* generous: a noisy 2-core box */
@@ -304,11 +305,14 @@ static void until_exact(fly_client *c, const struct fly_problem *p,
 
 static cJSON *explain_json(const char *key)
 {
-	char args[256], *out;
+	char args[256], err[512] = "", *out;
 	cJSON *o;
 
 	snprintf(args, sizeof(args), "--json explain %s", key);
 	out = ctl_out(args);
+	if (fly_test_schema_validate_text("explain.response.json", out, err,
+					  sizeof(err)) != 0)
+		fail_msg("explain.response.json: %s\n%s", err, out);
 	o = cJSON_Parse(out);
 	free(out);
 	assert_non_null(o);
