@@ -36,15 +36,16 @@
 struct fly_cache_entry {
 	uint64_t hash;                /* fly_key_hash of key */
 	uint32_t keylen;              /* bytes of key, no NUL */
+	/* The key's exact-shape state (client.c, issue 22), beside the
+	 * fields a hit reads anyway, so the hit path's test of it touches
+	 * no other line; mutable after publication like the stamps, and
+	 * carried over to an entry that replaces this one, with xuses. */
+	_Atomic uint32_t xstate;
 	char key[FLY_KEY_MAX];        /* NUL-terminated canonical key */
 	struct fly_decision dec;      /* the answer */
 	_Atomic uint64_t generation;  /* shm generation it was valid at */
 	_Atomic uint64_t checked_ns;  /* last socket check (monotonic ns) */
-	/* The key's exact-shape state and use count (client.c, issue 22);
-	 * like the stamps, mutable after publication, and carried over to
-	 * an entry that replaces this one. */
-	_Atomic uint32_t xstate;
-	_Atomic uint32_t xuses;
+	_Atomic uint32_t xuses;       /* answers counted (xstate) */
 	struct fly_cache_entry *next_retired; /* writer-only list link */
 };
 
