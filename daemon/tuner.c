@@ -357,6 +357,12 @@ static void emit(struct tstate *st, struct cand *c, int outcome,
 
 	trial_fill(c, t);
 	c->alive = 0;
+	/* an exact job's default point says so in its trial (explain) */
+	if (st->defc >= 0 && c == &st->cands[st->defc]) {
+		snprintf(t->reason, sizeof(t->reason), "default%s%s",
+			 reason ? ": " : "", reason ? reason : "");
+		reason = t->reason;
+	}
 	if (c->n > 0) {
 		cand_stats(c);
 		t->median_us = c->med;
@@ -364,7 +370,9 @@ static void emit(struct tstate *st, struct cand *c, int outcome,
 	}
 	t->reps = c->n;
 	t->outcome = outcome;
-	snprintf(t->reason, sizeof(t->reason), "%s", reason ? reason : "");
+	if (reason != t->reason)
+		snprintf(t->reason, sizeof(t->reason), "%s",
+			 reason ? reason : "");
 	if (st->o.on_trial != NULL)
 		st->o.on_trial(st->o.cb_ctx, t);
 }

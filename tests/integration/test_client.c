@@ -328,6 +328,37 @@ static const char *shape_str(const cJSON *o, const char *name)
 	return it->valuestring;
 }
 
+/* "No exact shape may end up slower than the vendor default on that
+ * shape": among an exact key's trials, the default point's (reason
+ * "default...") is there and was measured; when it survived to the end
+ * (ok), the winner's median is no larger than its median; else it was
+ * dropped as slower than the best (rejected). */
+static void assert_winner_not_slower_than_default(const cJSON *o)
+{
+	const cJSON *res = cJSON_GetObjectItem(o, "result"), *t, *def = NULL;
+	const char *outcome;
+
+	cJSON_ArrayForEach(t, cJSON_GetObjectItem(o, "trials")) {
+		const cJSON *why = cJSON_GetObjectItem(t, "reason");
+
+		if (cJSON_IsString(why) &&
+		    strncmp(why->valuestring, "default", 7) == 0)
+			def = t;
+	}
+	if (def == NULL) {
+		char *text = cJSON_Print(o);
+
+		fail_msg("no default trial: %s", text);
+	}
+	outcome = cJSON_GetObjectItem(def, "outcome")->valuestring;
+	assert_true(cJSON_GetObjectItem(def, "reps")->valuedouble > 0);
+	if (strcmp(outcome, "ok") == 0)
+		assert_true(cJSON_GetObjectItem(res, "median_us")->valuedouble <=
+			    cJSON_GetObjectItem(def, "median_us")->valuedouble);
+	else
+		assert_string_equal(outcome, "rejected");
+}
+
 static void test_issue_22_exact_shape(void **state)
 {
 	struct fly_problem p = prob(x_shape);
@@ -373,6 +404,7 @@ static void test_issue_22_exact_shape(void **state)
 	assert_string_equal(cJSON_GetObjectItem(o, "key")->valuestring,
 			    x_key);
 	assert_true(cJSON_GetArraySize(cJSON_GetObjectItem(o, "trials")) > 0);
+	assert_winner_not_slower_than_default(o);
 	cJSON_Delete(o);
 	snprintf(args, sizeof(args), "explain %s", x_shape);
 	out = ctl_out(args);

@@ -602,6 +602,8 @@ static void test_issue_22_exact_never_slower_than_default(void **state)
 	t = default_trial(&r);
 	assert_non_null(t);
 	assert_int_equal(t->outcome, FLYD_OUT_OK);
+	assert_string_equal(t->reason, "default");
+	assert_int_equal(t->reps > 0, 1);
 	assert_true(r.winner.median_us <= t->median_us);
 	assert_int_equal(r.winner.params[0], 3);
 	flyd_tune_result_fini(&r);

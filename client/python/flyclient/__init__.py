@@ -187,6 +187,7 @@ def _as_dict(d, key):
             "params": [d.params[i] for i in range(min(d.nparams,
                                                       PARAMS_MAX))],
             "provisional": bool(d.provisional),
+            "exact": bool(d.exact),
             "median_us": d.median_us,
             "key": key}
 
@@ -227,7 +228,8 @@ class Client(object):
 
     def decide(self, op, dtype, dims, layout=None, flags=()):
         """Which variant to launch: dict(status, variant, params,
-        provisional, median_us, key).  Never waits for tuning; raises
+        provisional, exact, median_us, key); exact: the shape's own
+        exact-shape row answered (issue 22), not its bucket's.  Never waits for tuning; raises
         ValueError/FlyError only for a bad problem."""
         p = _problem(op, dtype, dims, layout, flags)
         d = Decision()
