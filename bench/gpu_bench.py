@@ -93,7 +93,7 @@ class Decision(ctypes.Structure):
     """struct fly_decision (proto/fly_abi.h)."""
     _fields_ = [("status", ctypes.c_uint32), ("provisional", ctypes.c_uint32),
                 ("variant", ctypes.c_char * 40), ("nparams", ctypes.c_uint32),
-                ("reserved", ctypes.c_uint32), ("params", ctypes.c_int64 * 8),
+                ("exact", ctypes.c_uint32), ("params", ctypes.c_int64 * 8),
                 ("median_us", ctypes.c_double),
                 ("generation", ctypes.c_uint64)]
 

@@ -167,7 +167,7 @@ static int same_decision(const struct fly_decision *a,
 			 const struct fly_decision *b)
 {
 	if (a->status != b->status || a->provisional != b->provisional ||
-	    a->nparams != b->nparams || a->median_us != b->median_us ||
+	    a->exact != b->exact || a->nparams != b->nparams || a->median_us != b->median_us ||
 	    strcmp(a->variant, b->variant) != 0)
 		return 0;
 	return memcmp(a->params, b->params,
@@ -188,7 +188,8 @@ static struct fly_cache_entry *entry_new(struct fly_cache *c, const char *key,
 					 size_t len, uint64_t hash,
 					 const struct fly_decision *d,
 					 uint64_t generation,
-					 uint64_t checked_ns)
+					 uint64_t checked_ns, uint32_t xstate,
+					 uint32_t xuses)
 {
 	struct fly_cache_entry *e = entry_alloc(c);
 
@@ -205,12 +206,14 @@ static struct fly_cache_entry *entry_new(struct fly_cache *c, const char *key,
 	e->dec.generation = generation;
 	atomic_init(&e->generation, generation);
 	atomic_init(&e->checked_ns, checked_ns);
+	atomic_init(&e->xstate, xstate);
+	atomic_init(&e->xuses, xuses);
 	return e;
 }
 
 int fly__cache_put(struct fly_cache *c, const char *key, size_t len,
 		   uint64_t hash, const struct fly_decision *d,
-		   uint64_t generation, uint64_t checked_ns)
+		   uint64_t generation, uint64_t checked_ns, uint32_t xstate)
 {
 	size_t mask = FLY_CACHE_SLOTS - 1;
 	int rc = -ENOSPC;
@@ -236,7 +239,19 @@ int fly__cache_put(struct fly_cache *c, const char *key, size_t len,
 			rc = 0;
 			break;
 		}
-		e = entry_new(c, key, len, hash, d, generation, checked_ns);
+		/* a replacement carries the exact-shape state (a use
+		 * counted on the old entry meanwhile may be lost: counts
+		 * only pace a request) */
+		if (old != NULL)
+			e = entry_new(c, key, len, hash, d, generation,
+				      checked_ns,
+				      atomic_load_explicit(&old->xstate,
+							   memory_order_relaxed),
+				      atomic_load_explicit(&old->xuses,
+							   memory_order_relaxed));
+		else
+			e = entry_new(c, key, len, hash, d, generation,
+				      checked_ns, xstate, 0);
 		if (e == NULL) {
 			rc = -ENOMEM;
 			break;

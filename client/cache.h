@@ -3,7 +3,8 @@
  * hit.
  *
  * Owns: the slot array, the entry arena and every entry ever published
- * (entries are immutable once published, except their two atomic stamps;
+ * (entries are immutable once published, except their atomic stamps and
+ * exact-shape counters;
  * a replaced entry is retired, not freed, until fly__cache_fini, so a
  * reader that loaded the old pointer never touches freed memory).
  * Entries come from one arena of FLY_CACHE_SLOTS entries, mapped and
@@ -35,10 +36,16 @@
 struct fly_cache_entry {
 	uint64_t hash;                /* fly_key_hash of key */
 	uint32_t keylen;              /* bytes of key, no NUL */
+	/* The key's exact-shape state (client.c, issue 22), beside the
+	 * fields a hit reads anyway, so the hit path's test of it touches
+	 * no other line; mutable after publication like the stamps, and
+	 * carried over to an entry that replaces this one, with xuses. */
+	_Atomic uint32_t xstate;
 	char key[FLY_KEY_MAX];        /* NUL-terminated canonical key */
 	struct fly_decision dec;      /* the answer */
 	_Atomic uint64_t generation;  /* shm generation it was valid at */
 	_Atomic uint64_t checked_ns;  /* last socket check (monotonic ns) */
+	_Atomic uint32_t xuses;       /* answers counted (xstate) */
 	struct fly_cache_entry *next_retired; /* writer-only list link */
 };
 
@@ -74,11 +81,13 @@ const struct fly_cache_entry *fly__cache_lookup(const struct fly_cache *c,
 
 /* Insert or replace the answer for a key, stamped with @p generation and
  * @p checked_ns.  When the stored decision is identical, only the stamps
- * are updated (no allocation).  @return 0, -ENOMEM, -ENOSPC (probe window
- * full: the key is simply not cached), FLY_E_KEYLEN. */
+ * are updated (no allocation).  A new key's entry starts with xstate
+ * @p xstate and no uses; a replacing entry keeps its predecessor's.
+ * @return 0, -ENOMEM, -ENOSPC (probe window full: the key is simply not
+ * cached), FLY_E_KEYLEN. */
 int fly__cache_put(struct fly_cache *c, const char *key, size_t len,
 		   uint64_t hash, const struct fly_decision *d,
-		   uint64_t generation, uint64_t checked_ns);
+		   uint64_t generation, uint64_t checked_ns, uint32_t xstate);
 
 /* Update the stamps of an existing entry (no allocation, no lock). */
 void fly__cache_touch(const struct fly_cache_entry *e, uint64_t generation,

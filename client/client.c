@@ -57,6 +57,23 @@
 /* An owed reply this late (past the deadline it missed) means the session
  * is broken, not slow: drop it and reconnect. */
 #define OWED_STALE_MS 10000
+/* Issue 22: answers from the process cache of a shape off its bucket's
+ * representative before its exact key is asked for
+ * ($FLYTUNED_EXACT_AFTER, 0: never). */
+#define EXACT_AFTER_DEFAULT 64
+
+/* A cached problem's exact-shape state (fly_cache_entry.xstate).  The
+ * process cache is the bounded per-process table of use counts: a
+ * problem is counted in its own entry (keyed by the problem's bytes, so
+ * each M of a bucket has one), with no allocation and no syscall, and
+ * only while it is XS_COUNT. */
+enum {
+	XS_NONE = 0,   /* on its bucket's representative, or exact is off */
+	XS_COUNT = 1,  /* off its bucket: counting answers in xuses */
+	XS_ASKING = 2, /* the threshold passed: one caller asks the daemon */
+	XS_ASKED = 3   /* asked: the exact key is looked up in the table
+			  first whenever the entry is re-checked there */
+};
 
 struct retired_shm {
 	struct fly_shm_reader *r;
@@ -97,6 +114,7 @@ struct fly_client {
 	uint32_t recheck_ms;       /* pending keys: socket re-ask period */
 	uint32_t no_shm;           /* never map the table */
 	uint32_t no_prefault;      /* FLYTUNED_SHM_PREFAULT=0 at open */
+	uint32_t exact_after;      /* $FLYTUNED_EXACT_AFTER: 0 off */
 	struct fly_cache cache;    /* process cache */
 	_Atomic(struct fly_shm_reader *) shm; /* current table or NULL */
 	_Atomic uint64_t epoch;    /* bumps whenever shm is replaced */
@@ -421,6 +439,24 @@ static uint32_t prefault_off(void)
 	return env != NULL && strcmp(env, "0") == 0;
 }
 
+/* $FLYTUNED_EXACT_AFTER: the answers of an off-bucket shape after which
+ * its exact key is asked for; unset, empty or malformed: the default;
+ * "0": never. */
+static uint32_t exact_after_env(void)
+{
+	const char *env = getenv("FLYTUNED_EXACT_AFTER");
+	unsigned long v;
+	char *end;
+
+	if (env == NULL || env[0] == '\0')
+		return EXACT_AFTER_DEFAULT;
+	errno = 0;
+	v = strtoul(env, &end, 10);
+	if (errno != 0 || *end != '\0' || env[0] == '-' || v > UINT32_MAX)
+		return EXACT_AFTER_DEFAULT;
+	return (uint32_t)v;
+}
+
 /* Resolve the socket path: explicit, $FLYTUNED_SOCKET, or the default. */
 static int resolve_path(const struct fly_client_opts *o, char *buf,
 			size_t cap)
@@ -468,6 +504,7 @@ int fly_client_open_opts(const struct fly_client_opts *o, fly_client **out)
 	c->recheck_ms = o->recheck_ms ? o->recheck_ms : RECHECK_DEFAULT_MS;
 	c->no_shm = o->no_shm;
 	c->no_prefault = prefault_off();
+	c->exact_after = exact_after_env();
 	c->fd = -1;
 	c->backoff_ms = BACKOFF_MIN_MS;
 	c->quiet_ms = BACKOFF_MIN_MS;
@@ -965,10 +1002,10 @@ static const struct fly_cache_entry *cache_get(fly_client *c,
 
 static void cache_put(fly_client *c, const struct fly_problem *p,
 		      uint64_t hash, const struct fly_decision *d,
-		      uint64_t stamp)
+		      uint64_t stamp, uint32_t xs)
 {
 	fly__cache_put(&c->cache, (const char *)p, sizeof(*p), hash, d, stamp,
-		       fly__now_ns());
+		       fly__now_ns(), xs);
 }
 
 /* The answer when the socket gave none (down, late, busy, refused): what
@@ -995,7 +1032,7 @@ static int superseded(const struct fly_shm_reader *r)
  * superseded table answers nothing: the caller moves to the new one). */
 static int try_shm(fly_client *c, struct fly_shm_reader *r,
 		   const struct fly_problem *p, const char *key, size_t len,
-		   uint64_t hash, uint64_t shash, uint64_t stamp,
+		   uint64_t hash, uint64_t shash, uint64_t stamp, uint32_t xs,
 		   struct fly_decision *d)
 {
 	if (r == NULL || superseded(r) ||
@@ -1005,7 +1042,7 @@ static int try_shm(fly_client *c, struct fly_shm_reader *r,
 	/* checked_ns 0: the table answered, not the socket (and the hit
 	 * path reads no clock) */
 	fly__cache_put(&c->cache, (const char *)p, sizeof(*p), hash, d, stamp,
-		       0);
+		       0, xs);
 	return 1;
 }
 
@@ -1014,7 +1051,7 @@ static int try_shm(fly_client *c, struct fly_shm_reader *r,
 static void decide_socket(fly_client *c, const struct fly_problem *p,
 			  const char *key, size_t len, uint64_t hash,
 			  uint64_t shash, uint64_t deadline_ns, uint64_t gen,
-			  struct fly_decision *d)
+			  uint32_t xs, struct fly_decision *d)
 {
 	struct fly_shm_reader *r;
 	uint64_t stamp;
@@ -1037,7 +1074,7 @@ static void decide_socket(fly_client *c, const struct fly_problem *p,
 	/* a fresh connection may have brought a table that answers */
 	r = atomic_load_explicit(&c->shm, memory_order_acquire);
 	stamp = stamp_of(c, r, &gen);
-	if (rc == 0 && try_shm(c, r, p, key, len, hash, shash, stamp, d) &&
+	if (rc == 0 && try_shm(c, r, p, key, len, hash, shash, stamp, xs, d) &&
 	    d->status == FLY_STATUS_TUNED) {
 		pthread_mutex_unlock(&c->mu);
 		return;
@@ -1048,7 +1085,7 @@ static void decide_socket(fly_client *c, const struct fly_problem *p,
 		r = atomic_load_explicit(&c->shm, memory_order_acquire);
 		stamp = stamp_of(c, r, &gen);
 		d->generation = gen;
-		cache_put(c, p, hash, d, stamp);
+		cache_put(c, p, hash, d, stamp, xs);
 	}
 	pthread_mutex_unlock(&c->mu);
 	if (rc < 0)
@@ -1080,6 +1117,126 @@ static int socket_quiet(fly_client *c, uint64_t now)
 					  memory_order_relaxed);
 }
 
+/* ------------------------------------------------------ exact shapes */
+
+/* The exact-shape state a new cache entry of @p p (valid) starts in. */
+static uint32_t exact_init(const fly_client *c, const struct fly_problem *p)
+{
+	struct fly_problem x;
+
+	if (c->exact_after == 0 || (p->flags & FLY_F_EXACT))
+		return XS_NONE;
+	return fly_problem_exact(p, &x) == 1 ? XS_COUNT : XS_NONE;
+}
+
+/* Count one answer of @p e from the process cache.  @return 1 when this
+ * caller is the one to ask for the exact key (the count reached the
+ * threshold and it moved the entry to XS_ASKING), else 0.  One relaxed
+ * atomic add per answer, and only while the entry is XS_COUNT. */
+static int exact_due(fly_client *c, const struct fly_cache_entry *e)
+{
+	struct fly_cache_entry *w = (struct fly_cache_entry *)e;
+	uint32_t want = XS_COUNT;
+
+	if (atomic_fetch_add_explicit(&w->xuses, 1, memory_order_relaxed) + 1 <
+	    c->exact_after)
+		return 0;
+	return atomic_compare_exchange_strong(&w->xstate, &want, XS_ASKING);
+}
+
+/* Set the exact-shape state of @p p's entry (its uses to 0 with
+ * XS_COUNT: the count starts again). */
+static void exact_set(fly_client *c, const struct fly_problem *p,
+		      uint64_t hash, uint32_t xs)
+{
+	struct fly_cache_entry *e =
+		(struct fly_cache_entry *)cache_get(c, p, hash);
+
+	if (e == NULL)
+		return;
+	if (xs == XS_COUNT)
+		atomic_store_explicit(&e->xuses, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->xstate, xs, memory_order_relaxed);
+}
+
+/* The exact key of @p p (valid, off its bucket) into @p key.
+ * @return its length, its hash into *xhash; or an error. */
+static int exact_key(const struct fly_problem *p, char *key, uint64_t *xhash)
+{
+	struct fly_problem x;
+
+	if (fly_problem_exact(p, &x) != 1)
+		return FLY_E_NOTFOUND;
+	*xhash = fly__shm_problem_hash(&x);
+	return fly_key_format(&x, key, FLY_KEY_MAX);
+}
+
+/* Look @p p's exact key up in the table.  @return 1 on a hit (d filled,
+ * d->exact 1, cached for @p p), else 0. */
+static int try_shm_exact(fly_client *c, struct fly_shm_reader *r,
+			 const struct fly_problem *p, uint64_t hash,
+			 uint64_t stamp, struct fly_decision *d)
+{
+	char xkey[FLY_KEY_MAX];
+	uint64_t xhash;
+	int n;
+
+	if (r == NULL || superseded(r))
+		return 0;
+	n = exact_key(p, xkey, &xhash);
+	if (n < 0 || fly__shm_lookup_hashed(r, xhash, xkey, (size_t)n, d) != 0)
+		return 0;
+	d->exact = 1;
+	bump(&c->n_shm_hits);
+	fly__cache_put(&c->cache, (const char *)p, sizeof(*p), hash, d, stamp,
+		       0, XS_ASKED);
+	return 1;
+}
+
+/* The one caller that moved @p p's entry to XS_ASKING: ask the daemon
+ * for the exact key once, as a miss asks (a `decide`, bounded by the
+ * timeout; the daemon queues it and answers at once, never waiting for
+ * the tuning).  A tuned answer is served and cached from now on; any
+ * other reply (or a late one: the request went out) leaves the entry
+ * XS_ASKED, served by its bucket until the table has the exact row; no
+ * answer at all (down, busy, refused) counts again from 0.
+ * @p d holds the cached (bucket) answer on entry; replaced only by a
+ * tuned exact answer. */
+static void exact_ask(fly_client *c, const struct fly_problem *p,
+		      uint64_t hash, uint64_t start, struct fly_decision *d)
+{
+	uint64_t deadline = start + c->timeout_ms * 1000000ull, xhash, gen;
+	struct fly_decision xd;
+	char xkey[FLY_KEY_MAX];
+	int rc;
+
+	rc = exact_key(p, xkey, &xhash);
+	if (rc < 0) {
+		exact_set(c, p, hash, XS_NONE);
+		return;
+	}
+	if (socket_quiet(c, start) || lock_until(c, deadline) < 0) {
+		exact_set(c, p, hash, XS_COUNT);
+		return;
+	}
+	rc = connect_locked(c, deadline, 0);
+	if (rc == 0)
+		rc = socket_decide_locked(c, xkey, deadline, &xd);
+	if (rc == 0 && xd.status == FLY_STATUS_TUNED) {
+		uint64_t stamp = stamp_of(
+			c, atomic_load_explicit(&c->shm, memory_order_acquire),
+			&gen);
+
+		xd.exact = 1;
+		xd.generation = gen;
+		cache_put(c, p, hash, &xd, stamp, XS_ASKED);
+		*d = xd;
+	}
+	pthread_mutex_unlock(&c->mu);
+	exact_set(c, p, hash, rc == 0 || rc == FLY_E_TIMEOUT ? XS_ASKED
+							      : XS_COUNT);
+}
+
 int fly_decide(fly_client *c, const struct fly_problem *p,
 	       struct fly_decision *d)
 {
@@ -1088,6 +1245,7 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 	struct fly_shm_reader *r;
 	struct rd_token t;
 	uint64_t start, hash, shash = 0, gen, stamp;
+	uint32_t xs;
 	int n;
 
 	if (d == NULL)
@@ -1102,18 +1260,35 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 	r = atomic_load(&c->shm);
 	stamp = stamp_of(c, r, &gen);
 	e = cache_get(c, p, hash);
+	xs = e != NULL ? atomic_load_explicit(&e->xstate, memory_order_relaxed)
+		       : XS_NONE;
 	if (e != NULL && e->dec.status == FLY_STATUS_TUNED &&
 	    atomic_load_explicit(&e->generation, memory_order_relaxed) ==
 		    stamp) {
+		/* an off-bucket shape counts its answers until the one
+		 * that asks for its exact key (issue 22) */
+		int ask = xs == XS_COUNT && exact_due(c, e);
+
 		from_entry(e, gen, d);
 		rd_exit(c, t, 1);
+		if (ask)
+			exact_ask(c, p, hash, fly__now_ns(), d);
 		return 0;
 	}
 	/* the key first: its home slot's line is asked for before d is
 	 * cleared (issue 19: the slot's miss is the table path's cost) */
 	n = fly__shm_problem_key(r, p, key, &shash);
 	decision_default(d);
-	if (n >= 0 && try_shm(c, r, p, key, (size_t)n, hash, shash, stamp, d) &&
+	/* asked for its exact key: the exact row first (issue 22) */
+	if (n >= 0 && xs == XS_ASKED &&
+	    try_shm_exact(c, r, p, hash, stamp, d)) {
+		rd_exit(c, t, 0);
+		return 0;
+	}
+	if (n >= 0 && e == NULL)
+		xs = exact_init(c, p);
+	if (n >= 0 &&
+	    try_shm(c, r, p, key, (size_t)n, hash, shash, stamp, xs, d) &&
 	    d->status == FLY_STATUS_TUNED) {
 		rd_exit(c, t, 0);
 		return 0;
@@ -1132,7 +1307,7 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 	if (socket_quiet(c, start))
 		return 0; /* d: the table's answer, else the default */
 	decide_socket(c, p, key, (size_t)n, hash, shash,
-		      start + c->timeout_ms * 1000000ull, gen, d);
+		      start + c->timeout_ms * 1000000ull, gen, xs, d);
 	return 0;
 }
 
@@ -1181,6 +1356,7 @@ int fly_decide_wait(fly_client *c, const struct fly_problem *p,
 {
 	char key[FLY_KEY_MAX];
 	uint64_t deadline, hash, gen = 0, stamp;
+	const struct fly_cache_entry *e;
 	struct fly_shm_reader *r;
 	int n, rc, have = 0;
 
@@ -1207,9 +1383,15 @@ int fly_decide_wait(fly_client *c, const struct fly_problem *p,
 		have = 1;
 	r = atomic_load_explicit(&c->shm, memory_order_acquire);
 	stamp = stamp_of(c, r, &gen);
+	/* waits for the bucket key; an exact row the process cache holds
+	 * for the shape (issue 22) stays its answer */
+	e = cache_get(c, p, hash);
+	if (have && e != NULL && e->dec.exact &&
+	    e->dec.status == FLY_STATUS_TUNED)
+		have = 0;
 	if (have) {
 		d->generation = gen;
-		cache_put(c, p, hash, d, stamp);
+		cache_put(c, p, hash, d, stamp, exact_init(c, p));
 	}
 	pthread_mutex_unlock(&c->mu);
 	if (!have)

@@ -58,7 +58,9 @@ struct fly_client_opts {
  * restarted daemon's) is mapped without it: that map happens in a
  * running engine's fly_decide, which must not stall.
  * FLYTUNED_SHM_PREFAULT=0 in the environment (read here) turns the
- * table's pre-fault off.
+ * table's pre-fault off.  FLYTUNED_EXACT_AFTER (read here; default 64,
+ * 0 off) is the number of answers of a shape between bucket edges after
+ * which fly_decide asks for its exact key (see fly_decide).
  * @param[in] socket_path NULL for $FLYTUNED_SOCKET or the device-0 path.
  * @param[out] out caller owns result; free with fly_client_close().
  * @return 0, -EINVAL (path too long), -ENOMEM. */
@@ -74,6 +76,14 @@ void fly_client_close(fly_client *c);
  * misbehaving, answers what the client already has for the problem, else
  * the `default` status (variant "" means "use your own default").  Dims
  * are bucketed by the shared policy.
+ * Exact shapes (issue 22): a problem whose M is not its bucket's value
+ * counts its answers from the process cache (in its cache entry: no
+ * lock, no allocation, no syscall); the answer that reaches
+ * FLYTUNED_EXACT_AFTER sends one decide of its exact key (FLY_F_EXACT,
+ * bounded by the timeout like a miss); whenever its cached answer is
+ * re-checked in the table after that, the exact key is looked up
+ * first, and its row, once the daemon has tuned it, answers with
+ * d->exact = 1.
  * A cached tuned answer costs no lock and no syscall; it is re-checked
  * in the shm table when the table's generation changes (and, when the
  * table does not have it, on the socket at most every recheck_ms, by one

@@ -1,7 +1,9 @@
 /*
  * cmd_explain.c -- explain KEY: the trial leaderboard of a key, the
  * winner first, then the measured candidates by median, then those never
- * measured, with noise (MAD), reps, outcome and why losers lost.
+ * measured, with noise (MAD), reps, outcome and why losers lost; for a
+ * shape off its bucket's representative, its bucket and exact rows and
+ * which one answers (issue 22).
  *
  * Owns: nothing between calls.  Thread: main.
  */
@@ -106,6 +108,35 @@ static void trial_note(const cJSON *t, double win, double best, int is_win,
 			 why ? why : "");
 }
 
+/* One row of explain's "shape": "LABEL KEY  VARIANT MEDIAN us", or
+ * "(not tuned)". */
+static void print_shape_row(const char *label, const cJSON *shape,
+			    const char *kname, const char *rname)
+{
+	const cJSON *row = cJSON_GetObjectItemCaseSensitive(shape, rname);
+	const char *key = ctl_str(shape, kname), *var = ctl_str(row, "variant");
+
+	printf("%-8s %s  ", label, key ? key : "?");
+	if (cJSON_IsObject(row) && var != NULL)
+		printf("%s %.3f us\n", var, ctl_num(row, "median_us"));
+	else
+		printf("(not tuned)\n");
+}
+
+/* Issue 22: a shape off its bucket's representative has a bucket row and
+ * an exact row; say both and which one a decide answers from now. */
+static void print_shape(const cJSON *resp)
+{
+	const cJSON *shape = cJSON_GetObjectItemCaseSensitive(resp, "shape");
+	const char *ans = ctl_str(shape, "answers");
+
+	if (!cJSON_IsObject(shape))
+		return;
+	print_shape_row("bucket:", shape, "bucket_key", "bucket");
+	print_shape_row("exact:", shape, "exact_key", "exact");
+	printf("answers: %s\n", ans ? ans : "?");
+}
+
 static void print_leaderboard(const cJSON *resp)
 {
 	const cJSON *trials = cJSON_GetObjectItemCaseSensitive(resp, "trials");
@@ -119,6 +150,7 @@ static void print_leaderboard(const cJSON *resp)
 
 	printf("key: %s\n", ctl_str(resp, "key") ? ctl_str(resp, "key")
 						   : "?");
+	print_shape(resp);
 	printf("winner: %s\n", wv ? wv : "(none)");
 	job = cJSON_GetObjectItemCaseSensitive(resp, "job");
 	if (job != NULL) {

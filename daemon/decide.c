@@ -18,6 +18,7 @@
 
 #include "decide.h"
 #include "fly_hash.h"
+#include "fly_key.h"
 #include "flyk.h"
 #include "table.h"
 
@@ -509,12 +510,14 @@ int flyd_rmap_nearest(const struct flyd_rmap *m, const char *key,
 int flyd_decide_default(const struct flyk_backend *b,
 			const struct fly_problem *p, struct fly_decision *out)
 {
+	struct fly_problem shape = *p;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
 	if (b == NULL)
 		return 0;
-	rc = flyk_default(b, NULL, p, out);
+	fly_problem_shape(&shape); /* the kernels never see FLY_F_EXACT */
+	rc = flyk_default(b, NULL, &shape, out);
 	if (rc < 0) {
 		memset(out, 0, sizeof(*out));
 		return -EOPNOTSUPP;

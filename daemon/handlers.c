@@ -475,16 +475,71 @@ static void job_of_key_json(struct flyd_ctx *ctx, const char *key,
 	fleet_job_json(o, j, uv_now(ctx->loop));
 }
 
+/* A stored result as JSON, or JSON null. */
+static cJSON *row_json(struct flyd_ctx *ctx, const char *key)
+{
+	struct flyd_result r;
+
+	if (flyd_store_result_get(ctx->store, key, ctx->device_id,
+				  ctx->libver, &r) != 0)
+		return cJSON_CreateNull();
+	return result_json(&r);
+}
+
+/* explain's "shape" (issue 22) for a key whose shape has an exact key
+ * beside its bucket's: both keys, both rows (null when not tuned) and
+ * which one a decide of the shape answers from now -- the exact row once
+ * tuned (for a client that used the shape FLYTUNED_EXACT_AFTER times),
+ * else the bucket's, else "default".  The key explained is the one
+ * answering (@p akey), unless the request named a bucket or exact key.
+ * Absent for a shape on its bucket's representative. */
+static void shape_json(struct flyd_ctx *ctx, const char *key, cJSON *resp,
+		       char akey[FLY_KEY_MAX])
+{
+	struct fly_problem p, b, x;
+	char bk[FLY_KEY_MAX], xk[FLY_KEY_MAX];
+	cJSON *o, *brow, *xrow;
+	const char *answers;
+
+	snprintf(akey, FLY_KEY_MAX, "%s", key);
+	if (fly_key_parse(key, strlen(key), &p) < 0 || p.op >= FLY_OP_COUNT ||
+	    fly_problem_exact(&p, &x) != 1)
+		return;
+	b = x;
+	fly_problem_shape(&b);
+	fly_problem_bucket(&b, &ctx->cfg.bucket[b.op]);
+	if (fly_key_format(&b, bk, sizeof(bk)) < 0 ||
+	    fly_key_format(&x, xk, sizeof(xk)) < 0 ||
+	    (o = cJSON_AddObjectToObject(resp, "shape")) == NULL)
+		return;
+	brow = row_json(ctx, bk);
+	xrow = row_json(ctx, xk);
+	answers = !cJSON_IsNull(xrow) ? "exact" :
+		  !cJSON_IsNull(brow) ? "bucket" : "default";
+	cJSON_AddStringToObject(o, "bucket_key", bk);
+	cJSON_AddItemToObject(o, "bucket", brow);
+	cJSON_AddStringToObject(o, "exact_key", xk);
+	cJSON_AddItemToObject(o, "exact", xrow);
+	cJSON_AddStringToObject(o, "answers", answers);
+	/* a plain off-bucket shape: explain the key that answers it */
+	if (strcmp(key, bk) != 0 && strcmp(key, xk) != 0)
+		snprintf(akey, FLY_KEY_MAX, "%s",
+			 strcmp(answers, "exact") == 0 ? xk : bk);
+}
+
 static int h_explain(struct flyd_ctx *ctx, struct flyd_req *rq,
 		     const cJSON *req, cJSON *resp, const char **msg)
 {
 	struct flyd_result r;
+	char akey[FLY_KEY_MAX];
 	const char *key;
 	cJSON *trials;
 	int rc = req_key(rq, req, &key, msg);
 
 	if (rc < 0)
 		return rc;
+	shape_json(ctx, key, resp, akey);
+	key = akey;
 	rc = flyd_store_result_get(ctx->store, key, ctx->device_id,
 				   ctx->libver, &r);
 	if (rc < 0 && rc != FLY_E_NOTFOUND)

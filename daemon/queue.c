@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fly_key.h"
 #include "queue.h"
 
 struct qlist {
@@ -182,6 +183,7 @@ int flyd_queue_push(struct flyd_queue *q, const char *key, int priority,
 	if (j == NULL)
 		return -ENOMEM;
 	memcpy(j->key, key, len + 1);
+	j->exact = fly_key_is_exact(key, len);
 	j->priority = prio;
 	j->force = force != 0;
 	j->state = FLYD_Q_QUEUED;
@@ -193,28 +195,47 @@ int flyd_queue_push(struct flyd_queue *q, const char *key, int priority,
 	return 0;
 }
 
+/* The first job of @p l that may start at @p now_ms: a bucket key before
+ * any exact-shape key (issue 22: an exact shape is served by its bucket
+ * meanwhile; a bucket key not yet tuned is served by a neighbour or the
+ * default). */
+static struct flyd_qjob *first_startable(const struct qlist *l,
+					 uint64_t now_ms)
+{
+	struct flyd_qjob *ex = NULL;
+
+	for (struct flyd_qjob *j = l->head; j != NULL; j = j->next) {
+		if (j->not_before_ms > now_ms)
+			continue;
+		if (!j->exact)
+			return j;
+		if (ex == NULL)
+			ex = j;
+	}
+	return ex;
+}
+
 struct flyd_qjob *flyd_queue_peek(const struct flyd_queue *q,
 				  int allow_background)
 {
 	if (q->level[FLYD_PRIO_EXPLICIT].head != NULL)
 		return q->level[FLYD_PRIO_EXPLICIT].head;
 	if (allow_background)
-		return q->level[FLYD_PRIO_BACKGROUND].head;
+		return first_startable(&q->level[FLYD_PRIO_BACKGROUND],
+				       UINT64_MAX);
 	return NULL;
 }
 
 struct flyd_qjob *flyd_queue_peek_at(const struct flyd_queue *q,
 				     int allow_background, uint64_t now_ms)
 {
-	for (int l = FLYD_PRIO_EXPLICIT; l >= FLYD_PRIO_BACKGROUND; l--) {
-		if (l == FLYD_PRIO_BACKGROUND && !allow_background)
-			break;
-		for (struct flyd_qjob *j = q->level[l].head; j != NULL;
-		     j = j->next)
-			if (j->not_before_ms <= now_ms)
-				return j;
-	}
-	return NULL;
+	for (struct flyd_qjob *j = q->level[FLYD_PRIO_EXPLICIT].head;
+	     j != NULL; j = j->next)
+		if (j->not_before_ms <= now_ms)
+			return j;
+	if (!allow_background)
+		return NULL;
+	return first_startable(&q->level[FLYD_PRIO_BACKGROUND], now_ms);
 }
 
 void flyd_queue_start(struct flyd_queue *q, struct flyd_qjob *j)

@@ -45,6 +45,9 @@ enum flyd_qfleet {
 struct flyd_qjob {
 	char key[FLY_KEY_MAX];    /* canonical bucketed key */
 	int priority;             /* FLYD_PRIO_* */
+	int exact;                /* an exact-shape key (issue 22): in the
+				     background level, started after every
+				     bucket key that may start */
 	int force;                /* re-tune even if tuned */
 	int state;                /* enum flyd_qstate */
 	int persisted;            /* a jobs-table row exists */

@@ -100,6 +100,12 @@ void flyd_results_free(struct flyd_results *res)
 
 /* ------------------------------------------------------------ the map */
 
+/* Whether a canonical key names an exact shape (FLY_F_EXACT). */
+static int key_is_exact(const char *key)
+{
+	return fly_key_is_exact(key, strlen(key));
+}
+
 /* Add a key to the map (parsing it) and optionally publish it. */
 static void remember(struct flyd_results *res, const char *key,
 		     const struct fly_decision *d, int publish, int *replaced)
@@ -143,6 +149,29 @@ int flyd_results_default(const struct flyd_results *res,
 	return flyd_decide_default(res->btab, p, d);
 }
 
+/* An exact key's bucket row (issue 22): what its shape is served until
+ * its own row is tuned, so the provisional answer of an exact key is the
+ * one a client already launches.  @return 0 (*d filled, provisional), or
+ * FLY_E_NOTFOUND (not exact, or its bucket is not tuned). */
+static int bucket_row(struct flyd_results *res, const struct fly_problem *p,
+		      struct fly_decision *d)
+{
+	const struct fly_decision *b;
+	struct fly_problem q = *p;
+	char bk[FLY_KEY_MAX];
+
+	if (!(p->flags & FLY_F_EXACT) || p->op >= FLY_OP_COUNT)
+		return FLY_E_NOTFOUND;
+	fly_problem_shape(&q);
+	fly_problem_bucket(&q, &res->ctx->cfg.bucket[q.op]);
+	if (fly_key_format(&q, bk, sizeof(bk)) < 0 ||
+	    (b = flyd_rmap_get(res->rmap, bk)) == NULL)
+		return FLY_E_NOTFOUND;
+	*d = *b;
+	d->provisional = 1;
+	return 0;
+}
+
 int flyd_results_provisional(struct flyd_results *res, const char *key,
 			     const struct fly_problem *p, int queued,
 			     struct fly_decision *d)
@@ -150,7 +179,8 @@ int flyd_results_provisional(struct flyd_results *res, const char *key,
 	struct fly_decision def;
 	int rc = flyd_decide_default(res->btab, p, &def);
 
-	if (flyd_rmap_nearest(res->rmap, key, p, d, NULL) != 0)
+	if (bucket_row(res, p, d) != 0 &&
+	    flyd_rmap_nearest(res->rmap, key, p, d, NULL) != 0)
 		*d = def;
 	d->status = queued ? FLY_STATUS_PENDING : FLY_STATUS_DEFAULT;
 	d->median_us = d->provisional ? d->median_us : 0.0;
@@ -438,7 +468,10 @@ int flyd_results_commit(struct flyd_results *res, struct flyd_qjob *j,
 		return FLY_E_STORAGE;
 	}
 	remember(res, j->key, &row.d, 1, &replaced);
-	if (replaced)
+	/* a new exact row also bumps: clients serve their shape from its
+	 * bucket's cached row until a generation change sends them back to
+	 * the table, where they look the exact key up first (issue 22) */
+	if (replaced || key_is_exact(j->key))
 		flyd_publish_bump(res->pub);
 	flyd_log(FLYD_LOG_INFO, "tuned",
 		 "key=%s variant=%s median_us=%.3f tune_s=%.3f trials=%zu",
@@ -470,7 +503,7 @@ int flyd_results_adopt(struct flyd_results *res, const struct flyd_result *rs,
 		return rc;
 	for (size_t i = 0; i < n; i++) {
 		remember(res, rs[i].key, &rs[i].d, 1, &replaced);
-		any |= replaced;
+		any |= replaced || key_is_exact(rs[i].key);
 	}
 	if (any)
 		flyd_publish_bump(res->pub);

@@ -306,9 +306,13 @@ static int build_job(struct flyd_sched *sc, const struct flyd_qjob *j)
 	rc = fly_key_parse(j->key, strlen(j->key), &job->problem);
 	if (rc < 0)
 		return rc;
+	/* an exact key (FLY_F_EXACT) is its own floor: only its M is ever
+	 * launched from it; the kernels get the shape without the flag */
 	fly_problem_bucket_floor(&job->problem,
 				 &ctx->cfg.bucket[job->problem.op],
 				 &job->problem_lo);
+	fly_problem_shape(&job->problem);
+	fly_problem_shape(&job->problem_lo);
 	job->budget_s = ctx->cfg.job_budget_s;
 	job->margin = ctx->cfg.margin;
 	inc = flyd_results_lookup(sc->res, j->key, 0);
@@ -744,7 +748,7 @@ int flyd_sched_check_result(const struct flyd_sched *sc, const char *key,
 	const struct flyk_backend *btab;
 	const struct flyd_registry *reg;
 	const struct flyk_variant *v;
-	struct fly_problem p, lo;
+	struct fly_problem p, kp, lo;
 	int rc;
 
 	reg = sc != NULL ? flyd_worker_registry(sc->worker) : NULL;
@@ -758,6 +762,8 @@ int flyd_sched_check_result(const struct flyd_sched *sc, const char *key,
 		snprintf(why, cap, "'key' is not a canonical shape key");
 		return FLY_E_INVALID;
 	}
+	kp = p;
+	fly_problem_shape(&p); /* what the kernels see: no FLY_F_EXACT */
 	if (flyd_registry_check(reg, &p, d, why, cap) < 0)
 		return FLY_E_INVALID;
 	/* The in-process table is the worker's own (the CPU backend): its
@@ -767,7 +773,8 @@ int flyd_sched_check_result(const struct flyd_sched *sc, const char *key,
 	v = btab != NULL ? flyk_variant_find(btab, p.op, d->variant) : NULL;
 	if (v == NULL)
 		return 0;
-	fly_problem_bucket_floor(&p, &sc->ctx->cfg.bucket[p.op], &lo);
+	fly_problem_bucket_floor(&kp, &sc->ctx->cfg.bucket[p.op], &lo);
+	fly_problem_shape(&lo);
 	if (v->feasible(NULL, &p, d->params) != 0 ||
 	    v->feasible(NULL, &lo, d->params) != 0) {
 		snprintf(why, cap, "variant \"%s\" is not feasible for the key "

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "fly_hash.h"
+#include "fly_key.h"
 #include "tuner.h"
 
 /* One rep each first: on a large key the points at 1.5-3x (small tiles)
@@ -68,6 +69,11 @@ struct tstate {
 	double t0;        /* the budget's start: the candidates listed (and,
 			     first_of_op, the first check done) */
 	double best_warm; /* fastest warm-up run so far, us (INFINITY: none) */
+	/* An exact-shape job (issue 22): the op's default point for the
+	 * shape, always a candidate and checked first; the winner is never
+	 * slower than its measured median.  -1: not exact, or no default. */
+	int defc;
+	struct fly_decision def;
 };
 
 static double clock_now(void *ctx)
@@ -222,6 +228,41 @@ static int has_successor(const struct tstate *st,
 	return 0;
 }
 
+/* An exact-shape job: find the op's default point for the shape among
+ * the candidates, adding it when the variants' spaces did not list it
+ * (excluded or infeasible points are not added: cand_add counts them).
+ * "No exact shape may end up slower than the vendor default on that
+ * shape" (issue 22).  @return 0. */
+static int cand_default(struct tstate *st)
+{
+	const struct flyk_variant *v;
+
+	st->defc = -1;
+	if (!fly_key_is_exact(st->j->key, strlen(st->j->key)) ||
+	    flyk_default(st->b, st->dev, &st->j->problem, &st->def) != 0)
+		return 0;
+	for (uint32_t i = 0; i < st->ncands; i++) {
+		const struct cand *c = &st->cands[i];
+
+		if (strcmp(c->v->name, st->def.variant) == 0 &&
+		    c->nparams == st->def.nparams &&
+		    memcmp(c->params, st->def.params,
+			   sizeof(c->params[0]) * c->nparams) == 0) {
+			st->defc = (int)i;
+			return 0;
+		}
+	}
+	v = flyk_variant_find(st->b, st->j->problem.op, st->def.variant);
+	if (v == NULL || st->ncands >= FLYD_TUNER_MAX_CANDS)
+		return 0;
+	cand_add(st, v, st->def.params);
+	if (st->ncands > 0 && st->cands[st->ncands - 1].v == v &&
+	    memcmp(st->cands[st->ncands - 1].params, st->def.params,
+		   sizeof(int64_t) * st->cands[st->ncands - 1].nparams) == 0)
+		st->defc = (int)st->ncands - 1;
+	return 0;
+}
+
 static int cands_build(struct tstate *st)
 {
 	const struct fly_problem *p = &st->j->problem;
@@ -246,6 +287,9 @@ static int cands_build(struct tstate *st)
 			cands_product(st, v);
 		}
 	}
+	rc = cand_default(st);
+	if (rc < 0)
+		return rc;
 	for (uint32_t i = 0; i < st->ncands; i++) {
 		st->cands[i].samples =
 			calloc((size_t)st->o.max_reps, sizeof(double));
@@ -313,6 +357,12 @@ static void emit(struct tstate *st, struct cand *c, int outcome,
 
 	trial_fill(c, t);
 	c->alive = 0;
+	/* an exact job's default point says so in its trial (explain) */
+	if (st->defc >= 0 && c == &st->cands[st->defc]) {
+		snprintf(t->reason, sizeof(t->reason), "default%s%s",
+			 reason ? ": " : "", reason ? reason : "");
+		reason = t->reason;
+	}
 	if (c->n > 0) {
 		cand_stats(c);
 		t->median_us = c->med;
@@ -320,7 +370,9 @@ static void emit(struct tstate *st, struct cand *c, int outcome,
 	}
 	t->reps = c->n;
 	t->outcome = outcome;
-	snprintf(t->reason, sizeof(t->reason), "%s", reason ? reason : "");
+	if (reason != t->reason)
+		snprintf(t->reason, sizeof(t->reason), "%s",
+			 reason ? reason : "");
 	if (st->o.on_trial != NULL)
 		st->o.on_trial(st->o.cb_ctx, t);
 }
@@ -581,6 +633,15 @@ static void decide(struct tstate *st)
 	if (inc != NULL && inc != win &&
 	    !(win->median_us < inc->median_us * (1 - st->j->margin)))
 		win = inc;
+	/* an exact shape is never served slower than its default point as
+	 * measured: the margin's preference for an earlier variant (or an
+	 * incumbent) does not apply against it */
+	for (size_t i = 0; st->defc >= 0 && i < r->ntrials; i++)
+		if (r->trials[i].outcome == FLYD_OUT_OK &&
+		    flyd_trial_same(&r->trials[i], st->def.variant,
+				    st->def.params, st->def.nparams) &&
+		    r->trials[i].median_us < win->median_us)
+			win = &r->trials[i];
 	memset(&r->winner, 0, sizeof(r->winner));
 	r->winner.status = FLY_STATUS_TUNED;
 	memcpy(r->winner.variant, win->variant, sizeof(r->winner.variant));
@@ -603,10 +664,14 @@ static int measure(struct tstate *st)
 		free(want);
 		return -ENOMEM;
 	}
-	/* The checks: the superseded variants' points after the others'. */
-	for (int late = 0; late <= 1; late++)
+	/* The checks: an exact job's default point first (the first check is
+	 * never cut by the budget), the superseded variants' points after
+	 * the others'. */
+	for (int late = -1; late <= 1; late++)
 		for (uint32_t i = 0; i < st->ncands; i++) {
-			if (st->cands[i].late != late)
+			if (late < 0 ? (int)i != st->defc
+				     : ((int)i == st->defc ||
+					st->cands[i].late != late))
 				continue;
 			if (nchecked > 0 &&
 			    past_budget(st, late ? LATE_SHARE : CHECK_SHARE)) {
@@ -643,7 +708,7 @@ int flyd_tuner_run(const struct flyk_backend *b, struct flyk_device *dev,
 		   const struct flyd_tuner_opts *o, struct flyd_tune_result *r)
 {
 	struct tstate st = { .b = b, .dev = dev, .c = c, .j = j, .r = r,
-			     .best_warm = INFINITY };
+			     .best_warm = INFINITY, .defc = -1 };
 	int rc;
 
 	if (b == NULL || c == NULL || j == NULL || r == NULL)

@@ -52,6 +52,14 @@
  *      best, and the winner that variant's fastest trial.  With an
  *      incumbent among the OK trials, the winner replaces it only when
  *      its median < incumbent * (1 - margin).
+ *   6. Exact-shape jobs (a key with FLY_F_EXACT, issue 22): the op's
+ *      default point for the shape (flyk_default) is a candidate even
+ *      when the variants' spaces do not list it, it is checked first
+ *      (so the budget never leaves it out), and when its OK trial's
+ *      median is below the winner's it wins: an exact shape is never
+ *      served slower than the default as measured.  Its trial's reason
+ *      starts with "default" ("default", "default: 1.62x best after 3
+ *      reps").
  */
 #ifndef FLYD_TUNER_H
 #define FLYD_TUNER_H

@@ -86,7 +86,10 @@ enum fly_layout {
 				    window (clean_logits) */
 #define FLY_F_KV_FNUZ 0x40u      /* mqa_logits: kv is e4m3fnuz while q is
 				    the key's dtype (vLLM on gfx942) */
-#define FLY_F_ALL 0x7fu
+#define FLY_F_EXACT 0x80u       /* any op: the exact shape, not re-bucketed
+				    (its varying dim is not its bucket's
+				    representative); see fly_key.h */
+#define FLY_F_ALL 0xffu
 
 /* A problem: what the engine is about to launch. */
 struct fly_problem {
@@ -111,7 +114,9 @@ struct fly_decision {
 	uint32_t provisional;          /* 1: borrowed from a tuned neighbour */
 	char variant[FLY_VARIANT_MAX]; /* NUL-terminated variant name */
 	uint32_t nparams;              /* valid entries in params */
-	uint32_t reserved;             /* 0 */
+	uint32_t exact;                /* 1: the exact shape's own row
+				  answered (FLY_F_EXACT key), 0: the
+				  bucket's (was `reserved`, always 0) */
 	int64_t params[FLY_PARAMS_MAX];/* per-variant order (flyk registry) */
 	double median_us;              /* measured median, 0 if not tuned */
 	uint64_t generation;           /* shm generation it was read at */

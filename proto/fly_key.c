@@ -72,7 +72,7 @@ static const char *const layout_names[FLY_LAYOUT_COUNT] = {
 
 /* Flag names by bit position (bit 0 = FLY_F_BIAS). */
 static const char *const flag_names[] = {"bias",   "scale", "residual", "det",
-					 "causal", "clean", "kvfnuz"};
+					 "causal", "clean", "kvfnuz", "exact"};
 #define NFLAGS ((int)(sizeof(flag_names) / sizeof(flag_names[0])))
 
 static const struct op_info *op_get(uint32_t op)
@@ -174,6 +174,24 @@ static int fly_problem_attn_bad(const struct fly_problem *p)
 	return 0;
 }
 
+static int64_t bucket_value(int64_t v, const struct fly_bucket_policy *pol);
+
+/* Whether @p p's varying dim differs from its bucket's representative
+ * under the default policy: only then has it an exact key of its own
+ * (one that buckets to itself is its bucket key's own shape). */
+static int exact_differs(const struct fly_problem *p)
+{
+	struct fly_bucket_policy pol;
+	struct fly_problem q = *p;
+
+	fly_bucket_policy_default(p->op, &pol);
+	if (pol.dim < 0)
+		return 0;
+	q.flags &= ~FLY_F_EXACT;
+	fly_problem_bucket(&q, &pol);
+	return q.dims[pol.dim] != p->dims[pol.dim];
+}
+
 int fly_problem_validate(const struct fly_problem *p)
 {
 	const struct op_info *oi;
@@ -200,7 +218,9 @@ int fly_problem_validate(const struct fly_problem *p)
 			      p->layout >= FLY_LAYOUT_COUNT)
 			   : p->layout != FLY_LAYOUT_NONE)
 		return FLY_E_INVALID;
-	if (p->flags & ~oi->flags)
+	if (p->flags & ~(oi->flags | FLY_F_EXACT))
+		return FLY_E_INVALID;
+	if ((p->flags & FLY_F_EXACT) && !exact_differs(p))
 		return FLY_E_INVALID;
 	return 0;
 }
@@ -518,7 +538,7 @@ static void put_flags(char *buf, size_t cap, const struct op_info *oi)
 	int first = 1;
 
 	for (int b = 0; b < NFLAGS; b++) {
-		if (!(oi->flags & (1u << b)))
+		if (!((oi->flags | FLY_F_EXACT) & (1u << b)))
 			continue;
 		put(buf, cap, "%s%s", first ? "" : ", ", flag_names[b]);
 		first = 0;
@@ -612,7 +632,8 @@ static void explain_tail(struct cur *c, const struct op_info *oi, int rc,
 		return;
 	}
 	if (seg_next(c, &seg, &n) &&
-	    (parse_flags(seg, n, &p.flags) < 0 || (p.flags & ~oi->flags))) {
+	    (parse_flags(seg, n, &p.flags) < 0 ||
+	     (p.flags & ~(oi->flags | FLY_F_EXACT)))) {
 		put(buf, cap, "'%.*s' is not a set of flags %s takes (flags: ",
 		    (int)n, seg, oi->name);
 		put_flags(buf, cap, oi);
@@ -645,6 +666,17 @@ static void explain_tail(struct cur *c, const struct op_info *oi, int rc,
 		put(buf, cap, "hkv=%lld does not divide hq=%lld: each kv head "
 		    "serves hq/hkv query heads (GQA), so hkv must divide hq",
 		    (long long)p.dims[4], (long long)p.dims[3]);
+		return;
+	}
+	if (rc == FLY_E_INVALID && (p.flags & FLY_F_EXACT) &&
+	    !exact_differs(&p)) {
+		struct fly_bucket_policy pol;
+
+		fly_bucket_policy_default(p.op, &pol);
+		put(buf, cap, "%s=%lld is its bucket's own value, so the key "
+		    "without 'exact' is this exact shape: 'exact' marks only "
+		    "a %s that buckets to another value", oi->dims[pol.dim],
+		    (long long)p.dims[pol.dim], oi->dims[pol.dim]);
 		return;
 	}
 	put(buf, cap, "not in canonical form (%s)", fly_strerror(rc));
@@ -725,7 +757,7 @@ void fly_problem_bucket(struct fly_problem *p,
 	const struct op_info *oi;
 	int64_t old, prod = 1;
 
-	if (p == NULL || pol == NULL)
+	if (p == NULL || pol == NULL || (p->flags & FLY_F_EXACT))
 		return;
 	oi = op_get(p->op);
 	if (oi == NULL || pol->dim < 0 || pol->dim >= oi->ndims)
@@ -749,7 +781,8 @@ void fly_problem_bucket_floor(const struct fly_problem *bucketed,
 
 	*lo = *bucketed;
 	oi = op_get(bucketed->op);
-	if (oi == NULL || pol == NULL || pol->dim < 0 || pol->dim >= oi->ndims)
+	if (oi == NULL || pol == NULL || pol->dim < 0 ||
+	    pol->dim >= oi->ndims || (bucketed->flags & FLY_F_EXACT))
 		return;
 	b = bucketed->dims[pol->dim];
 	if (b <= 1)
@@ -771,6 +804,31 @@ void fly_problem_bucket_floor(const struct fly_problem *bucketed,
 			lo_v = mid + 1;
 	}
 	lo->dims[pol->dim] = lo_v;
+}
+
+int fly_problem_exact(const struct fly_problem *p, struct fly_problem *out)
+{
+	*out = *p;
+	if (p->flags & FLY_F_EXACT)
+		return 1;
+	if (!exact_differs(p))
+		return 0;
+	out->flags |= FLY_F_EXACT;
+	return 1;
+}
+
+int fly_key_is_exact(const char *s, size_t len)
+{
+	static const char tail[] = "exact";
+	size_t n = sizeof(tail) - 1;
+
+	return len > n && memcmp(s + len - n, tail, n) == 0 &&
+	       (s[len - n - 1] == '/' || s[len - n - 1] == '+');
+}
+
+void fly_problem_shape(struct fly_problem *p)
+{
+	p->flags &= ~FLY_F_EXACT;
 }
 
 uint64_t fly_key_hash(const char *s, size_t len)

@@ -6,8 +6,10 @@
  * formats back to exactly the bytes parsed; bucketing a valid problem
  * gives a valid problem whose key parses, is stable (bucketing it again
  * changes nothing) and whose floor is no larger than it and buckets back
- * to it; the hash of the
- * text is a pure function of it.
+ * to it; the hash of the text is a pure function of it; a shape has an
+ * exact key (issue 22) iff bucketing moves it, and that key round-trips,
+ * is never its bucket's key, and the suffix test fly_key_is_exact agrees
+ * with the parse.
  */
 #include <string.h>
 
@@ -48,5 +50,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(fly_problem_validate(&f) == 0);
 	fly_problem_bucket(&f, &pol);
 	FUZZ_CHECK(memcmp(&f, &b, sizeof(f)) == 0);
+
+	/* issue 22: exact keys.  The suffix test agrees with the parse; a
+	 * shape has an exact key iff bucketing its shape moves it, and that
+	 * key round-trips and never equals its bucket's key. */
+	FUZZ_CHECK(fly_key_is_exact((const char *)data, size) ==
+		   ((p.flags & FLY_F_EXACT) != 0));
+	q = p;
+	fly_problem_shape(&q);
+	b = q;
+	fly_problem_bucket(&b, &pol);
+	if (fly_problem_exact(&q, &f) == 1) {
+		char xk[FLY_KEY_MAX];
+
+		FUZZ_CHECK(memcmp(&b, &q, sizeof(b)) != 0);
+		FUZZ_CHECK(f.flags == (q.flags | FLY_F_EXACT));
+		n = fly_key_format(&f, xk, sizeof(xk));
+		FUZZ_CHECK(n > 0 || n == FLY_E_KEYLEN);
+		if (n > 0) {
+			FUZZ_CHECK(fly_key_parse(xk, (size_t)n, &q) == 0);
+			FUZZ_CHECK(memcmp(&q, &f, sizeof(q)) == 0);
+			FUZZ_CHECK(fly_key_is_exact(xk, (size_t)n));
+			FUZZ_CHECK(fly_key_format(&b, buf, sizeof(buf)) > 0);
+			FUZZ_CHECK(strcmp(buf, xk) != 0);
+		}
+	} else {
+		FUZZ_CHECK(memcmp(&b, &q, sizeof(b)) == 0);
+		FUZZ_CHECK(!(p.flags & FLY_F_EXACT));
+	}
 	return 0;
 }

@@ -28,6 +28,7 @@
 #include <cjson/cJSON.h>
 
 #include "../common/daemon.h"
+#include "../common/jsonschema.h"
 #include "flyclient.h"
 
 #define TUNE_MS 120000 /* generous: a noisy 2-core box */
@@ -260,6 +261,186 @@ static void test_issue_19_table_grows(void **state)
 	assert_int_equal(s1.shm_hits, s0.shm_hits + N);
 	assert_int_equal(s1.socket_requests, s0.socket_requests);
 	fly_client_close(c2);
+	fly_client_close(c);
+	cleanup_dm();
+}
+
+/* Issue 22: exact shapes between bucket edges, end to end on the CPU
+ * backend.  gemm m=100 buckets to m=128: the bucket answers at once; the
+ * shape used FLYTUNED_EXACT_AFTER (8 here) times is asked for as
+ * gemm/.../m=100,.../exact, which the daemon tunes in the background and
+ * publishes, and from then on the shape is served from its exact row
+ * (d.exact 1); explain shows both rows and which answers; list, export
+ * and import carry the exact row as it is; a restart keeps it. */
+static const char *const x_key = "gemm/fp32/NT/m=100,n=64,k=64/exact";
+static const char *const x_bucket = "gemm/fp32/NT/m=128,n=64,k=64";
+static const char *const x_shape = "gemm/fp32/NT/m=100,n=64,k=64";
+
+static fly_client *client_exact_after(const char *n)
+{
+	fly_client *c;
+
+	setenv("FLYTUNED_EXACT_AFTER", n, 1);
+	c = client(dm.sock, fly_test_timeout(2000));
+	unsetenv("FLYTUNED_EXACT_AFTER");
+	return c;
+}
+
+/* fly_decide @p p until its answer is the exact row (bounded). */
+static void until_exact(fly_client *c, const struct fly_problem *p,
+			struct fly_decision *d)
+{
+	uint64_t t0 = now_ms();
+
+	do {
+		assert_int_equal(fly_decide(c, p, d), 0);
+		if (d->exact)
+			break;
+		usleep(20000);
+	} while (now_ms() - t0 < (uint64_t)fly_test_timeout(TUNE_MS));
+	assert_int_equal(d->exact, 1);
+	assert_int_equal(d->status, FLY_STATUS_TUNED);
+	assert_true(d->variant[0] != '\0');
+}
+
+static cJSON *explain_json(const char *key)
+{
+	char args[256], err[512] = "", *out;
+	cJSON *o;
+
+	snprintf(args, sizeof(args), "--json explain %s", key);
+	out = ctl_out(args);
+	if (fly_test_schema_validate_text("explain.response.json", out, err,
+					  sizeof(err)) != 0)
+		fail_msg("explain.response.json: %s\n%s", err, out);
+	o = cJSON_Parse(out);
+	free(out);
+	assert_non_null(o);
+	return o;
+}
+
+static const char *shape_str(const cJSON *o, const char *name)
+{
+	const cJSON *sh = cJSON_GetObjectItemCaseSensitive(o, "shape");
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(sh, name);
+
+	assert_true(cJSON_IsString(it));
+	return it->valuestring;
+}
+
+/* "No exact shape may end up slower than the vendor default on that
+ * shape": among an exact key's trials, the default point's (reason
+ * "default...") is there and was measured; when it survived to the end
+ * (ok), the winner's median is no larger than its median; else it was
+ * dropped as slower than the best (rejected). */
+static void assert_winner_not_slower_than_default(const cJSON *o)
+{
+	const cJSON *res = cJSON_GetObjectItem(o, "result"), *t, *def = NULL;
+	const char *outcome;
+
+	cJSON_ArrayForEach(t, cJSON_GetObjectItem(o, "trials")) {
+		const cJSON *why = cJSON_GetObjectItem(t, "reason");
+
+		if (cJSON_IsString(why) &&
+		    strncmp(why->valuestring, "default", 7) == 0)
+			def = t;
+	}
+	if (def == NULL) {
+		char *text = cJSON_Print(o);
+
+		fail_msg("no default trial: %s", text);
+	}
+	outcome = cJSON_GetObjectItem(def, "outcome")->valuestring;
+	assert_true(cJSON_GetObjectItem(def, "reps")->valuedouble > 0);
+	if (strcmp(outcome, "ok") == 0)
+		assert_true(cJSON_GetObjectItem(res, "median_us")->valuedouble <=
+			    cJSON_GetObjectItem(def, "median_us")->valuedouble);
+	else
+		assert_string_equal(outcome, "rejected");
+}
+
+static void test_issue_22_exact_shape(void **state)
+{
+	struct fly_problem p = prob(x_shape);
+	struct fly_decision d, b;
+	char path[512], args[600], *out;
+	fly_client *c;
+	cJSON *o;
+	int rc;
+
+	(void)state;
+	memset(&dm, 0, sizeof(dm));
+	rc = fly_test_daemon_start(&dm, "{\"policy\":\"always\"}", NULL);
+	if (rc < 0)
+		fly_test_daemon_print_log(&dm);
+	assert_int_equal(rc, 0);
+	c = client_exact_after("8");
+	/* the bucket answers (waited for here, so the count starts) */
+	assert_int_equal(fly_decide_wait(c, &p, fly_test_timeout(TUNE_MS), &b),
+			 0);
+	assert_int_equal(b.status, FLY_STATUS_TUNED);
+	assert_int_equal(b.exact, 0);
+	/* 7 uses: the bucket's answer, the exact key unknown to the daemon */
+	for (int i = 0; i < 7; i++) {
+		assert_int_equal(fly_decide(c, &p, &d), 0);
+		assert_int_equal(d.exact, 0);
+		assert_string_equal(d.variant, b.variant);
+	}
+	o = explain_json(x_shape);
+	assert_string_equal(shape_str(o, "bucket_key"), x_bucket);
+	assert_string_equal(shape_str(o, "exact_key"), x_key);
+	assert_string_equal(shape_str(o, "answers"), "bucket");
+	assert_string_equal(cJSON_GetObjectItem(o, "key")->valuestring,
+			    x_bucket);
+	cJSON_Delete(o);
+	o = explain_json(x_key);
+	assert_true(cJSON_IsNull(cJSON_GetObjectItem(o, "result")));
+	assert_null(cJSON_GetObjectItem(o, "job"));
+	cJSON_Delete(o);
+	/* the 8th asks; the exact key is tuned and then answers */
+	until_exact(c, &p, &d);
+	o = explain_json(x_shape);
+	assert_string_equal(shape_str(o, "answers"), "exact");
+	assert_string_equal(cJSON_GetObjectItem(o, "key")->valuestring,
+			    x_key);
+	assert_true(cJSON_GetArraySize(cJSON_GetObjectItem(o, "trials")) > 0);
+	assert_winner_not_slower_than_default(o);
+	cJSON_Delete(o);
+	snprintf(args, sizeof(args), "explain %s", x_shape);
+	out = ctl_out(args);
+	assert_non_null(strstr(out, "answers: exact"));
+	assert_non_null(strstr(out, x_bucket));
+	assert_non_null(strstr(out, x_key));
+	free(out);
+	/* list, export -> forget --all -> import: the exact row unchanged */
+	out = ctl_out("list");
+	assert_non_null(strstr(out, x_key));
+	free(out);
+	snprintf(path, sizeof(path), "%s/exact.json", dm.dir);
+	snprintf(args, sizeof(args), "export %s", path);
+	free(ctl_out(args));
+	free(ctl_out("forget --all"));
+	snprintf(args, sizeof(args), "get %s", x_key);
+	assert_int_not_equal(fly_test_ctl(dm.sock, 1, NULL, "%s", args), 0);
+	snprintf(args, sizeof(args), "import %s", path);
+	free(ctl_out(args));
+	snprintf(args, sizeof(args), "--json get %s", x_key);
+	out = ctl_out(args);
+	assert_non_null(strstr(out, d.variant));
+	free(out);
+	fly_client_close(c);
+
+	/* a restart keeps the exact row: a fresh client is served from it
+	 * once it has used the shape 8 times */
+	assert_int_equal(fly_test_daemon_restart(&dm), 0);
+	c = client_exact_after("8");
+	until_exact(c, &p, &b);
+	assert_string_equal(b.variant, d.variant);
+	assert_int_equal(b.nparams, d.nparams);
+	assert_memory_equal(b.params, d.params, sizeof(b.params));
+	o = explain_json(x_shape);
+	assert_string_equal(shape_str(o, "answers"), "exact");
+	cJSON_Delete(o);
 	fly_client_close(c);
 	cleanup_dm();
 }
@@ -631,6 +812,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_pending_then_tuned_via_shm, teardown),
 		cmocka_unit_test_teardown(test_issue_19_table_grows, teardown),
 		cmocka_unit_test_teardown(test_survives_kill_and_restart, teardown),
+		cmocka_unit_test_teardown(test_issue_22_exact_shape, teardown),
 		cmocka_unit_test_teardown(test_fork_child_own_connection, teardown),
 		cmocka_unit_test_teardown(test_fork_1000, teardown),
 		cmocka_unit_test_teardown(test_fork_while_socket_busy, teardown),

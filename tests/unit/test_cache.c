@@ -46,7 +46,7 @@ static void test_insert_lookup(void **state)
 	(void)state;
 	assert_int_equal(fly__cache_init(c), 0);
 	assert_null(fly__cache_lookup(c, k, strlen(k), h));
-	assert_int_equal(fly__cache_put(c, k, strlen(k), h, &d, 7, 100), 0);
+	assert_int_equal(fly__cache_put(c, k, strlen(k), h, &d, 7, 100, 0), 0);
 	e = fly__cache_lookup(c, k, strlen(k), h);
 	assert_non_null(e);
 	assert_string_equal(e->key, k);
@@ -73,17 +73,17 @@ static void test_replace_and_stamps(void **state)
 
 	(void)state;
 	assert_int_equal(fly__cache_init(c), 0);
-	assert_int_equal(fly__cache_put(c, k, strlen(k), h, &d1, 1, 10), 0);
+	assert_int_equal(fly__cache_put(c, k, strlen(k), h, &d1, 1, 10, 0), 0);
 	e1 = fly__cache_lookup(c, k, strlen(k), h);
 	/* same answer: stamps move, no new entry */
-	assert_int_equal(fly__cache_put(c, k, strlen(k), h, &d1, 2, 20), 0);
+	assert_int_equal(fly__cache_put(c, k, strlen(k), h, &d1, 2, 20, 0), 0);
 	e2 = fly__cache_lookup(c, k, strlen(k), h);
 	assert_ptr_equal(e1, e2);
 	assert_int_equal(atomic_load(&e2->generation), 2);
 	/* generation invalidation: a caller holding stamp 2 matches, 3 not */
 	assert_true(atomic_load(&e2->generation) != 3);
 	/* a different answer: a new entry; the old one stays readable */
-	assert_int_equal(fly__cache_put(c, k, strlen(k), h, &d2, 3, 30), 0);
+	assert_int_equal(fly__cache_put(c, k, strlen(k), h, &d2, 3, 30, 0), 0);
 	e3 = fly__cache_lookup(c, k, strlen(k), h);
 	assert_ptr_not_equal(e3, e1);
 	assert_int_equal(e3->dec.status, FLY_STATUS_TUNED);
@@ -109,18 +109,18 @@ static void test_probe_window_full(void **state)
 	/* every key with the same hash: the window holds FLY_CACHE_PROBE */
 	for (i = 0; i < FLY_CACHE_PROBE; i++) {
 		snprintf(k, sizeof(k), "topk/fp32/m=%d,n=8,k=1", i + 1);
-		assert_int_equal(fly__cache_put(c, k, strlen(k), 42, &d, 0, 0),
+		assert_int_equal(fly__cache_put(c, k, strlen(k), 42, &d, 0, 0, 0),
 				 0);
 	}
 	snprintf(k, sizeof(k), "topk/fp32/m=%d,n=8,k=1", i + 1);
-	assert_int_equal(fly__cache_put(c, k, strlen(k), 42, &d, 0, 0),
+	assert_int_equal(fly__cache_put(c, k, strlen(k), 42, &d, 0, 0, 0),
 			 -ENOSPC);
 	assert_null(fly__cache_lookup(c, k, strlen(k), 42));
 	snprintf(k, sizeof(k), "topk/fp32/m=%d,n=8,k=1", FLY_CACHE_PROBE);
 	assert_non_null(fly__cache_lookup(c, k, strlen(k), 42));
 	/* over-long keys are refused */
 	memset(k, 'a', sizeof(k));
-	assert_int_equal(fly__cache_put(c, k, FLY_KEY_MAX, 1, &d, 0, 0),
+	assert_int_equal(fly__cache_put(c, k, FLY_KEY_MAX, 1, &d, 0, 0, 0),
 			 FLY_E_KEYLEN);
 	fly__cache_fini(c);
 	free(c);
@@ -142,7 +142,7 @@ static void test_arena_then_heap(void **state)
 
 		snprintf(k, sizeof(k), "topk/fp32/m=%d,n=8,k=1", (int)i + 1);
 		/* hash i: slot i, so every key has a slot */
-		assert_int_equal(fly__cache_put(c, k, strlen(k), i, &d, 1, 0),
+		assert_int_equal(fly__cache_put(c, k, strlen(k), i, &d, 1, 0, 0),
 				 0);
 	}
 	assert_int_equal(atomic_load(&c->count), FLY_CACHE_SLOTS);
@@ -153,7 +153,7 @@ static void test_arena_then_heap(void **state)
 		snprintf(k, sizeof(k), "topk/fp32/m=%d,n=8,k=1", (int)i + 1);
 		old = fly__cache_lookup(c, k, strlen(k), i);
 		assert_non_null(old);
-		assert_int_equal(fly__cache_put(c, k, strlen(k), i, &d, 2, 0),
+		assert_int_equal(fly__cache_put(c, k, strlen(k), i, &d, 2, 0, 0),
 				 0);
 		e = fly__cache_lookup(c, k, strlen(k), i);
 		assert_ptr_not_equal(e, old);
@@ -230,7 +230,7 @@ static void test_concurrent_readers(void **state)
 		snprintf(name, sizeof(name), "v%d", i);
 		d = mk(FLY_STATUS_TUNED, name, i);
 		assert_int_equal(fly__cache_put(r.c, race_key, len, h, &d,
-						(uint64_t)i, 0), 0);
+						(uint64_t)i, 0, 0), 0);
 	}
 	for (int i = 0; i < 5000 && atomic_load(&r.seen) == 0; i++)
 		usleep(1000); /* let a reader see at least one entry */

@@ -283,6 +283,8 @@ struct fake {
 	int hangup;      /* close every connection at once */
 	int garbage;     /* decide replies: 0 good, else a hostile kind */
 	int accepts;     /* connections accepted */
+	int decides;     /* decide requests answered */
+	char last_decide[256]; /* the last decide request's text */
 };
 
 static int read_full(int fd, void *buf, size_t n)
@@ -406,6 +408,13 @@ static void *fake_main(void *arg)
 			} else if (f->garbage) {
 				send_garbage(s, f->garbage, buf);
 			} else {
+				if (strstr(buf, "\"decide\"") != NULL) {
+					snprintf(f->last_decide,
+						 sizeof(f->last_decide), "%.255s",
+						 buf);
+					__atomic_add_fetch(&f->decides, 1,
+							   __ATOMIC_RELEASE);
+				}
 				send_frame(s, "{\"ok\":true,\"key\":\"k\","
 					   "\"decision\":{\"status\":\"pending\","
 					   "\"provisional\":false,\"variant\":"
@@ -537,6 +546,103 @@ static void test_client_prefault_off_hits(void **state)
 	sealed_table_hits("0");
 }
 
+static int fake_decides(struct fake *f)
+{
+	return __atomic_load_n(&f->decides, __ATOMIC_ACQUIRE);
+}
+
+/* Issue 22, against the fake daemon (its sealed table holds k1, the
+ * bucket m=64): a shape off its bucket (m=50) is answered by the bucket
+ * at once and counts its answers; the answer that reaches
+ * FLYTUNED_EXACT_AFTER sends one decide of its exact key (never before,
+ * never again while it is not tuned); once the table holds the exact row
+ * (and its generation moved) the shape is answered by it, d.exact 1.
+ * A shape on its bucket's representative and FLYTUNED_EXACT_AFTER=0
+ * never ask. */
+static void test_issue_22_client_counts_then_asks_once(void **state)
+{
+	static const char *xk = "gemm/bf16/NT/m=50,n=64,k=64/exact";
+	struct fly_client_opts o = { .timeout_ms = 2000 };
+	struct fly_problem p = problem_k1(), on = problem_k1();
+	struct fly_decision d, xd;
+	struct fake f = { 0 };
+	fly_client *c;
+	int base;
+
+	(void)state;
+	fake_start(&f, 1, 1);
+	o.socket_path = f.sock;
+	p.dims[0] = 50;
+	setenv("FLYTUNED_EXACT_AFTER", "5", 1);
+	assert_int_equal(fly_client_open_opts(&o, &c), 0);
+	unsetenv("FLYTUNED_EXACT_AFTER");
+	/* the first call connects and maps the table: the bucket's row */
+	assert_int_equal(fly_decide(c, &p, &d), 0);
+	assert_int_equal(d.status, FLY_STATUS_TUNED);
+	assert_string_equal(d.variant, "tiled");
+	assert_int_equal(d.exact, 0);
+	base = fake_decides(&f);
+	/* answers 1..4 from the process cache: counted, nothing sent */
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(fly_decide(c, &p, &d), 0);
+		assert_int_equal(d.exact, 0);
+		assert_string_equal(d.variant, "tiled");
+	}
+	assert_int_equal(fake_decides(&f), base);
+	/* the 5th asks for the exact key, once; its answer is the bucket's
+	 * (the fake daemon says pending) */
+	assert_int_equal(fly_decide(c, &p, &d), 0);
+	assert_int_equal(fake_decides(&f), base + 1);
+	assert_non_null(strstr(f.last_decide, xk));
+	assert_int_equal(d.status, FLY_STATUS_TUNED);
+	assert_string_equal(d.variant, "tiled");
+	assert_int_equal(d.exact, 0);
+	for (int i = 0; i < 200; i++) {
+		assert_int_equal(fly_decide(c, &p, &d), 0);
+		assert_int_equal(d.exact, 0);
+	}
+	assert_int_equal(fake_decides(&f), base + 1); /* not re-sent */
+	/* on the bucket's representative: never counted, never asked */
+	for (int i = 0; i < 50; i++)
+		assert_int_equal(fly_decide(c, &on, &d), 0);
+	assert_int_equal(fake_decides(&f), base + 1);
+
+	/* the daemon publishes the exact row (and moves the generation) */
+	memset(&xd, 0, sizeof(xd));
+	xd.status = FLY_STATUS_TUNED;
+	strcpy(xd.variant, "exactv");
+	xd.nparams = 1;
+	xd.params[0] = 50;
+	xd.median_us = 3.0;
+	assert_int_equal(fly__shm_put(f.w, xk, strlen(xk), &xd), 0);
+	(void)fly__shm_bump(f.w);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(fly_decide(c, &p, &d), 0);
+		assert_int_equal(d.status, FLY_STATUS_TUNED);
+		assert_string_equal(d.variant, "exactv");
+		assert_int_equal(d.params[0], 50);
+		assert_int_equal(d.exact, 1);
+	}
+	/* its bucket neighbour on the representative still has the bucket */
+	assert_int_equal(fly_decide(c, &on, &d), 0);
+	assert_string_equal(d.variant, "tiled");
+	assert_int_equal(d.exact, 0);
+	assert_int_equal(fake_decides(&f), base + 1);
+	fly_client_close(c);
+
+	/* FLYTUNED_EXACT_AFTER=0: off */
+	setenv("FLYTUNED_EXACT_AFTER", "0", 1);
+	assert_int_equal(fly_client_open_opts(&o, &c), 0);
+	unsetenv("FLYTUNED_EXACT_AFTER");
+	p.dims[0] = 40;
+	for (int i = 0; i < 300; i++)
+		assert_int_equal(fly_decide(c, &p, &d), 0);
+	assert_int_equal(d.exact, 0);
+	assert_int_equal(fake_decides(&f), base + 1);
+	fly_client_close(c);
+	fake_stop(&f);
+}
+
 static void test_client_ctrunc_no_leak(void **state)
 {
 	struct fly_client_opts o = { .timeout_ms = 2000 };
@@ -647,6 +753,7 @@ int main(void)
 		cmocka_unit_test(test_client_ctrunc_no_leak),
 		cmocka_unit_test(test_client_backoff),
 		cmocka_unit_test(test_client_hostile_replies),
+		cmocka_unit_test(test_issue_22_client_counts_then_asks_once),
 	};
 
 	return cmocka_run_group_tests_name("client_shm", tests, NULL, NULL);

@@ -31,6 +31,12 @@ static const char *const good_keys[] = {
     "mqa_logits/fp8_e4m3/sq=61,skv=1024,h=64,d=128/clean+kvfnuz",
     "mqa_logits/fp8_e4m3fnuz/sq=4096,skv=4096,h=64,d=128/clean",
     "scaled_gemm/fp8_e4m3fnuz/NT/m=32,n=4096,k=4096/bias",
+    /* issue 22: exact shapes, off their bucket's representative */
+    "gemm/fp32/NT/m=100,n=64,k=64/exact",
+    "gemm/bf16/NT/m=1500,n=64,k=64/bias+scale+exact",
+    "rmsnorm/fp16/m=3,n=4097/residual+exact",
+    "attention/bf16/b=1,sq=17,skv=1000,hq=8,hkv=1,d=256/causal+exact",
+    "mqa_logits/fp8_e4m3/sq=61,skv=1024,h=64,d=128/clean+kvfnuz+exact",
 };
 
 static void test_roundtrip(void **state)
@@ -527,6 +533,100 @@ static void test_issue_18_key_explain(void **state)
 	assert_true(strlen(why) < 8);
 }
 
+/* Issue 22: the exact-shape flag.  A key names the exact shape only off
+ * its bucket's representative; it is never re-bucketed, its floor is
+ * itself, and it never equals a bucket key. */
+static void test_issue_22_exact_key(void **state)
+{
+	static const struct {
+		const char *key;
+		int err;
+	} bad[] = {
+		/* on the representative: the bucket key is exact for it */
+		{ "gemm/fp32/NT/m=128,n=64,k=64/exact", FLY_E_INVALID },
+		{ "gemm/fp32/NT/m=1,n=64,k=64/exact", FLY_E_INVALID },
+		{ "gemm/fp32/NT/m=2048,n=64,k=64/exact", FLY_E_INVALID },
+		/* spellings that are not canonical */
+		{ "gemm/fp32/NT/m=100,n=64,k=64/exact+bias", FLY_E_BADKEY },
+		{ "gemm/fp32/NT/m=100,n=64,k=64/exact+exact", FLY_E_BADKEY },
+		{ "gemm/fp32/NT/m=100,n=64,k=64/Exact", FLY_E_BADKEY },
+		{ "gemm/fp32/NT/m=100,n=64,k=64/exact/", FLY_E_BADKEY },
+		{ "gemm/fp32/NT/m=100,n=64,k=64//exact", FLY_E_BADKEY },
+		{ "gemm/fp32/NT/m=100,n=64,k=64/exact/exact", FLY_E_BADKEY },
+	};
+	struct fly_bucket_policy pol;
+	struct fly_problem p = { .op = FLY_OP_GEMM, .dtype = FLY_DT_FP32,
+				 .layout = FLY_LAYOUT_NT,
+				 .dims = { 100, 64, 64 } }, e, b, lo;
+	char key[FLY_KEY_MAX], bkey[FLY_KEY_MAX], why[512];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int rc = fly_key_parse(bad[i].key, strlen(bad[i].key), &e);
+
+		if (rc != bad[i].err)
+			fail_msg("%s: %d, want %d", bad[i].key, rc,
+				 bad[i].err);
+		assert_true(fly_key_explain(bad[i].key, why, sizeof(why)) < 0);
+		assert_true(why[0] != '\0');
+	}
+	assert_int_equal(fly_key_explain(bad[0].key, why, sizeof(why)),
+			 FLY_E_INVALID);
+	assert_non_null(strstr(why, "m=128 is its bucket's own value"));
+	/* a flag list names exact for every op */
+	assert_true(fly_key_explain("rmsnorm/fp32/m=8,n=64/det", why,
+				    sizeof(why)) < 0);
+	assert_non_null(strstr(why, "residual, exact"));
+
+	/* the exact problem of m=100, and its round trip */
+	assert_int_equal(fly_problem_exact(&p, &e), 1);
+	assert_int_equal(e.flags, FLY_F_EXACT);
+	assert_int_equal(fly_key_format(&e, key, sizeof(key)), 34);
+	assert_string_equal(key, "gemm/fp32/NT/m=100,n=64,k=64/exact");
+	memset(&b, 0xa5, sizeof(b));
+	assert_int_equal(fly_key_parse(key, strlen(key), &b), 0);
+	assert_memory_equal(&b, &e, sizeof(b));
+	/* never re-bucketed; its floor is itself */
+	fly_bucket_policy_default(FLY_OP_GEMM, &pol);
+	b = e;
+	fly_problem_bucket(&b, &pol);
+	assert_memory_equal(&b, &e, sizeof(b));
+	fly_problem_bucket_floor(&e, &pol, &lo);
+	assert_memory_equal(&lo, &e, sizeof(lo));
+	/* the bucket key is another key */
+	b = p;
+	fly_problem_bucket(&b, &pol);
+	assert_int_equal(fly_key_format(&b, bkey, sizeof(bkey)), 28);
+	assert_string_equal(bkey, "gemm/fp32/NT/m=128,n=64,k=64");
+	/* the launch shape drops the flag */
+	fly_problem_shape(&e);
+	assert_memory_equal(&e, &p, sizeof(p));
+	/* on the representative: no exact key (the bucket key is it) */
+	p.dims[0] = 128;
+	assert_int_equal(fly_problem_exact(&p, &e), 0);
+	assert_memory_equal(&e, &p, sizeof(p));
+	p.flags = FLY_F_EXACT;
+	assert_int_equal(fly_problem_validate(&p), FLY_E_INVALID);
+	/* every M of 1..3000: an exact key iff M is not its bucket's */
+	for (int64_t m = 1; m <= 3000; m++) {
+		struct fly_problem q = { .op = FLY_OP_GEMM,
+					 .dtype = FLY_DT_FP32,
+					 .layout = FLY_LAYOUT_NT,
+					 .dims = { m, 64, 64 } }, bq = q;
+
+		fly_problem_bucket(&bq, &pol);
+		assert_int_equal(fly_problem_exact(&q, &e),
+				 bq.dims[0] != m);
+		if (bq.dims[0] != m) {
+			assert_int_equal(fly_key_format(&e, key, sizeof(key)) > 0,
+					 1);
+			assert_int_equal(fly_key_parse(key, strlen(key), &b),
+					 0);
+			assert_memory_equal(&b, &e, sizeof(b));
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -543,6 +643,7 @@ int main(void)
 		cmocka_unit_test(test_bucket_policy),
 	    cmocka_unit_test(test_hash),
 	    cmocka_unit_test(test_issue_18_key_explain),
+	    cmocka_unit_test(test_issue_22_exact_key),
 	};
 
 	return cmocka_run_group_tests_name("key", tests, NULL, NULL);

@@ -144,6 +144,46 @@ static void test_priority_order(void **state)
 	flyd_queue_free(q);
 }
 
+/* Issue 22: an exact-shape key in the background level starts after
+ * every bucket key that may start (its shape is served by its bucket
+ * meanwhile); an explicit tune of one is explicit like any other. */
+static void test_issue_22_exact_after_buckets(void **state)
+{
+	static const char *const x1 = "gemm/fp32/NT/m=100,n=64,k=64/exact";
+	static const char *const x2 = "rmsnorm/fp32/m=3,n=64/residual+exact";
+	static const char *const b1 = "gemm/fp32/NT/m=128,n=64,k=64";
+	static const char *const b2 = "rmsnorm/fp32/m=4,n=64/residual";
+	const char *expect[] = {x2, b1, b2, x1};
+	struct flyd_queue *q;
+	struct flyd_qjob *j;
+
+	(void)state;
+	assert_int_equal(flyd_queue_new(0, &q), 0);
+	assert_int_equal(flyd_queue_push(q, x1, 0, 0, &j), 0);
+	assert_int_equal(j->exact, 1);
+	assert_int_equal(flyd_queue_push(q, b1, 0, 0, &j), 0);
+	assert_int_equal(j->exact, 0);
+	assert_int_equal(flyd_queue_push(q, x2, 1, 0, NULL), 0);
+	assert_int_equal(flyd_queue_push(q, b2, 0, 0, NULL), 0);
+	for (size_t i = 0; i < 4; i++) {
+		j = flyd_queue_peek_at(q, 1, 0);
+		assert_non_null(j);
+		assert_string_equal(j->key, expect[i]);
+		assert_ptr_equal(flyd_queue_peek(q, 1), j);
+		flyd_queue_start(q, j);
+		flyd_queue_done(q, j);
+	}
+	/* a bucket key waiting out a backoff does not hold an exact one */
+	assert_int_equal(flyd_queue_push(q, "gemm/fp32/NT/m=256,n=64,k=64", 0,
+					 0, &j), 0);
+	j->not_before_ms = 50;
+	assert_int_equal(flyd_queue_push(q, x1, 0, 0, NULL), 0);
+	assert_string_equal(flyd_queue_peek_at(q, 1, 10)->key, x1);
+	assert_string_equal(flyd_queue_peek_at(q, 1, 50)->key,
+			    "gemm/fp32/NT/m=256,n=64,k=64");
+	flyd_queue_free(q);
+}
+
 static void test_promotion(void **state)
 {
 	struct flyd_queue *q;
@@ -268,6 +308,7 @@ int main(void)
 		cmocka_unit_test(test_cap_busy),
 		cmocka_unit_test(test_priority_order),
 		cmocka_unit_test(test_promotion),
+		cmocka_unit_test(test_issue_22_exact_after_buckets),
 		cmocka_unit_test(test_requeue_front_and_failed),
 		cmocka_unit_test(test_many_keys),
 	};

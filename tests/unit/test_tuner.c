@@ -194,6 +194,8 @@ static int setup(void **state)
 	     i++) {
 		fake_variants[i].successor = NULL; /* a failed test's leftover */
 		fake_variants[i].enumerate = NULL;
+		if (strcmp(fake_variants[i].name, "a") == 0)
+			fake_variants[i].feasible = NULL;
 	}
 	fake_rng = 42;
 	fake_nstart = 0;
@@ -549,6 +551,94 @@ static void test_feasible_across_bucket(void **state)
 	flyd_tune_result_fini(&r);
 }
 
+static int a_feasible(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *params)
+{
+	return 0;
+}
+
+/* An exact-shape job (issue 22): rmsnorm m=100 (its bucket is m=128),
+ * the tuner given the shape without FLY_F_EXACT, as build_job does.  The
+ * fake backend's default point for it is "a" bs=3 (flyk_default: no
+ * rms_vec here, the first variant, its middle value). */
+static void exact_job_init(struct flyd_tune_job *j)
+{
+	job_init(j, 1);
+	snprintf(j->key, sizeof(j->key),
+		 "rmsnorm/fp32/m=100,n=256/residual+exact");
+	j->problem.dims[0] = 100;
+	j->problem_lo = j->problem;
+	fake_variants[1].feasible = a_feasible; /* flyk_default needs it */
+}
+
+static const struct flyd_trial *default_trial(const struct flyd_tune_result *r)
+{
+	return find_trial(r, "a", 3);
+}
+
+/* "No exact shape may end up slower than the vendor default on that
+ * shape": the winner's median is never above the default point's, even
+ * where the incumbent's margin would keep a slower incumbent, and the
+ * default is measured first, so a budget that cuts the rest still has
+ * it. */
+static void test_issue_22_exact_never_slower_than_default(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+	const struct flyd_trial *t;
+
+	exact_job_init(&j);
+	/* the incumbent a/2 is 1.5% slower than the default a/3: a bucket
+	 * key keeps it (not 3% faster); the exact key takes the default */
+	fake_set("a", 1, -1, 12.0, 0, 0);
+	fake_set("a", 2, -1, 10.15, 0, 0);
+	fake_set("a", 3, -1, 10.0, 0, 0);
+	fake_set("a", 4, -1, 12.0, 0, 0);
+	j.has_incumbent = 1;
+	snprintf(j.incumbent.variant, sizeof(j.incumbent.variant), "a");
+	j.incumbent.nparams = 1;
+	j.incumbent.params[0] = 2;
+	assert_int_equal(run(&j, &r), 0);
+	t = default_trial(&r);
+	assert_non_null(t);
+	assert_int_equal(t->outcome, FLYD_OUT_OK);
+	assert_string_equal(t->reason, "default");
+	assert_int_equal(t->reps > 0, 1);
+	assert_true(r.winner.median_us <= t->median_us);
+	assert_int_equal(r.winner.params[0], 3);
+	flyd_tune_result_fini(&r);
+	/* the same job on its bucket key keeps the incumbent */
+	snprintf(j.key, sizeof(j.key), "rmsnorm/fp32/m=128,n=256/residual");
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.winner.params[0], 2);
+	flyd_tune_result_fini(&r);
+
+	/* under jitter, whatever wins is never slower than the default */
+	exact_job_init(&j);
+	fake_jitter = 0.02;
+	for (int i = 0; i < 20; i++) {
+		fake_rng = 5u + 17u * (uint32_t)i;
+		assert_int_equal(run(&j, &r), 0);
+		t = default_trial(&r);
+		assert_non_null(t);
+		if (t->outcome == FLYD_OUT_OK)
+			assert_true(r.winner.median_us <= t->median_us);
+		flyd_tune_result_fini(&r);
+	}
+
+	/* a budget spent by the first check: the default was that check */
+	exact_job_init(&j);
+	fake_jitter = 0.0;
+	j.budget_s = 0.0001;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.winner.status, FLY_STATUS_TUNED);
+	assert_string_equal(r.winner.variant, "a");
+	assert_int_equal(r.winner.params[0], 3);
+	assert_true(r.nunmeasured > 0);
+	flyd_tune_result_fini(&r);
+	fake_variants[1].feasible = NULL;
+}
+
 static void test_excluded_skipped(void **state)
 {
 	struct flyd_tune_job j;
@@ -845,6 +935,8 @@ int main(void)
 		cmocka_unit_test_setup(test_drift_interleaved, setup),
 		cmocka_unit_test_setup(test_superseded_checked_late, setup),
 		cmocka_unit_test_setup(test_all_trials_present, setup),
+		cmocka_unit_test_setup(
+			test_issue_22_exact_never_slower_than_default, setup),
 		cmocka_unit_test(test_seed_stable),
 	};
 

@@ -35,7 +35,7 @@ DTYPES = {"fp32": 1, "fp16": 2, "bf16": 3, "fp8_e4m3": 4, "fp8_e5m2": 5,
 LAYOUTS = {None: 0, "NT": 1, "NN": 2, "TN": 3, "TT": 4}
 FLAGS = {"bias": 0x1, "scale": 0x2, "residual": 0x4, "det": 0x8,
          "deterministic": 0x8, "causal": 0x10, "clean": 0x20,
-         "kvfnuz": 0x40}
+         "kvfnuz": 0x40, "exact": 0x80}
 DIM_NAMES = {
     "gemm": ("m", "n", "k"),
     "grouped_gemm": ("g", "m", "n", "k"),
@@ -66,7 +66,7 @@ class Decision(ctypes.Structure):
                 ("provisional", ctypes.c_uint32),
                 ("variant", ctypes.c_char * VARIANT_MAX),
                 ("nparams", ctypes.c_uint32),
-                ("reserved", ctypes.c_uint32),
+                ("exact", ctypes.c_uint32),
                 ("params", ctypes.c_int64 * PARAMS_MAX),
                 ("median_us", ctypes.c_double),
                 ("generation", ctypes.c_uint64)]
@@ -187,6 +187,7 @@ def _as_dict(d, key):
             "params": [d.params[i] for i in range(min(d.nparams,
                                                       PARAMS_MAX))],
             "provisional": bool(d.provisional),
+            "exact": bool(d.exact),
             "median_us": d.median_us,
             "key": key}
 
@@ -227,7 +228,8 @@ class Client(object):
 
     def decide(self, op, dtype, dims, layout=None, flags=()):
         """Which variant to launch: dict(status, variant, params,
-        provisional, median_us, key).  Never waits for tuning; raises
+        provisional, exact, median_us, key); exact: the shape's own
+        exact-shape row answered (issue 22), not its bucket's.  Never waits for tuning; raises
         ValueError/FlyError only for a bad problem."""
         p = _problem(op, dtype, dims, layout, flags)
         d = Decision()
