@@ -189,8 +189,12 @@ __device__ __forceinline__ int rms_prologue(const T *row, int n)
  * elements, issued with x's (and r's) before any of them is used, so that
  * one DRAM round trip serves both; otherwise store() loads w after the
  * reduction (fewer registers, a second round trip unless w is cached).
+ * AL: every row starts VB-aligned and holds whole vectors (known on the
+ * host: aligned bases and n * elem % VB == 0), so the prologue and the
+ * epilogue, and the work of finding them, are compiled out.
  */
-template <int DT, int VB, int R, bool RES, bool WE = false> struct rms_row {
+template <int DT, int VB, int R, bool RES, bool WE = false, bool AL = false>
+struct rms_row {
 	typedef typename flyk_elem<DT>::T T;
 	typedef flyk_elem<DT> E;
 	enum { VEC = VB / sizeof(T) };
@@ -230,9 +234,15 @@ template <int DT, int VB, int R, bool RES, bool WE = false> struct rms_row {
 	__device__ __forceinline__ float load(const T *xr, T *rr, int n, int vt,
 					      int VG, const T *w = NULL)
 	{
-		p = rms_prologue<VB>(xr, n);
-		nb = (n - p) / VEC;
-		tail = n - p - nb * VEC;
+		if constexpr (AL) {
+			p = 0;
+			nb = n / VEC;
+			tail = 0;
+		} else {
+			p = rms_prologue<VB>(xr, n);
+			nb = (n - p) / VEC;
+			tail = n - p - nb * VEC;
+		}
 		const rms_vec<VB, T> *xv = (const rms_vec<VB, T> *)(xr + p);
 		rms_vec<VB, T> *rv = (rms_vec<VB, T> *)(rr + p);
 #pragma unroll
@@ -350,7 +360,7 @@ template <int DT, int VB, int R, bool RES, bool WE = false> struct rms_row {
 #define LAT_MAXT(R) ((R) >= 8 ? 256 : RMS_MAXT(2 * (R), 16))
 
 /* rmsnorm_rows (WE false) and rmsnorm_lat (WE true: w loaded with x). */
-template <int DT, int VB, int R, bool RES, bool WE>
+template <int DT, int VB, int R, bool RES, bool WE, bool AL>
 __global__ void __launch_bounds__(WE ? LAT_MAXT(R) : RMS_MAXT(R, VB))
 	rms_rows_kernel(const typename flyk_elem<DT>::T *x,
 			const typename flyk_elem<DT>::T *w,
@@ -372,7 +382,7 @@ __global__ void __launch_bounds__(WE ? LAT_MAXT(R) : RMS_MAXT(R, VB))
 	int64_t row = (int64_t)blockIdx.x * per + gi;
 	bool valid = row < m;
 	int64_t off = (valid ? row : 0) * (int64_t)n;
-	rms_row<DT, VB, R, RES, WE> r;
+	rms_row<DT, VB, R, RES, WE, AL> r;
 	float ss = 0.f;
 	if (valid)
 		ss = r.load(x + off, res + off, n, vt, G, w);
@@ -681,7 +691,7 @@ static int rms_launch_err(void)
 #define RMS_ARGS(T)                                                         \
 	(const T *)a->x, (const T *)a->w, (T *)a->y, (T *)a->residual
 
-template <int DT, int VB, bool RES, bool WE>
+template <int DT, int VB, bool RES, bool WE, bool AL>
 static int rms_rows_go(const struct flyk_rmsnorm_args *a, int64_t m, int n,
 		       int G, int rows, int R, hipStream_t s)
 {
@@ -692,19 +702,19 @@ static int rms_rows_go(const struct flyk_rmsnorm_args *a, int64_t m, int n,
 	float inv_n = 1.0f / (float)n;
 	switch (R) {
 	case 1:
-		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 1, RES, WE>)(
+		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 1, RES, WE, AL>)(
 			RMS_ARGS(T), m, n, G, lg, inv_n, a->eps);
 		break;
 	case 2:
-		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 2, RES, WE>)(
+		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 2, RES, WE, AL>)(
 			RMS_ARGS(T), m, n, G, lg, inv_n, a->eps);
 		break;
 	case 4:
-		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 4, RES, WE>)(
+		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 4, RES, WE, AL>)(
 			RMS_ARGS(T), m, n, G, lg, inv_n, a->eps);
 		break;
 	default:
-		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 8, RES, WE>)(
+		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 8, RES, WE, AL>)(
 			RMS_ARGS(T), m, n, G, lg, inv_n, a->eps);
 		break;
 	}
@@ -716,9 +726,19 @@ static int rms_rows_res(const struct flyk_rmsnorm_args *a, uint32_t flags,
 			int64_t m, int n, int G, int rows, int R,
 			hipStream_t s)
 {
+	/* rmsnorm_lat only (decode sizes, where the instructions before the
+	 * loads are on the critical path): rows all aligned, as AL needs. */
+	if (WE && ((size_t)n * sizeof(typename flyk_elem<DT>::T)) % VB == 0) {
+		if (flags & FLY_F_RESIDUAL)
+			return rms_rows_go<DT, VB, true, WE, WE>(a, m, n, G, rows,
+								 R, s);
+		return rms_rows_go<DT, VB, false, WE, WE>(a, m, n, G, rows, R,
+							  s);
+	}
 	if (flags & FLY_F_RESIDUAL)
-		return rms_rows_go<DT, VB, true, WE>(a, m, n, G, rows, R, s);
-	return rms_rows_go<DT, VB, false, WE>(a, m, n, G, rows, R, s);
+		return rms_rows_go<DT, VB, true, WE, false>(a, m, n, G, rows, R,
+							    s);
+	return rms_rows_go<DT, VB, false, WE, false>(a, m, n, G, rows, R, s);
 }
 
 template <int DT>
