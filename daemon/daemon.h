@@ -41,6 +41,7 @@ struct flyd_ctx {
 	char libver[FLYD_LIBVER_MAX];
 	int ready;                   /* READY=1 sent */
 	int degraded;                /* worker unhealthy or DB quarantined */
+	int wd_unhealthy;            /* the watchdog saw the worker unhealthy */
 	int stopping;
 	uint64_t started_ms;         /* uv_now at start */
 	gid_t admin_gid;             /* service group allowed admin requests */

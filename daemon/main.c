@@ -292,15 +292,29 @@ static void daemon_ready(void *arg)
 		flyd_fleet_ready(ctx->fleet);
 }
 
-/* The watchdog's health: the worker healthy and the DB answering. */
+/*
+ * The watchdog's health: the loop runs (this timer fired) and the DB
+ * answers.  A worker that keeps dying is not a reason for systemd to
+ * restart the daemon (RELIABILITY.md F9, F11: the instance goes degraded
+ * and keeps serving its winners; a restart would only cut every client
+ * off and start the same worker again): it is reported instead, in
+ * STATUS= (sent here when it changes), `status` and the metrics.
+ */
 static int watchdog_ok(void *arg)
 {
 	struct flyd_ctx *ctx = arg;
-	int healthy = flyd_sched_is_healthy(ctx->sched);
+	int unhealthy = !flyd_sched_is_healthy(ctx->sched);
 
-	if (healthy && ctx->store != NULL && flyd_store_ping(ctx->store) == 0)
+	if (unhealthy != ctx->wd_unhealthy) {
+		ctx->wd_unhealthy = unhealthy;
+		flyd_log(unhealthy ? FLYD_LOG_WARN : FLYD_LOG_INFO,
+			 "worker_health", "healthy=%d", !unhealthy);
+		if (ctx->ready)
+			send_status(ctx);
+	}
+	if (ctx->store != NULL && flyd_store_ping(ctx->store) == 0)
 		return 1;
-	flyd_log(FLYD_LOG_WARN, "watchdog_skip", "healthy=%d", healthy);
+	flyd_log(FLYD_LOG_WARN, "watchdog_skip", "db=unanswered");
 	return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -630,4 +631,59 @@ int fly_test_db_integrity_ok(const char *path)
 	sqlite3_finalize(s);
 	sqlite3_close(db);
 	return ok;
+}
+
+int fly_test_notify_listen(const char *path)
+{
+	struct sockaddr_un sa;
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (path[0] == '@') {
+		/* Abstract: a leading NUL, length without a terminator. */
+		sa.sun_path[0] = '\0';
+		len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+				  strlen(path));
+	} else {
+		unlink(path);
+	}
+	if (bind(fd, (struct sockaddr *)&sa, len) != 0) {
+		int e = errno;
+
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+int fly_test_notify_wait(int fd, const char *needle, int timeout_ms)
+{
+	char buf[512];
+	struct timespec ts;
+	int64_t now, end;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	end = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + timeout_ms;
+	for (;;) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		ssize_t n;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+		if (now >= end)
+			return 0;
+		if (poll(&pfd, 1, 50) <= 0)
+			continue;
+		n = recv(fd, buf, sizeof(buf) - 1, 0);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		if (strstr(buf, needle) != NULL)
+			return 1;
+	}
 }

@@ -102,5 +102,11 @@ int fly_test_daemon_setup(void **state);
 int fly_test_daemon_teardown(void **state);
 /* Timeout scaled by $FLY_TEST_TIMEOUT_MULTIPLIER. */
 int fly_test_timeout(int ms);
+/* A datagram socket bound at @p path (a leading '@': abstract) standing
+ * in for systemd's NOTIFY_SOCKET.  @return the fd, or -errno. */
+int fly_test_notify_listen(const char *path);
+/* Read datagrams from @p fd until one contains @p needle, for up to
+ * @p timeout_ms.  @return 1 found, 0 not. */
+int fly_test_notify_wait(int fd, const char *needle, int timeout_ms);
 
 #endif /* FLY_TEST_DAEMON_H */

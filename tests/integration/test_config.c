@@ -348,53 +348,6 @@ static void test_command_line(void **state)
 	assert_non_null(strstr(out, "config_error"));
 }
 
-/* A datagram socket at @p path playing systemd's notify socket. */
-static int notify_listen(const char *path)
-{
-	struct sockaddr_un sa;
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-
-	assert_true(fd >= 0);
-	memset(&sa, 0, sizeof(sa));
-	sa.sun_family = AF_UNIX;
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	if (path[0] == '@') {
-		/* Abstract: a leading NUL, length without a terminator. */
-		sa.sun_path[0] = '\0';
-		assert_int_equal(bind(fd, (struct sockaddr *)&sa,
-				      (socklen_t)(offsetof(struct sockaddr_un,
-							   sun_path) +
-						  strlen(path))), 0);
-		return fd;
-	}
-	unlink(path);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	return fd;
-}
-
-/* Collect datagrams until one contains @p needle.  @return 1 found. */
-static int notify_wait(int fd, const char *needle, int timeout_ms)
-{
-	char buf[512];
-
-	for (int waited = 0; waited < timeout_ms;) {
-		struct pollfd pfd = {.fd = fd, .events = POLLIN};
-		ssize_t n;
-
-		if (poll(&pfd, 1, 50) <= 0) {
-			waited += 50;
-			continue;
-		}
-		n = recv(fd, buf, sizeof(buf) - 1, 0);
-		if (n <= 0)
-			continue;
-		buf[n] = '\0';
-		if (strstr(buf, needle) != NULL)
-			return 1;
-	}
-	return 0;
-}
-
 static void test_sd_notify(void **state)
 {
 	char path[64], env_ns[96];
@@ -405,18 +358,19 @@ static void test_sd_notify(void **state)
 	if (external())
 		skip();
 	snprintf(path, sizeof(path), "/tmp/flytest-notify.%d", (int)getpid());
-	nfd = notify_listen(path);
+	nfd = fly_test_notify_listen(path);
+	assert_true(nfd >= 0);
 	snprintf(env_ns, sizeof(env_ns), "NOTIFY_SOCKET=%s", path);
 	env[0] = env_ns;
 	env[1] = "WATCHDOG_USEC=200000";
 	env[2] = NULL;
 	assert_int_equal(fly_test_daemon_start(&d, NULL, env), 0);
-	assert_true(notify_wait(nfd, "READY=1", fly_test_timeout(T_MS)));
-	assert_true(notify_wait(nfd, "WATCHDOG=1", fly_test_timeout(T_MS)));
+	assert_true(fly_test_notify_wait(nfd, "READY=1", fly_test_timeout(T_MS)));
+	assert_true(fly_test_notify_wait(nfd, "WATCHDOG=1", fly_test_timeout(T_MS)));
 	assert_int_equal(fly_test_daemon_kill(&d, SIGHUP), 0);
-	assert_true(notify_wait(nfd, "RELOADING=1", fly_test_timeout(T_MS)));
+	assert_true(fly_test_notify_wait(nfd, "RELOADING=1", fly_test_timeout(T_MS)));
 	assert_int_equal(fly_test_daemon_stop(&d), 0);
-	assert_true(notify_wait(nfd, "STOPPING=1", fly_test_timeout(T_MS)));
+	assert_true(fly_test_notify_wait(nfd, "STOPPING=1", fly_test_timeout(T_MS)));
 	fly_test_daemon_cleanup(&d);
 	close(nfd);
 	unlink(path);
@@ -432,12 +386,13 @@ static void test_sd_notify_abstract(void **state)
 	if (external())
 		skip();
 	snprintf(path, sizeof(path), "@flytest-notify.%d", (int)getpid());
-	nfd = notify_listen(path);
+	nfd = fly_test_notify_listen(path);
+	assert_true(nfd >= 0);
 	snprintf(env_ns, sizeof(env_ns), "NOTIFY_SOCKET=%s", path);
 	env[0] = env_ns;
 	env[1] = NULL;
 	assert_int_equal(fly_test_daemon_start(&d, NULL, env), 0);
-	assert_true(notify_wait(nfd, "READY=1", fly_test_timeout(T_MS)));
+	assert_true(fly_test_notify_wait(nfd, "READY=1", fly_test_timeout(T_MS)));
 	assert_int_equal(fly_test_daemon_stop(&d), 0);
 	fly_test_daemon_cleanup(&d);
 	close(nfd);

@@ -282,6 +282,86 @@ static void test_stop_resumes_job(void **state)
 	fly_test_daemon_cleanup(d);
 }
 
+/* Whether `status` reports the worker healthy. */
+static int worker_healthy(int fd)
+{
+	cJSON *o = fly_test_req(fd, "{\"req\":\"status\"}");
+	const cJSON *w, *h;
+	int healthy;
+
+	assert_true(fly_test_is_ok(o));
+	w = cJSON_GetObjectItemCaseSensitive(o, "worker");
+	h = cJSON_GetObjectItemCaseSensitive(w, "healthy");
+	assert_true(cJSON_IsBool(h));
+	healthy = cJSON_IsTrue(h);
+	cJSON_Delete(o);
+	return healthy;
+}
+
+/* RELIABILITY.md F9/F11: a worker that keeps crashing degrades the
+ * instance (STATUS=degraded) but the daemon's loop still serves, so its
+ * watchdog pings go on: under systemd (WatchdogSec=) a crash storm in
+ * the worker must not get the daemon itself restarted.  On the H200 100
+ * GPU faults in a row silenced the pings for 95 s (test_gpu_faults). */
+static void test_watchdog_pings_while_degraded(void **state)
+{
+	struct fly_test_daemon *d = *state;
+	char path[64], env_ns[96];
+	const char *env[4];
+	uint64_t end;
+	int fd, nfd;
+
+	snprintf(path, sizeof(path), "/tmp/flytest-wd.%d", (int)getpid());
+	nfd = fly_test_notify_listen(path);
+	assert_true(nfd >= 0);
+	snprintf(env_ns, sizeof(env_ns), "NOTIFY_SOCKET=%s", path);
+	env[0] = env_ns;
+	env[1] = "WATCHDOG_USEC=400000"; /* a ping every 200 ms */
+	env[2] = "FLYK_TESTING_FAULTS=crash";
+	env[3] = NULL;
+	assert_int_equal(fly_test_daemon_start(d, "{\"candidate_timeout_s\":1,"
+					       "\"job_budget_s\":30}", env),
+			 0);
+	assert_true(fly_test_notify_wait(nfd, "WATCHDOG=1",
+					 fly_test_timeout(5000)));
+	fd = fly_test_connect(d->sock);
+	assert_true(fd >= 0);
+	/* Each fresh key runs test_crash once: 3 crashes in 60 s degrade. */
+	end = fly_test_now_ms() + (uint64_t)fly_test_timeout(60000);
+	for (int i = 0; worker_healthy(fd); i++) {
+		char json[160];
+		cJSON *o;
+
+		if (fly_test_now_ms() > end) {
+			fly_test_daemon_print_log(d);
+			fail_msg("the worker never became degraded");
+		}
+		if (i < 8) {
+			snprintf(json, sizeof(json), "{\"req\":\"tune\","
+				 "\"key\":\"rmsnorm/fp32/m=8,n=%d\"}",
+				 256 + 32 * i);
+			o = fly_test_req(fd, json);
+			assert_true(fly_test_is_ok(o));
+			cJSON_Delete(o);
+		}
+		usleep(300 * 1000);
+	}
+	assert_true(fly_test_notify_wait(nfd, "STATUS=degraded",
+					 fly_test_timeout(3000)));
+	/* Degraded now: the pings go on (several periods). */
+	for (int k = 0; k < 3; k++)
+		if (!fly_test_notify_wait(nfd, "WATCHDOG=1",
+					  fly_test_timeout(2000))) {
+			fly_test_daemon_print_log(d);
+			fail_msg("no WATCHDOG=1 while the worker is degraded");
+		}
+	assert_false(worker_healthy(fd));
+	close(fd);
+	close(nfd);
+	unlink(path);
+	fly_test_daemon_cleanup(d);
+}
+
 #define T(fn)                                                                  \
 	cmocka_unit_test_setup_teardown(fn, fly_test_daemon_setup,             \
 					fly_test_daemon_teardown)
@@ -294,6 +374,7 @@ int main(void)
 		T(test_fault_crash),
 		T(test_fault_hang),
 		T(test_fault_wrong),
+		T(test_watchdog_pings_while_degraded),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
