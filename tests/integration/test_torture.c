@@ -14,6 +14,13 @@
  * cycle in 8: 500..1500, so tunes finish) after the daemon is ready, then
  * SIGKILLs it while the main thread streams requests one at a time.
  *
+ * A reader thread (RELIABILITY.md F2: a kill mid-publish, for real)
+ * decides the I keys all along through libflyclient -- the shm table
+ * the daemon fills in place and grows into new memfds, the socket after
+ * each restart -- and fails the test on any tuned answer that is not a
+ * row once sent for that key (its median names the import row: torn or
+ * mixed slots, a row of another key, or a stale table's garbage show).
+ *
  * $TORTURE_KILLS kills (default 200 in `make test`; `make torture` runs
  * 10,000), $TORTURE_SEED the generator's seed (default: the time,
  * printed).
@@ -38,6 +45,7 @@
 
 #include "../common/daemon.h"
 #include "../common/jreq.h"
+#include "flyclient.h"
 
 #define NI 48 /* import keys */
 #define NT 12 /* tune keys */
@@ -70,7 +78,27 @@ struct torture {
 	unsigned seed;
 	long kills, imports_acked, forgets_acked, tunes_acked, inflight;
 	long checks;
+	/* the reader (F2): import row r (median 1000 + r / 4) went to I key
+	 * owner[r]; guarded by mu */
+	pthread_mutex_t mu;
+	int *owner;
+	size_t nowner, capowner;
+	int64_t wparams[8];
+	uint32_t wnparams;
+	pthread_t reader;
+	int reader_on;
+	unsigned rseed;
+	volatile int stop;
+	long reads, tuned_reads, wrong;
+	char first_wrong[256];
 };
+
+/* I key i's problem: m a bucket representative (a multiple of 1024), so
+ * a client's decide looks up exactly the imported key. */
+static void ikey(char *buf, size_t cap, int i)
+{
+	snprintf(buf, cap, "rmsnorm/fp32/m=%d,n=256", 1024 * (3 + i));
+}
 
 struct killer {
 	pid_t pid;
@@ -172,6 +200,17 @@ static void op_import(struct torture *t, int fd, int *broke)
 		e->new_state = PRESENT;
 		e->new_median = t->next_median;
 		t->next_median += 0.25;
+		pthread_mutex_lock(&t->mu);
+		if (t->nowner == t->capowner) {
+			size_t cap = t->capowner ? 2 * t->capowner : 4096;
+			int *no = realloc(t->owner, cap * sizeof(*no));
+
+			assert_non_null(no);
+			t->owner = no;
+			t->capowner = cap;
+		}
+		t->owner[t->nowner++] = idx[i];
+		pthread_mutex_unlock(&t->mu);
 		cJSON_AddStringToObject(r, "key", e->key);
 		cJSON_AddStringToObject(r, "device", t->device);
 		cJSON_AddStringToObject(r, "libver", t->libver);
@@ -416,6 +455,75 @@ static void learn_winner(struct torture *t)
 	close(fd);
 }
 
+/* Whether @p d, a tuned answer for I key @p i, is a row once sent for
+ * it.  @return 1 yes; 0 no (described into t->first_wrong once). */
+static int reader_ok(struct torture *t, int i, const struct fly_decision *d)
+{
+	double r = (d->median_us - 1000.0) * 4.0;
+	int ok = r >= 0 && r == (double)(int64_t)r &&
+		 strcmp(d->variant, t->variant) == 0 &&
+		 d->nparams == t->wnparams &&
+		 memcmp(d->params, t->wparams,
+			sizeof(int64_t) * t->wnparams) == 0;
+
+	pthread_mutex_lock(&t->mu);
+	ok = ok && (size_t)r < t->nowner && t->owner[(size_t)r] == i;
+	if (!ok && t->first_wrong[0] == '\0')
+		snprintf(t->first_wrong, sizeof(t->first_wrong),
+			 "I key %d answered %s (%u params) median %.17g", i,
+			 d->variant, d->nparams, d->median_us);
+	pthread_mutex_unlock(&t->mu);
+	return ok;
+}
+
+static void *reader_main(void *arg)
+{
+	struct torture *t = arg;
+	struct fly_client_opts o;
+	fly_client *c = NULL;
+
+	memset(&o, 0, sizeof(o));
+	o.socket_path = t->d.sock;
+	if (fly_client_open_opts(&o, &c) != 0)
+		return NULL;
+	while (!t->stop) {
+		struct fly_problem p;
+		struct fly_decision d;
+		int i = rand_r(&t->rseed) % NI;
+
+		memset(&p, 0, sizeof(p));
+		p.op = FLY_OP_RMSNORM;
+		p.dtype = FLY_DT_FP32;
+		p.dims[0] = 1024 * (3 + i);
+		p.dims[1] = 256;
+		/* a pause every 32 decides: the storm's own requests and
+		 * restarts keep a core (CI has two) */
+		if (++t->reads % 32 == 0)
+			usleep(50);
+		if (fly_decide(c, &p, &d) != 0 || d.status != FLY_STATUS_TUNED)
+			continue;
+		t->tuned_reads++;
+		if (!reader_ok(t, i, &d))
+			t->wrong++;
+	}
+	fly_client_close(c);
+	return NULL;
+}
+
+/* t->variant's params ("[a,b]") as integers, for the reader. */
+static void parse_params(struct torture *t)
+{
+	cJSON *a = cJSON_Parse(t->params);
+	const cJSON *x;
+
+	assert_true(cJSON_IsArray(a));
+	t->wnparams = 0;
+	cJSON_ArrayForEach(x, a)
+		if (t->wnparams < 8)
+			t->wparams[t->wnparams++] = (int64_t)x->valuedouble;
+	cJSON_Delete(a);
+}
+
 static void test_kill_storm(void **state)
 {
 	struct torture *t = *state;
@@ -428,8 +536,7 @@ static void test_kill_storm(void **state)
 	srand(t->seed);
 	t->next_median = 1000;
 	for (int i = 0; i < NI; i++)
-		snprintf(t->ik[i].key, sizeof(t->ik[i].key),
-			 "rmsnorm/fp32/m=%d,n=256", 3000 + i);
+		ikey(t->ik[i].key, sizeof(t->ik[i].key), i);
 	for (int i = 0; i < NT; i++)
 		snprintf(t->tk[i].key, sizeof(t->tk[i].key),
 			 "rmsnorm/fp32/m=%d,n=%d", 1 << (i % 6),
@@ -437,6 +544,10 @@ static void test_kill_storm(void **state)
 	assert_int_equal(fly_test_daemon_start(&t->d, "{\"job_budget_s\":0.05}",
 					       NULL), 0);
 	learn_winner(t);
+	parse_params(t);
+	t->rseed = t->seed ^ 0x5eedu;
+	assert_int_equal(pthread_create(&t->reader, NULL, reader_main, t), 0);
+	t->reader_on = 1;
 	for (int k = 0; k < kills; k++) {
 		/* One cycle in 8 lives long enough for tunes to finish. */
 		int ms = rand() % 8 == 0 ? 500 + rand() % 1000
@@ -474,6 +585,17 @@ static void test_kill_storm(void **state)
 		if ((k + 1) % 1000 == 0)
 			fprintf(stderr, "torture: %d kills survived\n", k + 1);
 	}
+	t->stop = 1;
+	pthread_join(t->reader, NULL);
+	t->reader_on = 0;
+	if (t->wrong > 0)
+		fail_msg("reader: %ld wrong answers of %ld tuned; first: %s",
+			 t->wrong, t->tuned_reads, t->first_wrong);
+	/* the reader ran and saw the table's rows */
+	assert_true(t->tuned_reads > 0);
+	fprintf(stderr, "torture: reader (libflyclient, shm and socket): %ld "
+		"decides, %ld tuned answers, 0 wrong or torn\n", t->reads,
+		t->tuned_reads);
 	fprintf(stderr, "torture: %ld kills, 0 acknowledged winners lost or "
 		"changed, integrity_check ok after each; %ld imports, %ld "
 		"forgets, %ld tuned winners acknowledged; %ld requests in "
@@ -487,14 +609,23 @@ static int setup(void **state)
 	struct torture *t = calloc(1, sizeof(*t));
 
 	*state = t;
-	return t == NULL ? -1 : 0;
+	if (t == NULL)
+		return -1;
+	pthread_mutex_init(&t->mu, NULL);
+	return 0;
 }
 
 static int teardown(void **state)
 {
 	struct torture *t = *state;
 
+	if (t->reader_on) { /* an assertion cut the storm short */
+		t->stop = 1;
+		pthread_join(t->reader, NULL);
+	}
 	fly_test_daemon_cleanup(&t->d);
+	pthread_mutex_destroy(&t->mu);
+	free(t->owner);
 	free(t);
 	return 0;
 }
