@@ -63,6 +63,9 @@ int flyd_notify_init(void)
 	return fd;
 }
 
+/* Messages dropped because the notify socket's queue was full. */
+static unsigned long notify_dropped;
+
 int flyd_notify_send(const char *msg)
 {
 	int fd, rc = 0;
@@ -72,11 +75,23 @@ int flyd_notify_send(const char *msg)
 	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL,
+	/* Never wait on the receiver: a full queue (net.unix.max_dgram_qlen,
+	 * 10 by default, of a reader that does not read) blocked this loop
+	 * thread in sendto, so no client was answered. */
+	if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL | MSG_DONTWAIT,
 		   (struct sockaddr *)&notify_addr, notify_len) < 0) {
 		rc = -errno;
-		flyd_log(FLYD_LOG_WARN, "notify_error", "err=%s",
-			 strerror(errno));
+		if (rc == -EAGAIN || rc == -EWOULDBLOCK) {
+			/* logged at the 1st, 2nd, 4th, 8th, ... drop */
+			notify_dropped++;
+			if ((notify_dropped & (notify_dropped - 1)) == 0)
+				flyd_log(FLYD_LOG_WARN, "notify_dropped",
+					 "n=%lu msg=%.20s", notify_dropped,
+					 msg);
+		} else {
+			flyd_log(FLYD_LOG_WARN, "notify_error", "err=%s",
+				 strerror(errno));
+		}
 	}
 	close(fd);
 	return rc;

@@ -24,7 +24,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "../common/daemon.h"
+#include "../common/jreq.h"
 
 #define T_MS 5000
 
@@ -376,6 +379,45 @@ static void test_sd_notify(void **state)
 	unlink(path);
 }
 
+/* A notify socket nobody reads (its queue, net.unix.max_dgram_qlen, is
+ * 10 by default) never stalls the daemon: with a ping every 10 ms and
+ * nothing read for a second, `status` is still answered.  Before, the
+ * loop thread blocked in sendto once the queue was full. */
+static void test_notify_unread_never_blocks(void **state)
+{
+	char path[64], env_ns[96];
+	const char *env[3];
+	struct fly_test_daemon d;
+	int nfd, fd;
+	cJSON *o;
+
+	(void)state;
+	if (external())
+		skip();
+	snprintf(path, sizeof(path), "/tmp/flytest-nfull.%d", (int)getpid());
+	nfd = fly_test_notify_listen(path);
+	assert_true(nfd >= 0);
+	snprintf(env_ns, sizeof(env_ns), "NOTIFY_SOCKET=%s", path);
+	env[0] = env_ns;
+	env[1] = "WATCHDOG_USEC=20000";
+	env[2] = NULL;
+	assert_int_equal(fly_test_daemon_start(&d, NULL, env), 0);
+	usleep(1000 * 1000); /* ~100 pings, none read */
+	fd = fly_test_connect(d.sock);
+	assert_true(fd >= 0);
+	o = fly_test_req(fd, "{\"req\":\"status\"}");
+	assert_true(fly_test_is_ok(o));
+	cJSON_Delete(o);
+	close(fd);
+	/* and the pings go on once the queue drains */
+	assert_true(fly_test_notify_wait(nfd, "WATCHDOG=1",
+					 fly_test_timeout(T_MS)));
+	assert_int_equal(fly_test_daemon_stop(&d), 0);
+	fly_test_daemon_cleanup(&d);
+	close(nfd);
+	unlink(path);
+}
+
 static void test_sd_notify_abstract(void **state)
 {
 	char path[64], env_ns[96];
@@ -659,6 +701,7 @@ int main(void)
 		cmocka_unit_test(test_command_line),
 		cmocka_unit_test(test_sd_notify),
 		cmocka_unit_test(test_sd_notify_abstract),
+		cmocka_unit_test(test_notify_unread_never_blocks),
 		cmocka_unit_test(test_socket_activation),
 		cmocka_unit_test(test_emfile_storm),
 		cmocka_unit_test(test_socket_in_use_and_stale),
