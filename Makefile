@@ -376,12 +376,14 @@ $(BUILD)/libflykernels_cuda.so: $(CUDA_OBJ) $(GPU_COMMON_OBJ)
 	$(Q)$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -lcublasLt -lcublas $(CUDNN_LIBS)
 # The test build of the GPU kernel library: the same objects plus
 # kernels/testing/gpu_faulty.hip (variants that trap, read out of bounds,
-# hang, write NaN or exhaust device memory, enabled by FLYK_TESTING_FAULTS),
+# hang, write NaN or exhaust device memory, enabled by FLYK_TESTING_FAULTS,
+# which kernels/testing/fault_list.c reads for them as for the CPU ones),
 # under the same name in its own directory, which a test daemon is pointed
 # at with FLYTUNED_KERNELS_DIR (tests/gpu/test_gpu_faults.c).  The
 # production library above never links it.
 $(BUILD)/testing/libflykernels_cuda.so: $(CUDA_OBJ) $(GPU_COMMON_OBJ) \
-		$(BUILD)/cuda/kernels/testing/gpu_faulty.o
+		$(BUILD)/cuda/kernels/testing/gpu_faulty.o \
+		$(BUILD)/gpuobj/kernels/testing/fault_list.o
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -lcublasLt -lcublas $(CUDNN_LIBS)
@@ -389,7 +391,8 @@ $(BUILD)/libflykernels_hip.so: $(HIP_OBJ) $(GPU_COMMON_OBJ)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(HIPCC) -shared $(HIP_ARCH) -o $@ $^
 $(BUILD)/testing/libflykernels_hip.so: $(HIP_OBJ) $(GPU_COMMON_OBJ) \
-		$(BUILD)/hip/kernels/testing/gpu_faulty.o
+		$(BUILD)/hip/kernels/testing/gpu_faulty.o \
+		$(BUILD)/gpuobj/kernels/testing/fault_list.o
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(HIPCC) -shared $(HIP_ARCH) -o $@ $^

@@ -20,61 +20,15 @@
  * Owns: nothing.  Thread: any.
  */
 #include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "fault_list.h"
 #include "flyk.h"
 
 #define FAULTY_DTYPES ((1u << FLY_DT_FP32) | (1u << FLY_DT_BF16) | \
 		       (1u << FLY_DT_FP16))
 
-#define FAULT_LIST_MAX 256
-
 static const int64_t one_val[] = { 1 };
-
-/* The fault list: FLYK_TESTING_FAULTS, or the first line of the file it
- * names as "@PATH" ("" when unset or unreadable). */
-static void fault_list(char *buf, size_t cap)
-{
-	const char *env = getenv("FLYK_TESTING_FAULTS");
-	FILE *f;
-
-	buf[0] = '\0';
-	if (env == NULL)
-		return;
-	if (env[0] != '@') {
-		snprintf(buf, cap, "%s", env);
-		return;
-	}
-	f = fopen(env + 1, "r");
-	if (f == NULL)
-		return;
-	if (fgets(buf, (int)cap, f) == NULL)
-		buf[0] = '\0';
-	fclose(f);
-	buf[strcspn(buf, "\r\n")] = '\0';
-}
-
-/* Whether the fault list has @p name as one comma-separated item. */
-static int fault_enabled(const char *name)
-{
-	char buf[FAULT_LIST_MAX];
-	const char *s = buf;
-	size_t len = strlen(name);
-
-	fault_list(buf, sizeof(buf));
-	while (*s) {
-		size_t item = strcspn(s, ",");
-
-		if (item == len && strncmp(s, name, len) == 0)
-			return 1;
-		s += item;
-		if (*s == ',')
-			s++;
-	}
-	return 0;
-}
 
 static int problem_ok(const struct fly_problem *p)
 {
@@ -82,22 +36,28 @@ static int problem_ok(const struct fly_problem *p)
 	       p->dims[0] >= 1 && p->dims[1] >= 1;
 }
 
+/* 0 when @p p is a problem of these variants and fault @p name is on. */
+static int feasible_if(const struct fly_problem *p, const char *name)
+{
+	return problem_ok(p) && flyk_testing_fault_enabled(name) ? 0 : -EINVAL;
+}
+
 static int crash_feasible(const struct flyk_device *dev,
 			  const struct fly_problem *p, const int64_t *params)
 {
-	return problem_ok(p) && fault_enabled("crash") ? 0 : -EINVAL;
+	return feasible_if(p, "crash");
 }
 
 static int hang_feasible(const struct flyk_device *dev,
 			 const struct fly_problem *p, const int64_t *params)
 {
-	return problem_ok(p) && fault_enabled("hang") ? 0 : -EINVAL;
+	return feasible_if(p, "hang");
 }
 
 static int wrong_feasible(const struct flyk_device *dev,
 			  const struct fly_problem *p, const int64_t *params)
 {
-	return problem_ok(p) && fault_enabled("wrong") ? 0 : -EINVAL;
+	return feasible_if(p, "wrong");
 }
 
 static int crash_launch(const struct flyk_device *dev,
@@ -158,6 +118,6 @@ void flyk_testing_setup_fault(const struct fly_problem *p)
 	volatile int *volatile np = NULL;
 
 	if (p->op == FLY_OP_RMSNORM && p->dims[1] == SETUP_FAULT_N &&
-	    fault_enabled("setup_crash"))
+	    flyk_testing_fault_enabled("setup_crash"))
 		*np = 1;
 }

@@ -31,15 +31,13 @@
  */
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
+#include "fault_list.h"
 #include "gpu_int.h"
 #include "prim/flyk_gpu.h"
 
 #define FAULTY_DTYPES ((1u << FLY_DT_FP32) | (1u << FLY_DT_BF16) | \
 		       (1u << FLY_DT_FP16))
-#define FAULTY_LIST_MAX 256
 #define OOM_CHUNK ((size_t)1 << 30)
 #define OOM_MAX_CHUNKS 1024 /* 1 TiB: more than any GPU has */
 
@@ -93,49 +91,6 @@ __global__ void faulty_nan_kernel(void *y, size_t n, uint32_t dtype)
 
 /* ------------------------------------------------------------ enabling */
 
-/* The fault list: FLYK_TESTING_FAULTS, or the first line of the file it
- * names as "@PATH" ("" when unset or unreadable). */
-static void fault_list(char *buf, size_t cap)
-{
-	const char *env = getenv("FLYK_TESTING_FAULTS");
-	FILE *f;
-
-	buf[0] = '\0';
-	if (env == NULL)
-		return;
-	if (env[0] != '@') {
-		snprintf(buf, cap, "%s", env);
-		return;
-	}
-	f = fopen(env + 1, "r");
-	if (f == NULL)
-		return;
-	if (fgets(buf, (int)cap, f) == NULL)
-		buf[0] = '\0';
-	fclose(f);
-	buf[strcspn(buf, "\r\n")] = '\0';
-}
-
-/* Whether the fault list has @p name as one comma-separated item. */
-static int fault_enabled(const char *name)
-{
-	char buf[FAULTY_LIST_MAX];
-	const char *s = buf;
-	size_t len = strlen(name);
-
-	fault_list(buf, sizeof(buf));
-	while (*s) {
-		size_t item = strcspn(s, ",");
-
-		if (item == len && strncmp(s, name, len) == 0)
-			return 1;
-		s += item;
-		if (*s == ',')
-			s++;
-	}
-	return 0;
-}
-
 static int problem_ok(const struct fly_problem *p)
 {
 	return p->op == FLY_OP_RMSNORM && (FAULTY_DTYPES & (1u << p->dtype)) &&
@@ -144,7 +99,7 @@ static int problem_ok(const struct fly_problem *p)
 
 static int feasible_if(const struct fly_problem *p, const char *name)
 {
-	return problem_ok(p) && fault_enabled(name) ? 0 : -EINVAL;
+	return problem_ok(p) && flyk_testing_fault_enabled(name) ? 0 : -EINVAL;
 }
 
 static int launch_rc(void)
