@@ -641,6 +641,10 @@ int fly_test_notify_listen(const char *path)
 
 	if (fd < 0)
 		return -errno;
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		close(fd);
+		return -ENAMETOOLONG;
+	}
 	memset(&sa, 0, sizeof(sa));
 	sa.sun_family = AF_UNIX;
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);

@@ -103,7 +103,8 @@ int fly_test_daemon_teardown(void **state);
 /* Timeout scaled by $FLY_TEST_TIMEOUT_MULTIPLIER. */
 int fly_test_timeout(int ms);
 /* A datagram socket bound at @p path (a leading '@': abstract) standing
- * in for systemd's NOTIFY_SOCKET.  @return the fd, or -errno. */
+ * in for systemd's NOTIFY_SOCKET.  @return the fd, or -errno
+ * (-ENAMETOOLONG for a path sun_path cannot hold). */
 int fly_test_notify_listen(const char *path);
 /* Read datagrams from @p fd until one contains @p needle, for up to
  * @p timeout_ms.  @return 1 found, 0 not. */

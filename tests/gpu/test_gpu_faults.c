@@ -56,7 +56,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -253,28 +252,6 @@ static void watchdog_drain(void)
 			st.max_gap = t - st.last_ping;
 		st.last_ping = t;
 	}
-}
-
-/* A datagram socket at @p path for the daemon's sd_notify. */
-static int notify_open(const char *path)
-{
-	struct sockaddr_un a;
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-
-	memset(&a, 0, sizeof(a));
-	a.sun_family = AF_UNIX;
-	if (strlen(path) >= sizeof(a.sun_path)) {
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	memcpy(a.sun_path, path, strlen(path));
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	return fd;
 }
 
 /* status: the worker's pid and restart count, and whether degraded. */
@@ -686,7 +663,7 @@ int main(void)
 	snprintf(nenv, sizeof(nenv), "NOTIFY_SOCKET=%s", nsock);
 	snprintf(wenv, sizeof(wenv), "WATCHDOG_USEC=%.0f",
 		 env_num("GPU_FAULTS_WATCHDOG_S", 30) * 1e6);
-	st.notify_fd = notify_open(nsock);
+	st.notify_fd = fly_test_notify_listen(nsock);
 	if (set_fault(file, "none") < 0 || start(&d, backend, envs, &pid0) < 0)
 		goto out;
 	fd = fly_test_connect(d.sock);
