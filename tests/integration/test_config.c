@@ -351,23 +351,39 @@ static void test_command_line(void **state)
 	assert_non_null(strstr(out, "config_error"));
 }
 
+/* Start @p d with NOTIFY_SOCKET at a fresh datagram socket "NAME.PID"
+ * (a leading '@': abstract), and WATCHDOG_USEC=@p wd_usec unless NULL.
+ * The path goes to @p path; @return the socket's fd.  The environment is
+ * static: the harness keeps it for a restart. */
+static int start_notified(struct fly_test_daemon *d, const char *name,
+			  const char *wd_usec, char path[64])
+{
+	static char env_ns[96], env_wd[48];
+	static const char *env[3];
+	int nfd;
+
+	snprintf(path, 64, "%s.%d", name, (int)getpid());
+	nfd = fly_test_notify_listen(path);
+	assert_true(nfd >= 0);
+	snprintf(env_ns, sizeof(env_ns), "NOTIFY_SOCKET=%s", path);
+	snprintf(env_wd, sizeof(env_wd), "WATCHDOG_USEC=%s",
+		 wd_usec != NULL ? wd_usec : "");
+	env[0] = env_ns;
+	env[1] = wd_usec != NULL ? env_wd : NULL;
+	env[2] = NULL;
+	assert_int_equal(fly_test_daemon_start(d, NULL, env), 0);
+	return nfd;
+}
+
 static void test_sd_notify(void **state)
 {
-	char path[64], env_ns[96];
-	const char *env[3];
 	struct fly_test_daemon d;
+	char path[64];
 	int nfd;
 
 	if (external())
 		skip();
-	snprintf(path, sizeof(path), "/tmp/flytest-notify.%d", (int)getpid());
-	nfd = fly_test_notify_listen(path);
-	assert_true(nfd >= 0);
-	snprintf(env_ns, sizeof(env_ns), "NOTIFY_SOCKET=%s", path);
-	env[0] = env_ns;
-	env[1] = "WATCHDOG_USEC=200000";
-	env[2] = NULL;
-	assert_int_equal(fly_test_daemon_start(&d, NULL, env), 0);
+	nfd = start_notified(&d, "/tmp/flytest-notify", "200000", path);
 	assert_true(fly_test_notify_wait(nfd, "READY=1", fly_test_timeout(T_MS)));
 	assert_true(fly_test_notify_wait(nfd, "WATCHDOG=1", fly_test_timeout(T_MS)));
 	assert_int_equal(fly_test_daemon_kill(&d, SIGHUP), 0);
@@ -385,23 +401,15 @@ static void test_sd_notify(void **state)
  * loop thread blocked in sendto once the queue was full. */
 static void test_notify_unread_never_blocks(void **state)
 {
-	char path[64], env_ns[96];
-	const char *env[3];
 	struct fly_test_daemon d;
+	char path[64];
 	int nfd, fd;
 	cJSON *o;
 
 	(void)state;
 	if (external())
 		skip();
-	snprintf(path, sizeof(path), "/tmp/flytest-nfull.%d", (int)getpid());
-	nfd = fly_test_notify_listen(path);
-	assert_true(nfd >= 0);
-	snprintf(env_ns, sizeof(env_ns), "NOTIFY_SOCKET=%s", path);
-	env[0] = env_ns;
-	env[1] = "WATCHDOG_USEC=20000";
-	env[2] = NULL;
-	assert_int_equal(fly_test_daemon_start(&d, NULL, env), 0);
+	nfd = start_notified(&d, "/tmp/flytest-nfull", "20000", path);
 	usleep(1000 * 1000); /* ~100 pings, none read */
 	fd = fly_test_connect(d.sock);
 	assert_true(fd >= 0);
@@ -420,20 +428,13 @@ static void test_notify_unread_never_blocks(void **state)
 
 static void test_sd_notify_abstract(void **state)
 {
-	char path[64], env_ns[96];
-	const char *env[2];
 	struct fly_test_daemon d;
+	char path[64];
 	int nfd;
 
 	if (external())
 		skip();
-	snprintf(path, sizeof(path), "@flytest-notify.%d", (int)getpid());
-	nfd = fly_test_notify_listen(path);
-	assert_true(nfd >= 0);
-	snprintf(env_ns, sizeof(env_ns), "NOTIFY_SOCKET=%s", path);
-	env[0] = env_ns;
-	env[1] = NULL;
-	assert_int_equal(fly_test_daemon_start(&d, NULL, env), 0);
+	nfd = start_notified(&d, "@flytest-notify", NULL, path);
 	assert_true(fly_test_notify_wait(nfd, "READY=1", fly_test_timeout(T_MS)));
 	assert_int_equal(fly_test_daemon_stop(&d), 0);
 	fly_test_daemon_cleanup(&d);
