@@ -36,6 +36,7 @@ void flyd_config_defaults(struct flyd_config *c)
 	c->idle_ms = 2000;
 	c->bench_s_per_min = 30.0;
 	c->job_budget_s = 1.0;
+	c->job_max_x = 1.35;
 	c->cand_timeout_s = 5.0;
 	c->setup_timeout_s = 60.0;
 	c->margin = 0.03;
@@ -260,6 +261,8 @@ static int apply_member(const cJSON *it, struct flyd_config *c, char *err,
 		return get_num(it, 0, 60, 1, &c->bench_s_per_min, err, errcap);
 	if (strcmp(k, "job_budget_s") == 0)
 		return get_num(it, 0, 3600, 1, &c->job_budget_s, err, errcap);
+	if (strcmp(k, "job_max_x") == 0)
+		return get_num(it, 0, 100, 0, &c->job_max_x, err, errcap);
 	if (strcmp(k, "candidate_timeout_s") == 0)
 		return get_num(it, 0, 3600, 1, &c->cand_timeout_s, err, errcap);
 	if (strcmp(k, "setup_timeout_s") == 0)

@@ -28,6 +28,9 @@ struct flyd_config {
 	uint32_t idle_ms;            /* policy idle: quiet time before tuning */
 	double bench_s_per_min;      /* cap on benchmark seconds per minute */
 	double job_budget_s;         /* wall budget per job (default 1.0) */
+	/* A job's wall cap in the worker, setup and candidate list
+	 * included, as a multiple of job_budget_s (default 1.35; 0: none) */
+	double job_max_x;
 	double cand_timeout_s;       /* hard timeout per candidate (5.0) */
 	double setup_timeout_s;      /* hard timeout on a job's case set-up
 					(60.0) */

@@ -47,6 +47,10 @@ struct flyd_tune_job {
 	 * the winner is launched for every M in the bucket. */
 	struct fly_problem problem_lo;
 	double budget_s;             /* wall budget for the job */
+	/* Wall cap of the whole job in the worker (its case's setup and
+	 * candidate list included; <= 0: none): the measurements stop
+	 * where it ends if that comes before budget_s does (tuner.h). */
+	double max_s;
 	double margin;               /* e.g. 0.03 */
 	int has_incumbent;
 	struct fly_decision incumbent;

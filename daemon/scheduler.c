@@ -314,6 +314,7 @@ static int build_job(struct flyd_sched *sc, const struct flyd_qjob *j)
 	fly_problem_shape(&job->problem);
 	fly_problem_shape(&job->problem_lo);
 	job->budget_s = ctx->cfg.job_budget_s;
+	job->max_s = ctx->cfg.job_max_x * ctx->cfg.job_budget_s;
 	job->margin = ctx->cfg.margin;
 	inc = flyd_results_lookup(sc->res, j->key, 0);
 	if (j->force && inc != NULL) {

@@ -43,6 +43,14 @@
  * reps took ~0.55 s of the 1.0 s budget, leaving the contenders one rep
  * each. */
 #define LATE_SHARE 0.4
+/* A check run at least this long, and not behind the warm-up cut, is the
+ * candidate's warm-up too: its module is loaded and its first-use costs
+ * are paid (a case with
+ * timed_args runs its timed call once untimed before the first timed
+ * rep anyway).  On the H200's b32 s8192 causal attention keys a separate
+ * warm-up was a fourth 7 ms launch per candidate, and the checks' share
+ * of the budget reached 18-19 of 32-36 candidates. */
+#define LONG_RUN_US 2000.0
 
 struct cand {
 	const struct flyk_variant *v;
@@ -68,6 +76,9 @@ struct tstate {
 	double start;     /* the job's start (tune_s) */
 	double t0;        /* the budget's start: the candidates listed (and,
 			     first_of_op, the first check done) */
+	double budget;    /* the measurements' budget from t0, s (<= 0:
+			     none): j->budget_s, less where the job's wall
+			     cap (j->max_s from o.job_start) comes first */
 	double best_warm; /* fastest warm-up run so far, us (INFINITY: none) */
 	/* An exact-shape job (issue 22): the op's default point for the
 	 * shape, always a candidate and checked first; the winner is never
@@ -391,8 +402,28 @@ static void emit_error(struct tstate *st, struct cand *c, const char *what,
 /* Past @p share of the job's budget (none: never). */
 static int past_budget(struct tstate *st, double share)
 {
-	return st->j->budget_s > 0 &&
-	       st->o.now(st->o.now_ctx) - st->t0 > share * st->j->budget_s;
+	return st->budget > 0 &&
+	       st->o.now(st->o.now_ctx) - st->t0 > share * st->budget;
+}
+
+/* The budget's start is now: the measurements get j->budget_s from here,
+ * or what is left of the job's wall cap (j->max_s counted from
+ * o.job_start: the case's setup and the candidate list are in it) when
+ * that is less.  A cap already spent leaves a budget of a microsecond:
+ * the first check and one rep of each checked candidate still run. */
+static void budget_start(struct tstate *st)
+{
+	double left;
+
+	st->t0 = st->o.now(st->o.now_ctx);
+	st->budget = st->j->budget_s;
+	if (st->j->max_s <= 0)
+		return;
+	left = st->o.job_start + st->j->max_s - st->t0;
+	if (left < 1e-6)
+		left = 1e-6;
+	if (st->budget <= 0 || left < st->budget)
+		st->budget = left;
 }
 
 static int over_budget(struct tstate *st)
@@ -444,7 +475,13 @@ static void cand_check(struct tstate *st, struct cand *c)
 		emit(st, c, FLYD_OUT_REJECTED, why);
 		return;
 	}
-	for (int i = 0; i < st->o.warmup; i++) {
+	/* a long check run that would pass the warm-up's cut was the
+	 * warm-up (one far behind may be a short kernel's first launch:
+	 * its warm-up decides) */
+	int warm = us >= LONG_RUN_US && !(us > WARM_REJECT_X * st->best_warm)
+			   ? 0
+			   : st->o.warmup;
+	for (int i = 0; i < warm; i++) {
 		notify_start(st, c);
 		rc = st->b->case_time(st->c, c->v, c->params, &us);
 		if (rc < 0) {
@@ -679,15 +716,20 @@ static int measure(struct tstate *st)
 				st->r->nunmeasured++;
 				continue;
 			}
+			double c0 = st->o.now(st->o.now_ctx);
+
 			cand_check(st, &st->cands[i]);
 			/* The first check of the worker's first job of an op
 			 * carries what the process pays once for it (module
 			 * loads, driver entry points, library handles): on the
 			 * H200 the first attention job of a fresh daemon spent
 			 * over 0.7 s there and measured 1 of its candidates.
-			 * The budget starts after it. */
-			if (nchecked++ == 0 && st->o.first_of_op)
-				st->t0 = st->o.now(st->o.now_ctx);
+			 * The budget starts after it, and the job's wall cap
+			 * does not count it. */
+			if (nchecked++ == 0 && st->o.first_of_op) {
+				st->o.job_start += st->o.now(st->o.now_ctx) - c0;
+				budget_start(st);
+			}
 		}
 	round_reject(st, alive, want, REJECT0_REPS, REJECT0_X);
 	round_reject(st, alive, want, REJECT1_REPS, REJECT1_X);
@@ -728,11 +770,13 @@ int flyd_tuner_run(const struct flyk_backend *b, struct flyk_device *dev,
 	if (st.o.step < 1)
 		st.o.step = 1;
 	st.start = st.o.now(st.o.now_ctx);
+	if (!(st.o.job_start > 0))
+		st.o.job_start = st.start;
 	rc = cands_build(&st);
 	/* The budget is the measurements': listing a vendor's candidates
 	 * (cuDNN builds a plan per configuration to learn its workspace:
 	 * 1.4-3 s for an attention key on the H200) is tune_s, not budget. */
-	st.t0 = st.o.now(st.o.now_ctx);
+	budget_start(&st);
 	r->list_s = st.t0 - st.start;
 	if (rc == 0)
 		r->trials = calloc(st.ncands ? st.ncands : 1, sizeof(*r->trials));

@@ -19,7 +19,8 @@
  *   3. A candidate whose check run is > 6x the fastest warm-up seen so
  *      far plus 5 ms (what a first launch may add) is REJECTED without
  *      warm-ups ("12.40x best on its first run", 0 reps).  Then warm-up
- *      runs (opts->warmup); a candidate whose last warm-up (or,
+ *      runs (opts->warmup; none after a check run of 2 ms or more that is
+ *      within the warm-up cut below: that run was its warm-up); a candidate whose last warm-up (or,
  *      without warm-ups, its check run) is > 3x the fastest warm-up seen
  *      so far is REJECTED at once ("4.10x best on its warm-up", 0 reps).
  *      Then rounds: every survivor to 1 rep, drop those > 2x the best
@@ -45,7 +46,11 @@
  *      vendor's enumerate may build plans: tune_s, not budget) and, with
  *      opts->first_of_op (the worker's first job of the op), from the end
  *      of the job's first check, which carries the one-time costs: module
- *      loads, driver entry points, handles.
+ *      loads, driver entry points, handles.  A job with a wall cap
+ *      (job->max_s > 0, counted from opts->job_start: the case's setup
+ *      and the candidate list are inside it, the one-time first check
+ *      is not) gets what is left of the cap when that is less than
+ *      job->budget_s, and the shares above apply to that.
  *   5. Decision: best = lowest median among OK trials; the winner's
  *      variant is the earliest variant (declared order, a preference:
  *      the vendor's default first) with a trial within job->margin of
@@ -82,6 +87,10 @@ struct flyd_tuner_opts {
 	 * driver entry points, library handles) and the budget counts from
 	 * its end */
 	int first_of_op;
+	/* When the job began in the worker, on the clock of @p now (before
+	 * its case's setup): job->max_s counts from here.  0: the call's
+	 * start. */
+	double job_start;
 	/* Clock in seconds (monotonic); NULL: CLOCK_MONOTONIC. */
 	double (*now)(void *ctx);
 	void *now_ctx;

@@ -127,6 +127,7 @@ static void run_job(struct flyd_backend *be, const struct wm_args *a,
 	if (flyk_testing_setup_fault != NULL)
 		flyk_testing_setup_fault(&j->problem);
 	double t0 = mono_s();
+	o.job_start = t0; /* job->max_s counts the setup (tuner.h) */
 	rc = be->kb->case_new(be->dev, &j->problem, flyd_tuner_seed(j->key),
 			      &c);
 	double setup_s = mono_s() - t0;

@@ -479,6 +479,7 @@ static size_t code_defaults(struct conf_default *t)
 	D("idle_ms", c.idle_ms);
 	D("bench_seconds_per_minute", c.bench_s_per_min);
 	D("job_budget_s", c.job_budget_s);
+	D("job_max_x", c.job_max_x);
 	D("candidate_timeout_s", c.cand_timeout_s);
 	D("margin", c.margin);
 	D("queue_cap", c.queue_cap);

@@ -49,6 +49,7 @@ static double fake_clock;
 static double fake_tick;
 static double fake_load_s; /* added to the clock by a test's first run */
 static int fake_first_of_op; /* run()'s opts.first_of_op */
+static double fake_setup_s; /* run()'s opts.job_start: this long ago */
 static double fake_jitter; /* relative amplitude */
 static double fake_drift;  /* relative slow-down per run (a warming GPU) */
 static int fake_runs;
@@ -187,6 +188,7 @@ static int setup(void **state)
 	fake_tick = 0.001;
 	fake_load_s = 0.0;
 	fake_first_of_op = 0;
+	fake_setup_s = 0.0;
 	fake_jitter = 0.0;
 	fake_drift = 0.0;
 	fake_runs = 0;
@@ -226,6 +228,8 @@ static int run(const struct flyd_tune_job *j, struct flyd_tune_result *r)
 
 	flyd_tuner_opts_init(&o);
 	o.first_of_op = fake_first_of_op;
+	if (fake_setup_s > 0)
+		o.job_start = fake_clock - fake_setup_s;
 	o.now = fake_now;
 	o.on_start = on_start;
 	o.on_trial = on_trial;
@@ -798,6 +802,118 @@ static void test_listing_not_charged(void **state)
 	flyd_tune_result_fini(&r);
 }
 
+/* The job's wall cap (job->max_s, from opts->job_start): the case's
+ * setup and the candidate list count in it, and the budget is what is
+ * left of it when that is less than budget_s.  On the H200 the first
+ * attention key of a run listed cuDNN's plans for 0.76 s, then measured
+ * for the whole 1.0 s budget: 1.95 s against the 1.5 s target. */
+static void test_job_cap(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	/* listing 0.9 s, runs 0.1 s each (check + warm-up: 0.2 s): without
+	 * a cap the checks' 70% of 1.0 s takes all four */
+	job_init(&j, 1);
+	fake_variants[1].enumerate = slow_enumerate;
+	fake_tick = 0.1;
+	j.budget_s = 1.0;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.nunmeasured, 0);
+	assert_int_equal(r.ntrials, 4);
+	flyd_tune_result_fini(&r);
+
+	/* cap 1.35 s: 0.45 s left after the list, checks within 0.315 s of
+	 * it: two checked, each with its one rep, two never run */
+	setup(NULL);
+	job_init(&j, 1);
+	fake_variants[1].enumerate = slow_enumerate;
+	fake_tick = 0.1;
+	j.budget_s = 1.0;
+	j.max_s = 1.35;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.nunmeasured, 2);
+	assert_int_equal(r.ntrials, 2);
+	assert_int_equal(r.budget_hit, 1);
+	assert_int_equal(find_trial(&r, "a", 1)->reps, 1);
+	assert_int_equal(find_trial(&r, "a", 2)->reps, 1);
+	assert_true(r.tune_s < 1.35 + 0.25);
+	flyd_tune_result_fini(&r);
+
+	/* the setup counts: 1.2 s of it leaves 0.15 s, so the first check
+	 * (never cut) and its rep run, nothing else */
+	setup(NULL);
+	job_init(&j, 1);
+	fake_tick = 0.1;
+	fake_setup_s = 1.2;
+	j.budget_s = 1.0;
+	j.max_s = 1.35;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.ntrials, 1);
+	assert_int_equal(r.nunmeasured, 3);
+	assert_string_equal(r.winner.variant, "a");
+	flyd_tune_result_fini(&r);
+
+	/* a cap already spent: still the first check and its rep */
+	setup(NULL);
+	job_init(&j, 1);
+	fake_setup_s = 5.0;
+	j.max_s = 1.35;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.ntrials, 1);
+	assert_int_equal(r.winner.status, FLY_STATUS_TUNED);
+	flyd_tune_result_fini(&r);
+
+	/* the worker's first job of the op: its first check's one-time
+	 * costs (0.9 s) are not the key's, in the cap as in the budget */
+	setup(NULL);
+	job_init(&j, 1);
+	fake_load_s = 0.9;
+	fake_first_of_op = 1;
+	j.budget_s = 1.0;
+	j.max_s = 1.35;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.nunmeasured, 0);
+	assert_int_equal(r.ntrials, 4);
+	flyd_tune_result_fini(&r);
+	fake_variants[1].enumerate = NULL;
+}
+
+/* Runs of @p v/@p p0 the tuner started that were neither its check nor a
+ * timed rep: its warm-ups. */
+static int warmups_of(const struct flyd_tune_result *r, const char *v,
+		      int64_t p0)
+{
+	int n = 0;
+
+	for (int i = 0; i < fake_nstart && i < 512; i++)
+		n += strcmp(fake_starts[i].variant, v) == 0 &&
+		     fake_starts[i].params[0] == p0;
+	return n - 1 - (int)find_trial(r, v, p0)->reps;
+}
+
+/* A check run of 2 ms or more is the candidate's warm-up: a fourth 7 ms
+ * launch per candidate on the H200's largest attention keys was time
+ * the budget did not give to reps.  Shorter ones still get theirs. */
+static void test_long_check_is_warmup(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 1);
+	fake_set("a", 1, -1, 5000.0, 0, 0);
+	fake_set("a", 2, -1, 5100.0, 0, 0);
+	fake_set("a", 3, -1, 1990.0, 0, 0);
+	fake_set("a", 4, -1, 5200.0, 0, 0);
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(warmups_of(&r, "a", 1), 0);
+	assert_int_equal(warmups_of(&r, "a", 2), 0);
+	assert_int_equal(warmups_of(&r, "a", 3), 1);
+	assert_string_equal(r.winner.variant, "a");
+	assert_int_equal(r.winner.params[0], 3);
+	flyd_tune_result_fini(&r);
+}
+
 /* A GPU slowing as it warms: every run 0.3% slower than the one before.
  * bs=3 is 2% faster than bs=1 but comes after it; timed one candidate
  * after the other, bs=1 got the cooler runs and won. */
@@ -932,6 +1048,8 @@ int main(void)
 		cmocka_unit_test_setup(test_budget_respected, setup),
 		cmocka_unit_test_setup(test_first_check_not_charged, setup),
 		cmocka_unit_test_setup(test_listing_not_charged, setup),
+		cmocka_unit_test_setup(test_job_cap, setup),
+		cmocka_unit_test_setup(test_long_check_is_warmup, setup),
 		cmocka_unit_test_setup(test_drift_interleaved, setup),
 		cmocka_unit_test_setup(test_superseded_checked_late, setup),
 		cmocka_unit_test_setup(test_all_trials_present, setup),
