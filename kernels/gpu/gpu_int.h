@@ -78,7 +78,10 @@ struct flyk_case {
 	union flyk_args timed_args;
 	int has_timed_args;
 	int checking; /* set by case_poison: the next launch is checked */
-	int timed_cold; /* the timed call not run since the check */
+	/* The candidates (hash of variant and params) whose timed call has
+	 * run: each one's first runs once untimed (backend.hip) */
+	uint64_t *timed_seen;
+	int ntimed_seen, cap_timed_seen;
 };
 
 struct flyk_gpu_op {
