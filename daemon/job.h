@@ -73,6 +73,8 @@ struct flyd_tune_result {
 	int budget_hit;              /* 1: budget_s ran out, reps were cut */
 	uint32_t nunmeasured;        /* candidates never run (budget) */
 	double list_s;               /* of tune_s: listing the candidates */
+	double first_s;              /* of tune_s: a first-of-op job's first
+					check (the one-time costs), else 0 */
 };
 
 #endif /* FLYD_JOB_H */

@@ -51,6 +51,8 @@
  * warm-up was a fourth 7 ms launch per candidate, and the checks' share
  * of the budget reached 18-19 of 32-36 candidates. */
 #define LONG_RUN_US 2000.0
+/* The least of job->budget_s a job's wall cap leaves its measurements. */
+#define MIN_SHARE 0.25
 
 struct cand {
 	const struct flyk_variant *v;
@@ -409,8 +411,10 @@ static int past_budget(struct tstate *st, double share)
 /* The budget's start is now: the measurements get j->budget_s from here,
  * or what is left of the job's wall cap (j->max_s counted from
  * o.job_start: the case's setup and the candidate list are in it) when
- * that is less.  A cap already spent leaves a budget of a microsecond:
- * the first check and one rep of each checked candidate still run. */
+ * that is less -- but never under MIN_SHARE of j->budget_s: a listing
+ * that ran long (cuDNN compiling a new head dim's plans: 1.7 s for d256
+ * on the H200) has been paid, and a cap that left nothing measured one
+ * candidate and never ran the candidates it listed (0.85x of cuDNN). */
 static void budget_start(struct tstate *st)
 {
 	double left;
@@ -420,6 +424,8 @@ static void budget_start(struct tstate *st)
 	if (st->j->max_s <= 0)
 		return;
 	left = st->o.job_start + st->j->max_s - st->t0;
+	if (st->budget > 0 && left < MIN_SHARE * st->budget)
+		left = MIN_SHARE * st->budget;
 	if (left < 1e-6)
 		left = 1e-6;
 	if (st->budget <= 0 || left < st->budget)
@@ -727,7 +733,8 @@ static int measure(struct tstate *st)
 			 * The budget starts after it, and the job's wall cap
 			 * does not count it. */
 			if (nchecked++ == 0 && st->o.first_of_op) {
-				st->o.job_start += st->o.now(st->o.now_ctx) - c0;
+				st->r->first_s = st->o.now(st->o.now_ctx) - c0;
+				st->o.job_start += st->r->first_s;
 				budget_start(st);
 			}
 		}

@@ -50,7 +50,8 @@
  *      (job->max_s > 0, counted from opts->job_start: the case's setup
  *      and the candidate list are inside it, the one-time first check
  *      is not) gets what is left of the cap when that is less than
- *      job->budget_s, and the shares above apply to that.
+ *      job->budget_s (but at least 25% of job->budget_s: what was
+ *      listed gets measured), and the shares above apply to that.
  *   5. Decision: best = lowest median among OK trials; the winner's
  *      variant is the earliest variant (declared order, a preference:
  *      the vendor's default first) with a trial within job->margin of

@@ -751,6 +751,8 @@ static void test_first_check_not_charged(void **state)
 	assert_int_equal(r.nunmeasured, 0);
 	assert_int_equal(r.ntrials, 4);
 	assert_true(r.tune_s >= 0.9);
+	/* its share is reported (the worker logs it: first_s) */
+	assert_true(r.first_s >= 0.9 && r.first_s < 0.9 + 0.01);
 	flyd_tune_result_fini(&r);
 
 	setup(NULL);
@@ -840,8 +842,10 @@ static void test_job_cap(void **state)
 	assert_true(r.tune_s < 1.35 + 0.25);
 	flyd_tune_result_fini(&r);
 
-	/* the setup counts: 1.2 s of it leaves 0.15 s, so the first check
-	 * (never cut) and its rep run, nothing else */
+	/* the setup counts: 1.2 s of it leaves 0.15 s, raised to the floor
+	 * (a quarter of the budget, 0.25 s): checks within 0.175 s of it,
+	 * so the first check (0.2 s with its warm-up) and its rep run,
+	 * nothing else */
 	setup(NULL);
 	job_init(&j, 1);
 	fake_tick = 0.1;
@@ -854,14 +858,30 @@ static void test_job_cap(void **state)
 	assert_string_equal(r.winner.variant, "a");
 	flyd_tune_result_fini(&r);
 
-	/* a cap already spent: still the first check and its rep */
+	/* a cap long spent (a listing that compiled for 1.7 s on the H200,
+	 * then measured one of its 10 candidates): a quarter of the budget
+	 * still measures what was listed */
 	setup(NULL);
 	job_init(&j, 1);
 	fake_setup_s = 5.0;
+	j.budget_s = 1.0;
+	j.max_s = 1.35;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.ntrials, 4);
+	assert_int_equal(r.nunmeasured, 0);
+	assert_int_equal(r.winner.status, FLY_STATUS_TUNED);
+	flyd_tune_result_fini(&r);
+	/* ... and no more than that: at 0.1 s a run, the checks stop at
+	 * 0.175 s */
+	setup(NULL);
+	job_init(&j, 1);
+	fake_tick = 0.1;
+	fake_setup_s = 5.0;
+	j.budget_s = 1.0;
 	j.max_s = 1.35;
 	assert_int_equal(run(&j, &r), 0);
 	assert_int_equal(r.ntrials, 1);
-	assert_int_equal(r.winner.status, FLY_STATUS_TUNED);
+	assert_true(r.tune_s < 0.25 + 0.2 + 1e-9);
 	flyd_tune_result_fini(&r);
 
 	/* the worker's first job of the op: its first check's one-time
