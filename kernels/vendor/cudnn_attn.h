@@ -144,11 +144,10 @@ unsigned long flyk_cudnn_attn_substituted(void);
 
 const char *flyk_cudnn_attn_last_error(void);
 
-/* Load cuDNN's handle, engine libraries and the top plans' kernels on
- * the calling thread's device (d128, causal and not, with and without
- * the LSE), so the first key tuned does not pay them (0.5-0.9 s each on
- * the H200); the time it took goes to stderr.  @return 0 or a negative
- * error (nothing else depends on it). */
+/* Load cuDNN's handle, engine libraries and one plan's kernels on the
+ * calling thread's device (a causal d128 problem), so the first key tuned
+ * does not pay them (0.5-0.8 s on the H200); the time it took goes to
+ * stderr.  @return 0 or a negative error (nothing else depends on it). */
 int flyk_cudnn_attn_warm(void);
 
 /* "cudnn-<cudnnGetVersion()>" into @p buf (for the device fingerprint,
