@@ -654,10 +654,21 @@ static void decide(struct tstate *st)
 	 * first), and of its trials the fastest (a variant's points are in
 	 * value order, which says nothing: picking the first there favoured
 	 * the smallest tiles by up to the margin). */
-	for (size_t i = 0; i < r->ntrials && win == NULL; i++)
-		if (r->trials[i].outcome == FLYD_OUT_OK &&
-		    r->trials[i].median_us <= best * (1 + st->j->margin))
-			win = &r->trials[i];
+	/* ... unless a variant that asks for near-ties has one there
+	 * (flyk_variant.prefer_on_tie: a vendor's declared after ours) */
+	for (int pass = 0; pass < 2 && win == NULL; pass++)
+		for (size_t i = 0; i < r->ntrials && win == NULL; i++) {
+			const struct flyk_variant *v;
+
+			if (r->trials[i].outcome != FLYD_OUT_OK ||
+			    r->trials[i].median_us > best * (1 + st->j->margin))
+				continue;
+			v = pass ? NULL
+				 : flyk_variant_find(st->b, st->j->problem.op,
+						     r->trials[i].variant);
+			if (pass || (v != NULL && v->prefer_on_tie))
+				win = &r->trials[i];
+		}
 	if (win == NULL) {
 		r->rc = -ENOENT;
 		return;

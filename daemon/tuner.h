@@ -55,7 +55,8 @@
  *   5. Decision: best = lowest median among OK trials; the winner's
  *      variant is the earliest variant (declared order, a preference:
  *      the vendor's default first) with a trial within job->margin of
- *      best, and the winner that variant's fastest trial.  With an
+ *      best -- a variant with flyk_variant.prefer_on_tie that has one
+ *      comes before all --, and the winner that variant's fastest trial.  With an
  *      incumbent among the OK trials, the winner replaces it only when
  *      its median < incumbent * (1 - margin).
  *   6. Exact-shape jobs (a key with FLY_F_EXACT, issue 22): the op's

@@ -220,6 +220,13 @@ struct flyk_variant {
 	 * key since its successor came keeps its place as the fallback, not
 	 * the budget of the largest keys). */
 	const char *successor;
+	/* 1: on a near-tie (a trial within the job's margin of the best)
+	 * the tuner prefers this variant over every other, not only over
+	 * those declared after it.  For a vendor variant that cannot come
+	 * first in the table: attn_cudnn (the first feasible variant is the
+	 * op's default, which must not build cuDNN plans in the daemon or
+	 * stall an untuned launch). */
+	int prefer_on_tie;
 };
 
 struct flyk_case; /* inputs, outputs and reference output of one problem */
