@@ -1003,6 +1003,13 @@ int flyd_sched_is_healthy(const struct flyd_sched *sc)
 	       flyd_worker_is_healthy(sc->worker);
 }
 
+int flyd_sched_device_lost(const struct flyd_sched *sc)
+{
+	return sc != NULL && sc->worker != NULL && !sc->closing &&
+	       flyd_worker_open_failures(sc->worker) >= 2 &&
+	       !flyd_worker_is_ready(sc->worker);
+}
+
 void flyd_sched_note_request(struct flyd_sched *sc)
 {
 	sc->last_request_ms = uv_now(sc->ctx->loop);

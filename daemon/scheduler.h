@@ -42,6 +42,10 @@ void flyd_sched_reconfigure(struct flyd_sched *sc);
 int flyd_sched_is_running(const struct flyd_sched *sc);
 /* Health for the watchdog and `status`: running, worker healthy. */
 int flyd_sched_is_healthy(const struct flyd_sched *sc);
+/* 1 when the last two or more worker starts in a row could not open the
+ * device and none is up with it open now (a GPU lost: RELIABILITY.md
+ * F11; a crash storm in the kernels is not that); 0 otherwise. */
+int flyd_sched_device_lost(const struct flyd_sched *sc);
 /* Fill `status`'s "queue", "worker" and "policy". */
 void flyd_sched_status(const struct flyd_sched *sc, cJSON *resp);
 

@@ -229,6 +229,15 @@ int flyd_handle_tune(struct flyd_ctx *ctx, struct flyd_req *rq,
 		*msg = "problem not supported by this daemon's backend";
 		return FLY_E_INVALID;
 	}
+	/* RELIABILITY.md F11: the last workers could not open the device (a
+	 * GPU lost): refused at once, not queued behind a worker that cannot
+	 * start; the winners are still served */
+	if (flyd_sched_device_lost(sc)) {
+		*msg = "compute device unavailable: the last worker starts "
+		       "could not open it (see the log: worker_backend_failed);"
+		       " tuned keys are still served";
+		return FLY_E_GPU;
+	}
 	rc = flyd_sched_enqueue(sc, key, FLYD_PRIO_EXPLICIT, force, &j);
 	if (rc == FLY_E_BUSY) {
 		*msg = "tuning queue full";

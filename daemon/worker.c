@@ -66,6 +66,7 @@ struct flyd_worker {
 	double cand_timeout_s;
 	double setup_timeout_s;  /* 0: derived, see setup_timeout_s() */
 	int max_restarts;
+	int open_fails;     /* READYs in a row that could not open the device */
 	flyd_worker_ready_cb ready_cb;
 	flyd_job_done_cb done_cb;
 	void *ctx;
@@ -375,10 +376,13 @@ static void on_ready(struct flyd_worker *w, struct wproc *wp,
 	char fpr[FLYD_WP_FPR_MAX], be[FLYD_WP_BACKEND_MAX];
 
 	if (m->rc < 0) {
+		w->open_fails++;
 		flyd_log(FLYD_LOG_ERR, "worker_backend_failed",
-			 "backend=%s rc=%d", w->backend, m->rc);
+			 "backend=%s rc=%d in_a_row=%d", w->backend, m->rc,
+			 w->open_fails);
 		return; /* the child exits; restarts back off */
 	}
+	w->open_fails = 0;
 	wp->ready = 1;
 	flyd_registry_move(&w->reg, &wp->reg);
 	snprintf(fpr, sizeof(fpr), "%s", m->fingerprint);
@@ -695,6 +699,16 @@ int flyd_worker_is_busy(const struct flyd_worker *w)
 int flyd_worker_is_healthy(const struct flyd_worker *w)
 {
 	return !w->stopping && recent_restarts(w) < w->max_restarts;
+}
+
+int flyd_worker_is_ready(const struct flyd_worker *w)
+{
+	return w->wp != NULL && !w->wp->exited && w->wp->ready;
+}
+
+int flyd_worker_open_failures(const struct flyd_worker *w)
+{
+	return w->open_fails;
 }
 
 int flyd_worker_restarts(const struct flyd_worker *w)

@@ -56,6 +56,12 @@ int flyd_worker_is_busy(const struct flyd_worker *w);
  * at once with rc -ECANCELED.  No job: no-op. */
 void flyd_worker_cancel(struct flyd_worker *w);
 int flyd_worker_is_healthy(const struct flyd_worker *w);
+/* 1 while a worker process is up and has reported READY with its
+ * device open. */
+int flyd_worker_is_ready(const struct flyd_worker *w);
+/* How many worker starts in a row reported that the backend could not
+ * open its device (0 after one that could). */
+int flyd_worker_open_failures(const struct flyd_worker *w);
 int flyd_worker_restarts(const struct flyd_worker *w);
 int flyd_worker_pid(const struct flyd_worker *w);
 struct flyd_registry;

@@ -30,6 +30,9 @@
  * makes a marked job's case set-up crash on demand. */
 extern void flyk_testing_setup_fault(const struct fly_problem *p)
 	__attribute__((weak));
+/* kernels/testing: < 0 where the device is to be lost at open (the
+ * worker's backend open fails as on a GPU gone: RELIABILITY.md F11). */
+extern int flyk_testing_open_fault(void) __attribute__((weak));
 
 struct wm_args {
 	int device;
@@ -218,7 +221,9 @@ int flyd_worker_main(int argc, char **argv)
 		exit(2);
 	}
 	fcntl(FLYD_WP_FD, F_SETFL, fl & ~O_NONBLOCK);
-	rc = flyd_backend_open(a.backend, a.device, &be);
+	rc = flyk_testing_open_fault != NULL ? flyk_testing_open_fault() : 0;
+	if (rc == 0)
+		rc = flyd_backend_open(a.backend, a.device, &be);
 	send_ready(&be, rc);
 	if (rc < 0) {
 		flyd_log(FLYD_LOG_ERR, "worker_backend_failed",

@@ -17,6 +17,9 @@
  * flyk_testing_setup_fault(), called by the worker before a job's case
  * set-up, crashes it for rmsnorm problems with n = 4093 when the list
  * names "setup_crash" (a job that faults every time, issue 18).
+ * flyk_testing_open_fault(), called by the worker before it opens its
+ * device, fails the open (-ENODEV, as a GPU gone) while the list names
+ * "gpu_lost" (RELIABILITY.md F11's CPU analogue).
  * Owns: nothing.  Thread: any.
  */
 #include <errno.h>
@@ -120,4 +123,10 @@ void flyk_testing_setup_fault(const struct fly_problem *p)
 	if (p->op == FLY_OP_RMSNORM && p->dims[1] == SETUP_FAULT_N &&
 	    flyk_testing_fault_enabled("setup_crash"))
 		*np = 1;
+}
+
+int flyk_testing_open_fault(void);
+int flyk_testing_open_fault(void)
+{
+	return flyk_testing_fault_enabled("gpu_lost") ? -ENODEV : 0;
 }

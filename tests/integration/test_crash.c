@@ -382,6 +382,128 @@ static void test_watchdog_pings_while_degraded(void **state)
 	fly_test_daemon_cleanup(d);
 }
 
+/* The worker's status member @p name as a number. */
+static double worker_num(int fd, const char *name)
+{
+	cJSON *o = fly_test_req(fd, "{\"req\":\"status\"}");
+	const cJSON *x;
+	double v;
+
+	assert_true(fly_test_is_ok(o));
+	x = cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(o, "worker"), name);
+	assert_true(cJSON_IsNumber(x));
+	v = x->valuedouble;
+	cJSON_Delete(o);
+	return v;
+}
+
+static void write_faults(const char *path, const char *list)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	fprintf(f, "%s\n", list);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* tune{wait} of @p key for up to @p ms: the reply. */
+static cJSON *tune_wait(int fd, const char *key, int ms)
+{
+	char json[200];
+
+	snprintf(json, sizeof(json), "{\"req\":\"tune\",\"key\":\"%s\","
+		 "\"wait\":true,\"timeout_ms\":%d}", key, ms);
+	return fly_test_req(fd, json);
+}
+
+/* RELIABILITY.md F11, its CPU analogue: the device is lost under a
+ * running daemon (the worker killed, and every new worker's device open
+ * failing: FLYK_TESTING_FAULTS "gpu_lost").  The instance goes degraded
+ * within seconds, keeps serving its winners, refuses new tuning with
+ * FLY_E_GPU at once instead of queueing it behind a worker that cannot
+ * start, restarts the worker with backoff (no crash loop), and tunes
+ * again once the device is back. */
+static void test_gpu_lost_serves_and_refuses(void **state)
+{
+	struct fly_test_daemon *d = *state;
+	const char *a = "rmsnorm/fp32/m=16,n=256", *b = "rmsnorm/fp32/m=16,n=512";
+	char path[64], env[96], st[32];
+	const char *envv[] = {env, NULL};
+	double r0, r1;
+	uint64_t t0, until;
+	int fd, pid;
+	cJSON *o;
+
+	snprintf(path, sizeof(path), "/tmp/flytest-lost.%d", (int)getpid());
+	write_faults(path, "");
+	snprintf(env, sizeof(env), "FLYK_TESTING_FAULTS=@%s", path);
+	assert_int_equal(fly_test_daemon_start(d, "{\"job_budget_s\":0.2}",
+					       envv), 0);
+	fd = fly_test_connect(d->sock);
+	assert_true(fd >= 0);
+	o = tune_wait(fd, a, fly_test_timeout(20000));
+	assert_true(fly_test_is_ok(o));
+	assert_string_equal(str_at(o, "status", NULL), "tuned");
+	cJSON_Delete(o);
+
+	/* the device goes */
+	write_faults(path, "gpu_lost");
+	pid = (int)worker_num(fd, "pid");
+	assert_true(pid > 0);
+	t0 = fly_test_now_ms();
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	until = t0 + (uint64_t)fly_test_timeout(5000);
+	while (worker_healthy(fd)) {
+		if (fly_test_now_ms() > until) {
+			fly_test_daemon_print_log(d);
+			fail_msg("not degraded 5 s after the device was lost");
+		}
+		decide_status(fd, a, st, sizeof(st));
+		assert_string_equal(st, "tuned");
+		usleep(50 * 1000);
+	}
+	/* a new key is refused at once, with the reason */
+	o = tune_wait(fd, b, fly_test_timeout(10000));
+	if (fly_test_is_ok(o))
+		fly_test_daemon_print_log(d);
+	assert_false(fly_test_is_ok(o));
+	assert_string_equal(str_at(o, "error", "code"), "gpu");
+	cJSON_Delete(o);
+	/* no crash loop: for 4 s the restarts back off (100 ms doubling to
+	 * 5 s: at most 4 more), the winners are served all along */
+	r0 = worker_num(fd, "restarts");
+	until = fly_test_now_ms() + 4000;
+	while (fly_test_now_ms() < until) {
+		decide_status(fd, a, st, sizeof(st));
+		assert_string_equal(st, "tuned");
+		usleep(100 * 1000);
+	}
+	r1 = worker_num(fd, "restarts");
+	assert_true(r1 - r0 <= 4);
+	assert_int_equal(kill(d->pid, 0), 0); /* the same daemon */
+
+	/* the device comes back: the next worker opens it and tunes */
+	write_faults(path, "");
+	until = fly_test_now_ms() + (uint64_t)fly_test_timeout(15000);
+	for (;;) {
+		o = tune_wait(fd, b, fly_test_timeout(10000));
+		if (fly_test_is_ok(o))
+			break;
+		cJSON_Delete(o);
+		if (fly_test_now_ms() > until) {
+			fly_test_daemon_print_log(d);
+			fail_msg("no tuning 15 s after the device came back");
+		}
+		usleep(200 * 1000);
+	}
+	assert_string_equal(str_at(o, "status", NULL), "tuned");
+	cJSON_Delete(o);
+	close(fd);
+	unlink(path);
+	fly_test_daemon_cleanup(d);
+}
+
 #define T(fn)                                                                  \
 	cmocka_unit_test_setup_teardown(fn, fly_test_daemon_setup,             \
 					fly_test_daemon_teardown)
@@ -395,6 +517,7 @@ int main(void)
 		T(test_fault_hang),
 		T(test_fault_wrong),
 		T(test_watchdog_pings_while_degraded),
+		T(test_gpu_lost_serves_and_refuses),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
