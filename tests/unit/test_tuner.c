@@ -857,6 +857,18 @@ static void test_listing_not_charged(void **state)
  * left of it when that is less than budget_s.  On the H200 the first
  * attention key of a run listed cuDNN's plans for 0.76 s, then measured
  * for the whole 1.0 s budget: 1.95 s against the 1.5 s target. */
+/* A fresh fake state and a job with budget 1.0 s and wall cap 1.35 s,
+ * runs of @p tick s, its setup @p setup_s s before the tuner's start. */
+static void capped(struct flyd_tune_job *j, double tick, double setup_s)
+{
+	setup(NULL);
+	job_init(j, 1);
+	fake_tick = tick;
+	fake_setup_s = setup_s;
+	j->budget_s = 1.0;
+	j->max_s = 1.35;
+}
+
 static void test_job_cap(void **state)
 {
 	struct flyd_tune_job j;
@@ -875,12 +887,8 @@ static void test_job_cap(void **state)
 
 	/* cap 1.35 s: 0.45 s left after the list, checks within 0.315 s of
 	 * it: two checked, each with its one rep, two never run */
-	setup(NULL);
-	job_init(&j, 1);
+	capped(&j, 0.1, 0.0);
 	fake_variants[1].enumerate = slow_enumerate;
-	fake_tick = 0.1;
-	j.budget_s = 1.0;
-	j.max_s = 1.35;
 	assert_int_equal(run(&j, &r), 0);
 	assert_int_equal(r.nunmeasured, 2);
 	assert_int_equal(r.ntrials, 2);
@@ -894,12 +902,7 @@ static void test_job_cap(void **state)
 	 * (a quarter of the budget, 0.25 s): checks within 0.175 s of it,
 	 * so the first check (0.2 s with its warm-up) and its rep run,
 	 * nothing else */
-	setup(NULL);
-	job_init(&j, 1);
-	fake_tick = 0.1;
-	fake_setup_s = 1.2;
-	j.budget_s = 1.0;
-	j.max_s = 1.35;
+	capped(&j, 0.1, 1.2);
 	assert_int_equal(run(&j, &r), 0);
 	assert_int_equal(r.ntrials, 1);
 	assert_int_equal(r.nunmeasured, 3);
@@ -909,11 +912,7 @@ static void test_job_cap(void **state)
 	/* a cap long spent (a listing that compiled for 1.7 s on the H200,
 	 * then measured one of its 10 candidates): a quarter of the budget
 	 * still measures what was listed */
-	setup(NULL);
-	job_init(&j, 1);
-	fake_setup_s = 5.0;
-	j.budget_s = 1.0;
-	j.max_s = 1.35;
+	capped(&j, 0.001, 5.0);
 	assert_int_equal(run(&j, &r), 0);
 	assert_int_equal(r.ntrials, 4);
 	assert_int_equal(r.nunmeasured, 0);
@@ -921,12 +920,7 @@ static void test_job_cap(void **state)
 	flyd_tune_result_fini(&r);
 	/* ... and no more than that: at 0.1 s a run, the checks stop at
 	 * 0.175 s */
-	setup(NULL);
-	job_init(&j, 1);
-	fake_tick = 0.1;
-	fake_setup_s = 5.0;
-	j.budget_s = 1.0;
-	j.max_s = 1.35;
+	capped(&j, 0.1, 5.0);
 	assert_int_equal(run(&j, &r), 0);
 	assert_int_equal(r.ntrials, 1);
 	assert_true(r.tune_s < 0.25 + 0.2 + 1e-9);
@@ -934,12 +928,9 @@ static void test_job_cap(void **state)
 
 	/* the worker's first job of the op: its first check's one-time
 	 * costs (0.9 s) are not the key's, in the cap as in the budget */
-	setup(NULL);
-	job_init(&j, 1);
+	capped(&j, 0.001, 0.0);
 	fake_load_s = 0.9;
 	fake_first_of_op = 1;
-	j.budget_s = 1.0;
-	j.max_s = 1.35;
 	assert_int_equal(run(&j, &r), 0);
 	assert_int_equal(r.nunmeasured, 0);
 	assert_int_equal(r.ntrials, 4);
