@@ -1246,7 +1246,7 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 	struct rd_token t;
 	uint64_t start, hash, shash = 0, gen, stamp;
 	uint32_t xs;
-	int n;
+	int n, moved;
 
 	if (d == NULL)
 		return FLY_E_INVALID;
@@ -1293,12 +1293,14 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 		rd_exit(c, t, 0);
 		return 0;
 	}
+	/* read while r is still ours: past rd_exit a swap may unmap it */
+	moved = superseded(r);
 	rd_exit(c, t, 0);
 	start = fly__now_ns(); /* (past the table: no clock on its hits) */
 	if (n < 0)
 		return n;
 	e = cache_get(c, p, hash); /* the shm step may have replaced it */
-	if (e != NULL && !superseded(r) &&
+	if (e != NULL && !moved &&
 	    (socket_quiet(c, start) || recheck_not_due(c, e, start))) {
 		from_entry(e, gen, d);
 		bump_hit(c, t.shard);
