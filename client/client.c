@@ -33,13 +33,14 @@
  * epoch (conn_hup), so every cached stamp mismatches and the next
  * fly_decide of a key takes the miss path, which reconnects (through the
  * backoff) and maps the new daemon's table; until a daemon answers, the
- * orphaned table answers nothing and the cached answers are served as
- * unconfirmed ones are (one thread a key asks the socket every
- * recheck_ms).  A session the client drops itself is orphaned the same
- * way.  Sessions are numbered (c->lease) so a hangup reported late ends
- * nothing newer; a reconnect that brings the same table back (the
- * daemon's idle timeout) trusts it again without remapping.  The hot
- * path is unchanged: the watcher only moves the epoch.
+ * cached answers are served as unconfirmed ones are (one thread a key
+ * asks the socket every recheck_ms), and the orphaned table answers only
+ * a key the process cache lacks, unconfirmed too (try_orphaned).  A
+ * session the client drops itself is orphaned the same way.  Sessions
+ * are numbered (c->lease) so a hangup reported late ends nothing newer;
+ * a reconnect that brings the same table back (the daemon's idle
+ * timeout) trusts it again without remapping.  The hot path is
+ * unchanged: the watcher only moves the epoch.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -1189,19 +1190,64 @@ static int try_shm(fly_client *c, struct fly_shm_reader *r,
 	return 1;
 }
 
-/* The socket step of fly_decide: bounded by @p deadline_ns.  Without an
- * answer from the daemon, d is fallback()'s. */
+/* A stamp no table gives (generation + epoch << 48 reaches it only
+ * after 2^16 epochs with a generation of 2^48 - 1): an answer cached
+ * with it is never a hot-path hit, only an unconfirmed answer. */
+#define STAMP_NONE UINT64_MAX
+
+/* Issue 21: an orphaned table (its session hung up; its daemon may be
+ * gone) is trusted for nothing, but its row is still the best answer the
+ * client has for a key it never cached, while no daemon answers (before
+ * issue 21 such a table was served as it was).  Cached unconfirmed:
+ * stamped STAMP_NONE and never checked, so fly_decide serves it as any
+ * unconfirmed answer, re-asking the socket at once and then every
+ * recheck_ms, one thread a key (the reconnect, through the backoff).
+ * @return 1 on a hit (d filled, cached), else 0. */
+static int try_orphaned(fly_client *c, struct fly_shm_reader *r,
+			const struct fly_problem *p, const char *key,
+			size_t len, uint64_t hash, uint64_t shash, uint32_t xs,
+			struct fly_decision *d)
+{
+	if (r == NULL || fly__shm_reader_superseded(r) ||
+	    !fly__shm_reader_is_orphaned(r) ||
+	    fly__shm_lookup_hashed(r, shash, key, len, d) != 0)
+		return 0;
+	bump(&c->n_shm_hits);
+	fly__cache_put(&c->cache, (const char *)p, sizeof(*p), hash, d,
+		       STAMP_NONE, 0, xs);
+	return 1;
+}
+
+/* fallback() when the socket step of fly_decide got no answer, keeping
+ * @p in, the table's answer this call found, over the default: a key the
+ * process cache cannot hold (it is full) is still answered from an
+ * orphaned table while no daemon answers (issue 21). */
+static void fallback_table(fly_client *c, const struct fly_problem *p,
+			   uint64_t hash, uint64_t gen,
+			   const struct fly_decision *in,
+			   struct fly_decision *d)
+{
+	fallback(c, p, hash, gen, d);
+	if (d->status == FLY_STATUS_DEFAULT && d->variant[0] == '\0' &&
+	    in->variant[0] != '\0')
+		*d = *in;
+}
+
+/* The socket step of fly_decide: bounded by @p deadline_ns.  On entry d
+ * holds the table's answer of this call, or the default.  Without an
+ * answer from the daemon, d is fallback_table()'s. */
 static void decide_socket(fly_client *c, const struct fly_problem *p,
 			  const char *key, size_t len, uint64_t hash,
 			  uint64_t shash, uint64_t deadline_ns, uint64_t gen,
 			  uint32_t xs, struct fly_decision *d)
 {
+	struct fly_decision in = *d;
 	struct fly_shm_reader *r;
 	uint64_t stamp;
 	int rc;
 
 	if (lock_until(c, deadline_ns) < 0) {
-		fallback(c, p, hash, gen, d);
+		fallback_table(c, p, hash, gen, &in, d);
 		return;
 	}
 	/* The daemon grew its table: the next hello hands out the larger
@@ -1232,7 +1278,7 @@ static void decide_socket(fly_client *c, const struct fly_problem *p,
 	}
 	pthread_mutex_unlock(&c->mu);
 	if (rc < 0)
-		fallback(c, p, hash, gen, d);
+		fallback_table(c, p, hash, gen, &in, d);
 }
 
 /* Whether a cached answer is fresh enough to serve without asking the
@@ -1436,6 +1482,8 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 		rd_exit(c, t, 0);
 		return 0;
 	}
+	if (n >= 0 && e == NULL)
+		try_orphaned(c, r, p, key, (size_t)n, hash, shash, xs, d);
 	/* read while r is still ours: past rd_exit a swap may unmap it
 	 * (issue 21 made that race show: test_engine_client) */
 	moved = grown(r);
