@@ -521,37 +521,53 @@ static int same_point(const struct fly_decision *a,
 }
 
 /* An import file at DIR/@p name: the daemon's export of @p key's row with
- * the winner replaced by another point the tuning measured (an "ok"
- * trial of another variant, else of other params), so importing it
- * changes the key's answer.  Its variant into @p variant. */
+ * the winner replaced by another point the tuning measured -- a trial
+ * "ok" before one "rejected" (slower, still measured and correct), of
+ * another variant before one of other params; a fixed point of another
+ * CPU rmsnorm variant when none was kept --, so importing it changes the
+ * key's answer.  Its variant into @p variant. */
 static void write_other_winner(const char *key, const char *name,
 			       char *path, size_t cap, char *variant,
 			       size_t vcap)
 {
 	cJSON *ex = explain_json(key), *doc, *res, *row, *t, *pick = NULL;
 	const cJSON *win = cJSON_GetObjectItem(ex, "result");
+	const char *wv;
 	char args[600], *out;
+	int best = 4;
 	FILE *f;
 
 	assert_true(cJSON_IsObject(win));
+	wv = cJSON_GetObjectItem(win, "variant")->valuestring;
 	cJSON_ArrayForEach(t, cJSON_GetObjectItem(ex, "trials")) {
 		const char *o = cJSON_GetObjectItem(t, "outcome")->valuestring;
 		int same_v = strcmp(cJSON_GetObjectItem(t, "variant")->valuestring,
-				    cJSON_GetObjectItem(win, "variant")
-					    ->valuestring) == 0;
+				    wv) == 0, rank;
 
-		if (strcmp(o, "ok") != 0)
+		if (strcmp(o, "ok") != 0 && strcmp(o, "rejected") != 0)
 			continue;
-		if (!same_v) {
+		if (same_v && cJSON_Compare(cJSON_GetObjectItem(t, "params"),
+					    cJSON_GetObjectItem(win, "params"),
+					    1))
+			continue; /* the winner itself */
+		rank = (strcmp(o, "ok") == 0 ? 0 : 2) + same_v;
+		if (rank < best) {
+			best = rank;
 			pick = t;
-			break;
 		}
-		if (pick == NULL &&
-		    !cJSON_Compare(cJSON_GetObjectItem(t, "params"),
-				   cJSON_GetObjectItem(win, "params"), 1))
-			pick = t;
 	}
-	assert_non_null(pick);
+	if (pick == NULL) { /* a point of the CPU rmsnorm variants */
+		int twopass = strcmp(wv, "rms_twopass") == 0;
+		static const int p2[] = { 1, 1 }, p3[] = { 1, 1, 1 };
+
+		pick = cJSON_CreateObject();
+		cJSON_AddStringToObject(pick, "variant",
+					twopass ? "rms_vec" : "rms_twopass");
+		cJSON_AddItemToObject(pick, "params",
+				      twopass ? cJSON_CreateIntArray(p3, 3)
+					      : cJSON_CreateIntArray(p2, 2));
+		cJSON_AddItemToArray(cJSON_GetObjectItem(ex, "trials"), pick);
+	}
 	snprintf(path, cap, "%s/%s", dm.dir, name);
 	snprintf(args, sizeof(args), "export %s", path);
 	free(ctl_out(args));
