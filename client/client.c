@@ -4,7 +4,7 @@
  * detection, and the raw request entry point used by flytune-ctl.
  *
  * Owns: the socket fd and its receive state, the shm readers (current
- * and retired), the process cache, the counters.
+ * and retired), the process cache, the counters, the session watcher.
  * Thread: any.  The cache and the shm table are read lock-free; the
  * socket and the connection state (fd, pid, backoff, owed reply) are
  * guarded by c->mu, taken with a deadline so no caller queues past its
@@ -20,8 +20,27 @@
  * 18, item 2: a missed deadline does not cost the connection).  An
  * answer the client has is never replaced by a worse one because a
  * deadline passed.  Fork: an atfork child handler resets every open
- * client (registry below) while the child is single-threaded; getpid()
- * in connect_locked is the fallback.
+ * client (registry below) while the child is single-threaded (its
+ * copies of the watcher's fds closed: the parent's thread is not in the
+ * child, which starts its own on its first hello); getpid() in
+ * connect_locked and in watch.c is the fallback.
+ * Sessions (issue 21, RELIABILITY.md F19): a table, and the answers the
+ * process cache holds, are trusted only while the session that brought
+ * them is open.  A dead daemon cannot mark its table superseded, but its
+ * end of the socket closes: a watcher thread per client (watch.c,
+ * started at open) polls a duplicate of each session's socket for a
+ * hangup, never for input, and then orphans the table and bumps the
+ * epoch (conn_hup), so every cached stamp mismatches and the next
+ * fly_decide of a key takes the miss path, which reconnects (through the
+ * backoff) and maps the new daemon's table; until a daemon answers, the
+ * cached answers are served as unconfirmed ones are (one thread a key
+ * asks the socket every recheck_ms), and the orphaned table answers only
+ * a key the process cache lacks, unconfirmed too (try_orphaned).  A
+ * session the client drops itself is orphaned the same way.  Sessions
+ * are numbered (c->lease) so a hangup reported late ends nothing newer;
+ * a reconnect that brings the same table back (the daemon's idle
+ * timeout) trusts it again without remapping.  The hot path is
+ * unchanged: the watcher only moves the epoch.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -46,6 +65,7 @@
 #include "cache.h"
 #include "conn.h"
 #include "flyclient.h"
+#include "watch.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
@@ -138,6 +158,13 @@ struct fly_client {
 	uint64_t owed_since_ns;    /* the deadline it missed */
 	dev_t shm_dev;             /* identity of the current table's memfd */
 	ino_t shm_ino;
+	/* Watches the session for a hangup (issue 21); its thread calls
+	 * conn_hup, which takes shm_mu only. */
+	struct fly_watch watch;
+	/* The sessions whose hangups the watcher reports, numbered: hup_lease
+	 * is the last one reported (conn_hup), c->lease is the current one,
+	 * written under both c->mu and c->shm_mu, so either lock reads it. */
+	_Atomic uint64_t hup_lease;
 	/* Table swaps and reclaims: held for a few instructions and munmap
 	 * only (never across I/O), so the atfork prepare handler can take it
 	 * and the child never sees a table half swapped or half unmapped. */
@@ -146,6 +173,10 @@ struct fly_client {
 	uint64_t gp_flips;         /* grace periods started */
 	unsigned gp_old;           /* phase being drained */
 	int gp_busy;               /* a grace period is in progress */
+	uint64_t lease;            /* sessions hello'd (also under c->mu) */
+	int lease_live;            /* the current table and the cached
+				      answers are trusted: the session that
+				      brought them is open (issue 21) */
 	struct rd_shard rd[FLY_RD_SHARDS];
 	_Atomic uint64_t n_shm_hits;
 	_Atomic uint64_t n_socket_requests;
@@ -327,14 +358,18 @@ static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
 static void fork_prepare(void)
 {
 	pthread_mutex_lock(&reg_mu);
-	for (fly_client *c = reg_head; c != NULL; c = c->reg_next)
+	for (fly_client *c = reg_head; c != NULL; c = c->reg_next) {
+		fly__watch_lock(&c->watch);
 		pthread_mutex_lock(&c->shm_mu);
+	}
 }
 
 static void fork_parent(void)
 {
-	for (fly_client *c = reg_head; c != NULL; c = c->reg_next)
+	for (fly_client *c = reg_head; c != NULL; c = c->reg_next) {
 		pthread_mutex_unlock(&c->shm_mu);
+		fly__watch_unlock(&c->watch);
+	}
 	pthread_mutex_unlock(&reg_mu);
 }
 
@@ -359,9 +394,9 @@ static void shm_unmap_all(fly_client *c)
 	atomic_fetch_add(&c->epoch, 1);
 }
 
-/* Forget the session: close the socket (sending nothing on it) and drop
- * any partial or owed reply.  Caller holds c->mu (or is the fork child). */
-static void conn_reset_locked(fly_client *c)
+/* Close the socket (sending nothing on it) and drop any partial or owed
+ * reply.  Caller holds c->mu, or is the fork child, or is closing. */
+static void conn_close(fly_client *c)
 {
 	if (c->fd >= 0)
 		close(c->fd);
@@ -372,10 +407,88 @@ static void conn_reset_locked(fly_client *c)
 	atomic_store(&c->quiet_until_ns, 0);
 }
 
+/* ------------------------------------------------------------ sessions */
+
+/* Issue 21: what a client learned from a daemon -- its table, and the
+ * answers the process cache holds -- is trusted only while the session
+ * that brought it is open.  A dead daemon cannot mark its table
+ * superseded, but its end of the socket closes; the watcher (watch.c)
+ * sees that at once, whatever the call rate.  Sessions are numbered
+ * (c->lease, one per successful hello) so that a hangup reported late,
+ * of a session already replaced, ends nothing. */
+
+/* The current session is over, or may be: orphan its table (it answers
+ * nothing until a hello brings the same table back) and bump the epoch,
+ * so no cached stamp matches and fly_decide takes the miss path, which
+ * reconnects (with the backoff) and answers what it has meanwhile.
+ * Once per session.  Caller holds c->shm_mu. */
+static void lease_end_shm_locked(fly_client *c)
+{
+	struct fly_shm_reader *r;
+
+	if (!c->lease_live)
+		return;
+	c->lease_live = 0;
+	r = atomic_load_explicit(&c->shm, memory_order_relaxed);
+	if (r != NULL)
+		fly__shm_reader_orphan_set(r, 1);
+	/* after the mark (release): a stamp with the new epoch sees it */
+	atomic_fetch_add(&c->epoch, 1);
+}
+
+/* The watcher's callback (its thread): the session numbered @p lease
+ * hung up.  connect_locked then replaces it before any use. */
+static void conn_hup(void *arg, uint64_t lease)
+{
+	fly_client *c = arg;
+
+	pthread_mutex_lock(&c->shm_mu);
+	if (lease == c->lease) {
+		atomic_store(&c->hup_lease, lease);
+		lease_end_shm_locked(c);
+	}
+	pthread_mutex_unlock(&c->shm_mu);
+}
+
+/* A hello succeeded on c->fd: a new session, whose table (c->shm as
+ * hello_map_locked left it: this daemon's, or NULL) is trusted, its
+ * socket watched.  Unwatched when the watcher cannot take it (no fd, no
+ * thread left): the client then works as before issue 21.  Caller holds
+ * c->mu. */
+static void lease_begin_locked(fly_client *c)
+{
+	struct fly_shm_reader *r;
+
+	pthread_mutex_lock(&c->shm_mu);
+	c->lease++;
+	c->lease_live = 1;
+	r = atomic_load_explicit(&c->shm, memory_order_relaxed);
+	if (r != NULL)
+		fly__shm_reader_orphan_set(r, 0);
+	pthread_mutex_unlock(&c->shm_mu);
+	(void)fly__watch_set(&c->watch, c->fd, c->lease);
+}
+
+/* Forget the session: conn_close, stop watching its socket, end its
+ * trust.  Caller holds c->mu. */
+static void conn_reset_locked(fly_client *c)
+{
+	if (c->fd >= 0)
+		(void)fly__watch_set(&c->watch, -1, 0);
+	conn_close(c);
+	pthread_mutex_lock(&c->shm_mu);
+	lease_end_shm_locked(c);
+	pthread_mutex_unlock(&c->shm_mu);
+}
+
 static void fork_child(void)
 {
 	for (fly_client *c = reg_head; c != NULL; c = c->reg_next) {
-		conn_reset_locked(c);
+		/* the parent's watcher thread is not in the child: close
+		 * its copies of the fds, start one here on a connection */
+		fly__watch_forked(&c->watch);
+		conn_close(c);
+		c->lease_live = 0;
 		c->next_connect_ns = 0;
 		c->backoff_ms = BACKOFF_MIN_MS;
 		shm_unmap_all(c);
@@ -500,6 +613,13 @@ int fly_client_open_opts(const struct fly_client_opts *o, fly_client **out)
 	rc = -pthread_mutex_init(&c->shm_mu, NULL);
 	if (rc < 0)
 		goto err_mu;
+	rc = fly__watch_init(&c->watch, conn_hup, c);
+	if (rc < 0)
+		goto err_shm_mu;
+	/* here, not on the first decide's connect (+~200 us there on the
+	 * 2-core box, bench_client fresh client); a failure is retried at
+	 * each hello */
+	(void)fly__watch_start(&c->watch);
 	c->timeout_ms = o->timeout_ms ? o->timeout_ms : TIMEOUT_DEFAULT_MS;
 	c->recheck_ms = o->recheck_ms ? o->recheck_ms : RECHECK_DEFAULT_MS;
 	c->no_shm = o->no_shm;
@@ -515,6 +635,8 @@ int fly_client_open_opts(const struct fly_client_opts *o, fly_client **out)
 	*out = c;
 	return 0;
 
+err_shm_mu:
+	pthread_mutex_destroy(&c->shm_mu);
 err_mu:
 	pthread_mutex_destroy(&c->mu);
 err_cache:
@@ -529,7 +651,8 @@ void fly_client_close(fly_client *c)
 	if (c == NULL)
 		return;
 	reg_del(c);
-	conn_reset_locked(c);
+	fly__watch_fini(&c->watch); /* joins the thread: no callback after */
+	conn_close(c);
 	shm_unmap_all(c);
 	fly__cache_fini(&c->cache);
 	pthread_mutex_destroy(&c->shm_mu);
@@ -788,8 +911,13 @@ static void hello_map_locked(fly_client *c, int fd)
 	struct stat st = { 0 };
 	int rc;
 
-	if (fd < 0)
+	if (fd < 0) {
+		/* this daemon passed no table: one kept from another
+		 * session is not its (issue 21) */
+		if (atomic_load(&c->shm) != NULL)
+			shm_replace_locked(c, NULL);
 		return;
+	}
 	if (c->no_shm) {
 		close(fd);
 		return;
@@ -859,6 +987,7 @@ static int hello_locked(fly_client *c, uint64_t deadline_ns)
 		drop_locked(c);
 	} else {
 		hello_map_locked(c, fd);
+		lease_begin_locked(c);
 	}
 	cJSON_Delete(o);
 	free(resp);
@@ -887,6 +1016,10 @@ static int connect_locked(fly_client *c, uint64_t deadline_ns, int force)
 
 	if (c->fd >= 0 && c->pid != me)
 		forked_locked(c);
+	/* the watcher saw this session hang up: a new one, never a request
+	 * on the dead socket (issue 21) */
+	if (c->fd >= 0 && atomic_load(&c->hup_lease) == c->lease)
+		conn_reset_locked(c);
 	if (c->fd >= 0)
 		return 0;
 	now = fly__now_ns();
@@ -1023,9 +1156,20 @@ static void fallback(fly_client *c, const struct fly_problem *p,
 }
 
 /* Whether the daemon has moved to a larger table than @p r. */
-static int superseded(const struct fly_shm_reader *r)
+static int grown(const struct fly_shm_reader *r)
 {
 	return r != NULL && fly__shm_reader_superseded(r);
+}
+
+/* Whether @p r answers nothing: the daemon moved to a larger table, or
+ * the session that brought it ended (orphaned, issue 21).  The fence
+ * orders this after the caller's relaxed epoch load (stamp_of): a stamp
+ * with the epoch lease_end_shm_locked bumped sees the orphan mark. */
+static int superseded(const struct fly_shm_reader *r)
+{
+	atomic_thread_fence(memory_order_acquire);
+	return r != NULL && (fly__shm_reader_superseded(r) ||
+			     fly__shm_reader_is_orphaned(r));
 }
 
 /* Try the shm table.  @return 1 on a hit (d filled, cached), else 0 (a
@@ -1046,19 +1190,64 @@ static int try_shm(fly_client *c, struct fly_shm_reader *r,
 	return 1;
 }
 
-/* The socket step of fly_decide: bounded by @p deadline_ns.  Without an
- * answer from the daemon, d is fallback()'s. */
+/* A stamp no table gives (generation + epoch << 48 reaches it only
+ * after 2^16 epochs with a generation of 2^48 - 1): an answer cached
+ * with it is never a hot-path hit, only an unconfirmed answer. */
+#define STAMP_NONE UINT64_MAX
+
+/* Issue 21: an orphaned table (its session hung up; its daemon may be
+ * gone) is trusted for nothing, but its row is still the best answer the
+ * client has for a key it never cached, while no daemon answers (before
+ * issue 21 such a table was served as it was).  Cached unconfirmed:
+ * stamped STAMP_NONE and never checked, so fly_decide serves it as any
+ * unconfirmed answer, re-asking the socket at once and then every
+ * recheck_ms, one thread a key (the reconnect, through the backoff).
+ * @return 1 on a hit (d filled, cached), else 0. */
+static int try_orphaned(fly_client *c, struct fly_shm_reader *r,
+			const struct fly_problem *p, const char *key,
+			size_t len, uint64_t hash, uint64_t shash, uint32_t xs,
+			struct fly_decision *d)
+{
+	if (r == NULL || fly__shm_reader_superseded(r) ||
+	    !fly__shm_reader_is_orphaned(r) ||
+	    fly__shm_lookup_hashed(r, shash, key, len, d) != 0)
+		return 0;
+	bump(&c->n_shm_hits);
+	fly__cache_put(&c->cache, (const char *)p, sizeof(*p), hash, d,
+		       STAMP_NONE, 0, xs);
+	return 1;
+}
+
+/* fallback() when the socket step of fly_decide got no answer, keeping
+ * @p in, the table's answer this call found, over the default: a key the
+ * process cache cannot hold (it is full) is still answered from an
+ * orphaned table while no daemon answers (issue 21). */
+static void fallback_table(fly_client *c, const struct fly_problem *p,
+			   uint64_t hash, uint64_t gen,
+			   const struct fly_decision *in,
+			   struct fly_decision *d)
+{
+	fallback(c, p, hash, gen, d);
+	if (d->status == FLY_STATUS_DEFAULT && d->variant[0] == '\0' &&
+	    in->variant[0] != '\0')
+		*d = *in;
+}
+
+/* The socket step of fly_decide: bounded by @p deadline_ns.  On entry d
+ * holds the table's answer of this call, or the default.  Without an
+ * answer from the daemon, d is fallback_table()'s. */
 static void decide_socket(fly_client *c, const struct fly_problem *p,
 			  const char *key, size_t len, uint64_t hash,
 			  uint64_t shash, uint64_t deadline_ns, uint64_t gen,
 			  uint32_t xs, struct fly_decision *d)
 {
+	struct fly_decision in = *d;
 	struct fly_shm_reader *r;
 	uint64_t stamp;
 	int rc;
 
 	if (lock_until(c, deadline_ns) < 0) {
-		fallback(c, p, hash, gen, d);
+		fallback_table(c, p, hash, gen, &in, d);
 		return;
 	}
 	/* The daemon grew its table: the next hello hands out the larger
@@ -1089,7 +1278,7 @@ static void decide_socket(fly_client *c, const struct fly_problem *p,
 	}
 	pthread_mutex_unlock(&c->mu);
 	if (rc < 0)
-		fallback(c, p, hash, gen, d);
+		fallback_table(c, p, hash, gen, &in, d);
 }
 
 /* Whether a cached answer is fresh enough to serve without asking the
@@ -1246,7 +1435,7 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 	struct rd_token t;
 	uint64_t start, hash, shash = 0, gen, stamp;
 	uint32_t xs;
-	int n;
+	int n, moved;
 
 	if (d == NULL)
 		return FLY_E_INVALID;
@@ -1293,12 +1482,21 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 		rd_exit(c, t, 0);
 		return 0;
 	}
+	if (n >= 0 && e == NULL)
+		try_orphaned(c, r, p, key, (size_t)n, hash, shash, xs, d);
+	/* read while r is still ours: past rd_exit a swap may unmap it
+	 * (issue 21 made that race show: test_engine_client) */
+	moved = grown(r);
 	rd_exit(c, t, 0);
 	start = fly__now_ns(); /* (past the table: no clock on its hits) */
 	if (n < 0)
 		return n;
 	e = cache_get(c, p, hash); /* the shm step may have replaced it */
-	if (e != NULL && !superseded(r) &&
+	/* a grown table needs the reconnect now; an orphaned one's answers
+	 * are served as any unconfirmed answer is, one thread a key going
+	 * to the socket every recheck_ms (issue 21: no lock per call while
+	 * no daemon answers) */
+	if (e != NULL && !moved &&
 	    (socket_quiet(c, start) || recheck_not_due(c, e, start))) {
 		from_entry(e, gen, d);
 		bump_hit(c, t.shard);

@@ -10,6 +10,11 @@
  * closes its inherited socket without sending on it, unmaps its tables
  * and re-initialises its locks; its next call reconnects and remaps.  The
  * child never uses the parent's session; its process cache is kept.
+ * Threads: each open client has one thread of the library's, the
+ * session watcher (all signals blocked in it; it sleeps until the
+ * daemon's end of the client's socket closes, so that a restarted daemon's
+ * answers are taken up without waiting for a miss); fly_client_close
+ * joins it.  A fork child starts its own on its first connection.
  * The library never aborts, never exit()s, never raises SIGPIPE in the
  * host process, and never blocks past the timeouts configured here.
  */
@@ -62,12 +67,15 @@ struct fly_client_opts {
  * 0 off) is the number of answers of a shape between bucket edges after
  * which fly_decide asks for its exact key (see fly_decide).
  * @param[in] socket_path NULL for $FLYTUNED_SOCKET or the device-0 path.
+ * Starts the client's session watcher (see the file comment; a failure
+ * to start it is not an error: it is tried again at each connection).
  * @param[out] out caller owns result; free with fly_client_close().
  * @return 0, -EINVAL (path too long), -ENOMEM. */
 int fly_client_open(const char *socket_path, fly_client **out);
 int fly_client_open_opts(const struct fly_client_opts *o, fly_client **out);
-/* Close and free.  fly_client_close(NULL) is a no-op.  Not concurrent
- * with other calls on the same client. */
+/* Close and free (the session watcher joined first).
+ * fly_client_close(NULL) is a no-op.  Not concurrent with other calls on
+ * the same client. */
 void fly_client_close(fly_client *c);
 
 /* Decide which variant to launch for @p p.  Never waits for tuning:

@@ -182,6 +182,9 @@ struct fly_shm_reader {
 	uint32_t capacity;
 	uint32_t probe; /* min(header max_probe, FLY_SHM_MAX_PROBE, cap) */
 	uint64_t arena_units;
+	/* set by the client while the daemon that handed the table out may
+	 * be gone (its connection hung up): fly__shm_reader_orphan_set */
+	_Atomic uint32_t orphaned;
 };
 
 uint32_t fly__shm_header_sum(const void *hdr)
@@ -821,6 +824,17 @@ int fly__shm_reader_superseded(const struct fly_shm_reader *r)
 {
 	return atomic_load_explicit(&hdr_of(r->base)->superseded,
 				    memory_order_acquire) != 0;
+}
+
+void fly__shm_reader_orphan_set(struct fly_shm_reader *r, int orphaned)
+{
+	atomic_store_explicit(&r->orphaned, orphaned != 0,
+			      memory_order_release);
+}
+
+int fly__shm_reader_is_orphaned(const struct fly_shm_reader *r)
+{
+	return atomic_load_explicit(&r->orphaned, memory_order_acquire) != 0;
 }
 
 uint64_t fly__shm_bump(struct fly_shm_writer *w)

@@ -159,6 +159,15 @@ uint64_t fly__shm_reader_generation(const struct fly_shm_reader *r);
 /* 1 when the daemon has moved to a larger table: this one is frozen, the
  * next hello hands out the new one. */
 int fly__shm_reader_superseded(const struct fly_shm_reader *r);
+/* Mark @p r orphaned (1) or trusted again (0).  The client's own mark,
+ * not the table's: its connection to the daemon that handed the table
+ * out hung up, so that daemon may be gone and a restarted one may
+ * answer otherwise (issue 21).  Lookups still work; libflyclient takes
+ * no answer from an orphaned table until the same table comes back with
+ * a hello. */
+void fly__shm_reader_orphan_set(struct fly_shm_reader *r, int orphaned);
+/* 1 while @p r is marked orphaned (acquire load). */
+int fly__shm_reader_is_orphaned(const struct fly_shm_reader *r);
 
 /* Look a key up.  Never crashes on a hostile table; every index is
  * bounded.  @param[out] out filled on a hit, generation set.

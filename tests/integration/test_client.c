@@ -489,6 +489,404 @@ static void test_survives_kill_and_restart(void **state)
 	cleanup_dm();
 }
 
+/* ---- issue 21 (F19): a restarted daemon is seen without a miss ---- */
+
+/* fly_decide @p p until an answer comes from the process cache (the
+ * client's cache-hit count moves on one call); bounded. */
+static void until_cache_hit(fly_client *c, const struct fly_problem *p,
+			    struct fly_decision *d)
+{
+	struct fly_client_stats a, b;
+
+	for (int i = 0; i < 1000; i++) {
+		fly_client_stats_get(c, &a);
+		assert_int_equal(fly_decide(c, p, d), 0);
+		fly_client_stats_get(c, &b);
+		if (b.cache_hits == a.cache_hits + 1 &&
+		    b.shm_hits == a.shm_hits &&
+		    b.socket_requests == a.socket_requests)
+			return;
+		usleep(1000);
+	}
+	fail_msg("no process-cache hit in 1000 decides");
+}
+
+static int same_point(const struct fly_decision *a,
+		      const struct fly_decision *b)
+{
+	return strcmp(a->variant, b->variant) == 0 &&
+	       a->nparams == b->nparams &&
+	       memcmp(a->params, b->params,
+		      sizeof(a->params[0]) * a->nparams) == 0;
+}
+
+/* An import file at DIR/@p name: the daemon's export of @p key's row with
+ * the winner replaced by another point the tuning measured -- a trial
+ * "ok" before one "rejected" (slower, still measured and correct), of
+ * another variant before one of other params; a fixed point of another
+ * CPU rmsnorm variant when none was kept --, so importing it changes the
+ * key's answer.  Its variant into @p variant. */
+static void write_other_winner(const char *key, const char *name,
+			       char *path, size_t cap, char *variant,
+			       size_t vcap)
+{
+	cJSON *ex = explain_json(key), *doc, *res, *row, *t, *pick = NULL;
+	const cJSON *win = cJSON_GetObjectItem(ex, "result");
+	const char *wv;
+	char args[600], *out;
+	int best = 4;
+	FILE *f;
+
+	assert_true(cJSON_IsObject(win));
+	wv = cJSON_GetObjectItem(win, "variant")->valuestring;
+	cJSON_ArrayForEach(t, cJSON_GetObjectItem(ex, "trials")) {
+		const char *o = cJSON_GetObjectItem(t, "outcome")->valuestring;
+		int same_v = strcmp(cJSON_GetObjectItem(t, "variant")->valuestring,
+				    wv) == 0, rank;
+
+		if (strcmp(o, "ok") != 0 && strcmp(o, "rejected") != 0)
+			continue;
+		if (same_v && cJSON_Compare(cJSON_GetObjectItem(t, "params"),
+					    cJSON_GetObjectItem(win, "params"),
+					    1))
+			continue; /* the winner itself */
+		rank = (strcmp(o, "ok") == 0 ? 0 : 2) + same_v;
+		if (rank < best) {
+			best = rank;
+			pick = t;
+		}
+	}
+	if (pick == NULL) { /* a point of the CPU rmsnorm variants */
+		int twopass = strcmp(wv, "rms_twopass") == 0;
+		static const int p2[] = { 1, 1 }, p3[] = { 1, 1, 1 };
+
+		pick = cJSON_CreateObject();
+		cJSON_AddStringToObject(pick, "variant",
+					twopass ? "rms_vec" : "rms_twopass");
+		cJSON_AddItemToObject(pick, "params",
+				      twopass ? cJSON_CreateIntArray(p3, 3)
+					      : cJSON_CreateIntArray(p2, 2));
+		cJSON_AddItemToArray(cJSON_GetObjectItem(ex, "trials"), pick);
+	}
+	snprintf(path, cap, "%s/%s", dm.dir, name);
+	snprintf(args, sizeof(args), "export %s", path);
+	free(ctl_out(args));
+	f = fopen(path, "r");
+	assert_non_null(f);
+	{
+		static char buf[1 << 16];
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+
+		buf[n] = '\0';
+		doc = cJSON_Parse(buf);
+	}
+	fclose(f);
+	assert_non_null(doc);
+	/* the key's row alone */
+	res = cJSON_GetObjectItem(doc, "results");
+	for (int i = cJSON_GetArraySize(res) - 1; i >= 0; i--)
+		if (strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(res, i),
+					       "key")->valuestring, key) != 0)
+			cJSON_DeleteItemFromArray(res, i);
+	assert_int_equal(cJSON_GetArraySize(res), 1);
+	row = cJSON_GetArrayItem(res, 0);
+	cJSON_ReplaceItemInObject(
+		row, "variant",
+		cJSON_Duplicate(cJSON_GetObjectItem(pick, "variant"), 1));
+	cJSON_ReplaceItemInObject(
+		row, "params",
+		cJSON_Duplicate(cJSON_GetObjectItem(pick, "params"), 1));
+	snprintf(variant, vcap, "%s",
+		 cJSON_GetObjectItem(pick, "variant")->valuestring);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	out = cJSON_PrintUnformatted(doc);
+	fputs(out, f);
+	fclose(f);
+	free(out);
+	cJSON_Delete(doc);
+	cJSON_Delete(ex);
+}
+
+/* Call only fly_decide on @p p until its answer is no longer @p old
+ * (tuned == @p tuned: still a tuned answer, else any other status),
+ * for at most @p ms; every call must succeed.  @return 1 when seen. */
+static int until_changed(fly_client *c, const struct fly_problem *p,
+			 const struct fly_decision *old, int tuned, int ms,
+			 struct fly_decision *d)
+{
+	uint64_t t0 = now_ms();
+
+	do {
+		if (fly_decide(c, p, d) != 0)
+			return 0;
+		if (tuned && d->status == FLY_STATUS_TUNED &&
+		    !same_point(d, old))
+			return 1;
+		if (!tuned && d->status != FLY_STATUS_TUNED)
+			return 1;
+	} while (now_ms() - t0 < (uint64_t)ms);
+	return 0;
+}
+
+/* Issue 21 (RELIABILITY.md F19): a client that never misses used to
+ * keep serving a SIGKILLed daemon's table forever, so an import or a
+ * forget on the restarted daemon was never seen.  Now its connection's
+ * hangup makes it drop that table's trust: calling only fly_decide on
+ * one cached key, it sees the new daemon's answer within a bound (5 s
+ * here, a contract, not a figure), and while no daemon runs it answers
+ * what it had, without an error: its cached answer, and for a key it
+ * never asked for, the dead daemon's table's row. */
+static void test_issue_21_restart_seen_without_miss(void **state)
+{
+	struct fly_client_stats s0, s1;
+	struct fly_problem p = prob(key_a), q = prob(key_b);
+	struct fly_decision t, d;
+	char path[512], variant[64], args[600];
+	fly_client *c;
+
+	(void)state;
+	start(&dm);
+	/* key_b tuned by another client: in the table, not in c's cache */
+	snprintf(args, sizeof(args), "tune %s --wait --timeout %d", key_b,
+		 fly_test_timeout(TUNE_MS) / 1000);
+	free(ctl_out(args));
+	c = client(dm.sock, fly_test_timeout(2000));
+	assert_int_equal(fly_decide_wait(c, &p, fly_test_timeout(TUNE_MS), &t),
+			 0);
+	assert_int_equal(t.status, FLY_STATUS_TUNED);
+	until_cache_hit(c, &p, &d);
+	assert_true(same_point(&d, &t));
+	write_other_winner(key_a, "other.json", path, sizeof(path), variant,
+			   sizeof(variant));
+	fly_client_stats_get(c, &s0);
+
+	/* 1. SIGKILL; while no daemon runs, the old answer, never an error */
+	assert_int_equal(fly_test_daemon_kill(&dm, SIGKILL), 0);
+	for (int i = 0; i < 2000; i++) {
+		assert_int_equal(fly_decide(c, &p, &d), 0);
+		assert_int_equal(d.status, FLY_STATUS_TUNED);
+		assert_true(same_point(&d, &t));
+		assert_int_equal(fly_decide(c, &q, &d), 0);
+		assert_int_equal(d.status, FLY_STATUS_TUNED);
+		if (i % 100 == 0)
+			usleep(10000);
+	}
+	/* a new daemon on the same state; another client imports a
+	 * different winner for the key */
+	assert_int_equal(fly_test_daemon_restart(&dm), 0);
+	snprintf(args, sizeof(args), "import %s", path);
+	free(ctl_out(args));
+	if (!until_changed(c, &p, &t, 1, fly_test_timeout(5000), &d))
+		fail_msg("still %s after the restart and the import of %s",
+			 d.variant, variant);
+	assert_string_equal(d.variant, variant);
+	/* and it stays the new answer, from the cache or the new table */
+	for (int i = 0; i < 1000; i++) {
+		struct fly_decision e;
+
+		assert_int_equal(fly_decide(c, &p, &e), 0);
+		assert_true(same_point(&e, &d));
+	}
+
+	/* 2. again, and the key is forgotten on the new daemon */
+	t = d;
+	until_cache_hit(c, &p, &d);
+	assert_int_equal(fly_test_daemon_kill(&dm, SIGKILL), 0);
+	assert_int_equal(fly_test_daemon_restart(&dm), 0);
+	snprintf(args, sizeof(args), "forget %s", key_a);
+	free(ctl_out(args));
+	if (!until_changed(c, &p, &t, 0, fly_test_timeout(5000), &d))
+		fail_msg("still tuned (%s) after the restart and the forget",
+			 d.variant);
+	fly_client_stats_get(c, &s1);
+	assert_true(s1.reconnects >= s0.reconnects + 2);
+	fly_client_close(c);
+	cleanup_dm();
+}
+
+/* Issue 21: the watch on the connection is no reason to reconnect: a
+ * client of a live daemon answers a million decides of a cached key with
+ * no reconnect and no socket request, and the daemon holds one session
+ * for it throughout. */
+static void test_issue_21_live_daemon_no_reconnect(void **state)
+{
+	struct fly_client_stats s0, s1;
+	struct fly_problem p = prob(key_a);
+	struct fly_decision t, d;
+	fly_client *c;
+	int fds;
+
+	(void)state;
+	start(&dm);
+	c = client(dm.sock, fly_test_timeout(2000));
+	assert_int_equal(fly_decide_wait(c, &p, fly_test_timeout(TUNE_MS), &t),
+			 0);
+	until_cache_hit(c, &p, &d);
+	fly_client_stats_get(c, &s0);
+	fds = fly_test_fd_count(dm.pid);
+	assert_true(fds > 0);
+	for (int i = 0; i < 200; i++) {
+		for (int j = 0; j < 5000; j++) {
+			assert_int_equal(fly_decide(c, &p, &d), 0);
+			assert_true(same_point(&d, &t));
+		}
+		usleep(5000);
+	}
+	fly_client_stats_get(c, &s1);
+	assert_int_equal(s1.reconnects, s0.reconnects);
+	assert_int_equal(s1.socket_requests, s0.socket_requests);
+	assert_int_equal(s1.socket_errors, s0.socket_errors);
+	assert_true(s1.cache_hits >= s0.cache_hits + 1000000);
+	assert_int_equal(fly_test_fd_count(dm.pid), fds);
+	fly_client_close(c);
+	cleanup_dm();
+}
+
+/* Threads of this process. */
+static int thread_count(void)
+{
+	char line[256];
+	int n = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	fclose(f);
+	return n;
+}
+
+/* Wait (bounded) until the daemon holds at most @p fds fds. */
+static void until_daemon_fds(int fds)
+{
+	for (int i = 0; i < 100 && fly_test_fd_count(dm.pid) > fds; i++)
+		usleep(50 * 1000);
+	assert_true(fly_test_fd_count(dm.pid) <= fds);
+}
+
+/* Issue 21: fly_client_close leaves nothing of a connected client
+ * behind -- no thread, no fd here, no session in the daemon --, also
+ * when its daemon went away first. */
+static void test_issue_21_close_leaves_nothing(void **state)
+{
+	struct fly_problem p = prob(key_a);
+	struct fly_decision d;
+	int fds, threads, dfds;
+	fly_client *c;
+
+	(void)state;
+	start(&dm);
+	fds = fly_test_fd_count(getpid());
+	threads = thread_count();
+	dfds = fly_test_fd_count(dm.pid);
+	for (int i = 0; i < 50; i++) {
+		c = client(dm.sock, fly_test_timeout(2000));
+		assert_int_equal(fly_decide(c, &p, &d), 0); /* connects */
+		fly_client_close(c);
+	}
+	assert_int_equal(fly_test_fd_count(getpid()), fds);
+	assert_int_equal(thread_count(), threads);
+	until_daemon_fds(dfds);
+	/* closed after its daemon was killed */
+	c = client(dm.sock, fly_test_timeout(2000));
+	assert_int_equal(fly_decide(c, &p, &d), 0);
+	assert_int_equal(fly_test_daemon_kill(&dm, SIGKILL), 0);
+	usleep(100000);
+	assert_int_equal(fly_decide(c, &p, &d), 0);
+	fly_client_close(c);
+	assert_int_equal(fly_test_fd_count(getpid()), fds);
+	assert_int_equal(thread_count(), threads);
+	cleanup_dm();
+}
+
+/* until_cache_hit for a forked child (no cmocka assertion there): 0
+ * when no answer came from the process cache, or one was not @p t's. */
+static int child_cache_hit(fly_client *c, const struct fly_problem *p,
+			   const struct fly_decision *t)
+{
+	struct fly_client_stats a, b;
+	struct fly_decision d;
+
+	for (int i = 0; i < 1000; i++) {
+		fly_client_stats_get(c, &a);
+		if (fly_decide(c, p, &d) != 0 || !same_point(&d, t))
+			return 0;
+		fly_client_stats_get(c, &b);
+		if (b.cache_hits == a.cache_hits + 1 &&
+		    b.socket_requests == a.socket_requests)
+			return b.reconnects >= 1;
+		usleep(1000);
+	}
+	return 0;
+}
+
+/* Issue 21 and fork: a child holds nothing of its parent's connection
+ * (the parent's close ends the daemon's session while the child lives),
+ * and the child, on its own connection, sees a restarted daemon's new
+ * answer as its parent would. */
+static void test_issue_21_fork_child_sees_restart(void **state)
+{
+	struct fly_problem p = prob(key_a);
+	struct fly_decision t, d;
+	char path[512], variant[64], args[600], b;
+	int go[2], ready[2], base, st;
+	fly_client *c;
+	pid_t pid;
+
+	(void)state;
+	start(&dm);
+	base = fly_test_fd_count(dm.pid);
+	c = client(dm.sock, fly_test_timeout(2000));
+	assert_int_equal(fly_decide_wait(c, &p, fly_test_timeout(TUNE_MS), &t),
+			 0);
+	until_cache_hit(c, &p, &d);
+	write_other_winner(key_a, "other.json", path, sizeof(path), variant,
+			   sizeof(variant));
+	assert_int_equal(pipe(go), 0);
+	assert_int_equal(pipe(ready), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int ok;
+
+		close(go[1]);
+		close(ready[0]);
+		ok = read(go[0], &b, 1) == 1;
+		/* its own connection and table, then its own cache hits */
+		ok = ok && fly_decide_wait(c, &p, fly_test_timeout(TUNE_MS),
+					   &d) == 0 && same_point(&d, &t);
+		ok = ok && child_cache_hit(c, &p, &t);
+		ok = ok && write(ready[1], "r", 1) == 1;
+		ok = ok && read(go[0], &b, 1) == 1;
+		if (!ok)
+			_exit(2); /* the set-up failed */
+		ok = until_changed(c, &p, &t, 1, fly_test_timeout(5000), &d) &&
+		     strcmp(d.variant, variant) == 0;
+		fly_client_close(c);
+		_exit(ok ? 0 : 1); /* 1: the new answer was not seen */
+	}
+	close(go[0]);
+	close(ready[1]);
+	/* the parent's session ends with its client, the child alive */
+	fly_client_close(c);
+	until_daemon_fds(base);
+	assert_int_equal(write(go[1], "g", 1), 1);
+	assert_int_equal(read(ready[0], &b, 1), 1);
+	assert_int_equal(fly_test_daemon_kill(&dm, SIGKILL), 0);
+	assert_int_equal(fly_test_daemon_restart(&dm), 0);
+	snprintf(args, sizeof(args), "import %s", path);
+	free(ctl_out(args));
+	assert_int_equal(write(go[1], "g", 1), 1);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	close(go[1]);
+	close(ready[0]);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	cleanup_dm();
+}
+
 static void test_fork_child_own_connection(void **state)
 {
 	struct fly_problem p = prob(key_a), q = prob(key_b);
@@ -812,6 +1210,14 @@ int main(void)
 		cmocka_unit_test_teardown(test_pending_then_tuned_via_shm, teardown),
 		cmocka_unit_test_teardown(test_issue_19_table_grows, teardown),
 		cmocka_unit_test_teardown(test_survives_kill_and_restart, teardown),
+		cmocka_unit_test_teardown(test_issue_21_restart_seen_without_miss,
+					  teardown),
+		cmocka_unit_test_teardown(test_issue_21_live_daemon_no_reconnect,
+					  teardown),
+		cmocka_unit_test_teardown(test_issue_21_close_leaves_nothing,
+					  teardown),
+		cmocka_unit_test_teardown(test_issue_21_fork_child_sees_restart,
+					  teardown),
 		cmocka_unit_test_teardown(test_issue_22_exact_shape, teardown),
 		cmocka_unit_test_teardown(test_fork_child_own_connection, teardown),
 		cmocka_unit_test_teardown(test_fork_1000, teardown),
@@ -822,5 +1228,9 @@ int main(void)
 	};
 
 	signal(SIGPIPE, SIG_DFL); /* the library must never raise it */
+	/* FLY_TEST_FILTER: run only the tests whose names match (cmocka's
+	 * pattern: '*' and '?') */
+	if (getenv("FLY_TEST_FILTER") != NULL)
+		cmocka_set_test_filter(getenv("FLY_TEST_FILTER"));
 	return cmocka_run_group_tests_name("client", tests, NULL, NULL);
 }
