@@ -450,6 +450,7 @@ EMU_BIN := $(BUILD)/tests/emu/flyk_emu $(BUILD)/tests/emu/flyk_emu_gemm \
 EMU_KSRC := kernels/gpu/norm/rmsnorm.hip kernels/gpu/topk/topk.hip \
 	kernels/gpu/compare.hip
 EMU_GSRC := kernels/gpu/gemm/gemm.hip kernels/gpu/gemm/grouped_gemm.hip \
+	kernels/gpu/gemm/scaled_gemm.hip \
 	kernels/gpu/attn/attention.hip kernels/gpu/compare.hip
 # The emulator's device model is force-included: no kernels/ header
 # includes a test header (tools/check-layering.sh).

@@ -1,6 +1,6 @@
 /*
- * emu_gemm.cpp -- runs the gemm and grouped_gemm kernels of kernels/gpu on
- * the CPU emulator (flyk_emu.h: one coroutine per GPU thread) against a
+ * emu_gemm.cpp -- runs the gemm, grouped_gemm, scaled_gemm and attention
+ * kernels of kernels/gpu on the CPU emulator (flyk_emu.h: one coroutine per GPU thread) against a
  * double-precision host reference, with the PTX of gemm_tile.h (cp.async,
  * ldmatrix, mma.sync m16n8k16) emulated lane by lane from the PTX ISA's
  * fragment layouts.  For checking the kernels' index logic, pipelines,
@@ -11,9 +11,12 @@
  *   g++ -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu \
  *       -Itests/gpu/emu -include tests/gpu/emu/emu_gemm.h \
  *       -x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm/gemm.hip \
- *       kernels/gpu/gemm/grouped_gemm.hip -o /tmp/flyk_emu_gemm
- *   /tmp/flyk_emu_gemm [quick|compare|attn|attn-quick|mfma|amd|full]
- *       (compare: only the case check; attn*: attention only; mfma: the
+ *       kernels/gpu/gemm/grouped_gemm.hip kernels/gpu/gemm/scaled_gemm.hip \
+ *       kernels/gpu/attn/attention.hip kernels/gpu/compare.hip \
+ *       -x none build/tests/emu/flyk.o -o /tmp/flyk_emu_gemm
+ *   /tmp/flyk_emu_gemm [quick|compare|attn|attn-quick|scaled|mfma|amd|full]
+ *       (compare: only the case check; attn*: attention only; scaled:
+ *       scaled GEMM only (every point, every format); mfma: the
  *       AMD build's MFMA model only; amd: everything at every point but
  *       every 3rd of the MFMA variants', the AMD run of `make test`; any
  *       other argument, or none: everything at every point)
@@ -26,6 +29,11 @@
  * gfx940's two fp8 ones on e4m3 fnuz (flyk_emu_mfma_fp8), and tests them
  * against a plain matrix product (mfma_unit), and adds shapes
  * with operands off 16-byte alignment and odd K for the AMD variants.
+ * Scaled GEMM (sg_all, both models): every variant that has no
+ * enumerate() at every feasible point of 6 shapes (each format, K tails,
+ * M = 1, operands a byte off alignment, bias) against a double host
+ * reference of the CPU backend's decoding rules, compared by the GPU
+ * case's rule (sg_cmp_kernel); sg_mfma runs in the AMD model.
  *
  * Own scheduler (a copy of emu_main.cpp's, with 2-D grids).  Not emulated:
  * the asynchrony of cp.async (copies complete at once), timing, the
@@ -829,6 +837,186 @@ static void attn_all(const struct flyk_backend *b, int quick)
 	}
 }
 
+/* ------------------------------------------------------------ scaled gemm */
+
+/* The host decoders of scaled GEMM's formats (the CPU backend's rules,
+ * kernels/cpu: fn bias 7 with 0x7f/0xff NaN, fnuz bias 8 with 0x80 NaN,
+ * e2m1 {0, .5, 1, 1.5, 2, 3, 4, 6}, e8m0 2^(e - 127) with 0xFF NaN). */
+static double sg_e4m3(unsigned b, bool fnuz)
+{
+	unsigned e = (b >> 3) & 15u, m = b & 7u;
+	if (fnuz ? b == 0x80u : (b & 0x7fu) == 0x7fu)
+		return NAN;
+	double v = e ? ldexp(1.0 + m / 8.0, (int)e - (fnuz ? 8 : 7))
+		     : ldexp((double)m, fnuz ? -10 : -9);
+	return (b & 0x80u) ? -v : v;
+}
+
+static double sg_e2m1(unsigned c)
+{
+	static const double mag[8] = {0, .5, 1, 1.5, 2, 3, 4, 6};
+	return (c & 8u) ? -mag[c & 7u] : mag[c & 7u];
+}
+
+static double sg_e8m0(unsigned e)
+{
+	return e == 0xffu ? NAN : ldexp(1.0, (int)e - 127);
+}
+
+/* Element (i, q) of an operand of @p dt with k columns, scales applied. */
+static double sg_host_elem(uint32_t dt, const uint8_t *x, const uint8_t *sc,
+			   int64_t k, int64_t i, int64_t q)
+{
+	switch (dt) {
+	case FLY_DT_FP8_E4M3:
+		return sg_e4m3(x[i * k + q], false);
+	case FLY_DT_FP8_E4M3FNUZ:
+		return sg_e4m3(x[i * k + q], true);
+	case FLY_DT_MXFP8:
+		return sg_e4m3(x[i * k + q], false) *
+		       sg_e8m0(sc[i * (k / 32) + q / 32]);
+	default: {
+		uint8_t b = x[(i * k + q) / 2];
+		return sg_e2m1(q % 2 ? b >> 4 : b & 15u) *
+		       sg_e8m0(sc[i * (k / 32) + q / 32]);
+	}
+	}
+}
+
+/* Random operand bytes of @p dt: fn over its whole range (-0 and the
+ * 256..448 fnuz cannot hold included, NaN not), fnuz every finite code,
+ * e2m1 any byte. */
+static uint8_t sg_rnd(uint32_t dt)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	uint8_t b = (uint8_t)(rng >> 40);
+	if (dt == FLY_DT_FP8_E4M3FNUZ)
+		return b == 0x80 ? 0 : b;
+	if (dt != FLY_DT_MXFP4 && (b & 0x7f) == 0x7f)
+		return b ^ 1;
+	return b;
+}
+
+/* sg_cmp_kernel's rule (the CPU backend's, case.c): |got - ref| <=
+ * 2^-6 |ref| + 2^-8 max |ref|, no NaN. */
+static int sg_cmp(const uint16_t *got, const std::vector<double> &ref)
+{
+	double big = 0;
+	for (double r : ref)
+		if (r == r)
+			big = std::max(big, fabs(r));
+	for (size_t i = 0; i < ref.size(); i++) {
+		double g = flyk_bf16_to_float(got[i]), e = fabs(g - ref[i]);
+		if (e != e || e > fabs(ref[i]) * 0x1p-6 + big * 0x1p-8)
+			return -EDOM;
+	}
+	return 0;
+}
+
+static const char *sg_dt_name(uint32_t dt)
+{
+	return dt == FLY_DT_FP8_E4M3	   ? "e4m3"
+	       : dt == FLY_DT_FP8_E4M3FNUZ ? "e4m3fnuz"
+	       : dt == FLY_DT_MXFP8	   ? "mxfp8"
+					   : "mxfp4";
+}
+
+/* Every scaled-GEMM variant at every feasible point on one shape against
+ * a double-precision host reference, C poisoned; @p off: A, B, C and the
+ * bias start that many bytes (elements, for C and the bias) past an
+ * aligned address. */
+static void sg_one(const struct flyk_backend *b, int64_t m, int64_t n,
+		   int64_t k, uint32_t dt, uint32_t flags, int off = 0)
+{
+	struct flyk_device dev = emu_dev();
+	struct fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = FLY_OP_SCALED_GEMM;
+	p.dtype = dt;
+	p.layout = FLY_LAYOUT_NT;
+	p.flags = flags;
+	p.dims[0] = m;
+	p.dims[1] = n;
+	p.dims[2] = k;
+	bool mx = dt == FLY_DT_MXFP8 || dt == FLY_DT_MXFP4;
+	int64_t rb = dt == FLY_DT_MXFP4 ? k / 2 : k; /* bytes a row */
+	std::vector<uint8_t> Ab(m * rb + 16), Bb(n * rb + 16);
+	std::vector<uint8_t> sa(mx ? m * (k / 32) : 1);
+	std::vector<uint8_t> sb(mx ? n * (k / 32) : 1);
+	std::vector<uint16_t> Cb(m * n + 8), biasb(n + 8);
+	uint8_t *A = Ab.data() + off, *B = Bb.data() + off;
+	uint16_t *C = Cb.data() + off, *bias = biasb.data() + off;
+	for (auto &x : Ab)
+		x = sg_rnd(dt);
+	for (auto &x : Bb)
+		x = sg_rnd(dt);
+	for (auto &x : sa)
+		x = (uint8_t)(124 + (sg_rnd(FLY_DT_MXFP4) % 7));
+	for (auto &x : sb)
+		x = (uint8_t)(124 + (sg_rnd(FLY_DT_MXFP4) % 7));
+	for (auto &x : biasb)
+		x = rnd_bf16();
+	float ts[2] = {0.75f, 1.25f};
+	std::vector<double> ref(m * n);
+	for (int64_t i = 0; i < m; i++)
+		for (int64_t j = 0; j < n; j++) {
+			double s = 0;
+			for (int64_t q = 0; q < k; q++)
+				s += sg_host_elem(dt, A, sa.data(), k, i, q) *
+				     sg_host_elem(dt, B, sb.data(), k, j, q);
+			if (!mx)
+				s *= (double)ts[0] * ts[1];
+			if (flags & FLY_F_BIAS)
+				s += flyk_bf16_to_float(bias[j]);
+			ref[i * n + j] = s;
+		}
+	union flyk_args args;
+	memset(&args, 0, sizeof(args));
+	struct flyk_scaled_gemm_args *g = &args.scaled_gemm;
+	g->a = A;
+	g->b = B;
+	g->c = C;
+	g->bias = bias;
+	g->scale_a = mx ? (const void *)sa.data() : (const void *)&ts[0];
+	g->scale_b = mx ? (const void *)sb.data() : (const void *)&ts[1];
+	for (size_t vi = 0; vi < b->nvariants; vi++) {
+		const struct flyk_variant *v = &b->variants[vi];
+		if (!flyk_variant_supports(v, &p) || v->enumerate)
+			continue;
+		tally_seen(v->name);
+		each_point(v, &dev, &p, [&](const int64_t *pt) {
+			tally_ran(v->name);
+			char key[200];
+			key_of(v->name, &p, pt, v->nparams, key, sizeof(key));
+			snprintf(key + strlen(key), sizeof(key) - strlen(key),
+				 " %s%s", sg_dt_name(dt), off ? " +1" : "");
+			memset(C, 0xff, (size_t)(m * n) * 2);
+			misaligned = 0;
+			int rc = v->launch(&dev, &p, pt, &args, NULL);
+			if (!rc)
+				rc = sg_cmp(C, ref);
+			if (!rc && misaligned)
+				rc = -EFAULT; /* a GPU would fault */
+			result(rc == 0, "scaled", key, rc);
+		});
+	}
+}
+
+/* The scaled-GEMM shapes: each format, K tails (per tensor: K % 16 != 0;
+ * MX: K % 64 == 32, half a k-tile), M and N off every tile, M = 1,
+ * operands one byte (C and bias one element) off alignment, bias. */
+static void sg_all(const struct flyk_backend *b)
+{
+	sg_one(b, 37, 45, 72, FLY_DT_FP8_E4M3, FLY_F_BIAS);
+	sg_one(b, 33, 40, 27, FLY_DT_FP8_E4M3FNUZ, 0, 1);
+	sg_one(b, 40, 70, 96, FLY_DT_MXFP8, FLY_F_BIAS);
+	sg_one(b, 1, 33, 64, FLY_DT_MXFP4, 0, 1);
+	sg_one(b, 65, 130, 96, FLY_DT_MXFP4, FLY_F_BIAS);
+	sg_one(b, 130, 136, 40, FLY_DT_FP8_E4M3, 0);
+}
+
 #if FLYK_AMD
 /* ------------------------------------------------------------ MFMA test */
 
@@ -1095,6 +1283,9 @@ int main(int argc, char **argv)
 	vs.insert(vs.end(), flyk_gpu_attention_op.variants,
 		  flyk_gpu_attention_op.variants +
 		      flyk_gpu_attention_op.nvariants);
+	vs.insert(vs.end(), flyk_gpu_scaled_gemm_op.variants,
+		  flyk_gpu_scaled_gemm_op.variants +
+		      flyk_gpu_scaled_gemm_op.nvariants);
 	b.variants = vs.data();
 	b.nvariants = vs.size();
 	if (argc > 1 && !strncmp(argv[1], "attn", 4)) { /* attention only */
@@ -1110,6 +1301,12 @@ int main(int argc, char **argv)
 		return nfail ? 1 : 0;
 	}
 #endif
+	if (argc > 1 && !strcmp(argv[1], "scaled")) { /* scaled GEMM only */
+		sg_all(&b);
+		nfail += tally_report();
+		printf("%d passed, %d failed\n", npass, nfail);
+		return nfail ? 1 : 0;
+	}
 	if (argc > 1 && !strcmp(argv[1], "compare")) { /* the check only */
 		compare_rule();
 		printf("%d passed, %d failed\n", npass, nfail);
@@ -1145,6 +1342,8 @@ int main(int argc, char **argv)
 	mfma_unit();
 #endif
 	printf("# gemm: %d passed, %d failed\n", npass, nfail);
+	sg_all(&b);
+	printf("# scaled gemm: %d passed, %d failed\n", npass, nfail);
 	grouped_one(&b, {64, 64, 64, 64}, 72, 48, st);
 	grouped_one(&b, {0, 130, 0, 17, 129, 1, 64, 0}, 64, 40, st);
 	grouped_one(&b, {1, 0, 0, 0, 0}, 136, 16, st);

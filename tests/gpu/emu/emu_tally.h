@@ -46,6 +46,7 @@ static const struct emu_skip emu_skips[] = {
     {"gemm_tma", EMU_NO_TMA},
     {"ggemm_tma", EMU_NO_TMA},
     {"attn_wgmma", EMU_NO_TMA},
+    {"sg_wgmma", EMU_NO_TMA},
     {"attn_cudnn", "cuDNN: vendor library"},
     {"cublas_default", "cuBLAS: vendor library"},
     {"cublaslt", "cuBLASLt: vendor library"},
@@ -59,6 +60,7 @@ static const struct emu_skip emu_skips[] = {
 #else
     {"gemm_mfma", "MFMA: AMD CDNA only"},
     {"ggemm_mfma", "MFMA: AMD CDNA only"},
+    {"sg_mfma", "MFMA: AMD CDNA only"},
 #endif
 };
 
