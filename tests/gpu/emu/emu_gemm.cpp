@@ -1018,6 +1018,159 @@ static void sg_all(const struct flyk_backend *b)
 }
 
 #if FLYK_AMD
+/* ------------------------------------------------------------ mqa logits */
+
+/* Whether column @p j is inside the window [ks, ke) clamped to [0, skv). */
+static bool mqa_in(int32_t ks, int32_t ke, int64_t skv, int64_t j)
+{
+	int64_t lo = std::min<int64_t>(std::max(ks, 0), skv);
+	int64_t hi = std::max<int64_t>(std::min<int64_t>(ke, skv), lo);
+	return j >= lo && j < hi;
+}
+
+/* One logit @p g: inside the window within 2e-3 @p big of @p r; outside
+ * it -inf where @p clean, else the poison left as it was. */
+static int mqa_pos_ok(float g, double r, double big, bool in, bool clean)
+{
+	uint32_t u;
+	memcpy(&u, &g, 4);
+	if (in)
+		return fabs(g - r) <= 2e-3 * big ? 0 : -EDOM;
+	if (clean)
+		return isinf(g) && g < 0 ? 0 : -ERANGE;
+	return u == 0xffffffffu ? 0 : -EFAULT;
+}
+
+/* A row of @p ld logits (@p skv of them columns) against its reference. */
+static int mqa_row_ok(const float *g, const double *r, int32_t ks,
+		      int32_t ke, int64_t skv, int64_t ld, double big,
+		      bool clean)
+{
+	for (int64_t j = 0; j < ld; j++) {
+		bool col = j < skv;
+		bool in = col && mqa_in(ks, ke, skv, j);
+		int rc = mqa_pos_ok(g[j], col ? r[j] : 0.0, big, in,
+				    col && clean);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Every MQA-logits variant at every feasible point on one shape against
+ * a double host reference (sum_h w relu(q . kv) * kv_scale over each
+ * row's window), the logits NaN-poisoned, rows @p ld apart: inside a
+ * window within 2e-3 of the largest |ref| (the case's rule, mqa_check),
+ * outside it -inf under CLEAN and untouched without.  Windows: empty,
+ * clamped below 0 and past skv, and ordinary.  @p dt and @p flags as the
+ * key (fp8_e4m3 + FLY_F_KV_FNUZ: q fn, kv fnuz). */
+static void mqa_one(const struct flyk_backend *b, int64_t sq, int64_t skv,
+		    int64_t h, int64_t d, uint32_t dt, uint32_t flags)
+{
+	struct flyk_device dev = emu_dev();
+	struct fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = FLY_OP_MQA_LOGITS;
+	p.dtype = dt;
+	p.flags = flags;
+	int64_t dims[4] = {sq, skv, h, d};
+	memcpy(p.dims, dims, sizeof(dims));
+	bool qfnuz = dt == FLY_DT_FP8_E4M3FNUZ;
+	bool kvfnuz = qfnuz || (flags & FLY_F_KV_FNUZ);
+	uint32_t qdt = qfnuz ? FLY_DT_FP8_E4M3FNUZ : FLY_DT_FP8_E4M3;
+	uint32_t kdt = kvfnuz ? FLY_DT_FP8_E4M3FNUZ : FLY_DT_FP8_E4M3;
+	int64_t ld = skv + 3; /* logits rows apart */
+	std::vector<uint8_t> Q(sq * h * d + 1), KV(skv * d);
+	std::vector<float> sc(skv), w(sq * h), out(sq * ld);
+	std::vector<int32_t> ks(sq), ke(sq);
+	/* q off alignment (mqa_simt takes an aligned kv only) */
+	uint8_t *q = Q.data() + 1, *kv = KV.data();
+	for (auto &x : Q)
+		x = sg_rnd(qdt);
+	for (auto &x : KV)
+		x = sg_rnd(kdt);
+	for (auto &x : sc)
+		x = 0.5f + flyk_bf16_to_float(rnd_bf16()) / 2 + 0.5f;
+	for (auto &x : w)
+		x = flyk_bf16_to_float(rnd_bf16());
+	for (int64_t i = 0; i < sq; i++) { /* ordinary, < 0, empty, > skv */
+		ks[i] = (int32_t)(i % 4 == 1 ? -5 : (i * 7) % skv);
+		ke[i] = (int32_t)(ks[i] + 1 + (i * 13) % skv);
+		if (i % 4 == 2)
+			ke[i] = ks[i];
+		if (i % 4 == 3)
+			ke[i] = (int32_t)skv + 9;
+	}
+	std::vector<double> ref(sq * skv, 0.0);
+	double big = 0;
+	for (int64_t i = 0; i < sq; i++)
+		for (int64_t j = 0; j < skv; j++) {
+			if (!mqa_in(ks[i], ke[i], skv, j))
+				continue;
+			double acc = 0;
+			for (int64_t hh = 0; hh < h; hh++) {
+				double dot = 0;
+				for (int64_t k = 0; k < d; k++)
+					dot += sg_e4m3(q[(i * h + hh) * d + k],
+						       qfnuz) *
+					       sg_e4m3(kv[j * d + k], kvfnuz);
+				acc += std::max(dot, 0.0) * w[i * h + hh];
+			}
+			ref[i * skv + j] = acc * sc[j];
+			big = std::max(big, fabs(ref[i * skv + j]));
+		}
+	union flyk_args args;
+	memset(&args, 0, sizeof(args));
+	struct flyk_mqa_logits_args *a = &args.mqa_logits;
+	a->q = q;
+	a->kv = kv;
+	a->kv_scale = sc.data();
+	a->weights = w.data();
+	a->ks = ks.data();
+	a->ke = ke.data();
+	a->logits = out.data();
+	a->ld = ld;
+	for (size_t vi = 0; vi < b->nvariants; vi++) {
+		const struct flyk_variant *v = &b->variants[vi];
+		if (!flyk_variant_supports(v, &p) || v->enumerate)
+			continue;
+		tally_seen(v->name);
+		each_point(v, &dev, &p, [&](const int64_t *pt) {
+			tally_ran(v->name);
+			char key[200];
+			key_of(v->name, &p, pt, v->nparams, key, sizeof(key));
+			snprintf(key + strlen(key), sizeof(key) - strlen(key),
+				 " %s", qfnuz ? "fnuz" : kvfnuz ? "fn/kv-fnuz"
+							  : "fn");
+			memset(out.data(), 0xff, out.size() * 4);
+			misaligned = 0;
+			int rc = v->launch(&dev, &p, pt, &args, NULL);
+			bool clean = flags & FLY_F_CLEAN;
+			for (int64_t i = 0; !rc && i < sq; i++)
+				rc = mqa_row_ok(&out[i * ld], &ref[i * skv],
+						ks[i], ke[i], skv, ld, big,
+						clean);
+			if (!rc && misaligned)
+				rc = -EFAULT;
+			result(rc == 0, "mqa", key, rc);
+		});
+	}
+}
+
+/* MQA shapes: each format pairing (fn, fnuz, q fn with kv fnuz), CLEAN on
+ * and off, heads not a multiple of 32, d 32 and 128, the wgmma shape
+ * (h 64, d 128), skv off every block width, q a byte off alignment. */
+static void mqa_all(const struct flyk_backend *b)
+{
+	mqa_one(b, 6, 70, 20, 32, FLY_DT_FP8_E4M3, FLY_F_CLEAN);
+	mqa_one(b, 5, 45, 40, 32, FLY_DT_FP8_E4M3FNUZ, 0);
+	mqa_one(b, 4, 130, 64, 128, FLY_DT_FP8_E4M3,
+		FLY_F_CLEAN | FLY_F_KV_FNUZ);
+}
+
+#endif
+
+#if FLYK_AMD
 /* ------------------------------------------------------------ MFMA test */
 
 /* The test's own maps from (lane l, element or register e) to the matrix
@@ -1283,6 +1436,11 @@ int main(int argc, char **argv)
 	vs.insert(vs.end(), flyk_gpu_attention_op.variants,
 		  flyk_gpu_attention_op.variants +
 		      flyk_gpu_attention_op.nvariants);
+#if FLYK_AMD /* mqa_logits.hip: the AMD binary's alone (Makefile) */
+	vs.insert(vs.end(), flyk_gpu_mqa_logits_op.variants,
+		  flyk_gpu_mqa_logits_op.variants +
+		      flyk_gpu_mqa_logits_op.nvariants);
+#endif
 	vs.insert(vs.end(), flyk_gpu_scaled_gemm_op.variants,
 		  flyk_gpu_scaled_gemm_op.variants +
 		      flyk_gpu_scaled_gemm_op.nvariants);
@@ -1303,6 +1461,9 @@ int main(int argc, char **argv)
 #endif
 	if (argc > 1 && !strcmp(argv[1], "scaled")) { /* scaled GEMM only */
 		sg_all(&b);
+#if FLYK_AMD
+		mqa_all(&b);
+#endif
 		nfail += tally_report();
 		printf("%d passed, %d failed\n", npass, nfail);
 		return nfail ? 1 : 0;
@@ -1343,7 +1504,10 @@ int main(int argc, char **argv)
 #endif
 	printf("# gemm: %d passed, %d failed\n", npass, nfail);
 	sg_all(&b);
-	printf("# scaled gemm: %d passed, %d failed\n", npass, nfail);
+#if FLYK_AMD
+	mqa_all(&b);
+#endif
+	printf("# scaled gemm, mqa: %d passed, %d failed\n", npass, nfail);
 	grouped_one(&b, {64, 64, 64, 64}, 72, 48, st);
 	grouped_one(&b, {0, 130, 0, 17, 129, 1, 64, 0}, 64, 40, st);
 	grouped_one(&b, {1, 0, 0, 0, 0}, 136, 16, st);

@@ -1,8 +1,8 @@
 /*
  * emu_gemm.h -- force-included (-include) ahead of kernels/gpu/gemm/gemm.hip,
- * grouped_gemm.hip and scaled_gemm.hip in the emulator build
- * (tests/gpu/emu/emu_gemm.cpp): the few runtime names those files use
- * beyond what flyk_emu.h provides.
+ * grouped_gemm.hip, scaled_gemm.hip and mqa_logits.hip in the emulator
+ * build (tests/gpu/emu/emu_gemm.cpp): the few runtime names those files
+ * use beyond what flyk_emu.h provides.
  *
  * Owns: nothing.  Thread: the emulator's one host thread.
  * Test-only; never part of a shipped build.
@@ -36,6 +36,14 @@ static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)
 	v.z = z;
 	v.w = w;
 	return v;
+}
+
+/* mqa_logits.hip's case (never run here: the cases need device memory) */
+static inline hipError_t hipMemsetAsync(void *d, int v, size_t n,
+					hipStream_t)
+{
+	memset(d, v, n);
+	return hipSuccess;
 }
 
 #endif /* FLYK_EMU_GEMM_H */

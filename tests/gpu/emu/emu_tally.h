@@ -57,6 +57,7 @@ static const struct emu_skip emu_skips[] = {
     {"ggemm_wgmma", "wgmma: NVIDIA sm_90a only"},
     {"attn_fa2", "mma.sync: NVIDIA only, no MFMA kernel yet"},
     {"attn_fa2_split", "mma.sync: NVIDIA only, no MFMA kernel yet"},
+    {"mqa_wgmma", "wgmma: NVIDIA sm_90a only (mqa_mfma is AMD's)"},
 #else
     {"gemm_mfma", "MFMA: AMD CDNA only"},
     {"ggemm_mfma", "MFMA: AMD CDNA only"},
