@@ -16,7 +16,8 @@
  *       -x none build/tests/emu/flyk.o -o /tmp/flyk_emu_gemm
  *   /tmp/flyk_emu_gemm [quick|compare|attn|attn-quick|scaled|mfma|amd|full]
  *       (compare: only the case check; attn*: attention only; scaled:
- *       scaled GEMM only (every point, every format); mfma: the
+ *       scaled GEMM, and in the AMD build MQA logits, only (every
+ *       point, every format); mfma: the
  *       AMD build's MFMA model only; amd: everything at every point but
  *       every 3rd of the MFMA variants', the AMD run of `make test`; any
  *       other argument, or none: everything at every point)
@@ -33,7 +34,9 @@
  * enumerate() at every feasible point of 6 shapes (each format, K tails,
  * M = 1, operands a byte off alignment, bias) against a double host
  * reference of the CPU backend's decoding rules, compared by the GPU
- * case's rule (sg_cmp_kernel); sg_mfma runs in the AMD model.
+ * case's rule (sg_cmp_kernel); sg_mfma runs in the AMD model.  MQA logits
+ * (mqa_all, the AMD binary alone: mqa_logits.hip is built into it only)
+ * likewise, 3 shapes, mqa_mfma among the variants.
  *
  * Own scheduler (a copy of emu_main.cpp's, with 2-D grids).  Not emulated:
  * the asynchrony of cp.async (copies complete at once), timing, the
@@ -1379,6 +1382,26 @@ static void fnuz_unit(void)
 	result(bad == 0, "mfma", "fp8 fnuz codes", bad);
 }
 
+/* prim/mfma.h's re-encodings into fnuz, at every code: an fn byte to the
+ * fnuz byte of half its value (-0 to +0, NaN to NaN), four at once in
+ * every byte position; an e2m1 code to the fnuz byte of its value. */
+static void fnuz_reencode_unit(void)
+{
+	int bad = 0;
+	for (unsigned b = 0; b < 256; b++)
+		for (int pos = 0; pos < 4; pos++) {
+			uint32_t w = 0x3c3c3c3cu & ~(0xffu << (8 * pos));
+			uint32_t o = flyk_mfma8_fn4(w | b << (8 * pos));
+			double f = sg_e4m3(b, false);
+			double g = fnuz_f32((o >> (8 * pos)) & 0xffu);
+			bad += f == f ? !(g == f / 2) : !(g != g);
+			bad += (o & ~(0xffu << (8 * pos))) != w; /* 0x3c kept */
+		}
+	for (unsigned c = 0; c < 16; c++)
+		bad += fnuz_f32(flyk_mfma8_e2m1(c)) != sg_e2m1(c);
+	result(bad == 0, "mfma", "fp8 fn and e2m1 to fnuz", bad);
+}
+
 /* The maps at entries of the calculator's --matrix-layout tables (-a
  * cdna3), lanes past 31 included: {n, matrix, lane, e, row, col}. */
 static void mfma_unit(void)
@@ -1415,6 +1438,7 @@ static void mfma_unit(void)
 	bad += r != 15 || c != 18;
 	result(bad == 0, "mfma", "fp8 layout entries", bad);
 	fnuz_unit();
+	fnuz_reencode_unit();
 	mfma8_product<32>();
 	mfma8_product<16>();
 }
