@@ -19,8 +19,13 @@
  *              fp32 sums per block times the block's scales: the
  *              reference.
  *   sg_simt    portable, the same kernel with `tile` x `tile` outputs a
- *              block (2 x 2 or 4 x 4 a thread): AMD's path today, and
- *              fnuz and K % 16 != 0 on NVIDIA; successor sg_wgmma.
+ *              block (2 x 2 or 4 x 4 a thread): AMD's path off gfx940-942,
+ *              and fnuz and K % 16 != 0 on NVIDIA; successor sg_wgmma.
+ *   sg_mfma    (AMD gfx940-942; every format) fp8 MFMA (prim/mfma.h's
+ *              flyk_mfma8, e4m3 fnuz) from LDS, operands re-encoded to
+ *              fnuz in registers on the way in (e4m3fn: exact, as half
+ *              values, x 4 in fp32; e2m1: exact), MX promoted per 32-k
+ *              block; params tile_m, tile_n, waves, lds_db (below, "mfma").
  *   sg_wgmma   (NVIDIA sm_90a; e4m3fn, mxfp8, mxfp4) the warp-specialised
  *              TMA + wgmma mainloop of gemm_tma.h with fp8 operands
  *              (gemm_tma_consume_f8: fp8 wgmma sums promoted into fp32
@@ -264,6 +269,466 @@ static int simt_launch(const struct flyk_device *dev,
 {
 	int rc = simt_feasible(dev, p, pr);
 	return rc ? rc : tile_go(p, args, (int)(pr[0] / 16), stream);
+}
+
+/* ------------------------------------------------------------ mfma */
+
+/*
+ * sg_mfma: AMD gfx940-942, the fp8 MFMAs of prim/mfma.h (flyk_mfma8: e4m3
+ * fnuz).  A block of WM x WN waves computes a BM x BN tile of C; a wave's
+ * WTM x WTN tile is MI x NI MFMA blocks (MF 32: 32x32x16, MF 16:
+ * 16x16x32).  k-tiles of BK = 64: each thread fetches its 16-k chunks of
+ * A and B into registers (16-byte loads where whole and aligned, bytes
+ * with zero fill elsewhere: any M, N, K and alignment), re-encodes them
+ * to fnuz there, and writes them to LDS, rows K-contiguous and padded by
+ * 8 bytes (a lane's operand is one 8-byte read).  The k-tile loop is
+ * gemm_mfma_tile's (gemm_tile.h): DB 1 two LDS buffers, the next k-tile
+ * fetched before this one's MFMAs, one barrier a k-tile; DB 0 one buffer,
+ * two barriers.  The epilogue is gemm_tile.h's (gemm_out, gemm_store1).
+ *
+ * The formats, all fed to the fnuz MFMA:
+ *   fp8_e4m3fnuz  as they are; alpha = scale_a scale_b
+ *   fp8_e4m3 (fn) flyk_mfma8_fn4: fnuz bytes of half the value (exact over
+ *                 fn's whole range), alpha = 4 scale_a scale_b
+ *   mxfp8 (fn)    the same bytes; each 32-k block's MFMA sums go to a
+ *                 fresh accumulator, then acc += 4 part sa[row] sb[col]
+ *                 (promotion per K-block; the block's e8m0 scales staged
+ *                 in LDS as fp32 with its k-tile)
+ *   mxfp4         e2m1 codes (low nibble the even k) unpacked to the
+ *                 fnuz bytes of the same values in registers
+ *                 (flyk_mfma8_e2m1), promoted as mxfp8 without the 4
+ */
+/* BM, BN, waves along M, along N, MFMA block. */
+#define SG_MFMA_CFGS(X)                                                        \
+	X(32, 32, 1, 1, 32)                                                    \
+	X(32, 32, 2, 2, 16)                                                    \
+	X(64, 64, 1, 1, 32)                                                    \
+	X(64, 64, 2, 2, 32)                                                    \
+	X(64, 128, 2, 2, 32)                                                   \
+	X(128, 64, 2, 2, 32)                                                   \
+	X(128, 128, 2, 2, 32)
+
+static const int64_t sgm_tile_m[] = {32, 64, 128};
+static const int64_t sgm_tile_n[] = {32, 64, 128};
+static const int64_t sgm_waves[] = {1, 4};
+static const int64_t sgm_db[] = {0, 1};
+
+#if FLYK_HAS_MFMA
+template <int BM_, int BN_, int WM_, int WN_, int MF_, bool DB_, bool MX_>
+struct sg_mfma_cfg {
+	enum {
+		BM = BM_,
+		BN = BN_,
+		BK = 64,
+		WN = WN_,
+		MF = MF_,
+		ST = DB_ ? 2 : 1,	    /* LDS buffers */
+		THREADS = WM_ * WN_ * 64,
+		WTM = BM_ / WM_,	    /* wave tile rows */
+		WTN = BN_ / WN_,	    /* wave tile cols */
+		MI = WTM / MF_,
+		NI = WTN / MF_,
+		LDS = BK + 8,		    /* LDS row stride, bytes */
+		A_ST = BM_ * LDS,	    /* bytes a buffer */
+		B_ST = BN_ * LDS,
+		KB = BK / 32,		    /* MX blocks a k-tile */
+		S_ST = MX_ ? (BM_ + BN_) * KB : 0, /* fp32 scales a buffer */
+		SMEM = (A_ST + B_ST) * ST + S_ST * 4 * ST,
+		CA = BM_ * BK / 16,	    /* 16-k chunks of a k-tile of A */
+		CB = BN_ * BK / 16,
+		RA = (CA + THREADS - 1) / THREADS,
+		RB = (CB + THREADS - 1) / THREADS
+	};
+	static const bool DB = DB_;
+	static const bool MX = MX_;
+	static_assert(WTM % MF_ == 0 && WTN % MF_ == 0, "wave tile");
+};
+
+/* What the kernel reads: A [m, k], B [n, k] in format fmt (the dtype;
+ * mxfp4 rows k / 2 bytes), the MX scales [rows, k / 32]. */
+struct sg_mfma_opnd {
+	const uint8_t *a, *b;
+	const uint8_t *sa, *sb;
+	int64_t m, n, k;
+	int fmt;
+};
+
+/* Bytes c .. c + 3 of @p row, zero from @p end on, c the low byte. */
+__device__ __forceinline__ uint32_t sgm_ld4(const uint8_t *row, int64_t c,
+					    int64_t end)
+{
+	uint32_t w = 0;
+#pragma unroll
+	for (int e = 0; e < 4; e++)
+		w |= (c + e < end ? (uint32_t)row[c + e] : 0u) << (8 * e);
+	return w;
+}
+
+/* Elements k0 .. k0 + 15 of row @p r of @p x as fnuz bytes (zero from k
+ * on and past the last row). */
+__device__ __forceinline__ uint4 sgm_chunk(const uint8_t *x, int64_t r,
+					   int64_t rows, int64_t k, int64_t k0,
+					   int fmt)
+{
+	uint4 v;
+	v.x = v.y = v.z = v.w = 0;
+	if (r >= rows || k0 >= k)
+		return v;
+	if (fmt == FLY_DT_MXFP4) { /* k % 32 == 0: the 8 bytes are whole */
+		const uint8_t *p = x + (r * k + k0) / 2;
+		uint32_t in[2];
+		if (!((uintptr_t)p & 7)) {
+			uint2 q = *(const uint2 *)p;
+			in[0] = q.x;
+			in[1] = q.y;
+		} else {
+			in[0] = sgm_ld4(p, 0, 4);
+			in[1] = sgm_ld4(p, 4, 8);
+		}
+		uint32_t o[4];
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			uint32_t h = in[i / 2] >> (16 * (i % 2));
+			o[i] = flyk_mfma8_e2m1(h & 15u) |
+			       flyk_mfma8_e2m1((h >> 4) & 15u) << 8 |
+			       flyk_mfma8_e2m1((h >> 8) & 15u) << 16 |
+			       flyk_mfma8_e2m1((h >> 12) & 15u) << 24;
+		}
+		v.x = o[0];
+		v.y = o[1];
+		v.z = o[2];
+		v.w = o[3];
+		return v;
+	}
+	const uint8_t *row = x + r * k;
+	if (k0 + 16 <= k && !((uintptr_t)(row + k0) & 15)) {
+		v = *(const uint4 *)(row + k0);
+	} else {
+		v.x = sgm_ld4(row, k0, k);
+		v.y = sgm_ld4(row, k0 + 4, k);
+		v.z = sgm_ld4(row, k0 + 8, k);
+		v.w = sgm_ld4(row, k0 + 12, k);
+	}
+	if (fmt != FLY_DT_FP8_E4M3FNUZ) { /* e4m3fn: half values in fnuz */
+		v.x = flyk_mfma8_fn4(v.x);
+		v.y = flyk_mfma8_fn4(v.y);
+		v.z = flyk_mfma8_fn4(v.z);
+		v.w = flyk_mfma8_fn4(v.w);
+	}
+	return v;
+}
+
+/* This thread's chunks of the k-tile at @p k0 of the tile (m0, n0). */
+template <class C>
+__device__ __forceinline__ void sgm_fetch(const sg_mfma_opnd &o, int64_t m0,
+					  int64_t n0, int64_t k0, uint4 *ra,
+					  uint4 *rb)
+{
+	const int KC = C::BK / 16;
+#pragma unroll
+	for (int i = 0; i < C::RA; i++) {
+		int c = threadIdx.x + i * C::THREADS;
+		ra[i] = sgm_chunk(o.a, c < C::CA ? m0 + c / KC : o.m, o.m, o.k,
+				  k0 + (c % KC) * 16, o.fmt);
+	}
+#pragma unroll
+	for (int i = 0; i < C::RB; i++) {
+		int c = threadIdx.x + i * C::THREADS;
+		rb[i] = sgm_chunk(o.b, c < C::CB ? n0 + c / KC : o.n, o.n, o.k,
+				  k0 + (c % KC) * 16, o.fmt);
+	}
+}
+
+/* A chunk into LDS at @p d, 8-byte aligned (rows are BK + 8 bytes
+ * apart): four 4-byte stores, as gemm_mfma_put. */
+__device__ __forceinline__ void sgm_st16(uint8_t *d, const uint4 &v)
+{
+	uint32_t *w = (uint32_t *)d;
+	w[0] = v.x;
+	w[1] = v.y;
+	w[2] = v.z;
+	w[3] = v.w;
+}
+
+/* The fetched chunks into the LDS buffer @p s (A then B); MX: the
+ * k-tile's block scales as fp32 into @p ss (A's rows, then B's; 1 past
+ * the ends and past K). */
+template <class C>
+__device__ __forceinline__ void sgm_put(const sg_mfma_opnd &o, int64_t m0,
+					int64_t n0, int64_t k0, const uint4 *ra,
+					const uint4 *rb, uint8_t *s, float *ss)
+{
+	const int KC = C::BK / 16;
+#pragma unroll
+	for (int i = 0; i < C::RA; i++) {
+		int c = threadIdx.x + i * C::THREADS;
+		if (c < C::CA)
+			sgm_st16(s + (c / KC) * C::LDS + (c % KC) * 16, ra[i]);
+	}
+#pragma unroll
+	for (int i = 0; i < C::RB; i++) {
+		int c = threadIdx.x + i * C::THREADS;
+		if (c < C::CB)
+			sgm_st16(s + C::A_ST + (c / KC) * C::LDS +
+					 (c % KC) * 16,
+				 rb[i]);
+	}
+	if (!C::MX)
+		return;
+	const int64_t nb = o.k / 32, kb0 = k0 / 32;
+	for (int t = threadIdx.x; t < C::S_ST; t += C::THREADS) {
+		int r = t / C::KB, q = t % C::KB;
+		bool isa = r < C::BM;
+		int64_t g = isa ? m0 + r : n0 + (r - C::BM);
+		int64_t rows = isa ? o.m : o.n;
+		const uint8_t *sc = isa ? o.sa : o.sb;
+		ss[t] = g < rows && kb0 + q < nb
+			    ? gemm_e8m0(sc[g * nb + kb0 + q])
+			    : 1.f;
+	}
+}
+
+/* acc += the products of one k-tile in LDS (@p s, scales @p ss);
+ * MX: per 32-k block, acc += fold * part * sa[row] * sb[col]. */
+template <class C>
+__device__ __forceinline__ void
+sgm_step(const uint8_t *s, const float *ss, float fold,
+	 typename flyk_mfma8<C::MF>::acc_t (*acc)[C::NI])
+{
+	typedef flyk_mfma8<C::MF> M;
+	const int l = threadIdx.x % FLYK_WARP, w = threadIdx.x / FLYK_WARP;
+	const int wm = w / C::WN, wn = w % C::WN;
+	const uint8_t *pa =
+	    s + (wm * C::WTM + M::ab_idx(l)) * C::LDS + M::ab_k(l);
+	const uint8_t *pb =
+	    s + C::A_ST + (wn * C::WTN + M::ab_idx(l)) * C::LDS + M::ab_k(l);
+#pragma unroll
+	for (int q = 0; q < C::KB; q++) {
+		[[maybe_unused]] typename M::acc_t part[C::MI][C::NI];
+		if constexpr (C::MX)
+#pragma unroll
+			for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+				for (int ni = 0; ni < C::NI; ni++)
+#pragma unroll
+					for (int v = 0; v < M::REGS; v++)
+						part[mi][ni][v] = 0.f;
+#pragma unroll
+		for (int kk = q * 32; kk < q * 32 + 32; kk += M::K) {
+			flyk_fp8x8 a[C::MI], b[C::NI];
+#pragma unroll
+			for (int mi = 0; mi < C::MI; mi++)
+				a[mi] = flyk_mfma8_ld8(
+				    pa + mi * C::MF * C::LDS + kk);
+#pragma unroll
+			for (int ni = 0; ni < C::NI; ni++)
+				b[ni] = flyk_mfma8_ld8(
+				    pb + ni * C::MF * C::LDS + kk);
+#pragma unroll
+			for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+				for (int ni = 0; ni < C::NI; ni++)
+					M::run(C::MX ? part[mi][ni]
+						     : acc[mi][ni],
+					       a[mi], b[ni]);
+		}
+		if constexpr (!C::MX)
+			continue;
+#pragma unroll
+		for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+			for (int ni = 0; ni < C::NI; ni++) {
+				int jb = C::BM + wn * C::WTN + ni * C::MF +
+					 M::d_col(l);
+				float sb = ss[jb * C::KB + q];
+#pragma unroll
+				for (int v = 0; v < M::REGS; v++) {
+					int ib = wm * C::WTM + mi * C::MF +
+						 M::d_row(l, v);
+					float sa = ss[ib * C::KB + q];
+					acc[mi][ni][v] +=
+					    part[mi][ni][v] * fold * sa * sb;
+				}
+			}
+	}
+}
+
+/* One BM x BN tile of C a block (blockIdx.x along N, .y along M). */
+template <class C>
+__global__ void __launch_bounds__(C::THREADS)
+    sg_mfma_kernel(const sg_mfma_opnd o, gemm_out out, const float *tsa,
+		   const float *tsb, float fold)
+{
+	FLYK_DYN_SMEM(uint4, sg_mfma_dsmem);
+	typedef flyk_mfma8<C::MF> M;
+	uint8_t *s = (uint8_t *)sg_mfma_dsmem;
+	float *ss = (float *)(s + (C::A_ST + C::B_ST) * C::ST);
+	const int64_t m0 = (int64_t)blockIdx.y * C::BM;
+	const int64_t n0 = (int64_t)blockIdx.x * C::BN;
+	typename M::acc_t acc[C::MI][C::NI];
+#pragma unroll
+	for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+		for (int ni = 0; ni < C::NI; ni++)
+#pragma unroll
+			for (int v = 0; v < M::REGS; v++)
+				acc[mi][ni][v] = 0.f;
+	uint4 ra[C::RA], rb[C::RB];
+	const int64_t nk = (o.k + C::BK - 1) / C::BK;
+	const int SB = C::A_ST + C::B_ST;
+	if (C::DB) {
+		sgm_fetch<C>(o, m0, n0, 0, ra, rb);
+		sgm_put<C>(o, m0, n0, 0, ra, rb, s, ss);
+		__syncthreads();
+		for (int64_t kt = 0; kt < nk; kt++) {
+			int cur = (int)(kt & 1), nxt = cur ^ 1;
+			bool more = kt + 1 < nk;
+			if (more)
+				sgm_fetch<C>(o, m0, n0, (kt + 1) * C::BK, ra,
+					     rb);
+			sgm_step<C>(s + cur * SB, ss + cur * C::S_ST, fold,
+				    acc);
+			if (more)
+				sgm_put<C>(o, m0, n0, (kt + 1) * C::BK, ra, rb,
+					   s + nxt * SB, ss + nxt * C::S_ST);
+			__syncthreads();
+		}
+	} else {
+		for (int64_t kt = 0; kt < nk; kt++) {
+			sgm_fetch<C>(o, m0, n0, kt * C::BK, ra, rb);
+			if (kt)
+				__syncthreads(); /* the last step has read */
+			sgm_put<C>(o, m0, n0, kt * C::BK, ra, rb, s, ss);
+			__syncthreads();
+			sgm_step<C>(s, ss, fold, acc);
+		}
+	}
+	if (!C::MX)
+		out.alpha = fold * *tsa * *tsb;
+	const int l = threadIdx.x % FLYK_WARP, w = threadIdx.x / FLYK_WARP;
+	const int64_t r0 = m0 + (w / C::WN) * C::WTM;
+	const int64_t c0 = n0 + (w % C::WN) * C::WTN + M::d_col(l);
+#pragma unroll
+	for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+		for (int ni = 0; ni < C::NI; ni++)
+#pragma unroll
+			for (int v = 0; v < M::REGS; v++)
+				gemm_store1(out,
+					    r0 + mi * C::MF + M::d_row(l, v),
+					    c0 + ni * C::MF, acc[mi][ni][v]);
+}
+
+typedef int (*sgm_go_fn)(const sg_mfma_opnd &o, const gemm_out &out,
+			 const float *tsa, const float *tsb, float fold,
+			 hipStream_t s);
+
+template <class C>
+static int sgm_go(const sg_mfma_opnd &o, const gemm_out &out,
+		  const float *tsa, const float *tsb, float fold, hipStream_t s)
+{
+	dim3 grid((unsigned)((o.n + C::BN - 1) / C::BN),
+		  (unsigned)((o.m + C::BM - 1) / C::BM));
+	FLYK_GO(grid, C::THREADS, C::SMEM, s, sg_mfma_kernel<C>)(o, out, tsa,
+								 tsb, fold);
+	return sg_launch_err();
+}
+
+struct sgm_ent {
+	int bm, bn, waves, db;
+	int smem[2];	  /* per tensor, MX */
+	sgm_go_fn go[2];
+};
+
+#define SG_MFMA_ENT_DB(BM, BN, WM, WN, MF, DB)                                 \
+	{BM,                                                                   \
+	 BN,                                                                   \
+	 WM * WN,                                                              \
+	 DB,                                                                   \
+	 {sg_mfma_cfg<BM, BN, WM, WN, MF, DB, false>::SMEM,                    \
+	  sg_mfma_cfg<BM, BN, WM, WN, MF, DB, true>::SMEM},                    \
+	 {sgm_go<sg_mfma_cfg<BM, BN, WM, WN, MF, DB, false>>,                  \
+	  sgm_go<sg_mfma_cfg<BM, BN, WM, WN, MF, DB, true>>}},
+#define SG_MFMA_ENT(BM, BN, WM, WN, MF)                                        \
+	SG_MFMA_ENT_DB(BM, BN, WM, WN, MF, false)                              \
+	SG_MFMA_ENT_DB(BM, BN, WM, WN, MF, true)
+static const sgm_ent sgm_ents[] = {SG_MFMA_CFGS(SG_MFMA_ENT)};
+
+static const sgm_ent *sgm_find(const int64_t *pr)
+{
+	for (size_t i = 0; i < sizeof(sgm_ents) / sizeof(sgm_ents[0]); i++)
+		if (sgm_ents[i].bm == pr[0] && sgm_ents[i].bn == pr[1] &&
+		    sgm_ents[i].waves == pr[2] && sgm_ents[i].db == pr[3])
+			return &sgm_ents[i];
+	return NULL;
+}
+#endif
+
+/* A point is (tile_m, tile_n, waves, lds_db): the shapes of SG_MFMA_CFGS,
+ * each with one or two LDS buffers (14 points).  Feasible on gfx940-942
+ * (flyk_mfma8_arch_ok), every dtype of the op (e4m3fn re-encoded), any
+ * shape and alignment; a tile more than twice the (bucketed) problem is
+ * pruned. */
+static int mfma_feasible(const struct flyk_device *dev,
+			 const struct fly_problem *p, const int64_t *pr)
+{
+	if (sg_problem_ok(p))
+		return -EINVAL;
+#if !FLYK_HAS_MFMA
+	(void)dev;
+	(void)pr;
+	return -EINVAL;
+#else
+	const sgm_ent *e = sgm_find(pr);
+	if (!e || !flyk_mfma8_arch_ok(dev->arch))
+		return -EINVAL;
+	if ((size_t)e->smem[sg_is_mx(p->dtype)] > dev->smem_per_block_optin)
+		return -ENOSPC;
+	int64_t mb = flyk_gemm_bucket_m(p->dims[0]);
+	if ((e->bm > 32 && e->bm / 2 >= mb) ||
+	    (e->bn > 32 && e->bn / 2 >= p->dims[1]))
+		return -EINVAL;
+	return (p->dims[0] + e->bm - 1) / e->bm > 65535 ? -EINVAL : 0;
+#endif
+}
+
+static int mfma_launch(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *pr,
+		       const union flyk_args *args, void *stream)
+{
+	int rc = mfma_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+#if !FLYK_HAS_MFMA
+	(void)args;
+	(void)stream;
+	return -EOPNOTSUPP;
+#else
+	const struct flyk_scaled_gemm_args *g = &args->scaled_gemm;
+	if (!g->a || !g->b || !g->c || !g->scale_a || !g->scale_b ||
+	    ((p->flags & FLY_F_BIAS) && !g->bias))
+		return -EINVAL;
+	int mx = sg_is_mx(p->dtype);
+	sg_mfma_opnd o = {(const uint8_t *)g->a, (const uint8_t *)g->b,
+			  (const uint8_t *)g->scale_a,
+			  (const uint8_t *)g->scale_b,
+			  p->dims[0], p->dims[1], p->dims[2], (int)p->dtype};
+	gemm_out out;
+	out.c = (uint16_t *)g->c;
+	out.ws = NULL;
+	out.ldc = p->dims[1];
+	out.m_end = p->dims[0];
+	out.n_end = p->dims[1];
+	out.alpha = 1.f; /* per tensor: the kernel's scales x fold */
+	out.bias = (p->flags & FLY_F_BIAS) ? (const uint16_t *)g->bias : NULL;
+	/* fn bytes run as fnuz of half the value: x 2 an operand */
+	float fold = p->dtype == FLY_DT_FP8_E4M3 || p->dtype == FLY_DT_MXFP8
+			 ? 4.f
+			 : 1.f;
+	return sgm_find(pr)->go[mx](o, out, (const float *)g->scale_a,
+				    (const float *)g->scale_b, fold,
+				    (hipStream_t)stream);
+#endif
 }
 
 /* ------------------------------------------------------------ wgmma */
@@ -778,6 +1243,20 @@ static const struct flyk_variant sg_variants[] = {
     {"sg_simt", FLY_OP_SCALED_GEMM, SG_DTYPES, FLY_F_BIAS, 0, 1,
      {{"tile", NV(sg_simt_tile)}}, simt_feasible, NULL, simt_launch,
      "sg_wgmma"},
+    {"sg_mfma",
+     FLY_OP_SCALED_GEMM,
+     SG_DTYPES,
+     FLY_F_BIAS,
+     0,
+     4,
+     {{"tile_m", NV(sgm_tile_m)},
+      {"tile_n", NV(sgm_tile_n)},
+      {"waves", NV(sgm_waves)},
+      {"lds_db", NV(sgm_db)}},
+     mfma_feasible,
+     NULL,
+     mfma_launch,
+     NULL},
     {"sg_wgmma",
      FLY_OP_SCALED_GEMM,
      SG_DT_FP8 | SG_DT_MX8 | SG_DT_MX4,

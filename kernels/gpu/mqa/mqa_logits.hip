@@ -36,6 +36,12 @@
  *              tile's epilogue (two accumulator sets); `tma` 1 fills the
  *              ring with one thread's TMA copies on per-slot mbarriers
  *              instead of every thread's cp.async.
+ *   mqa_mfma   (AMD gfx940-942, every format: fn, fnuz, q fn with kv
+ *              fnuz) the fnuz fp8 MFMA: heads x KV rows per MFMA tile,
+ *              fn operands re-encoded to fnuz of half the value in LDS
+ *              staging and the sum scaled back after the relu (below,
+ *              "mfma").  Params waves (32 KV rows each), rows (query rows
+ *              a block).  Needs d % 16 == 0.
  * e4m3fnuz inputs go to mqa_simt/mqa_ref on NVIDIA (the wgmma takes fn
  * only; fnuz 0x7f = 240 has no fn encoding at twice the value).
  */
@@ -48,6 +54,7 @@
 #include "prim/cp_async.h"
 #include "prim/flyk_gpu.h"
 #include "prim/launch.h"
+#include "prim/mfma.h"
 #include "prim/rand.h"
 #include "prim/tma.h"
 #include "prim/wgmma.h"
@@ -852,6 +859,229 @@ static int wg_launch(const struct flyk_device *dev,
 #endif
 }
 
+/* ------------------------------------------------------------ mfma */
+
+/*
+ * mqa_mfma (AMD gfx940-942): the fnuz fp8 MFMA of prim/mfma.h
+ * (flyk_mfma8<32>, v_mfma_f32_32x32x16_fp8_fp8).  A block owns `rows`
+ * query rows and 32 KV rows per wave (`waves` waves); per query row, the
+ * scores S[h, j] = q[i, h, :] . kv[j, :] of 32 heads x the wave's 32 KV
+ * rows are one MFMA tile (heads on M, KV rows on N, d on K in steps of
+ * 16), so relu(S) * w[i, h] is summed over a lane's 16 heads in
+ * registers, over the tile's two lane halves by one shuffle, and over the
+ * head groups of 32 in the same register.  q's rows (heads padded to 32
+ * with zeros) and the KV tile are staged in LDS as fnuz bytes, K-
+ * contiguous, rows padded by 8 bytes: fn inputs (dtype fp8_e4m3, and q
+ * under FLY_F_KV_FNUZ) are re-encoded on the way in by flyk_mfma8_fn4
+ * (half the value, exact over fn's range), and the sum is multiplied back
+ * (x 2 per fn operand, after the relu: relu(c x) = c relu(x) for c > 0).
+ * Needs d % 16 == 0 and the LDS: (rows * ceil(h / 32) * 32 + 32 waves) x
+ * (d + 8) bytes.
+ */
+static const int64_t mf_waves_vals[] = {1, 2, 4};
+static const int64_t mf_rows_vals[] = {1, 4};
+
+#if FLYK_HAS_MFMA
+/* 16 bytes at @p p, any alignment. */
+__device__ __forceinline__ uint4 mqa_ld16(const uint8_t *p)
+{
+	if (!((uintptr_t)p & 15))
+		return *(const uint4 *)p;
+	uint32_t w[4] = {0, 0, 0, 0};
+	for (int e = 0; e < 16; e++)
+		w[e / 4] |= (uint32_t)p[e] << (8 * (e % 4));
+	uint4 v;
+	v.x = w[0];
+	v.y = w[1];
+	v.z = w[2];
+	v.w = w[3];
+	return v;
+}
+
+/* 16 e4m3 bytes of @p p (fnuz, or fn re-encoded) into LDS at @p d, 8-byte
+ * aligned; zeros when !@p ok. */
+__device__ __forceinline__ void mqa_stage16(uint8_t *d, const uint8_t *p,
+					    bool ok, bool fnuz)
+{
+	uint32_t *o = (uint32_t *)d;
+	if (!ok) {
+		o[0] = o[1] = o[2] = o[3] = 0;
+		return;
+	}
+	uint4 v = mqa_ld16(p);
+	o[0] = fnuz ? v.x : flyk_mfma8_fn4(v.x);
+	o[1] = fnuz ? v.y : flyk_mfma8_fn4(v.y);
+	o[2] = fnuz ? v.z : flyk_mfma8_fn4(v.z);
+	o[3] = fnuz ? v.w : flyk_mfma8_fn4(v.w);
+}
+
+/* Under CLEAN, -inf over the block's columns of its rows (a block whose
+ * columns are outside every row's window). */
+__device__ __forceinline__ void mqa_mf_clean(float *out, struct mqa_dims m,
+					     int64_t i0, int rows, int64_t j0,
+					     int bn)
+{
+	if (!m.clean)
+		return;
+	for (int t = threadIdx.x; t < rows * bn; t += blockDim.x) {
+		int64_t i = i0 + t / bn, j = j0 + t % bn;
+		if (i < m.sq && j < m.skv)
+			out[i * m.ld + j] = -INFINITY;
+	}
+}
+
+template <int W, int R>
+__global__ void __launch_bounds__(W * 64)
+    mqa_mfma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
+		    const float *w, const int32_t *ks, const int32_t *ke,
+		    float *out, struct mqa_dims m, int hp, float fold)
+{
+	typedef flyk_mfma8<32> M;
+	FLYK_DYN_SMEM(uint4, mqa_mf_dsmem);
+	const int BN = W * 32, LD = (int)m.d + 8, dc = (int)m.d / 16;
+	uint8_t *sq = (uint8_t *)mqa_mf_dsmem, *skv = sq + R * hp * LD;
+	const int64_t i0 = (int64_t)blockIdx.y * R;
+	const int64_t j0 = (int64_t)blockIdx.x * BN;
+	bool any = false; /* block-uniform */
+	for (int r = 0; r < R && i0 + r < m.sq; r++) {
+		int64_t lo, hi;
+		mqa_window(ks, ke, i0 + r, m.skv, &lo, &hi);
+		any |= j0 < hi && j0 + BN > lo;
+	}
+	if (!any) {
+		mqa_mf_clean(out, m, i0, R, j0, BN);
+		return;
+	}
+	for (int c = threadIdx.x; c < R * hp * dc; c += blockDim.x) {
+		int row = c / dc, k = (c % dc) * 16;
+		int64_t i = i0 + row / hp, h = row % hp;
+		bool ok = i < m.sq && h < m.h;
+		mqa_stage16(sq + row * LD + k,
+			    ok ? q + (i * m.h + h) * m.d + k : q, ok, m.qfnuz);
+	}
+	for (int c = threadIdx.x; c < BN * dc; c += blockDim.x) {
+		int row = c / dc, k = (c % dc) * 16;
+		bool ok = j0 + row < m.skv;
+		mqa_stage16(skv + row * LD + k,
+			    ok ? kv + (j0 + row) * m.d + k : kv, ok, m.kvfnuz);
+	}
+	__syncthreads();
+	const int l = threadIdx.x % FLYK_WARP, wv = threadIdx.x / FLYK_WARP;
+	const uint8_t *pb = skv + (wv * 32 + M::ab_idx(l)) * LD + M::ab_k(l);
+	const int64_t j = j0 + wv * 32 + M::d_col(l);
+	for (int r = 0; r < R && i0 + r < m.sq; r++) {
+		const int64_t i = i0 + r;
+		float s = 0.f;
+		for (int hg = 0; hg < hp; hg += 32) {
+			typename M::acc_t acc;
+#pragma unroll
+			for (int v = 0; v < M::REGS; v++)
+				acc[v] = 0.f;
+			const uint8_t *pa =
+			    sq + (r * hp + hg + M::ab_idx(l)) * LD + M::ab_k(l);
+			for (int k = 0; k < (int)m.d; k += M::K)
+				M::run(acc, flyk_mfma8_ld8(pa + k),
+				       flyk_mfma8_ld8(pb + k));
+#pragma unroll
+			for (int v = 0; v < M::REGS; v++) {
+				int64_t h = hg + M::d_row(l, v);
+				if (h < m.h)
+					s += fmaxf(acc[v], 0.f) *
+					     w[i * m.h + h];
+			}
+		}
+		s += FLYK_SHFL_XOR(s, 32); /* the other 16 heads of each 32 */
+		int64_t lo, hi;
+		mqa_window(ks, ke, i, m.skv, &lo, &hi);
+		if (l >= 32 || j >= m.skv)
+			continue;
+		if (j >= lo && j < hi)
+			out[i * m.ld + j] = s * fold * sc[j];
+		else if (m.clean)
+			out[i * m.ld + j] = -INFINITY;
+	}
+}
+
+/* mqa_mfma_kernel<W, R> over the problem. */
+template <int W, int R>
+static int mf_go(const struct flyk_mqa_logits_args *a, struct mqa_dims m,
+		 int hp, float fold, size_t smem, hipStream_t s)
+{
+	dim3 grid((unsigned)((m.skv + 32 * W - 1) / (32 * W)),
+		  (unsigned)((m.sq + R - 1) / R));
+	FLYK_GO(grid, 64 * W, smem, s, mqa_mfma_kernel<W, R>)(
+	    (const uint8_t *)a->q, (const uint8_t *)a->kv, a->kv_scale,
+	    a->weights, a->ks, a->ke, a->logits, m, hp, fold);
+	return hipGetLastError() == hipSuccess ? 0 : -EIO;
+}
+#endif
+
+#if FLYK_HAS_MFMA
+/* The LDS of point (@p waves, @p rows). */
+static size_t mf_smem(const struct fly_problem *p, int64_t waves,
+		      int64_t rows)
+{
+	int64_t hp = (p->dims[2] + 31) / 32 * 32;
+	return (size_t)(rows * hp + 32 * waves) * (size_t)(p->dims[3] + 8);
+}
+#endif
+
+static int mf_feasible(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *params)
+{
+	if (mqa_problem_ok(p) < 0 || p->dims[3] % 16)
+		return -EINVAL;
+#if !FLYK_HAS_MFMA
+	(void)dev;
+	(void)params;
+	return -EINVAL;
+#else
+	int64_t wv = params[0], rows = params[1];
+	if ((wv != 1 && wv != 2 && wv != 4) || (rows != 1 && rows != 4))
+		return -EINVAL;
+	if (!flyk_mfma8_arch_ok(dev->arch))
+		return -EINVAL;
+	/* a block twice as wide (tall) as the problem buys nothing */
+	if ((wv > 1 && 16 * wv >= p->dims[1]) || (rows > 1 && p->dims[0] < 2))
+		return -EINVAL;
+	if (mf_smem(p, wv, rows) > dev->smem_per_block_optin)
+		return -ENOSPC;
+	return (p->dims[0] + rows - 1) / rows > 65535 ? -EINVAL : 0;
+#endif
+}
+
+static int mf_launch(const struct flyk_device *dev,
+		     const struct fly_problem *p, const int64_t *params,
+		     const union flyk_args *args, void *stream)
+{
+	int rc = mf_feasible(dev, p, params);
+	if (rc)
+		return rc;
+#if !FLYK_HAS_MFMA
+	(void)args;
+	(void)stream;
+	return -EOPNOTSUPP;
+#else
+	const struct flyk_mqa_logits_args *a = &args->mqa_logits;
+	struct mqa_dims m;
+	mqa_dims_of(p, a, &m);
+	int wv = (int)params[0], rows = (int)params[1];
+	int hp = (int)((m.h + 31) / 32 * 32);
+	/* fn operands run as fnuz of half their value */
+	float fold = (m.qfnuz ? 1.f : 2.f) * (m.kvfnuz ? 1.f : 2.f);
+	size_t smem = mf_smem(p, wv, rows);
+	hipStream_t s = (hipStream_t)stream;
+	if (wv == 1)
+		return rows == 4 ? mf_go<1, 4>(a, m, hp, fold, smem, s)
+				 : mf_go<1, 1>(a, m, hp, fold, smem, s);
+	if (wv == 2)
+		return rows == 4 ? mf_go<2, 4>(a, m, hp, fold, smem, s)
+				 : mf_go<2, 1>(a, m, hp, fold, smem, s);
+	return rows == 4 ? mf_go<4, 4>(a, m, hp, fold, smem, s)
+			 : mf_go<4, 1>(a, m, hp, fold, smem, s);
+#endif
+}
+
 /* ------------------------------------------------------------ table */
 
 #if !FLYK_DEVICE_PASS
@@ -886,6 +1116,17 @@ static const struct flyk_variant mqa_variants[] = {
 	 NULL,
 	 simt_launch,
 	 "mqa_wgmma"},
+	{"mqa_mfma",
+	 FLY_OP_MQA_LOGITS,
+	 MQA_DTYPES,
+	 MQA_FLAGS,
+	 0,
+	 2,
+	 {{"waves", 3, mf_waves_vals}, {"rows", 2, mf_rows_vals}},
+	 mf_feasible,
+	 NULL,
+	 mf_launch,
+	 NULL},
 };
 #endif
 

@@ -22,8 +22,9 @@
  *   FLYK_HAS_CUDNN     cuDNN 9's fused attention (kernels/vendor/cudnn_attn.c):
  *                      1 when the Makefile found cuDNN (-DFLYK_HAS_CUDNN=1)
  * FLYK_MMA_DEVICE / FLYK_WGMMA_DEVICE: 1 in the device pass that emits
- * that PTX; FLYK_MFMA_DEVICE: in a device pass for a CDNA2/CDNA3 target
- * (the primitives' own test; ops use FLYK_HAS_*).
+ * that PTX; FLYK_MFMA_DEVICE: in a device pass for a CDNA2/CDNA3 target,
+ * FLYK_MFMA8_DEVICE: for a gfx940-942 one (fnuz fp8 MFMA) (the
+ * primitives' own tests; ops use FLYK_HAS_*).
  */
 #ifndef FLYK_GPU_H
 #define FLYK_GPU_H
@@ -102,6 +103,13 @@
 #define FLYK_MFMA_DEVICE 1
 #else
 #define FLYK_MFMA_DEVICE 0
+#endif
+/* gfx940-942 (CDNA3): the fp8 MFMAs on e4m3 fnuz (prim/mfma.h's
+ * flyk_mfma8); gfx90a has none, gfx950's take OCP e4m3fn instead. */
+#if defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__)
+#define FLYK_MFMA8_DEVICE 1
+#else
+#define FLYK_MFMA8_DEVICE 0
 #endif
 
 #ifndef FLYK_GO

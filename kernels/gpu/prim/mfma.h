@@ -1,8 +1,9 @@
 /*
  * prim/mfma.h -- AMD CDNA matrix cores (MFMA), wave64: bf16 x bf16 -> fp32
- * on n x n output blocks, with the register layouts written down once so
- * that every kernel on them (GEMM, grouped GEMM; attention, MQA and scaled
- * GEMM to come) maps lanes to matrix elements the same way.
+ * on n x n output blocks, and fp8 (e4m3 fnuz) x fp8 -> fp32 on gfx940-942,
+ * with the register layouts written down once so that every kernel on
+ * them (GEMM, grouped GEMM, scaled GEMM; attention and MQA to come) maps
+ * lanes to matrix elements the same way.
  *
  * Owns: nothing (device inlines and types).  Thread: device code; every
  * lane of the wave calls an MFMA together (it is a wave-wide exchange).
@@ -118,6 +119,124 @@ template <> struct flyk_mfma<16> {
 	static __device__ __forceinline__ int d_row(int l, int v)
 	{
 		return 4 * (l / 16) + v;
+	}
+	static __device__ __forceinline__ int d_col(int l) { return l % 16; }
+};
+
+/*
+ * fp8 (CDNA3 gfx940-942 only: FLYK_MFMA8_DEVICE; flyk_mfma8_arch_ok):
+ *   flyk_mfma8<32>  v_mfma_f32_32x32x16_fp8_fp8  K = 16 a step, 16 regs
+ *   flyk_mfma8<16>  v_mfma_f32_16x16x32_fp8_fp8  K = 32 a step, 4 regs
+ * Both operands e4m3 **fnuz** (bias 8, 0x80 the only NaN, max 240), 8 a
+ * lane in one 64-bit register, byte e = element e.  Layouts: the bf16
+ * rule with 8 elements a lane (the emulator's fp8 layout test anchors
+ * them), g = l / n:
+ *   A[i][k]  lane i + n (k / 8), byte k % 8
+ *   B[k][j]  lane j + n (k / 8), byte k % 8
+ *   D        as flyk_mfma<n>
+ * So a lane's operand is 8 consecutive k of one row: one 8-byte read
+ * from a K-contiguous byte tile.  Other formats are re-encoded into fnuz
+ * bytes before the MFMA (flyk_mfma8_fn4, flyk_mfma8_e2m1).
+ */
+typedef long flyk_fp8x8; /* the builtins' operand type (8 bytes) */
+
+/* Whether a device of arch @p arch has the fnuz fp8 MFMAs.  gfx950's
+ * fp8 MFMAs take OCP e4m3fn: not this header's.  Host code. */
+static inline bool flyk_mfma8_arch_ok(const char *arch)
+{
+	static const char *const ok[] = {"gfx940", "gfx941", "gfx942"};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+		if (!strcmp(arch, ok[i]))
+			return true;
+	return false;
+}
+
+/* 8 fp8 bytes at @p p, 8-byte aligned: one operand. */
+__device__ __forceinline__ flyk_fp8x8 flyk_mfma8_ld8(const uint8_t *p)
+{
+	FLYK_VST_ALIGNED(p, 8);
+	return *(const flyk_fp8x8 *)p;
+}
+
+/* Four e4m3fn bytes -> four fnuz bytes of exactly half their values: an
+ * fn byte read as fnuz is its value / 2 (bias 7 -> 8, subnormals too),
+ * except fn's -0 (0x80: fnuz's NaN, made +0) and fn's NaNs (0x7f, 0xff:
+ * fnuz +-240, made 0x80).  So fn's whole range (448 > fnuz's 240) stays
+ * exact; the caller multiplies each product by 4 (one factor 2 per
+ * operand) in fp32.  Branch-free, four bytes at once. */
+__device__ __forceinline__ uint32_t flyk_mfma8_fn4(uint32_t w)
+{
+	uint32_t lo = w & 0x7f7f7f7fu;
+	uint32_t nz = (lo + 0x7f7f7f7fu) & 0x80808080u;	 /* low 7 bits != 0 */
+	uint32_t nan = (lo + 0x01010101u) & 0x80808080u; /* low 7 bits 0x7f */
+	w &= (nz >> 7) * 0xffu;
+	return (w & ~((nan >> 7) * 0xffu)) | nan;
+}
+
+/* One e2m1 code (low 4 bits) -> the fnuz byte of the same value (every
+ * e2m1 value, 0 .. 6, is one): a table of the 8 magnitudes, the sign
+ * kept except on zero (fnuz has no -0). */
+__device__ __forceinline__ uint32_t flyk_mfma8_e2m1(uint32_t c)
+{
+	const uint64_t mag = 0x54504c4844403800ull; /* byte c: code c */
+	uint32_t v = (uint32_t)(mag >> (8 * (c & 7u))) & 0xffu;
+	return v | ((c & 8u) && v ? 0x80u : 0u);
+}
+
+template <int N> struct flyk_mfma8;
+
+template <> struct flyk_mfma8<32> {
+	typedef flyk_f32x16 acc_t;
+	enum { N = 32, K = 16, REGS = 16 };
+	/* c += a b over one K step (fnuz operands). */
+	static __device__ __forceinline__ void run(acc_t &c, flyk_fp8x8 a,
+						   flyk_fp8x8 b)
+	{
+#if FLYK_MFMA8_DEVICE || defined(FLYK_EMU)
+		c = __builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8(a, b, c, 0, 0,
+							      0);
+#else
+		(void)c;
+		(void)a;
+		(void)b;
+#endif
+	}
+	static __device__ __forceinline__ int ab_idx(int l) { return l % 32; }
+	/* The first of the 8 consecutive k lane @p l feeds. */
+	static __device__ __forceinline__ int ab_k(int l)
+	{
+		return 8 * (l / 32);
+	}
+	static __device__ __forceinline__ int d_row(int l, int v)
+	{
+		return flyk_mfma<32>::d_row(l, v);
+	}
+	static __device__ __forceinline__ int d_col(int l) { return l % 32; }
+};
+
+template <> struct flyk_mfma8<16> {
+	typedef flyk_f32x4 acc_t;
+	enum { N = 16, K = 32, REGS = 4 };
+	static __device__ __forceinline__ void run(acc_t &c, flyk_fp8x8 a,
+						   flyk_fp8x8 b)
+	{
+#if FLYK_MFMA8_DEVICE || defined(FLYK_EMU)
+		c = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(a, b, c, 0, 0,
+							      0);
+#else
+		(void)c;
+		(void)a;
+		(void)b;
+#endif
+	}
+	static __device__ __forceinline__ int ab_idx(int l) { return l % 16; }
+	static __device__ __forceinline__ int ab_k(int l)
+	{
+		return 8 * (l / 16);
+	}
+	static __device__ __forceinline__ int d_row(int l, int v)
+	{
+		return flyk_mfma<16>::d_row(l, v);
 	}
 	static __device__ __forceinline__ int d_col(int l) { return l % 16; }
 };

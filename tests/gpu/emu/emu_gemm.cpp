@@ -1,6 +1,6 @@
 /*
- * emu_gemm.cpp -- runs the gemm and grouped_gemm kernels of kernels/gpu on
- * the CPU emulator (flyk_emu.h: one coroutine per GPU thread) against a
+ * emu_gemm.cpp -- runs the gemm, grouped_gemm, scaled_gemm and attention
+ * kernels of kernels/gpu on the CPU emulator (flyk_emu.h: one coroutine per GPU thread) against a
  * double-precision host reference, with the PTX of gemm_tile.h (cp.async,
  * ldmatrix, mma.sync m16n8k16) emulated lane by lane from the PTX ISA's
  * fragment layouts.  For checking the kernels' index logic, pipelines,
@@ -11,9 +11,13 @@
  *   g++ -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu \
  *       -Itests/gpu/emu -include tests/gpu/emu/emu_gemm.h \
  *       -x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm/gemm.hip \
- *       kernels/gpu/gemm/grouped_gemm.hip -o /tmp/flyk_emu_gemm
- *   /tmp/flyk_emu_gemm [quick|compare|attn|attn-quick|mfma|amd|full]
- *       (compare: only the case check; attn*: attention only; mfma: the
+ *       kernels/gpu/gemm/grouped_gemm.hip kernels/gpu/gemm/scaled_gemm.hip \
+ *       kernels/gpu/attn/attention.hip kernels/gpu/compare.hip \
+ *       -x none build/tests/emu/flyk.o -o /tmp/flyk_emu_gemm
+ *   /tmp/flyk_emu_gemm [quick|compare|attn|attn-quick|scaled|mfma|amd|full]
+ *       (compare: only the case check; attn*: attention only; scaled:
+ *       scaled GEMM, and in the AMD build MQA logits, only (every
+ *       point, every format); mfma: the
  *       AMD build's MFMA model only; amd: everything at every point but
  *       every 3rd of the MFMA variants', the AMD run of `make test`; any
  *       other argument, or none: everything at every point)
@@ -26,6 +30,13 @@
  * gfx940's two fp8 ones on e4m3 fnuz (flyk_emu_mfma_fp8), and tests them
  * against a plain matrix product (mfma_unit), and adds shapes
  * with operands off 16-byte alignment and odd K for the AMD variants.
+ * Scaled GEMM (sg_all, both models): every variant that has no
+ * enumerate() at every feasible point of 6 shapes (each format, K tails,
+ * M = 1, operands a byte off alignment, bias) against a double host
+ * reference of the CPU backend's decoding rules, compared by the GPU
+ * case's rule (sg_cmp_kernel); sg_mfma runs in the AMD model.  MQA logits
+ * (mqa_all, the AMD binary alone: mqa_logits.hip is built into it only)
+ * likewise, 3 shapes, mqa_mfma among the variants.
  *
  * Own scheduler (a copy of emu_main.cpp's, with 2-D grids).  Not emulated:
  * the asynchrony of cp.async (copies complete at once), timing, the
@@ -829,6 +840,339 @@ static void attn_all(const struct flyk_backend *b, int quick)
 	}
 }
 
+/* ------------------------------------------------------------ scaled gemm */
+
+/* The host decoders of scaled GEMM's formats (the CPU backend's rules,
+ * kernels/cpu: fn bias 7 with 0x7f/0xff NaN, fnuz bias 8 with 0x80 NaN,
+ * e2m1 {0, .5, 1, 1.5, 2, 3, 4, 6}, e8m0 2^(e - 127) with 0xFF NaN). */
+static double sg_e4m3(unsigned b, bool fnuz)
+{
+	unsigned e = (b >> 3) & 15u, m = b & 7u;
+	if (fnuz ? b == 0x80u : (b & 0x7fu) == 0x7fu)
+		return NAN;
+	double v = e ? ldexp(1.0 + m / 8.0, (int)e - (fnuz ? 8 : 7))
+		     : ldexp((double)m, fnuz ? -10 : -9);
+	return (b & 0x80u) ? -v : v;
+}
+
+static double sg_e2m1(unsigned c)
+{
+	static const double mag[8] = {0, .5, 1, 1.5, 2, 3, 4, 6};
+	return (c & 8u) ? -mag[c & 7u] : mag[c & 7u];
+}
+
+static double sg_e8m0(unsigned e)
+{
+	return e == 0xffu ? NAN : ldexp(1.0, (int)e - 127);
+}
+
+/* Element (i, q) of an operand of @p dt with k columns, scales applied. */
+static double sg_host_elem(uint32_t dt, const uint8_t *x, const uint8_t *sc,
+			   int64_t k, int64_t i, int64_t q)
+{
+	switch (dt) {
+	case FLY_DT_FP8_E4M3:
+		return sg_e4m3(x[i * k + q], false);
+	case FLY_DT_FP8_E4M3FNUZ:
+		return sg_e4m3(x[i * k + q], true);
+	case FLY_DT_MXFP8:
+		return sg_e4m3(x[i * k + q], false) *
+		       sg_e8m0(sc[i * (k / 32) + q / 32]);
+	default: {
+		uint8_t b = x[(i * k + q) / 2];
+		return sg_e2m1(q % 2 ? b >> 4 : b & 15u) *
+		       sg_e8m0(sc[i * (k / 32) + q / 32]);
+	}
+	}
+}
+
+/* Random operand bytes of @p dt: fn over its whole range (-0 and the
+ * 256..448 fnuz cannot hold included, NaN not), fnuz every finite code,
+ * e2m1 any byte. */
+static uint8_t sg_rnd(uint32_t dt)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	uint8_t b = (uint8_t)(rng >> 40);
+	if (dt == FLY_DT_FP8_E4M3FNUZ)
+		return b == 0x80 ? 0 : b;
+	if (dt != FLY_DT_MXFP4 && (b & 0x7f) == 0x7f)
+		return b ^ 1;
+	return b;
+}
+
+/* sg_cmp_kernel's rule (the CPU backend's, case.c): |got - ref| <=
+ * 2^-6 |ref| + 2^-8 max |ref|, no NaN. */
+static int sg_cmp(const uint16_t *got, const std::vector<double> &ref)
+{
+	double big = 0;
+	for (double r : ref)
+		if (r == r)
+			big = std::max(big, fabs(r));
+	for (size_t i = 0; i < ref.size(); i++) {
+		double g = flyk_bf16_to_float(got[i]), e = fabs(g - ref[i]);
+		if (e != e || e > fabs(ref[i]) * 0x1p-6 + big * 0x1p-8)
+			return -EDOM;
+	}
+	return 0;
+}
+
+static const char *sg_dt_name(uint32_t dt)
+{
+	return dt == FLY_DT_FP8_E4M3	   ? "e4m3"
+	       : dt == FLY_DT_FP8_E4M3FNUZ ? "e4m3fnuz"
+	       : dt == FLY_DT_MXFP8	   ? "mxfp8"
+					   : "mxfp4";
+}
+
+/* Every scaled-GEMM variant at every feasible point on one shape against
+ * a double-precision host reference, C poisoned; @p off: A, B, C and the
+ * bias start that many bytes (elements, for C and the bias) past an
+ * aligned address. */
+static void sg_one(const struct flyk_backend *b, int64_t m, int64_t n,
+		   int64_t k, uint32_t dt, uint32_t flags, int off = 0)
+{
+	struct flyk_device dev = emu_dev();
+	struct fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = FLY_OP_SCALED_GEMM;
+	p.dtype = dt;
+	p.layout = FLY_LAYOUT_NT;
+	p.flags = flags;
+	p.dims[0] = m;
+	p.dims[1] = n;
+	p.dims[2] = k;
+	bool mx = dt == FLY_DT_MXFP8 || dt == FLY_DT_MXFP4;
+	int64_t rb = dt == FLY_DT_MXFP4 ? k / 2 : k; /* bytes a row */
+	std::vector<uint8_t> Ab(m * rb + 16), Bb(n * rb + 16);
+	std::vector<uint8_t> sa(mx ? m * (k / 32) : 1);
+	std::vector<uint8_t> sb(mx ? n * (k / 32) : 1);
+	std::vector<uint16_t> Cb(m * n + 8), biasb(n + 8);
+	uint8_t *A = Ab.data() + off, *B = Bb.data() + off;
+	uint16_t *C = Cb.data() + off, *bias = biasb.data() + off;
+	for (auto &x : Ab)
+		x = sg_rnd(dt);
+	for (auto &x : Bb)
+		x = sg_rnd(dt);
+	for (auto &x : sa)
+		x = (uint8_t)(124 + (sg_rnd(FLY_DT_MXFP4) % 7));
+	for (auto &x : sb)
+		x = (uint8_t)(124 + (sg_rnd(FLY_DT_MXFP4) % 7));
+	for (auto &x : biasb)
+		x = rnd_bf16();
+	float ts[2] = {0.75f, 1.25f};
+	std::vector<double> ref(m * n);
+	for (int64_t i = 0; i < m; i++)
+		for (int64_t j = 0; j < n; j++) {
+			double s = 0;
+			for (int64_t q = 0; q < k; q++)
+				s += sg_host_elem(dt, A, sa.data(), k, i, q) *
+				     sg_host_elem(dt, B, sb.data(), k, j, q);
+			if (!mx)
+				s *= (double)ts[0] * ts[1];
+			if (flags & FLY_F_BIAS)
+				s += flyk_bf16_to_float(bias[j]);
+			ref[i * n + j] = s;
+		}
+	union flyk_args args;
+	memset(&args, 0, sizeof(args));
+	struct flyk_scaled_gemm_args *g = &args.scaled_gemm;
+	g->a = A;
+	g->b = B;
+	g->c = C;
+	g->bias = bias;
+	g->scale_a = mx ? (const void *)sa.data() : (const void *)&ts[0];
+	g->scale_b = mx ? (const void *)sb.data() : (const void *)&ts[1];
+	for (size_t vi = 0; vi < b->nvariants; vi++) {
+		const struct flyk_variant *v = &b->variants[vi];
+		if (!flyk_variant_supports(v, &p) || v->enumerate)
+			continue;
+		tally_seen(v->name);
+		each_point(v, &dev, &p, [&](const int64_t *pt) {
+			tally_ran(v->name);
+			char key[200];
+			key_of(v->name, &p, pt, v->nparams, key, sizeof(key));
+			snprintf(key + strlen(key), sizeof(key) - strlen(key),
+				 " %s%s", sg_dt_name(dt), off ? " +1" : "");
+			memset(C, 0xff, (size_t)(m * n) * 2);
+			misaligned = 0;
+			int rc = v->launch(&dev, &p, pt, &args, NULL);
+			if (!rc)
+				rc = sg_cmp(C, ref);
+			if (!rc && misaligned)
+				rc = -EFAULT; /* a GPU would fault */
+			result(rc == 0, "scaled", key, rc);
+		});
+	}
+}
+
+/* The scaled-GEMM shapes: each format, K tails (per tensor: K % 16 != 0;
+ * MX: K % 64 == 32, half a k-tile), M and N off every tile, M = 1,
+ * operands one byte (C and bias one element) off alignment, bias. */
+static void sg_all(const struct flyk_backend *b)
+{
+	sg_one(b, 37, 45, 72, FLY_DT_FP8_E4M3, FLY_F_BIAS);
+	sg_one(b, 33, 40, 27, FLY_DT_FP8_E4M3FNUZ, 0, 1);
+	sg_one(b, 40, 70, 96, FLY_DT_MXFP8, FLY_F_BIAS);
+	sg_one(b, 1, 33, 64, FLY_DT_MXFP4, 0, 1);
+	sg_one(b, 65, 130, 96, FLY_DT_MXFP4, FLY_F_BIAS);
+	sg_one(b, 130, 136, 40, FLY_DT_FP8_E4M3, 0);
+}
+
+#if FLYK_AMD
+/* ------------------------------------------------------------ mqa logits */
+
+/* Whether column @p j is inside the window [ks, ke) clamped to [0, skv). */
+static bool mqa_in(int32_t ks, int32_t ke, int64_t skv, int64_t j)
+{
+	int64_t lo = std::min<int64_t>(std::max(ks, 0), skv);
+	int64_t hi = std::max<int64_t>(std::min<int64_t>(ke, skv), lo);
+	return j >= lo && j < hi;
+}
+
+/* One logit @p g: inside the window within 2e-3 @p big of @p r; outside
+ * it -inf where @p clean, else the poison left as it was. */
+static int mqa_pos_ok(float g, double r, double big, bool in, bool clean)
+{
+	uint32_t u;
+	memcpy(&u, &g, 4);
+	if (in)
+		return fabs(g - r) <= 2e-3 * big ? 0 : -EDOM;
+	if (clean)
+		return isinf(g) && g < 0 ? 0 : -ERANGE;
+	return u == 0xffffffffu ? 0 : -EFAULT;
+}
+
+/* A row of @p ld logits (@p skv of them columns) against its reference. */
+static int mqa_row_ok(const float *g, const double *r, int32_t ks,
+		      int32_t ke, int64_t skv, int64_t ld, double big,
+		      bool clean)
+{
+	for (int64_t j = 0; j < ld; j++) {
+		bool col = j < skv;
+		bool in = col && mqa_in(ks, ke, skv, j);
+		int rc = mqa_pos_ok(g[j], col ? r[j] : 0.0, big, in,
+				    col && clean);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Every MQA-logits variant at every feasible point on one shape against
+ * a double host reference (sum_h w relu(q . kv) * kv_scale over each
+ * row's window), the logits NaN-poisoned, rows @p ld apart: inside a
+ * window within 2e-3 of the largest |ref| (the case's rule, mqa_check),
+ * outside it -inf under CLEAN and untouched without.  Windows: empty,
+ * clamped below 0 and past skv, and ordinary.  @p dt and @p flags as the
+ * key (fp8_e4m3 + FLY_F_KV_FNUZ: q fn, kv fnuz). */
+static void mqa_one(const struct flyk_backend *b, int64_t sq, int64_t skv,
+		    int64_t h, int64_t d, uint32_t dt, uint32_t flags)
+{
+	struct flyk_device dev = emu_dev();
+	struct fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = FLY_OP_MQA_LOGITS;
+	p.dtype = dt;
+	p.flags = flags;
+	int64_t dims[4] = {sq, skv, h, d};
+	memcpy(p.dims, dims, sizeof(dims));
+	bool qfnuz = dt == FLY_DT_FP8_E4M3FNUZ;
+	bool kvfnuz = qfnuz || (flags & FLY_F_KV_FNUZ);
+	uint32_t qdt = qfnuz ? FLY_DT_FP8_E4M3FNUZ : FLY_DT_FP8_E4M3;
+	uint32_t kdt = kvfnuz ? FLY_DT_FP8_E4M3FNUZ : FLY_DT_FP8_E4M3;
+	int64_t ld = skv + 3; /* logits rows apart */
+	std::vector<uint8_t> Q(sq * h * d + 1), KV(skv * d);
+	std::vector<float> sc(skv), w(sq * h), out(sq * ld);
+	std::vector<int32_t> ks(sq), ke(sq);
+	/* q off alignment (mqa_simt takes an aligned kv only) */
+	uint8_t *q = Q.data() + 1, *kv = KV.data();
+	for (auto &x : Q)
+		x = sg_rnd(qdt);
+	for (auto &x : KV)
+		x = sg_rnd(kdt);
+	for (auto &x : sc)
+		x = 0.5f + flyk_bf16_to_float(rnd_bf16()) / 2 + 0.5f;
+	for (auto &x : w)
+		x = flyk_bf16_to_float(rnd_bf16());
+	for (int64_t i = 0; i < sq; i++) { /* ordinary, < 0, empty, > skv */
+		ks[i] = (int32_t)(i % 4 == 1 ? -5 : (i * 7) % skv);
+		ke[i] = (int32_t)(ks[i] + 1 + (i * 13) % skv);
+		if (i % 4 == 2)
+			ke[i] = ks[i];
+		if (i % 4 == 3)
+			ke[i] = (int32_t)skv + 9;
+	}
+	std::vector<double> ref(sq * skv, 0.0);
+	double big = 0;
+	for (int64_t i = 0; i < sq; i++)
+		for (int64_t j = 0; j < skv; j++) {
+			if (!mqa_in(ks[i], ke[i], skv, j))
+				continue;
+			double acc = 0;
+			for (int64_t hh = 0; hh < h; hh++) {
+				double dot = 0;
+				for (int64_t k = 0; k < d; k++)
+					dot += sg_e4m3(q[(i * h + hh) * d + k],
+						       qfnuz) *
+					       sg_e4m3(kv[j * d + k], kvfnuz);
+				acc += std::max(dot, 0.0) * w[i * h + hh];
+			}
+			ref[i * skv + j] = acc * sc[j];
+			big = std::max(big, fabs(ref[i * skv + j]));
+		}
+	union flyk_args args;
+	memset(&args, 0, sizeof(args));
+	struct flyk_mqa_logits_args *a = &args.mqa_logits;
+	a->q = q;
+	a->kv = kv;
+	a->kv_scale = sc.data();
+	a->weights = w.data();
+	a->ks = ks.data();
+	a->ke = ke.data();
+	a->logits = out.data();
+	a->ld = ld;
+	for (size_t vi = 0; vi < b->nvariants; vi++) {
+		const struct flyk_variant *v = &b->variants[vi];
+		if (!flyk_variant_supports(v, &p) || v->enumerate)
+			continue;
+		tally_seen(v->name);
+		each_point(v, &dev, &p, [&](const int64_t *pt) {
+			tally_ran(v->name);
+			char key[200];
+			key_of(v->name, &p, pt, v->nparams, key, sizeof(key));
+			snprintf(key + strlen(key), sizeof(key) - strlen(key),
+				 " %s", qfnuz ? "fnuz" : kvfnuz ? "fn/kv-fnuz"
+							  : "fn");
+			memset(out.data(), 0xff, out.size() * 4);
+			misaligned = 0;
+			int rc = v->launch(&dev, &p, pt, &args, NULL);
+			bool clean = flags & FLY_F_CLEAN;
+			for (int64_t i = 0; !rc && i < sq; i++)
+				rc = mqa_row_ok(&out[i * ld], &ref[i * skv],
+						ks[i], ke[i], skv, ld, big,
+						clean);
+			if (!rc && misaligned)
+				rc = -EFAULT;
+			result(rc == 0, "mqa", key, rc);
+		});
+	}
+}
+
+/* MQA shapes: each format pairing (fn, fnuz, q fn with kv fnuz), CLEAN on
+ * and off, heads not a multiple of 32, d 32 and 128, the wgmma shape
+ * (h 64, d 128), skv off every block width, q a byte off alignment. */
+static void mqa_all(const struct flyk_backend *b)
+{
+	mqa_one(b, 6, 70, 20, 32, FLY_DT_FP8_E4M3, FLY_F_CLEAN);
+	mqa_one(b, 5, 45, 40, 32, FLY_DT_FP8_E4M3FNUZ, 0);
+	mqa_one(b, 4, 130, 64, 128, FLY_DT_FP8_E4M3,
+		FLY_F_CLEAN | FLY_F_KV_FNUZ);
+}
+
+#endif
+
 #if FLYK_AMD
 /* ------------------------------------------------------------ MFMA test */
 
@@ -1038,6 +1382,26 @@ static void fnuz_unit(void)
 	result(bad == 0, "mfma", "fp8 fnuz codes", bad);
 }
 
+/* prim/mfma.h's re-encodings into fnuz, at every code: an fn byte to the
+ * fnuz byte of half its value (-0 to +0, NaN to NaN), four at once in
+ * every byte position; an e2m1 code to the fnuz byte of its value. */
+static void fnuz_reencode_unit(void)
+{
+	int bad = 0;
+	for (unsigned b = 0; b < 256; b++)
+		for (int pos = 0; pos < 4; pos++) {
+			uint32_t w = 0x3c3c3c3cu & ~(0xffu << (8 * pos));
+			uint32_t o = flyk_mfma8_fn4(w | b << (8 * pos));
+			double f = sg_e4m3(b, false);
+			double g = fnuz_f32((o >> (8 * pos)) & 0xffu);
+			bad += f == f ? !(g == f / 2) : !(g != g);
+			bad += (o & ~(0xffu << (8 * pos))) != w; /* 0x3c kept */
+		}
+	for (unsigned c = 0; c < 16; c++)
+		bad += fnuz_f32(flyk_mfma8_e2m1(c)) != sg_e2m1(c);
+	result(bad == 0, "mfma", "fp8 fn and e2m1 to fnuz", bad);
+}
+
 /* The maps at entries of the calculator's --matrix-layout tables (-a
  * cdna3), lanes past 31 included: {n, matrix, lane, e, row, col}. */
 static void mfma_unit(void)
@@ -1074,6 +1438,7 @@ static void mfma_unit(void)
 	bad += r != 15 || c != 18;
 	result(bad == 0, "mfma", "fp8 layout entries", bad);
 	fnuz_unit();
+	fnuz_reencode_unit();
 	mfma8_product<32>();
 	mfma8_product<16>();
 }
@@ -1095,6 +1460,14 @@ int main(int argc, char **argv)
 	vs.insert(vs.end(), flyk_gpu_attention_op.variants,
 		  flyk_gpu_attention_op.variants +
 		      flyk_gpu_attention_op.nvariants);
+#if FLYK_AMD /* mqa_logits.hip: the AMD binary's alone (Makefile) */
+	vs.insert(vs.end(), flyk_gpu_mqa_logits_op.variants,
+		  flyk_gpu_mqa_logits_op.variants +
+		      flyk_gpu_mqa_logits_op.nvariants);
+#endif
+	vs.insert(vs.end(), flyk_gpu_scaled_gemm_op.variants,
+		  flyk_gpu_scaled_gemm_op.variants +
+		      flyk_gpu_scaled_gemm_op.nvariants);
 	b.variants = vs.data();
 	b.nvariants = vs.size();
 	if (argc > 1 && !strncmp(argv[1], "attn", 4)) { /* attention only */
@@ -1110,6 +1483,15 @@ int main(int argc, char **argv)
 		return nfail ? 1 : 0;
 	}
 #endif
+	if (argc > 1 && !strcmp(argv[1], "scaled")) { /* scaled GEMM only */
+		sg_all(&b);
+#if FLYK_AMD
+		mqa_all(&b);
+#endif
+		nfail += tally_report();
+		printf("%d passed, %d failed\n", npass, nfail);
+		return nfail ? 1 : 0;
+	}
 	if (argc > 1 && !strcmp(argv[1], "compare")) { /* the check only */
 		compare_rule();
 		printf("%d passed, %d failed\n", npass, nfail);
@@ -1145,6 +1527,11 @@ int main(int argc, char **argv)
 	mfma_unit();
 #endif
 	printf("# gemm: %d passed, %d failed\n", npass, nfail);
+	sg_all(&b);
+#if FLYK_AMD
+	mqa_all(&b);
+#endif
+	printf("# scaled gemm, mqa: %d passed, %d failed\n", npass, nfail);
 	grouped_one(&b, {64, 64, 64, 64}, 72, 48, st);
 	grouped_one(&b, {0, 130, 0, 17, 129, 1, 64, 0}, 64, 40, st);
 	grouped_one(&b, {1, 0, 0, 0, 0}, 136, 16, st);

@@ -46,6 +46,7 @@ static const struct emu_skip emu_skips[] = {
     {"gemm_tma", EMU_NO_TMA},
     {"ggemm_tma", EMU_NO_TMA},
     {"attn_wgmma", EMU_NO_TMA},
+    {"sg_wgmma", EMU_NO_TMA},
     {"attn_cudnn", "cuDNN: vendor library"},
     {"cublas_default", "cuBLAS: vendor library"},
     {"cublaslt", "cuBLASLt: vendor library"},
@@ -56,9 +57,11 @@ static const struct emu_skip emu_skips[] = {
     {"ggemm_wgmma", "wgmma: NVIDIA sm_90a only"},
     {"attn_fa2", "mma.sync: NVIDIA only, no MFMA kernel yet"},
     {"attn_fa2_split", "mma.sync: NVIDIA only, no MFMA kernel yet"},
+    {"mqa_wgmma", "wgmma: NVIDIA sm_90a only (mqa_mfma is AMD's)"},
 #else
     {"gemm_mfma", "MFMA: AMD CDNA only"},
     {"ggemm_mfma", "MFMA: AMD CDNA only"},
+    {"sg_mfma", "MFMA: AMD CDNA only"},
 #endif
 };
 
