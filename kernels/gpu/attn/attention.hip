@@ -947,6 +947,10 @@ static int cudnn_launch(const struct flyk_device *dev,
 static const int64_t cudnn_placeholder[] = {-1};
 #endif
 
+/* ------------------------------------------------------------ mfma */
+
+#include "attn/attn_mfma.h" /* uses attn_dims, attn_problem_ok */
+
 /* ------------------------------------------------------------ table */
 
 #define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
@@ -1000,6 +1004,17 @@ static const struct flyk_variant attn_variants[] = {
      split_feasible,
      NULL,
      split_launch,
+     NULL},
+    {"attn_mfma",
+     FLY_OP_ATTENTION,
+     1u << FLY_DT_BF16,
+     FLY_F_CAUSAL,
+     0,
+     2,
+     {{"block_m", NV(amf_block_m)}, {"block_n", NV(amf_block_n)}},
+     attn_mfma_feasible,
+     NULL,
+     attn_mfma_launch,
      NULL},
 #if FLYK_HAS_CUDNN
     {"attn_cudnn",
