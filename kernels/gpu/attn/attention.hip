@@ -35,9 +35,8 @@
  *                   tile and stored 16 bytes at a time (d = 256: block_n
  *                   32 only, registers).  Needs 16-byte
  *                   aligned pointers and strides that are multiples of 8.
- *                   On AMD (no FLYK_HAS_MMA) feasible() says -EINVAL: the
- *                   portable attn_ref is the only path there until an MFMA
- *                   kernel is written.
+ *                   On AMD (no FLYK_HAS_MMA) feasible() says -EINVAL
+ *                   (attn_mfma is the MFMA kernel there).
  *   attn_fa2_split  the same kernel over a `split`-th of the key tiles
  *                   (decode and short-query / long-KV shapes, where the
  *                   (query block, head, batch) grid leaves SMs idle): each
@@ -49,6 +48,13 @@
  *                   smaller).  Only where the unsplit grid has fewer than
  *                   2 blocks per SM.
  *   attn_wgmma      (reserved, attn_wgmma.h) Hopper TMA + wgmma kernel.
+ *   attn_mfma       (AMD gfx90a, gfx940-942, gfx950; bf16, d 64/128;
+ *                   attn_mfma.h) FlashAttention-2 on MFMA, wave64: block_m
+ *                   / 16 waves of 16 query rows, K/V tiles of block_n keys
+ *                   in LDS, S^T = K Q^T and O^T += V^T P^T on
+ *                   flyk_mfma<16> (P in registers), online softmax in fp32
+ *                   with exp2f; causal tiles skipped / masked as attn_fa2.
+ *                   Checked in the emulator's AMD model only.
  *   attn_cudnn      (reserved, kernels/vendor/cudnn_attn.c) cuDNN.
  */
 #include <errno.h>
@@ -947,6 +953,10 @@ static int cudnn_launch(const struct flyk_device *dev,
 static const int64_t cudnn_placeholder[] = {-1};
 #endif
 
+/* ------------------------------------------------------------ mfma */
+
+#include "attn/attn_mfma.h" /* uses attn_dims, attn_problem_ok */
+
 /* ------------------------------------------------------------ table */
 
 #define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
@@ -1000,6 +1010,17 @@ static const struct flyk_variant attn_variants[] = {
      split_feasible,
      NULL,
      split_launch,
+     NULL},
+    {"attn_mfma",
+     FLY_OP_ATTENTION,
+     1u << FLY_DT_BF16,
+     FLY_F_CAUSAL,
+     0,
+     2,
+     {{"block_m", NV(amf_block_m)}, {"block_n", NV(amf_block_n)}},
+     attn_mfma_feasible,
+     NULL,
+     attn_mfma_launch,
      NULL},
 #if FLYK_HAS_CUDNN
     {"attn_cudnn",

@@ -785,10 +785,15 @@ static void attn_one(const struct flyk_backend *b, int64_t B, int64_t sq,
 		const struct flyk_variant *var = &b->variants[vi];
 		if (!flyk_variant_supports(var, &p))
 			continue;
-		int seen = 0;
+		/* attn_mfma (6 points a d), quick or mode amd: every 3rd, one
+		 * further on each shape, so the quick set meets them all */
+		static int amf_skew;
+		bool amf = !strcmp(var->name, "attn_mfma") &&
+			   (stride > 3 || mfma_every > 1);
+		int seen = amf ? amf_skew++ : 0, every = amf ? 3 : stride;
 		tally_seen(var->name);
 		each_point(var, &dev, &p, [&](const int64_t *pt) {
-			if (seen++ % stride)
+			if (seen++ % every)
 				return;
 			tally_ran(var->name);
 			char key[200];

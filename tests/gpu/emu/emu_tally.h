@@ -55,13 +55,14 @@ static const struct emu_skip emu_skips[] = {
     {"gemm_wgmma", "wgmma: NVIDIA sm_90a only"},
     {"ggemm_mma", "mma.sync: NVIDIA only (ggemm_mfma is AMD's)"},
     {"ggemm_wgmma", "wgmma: NVIDIA sm_90a only"},
-    {"attn_fa2", "mma.sync: NVIDIA only, no MFMA kernel yet"},
-    {"attn_fa2_split", "mma.sync: NVIDIA only, no MFMA kernel yet"},
+    {"attn_fa2", "mma.sync: NVIDIA only (attn_mfma on AMD)"},
+    {"attn_fa2_split", "mma.sync: NVIDIA only (attn_mfma on AMD)"},
     {"mqa_wgmma", "wgmma: NVIDIA sm_90a only (mqa_mfma is AMD's)"},
 #else
     {"gemm_mfma", "MFMA: AMD CDNA only"},
     {"ggemm_mfma", "MFMA: AMD CDNA only"},
     {"sg_mfma", "MFMA: AMD CDNA only"},
+    {"attn_mfma", "MFMA: AMD CDNA only"},
 #endif
 };
 
