@@ -45,11 +45,11 @@
 #define LATE_SHARE 0.4
 /* A check run at least this long, and not behind the warm-up cut, is the
  * candidate's warm-up too: its module is loaded and its first-use costs
- * are paid (a case with
- * timed_args runs its timed call once untimed before the first timed
- * rep anyway).  On the H200's b32 s8192 causal attention keys a separate
- * warm-up was a fourth 7 ms launch per candidate, and the checks' share
- * of the budget reached 18-19 of 32-36 candidates. */
+ * are paid (a GPU case whose timed call differs from the checked one
+ * runs it once untimed before the check).  On the H200's b32 s8192
+ * causal attention keys a separate warm-up was a fourth 7 ms launch per
+ * candidate, and the checks' share of the budget reached 18-19 of 32-36
+ * candidates. */
 #define LONG_RUN_US 2000.0
 /* The least of job->budget_s a job's wall cap leaves its measurements. */
 #define MIN_SHARE 0.25
