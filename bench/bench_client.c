@@ -231,6 +231,8 @@ static void scale_pass(fly_client *c, const char *fmt, int n, int step, int k,
 	printf("pass%d_p50_ns %llu\npass%d_p99_ns %llu\npass%d_minflt %ld\n",
 	       k, (unsigned long long)pct_u64(v, (size_t)n, 0.5), k,
 	       (unsigned long long)pct_u64(v, (size_t)n, 0.99), k, flt);
+	/* (v is sorted now) */
+	printf("pass%d_mean90_ns %.1f\n", k, low_mean_u64(v, (size_t)n, 0.9));
 	printf("pass%d_cache_hits %llu\npass%d_shm_hits %llu\n"
 	       "pass%d_socket_requests %llu\n", k,
 	       (unsigned long long)(st1.cache_hits - st0.cache_hits), k,

@@ -101,4 +101,17 @@ static inline uint64_t pct_u64(uint64_t *v, size_t n, double p)
 	return v[(size_t)(p * (double)(n - 1))];
 }
 
+/* The mean of the fastest @p p share of @p v[0..n) (sorted by pct_u64
+ * first): a finer figure than a quantile of samples that move in whole
+ * timer steps, with the preempted calls of the slow tail left out. */
+static inline double low_mean_u64(const uint64_t *v, size_t n, double p)
+{
+	size_t m = (size_t)(p * (double)n);
+	double s = 0;
+
+	for (size_t i = 0; i < m; i++)
+		s += (double)v[i];
+	return m > 0 ? s / (double)m : 0;
+}
+
 #endif /* FLY_BENCH_TIME_H */

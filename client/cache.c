@@ -129,10 +129,12 @@ static int window_full_of_others(const struct fly_cache *c, uint64_t hash)
 
 const struct fly_cache_entry *fly__cache_lookup(const struct fly_cache *c,
 						const char *key, size_t len,
-						uint64_t hash)
+						uint64_t hash, int *room)
 {
 	size_t mask = FLY_CACHE_SLOTS - 1;
 
+	if (room != NULL)
+		*room = 1;
 	for (size_t i = 0; i < FLY_CACHE_PROBE; i++) {
 		size_t j = (hash + i) & mask;
 		const struct fly_cache_entry *e;
@@ -148,6 +150,11 @@ const struct fly_cache_entry *fly__cache_lookup(const struct fly_cache *c,
 		if (entry_is(e, key, len, hash))
 			return e;
 	}
+	/* every slot of the window held another key (a slot whose hash
+	 * was 0 or this key's and whose entry was another key's is
+	 * counted as full too: it is, and stays so) */
+	if (room != NULL)
+		*room = 0;
 	return NULL;
 }
 

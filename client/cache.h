@@ -74,10 +74,13 @@ int fly__cache_init(struct fly_cache *c);
 void fly__cache_fini(struct fly_cache *c);
 
 /* Find the entry of a key.  Lock-free, no syscall.
+ * @param[out] room (may be NULL) on a miss, 0 when the key's probe window
+ *   holds only other keys, so a put of it cannot succeed, now or ever
+ *   (keys are never removed); else 1.
  * @return borrowed; valid until fly__cache_fini; NULL on a miss. */
 const struct fly_cache_entry *fly__cache_lookup(const struct fly_cache *c,
 						const char *key, size_t len,
-						uint64_t hash);
+						uint64_t hash, int *room);
 
 /* Insert or replace the answer for a key, stamped with @p generation and
  * @p checked_ns.  When the stored decision is identical, only the stamps

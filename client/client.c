@@ -104,23 +104,37 @@ struct retired_shm {
 #define FLY_RD_SHARDS 16 /* power of two */
 
 /* Per-CPU counters: the read sections in progress in each of the two
- * grace-period phases, and cache hits.  One shared counter bumped by every
- * hit bounced its cache line between cores and made two threads 3x slower
- * per call than one (bench_client, 2 threads).  A section's count and the
- * hit it ends with share one word (RD_ACTIVE_MASK: sections, above: hits),
- * so a hit costs two atomic additions, not three (bench_client, hot key:
- * 27 ns -> 21 ns; 17 ns before read sections existed).  Every RD_FOLD
- * hits of a word move to @c folded. */
+ * grace-period phases, cache hits and table hits.  One shared counter
+ * bumped by every hit bounced its cache line between cores and made two
+ * threads 3x slower per call than one (bench_client, 2 threads).  A
+ * section's count and the hit it ends with share one word
+ * (RD_ACTIVE_MASK: sections; then table hits; on top cache hits), so a
+ * hit of either kind costs two atomic additions, not three (bench_client,
+ * hot key: 27 ns -> 21 ns; 17 ns before read sections existed; issue 19:
+ * a table hit's own locked add on one shared counter was ~7 ns of the shm
+ * path).  Every RD_FOLD cache hits of a word move to @c folded, every
+ * RD_SHM_FOLD table hits to @c shm_folded; a field holds up to 4x its
+ * fold, so the hits that land while one fold is under way fit. */
 struct rd_shard {
-	_Atomic uint64_t w[2];     /* per phase: hits << 24 | sections */
-	_Atomic uint64_t folded;   /* hits moved out of w[] */
-	char pad[64 - 3 * sizeof(uint64_t)];
+	_Atomic uint64_t w[2];     /* per phase: hits << 40 | table hits
+				      << 20 | sections */
+	_Atomic uint64_t folded;   /* cache hits moved out of w[] */
+	_Atomic uint64_t shm_folded; /* table hits moved out of w[], and
+					those counted outside a section */
+	char pad[64 - 4 * sizeof(uint64_t)];
 } __attribute__((aligned(64)));
 
-#define RD_HIT_SHIFT 24
-#define RD_ACTIVE_MASK ((1ull << RD_HIT_SHIFT) - 1)
+#define RD_SHM_SHIFT 20
+#define RD_ACTIVE_MASK ((1ull << RD_SHM_SHIFT) - 1)
+#define RD_SHM_ONE (1ull << RD_SHM_SHIFT)
+#define RD_SHM_MASK ((1ull << 20) - 1) /* after the shift */
+#define RD_SHM_FOLD (1ull << 18)
+#define RD_HIT_SHIFT 40
 #define RD_HIT_ONE (1ull << RD_HIT_SHIFT)
-#define RD_FOLD (1ull << 38)
+#define RD_FOLD (1ull << 22)
+
+/* What a read section ended with (rd_exit). */
+enum rd_end { RD_END_MISS, RD_END_HIT, RD_END_SHM };
 
 /* A read section: where its count was taken. */
 struct rd_token {
@@ -178,7 +192,6 @@ struct fly_client {
 				      answers are trusted: the session that
 				      brought them is open (issue 21) */
 	struct rd_shard rd[FLY_RD_SHARDS];
-	_Atomic uint64_t n_shm_hits;
 	_Atomic uint64_t n_socket_requests;
 	_Atomic uint64_t n_socket_errors;
 	_Atomic uint64_t n_reconnects;
@@ -211,17 +224,23 @@ static void bump(_Atomic uint64_t *ctr)
 	atomic_fetch_add_explicit(ctr, 1, memory_order_relaxed);
 }
 
-static uint64_t hits_total(const fly_client *c)
+/* Cache hits (@p shm 0) or table hits (1) counted so far. */
+static uint64_t hits_total(const fly_client *c, int shm)
 {
 	struct rd_shard *sh = ((fly_client *)c)->rd;
 	uint64_t n = 0;
 
 	for (int i = 0; i < FLY_RD_SHARDS; i++) {
-		n += atomic_load_explicit(&sh[i].folded, memory_order_relaxed);
-		for (int ph = 0; ph < 2; ph++)
-			n += atomic_load_explicit(&sh[i].w[ph],
-						  memory_order_relaxed) >>
-			     RD_HIT_SHIFT;
+		n += atomic_load_explicit(shm ? &sh[i].shm_folded
+					      : &sh[i].folded,
+					  memory_order_relaxed);
+		for (int ph = 0; ph < 2; ph++) {
+			uint64_t w = atomic_load_explicit(
+				&sh[i].w[ph], memory_order_relaxed);
+
+			n += shm ? w >> RD_SHM_SHIFT & RD_SHM_MASK
+				 : w >> RD_HIT_SHIFT;
+		}
 	}
 	return n;
 }
@@ -231,6 +250,17 @@ static void bump_hit(fly_client *c, unsigned shard)
 {
 	atomic_fetch_add_explicit(&c->rd[shard].folded, 1,
 				  memory_order_relaxed);
+}
+
+/* Count a table hit outside a read section (decide_socket, under c->mu). */
+static void bump_shm_hit(fly_client *c)
+{
+	int cpu = sched_getcpu();
+
+	atomic_fetch_add_explicit(
+		&c->rd[cpu < 0 ? 0 : (unsigned)cpu & (FLY_RD_SHARDS - 1)]
+			 .shm_folded,
+		1, memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------ tables */
@@ -264,23 +294,33 @@ static struct rd_token rd_enter(fly_client *c)
 	return t;
 }
 
-/* Leave a read section (@p hit: count a cache hit); help a pending
- * reclaim along when its lock is free.  Never called with c->shm_mu
- * held. */
-static void rd_exit(fly_client *c, struct rd_token t, int hit)
+/* Leave a read section, counting what it ended with (@p end: a cache
+ * hit, a table hit, or neither); help a pending reclaim along when its
+ * lock is free.  Never called with c->shm_mu held. */
+static void rd_exit(fly_client *c, struct rd_token t, enum rd_end end)
 {
 	struct rd_shard *sh = &c->rd[t.shard];
 	uint64_t old;
 
 	old = atomic_fetch_add_explicit(&sh->w[t.phase],
-					hit ? RD_HIT_ONE - 1 : (uint64_t)-1,
+					end == RD_END_HIT   ? RD_HIT_ONE - 1
+					: end == RD_END_SHM ? RD_SHM_ONE - 1
+							    : (uint64_t)-1,
 					memory_order_release);
-	/* exactly one hit sees the count reach RD_FOLD: it moves them out */
-	if (hit && (old >> RD_HIT_SHIFT) == RD_FOLD - 1) {
+	/* exactly one hit sees its count reach the fold: it moves them out */
+	if (end == RD_END_HIT && (old >> RD_HIT_SHIFT) == RD_FOLD - 1) {
 		atomic_fetch_add_explicit(&sh->folded, RD_FOLD,
 					  memory_order_relaxed);
 		atomic_fetch_sub_explicit(&sh->w[t.phase],
 					  RD_FOLD << RD_HIT_SHIFT,
+					  memory_order_relaxed);
+	}
+	if (end == RD_END_SHM &&
+	    (old >> RD_SHM_SHIFT & RD_SHM_MASK) == RD_SHM_FOLD - 1) {
+		atomic_fetch_add_explicit(&sh->shm_folded, RD_SHM_FOLD,
+					  memory_order_relaxed);
+		atomic_fetch_sub_explicit(&sh->w[t.phase],
+					  RD_SHM_FOLD << RD_SHM_SHIFT,
 					  memory_order_relaxed);
 	}
 	if (atomic_load_explicit(&c->reclaim_wanted, memory_order_relaxed) &&
@@ -667,8 +707,8 @@ void fly_client_stats_get(const fly_client *c, struct fly_client_stats *out)
 	memset(out, 0, sizeof(*out));
 	if (c == NULL)
 		return;
-	out->cache_hits = hits_total(w);
-	out->shm_hits = atomic_load(&w->n_shm_hits);
+	out->cache_hits = hits_total(w, 0);
+	out->shm_hits = hits_total(w, 1);
 	out->socket_requests = atomic_load(&w->n_socket_requests);
 	out->socket_errors = atomic_load(&w->n_socket_errors);
 	out->reconnects = atomic_load(&w->n_reconnects);
@@ -1130,7 +1170,8 @@ static const struct fly_cache_entry *cache_get(fly_client *c,
 					       const struct fly_problem *p,
 					       uint64_t hash)
 {
-	return fly__cache_lookup(&c->cache, (const char *)p, sizeof(*p), hash);
+	return fly__cache_lookup(&c->cache, (const char *)p, sizeof(*p), hash,
+				 NULL);
 }
 
 static void cache_put(fly_client *c, const struct fly_problem *p,
@@ -1172,21 +1213,24 @@ static int superseded(const struct fly_shm_reader *r)
 			     fly__shm_reader_is_orphaned(r));
 }
 
-/* Try the shm table.  @return 1 on a hit (d filled, cached), else 0 (a
- * superseded table answers nothing: the caller moves to the new one). */
+/* Try the shm table.  @p room 0: the process cache has no room for @p p
+ * (its probe window is full of other keys), so the answer is not put
+ * there.  @return 1 on a hit (d filled, cached; the caller counts it),
+ * else 0 (a superseded table answers nothing: the caller moves to the
+ * new one). */
 static int try_shm(fly_client *c, struct fly_shm_reader *r,
 		   const struct fly_problem *p, const char *key, size_t len,
 		   uint64_t hash, uint64_t shash, uint64_t stamp, uint32_t xs,
-		   struct fly_decision *d)
+		   int room, struct fly_decision *d)
 {
 	if (r == NULL || superseded(r) ||
 	    fly__shm_lookup_hashed(r, shash, key, len, d) != 0)
 		return 0;
-	bump(&c->n_shm_hits);
 	/* checked_ns 0: the table answered, not the socket (and the hit
 	 * path reads no clock) */
-	fly__cache_put(&c->cache, (const char *)p, sizeof(*p), hash, d, stamp,
-		       0, xs);
+	if (room)
+		fly__cache_put(&c->cache, (const char *)p, sizeof(*p), hash, d,
+			       stamp, 0, xs);
 	return 1;
 }
 
@@ -1212,7 +1256,6 @@ static int try_orphaned(fly_client *c, struct fly_shm_reader *r,
 	    !fly__shm_reader_is_orphaned(r) ||
 	    fly__shm_lookup_hashed(r, shash, key, len, d) != 0)
 		return 0;
-	bump(&c->n_shm_hits);
 	fly__cache_put(&c->cache, (const char *)p, sizeof(*p), hash, d,
 		       STAMP_NONE, 0, xs);
 	return 1;
@@ -1263,10 +1306,12 @@ static void decide_socket(fly_client *c, const struct fly_problem *p,
 	/* a fresh connection may have brought a table that answers */
 	r = atomic_load_explicit(&c->shm, memory_order_acquire);
 	stamp = stamp_of(c, r, &gen);
-	if (rc == 0 && try_shm(c, r, p, key, len, hash, shash, stamp, xs, d) &&
-	    d->status == FLY_STATUS_TUNED) {
-		pthread_mutex_unlock(&c->mu);
-		return;
+	if (rc == 0 && try_shm(c, r, p, key, len, hash, shash, stamp, xs, 1, d)) {
+		bump_shm_hit(c);
+		if (d->status == FLY_STATUS_TUNED) {
+			pthread_mutex_unlock(&c->mu);
+			return;
+		}
 	}
 	if (rc == 0)
 		rc = socket_decide_locked(c, key, deadline_ns, d);
@@ -1376,7 +1421,6 @@ static int try_shm_exact(fly_client *c, struct fly_shm_reader *r,
 	if (n < 0 || fly__shm_lookup_hashed(r, xhash, xkey, (size_t)n, d) != 0)
 		return 0;
 	d->exact = 1;
-	bump(&c->n_shm_hits);
 	fly__cache_put(&c->cache, (const char *)p, sizeof(*p), hash, d, stamp,
 		       0, XS_ASKED);
 	return 1;
@@ -1435,7 +1479,7 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 	struct rd_token t;
 	uint64_t start, hash, shash = 0, gen, stamp;
 	uint32_t xs;
-	int n, moved;
+	int n, moved, room, hit = 0;
 
 	if (d == NULL)
 		return FLY_E_INVALID;
@@ -1448,7 +1492,8 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 	t = rd_enter(c);
 	r = atomic_load(&c->shm);
 	stamp = stamp_of(c, r, &gen);
-	e = cache_get(c, p, hash);
+	e = fly__cache_lookup(&c->cache, (const char *)p, sizeof(*p), hash,
+			      &room);
 	xs = e != NULL ? atomic_load_explicit(&e->xstate, memory_order_relaxed)
 		       : XS_NONE;
 	if (e != NULL && e->dec.status == FLY_STATUS_TUNED &&
@@ -1459,35 +1504,42 @@ int fly_decide(fly_client *c, const struct fly_problem *p,
 		int ask = xs == XS_COUNT && exact_due(c, e);
 
 		from_entry(e, gen, d);
-		rd_exit(c, t, 1);
+		rd_exit(c, t, RD_END_HIT);
 		if (ask)
 			exact_ask(c, p, hash, fly__now_ns(), d);
 		return 0;
 	}
-	/* the key first: its home slot's line is asked for before d is
-	 * cleared (issue 19: the slot's miss is the table path's cost) */
+	/* the key first: its home slot's line is asked for at once
+	 * (issue 19: the slot's miss is the table path's cost); d is
+	 * written by a table hit, and cleared only without one */
 	n = fly__shm_problem_key(r, p, key, &shash);
-	decision_default(d);
 	/* asked for its exact key: the exact row first (issue 22) */
 	if (n >= 0 && xs == XS_ASKED &&
 	    try_shm_exact(c, r, p, hash, stamp, d)) {
-		rd_exit(c, t, 0);
+		rd_exit(c, t, RD_END_SHM);
 		return 0;
 	}
-	if (n >= 0 && e == NULL)
+	/* a new entry's exact-shape state: only when it can be cached
+	 * (issue 19: with the process cache full, a miss bucketed the
+	 * problem a second time here for an entry never made) */
+	if (n >= 0 && e == NULL && room)
 		xs = exact_init(c, p);
-	if (n >= 0 &&
-	    try_shm(c, r, p, key, (size_t)n, hash, shash, stamp, xs, d) &&
-	    d->status == FLY_STATUS_TUNED) {
-		rd_exit(c, t, 0);
+	if (n >= 0)
+		hit = try_shm(c, r, p, key, (size_t)n, hash, shash, stamp, xs,
+			      room, d);
+	if (hit && d->status == FLY_STATUS_TUNED) {
+		rd_exit(c, t, RD_END_SHM);
 		return 0;
 	}
-	if (n >= 0 && e == NULL)
-		try_orphaned(c, r, p, key, (size_t)n, hash, shash, xs, d);
+	/* (an orphaned table is never a superseded one: try_shm missed) */
+	if (n >= 0 && e == NULL && !hit)
+		hit = try_orphaned(c, r, p, key, (size_t)n, hash, shash, xs, d);
+	if (!hit)
+		decision_default(d);
 	/* read while r is still ours: past rd_exit a swap may unmap it
 	 * (issue 21 made that race show: test_engine_client) */
 	moved = grown(r);
-	rd_exit(c, t, 0);
+	rd_exit(c, t, hit ? RD_END_SHM : RD_END_MISS);
 	start = fly__now_ns(); /* (past the table: no clock on its hits) */
 	if (n < 0)
 		return n;

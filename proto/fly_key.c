@@ -258,16 +258,19 @@ static void put_dec(char *tmp, size_t *n, int64_t v)
  * of a shm lookup's time. */
 int fly_key_format(const struct fly_problem *p, char *buf, size_t cap)
 {
+	int rc = fly_problem_validate(p);
+
+	return rc < 0 ? rc : fly__key_format_valid(p, buf, cap);
+}
+
+int fly__key_format_valid(const struct fly_problem *p, char *buf, size_t cap)
+{
 	const struct op_info *oi;
 	/* op/dtype/layout names, FLY_DIMS_MAX "name=" + 19 digits + ',',
 	 * every flag name: well under this. */
 	char tmp[FLY_KEY_MAX * 4];
 	size_t n = 0, lim;
-	int rc;
 
-	rc = fly_problem_validate(p);
-	if (rc < 0)
-		return rc;
 	oi = &ops[p->op];
 	put_str(tmp, &n, oi->name);
 	tmp[n++] = '/';

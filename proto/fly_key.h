@@ -78,6 +78,12 @@ int fly_problem_validate(const struct fly_problem *p);
  * @return length (excluding NUL) or a validation error, FLY_E_KEYLEN when
  *         the key does not fit in min(cap, FLY_KEY_MAX). */
 int fly_key_format(const struct fly_problem *p, char *buf, size_t cap);
+/* fly_key_format of a problem the caller has just validated
+ * (fly_problem_validate returned 0 for it): the same key, without the
+ * second validation (issue 19: fly_decide's table path validates, buckets
+ * and hashes the problem before it formats the key). */
+int fly__key_format_valid(const struct fly_problem *p, char *buf,
+			  size_t cap);
 
 /* Parse a key (need not be NUL-terminated: @p len bytes).  Accepts only
  * canonical keys: fly_key_format(parse(s)) == s.

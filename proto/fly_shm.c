@@ -1045,17 +1045,24 @@ int fly__shm_problem_key(const struct fly_shm_reader *r,
 			 uint64_t *hash)
 {
 	struct fly_bucket_policy pol;
-	struct fly_problem q;
-	int rc = fly_problem_validate(p);
+	struct fly_problem q = *p;
+	int rc;
 
-	if (rc < 0)
-		return rc;
-	q = *p;
+	/* the home slot is asked for before @p p is validated (issue 19:
+	 * the slot's miss is the table path's cost, so it starts as early
+	 * as it can): bucketing and hashing read any problem safely, and
+	 * an invalid one's prefetch is only wasted */
 	fly_bucket_policy_default(q.op, &pol);
 	fly_problem_bucket(&q, &pol);
 	*hash = fly__shm_problem_hash(&q);
 	fly__shm_prefetch(r, *hash);
-	return fly_key_format(&q, key, FLY_KEY_MAX);
+	rc = fly_problem_validate(p);
+	if (rc < 0)
+		return rc;
+	/* q validates: p did, and bucketing keeps a problem valid (it
+	 * leaves an exact one alone and never overflows the dims' product;
+	 * test_key test_bucket_keeps_valid) */
+	return fly__key_format_valid(&q, key, FLY_KEY_MAX);
 }
 
 int fly_shm_lookup(const struct fly_shm_reader *r, const char *key, size_t len,

@@ -187,9 +187,10 @@ int fly__shm_lookup_hashed(const struct fly_shm_reader *r, uint64_t hash,
 void fly__shm_prefetch(const struct fly_shm_reader *r, uint64_t hash);
 /* fly_problem_key into @p key (FLY_KEY_MAX bytes), with the key's table
  * hash in *hash: hashed from the bucketed problem, so the home slot's
- * line of @p r (may be NULL) is asked for before the key is formatted
- * and its cache miss overlaps the formatting (fly_decide's table path;
- * bench/shm_lookup times it).  @return as fly_problem_key. */
+ * line of @p r (may be NULL) is asked for before the problem is
+ * validated and the key formatted, and its cache miss overlaps that work
+ * (fly_decide's table path; bench/shm_lookup times it).  *hash is set
+ * even for an invalid problem.  @return as fly_problem_key. */
 int fly__shm_problem_key(const struct fly_shm_reader *r,
 			 const struct fly_problem *p, char *key,
 			 uint64_t *hash);

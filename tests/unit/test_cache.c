@@ -45,9 +45,9 @@ static void test_insert_lookup(void **state)
 
 	(void)state;
 	assert_int_equal(fly__cache_init(c), 0);
-	assert_null(fly__cache_lookup(c, k, strlen(k), h));
+	assert_null(fly__cache_lookup(c, k, strlen(k), h, NULL));
 	assert_int_equal(fly__cache_put(c, k, strlen(k), h, &d, 7, 100, 0), 0);
-	e = fly__cache_lookup(c, k, strlen(k), h);
+	e = fly__cache_lookup(c, k, strlen(k), h, NULL);
 	assert_non_null(e);
 	assert_string_equal(e->key, k);
 	assert_string_equal(e->dec.variant, "tiled");
@@ -55,9 +55,9 @@ static void test_insert_lookup(void **state)
 	assert_int_equal(atomic_load(&e->generation), 7);
 	assert_int_equal(atomic_load(&e->checked_ns), 100);
 	/* a prefix of the key, or the same hash with other bytes, misses */
-	assert_null(fly__cache_lookup(c, k, strlen(k) - 1, h));
+	assert_null(fly__cache_lookup(c, k, strlen(k) - 1, h, NULL));
 	assert_null(fly__cache_lookup(c, "gemm/bf16/NT/m=64,n=64,k=65",
-				      strlen(k), h));
+				      strlen(k), h, NULL));
 	fly__cache_fini(c);
 	free(c);
 }
@@ -74,17 +74,17 @@ static void test_replace_and_stamps(void **state)
 	(void)state;
 	assert_int_equal(fly__cache_init(c), 0);
 	assert_int_equal(fly__cache_put(c, k, strlen(k), h, &d1, 1, 10, 0), 0);
-	e1 = fly__cache_lookup(c, k, strlen(k), h);
+	e1 = fly__cache_lookup(c, k, strlen(k), h, NULL);
 	/* same answer: stamps move, no new entry */
 	assert_int_equal(fly__cache_put(c, k, strlen(k), h, &d1, 2, 20, 0), 0);
-	e2 = fly__cache_lookup(c, k, strlen(k), h);
+	e2 = fly__cache_lookup(c, k, strlen(k), h, NULL);
 	assert_ptr_equal(e1, e2);
 	assert_int_equal(atomic_load(&e2->generation), 2);
 	/* generation invalidation: a caller holding stamp 2 matches, 3 not */
 	assert_true(atomic_load(&e2->generation) != 3);
 	/* a different answer: a new entry; the old one stays readable */
 	assert_int_equal(fly__cache_put(c, k, strlen(k), h, &d2, 3, 30, 0), 0);
-	e3 = fly__cache_lookup(c, k, strlen(k), h);
+	e3 = fly__cache_lookup(c, k, strlen(k), h, NULL);
 	assert_ptr_not_equal(e3, e1);
 	assert_int_equal(e3->dec.status, FLY_STATUS_TUNED);
 	assert_string_equal(e3->dec.variant, "vec4");
@@ -104,20 +104,33 @@ static void test_probe_window_full(void **state)
 	char k[64];
 	int i;
 
+	int room = -1;
+
 	(void)state;
 	assert_int_equal(fly__cache_init(c), 0);
-	/* every key with the same hash: the window holds FLY_CACHE_PROBE */
+	/* every key with the same hash: the window holds FLY_CACHE_PROBE;
+	 * while it has a free slot a miss says there is room (issue 19:
+	 * fly_decide skips the put, and its preparation, when there is
+	 * none) */
 	for (i = 0; i < FLY_CACHE_PROBE; i++) {
 		snprintf(k, sizeof(k), "topk/fp32/m=%d,n=8,k=1", i + 1);
+		assert_null(fly__cache_lookup(c, k, strlen(k), 42, &room));
+		assert_int_equal(room, 1);
 		assert_int_equal(fly__cache_put(c, k, strlen(k), 42, &d, 0, 0, 0),
 				 0);
 	}
 	snprintf(k, sizeof(k), "topk/fp32/m=%d,n=8,k=1", i + 1);
 	assert_int_equal(fly__cache_put(c, k, strlen(k), 42, &d, 0, 0, 0),
 			 -ENOSPC);
-	assert_null(fly__cache_lookup(c, k, strlen(k), 42));
+	assert_null(fly__cache_lookup(c, k, strlen(k), 42, &room));
+	assert_int_equal(room, 0);
+	/* another hash whose window overlaps the full one only in part */
+	assert_null(fly__cache_lookup(c, k, strlen(k), 42 + 5, &room));
+	assert_int_equal(room, 1);
+	assert_int_equal(fly__cache_put(c, k, strlen(k), 42 + 5, &d, 0, 0, 0),
+			 0);
 	snprintf(k, sizeof(k), "topk/fp32/m=%d,n=8,k=1", FLY_CACHE_PROBE);
-	assert_non_null(fly__cache_lookup(c, k, strlen(k), 42));
+	assert_non_null(fly__cache_lookup(c, k, strlen(k), 42, NULL));
 	/* over-long keys are refused */
 	memset(k, 'a', sizeof(k));
 	assert_int_equal(fly__cache_put(c, k, FLY_KEY_MAX, 1, &d, 0, 0, 0),
@@ -151,11 +164,11 @@ static void test_arena_then_heap(void **state)
 		const struct fly_cache_entry *old, *e;
 
 		snprintf(k, sizeof(k), "topk/fp32/m=%d,n=8,k=1", (int)i + 1);
-		old = fly__cache_lookup(c, k, strlen(k), i);
+		old = fly__cache_lookup(c, k, strlen(k), i, NULL);
 		assert_non_null(old);
 		assert_int_equal(fly__cache_put(c, k, strlen(k), i, &d, 2, 0, 0),
 				 0);
-		e = fly__cache_lookup(c, k, strlen(k), i);
+		e = fly__cache_lookup(c, k, strlen(k), i, NULL);
 		assert_ptr_not_equal(e, old);
 		assert_string_equal(e->dec.variant, "b");
 		assert_int_equal(e->dec.params[0], 100 + (int)i);
@@ -166,7 +179,7 @@ static void test_arena_then_heap(void **state)
 		const struct fly_cache_entry *e;
 
 		snprintf(k, sizeof(k), "topk/fp32/m=%d,n=8,k=1", (int)i + 1);
-		e = fly__cache_lookup(c, k, strlen(k), i);
+		e = fly__cache_lookup(c, k, strlen(k), i, NULL);
 		assert_non_null(e);
 		assert_int_equal(e->dec.params[0], (int64_t)i);
 	}
@@ -194,7 +207,7 @@ static void *race_reader(void *arg)
 
 	while (!atomic_load(&r->stop)) {
 		const struct fly_cache_entry *e =
-			fly__cache_lookup(r->c, race_key, len, h);
+			fly__cache_lookup(r->c, race_key, len, h, NULL);
 		char want[FLY_VARIANT_MAX];
 		int64_t v;
 
@@ -239,7 +252,7 @@ static void test_concurrent_readers(void **state)
 		pthread_join(th[i], NULL);
 	assert_int_equal(atomic_load(&r.torn), 0);
 	assert_true(atomic_load(&r.seen) > 0);
-	assert_string_equal(fly__cache_lookup(r.c, race_key, len, h)->dec.variant,
+	assert_string_equal(fly__cache_lookup(r.c, race_key, len, h, NULL)->dec.variant,
 			    "v20000");
 	fly__cache_fini(r.c);
 	free(r.c);

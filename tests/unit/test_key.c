@@ -57,6 +57,50 @@ static void test_roundtrip(void **state)
 	}
 }
 
+/* Issue 19: fly_decide's table path formats the bucketed problem of a
+ * valid one without validating it again (fly__key_format_valid), so
+ * bucketing must keep every valid problem valid, at every value of the
+ * bucketed dim, overflow's edge included. */
+static void test_bucket_keeps_valid(void **state)
+{
+	static const int64_t vals[] = {1, 2, 3, 17, 33, 100, 1000, 1025,
+				       4097, (int64_t)1 << 40,
+				       INT64_MAX / 2 + 1};
+	int checked = 0;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(good_keys) / sizeof(good_keys[0]); i++) {
+		const char *k = good_keys[i];
+		struct fly_bucket_policy pol;
+		struct fly_problem p;
+
+		assert_int_equal(fly_key_parse(k, strlen(k), &p), 0);
+		fly_bucket_policy_default(p.op, &pol);
+		for (size_t v = 0; v < sizeof(vals) / sizeof(vals[0]); v++) {
+			struct fly_problem q = p;
+			char a[FLY_KEY_MAX], b[FLY_KEY_MAX];
+			int na, nb;
+
+			if (pol.dim >= 0)
+				q.dims[pol.dim] = vals[v];
+			if (fly_problem_validate(&q) != 0)
+				continue;
+			fly_problem_bucket(&q, &pol);
+			if (fly_problem_validate(&q) != 0)
+				fail_msg("%s with dim %d = %lld: bucketed, it "
+					 "does not validate", k, pol.dim,
+					 (long long)vals[v]);
+			na = fly_key_format(&q, a, sizeof(a));
+			nb = fly__key_format_valid(&q, b, sizeof(b));
+			assert_true(na > 0);
+			assert_int_equal(na, nb);
+			assert_string_equal(a, b);
+			checked++;
+		}
+	}
+	assert_true(checked > 100);
+}
+
 static void test_every_op_roundtrips(void **state)
 {
 	static const uint32_t dt[FLY_OP_COUNT] = {
@@ -632,6 +676,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_roundtrip),
 	    cmocka_unit_test(test_every_op_roundtrips),
+	    cmocka_unit_test(test_bucket_keeps_valid),
 	    cmocka_unit_test(test_mutated_keys),
 	    cmocka_unit_test(test_rejections),
 	    cmocka_unit_test(test_distinct_errors),
