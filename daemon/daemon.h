@@ -42,6 +42,7 @@ struct flyd_ctx {
 	int ready;                   /* READY=1 sent */
 	int degraded;                /* worker unhealthy or DB quarantined */
 	int wd_unhealthy;            /* the watchdog saw the worker unhealthy */
+	int wd_gpu_lost;             /* ... and the device lost (F11) */
 	int stopping;
 	uint64_t started_ms;         /* uv_now at start */
 	gid_t admin_gid;             /* service group allowed admin requests */

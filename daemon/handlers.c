@@ -1024,8 +1024,7 @@ static void move_item(cJSON *from, const char *name, cJSON *to)
 static int h_status(struct flyd_ctx *ctx, struct flyd_req *rq,
 		    const cJSON *req, cJSON *resp, const char **msg)
 {
-	int degraded = ctx->degraded || !flyd_sched_is_healthy(ctx->sched) ||
-		       flyd_store_was_quarantined(ctx->store);
+	int degraded = flyd_ctx_degraded(ctx);
 	const char *backend = ctx->backend[0] ? ctx->backend : ctx->cfg.backend;
 	cJSON *dev = cJSON_CreateObject(), *t = cJSON_CreateObject(), *q;
 	int64_t n;

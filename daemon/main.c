@@ -56,6 +56,13 @@ struct opts {
 
 static struct flyd_ctx the_ctx;
 static uv_signal_t sig_term, sig_int, sig_hup;
+/* The worker's health and the device's, checked every HEALTH_MS whether
+ * or not systemd's watchdog runs (before issue 21's F11 work only the
+ * watchdog's timer checked them, so without WatchdogSec= a degraded
+ * instance never said so in STATUS= or the log). */
+static uv_timer_t health_timer;
+static int health_on;
+#define HEALTH_MS 1000
 static char exe_path[PATH_MAX];
 static int exit_code;
 
@@ -243,6 +250,10 @@ static void shutdown_begin(struct flyd_ctx *ctx, const char *why)
 	flyd_notify_stopping();
 	flyd_log(FLYD_LOG_INFO, "stopping", "reason=%s", why);
 	flyd_notify_watchdog_stop();
+	if (health_on) {
+		health_on = 0;
+		uv_close((uv_handle_t *)&health_timer, on_loop_handle_closed);
+	}
 	flyd_server_stop_accepting(ctx);
 	flyd_http_stop(ctx->http);
 	ctx->http = NULL;
@@ -257,16 +268,17 @@ static void shutdown_begin(struct flyd_ctx *ctx, const char *why)
 		on_tuning_part_stopped(ctx);
 }
 
-/* Send "STATUS=..." (starting, ready or degraded, and the backend). */
+/* Send "STATUS=..." (starting, ready or degraded -- with " gpu=lost"
+ * while the device cannot be opened, RELIABILITY.md F11 --, and the
+ * backend). */
 static void send_status(struct flyd_ctx *ctx)
 {
 	char msg[256];
-	int degraded = ctx->degraded || !flyd_sched_is_healthy(ctx->sched) ||
-		       (ctx->store != NULL &&
-			flyd_store_was_quarantined(ctx->store));
+	int degraded = flyd_ctx_degraded(ctx);
 
-	snprintf(msg, sizeof(msg), "STATUS=%s backend=%s device=%d",
+	snprintf(msg, sizeof(msg), "STATUS=%s%s backend=%s device=%d",
 		 !ctx->ready ? "starting" : degraded ? "degraded" : "ready",
+		 flyd_sched_device_lost(ctx->sched) ? " gpu=lost" : "",
 		 ctx->backend[0] ? ctx->backend : "?", ctx->device);
 	flyd_notify_send(msg);
 }
@@ -293,25 +305,47 @@ static void daemon_ready(void *arg)
 }
 
 /*
- * The watchdog's health: the loop runs (this timer fired) and the DB
- * answers.  A worker that keeps dying is not a reason for systemd to
+ * The instance's health (health_check, every HEALTH_MS and on each
+ * watchdog ping) and the watchdog's (the loop runs, the DB answers).
+ * A worker that keeps dying is not a reason for systemd to
  * restart the daemon (RELIABILITY.md F9, F11: the instance goes degraded
  * and keeps serving its winners; a restart would only cut every client
  * off and start the same worker again): it is reported instead, in
  * STATUS= (sent here when it changes), `status` and the metrics.
  */
-static int watchdog_ok(void *arg)
+static void health_check(struct flyd_ctx *ctx)
 {
-	struct flyd_ctx *ctx = arg;
 	int unhealthy = !flyd_sched_is_healthy(ctx->sched);
+	int lost = flyd_sched_device_lost(ctx->sched);
 
-	if (unhealthy != ctx->wd_unhealthy) {
+	if (unhealthy != ctx->wd_unhealthy || lost != ctx->wd_gpu_lost) {
+		if (unhealthy != ctx->wd_unhealthy)
+			flyd_log(unhealthy ? FLYD_LOG_WARN : FLYD_LOG_INFO,
+				 "worker_health", "healthy=%d", !unhealthy);
+		if (lost != ctx->wd_gpu_lost)
+			flyd_log(lost ? FLYD_LOG_ERR : FLYD_LOG_INFO,
+				 lost ? "gpu_lost" : "gpu_back",
+				 lost ? "device=%d open=failing tuning=refused "
+					"winners=served"
+				      : "device=%d open=ok",
+				 ctx->device);
 		ctx->wd_unhealthy = unhealthy;
-		flyd_log(unhealthy ? FLYD_LOG_WARN : FLYD_LOG_INFO,
-			 "worker_health", "healthy=%d", !unhealthy);
+		ctx->wd_gpu_lost = lost;
 		if (ctx->ready)
 			send_status(ctx);
 	}
+}
+
+static void on_health(uv_timer_t *t)
+{
+	health_check(t->data);
+}
+
+static int watchdog_ok(void *arg)
+{
+	struct flyd_ctx *ctx = arg;
+
+	health_check(ctx);
 	if (ctx->store != NULL && flyd_store_ping(ctx->store) == 0)
 		return 1;
 	flyd_log(FLYD_LOG_WARN, "watchdog_skip", "db=unanswered");
@@ -475,6 +509,10 @@ static int daemon_start(struct flyd_ctx *ctx, int listen_fd)
 		return 1;
 	}
 	flyd_notify_watchdog_start(ctx->loop, watchdog_ok, ctx);
+	uv_timer_init(ctx->loop, &health_timer);
+	health_timer.data = ctx;
+	health_on = 1;
+	uv_timer_start(&health_timer, on_health, HEALTH_MS, HEALTH_MS);
 	send_status(ctx);
 	flyd_log(FLYD_LOG_INFO, "started", "device=%d socket=%s db=%s pid=%d",
 		 ctx->device, ctx->socket_path, ctx->db_path, (int)getpid());

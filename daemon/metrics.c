@@ -164,9 +164,7 @@ static void build_info(struct out *o, const struct flyd_ctx *ctx)
 
 static void state(struct out *o, const struct flyd_ctx *ctx)
 {
-	int degraded = ctx->degraded || !flyd_sched_is_healthy(ctx->sched) ||
-		       (ctx->store != NULL &&
-			flyd_store_was_quarantined(ctx->store));
+	int degraded = flyd_ctx_degraded(ctx);
 	uint64_t up_ms = uv_now(ctx->loop) - ctx->started_ms;
 
 	single(o, "flytuned_ready", "gauge",
@@ -175,6 +173,12 @@ static void state(struct out *o, const struct flyd_ctx *ctx)
 	single(o, "flytuned_degraded", "gauge",
 	       "1 while the worker is unhealthy or the DB was quarantined.",
 	       (uint64_t)degraded);
+	/* RELIABILITY.md F11 names it flytune_gpu_healthy; it carries
+	 * this exporter's flytuned_ prefix */
+	single(o, "flytuned_gpu_healthy", "gauge",
+	       "0 while the device cannot be opened (GPU lost: tuning is "
+	       "refused, the tuned winners are served); else 1.",
+	       (uint64_t)!flyd_sched_device_lost(ctx->sched));
 	family(o, "flytuned_start_time_seconds", "gauge",
 	       "Start time of the daemon since the Unix epoch.");
 	sample_d(o, "flytuned_start_time_seconds", "",

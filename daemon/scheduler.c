@@ -1010,6 +1010,12 @@ int flyd_sched_device_lost(const struct flyd_sched *sc)
 	       !flyd_worker_is_ready(sc->worker);
 }
 
+int flyd_ctx_degraded(const struct flyd_ctx *ctx)
+{
+	return ctx->degraded || !flyd_sched_is_healthy(ctx->sched) ||
+	       (ctx->store != NULL && flyd_store_was_quarantined(ctx->store));
+}
+
 void flyd_sched_note_request(struct flyd_sched *sc)
 {
 	sc->last_request_ms = uv_now(sc->ctx->loop);
@@ -1047,6 +1053,9 @@ void flyd_sched_status(const struct flyd_sched *sc, cJSON *resp)
 	cJSON_AddNumberToObject(w, "restarts", sc->worker != NULL ?
 				flyd_worker_restarts(sc->worker) : 0);
 	cJSON_AddBoolToObject(w, "healthy", flyd_sched_is_healthy(sc));
+	/* RELIABILITY.md F11: the device could not be opened (tuning is
+	 * refused with `gpu`; the winners are still served) */
+	cJSON_AddBoolToObject(w, "device_lost", flyd_sched_device_lost(sc));
 	cJSON_AddStringToObject(resp, "policy", policy_name(sc->ctx->cfg.policy));
 }
 

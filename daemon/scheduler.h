@@ -46,6 +46,10 @@ int flyd_sched_is_healthy(const struct flyd_sched *sc);
  * device and none is up with it open now (a GPU lost: RELIABILITY.md
  * F11; a crash storm in the kernels is not that); 0 otherwise. */
 int flyd_sched_device_lost(const struct flyd_sched *sc);
+/* Whether the instance is degraded: marked so (ctx->degraded), the worker
+ * unhealthy (or no scheduler yet), or the DB quarantined at open.  The one
+ * test behind STATUS=, `status`'s state and flytuned_degraded. */
+int flyd_ctx_degraded(const struct flyd_ctx *ctx);
 /* Fill `status`'s "queue", "worker" and "policy". */
 void flyd_sched_status(const struct flyd_sched *sc, cJSON *resp);
 

@@ -382,6 +382,22 @@ static void test_watchdog_pings_while_degraded(void **state)
 	fly_test_daemon_cleanup(d);
 }
 
+/* Whether `status` says the device is lost (worker.device_lost). */
+static int device_lost(int fd)
+{
+	cJSON *o = fly_test_req(fd, "{\"req\":\"status\"}");
+	const cJSON *x;
+	int lost;
+
+	assert_true(fly_test_is_ok(o));
+	x = cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(o, "worker"), "device_lost");
+	assert_true(cJSON_IsBool(x));
+	lost = cJSON_IsTrue(x);
+	cJSON_Delete(o);
+	return lost;
+}
+
 /* The worker's status member @p name as a number. */
 static double worker_num(int fd, const char *name)
 {
@@ -428,20 +444,25 @@ static void test_gpu_lost_serves_and_refuses(void **state)
 {
 	struct fly_test_daemon *d = *state;
 	const char *a = "rmsnorm/fp32/m=16,n=256", *b = "rmsnorm/fp32/m=16,n=512";
-	char path[64], env[96], st[32];
-	const char *envv[] = {env, NULL};
+	char path[64], npath[64], env[96], env_ns[96], st[32];
+	const char *envv[] = {env, env_ns, NULL};
 	double r0, r1;
 	uint64_t t0, until;
-	int fd, pid;
+	int fd, nfd, pid;
 	cJSON *o;
 
 	snprintf(path, sizeof(path), "/tmp/flytest-lost.%d", (int)getpid());
+	snprintf(npath, sizeof(npath), "/tmp/flytest-lostn.%d", (int)getpid());
 	write_faults(path, "");
 	snprintf(env, sizeof(env), "FLYK_TESTING_FAULTS=@%s", path);
+	nfd = fly_test_notify_listen(npath);
+	assert_true(nfd >= 0);
+	snprintf(env_ns, sizeof(env_ns), "NOTIFY_SOCKET=%s", npath);
 	assert_int_equal(fly_test_daemon_start(d, "{\"job_budget_s\":0.2}",
 					       envv), 0);
 	fd = fly_test_connect(d->sock);
 	assert_true(fd >= 0);
+	assert_false(device_lost(fd));
 	o = tune_wait(fd, a, fly_test_timeout(20000));
 	assert_true(fly_test_is_ok(o));
 	assert_string_equal(str_at(o, "status", NULL), "tuned");
@@ -470,6 +491,15 @@ static void test_gpu_lost_serves_and_refuses(void **state)
 	assert_false(fly_test_is_ok(o));
 	assert_string_equal(str_at(o, "error", "code"), "gpu");
 	cJSON_Delete(o);
+	/* and says so: status, and STATUS= as RELIABILITY.md F11 words it
+	 * (the watchdog's check runs every second or so without
+	 * WATCHDOG_USEC) */
+	assert_true(device_lost(fd));
+	if (!fly_test_notify_wait(nfd, "STATUS=degraded gpu=lost",
+				  fly_test_timeout(5000))) {
+		fly_test_daemon_print_log(d);
+		fail_msg("no STATUS=degraded gpu=lost 5 s after the refusal");
+	}
 	/* no crash loop: for 4 s the restarts back off (100 ms doubling to
 	 * 5 s: at most 4 more), the winners are served all along */
 	r0 = worker_num(fd, "restarts");
@@ -499,7 +529,10 @@ static void test_gpu_lost_serves_and_refuses(void **state)
 	}
 	assert_string_equal(str_at(o, "status", NULL), "tuned");
 	cJSON_Delete(o);
+	assert_false(device_lost(fd));
 	close(fd);
+	close(nfd);
+	unlink(npath);
 	unlink(path);
 	fly_test_daemon_cleanup(d);
 }

@@ -49,6 +49,7 @@ FAMILIES = {
     "flytuned_build_info": "gauge",
     "flytuned_ready": "gauge",
     "flytuned_degraded": "gauge",
+    "flytuned_gpu_healthy": "gauge",
     "flytuned_start_time_seconds": "gauge",
     "flytuned_requests": "counter",
     "flytuned_error_replies": "counter",
