@@ -488,22 +488,26 @@ static int gpu_fail(const struct flyk_variant *v, const int64_t *params,
 static int timed_first(struct flyk_case *c, const struct flyk_variant *v,
 		       const int64_t *params)
 {
-	uint64_t h = 1469598103934665603ull ^ (uint64_t)(uintptr_t)v;
-	for (uint32_t i = 0; i < v->nparams; i++)
-		h = (h ^ (uint64_t)params[i]) * 1099511628211ull;
+	uint32_t np = v->nparams < FLY_PARAMS_MAX ? v->nparams : FLY_PARAMS_MAX;
+	size_t bytes = np * sizeof(int64_t);
 	for (int i = 0; i < c->ntimed_seen; i++)
-		if (c->timed_seen[i] == h)
+		if (c->timed_seen[i].v == v &&
+		    memcmp(c->timed_seen[i].params, params, bytes) == 0)
 			return 0;
 	if (c->ntimed_seen == c->cap_timed_seen) {
 		int cap = c->cap_timed_seen ? 2 * c->cap_timed_seen : 64;
-		uint64_t *t = (uint64_t *)realloc(c->timed_seen,
-						  (size_t)cap * sizeof(*t));
+		struct flyk_timed_seen *t = (struct flyk_timed_seen *)realloc(
+			c->timed_seen, (size_t)cap * sizeof(*t));
 		if (!t)
 			return -ENOMEM;
 		c->timed_seen = t;
 		c->cap_timed_seen = cap;
 	}
-	c->timed_seen[c->ntimed_seen++] = h;
+	c->timed_seen[c->ntimed_seen].v = v;
+	memset(c->timed_seen[c->ntimed_seen].params, 0,
+	       sizeof(c->timed_seen[0].params));
+	memcpy(c->timed_seen[c->ntimed_seen].params, params, bytes);
+	c->ntimed_seen++;
 	return 1;
 }
 

@@ -60,6 +60,12 @@ struct flyk_device {
  * buffers are outputs (poisoned with 0xFF bytes: NaN for fp32/fp16/bf16,
  * -1 for int64 indices) and computes the reference into host memory
  * (`ref`, owned by the op module's state, freed by its fini()). */
+/* One candidate whose timed call has run (flyk_case.timed_seen). */
+struct flyk_timed_seen {
+	const struct flyk_variant *v;
+	int64_t params[FLY_PARAMS_MAX];
+};
+
 struct flyk_case {
 	struct flyk_device *dev;
 	struct fly_problem p;
@@ -78,9 +84,10 @@ struct flyk_case {
 	union flyk_args timed_args;
 	int has_timed_args;
 	int checking; /* set by case_poison: the next launch is checked */
-	/* The candidates (hash of variant and params) whose timed call has
-	 * run: each one's first runs once untimed (backend.hip) */
-	uint64_t *timed_seen;
+	/* The candidates (variant and params, kept whole: no hash, so two
+	 * can never be taken for one) whose timed call has run: each one's
+	 * first runs once untimed (backend.hip) */
+	struct flyk_timed_seen *timed_seen;
 	int ntimed_seen, cap_timed_seen;
 };
 
