@@ -39,5 +39,18 @@ grep -q '^RuntimeDirectory=flytuned' $u && ok || bad "RuntimeDirectory missing"
 grep -q '^StateDirectory=flytuned' $u && ok || bad "StateDirectory missing"
 grep -q '^WatchdogSec=' $u && ok || bad "WatchdogSec missing"
 grep -q '^ListenStream=/run/flytuned/gpu%i.sock' systemd/flytuned@.socket && ok || bad "socket path"
+# RELIABILITY.md S5: the exposure score of the unit as installed, offline
+# (no running systemd needed), at most 3.0.
+exp=$(cd "$tmp/units" && systemd-analyze security --offline=true \
+	flytuned@0.service 2>/dev/null |
+	sed -n 's/.*Overall exposure level for flytuned@0.service: \([0-9.]*\).*/\1/p')
+if [ -z "$exp" ]; then
+	bad "systemd-analyze security --offline gave no exposure level"
+elif awk -v e="$exp" 'BEGIN { exit !(e <= 3.0) }'; then
+	echo "systemd: exposure $exp (<= 3.0)"
+	ok
+else
+	bad "exposure $exp > 3.0 (RELIABILITY.md S5)"
+fi
 echo "systemd: $pass passed, $fail failed"
 [ $fail = 0 ]
