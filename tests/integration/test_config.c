@@ -666,6 +666,30 @@ static void test_socket_dir_writable_by_others(void **state)
 	assert_int_equal(rmdir(dir), 0);
 }
 
+/* RELIABILITY.md S1: the socket the daemon binds is srw-rw---- (0660,
+ * set by the daemon whatever umask it was started with), owned by the
+ * daemon's user and group; under systemd the group is the unit's
+ * (flytune), here the test's. */
+static void test_socket_mode(void **state)
+{
+	struct fly_test_daemon d;
+	struct stat st;
+	mode_t old;
+
+	if (external())
+		skip();
+	old = umask(0);
+	assert_int_equal(fly_test_daemon_start(&d, NULL, NULL), 0);
+	umask(old);
+	assert_int_equal(stat(d.sock, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	assert_int_equal(st.st_mode & 07777, 0660);
+	assert_int_equal(st.st_uid, getuid());
+	assert_int_equal(st.st_gid, getgid());
+	assert_int_equal(fly_test_daemon_stop(&d), 0);
+	fly_test_daemon_cleanup(&d);
+}
+
 /* idle_timeout_ms closes a silent connection. */
 static void test_idle_timeout(void **state)
 {
@@ -707,6 +731,7 @@ int main(void)
 		cmocka_unit_test(test_emfile_storm),
 		cmocka_unit_test(test_socket_in_use_and_stale),
 		cmocka_unit_test(test_socket_dir_writable_by_others),
+		cmocka_unit_test(test_socket_mode),
 		cmocka_unit_test(test_idle_timeout),
 	};
 
