@@ -1,14 +1,16 @@
 /*
  * bench_socket.c -- daemon request/response throughput and latency.
  *
- *   bench_socket SOCKET SECONDS [KEY]
+ *   bench_socket SOCKET SECONDS [KEY [N,N,...]]
  *
- * For N = 1, 16, 50, 64 connections: one client thread drives all N
+ * For N = 1, 16, 50, 64 connections (or the list given; RELIABILITY.md
+ * L3 asks for 256 and 1024 too): one client thread drives all N
  * non-blocking connections through epoll, each with one decide request in
  * flight at a time (send, wait for the framed reply, send the next) for
  * SECONDS -- the way redis-benchmark drives its connections, so the two
  * rows of the table measure the servers, not two client designs.  Total
- * requests/s and p50/p99 latency.  Prints one line per N:
+ * requests/s and p50/p99 latency; a reply that is not "ok":true with a
+ * "tuned" decision counts as an error.  Prints one line per N:
  *   clients N rps R p50_us P p99_us Q errors E
  * Owns: its sockets.  Thread: one.
  */
@@ -25,7 +27,7 @@
 #include "bench_time.h"
 
 #define MAX_SAMPLES 4000000
-#define MAX_CONNS 64
+#define MAX_EVENTS 64
 #define RBUF 4096
 
 struct conn {
@@ -79,7 +81,8 @@ static int recv_reply(struct conn *c, int *ok)
 	if (c->have < 4 + (size_t)len)
 		return 0;
 	c->buf[4 + len] = '\0';
-	*ok = strstr((const char *)c->buf + 4, "\"ok\":true") != NULL;
+	*ok = strstr((const char *)c->buf + 4, "\"ok\":true") != NULL &&
+	      strstr((const char *)c->buf + 4, "\"tuned\"") != NULL;
 	return 1;
 }
 
@@ -115,8 +118,8 @@ static int run(const char *sock, const uint8_t *frame, size_t flen,
 	}
 	end = now_ns() + (uint64_t)(secs * 1e9);
 	while (now_ns() < end) {
-		struct epoll_event evs[MAX_CONNS];
-		int k = epoll_wait(ep, evs, MAX_CONNS, 100);
+		struct epoll_event evs[MAX_EVENTS];
+		int k = epoll_wait(ep, evs, MAX_EVENTS, 100);
 
 		for (int e = 0; e < k; e++) {
 			struct conn *c = &cs[evs[e].data.u32];
@@ -143,13 +146,29 @@ static int run(const char *sock, const uint8_t *frame, size_t flen,
 
 int main(int argc, char **argv)
 {
-	static const int ns[] = { 1, 16, 50, 64 };
+	int ns[16] = { 1, 16, 50, 64 }, nn = 4;
 	uint8_t frame[256];
 	int len;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: bench_socket SOCKET SECONDS [KEY]\n");
+		fprintf(stderr, "usage: bench_socket SOCKET SECONDS [KEY "
+			"[N,N,...]]\n");
 		return 2;
+	}
+	if (argc > 4) {
+		char *p = argv[4];
+
+		for (nn = 0; *p && nn < 16;) {
+			ns[nn] = (int)strtol(p, &p, 10);
+			if (ns[nn] < 1 || ns[nn] > 100000 || (*p && *p != ',')) {
+				fprintf(stderr, "bench_socket: bad count list "
+					"%s\n", argv[4]);
+				return 2;
+			}
+			nn++;
+			if (*p == ',')
+				p++;
+		}
 	}
 	len = snprintf((char *)frame + 4, sizeof(frame) - 4,
 		       "{\"req\":\"decide\",\"key\":\"%s\"}",
@@ -159,7 +178,7 @@ int main(int argc, char **argv)
 	frame[0] = (uint8_t)len;
 	frame[1] = (uint8_t)(len >> 8);
 	frame[2] = frame[3] = 0;
-	for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
+	for (int i = 0; i < nn; i++)
 		if (run(argv[1], frame, (size_t)len + 4, ns[i], atof(argv[2])))
 			fprintf(stderr, "bench_socket: %d clients failed\n",
 				ns[i]);
