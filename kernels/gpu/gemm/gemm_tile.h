@@ -678,6 +678,39 @@ __device__ __forceinline__ void gemm_mfma_put(const uint4 *ra, const uint4 *rb,
 	}
 }
 
+/* One MFMA operand of a lane from LDS (8-byte aligned): 4 bf16 for
+ * flyk_mfma, 8 fp8 bytes for flyk_mfma8. */
+__device__ __forceinline__ flyk_bf16x4 gemm_mfma_ld(const uint16_t *p)
+{
+	return flyk_mfma_ld4(p);
+}
+__device__ __forceinline__ flyk_fp8x8 gemm_mfma_ld(const uint8_t *p)
+{
+	return flyk_mfma8_ld8(p);
+}
+
+/* acc += the MFMAs (type @p M) of the wave tile's MI x NI blocks at k
+ * @p kk of the LDS k-tile, this lane's operands at @p pa (A's first row of
+ * the wave, at the lane's row and k) and @p pb (B's likewise). */
+template <class C, class M, class T>
+__device__ __forceinline__ void
+gemm_mfma_kk(const T *pa, const T *pb, int kk,
+	     typename M::acc_t (*acc)[C::NI])
+{
+	decltype(gemm_mfma_ld(pa)) a[C::MI], b[C::NI];
+#pragma unroll
+	for (int mi = 0; mi < C::MI; mi++)
+		a[mi] = gemm_mfma_ld(pa + mi * C::MF * C::LDS + kk);
+#pragma unroll
+	for (int ni = 0; ni < C::NI; ni++)
+		b[ni] = gemm_mfma_ld(pb + ni * C::MF * C::LDS + kk);
+#pragma unroll
+	for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+		for (int ni = 0; ni < C::NI; ni++)
+			M::run(acc[mi][ni], a[mi], b[ni]);
+}
+
 /* acc += the products of one k-tile in LDS. */
 template <class C>
 __device__ __forceinline__ void
@@ -692,22 +725,8 @@ gemm_mfma_step(const uint16_t *sa, const uint16_t *sb,
 	const uint16_t *pb =
 	    sb + (wn * C::WTN + M::ab_idx(l)) * C::LDS + M::ab_k(l);
 #pragma unroll
-	for (int kk = 0; kk < C::BK / M::K; kk++) {
-		flyk_bf16x4 a[C::MI], b[C::NI];
-#pragma unroll
-		for (int mi = 0; mi < C::MI; mi++)
-			a[mi] = flyk_mfma_ld4(pa + mi * C::MF * C::LDS +
-					      kk * M::K);
-#pragma unroll
-		for (int ni = 0; ni < C::NI; ni++)
-			b[ni] = flyk_mfma_ld4(pb + ni * C::MF * C::LDS +
-					      kk * M::K);
-#pragma unroll
-		for (int mi = 0; mi < C::MI; mi++)
-#pragma unroll
-			for (int ni = 0; ni < C::NI; ni++)
-				M::run(acc[mi][ni], a[mi], b[ni]);
-	}
+	for (int kk = 0; kk < C::BK; kk += M::K)
+		gemm_mfma_kk<C, M>(pa, pb, kk, acc);
 }
 
 /* Zeroes the accumulators of MFMA type @p M (flyk_mfma or flyk_mfma8). */

@@ -507,32 +507,10 @@ sgm_step(const uint8_t *s, const float *ss, float fold,
 	for (int q = 0; q < C::KB; q++) {
 		[[maybe_unused]] typename M::acc_t part[C::MI][C::NI];
 		if constexpr (C::MX)
+			gemm_mfma_zero<C, M>(part);
 #pragma unroll
-			for (int mi = 0; mi < C::MI; mi++)
-#pragma unroll
-				for (int ni = 0; ni < C::NI; ni++)
-#pragma unroll
-					for (int v = 0; v < M::REGS; v++)
-						part[mi][ni][v] = 0.f;
-#pragma unroll
-		for (int kk = q * 32; kk < q * 32 + 32; kk += M::K) {
-			flyk_fp8x8 a[C::MI], b[C::NI];
-#pragma unroll
-			for (int mi = 0; mi < C::MI; mi++)
-				a[mi] = flyk_mfma8_ld8(
-				    pa + mi * C::MF * C::LDS + kk);
-#pragma unroll
-			for (int ni = 0; ni < C::NI; ni++)
-				b[ni] = flyk_mfma8_ld8(
-				    pb + ni * C::MF * C::LDS + kk);
-#pragma unroll
-			for (int mi = 0; mi < C::MI; mi++)
-#pragma unroll
-				for (int ni = 0; ni < C::NI; ni++)
-					M::run(C::MX ? part[mi][ni]
-						     : acc[mi][ni],
-					       a[mi], b[ni]);
-		}
+		for (int kk = q * 32; kk < q * 32 + 32; kk += M::K)
+			gemm_mfma_kk<C, M>(pa, pb, kk, C::MX ? part : acc);
 		if constexpr (!C::MX)
 			continue;
 #pragma unroll
