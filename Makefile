@@ -450,11 +450,8 @@ EMU_BIN := $(BUILD)/tests/emu/flyk_emu $(BUILD)/tests/emu/flyk_emu_gemm \
 EMU_KSRC := kernels/gpu/norm/rmsnorm.hip kernels/gpu/topk/topk.hip \
 	kernels/gpu/compare.hip
 EMU_GSRC := kernels/gpu/gemm/gemm.hip kernels/gpu/gemm/grouped_gemm.hip \
-	kernels/gpu/gemm/scaled_gemm.hip \
+	kernels/gpu/gemm/scaled_gemm.hip kernels/gpu/mqa/mqa_logits.hip \
 	kernels/gpu/attn/attention.hip kernels/gpu/compare.hip
-# The op sources the AMD gemm binary alone runs (mqa_mfma): in the NVIDIA
-# model mqa_logits.hip would compile mqa_wgmma's TMA, not emulated.
-EMU_GSRC_AMD := kernels/gpu/mqa/mqa_logits.hip
 # The emulator's device model is force-included: no kernels/ header
 # includes a test header (tools/check-layering.sh).
 EMU_FLAGS := -std=c++17 -O1 -DFLYK_EMU -Iproto -Ikernels/include -Ikernels/gpu \
@@ -471,13 +468,12 @@ $(BUILD)/tests/emu/flyk_emu $(BUILD)/tests/emu/flyk_emu_amd: \
 		$(EMU_KSRC) -o $@
 $(BUILD)/tests/emu/flyk_emu_gemm $(BUILD)/tests/emu/flyk_emu_gemm_amd: \
 		tests/gpu/emu/emu_gemm.cpp tests/gpu/emu/emu_gemm.h \
-		$(EMU_HDR) $(EMU_GSRC) $(EMU_GSRC_AMD) $(KGPU_HDR) \
+		$(EMU_HDR) $(EMU_GSRC) $(KGPU_HDR) \
 		$(BUILD)/tests/emu/flyk.o
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $@")
 	$(Q)$(CXX) $(EMU_FLAGS) $(EMU_MODEL) -include tests/gpu/emu/emu_gemm.h \
 		-x c++ tests/gpu/emu/emu_gemm.cpp $(EMU_GSRC) \
-		$(if $(filter %_amd,$@),$(EMU_GSRC_AMD)) \
 		-x none $(BUILD)/tests/emu/flyk.o -o $@
 # The emulator is never built with a sanitizer (it switches stacks with
 # swapcontext): its own unsanitized copy of kernels/flyk.c.

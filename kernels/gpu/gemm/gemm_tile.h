@@ -30,6 +30,7 @@
 
 #include "prim/cp_async.h"
 #include "prim/flyk_gpu.h"
+#include "prim/lds_pipe.h"
 #include "prim/mem.h"
 #include "prim/mfma.h"
 #include "prim/mma.h"
@@ -512,10 +513,13 @@ gemm_wgmma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
  * Global -> LDS goes through registers (AMD has no cp.async): each thread
  * fetches its 8-element chunks of the next k-tile, 16-byte loads where a
  * chunk is whole and aligned, element loads with zero fill at the ends
- * (any M, N, K, any alignment).  DB (LDS double buffering) 1: two LDS
- * buffers, the next k-tile's global loads issued before this one's MFMAs
- * and written to the other buffer after them, one barrier a k-tile; DB 0:
- * one buffer, loads then two barriers a k-tile.
+ * (any M, N, K, any alignment).  The k-tile loop is prim/lds_pipe.h's
+ * (shared with scaled_gemm.hip's sg_mfma): DB (LDS double buffering) 1:
+ * two LDS buffers, the next k-tile's global loads issued before this
+ * one's MFMAs and written to the other buffer after them, one barrier a
+ * k-tile; DB 0: one buffer, loads then two barriers a k-tile.  The
+ * accumulators' zeroing and the epilogue (gemm_mfma_zero, gemm_mfma_store)
+ * are sg_mfma's too, for either MFMA type (flyk_mfma, flyk_mfma8).
  */
 
 /* The MFMA tile shapes built (gemm_mfma and ggemm_mfma): BM, BN, BK,
@@ -674,6 +678,39 @@ __device__ __forceinline__ void gemm_mfma_put(const uint4 *ra, const uint4 *rb,
 	}
 }
 
+/* One MFMA operand of a lane from LDS (8-byte aligned): 4 bf16 for
+ * flyk_mfma, 8 fp8 bytes for flyk_mfma8. */
+__device__ __forceinline__ flyk_bf16x4 gemm_mfma_ld(const uint16_t *p)
+{
+	return flyk_mfma_ld4(p);
+}
+__device__ __forceinline__ flyk_fp8x8 gemm_mfma_ld(const uint8_t *p)
+{
+	return flyk_mfma8_ld8(p);
+}
+
+/* acc += the MFMAs (type @p M) of the wave tile's MI x NI blocks at k
+ * @p kk of the LDS k-tile, this lane's operands at @p pa (A's first row of
+ * the wave, at the lane's row and k) and @p pb (B's likewise). */
+template <class C, class M, class T>
+__device__ __forceinline__ void
+gemm_mfma_kk(const T *pa, const T *pb, int kk,
+	     typename M::acc_t (*acc)[C::NI])
+{
+	decltype(gemm_mfma_ld(pa)) a[C::MI], b[C::NI];
+#pragma unroll
+	for (int mi = 0; mi < C::MI; mi++)
+		a[mi] = gemm_mfma_ld(pa + mi * C::MF * C::LDS + kk);
+#pragma unroll
+	for (int ni = 0; ni < C::NI; ni++)
+		b[ni] = gemm_mfma_ld(pb + ni * C::MF * C::LDS + kk);
+#pragma unroll
+	for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+		for (int ni = 0; ni < C::NI; ni++)
+			M::run(acc[mi][ni], a[mi], b[ni]);
+}
+
 /* acc += the products of one k-tile in LDS. */
 template <class C>
 __device__ __forceinline__ void
@@ -688,22 +725,42 @@ gemm_mfma_step(const uint16_t *sa, const uint16_t *sb,
 	const uint16_t *pb =
 	    sb + (wn * C::WTN + M::ab_idx(l)) * C::LDS + M::ab_k(l);
 #pragma unroll
-	for (int kk = 0; kk < C::BK / M::K; kk++) {
-		flyk_bf16x4 a[C::MI], b[C::NI];
+	for (int kk = 0; kk < C::BK; kk += M::K)
+		gemm_mfma_kk<C, M>(pa, pb, kk, acc);
+}
+
+/* Zeroes the accumulators of MFMA type @p M (flyk_mfma or flyk_mfma8). */
+template <class C, class M>
+__device__ __forceinline__ void gemm_mfma_zero(typename M::acc_t (*acc)[C::NI])
+{
 #pragma unroll
-		for (int mi = 0; mi < C::MI; mi++)
-			a[mi] = flyk_mfma_ld4(pa + mi * C::MF * C::LDS +
-					      kk * M::K);
+	for (int mi = 0; mi < C::MI; mi++)
 #pragma unroll
 		for (int ni = 0; ni < C::NI; ni++)
-			b[ni] = flyk_mfma_ld4(pb + ni * C::MF * C::LDS +
-					      kk * M::K);
 #pragma unroll
-		for (int mi = 0; mi < C::MI; mi++)
+			for (int v = 0; v < M::REGS; v++)
+				acc[mi][ni][v] = 0.f;
+}
+
+/* The epilogue of the block tile at (@p m0, @p n0): each wave's
+ * accumulators of MFMA type @p M through gemm_store1. */
+template <class C, class M>
+__device__ __forceinline__ void gemm_mfma_store(const gemm_out &out, int64_t m0,
+						int64_t n0,
+						typename M::acc_t (*acc)[C::NI])
+{
+	const int l = threadIdx.x % FLYK_WARP, w = threadIdx.x / FLYK_WARP;
+	const int64_t r0 = m0 + (w / C::WN) * C::WTM;
+	const int64_t c0 = n0 + (w % C::WN) * C::WTN + M::d_col(l);
 #pragma unroll
-			for (int ni = 0; ni < C::NI; ni++)
-				M::run(acc[mi][ni], a[mi], b[ni]);
-	}
+	for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+		for (int ni = 0; ni < C::NI; ni++)
+#pragma unroll
+			for (int v = 0; v < M::REGS; v++)
+				gemm_store1(out,
+					    r0 + mi * C::MF + M::d_row(l, v),
+					    c0 + ni * C::MF, acc[mi][ni][v]);
 }
 
 /*
@@ -718,58 +775,24 @@ gemm_mfma_tile(const gemm_opnd &o, int64_t k_begin, int64_t k_end,
 {
 	typedef flyk_mfma<C::MF> M;
 	typename M::acc_t acc[C::MI][C::NI];
-#pragma unroll
-	for (int mi = 0; mi < C::MI; mi++)
-#pragma unroll
-		for (int ni = 0; ni < C::NI; ni++)
-#pragma unroll
-			for (int v = 0; v < M::REGS; v++)
-				acc[mi][ni][v] = 0.f;
+	gemm_mfma_zero<C, M>(acc);
 	uint16_t *sa = smem, *sb = smem + C::A_ST * C::ST;
 	uint4 ra[C::RA], rb[C::RB];
-	int64_t nk = (k_end - k_begin + C::BK - 1) / C::BK;
 	__syncthreads(); /* a previous tile may still read the buffers */
-	if (C::DB) {
-		if (nk > 0) {
-			gemm_mfma_fetch<C>(o, k_begin, k_end, ra, rb);
-			gemm_mfma_put<C>(ra, rb, sa, sb);
-		}
-		__syncthreads();
-		for (int64_t kt = 0; kt < nk; kt++) {
-			int cur = (int)(kt & 1), nxt = cur ^ 1;
-			bool more = kt + 1 < nk;
-			if (more)
-				gemm_mfma_fetch<C>(o, k_begin + (kt + 1) * C::BK,
-						   k_end, ra, rb);
-			gemm_mfma_step<C>(sa + cur * C::A_ST,
-					  sb + cur * C::B_ST, acc);
-			if (more)
-				gemm_mfma_put<C>(ra, rb, sa + nxt * C::A_ST,
-						 sb + nxt * C::B_ST);
-			__syncthreads();
-		}
-	} else {
-		for (int64_t kt = 0; kt < nk; kt++) {
-			gemm_mfma_fetch<C>(o, k_begin + kt * C::BK, k_end, ra,
-					   rb);
-			if (kt)
-				__syncthreads(); /* the last step has read */
-			gemm_mfma_put<C>(ra, rb, sa, sb);
-			__syncthreads();
-			gemm_mfma_step<C>(sa, sb, acc);
-		}
-	}
-	const int l = threadIdx.x % FLYK_WARP, w = threadIdx.x / FLYK_WARP;
-	const int64_t r0 = o.m0 + (w / C::WN) * C::WTM;
-	const int64_t c0 = o.n0 + (w % C::WN) * C::WTN + M::d_col(l);
-#pragma unroll
-	for (int mi = 0; mi < C::MI; mi++)
-#pragma unroll
-		for (int ni = 0; ni < C::NI; ni++)
-#pragma unroll
-			for (int v = 0; v < M::REGS; v++)
-				gemm_store1(out, r0 + mi * C::MF + M::d_row(l, v),
-					    c0 + ni * C::MF, acc[mi][ni][v]);
+	flyk_lds_pipe<C::DB>(
+	    (k_end - k_begin + C::BK - 1) / C::BK,
+	    [&](int64_t kt) FLYK_PIPE_STEP {
+		    gemm_mfma_fetch<C>(o, k_begin + kt * C::BK, k_end, ra, rb);
+	    },
+	    [&](int64_t, int buf) FLYK_PIPE_STEP {
+		    gemm_mfma_put<C>(ra, rb, sa + buf * C::A_ST,
+				     sb + buf * C::B_ST);
+	    },
+	    [&](int buf) FLYK_PIPE_STEP {
+		    gemm_mfma_step<C>(sa + buf * C::A_ST, sb + buf * C::B_ST,
+				      acc);
+	    });
+	gemm_mfma_store<C, M>(out, o.m0, o.n0, acc);
 }
 #endif /* FLYK_HAS_MFMA */
 

@@ -282,9 +282,10 @@ static int simt_launch(const struct flyk_device *dev,
  * with zero fill elsewhere: any M, N, K and alignment), re-encodes them
  * to fnuz there, and writes them to LDS, rows K-contiguous and padded by
  * 8 bytes (a lane's operand is one 8-byte read).  The k-tile loop is
- * gemm_mfma_tile's (gemm_tile.h): DB 1 two LDS buffers, the next k-tile
+ * gemm_mfma_tile's, prim/lds_pipe.h: DB 1 two LDS buffers, the next k-tile
  * fetched before this one's MFMAs, one barrier a k-tile; DB 0 one buffer,
- * two barriers.  The epilogue is gemm_tile.h's (gemm_out, gemm_store1).
+ * two barriers.  The accumulators' zeroing and the epilogue are
+ * gemm_tile.h's (gemm_mfma_zero, gemm_mfma_store: gemm_out, gemm_store1).
  *
  * The formats, all fed to the fnuz MFMA:
  *   fp8_e4m3fnuz  as they are; alpha = scale_a scale_b
@@ -506,32 +507,10 @@ sgm_step(const uint8_t *s, const float *ss, float fold,
 	for (int q = 0; q < C::KB; q++) {
 		[[maybe_unused]] typename M::acc_t part[C::MI][C::NI];
 		if constexpr (C::MX)
+			gemm_mfma_zero<C, M>(part);
 #pragma unroll
-			for (int mi = 0; mi < C::MI; mi++)
-#pragma unroll
-				for (int ni = 0; ni < C::NI; ni++)
-#pragma unroll
-					for (int v = 0; v < M::REGS; v++)
-						part[mi][ni][v] = 0.f;
-#pragma unroll
-		for (int kk = q * 32; kk < q * 32 + 32; kk += M::K) {
-			flyk_fp8x8 a[C::MI], b[C::NI];
-#pragma unroll
-			for (int mi = 0; mi < C::MI; mi++)
-				a[mi] = flyk_mfma8_ld8(
-				    pa + mi * C::MF * C::LDS + kk);
-#pragma unroll
-			for (int ni = 0; ni < C::NI; ni++)
-				b[ni] = flyk_mfma8_ld8(
-				    pb + ni * C::MF * C::LDS + kk);
-#pragma unroll
-			for (int mi = 0; mi < C::MI; mi++)
-#pragma unroll
-				for (int ni = 0; ni < C::NI; ni++)
-					M::run(C::MX ? part[mi][ni]
-						     : acc[mi][ni],
-					       a[mi], b[ni]);
-		}
+		for (int kk = q * 32; kk < q * 32 + 32; kk += M::K)
+			gemm_mfma_kk<C, M>(pa, pb, kk, C::MX ? part : acc);
 		if constexpr (!C::MX)
 			continue;
 #pragma unroll
@@ -566,57 +545,24 @@ __global__ void __launch_bounds__(C::THREADS)
 	const int64_t m0 = (int64_t)blockIdx.y * C::BM;
 	const int64_t n0 = (int64_t)blockIdx.x * C::BN;
 	typename M::acc_t acc[C::MI][C::NI];
-#pragma unroll
-	for (int mi = 0; mi < C::MI; mi++)
-#pragma unroll
-		for (int ni = 0; ni < C::NI; ni++)
-#pragma unroll
-			for (int v = 0; v < M::REGS; v++)
-				acc[mi][ni][v] = 0.f;
+	gemm_mfma_zero<C, M>(acc);
 	uint4 ra[C::RA], rb[C::RB];
-	const int64_t nk = (o.k + C::BK - 1) / C::BK;
 	const int SB = C::A_ST + C::B_ST;
-	if (C::DB) {
-		sgm_fetch<C>(o, m0, n0, 0, ra, rb);
-		sgm_put<C>(o, m0, n0, 0, ra, rb, s, ss);
-		__syncthreads();
-		for (int64_t kt = 0; kt < nk; kt++) {
-			int cur = (int)(kt & 1), nxt = cur ^ 1;
-			bool more = kt + 1 < nk;
-			if (more)
-				sgm_fetch<C>(o, m0, n0, (kt + 1) * C::BK, ra,
-					     rb);
-			sgm_step<C>(s + cur * SB, ss + cur * C::S_ST, fold,
-				    acc);
-			if (more)
-				sgm_put<C>(o, m0, n0, (kt + 1) * C::BK, ra, rb,
-					   s + nxt * SB, ss + nxt * C::S_ST);
-			__syncthreads();
-		}
-	} else {
-		for (int64_t kt = 0; kt < nk; kt++) {
-			sgm_fetch<C>(o, m0, n0, kt * C::BK, ra, rb);
-			if (kt)
-				__syncthreads(); /* the last step has read */
-			sgm_put<C>(o, m0, n0, kt * C::BK, ra, rb, s, ss);
-			__syncthreads();
-			sgm_step<C>(s, ss, fold, acc);
-		}
-	}
+	flyk_lds_pipe<C::DB>(
+	    (o.k + C::BK - 1) / C::BK,
+	    [&](int64_t kt) FLYK_PIPE_STEP {
+		    sgm_fetch<C>(o, m0, n0, kt * C::BK, ra, rb);
+	    },
+	    [&](int64_t kt, int buf) FLYK_PIPE_STEP {
+		    sgm_put<C>(o, m0, n0, kt * C::BK, ra, rb, s + buf * SB,
+			       ss + buf * C::S_ST);
+	    },
+	    [&](int buf) FLYK_PIPE_STEP {
+		    sgm_step<C>(s + buf * SB, ss + buf * C::S_ST, fold, acc);
+	    });
 	if (!C::MX)
 		out.alpha = fold * *tsa * *tsb;
-	const int l = threadIdx.x % FLYK_WARP, w = threadIdx.x / FLYK_WARP;
-	const int64_t r0 = m0 + (w / C::WN) * C::WTM;
-	const int64_t c0 = n0 + (w % C::WN) * C::WTN + M::d_col(l);
-#pragma unroll
-	for (int mi = 0; mi < C::MI; mi++)
-#pragma unroll
-		for (int ni = 0; ni < C::NI; ni++)
-#pragma unroll
-			for (int v = 0; v < M::REGS; v++)
-				gemm_store1(out,
-					    r0 + mi * C::MF + M::d_row(l, v),
-					    c0 + ni * C::MF, acc[mi][ni][v]);
+	gemm_mfma_store<C, M>(out, m0, n0, acc);
 }
 
 typedef int (*sgm_go_fn)(const sg_mfma_opnd &o, const gemm_out &out,

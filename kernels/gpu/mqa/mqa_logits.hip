@@ -71,6 +71,12 @@ struct mqa_map_t {
 #define MQA_GRID_CONST
 #endif
 
+/* mqa_wgmma's launchers are built where wgmma and TMA both are: an sm_90a
+ * build, where the two macros agree.  The emulator's NVIDIA model has
+ * wgmma but no TMA (its `tma` 1 ring), so there mqa_wgmma is infeasible
+ * and the other variants run (tests/gpu/emu/emu_tally.h lists it). */
+#define MQA_HAS_WGMMA (FLYK_HAS_WGMMA && FLYK_HAS_TMA)
+
 #define MQA_DTYPES ((1u << FLY_DT_FP8_E4M3) | (1u << FLY_DT_FP8_E4M3FNUZ))
 #define MQA_FLAGS (FLY_F_CLEAN | FLY_F_KV_FNUZ)
 
@@ -731,7 +737,7 @@ static const int64_t wg_tma_vals[] = {1, 0};
 static int wg_feasible(const struct flyk_device *dev,
 		       const struct fly_problem *p, const int64_t *params)
 {
-#if FLYK_HAS_WGMMA
+#if MQA_HAS_WGMMA
 	if (mqa_problem_ok(p) < 0 || p->dtype != FLY_DT_FP8_E4M3 ||
 	    (p->flags & FLY_F_KV_FNUZ))
 		return -EINVAL;
@@ -767,7 +773,7 @@ static int wg_feasible(const struct flyk_device *dev,
 #endif
 }
 
-#if FLYK_HAS_WGMMA
+#if MQA_HAS_WGMMA
 template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA>
 static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 		 int64_t skv, int64_t ld, int64_t split, int sms,
@@ -826,7 +832,7 @@ static int wg_launch(const struct flyk_device *dev,
 		     const struct fly_problem *p, const int64_t *params,
 		     const union flyk_args *args, void *stream)
 {
-#if FLYK_HAS_WGMMA
+#if MQA_HAS_WGMMA
 	const struct flyk_mqa_logits_args *a = &args->mqa_logits;
 	struct mqa_dims m;
 	mqa_dims_of(p, a, &m);

@@ -1,6 +1,6 @@
 /*
- * emu_gemm.cpp -- runs the gemm, grouped_gemm, scaled_gemm and attention
- * kernels of kernels/gpu on the CPU emulator (flyk_emu.h: one coroutine per GPU thread) against a
+ * emu_gemm.cpp -- runs the gemm, grouped_gemm, scaled_gemm, mqa_logits and
+ * attention kernels of kernels/gpu on the CPU emulator (flyk_emu.h: one coroutine per GPU thread) against a
  * double-precision host reference, with the PTX of gemm_tile.h (cp.async,
  * ldmatrix, mma.sync m16n8k16) emulated lane by lane from the PTX ISA's
  * fragment layouts.  For checking the kernels' index logic, pipelines,
@@ -12,12 +12,13 @@
  *       -Itests/gpu/emu -include tests/gpu/emu/emu_gemm.h \
  *       -x c++ tests/gpu/emu/emu_gemm.cpp kernels/gpu/gemm/gemm.hip \
  *       kernels/gpu/gemm/grouped_gemm.hip kernels/gpu/gemm/scaled_gemm.hip \
+ *       kernels/gpu/mqa/mqa_logits.hip \
  *       kernels/gpu/attn/attention.hip kernels/gpu/compare.hip \
  *       -x none build/tests/emu/flyk.o -o /tmp/flyk_emu_gemm
  *   /tmp/flyk_emu_gemm [quick|compare|attn|attn-quick|scaled|mfma|amd|full]
  *       (compare: only the case check; attn*: attention only; scaled:
- *       scaled GEMM, and in the AMD build MQA logits, only (every
- *       point, every format); mfma: the
+ *       scaled GEMM and MQA logits only (every point, every format);
+ *       mfma: the
  *       AMD build's MFMA model only; amd: everything at every point but
  *       every 3rd of the MFMA variants', the AMD run of `make test`; any
  *       other argument, or none: everything at every point)
@@ -35,8 +36,9 @@
  * M = 1, operands a byte off alignment, bias) against a double host
  * reference of the CPU backend's decoding rules, compared by the GPU
  * case's rule (sg_cmp_kernel); sg_mfma runs in the AMD model.  MQA logits
- * (mqa_all, the AMD binary alone: mqa_logits.hip is built into it only)
- * likewise, 3 shapes, mqa_mfma among the variants.
+ * (mqa_all, both models) likewise, 3 shapes: mqa_ref and mqa_simt in
+ * both, mqa_mfma in the AMD model; mqa_wgmma is skipped in both (its
+ * launchers need TMA, which the NVIDIA model does not emulate).
  *
  * Own scheduler (a copy of emu_main.cpp's, with 2-D grids).  Not emulated:
  * the asynchrony of cp.async (copies complete at once), timing, the
@@ -1025,7 +1027,6 @@ static void sg_all(const struct flyk_backend *b)
 	sg_one(b, 130, 136, 40, FLY_DT_FP8_E4M3, 0);
 }
 
-#if FLYK_AMD
 /* ------------------------------------------------------------ mqa logits */
 
 /* Whether column @p j is inside the window [ks, ke) clamped to [0, skv). */
@@ -1175,8 +1176,6 @@ static void mqa_all(const struct flyk_backend *b)
 	mqa_one(b, 4, 130, 64, 128, FLY_DT_FP8_E4M3,
 		FLY_F_CLEAN | FLY_F_KV_FNUZ);
 }
-
-#endif
 
 #if FLYK_AMD
 /* ------------------------------------------------------------ MFMA test */
@@ -1465,11 +1464,9 @@ int main(int argc, char **argv)
 	vs.insert(vs.end(), flyk_gpu_attention_op.variants,
 		  flyk_gpu_attention_op.variants +
 		      flyk_gpu_attention_op.nvariants);
-#if FLYK_AMD /* mqa_logits.hip: the AMD binary's alone (Makefile) */
 	vs.insert(vs.end(), flyk_gpu_mqa_logits_op.variants,
 		  flyk_gpu_mqa_logits_op.variants +
 		      flyk_gpu_mqa_logits_op.nvariants);
-#endif
 	vs.insert(vs.end(), flyk_gpu_scaled_gemm_op.variants,
 		  flyk_gpu_scaled_gemm_op.variants +
 		      flyk_gpu_scaled_gemm_op.nvariants);
@@ -1490,9 +1487,7 @@ int main(int argc, char **argv)
 #endif
 	if (argc > 1 && !strcmp(argv[1], "scaled")) { /* scaled GEMM only */
 		sg_all(&b);
-#if FLYK_AMD
 		mqa_all(&b);
-#endif
 		nfail += tally_report();
 		printf("%d passed, %d failed\n", npass, nfail);
 		return nfail ? 1 : 0;
@@ -1533,9 +1528,7 @@ int main(int argc, char **argv)
 #endif
 	printf("# gemm: %d passed, %d failed\n", npass, nfail);
 	sg_all(&b);
-#if FLYK_AMD
 	mqa_all(&b);
-#endif
 	printf("# scaled gemm, mqa: %d passed, %d failed\n", npass, nfail);
 	grouped_one(&b, {64, 64, 64, 64}, 72, 48, st);
 	grouped_one(&b, {0, 130, 0, 17, 129, 1, 64, 0}, 64, 40, st);

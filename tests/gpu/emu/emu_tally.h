@@ -63,6 +63,8 @@ static const struct emu_skip emu_skips[] = {
     {"ggemm_mfma", "MFMA: AMD CDNA only"},
     {"sg_mfma", "MFMA: AMD CDNA only"},
     {"attn_mfma", "MFMA: AMD CDNA only"},
+    {"mqa_mfma", "MFMA: AMD CDNA only"},
+    {"mqa_wgmma", EMU_NO_TMA},
 #endif
 };
 

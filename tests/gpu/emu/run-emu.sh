@@ -3,8 +3,9 @@
 # quick mode (every variant at a sample of its feasible points; run the
 # binaries without "quick" for every point).  Built by `make test` in
 # $FLY_BUILD_DIR/tests/emu; BINARY is flyk_emu (rmsnorm, topk) or
-# flyk_emu_gemm (gemm, grouped gemm, scaled gemm; MODE attn-quick:
-# attention; scaled: scaled gemm only; full: all at every point), or their AMD wave64 builds flyk_emu_amd and
+# flyk_emu_gemm (gemm, grouped gemm, scaled gemm, MQA logits; MODE
+# attn-quick: attention; scaled: scaled gemm and MQA logits only; full:
+# all at every point), or their AMD wave64 builds flyk_emu_amd and
 # flyk_emu_gemm_amd, default all four; MODE defaults to quick.  `make
 # test` runs them through run-emu-kernels.sh (flyk_emu:rmsnorm),
 # run-emu-topk1.sh and run-emu-topk2.sh (flyk_emu's topk in two halves),
