@@ -262,7 +262,12 @@ static int prescan(const uint8_t *s, size_t n)
 		} else if (c == '}' || c == ']') {
 			if (--depth < 0)
 				return FLY_E_PROTO;
-		} else if (c == 0 || c >= 0x80 || c == '+' || c == '.') {
+		} else if (c == 0 || c >= 0x80 || c == '+' || c == '.' ||
+			   (c < 0x20 && c != '\t' && c != '\n' && c != '\r')) {
+			/* (JSON's whitespace is space, tab, LF and CR; cJSON
+			 * skips every byte up to 0x20: JSONTestSuite's
+			 * n_structure_whitespace_formfeed, RELIABILITY.md B9,
+			 * bench/json_suite.py) */
 			return FLY_E_PROTO;
 		}
 		i++;

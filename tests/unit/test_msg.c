@@ -117,6 +117,15 @@ static void test_rejects(void **state)
 			 FLY_E_PROTO); /* surrogate */
 	assert_int_equal(PARSE("{\"s\":\"\xf4\x90\x80\x80\"}"), FLY_E_PROTO);
 	assert_int_equal(PARSE("\xef\xbb\xbf{}"), FLY_E_PROTO); /* BOM */
+	/* control bytes between tokens: JSON's whitespace is space, tab, LF
+	 * and CR only (cJSON skips every byte up to 0x20; JSONTestSuite
+	 * n_structure_whitespace_formfeed) */
+	assert_int_equal(PARSE("{\"a\":[\f]}"), FLY_E_PROTO);
+	assert_int_equal(PARSE("{\f\"a\":1}"), FLY_E_PROTO);
+	assert_int_equal(PARSE("{\"a\":1\v}"), FLY_E_PROTO);
+	assert_int_equal(PARSE("\x01{\"a\":1}"), FLY_E_PROTO);
+	assert_int_equal(PARSE("{\"a\":1}\x1f"), FLY_E_PROTO);
+	assert_int_equal(PARSE(" \t\r\n{ \t\r\n\"a\" \t\r\n: \t\r\n1 \t\r\n} \t\r\n"), 0);
 	/* numbers */
 	assert_int_equal(PARSE("{\"x\":1e400}"), FLY_E_PROTO);
 	assert_int_equal(PARSE("{\"x\":-1e400}"), FLY_E_PROTO);
