@@ -54,18 +54,18 @@ struct flyk_device {
 
 #define FLYK_CASE_BUFS 8
 
-/* One benchmark case.  The op module's setup() allocates device buffers
- * through flyk_gpu_case_alloc() (freed by case_free), fills the inputs with
- * random non-zero data, fills `args` with device pointers, marks which
- * buffers are outputs (poisoned with 0xFF bytes: NaN for fp32/fp16/bf16,
- * -1 for int64 indices) and computes the reference into host memory
- * (`ref`, owned by the op module's state, freed by its fini()). */
 /* One candidate whose timed call has run (flyk_case.timed_seen). */
 struct flyk_timed_seen {
 	const struct flyk_variant *v;
 	int64_t params[FLY_PARAMS_MAX];
 };
 
+/* One benchmark case.  The op module's setup() allocates device buffers
+ * through flyk_gpu_case_alloc() (freed by case_free), fills the inputs with
+ * random non-zero data, fills `args` with device pointers, marks which
+ * buffers are outputs (poisoned with 0xFF bytes: NaN for fp32/fp16/bf16,
+ * -1 for int64 indices) and computes the reference into host memory
+ * (`ref`, owned by the op module's state, freed by its fini()). */
 struct flyk_case {
 	struct flyk_device *dev;
 	struct fly_problem p;
