@@ -252,15 +252,20 @@ static void bump_hit(fly_client *c, unsigned shard)
 				  memory_order_relaxed);
 }
 
-/* Count a table hit outside a read section (decide_socket, under c->mu). */
-static void bump_shm_hit(fly_client *c)
+/* The per-CPU shard of the calling thread (sched_getcpu reads the rseq
+ * area on current glibc: no syscall). */
+static unsigned cpu_shard(void)
 {
 	int cpu = sched_getcpu();
 
-	atomic_fetch_add_explicit(
-		&c->rd[cpu < 0 ? 0 : (unsigned)cpu & (FLY_RD_SHARDS - 1)]
-			 .shm_folded,
-		1, memory_order_relaxed);
+	return cpu < 0 ? 0 : (unsigned)cpu & (FLY_RD_SHARDS - 1);
+}
+
+/* Count a table hit outside a read section (decide_socket, under c->mu). */
+static void bump_shm_hit(fly_client *c)
+{
+	atomic_fetch_add_explicit(&c->rd[cpu_shard()].shm_folded, 1,
+				  memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------ tables */
@@ -280,15 +285,13 @@ static void bump_shm_hit(fly_client *c)
 
 static void reclaim_shm_locked(fly_client *c);
 
-/* Enter a read section (sched_getcpu reads the rseq area on current
- * glibc: no syscall).  The same shard is left, wherever the thread runs
- * by then. */
+/* Enter a read section in this CPU's shard.  The same shard is left,
+ * wherever the thread runs by then. */
 static struct rd_token rd_enter(fly_client *c)
 {
-	int cpu = sched_getcpu();
 	struct rd_token t;
 
-	t.shard = cpu < 0 ? 0 : (unsigned)cpu & (FLY_RD_SHARDS - 1);
+	t.shard = cpu_shard();
 	t.phase = atomic_load(&c->rd_phase) & 1;
 	atomic_fetch_add(&c->rd[t.shard].w[t.phase], 1);
 	return t;

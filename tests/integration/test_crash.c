@@ -283,20 +283,26 @@ static void test_stop_resumes_job(void **state)
 	fly_test_daemon_cleanup(d);
 }
 
+/* The worker's boolean status member @p name (asserted to be one). */
+static int worker_bool(int fd, const char *name)
+{
+	cJSON *o = fly_test_req(fd, "{\"req\":\"status\"}");
+	const cJSON *x;
+	int v;
+
+	assert_true(fly_test_is_ok(o));
+	x = cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(o, "worker"), name);
+	assert_true(cJSON_IsBool(x));
+	v = cJSON_IsTrue(x);
+	cJSON_Delete(o);
+	return v;
+}
+
 /* Whether `status` reports the worker healthy. */
 static int worker_healthy(int fd)
 {
-	cJSON *o = fly_test_req(fd, "{\"req\":\"status\"}");
-	const cJSON *w, *h;
-	int healthy;
-
-	assert_true(fly_test_is_ok(o));
-	w = cJSON_GetObjectItemCaseSensitive(o, "worker");
-	h = cJSON_GetObjectItemCaseSensitive(w, "healthy");
-	assert_true(cJSON_IsBool(h));
-	healthy = cJSON_IsTrue(h);
-	cJSON_Delete(o);
-	return healthy;
+	return worker_bool(fd, "healthy");
 }
 
 /* Read what the notify socket @p nfd holds now; @return 1 when a
@@ -385,17 +391,7 @@ static void test_watchdog_pings_while_degraded(void **state)
 /* Whether `status` says the device is lost (worker.device_lost). */
 static int device_lost(int fd)
 {
-	cJSON *o = fly_test_req(fd, "{\"req\":\"status\"}");
-	const cJSON *x;
-	int lost;
-
-	assert_true(fly_test_is_ok(o));
-	x = cJSON_GetObjectItemCaseSensitive(
-		cJSON_GetObjectItemCaseSensitive(o, "worker"), "device_lost");
-	assert_true(cJSON_IsBool(x));
-	lost = cJSON_IsTrue(x);
-	cJSON_Delete(o);
-	return lost;
+	return worker_bool(fd, "device_lost");
 }
 
 /* The worker's status member @p name as a number. */
