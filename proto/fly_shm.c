@@ -480,6 +480,12 @@ int fly__shm_writer_open(uint32_t capacity, struct fly_shm_writer **out)
 		rc = -errno;
 		goto err_close;
 	}
+	/* huge pages where the host allows them for shmem
+	 * (transparent_hugepage/shmem_enabled "advise"; "never" is the
+	 * usual default and makes this a no-op): a table read at random
+	 * then walks no 4 KiB page tables (issue 19, 1M keys: the p99 of a
+	 * table hit 591-611 ns against 631-721 ns; the p50 unchanged) */
+	(void)madvise(w->base, w->size, MADV_HUGEPAGE);
 	header_init(w);
 	rc = seal(w);
 	if (rc < 0)
