@@ -475,8 +475,8 @@ $(BUILD)/tests/emu/flyk_emu_gemm $(BUILD)/tests/emu/flyk_emu_gemm_amd: \
 	$(Q)$(CXX) $(EMU_FLAGS) $(EMU_MODEL) -include tests/gpu/emu/emu_gemm.h \
 		-x c++ tests/gpu/emu/emu_gemm.cpp $(EMU_GSRC) \
 		-x none $(BUILD)/tests/emu/flyk.o -o $@
-# The emulator is never built with a sanitizer (it switches stacks with
-# swapcontext): its own unsanitized copy of kernels/flyk.c.
+# The emulator is never built with a sanitizer (it switches stacks itself,
+# emu_sched.h): its own unsanitized copy of kernels/flyk.c.
 $(BUILD)/tests/emu/flyk.o: kernels/flyk.c kernels/include/flyk.h
 	@mkdir -p $(@D)
 	$(Q)$(CC) -std=gnu11 -O1 -D_GNU_SOURCE $(INC_kernels) -c $< -o $@

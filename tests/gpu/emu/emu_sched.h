@@ -1,7 +1,7 @@
 /*
  * emu_sched.h -- the emulator's block scheduler, shared by emu_main.cpp
- * (rmsnorm, topk) and emu_gemm.cpp (gemm, grouped gemm): one ucontext
- * coroutine per GPU thread of a block, run until each reaches a barrier
+ * (rmsnorm, topk) and emu_gemm.cpp (gemm, grouped gemm): one coroutine
+ * per GPU thread of a block, run until each reaches a barrier
  * (__syncthreads: the block; __syncwarp / warp collectives: its warp) or
  * ends; a barrier is released when every live thread of its scope waits
  * on it; mixed barriers that can never release abort ("deadlock").
@@ -9,6 +9,14 @@
  * FLYK_WARP threads (32, or 64 in the AMD mode); a launch asking for more
  * dynamic shared memory than FLYK_EMU_SMEM_MAX fails (hipGetLastError)
  * and runs nothing, as on the GPU.
+ *
+ * On x86-64 a switch between coroutines is emu_switch below: the
+ * callee-saved registers, MXCSR and the x87 control word, no syscall.
+ * glibc's swapcontext also saves and restores the signal mask, an
+ * rt_sigprocmask syscall per switch: with it, flyk_emu_amd topk2 spent
+ * 18.7 of its 39.2 s in the kernel, and the ten emulator tests of `make
+ * test` took 692 s on the 2-core VM (28 s with emu_switch).  Elsewhere (or with
+ * -DFLYK_EMU_UCONTEXT=1) the coroutines are ucontext's.
  *
  * Definitions, not declarations: include it from exactly one .cpp of an
  * emulator binary, after flyk_gpu.h.
@@ -30,14 +38,40 @@ dim3 threadIdx, blockIdx, blockDim, gridDim;
 enum { RUN, WAIT_WARP, WAIT_BLOCK, DONE };
 #define STACK (64 * 1024)
 
+#if defined(__x86_64__) && !FLYK_EMU_UCONTEXT
+#define EMU_FAST_SWITCH 1
+/* emu_switch(&from, to): push the callee-saved registers and the FP
+ * control words on the running stack, store its pointer in *from, load
+ * @p to's and pop them there (a stack emu_stack_init made, or one an
+ * earlier emu_switch left). */
+extern "C" void emu_switch(void **from, void *to);
+__asm__(".text\n"
+	".globl emu_switch\n"
+	".type emu_switch, @function\n"
+	"emu_switch:\n"
+	"\tpushq %rbp\n\tpushq %rbx\n\tpushq %r12\n"
+	"\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n"
+	"\tsubq $8, %rsp\n\tstmxcsr (%rsp)\n\tfnstcw 4(%rsp)\n"
+	"\tmovq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n"
+	"\tldmxcsr (%rsp)\n\tfldcw 4(%rsp)\n\taddq $8, %rsp\n"
+	"\tpopq %r15\n\tpopq %r14\n\tpopq %r13\n"
+	"\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n"
+	"\tret\n"
+	".size emu_switch, .-emu_switch\n");
+typedef void *emu_ctx;
+#else
+#define EMU_FAST_SWITCH 0
+typedef ucontext_t emu_ctx;
+#endif
+
 struct emu_thread {
-	ucontext_t ctx;
+	emu_ctx ctx;
 	int state;
 	char *stack;
 };
 
 static std::vector<emu_thread> thr;
-static ucontext_t sched;
+static emu_ctx sched;
 static int cur;
 static std::vector<uint64_t> slots;
 static hipError_t last_err;
@@ -47,7 +81,11 @@ static const std::function<void()> *body_fn;
 static void emu_yield(int state)
 {
 	thr[cur].state = state;
+#if EMU_FAST_SWITCH
+	emu_switch(&thr[cur].ctx, sched);
+#else
 	swapcontext(&thr[cur].ctx, &sched);
+#endif
 }
 
 void flyk_emu_syncthreads(void)
@@ -111,14 +149,42 @@ static bool emu_release(int n)
 	return false;
 }
 
+#if EMU_FAST_SWITCH
+/* Thread @p t's stack as emu_switch leaves one, "returning" into
+ * emu_tramp (which never returns: the thread's last yield is DONE) with
+ * the stack aligned as at a call, and the scheduler's FP control words. */
+static void emu_stack_init(int t)
+{
+	uintptr_t top = ((uintptr_t)thr[t].stack + STACK) & ~(uintptr_t)15;
+	void **sp = (void **)top;
+	uint32_t mxcsr, fp[2];
+	uint16_t cw;
+
+	__asm__ volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr), "=m"(cw));
+	fp[0] = mxcsr;
+	fp[1] = cw;
+	*--sp = NULL;                     /* emu_tramp's return address */
+	*--sp = (void *)&emu_tramp;       /* emu_switch's ret */
+	for (int r = 0; r < 6; r++)
+		*--sp = NULL;             /* rbp rbx r12 r13 r14 r15 */
+	--sp;
+	memcpy(sp, fp, sizeof(fp)); /* MXCSR, then the x87 control word */
+	thr[t].ctx = sp;
+}
+#endif
+
 static void emu_block(int n)
 {
 	for (int t = 0; t < n; t++) {
+#if EMU_FAST_SWITCH
+		emu_stack_init(t);
+#else
 		getcontext(&thr[t].ctx);
 		thr[t].ctx.uc_stack.ss_sp = thr[t].stack;
 		thr[t].ctx.uc_stack.ss_size = STACK;
 		thr[t].ctx.uc_link = NULL;
 		makecontext(&thr[t].ctx, emu_tramp, 0);
+#endif
 		thr[t].state = RUN;
 	}
 	for (;;) {
@@ -127,7 +193,11 @@ static void emu_block(int n)
 				continue;
 			cur = t;
 			threadIdx = dim3(t);
+#if EMU_FAST_SWITCH
+			emu_switch(&sched, thr[t].ctx);
+#else
 			swapcontext(&sched, &thr[t].ctx);
+#endif
 		}
 		bool done = true;
 		for (int t = 0; t < n; t++)

@@ -1,7 +1,7 @@
 /*
  * flyk_emu.h -- just enough of the CUDA/HIP device model, on the CPU, to
- * run kernels/gpu's kernels for their logic: each GPU thread is a ucontext
- * coroutine; a block runs at a time, its threads scheduled round-robin
+ * run kernels/gpu's kernels for their logic: each GPU thread is a coroutine
+ * (emu_sched.h); a block runs at a time, its threads scheduled round-robin
  * between barriers; warp shuffles and ballots go through a per-warp slot
  * array between two warp barriers.  Memory is host memory.
  *
