@@ -1538,7 +1538,7 @@ int main(int argc, char **argv)
 #if FLYK_AMD
 	grouped_one(&b, {5, 0, 40, 3}, 37, 19, st); /* K, N odd */
 #endif
-	if (!quick) /* quick: attention is run-emu-attn.sh's (attn-quick) */
+	if (!quick) /* quick: attention apart (attn-quick) */
 		attn_all(&b, 0);
 	nfail += tally_report();
 	printf("%d passed, %d failed\n", npass, nfail);

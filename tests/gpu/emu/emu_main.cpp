@@ -10,11 +10,14 @@
  *       -Itests/gpu/emu -x c++ tests/gpu/emu/emu_main.cpp \
  *       kernels/gpu/norm/rmsnorm.hip kernels/gpu/topk/topk.hip -o /tmp/flyk_emu
  *
- *   /tmp/flyk_emu [quick|cases|long|rmsnorm|topk1|topk2]   (cases: only
- *   the op modules' case paths; long: those and quick's few long topk
- *   rows; rmsnorm: quick's rmsnorm part, no topk; topk1 and topk2:
- *   quick's topk part in two halves, no rmsnorm -- topk1 has the long
- *   rows)
+ *   /tmp/flyk_emu [full|rmsnorm-full|topk1-full|topk2-full|quick|cases|
+ *                  long|rmsnorm|topk1|topk2]
+ *   full (or no argument): every point of both ops; rmsnorm-full: every
+ *   point of rmsnorm; topk1-full, topk2-full: every point of topk in two
+ *   halves (topk1 has the small shapes, 3x777 k=100 and the long rows);
+ *   the suite runs these three; quick: a sample of the points; cases:
+ *   only the op modules' case paths; long: those and quick's few long
+ *   topk rows; rmsnorm, topk1, topk2: quick's sample of those parts
  *
  * Built with -DFLYK_EMU_AMD=1 (flyk_emu_amd), the same tests run in the
  * AMD wave64 model (flyk_emu.h); quick there takes every other topk
@@ -624,7 +627,11 @@ int main(int argc, char **argv)
 					{2, 3001, 50}, {1, 2048, 128}, {3, 64, 64},
 					{9, 256, 8},   {1, 20001, 50}, {3, 777, 100},
 					{2, 4099, 2048}, {1, 2048, 2048}, {5, 1030, 20}};
-	int quick = argc > 1;
+	/* full, rmsnorm-full, topk1-full, topk2-full: every point (the
+	 * suite's runs); any other argument: quick's sample */
+	const char *mode = argc > 1 ? argv[1] : "full";
+	size_t ml = strlen(mode);
+	int quick = !(ml >= 4 && strcmp(mode + ml - 4, "full") == 0);
 	for (int d = 0; d < 3; d++)
 		for (uint32_t f = 0; f <= FLY_F_RESIDUAL; f += FLY_F_RESIDUAL) {
 			struct fly_problem p;
@@ -649,21 +656,20 @@ int main(int argc, char **argv)
 			case_path(&flyk_gpu_topk_op, p);
 		}
 	printf("case paths: %d passed, %d failed\n", npass, nfail);
-	if (argc > 1 && strcmp(argv[1], "cases") == 0)
+	if (strcmp(mode, "cases") == 0)
 		return nfail ? 1 : 0;
-	if (argc > 1 && strcmp(argv[1], "long") == 0) { /* topk_mb's */
+	if (strcmp(mode, "long") == 0) { /* topk_mb's */
 		topk_long(1);
 		nfail += tally_report();
 		printf("%d passed, %d failed\n", npass, nfail);
 		return nfail ? 1 : 0;
 	}
-	/* topk1, topk2: quick's topk part alone, in two halves (the suite
-	 * runs rmsnorm and the halves as three tests, each under its own
-	 * time limit, about 100 s each on the 2-core VM): topk1 the small
-	 * shapes, 3x777 k=100 and the long rows, topk2 the other wide
-	 * shapes */
-	int topk_half = argc < 2 ? 0 : strcmp(argv[1], "topk1") == 0 ? 1 :
-					strcmp(argv[1], "topk2") == 0 ? 2 : 0;
+	/* topk1, topk2: the topk part alone, in two halves (the suite runs
+	 * rmsnorm-full and the halves' -full forms as three tests, each
+	 * under its own time limit): topk1 the small shapes, 3x777 k=100
+	 * and the long rows, topk2 the other wide shapes */
+	int topk_half = strncmp(mode, "topk1", 5) == 0 ? 1 :
+			strncmp(mode, "topk2", 5) == 0 ? 2 : 0;
 	int topk_only = topk_half != 0;
 	/* quick: fp32 up to 2x8193 (a 32 KB row) */
 	for (size_t s = 0; s < sizeof(rs) / sizeof(rs[0]) && !topk_only; s++)
@@ -692,7 +698,7 @@ int main(int argc, char **argv)
 	printf("rmsnorm: %d passed, %d failed\n", npass, nfail);
 	/* quick in the AMD model: every other point (the suite's time) */
 	int st = quick && FLYK_AMD ? 2 : 1;
-	int rms_only = argc > 1 && strcmp(argv[1], "rmsnorm") == 0;
+	int rms_only = strncmp(mode, "rmsnorm", 7) == 0;
 	for (size_t s = 0; s < sizeof(ts) / sizeof(ts[0]) && !rms_only; s++)
 		for (int d = 0; d < 3; d++)
 			for (int dup = 0; dup < 2; dup++)

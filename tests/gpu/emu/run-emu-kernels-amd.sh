@@ -1,7 +1,7 @@
 #!/bin/sh
 # run-emu-kernels-amd.sh -- rmsnorm on the CPU emulator's AMD wave64 model
-# (run-emu.sh; flyk_emu_amd's quick rmsnorm part), after the emulator's
-# wave self-test (the planted 32-lane sum must fail).  topk is
+# at every point (run-emu.sh; flyk_emu_amd's rmsnorm-full part), after the
+# emulator's wave self-test (the planted 32-lane sum must fail).  topk is
 # run-emu-topk1-amd.sh and run-emu-topk2-amd.sh, each its own test under
-# its own time limit (as one test they took 310 s at load 5).
-exec sh "$(dirname "$0")/run-emu.sh" flyk_emu_amd:rmsnorm
+# its own time limit.
+exec sh "$(dirname "$0")/run-emu.sh" flyk_emu_amd:rmsnorm-full

@@ -1,5 +1,5 @@
 #!/bin/sh
-# run-emu-topk1-amd.sh -- topk on the CPU emulator's AMD wave64 model,
-# first half of quick's topk part (every other point): the small shapes,
-# 3x777 k=100 and the long rows (run-emu.sh).
-exec sh "$(dirname "$0")/run-emu.sh" flyk_emu_amd:topk1
+# run-emu-topk1-amd.sh -- topk on the CPU emulator's AMD wave64 model at
+# every point, first half: the small shapes, 3x777 k=100 and the long rows
+# (run-emu.sh).
+exec sh "$(dirname "$0")/run-emu.sh" flyk_emu_amd:topk1-full

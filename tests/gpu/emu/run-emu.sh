@@ -7,11 +7,12 @@
 # attn-quick: attention; scaled: scaled gemm and MQA logits only; full:
 # all at every point), or their AMD wave64 builds flyk_emu_amd and
 # flyk_emu_gemm_amd, default all four; MODE defaults to quick.  `make
-# test` runs them through run-emu-kernels.sh (flyk_emu:rmsnorm),
-# run-emu-topk1.sh and run-emu-topk2.sh (flyk_emu's topk in two halves),
-# run-emu-gemm.sh, run-emu-attn.sh, run-emu-kernels-amd.sh,
-# run-emu-topk1-amd.sh, run-emu-topk2-amd.sh (flyk_emu_amd likewise) and
-# run-emu-gemm-amd.sh: one test (and one time limit) each.  Each binary prints the variants it ran
+# test` runs every point of each through run-emu-kernels.sh
+# (flyk_emu:rmsnorm-full), run-emu-topk1.sh and run-emu-topk2.sh
+# (flyk_emu's topk in two halves), run-emu-gemm.sh (flyk_emu_gemm:full,
+# attention included), run-emu-kernels-amd.sh, run-emu-topk1-amd.sh,
+# run-emu-topk2-amd.sh and run-emu-gemm-amd.sh (the AMD builds likewise):
+# one test (and one time limit) each.  Each binary prints the variants it ran
 # and those skipped as infeasible in its model; ends with one line "emu: N
 # passed, N failed".
 set -u
