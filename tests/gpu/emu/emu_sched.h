@@ -15,8 +15,8 @@
  * glibc's swapcontext also saves and restores the signal mask, an
  * rt_sigprocmask syscall per switch: with it, flyk_emu_amd topk2 spent
  * 18.7 of its 39.2 s in the kernel, and the ten emulator tests of `make
- * test` took 692 s on the 2-core VM (28 s with emu_switch).  Elsewhere (or with
- * -DFLYK_EMU_UCONTEXT=1) the coroutines are ucontext's.
+ * test` took 692 s on the 2-core VM (28 s with emu_switch).  Elsewhere
+ * (or with -DFLYK_EMU_UCONTEXT=1) the coroutines are ucontext's.
  *
  * Definitions, not declarations: include it from exactly one .cpp of an
  * emulator binary, after flyk_gpu.h.
@@ -78,14 +78,20 @@ static hipError_t last_err;
 static std::vector<unsigned char> dyn;
 static const std::function<void()> *body_fn;
 
+/* Save the running coroutine in @p from and resume @p to. */
+static void emu_swap(emu_ctx *from, emu_ctx *to)
+{
+#if EMU_FAST_SWITCH
+	emu_switch(from, *to);
+#else
+	swapcontext(from, to);
+#endif
+}
+
 static void emu_yield(int state)
 {
 	thr[cur].state = state;
-#if EMU_FAST_SWITCH
-	emu_switch(&thr[cur].ctx, sched);
-#else
-	swapcontext(&thr[cur].ctx, &sched);
-#endif
+	emu_swap(&thr[cur].ctx, &sched);
 }
 
 void flyk_emu_syncthreads(void)
@@ -193,11 +199,7 @@ static void emu_block(int n)
 				continue;
 			cur = t;
 			threadIdx = dim3(t);
-#if EMU_FAST_SWITCH
-			emu_switch(&sched, thr[t].ctx);
-#else
-			swapcontext(&sched, &thr[t].ctx);
-#endif
+			emu_swap(&sched, &thr[t].ctx);
 		}
 		bool done = true;
 		for (int t = 0; t < n; t++)
