@@ -97,13 +97,14 @@ static void test_mqa(const struct flyk_backend *b, struct flyk_device *dev)
 
 /* scaled_gemm: every format, with and without bias, on M = 1, N and K
  * off the tiles, K % 32 for MX (fp8 also K = 33, which only the
- * reference takes), ragged and benchmark-sized shapes. */
+ * reference takes), ragged and benchmark-sized shapes (a decode one:
+ * sg_skinny's). */
 static void test_scaled(const struct flyk_backend *b, struct flyk_device *dev)
 {
 	static const int64_t shapes[][3] = {
 		{1, 64, 128},	 {33, 200, 96},	   {130, 257, 256},
 		{3, 5, 32},	 {256, 512, 4096}, {4096, 256, 1024},
-		{1000, 1000, 544},
+		{1000, 1000, 544}, {32, 4096, 4096},
 	};
 	static const uint32_t sdts[] = {FLY_DT_FP8_E4M3, FLY_DT_FP8_E4M3FNUZ,
 					FLY_DT_MXFP8, FLY_DT_MXFP4};

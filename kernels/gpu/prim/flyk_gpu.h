@@ -21,8 +21,8 @@
  *   FLYK_HAS_CUBLAS    the vendor GEMM candidates (kernels/vendor, CUDA)
  *   FLYK_HAS_CUDNN     cuDNN 9's fused attention (kernels/vendor/cudnn_attn.c):
  *                      1 when the Makefile found cuDNN (-DFLYK_HAS_CUDNN=1)
- * FLYK_MMA_DEVICE / FLYK_WGMMA_DEVICE: 1 in the device pass that emits
- * that PTX; FLYK_MFMA_DEVICE: in a device pass for a CDNA2/CDNA3 target,
+ * FLYK_MMA_DEVICE / FLYK_MMA8_DEVICE (fp8 mma.sync, sm_89+) /
+ * FLYK_WGMMA_DEVICE: 1 in the device pass that emits that PTX; FLYK_MFMA_DEVICE: in a device pass for a CDNA2/CDNA3 target,
  * FLYK_MFMA8_DEVICE: for a gfx940-942 one (fnuz fp8 MFMA) (the
  * primitives' own tests; ops use FLYK_HAS_*).
  */
@@ -92,6 +92,12 @@
 #define FLYK_MMA_DEVICE 1
 #else
 #define FLYK_MMA_DEVICE 0
+#endif
+/* mma.sync on e4m3 (m16n8k32): sm_89+ */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define FLYK_MMA8_DEVICE 1
+#else
+#define FLYK_MMA8_DEVICE 0
 #endif
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FLYK_WGMMA_DEVICE 1

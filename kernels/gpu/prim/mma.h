@@ -1,7 +1,7 @@
 /*
  * prim/mma.h -- warp-level tensor-core MMA (NVIDIA sm_80+): ldmatrix
- * (plain and .trans) and mma.sync m16n8k16 bf16 x bf16 (or fp16 x fp16)
- * -> fp32.
+ * (plain and .trans), mma.sync m16n8k16 bf16 x bf16 (or fp16 x fp16)
+ * -> fp32 and m16n8k32 e4m3 x e4m3 -> fp32.
  *
  * Owns: nothing (device inlines).  Thread: device code only.
  * Fragment layouts are the PTX ISA's; under FLYK_EMU the emulator computes
@@ -66,6 +66,31 @@ __device__ __forceinline__ void flyk_mma16816_f16(float *c, const uint32_t *a,
 		       "r"(b[1]));
 #elif defined(FLYK_EMU)
 	flyk_emu_mma16816_f16(c, a, b);
+#endif
+}
+
+/* mma.sync m16n8k32 e4m3 x e4m3 -> fp32 (sm_89+): A 16x32 row-major in
+ * four words (a0: row g, k 4t..4t+3; a1: row g+8; a2: row g, k 16+4t..;
+ * a3: row g+8, k 16+4t..), B 32x8 in two (b0: column g, k 4t..; b1: k
+ * 16+4t..), one e4m3fn byte an element, the lowest k in the lowest byte;
+ * C as m16n8k16's (g = lane / 4, t = lane % 4).  Callers check the
+ * compute capability (>= 8.9) at run time. */
+__device__ __forceinline__ void flyk_mma16832_e4m3(float *c, const uint32_t *a,
+						   const uint32_t *b)
+{
+#if FLYK_MMA8_DEVICE
+	asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		     "{%0,%1,%2,%3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+		       "r"(b[1]));
+#elif defined(FLYK_EMU)
+	flyk_emu_mma16832_e4m3(c, a, b);
+#else
+	(void)c;
+	(void)a;
+	(void)b;
 #endif
 }
 

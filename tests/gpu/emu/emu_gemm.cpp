@@ -32,8 +32,9 @@
  * against a plain matrix product (mfma_unit), and adds shapes
  * with operands off 16-byte alignment and odd K for the AMD variants.
  * Scaled GEMM (sg_all, both models): every variant that has no
- * enumerate() at every feasible point of 6 shapes (each format, K tails,
- * M = 1, operands a byte off alignment, bias) against a double host
+ * enumerate() at every feasible point of 9 shapes (each format, K tails,
+ * M = 1, operands a byte off alignment, bias; sg_skinny's vector path,
+ * grid.y 2 and N tails) against a double host
  * reference of the CPU backend's decoding rules, compared by the GPU
  * case's rule (sg_cmp_kernel); sg_mfma runs in the AMD model.  MQA logits
  * (mqa_all, both models) likewise, 3 shapes: mqa_ref and mqa_simt in
@@ -193,6 +194,42 @@ void flyk_emu_mma16816_f16(float *c, const uint32_t *a, const uint32_t *b)
 	mma_f16[threadIdx.x / 32] = 1;
 	flyk_emu_mma16816(c, a, b);
 	mma_f16[threadIdx.x / 32] = 0;
+}
+
+/* One e4m3fn byte as fp32 (bias 7; 0x7f and 0xff NaN, no infinity). */
+static float fn_f32(unsigned b)
+{
+	unsigned e = (b >> 3) & 15u, m = b & 7u;
+	if ((b & 0x7fu) == 0x7fu)
+		return NAN;
+	float v = e ? ldexpf(1.f + m / 8.f, (int)e - 7) : ldexpf(m / 8.f, -6);
+	return b & 0x80u ? -v : v;
+}
+
+/* mma.sync m16n8k32 e4m3 (prim/mma.h's layout): A[r][k] in lane 4 (r % 8)
+ * + (k % 16) / 4, word (r >= 8) + 2 (k >= 16), byte k % 4; B[k][n] in
+ * lane 4 n + (k % 16) / 4, word k >= 16, byte k % 4; D as m16n8k16's.
+ * Products of e4m3 values are exact in fp32; summed in k order, then
+ * added to C. */
+void flyk_emu_mma16832_e4m3(float *c, const uint32_t *a, const uint32_t *b)
+{
+	int w = threadIdx.x / 32, l = threadIdx.x % 32, g = l / 4, q = l % 4;
+	memcpy(mma_a[w][l], a, 16);
+	memcpy(mma_b[w][l], b, 8);
+	flyk_emu_syncwarp();
+	for (int e = 0; e < 4; e++) {
+		int r = g + (e >= 2 ? 8 : 0), n = 2 * q + (e & 1);
+		float s = 0.f;
+		for (int k = 0; k < 32; k++) {
+			uint32_t wa = mma_a[w][4 * (r % 8) + (k % 16) / 4]
+					   [(r >= 8) + 2 * (k >= 16)];
+			uint32_t wb = mma_b[w][4 * n + (k % 16) / 4][k >= 16];
+			s += fn_f32((wa >> (8 * (k % 4))) & 255u) *
+			     fn_f32((wb >> (8 * (k % 4))) & 255u);
+		}
+		c[e] += s;
+	}
+	flyk_emu_syncwarp();
 }
 
 #if FLYK_AMD
@@ -1025,6 +1062,12 @@ static void sg_all(const struct flyk_backend *b)
 	sg_one(b, 1, 33, 64, FLY_DT_MXFP4, 0, 1);
 	sg_one(b, 65, 130, 96, FLY_DT_MXFP4, FLY_F_BIAS);
 	sg_one(b, 130, 136, 40, FLY_DT_FP8_E4M3, 0);
+	/* sg_skinny's 16-byte path (aligned, K % 16 == 0) with a K tail
+	 * inside a chunk and two chunks a warp, M = 1 and 100 (grid.y 2),
+	 * N off every row tile */
+	sg_one(b, 1, 70, 208, FLY_DT_FP8_E4M3, FLY_F_BIAS);
+	sg_one(b, 100, 150, 1040, FLY_DT_FP8_E4M3, 0);
+	sg_one(b, 24, 200, 512, FLY_DT_FP8_E4M3, FLY_F_BIAS, 1);
 }
 
 /* ------------------------------------------------------------ mqa logits */

@@ -58,6 +58,7 @@ static const struct emu_skip emu_skips[] = {
     {"attn_fa2", "mma.sync: NVIDIA only (attn_mfma on AMD)"},
     {"attn_fa2_split", "mma.sync: NVIDIA only (attn_mfma on AMD)"},
     {"mqa_wgmma", "wgmma: NVIDIA sm_90a only (mqa_mfma is AMD's)"},
+    {"sg_skinny", "fp8 mma.sync: NVIDIA sm_89+ only (sg_mfma is AMD's)"},
 #else
     {"gemm_mfma", "MFMA: AMD CDNA only"},
     {"ggemm_mfma", "MFMA: AMD CDNA only"},

@@ -282,6 +282,7 @@ void flyk_emu_cp16(void *smem, const void *g, bool pred);
 void flyk_emu_ldmatrix(uint32_t *r, const uint16_t *p, bool trans);
 void flyk_emu_mma16816(float *c, const uint32_t *a, const uint32_t *b);
 void flyk_emu_mma16816_f16(float *c, const uint32_t *a, const uint32_t *b);
+void flyk_emu_mma16832_e4m3(float *c, const uint32_t *a, const uint32_t *b);
 void flyk_emu_wgmma(float *d, uint64_t da, uint64_t db, int bn);
 /* a vector store must be aligned on the GPU: counts the ones that are not */
 void flyk_emu_align(const void *p, unsigned bytes);
