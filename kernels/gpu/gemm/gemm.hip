@@ -12,6 +12,11 @@
  * that is feasible):
  *   cublas_default  (CUDA) cublasGemmEx, CUBLAS_GEMM_DEFAULT
  *   cublaslt        (CUDA) a cuBLASLt algorithm from the heuristic top-N
+ *   gemm_skinny     (NVIDIA sm_80+; NT, M <= 128) gemm/gemm_skinny.h: B's
+ *                   rows on the MMA's M dimension, A's on its N, mma.sync
+ *                   m16n8k16 from registers, K split over a block's warps,
+ *                   one kernel (the decode shapes, where cuBLAS reads B
+ *                   well under the HBM rate): params rows, mrows, warps.
  *   gemm_tma        (sm_90a) warp-specialised persistent TMA + mbarrier +
  *                   wgmma (gemm_tma.h): params tile_m, tile_n, split_k,
  *                   swizzle, store, cluster, k_tile; NT only (see "tma
@@ -47,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm/gemm_skinny.h"
 #include "gemm/gemm_tile.h"
 #include "gemm/gemm_tma.h"
 #include "gpu_int.h"
@@ -505,6 +511,42 @@ static int mma_launch(const struct flyk_device *dev,
 #endif
 }
 
+/* gemm_skinny: gemm/gemm_skinny.h on bf16 (NT; NVIDIA sm_80+, M <= 128):
+ * B's rows on the MMA's M dimension, A's on its N, K split over a
+ * block's warps, one kernel. */
+static int skinny_feasible(const struct flyk_device *dev,
+			   const struct fly_problem *p, const int64_t *pr)
+{
+	if (gemm_problem_ok(p) || p->layout != FLY_LAYOUT_NT)
+		return -EINVAL;
+	return gemm_skinny_feasible(dev, GEMM_SKINNY_BF16, p->dims[0],
+				    p->dims[1], pr);
+}
+
+static int skinny_launch(const struct flyk_device *dev,
+			 const struct fly_problem *p, const int64_t *pr,
+			 const union flyk_args *args, void *stream)
+{
+	int rc = skinny_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	const struct flyk_gemm_args *a = &args->gemm;
+	if (!a->a || !a->b || !a->c || ((p->flags & FLY_F_BIAS) && !a->bias))
+		return -EINVAL;
+	gemm_skinny_args x = {(const uint8_t *)a->a,
+			      (const uint8_t *)a->b,
+			      NULL,
+			      NULL,
+			      gemm_alpha(p, a),
+			      gemm_bias(p, a),
+			      (uint16_t *)a->c,
+			      p->dims[0],
+			      p->dims[1],
+			      p->dims[2] * 2,
+			      false};
+	return gemm_skinny_launch(GEMM_SKINNY_BF16, pr, &x, stream);
+}
+
 static int wg_launch(const struct flyk_device *dev,
 		     const struct fly_problem *p, const int64_t *pr,
 		     const union flyk_args *args, void *stream)
@@ -899,6 +941,18 @@ static const struct flyk_variant gemm_variants[] = {
      flyk_cublaslt_enumerate,
      flyk_cublaslt_launch},
 #endif
+    {"gemm_skinny",
+     FLY_OP_GEMM,
+     GEMM_DT_MASK,
+     GEMM_FLAGS,
+     0,
+     3,
+     {{"rows", NV(gemm_skinny_rows)},
+      {"mrows", NV(gemm_skinny_mrows)},
+      {"warps", NV(gemm_skinny_warps)}},
+     skinny_feasible,
+     NULL,
+     skinny_launch},
     {"gemm_tma",
      FLY_OP_GEMM,
      GEMM_DT_MASK,

@@ -49,10 +49,10 @@
  *              algorithms) on them; workspace 32 MiB + 2 (M + N) K bytes.
  *              Hopper has no block-scaled MMA: this is what MX costs
  *              there, against promoting every k32 wgmma (sg_wgmma).
- *   sg_skinny  (NVIDIA sm_89+; fp8_e4m3; M <= 128) B's rows on the MMA's
- *              M dimension, A's on its N: mma.sync m16n8k32 e4m3 from
- *              registers, K split over a block's warps, one kernel
- *              (below, "skinny").  Params rows, mrows, warps.
+ *   sg_skinny  (NVIDIA sm_89+; fp8_e4m3; M <= 128) gemm/gemm_skinny.h:
+ *              B's rows on the MMA's M dimension, A's on its N, mma.sync
+ *              m16n8k32 e4m3 from registers, K split over a block's
+ *              warps, one kernel.  Params rows, mrows, warps.
  *   sg_cublaslt  (nvcc) every fp8 algorithm cuBLASLt's heuristic proposes
  *              for per-tensor e4m3 (kernels/vendor/cublaslt.c).
  */
@@ -61,6 +61,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm/gemm_skinny.h"
 #include "gemm/gemm_tile.h"
 #include "gemm/gemm_tma.h"
 #include "gpu_int.h"
@@ -683,214 +684,16 @@ static int mfma_launch(const struct flyk_device *dev,
 
 /* ------------------------------------------------------------ skinny */
 
-/*
- * sg_skinny (NVIDIA sm_89+; fp8_e4m3 per tensor; M up to 128): the
- * decode shapes, where C has a few rows and the op is a stream of B (the
- * weights) -- cuBLAS reads B at well under the HBM rate there, and
- * wgmma's 64-row tiles are mostly padding.  Swapped operands: B's rows
- * are the MMA's M dimension (16 a tile), A's rows its N (8 a tile), and
- * mma.sync m16n8k32 e4m3 (prim/mma.h) takes both from registers, loaded
- * straight from global memory (no shared memory in the main loop).  A
- * block of W warps owns 16 RT rows of B and 8 MT rows of A (grid.y covers
- * M); its warps split K: warp w takes the 64-byte k chunks w, w + W, ...
- * (the block's warps read neighbouring bytes of the same rows, two chunks
- * in flight a warp), each lane 16 bytes of each row at byte 16 (lane % 4)
- * of the chunk.  Those 16 bytes are the lane's fragment bytes of two k32
- * steps (step s: bytes 8s..8s+3 as k 4t.., 8s+4.. as k 16+4t..): one k
- * permutation for both operands, so the dot products are unchanged.  The
- * warps' sums meet in shared memory and the block writes C (the two
- * scales, the bias, bf16): one kernel, no workspace, no atomics, the same
- * bits on every run.  Loads are 16-byte vectors where A, B and K allow
- * (16-byte aligned, K % 16 == 0), bytes with zero fill elsewhere.
- * Params: rows (16 RT), mrows (8 MT), warps (W), as SG_SKINNY_CFGS.
- */
-static const int64_t sgs_rows[] = {16, 32, 64};
-static const int64_t sgs_mrows[] = {16, 32, 64};
-static const int64_t sgs_warps[] = {4, 8, 16};
-
-/* RT, MT, W: RT MT <= 16 (accumulators), W RT MT <= 64 (the reduction's
- * shared memory, <= 33 KiB). */
-#define SG_SKINNY_CFGS(X)                                                      \
-	X(1, 2, 4) X(1, 2, 8) X(1, 2, 16) X(2, 2, 4) X(2, 2, 8) X(2, 2, 16)    \
-	    X(4, 2, 4) X(4, 2, 8) X(1, 4, 4) X(1, 4, 8) X(1, 4, 16)            \
-		X(2, 4, 4) X(2, 4, 8) X(4, 4, 4) X(1, 8, 4) X(1, 8, 8)         \
-		    X(2, 8, 4)
-
-#if FLYK_HAS_MMA
-/* 16 bytes of row @p row of @p x (rows of @p k bytes) from byte @p k0:
- * zero for rows >= @p rows and bytes >= k. */
-__device__ __forceinline__ uint4 sgs_ld(const uint8_t *x, int64_t row,
-					int64_t rows, int64_t k, int64_t k0,
-					bool vec, uint64_t pol)
-{
-	uint4 v = {0u, 0u, 0u, 0u};
-	if (row >= rows || k0 >= k)
-		return v;
-	const uint8_t *p = x + row * k + k0;
-	if (vec)
-		return flyk_ld_pol_ro((const uint4 *)p, pol);
-	uint32_t w[4] = {0u, 0u, 0u, 0u};
-	for (int i = 0; i < 16 && k0 + i < k; i++)
-		w[i / 4] |= (uint32_t)p[i] << (8 * (i % 4));
-	memcpy(&v, w, 16);
-	return v;
-}
-
-__device__ __forceinline__ uint32_t sgs_word(const uint4 &v, int i)
-{
-	return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-template <int RT, int MT, int W>
-__global__ void __launch_bounds__(W * 32)
-    sg_skinny_kernel(const uint8_t *a, const uint8_t *b, const float *sa,
-		     const float *sb, const uint16_t *bias, uint16_t *c,
-		     int64_t m, int64_t n, int64_t k, bool vec)
-{
-	constexpr int NR = 16 * RT, MR = 8 * MT, G = 2;
-	__shared__ float red[W][MR][NR + 1];
-	const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-	const int g = lane / 4, t = lane % 4;
-	const int64_t n0 = (int64_t)blockIdx.x * NR, m0 = (int64_t)blockIdx.y * MR;
-	const uint64_t bpol = flyk_l2_policy(false), apol = flyk_l2_policy(true);
-	float acc[RT][MT][4];
-#pragma unroll
-	for (int r = 0; r < RT; r++)
-#pragma unroll
-		for (int q = 0; q < MT; q++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				acc[r][q][e] = 0.f;
-	const int64_t chunks = (k + 63) / 64;
-	for (int64_t ch = warp; ch < chunks; ch += (int64_t)W * G) {
-		uint4 bv[G][RT][2], av[G][MT];
-#pragma unroll
-		for (int u = 0; u < G; u++) {
-			int64_t k0 = (ch + (int64_t)u * W) * 64 + 16 * t;
-#pragma unroll
-			for (int r = 0; r < RT; r++) {
-				bv[u][r][0] = sgs_ld(b, n0 + 16 * r + g, n, k, k0,
-						     vec, bpol);
-				bv[u][r][1] = sgs_ld(b, n0 + 16 * r + 8 + g, n,
-						     k, k0, vec, bpol);
-			}
-#pragma unroll
-			for (int q = 0; q < MT; q++)
-				av[u][q] = sgs_ld(a, m0 + 8 * q + g, m, k, k0,
-						  vec, apol);
-		}
-#pragma unroll
-		for (int u = 0; u < G; u++)
-#pragma unroll
-			for (int s = 0; s < 2; s++)
-#pragma unroll
-				for (int q = 0; q < MT; q++) {
-					uint32_t fb[2] = {
-					    sgs_word(av[u][q], 2 * s),
-					    sgs_word(av[u][q], 2 * s + 1)};
-#pragma unroll
-					for (int r = 0; r < RT; r++) {
-						uint32_t fa[4] = {
-						    sgs_word(bv[u][r][0], 2 * s),
-						    sgs_word(bv[u][r][1], 2 * s),
-						    sgs_word(bv[u][r][0],
-							     2 * s + 1),
-						    sgs_word(bv[u][r][1],
-							     2 * s + 1)};
-						flyk_mma16832_e4m3(acc[r][q], fa,
-								   fb);
-					}
-				}
-	}
-	/* D[i][j]: i a row of B (16 r + g, + 8 for e >= 2), j a row of A
-	 * (8 q + 2 t + e % 2) */
-#pragma unroll
-	for (int r = 0; r < RT; r++)
-#pragma unroll
-		for (int q = 0; q < MT; q++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				red[warp][8 * q + 2 * t + (e & 1)]
-				   [16 * r + g + (e >= 2 ? 8 : 0)] = acc[r][q][e];
-	__syncthreads();
-	const float ts = *sa * *sb;
-	for (int e = threadIdx.x; e < NR * MR; e += W * 32) {
-		int j = e % NR, i = e / NR;
-		int64_t row = m0 + i, col = n0 + j;
-		if (row >= m || col >= n)
-			continue;
-		float v = 0.f;
-#pragma unroll
-		for (int w = 0; w < W; w++)
-			v += red[w][i][j];
-		v *= ts;
-		if (bias)
-			v += flyk_db2f(bias[col]);
-		c[row * n + col] = flyk_df2b(v);
-	}
-}
-
-typedef void (*sgs_go_fn)(dim3 grid, hipStream_t s, const uint8_t *a,
-			  const uint8_t *b, const float *sa, const float *sb,
-			  const uint16_t *bias, uint16_t *c, int64_t m,
-			  int64_t n, int64_t k, bool vec);
-
-template <int RT, int MT, int W>
-static void sgs_go(dim3 grid, hipStream_t s, const uint8_t *a,
-		   const uint8_t *b, const float *sa, const float *sb,
-		   const uint16_t *bias, uint16_t *c, int64_t m, int64_t n,
-		   int64_t k, bool vec)
-{
-	FLYK_GO(grid, W * 32, 0, s, sg_skinny_kernel<RT, MT, W>)(
-	    a, b, sa, sb, bias, c, m, n, k, vec);
-}
-
-struct sgs_ent {
-	int rt, mt, w;
-	sgs_go_fn go;
-};
-
-#define SGS_ENT(RT, MT, W) {RT, MT, W, sgs_go<RT, MT, W>},
-static const sgs_ent sgs_ents[] = {SG_SKINNY_CFGS(SGS_ENT)};
-#endif
-
+/* sg_skinny: gemm/gemm_skinny.h on e4m3 (per tensor; NVIDIA sm_89+,
+ * M <= 128): B's rows on the MMA's M dimension, A's on its N, K split
+ * over a block's warps, one kernel. */
 static int skinny_feasible(const struct flyk_device *dev,
 			   const struct fly_problem *p, const int64_t *pr)
 {
 	if (sg_problem_ok(p) || p->dtype != FLY_DT_FP8_E4M3)
 		return -EINVAL;
-#if !FLYK_HAS_MMA
-	(void)dev;
-	(void)pr;
-	return -ENOSPC;
-#else
-	if (dev->cc_major * 10 + dev->cc_minor < 89)
-		return -ENOSPC;
-	int rt = (int)(pr[0] / 16), mt = (int)(pr[1] / 8), w = (int)pr[2];
-	bool listed = false;
-	for (size_t i = 0; i < sizeof(sgs_ents) / sizeof(sgs_ents[0]); i++)
-		listed |= sgs_ents[i].rt == rt && sgs_ents[i].mt == mt &&
-			  sgs_ents[i].w == w && pr[0] % 16 == 0 &&
-			  pr[1] % 8 == 0;
-	if (!listed)
-		return -EINVAL;
-	/* M's bucket: up to 128; the fewest A rows a block that cover it
-	 * (or 64, grid.y 2, on 65..128) -- a larger tile is padding, a
-	 * smaller one reads B again */
-	int64_t mb = flyk_gemm_bucket_m(p->dims[0]);
-	if (mb > 128)
-		return -EINVAL;
-	int64_t want = mb < 16 ? 16 : mb > 64 ? 64 : mb;
-	if (pr[1] != want)
-		return -EINVAL;
-	/* a block of B rows wider than half of N buys nothing */
-	if (rt > 1 && 8 * rt >= p->dims[1])
-		return -EINVAL;
-	return (p->dims[1] + pr[0] - 1) / pr[0] > 0x7fffffff ||
-		       (p->dims[0] + pr[1] - 1) / pr[1] > 65535
-		   ? -EINVAL
-		   : 0;
-#endif
+	return gemm_skinny_feasible(dev, GEMM_SKINNY_E4M3, p->dims[0],
+				    p->dims[1], pr);
 }
 
 static int skinny_launch(const struct flyk_device *dev,
@@ -900,32 +703,23 @@ static int skinny_launch(const struct flyk_device *dev,
 	int rc = skinny_feasible(dev, p, pr);
 	if (rc)
 		return rc;
-#if !FLYK_HAS_MMA
-	(void)args;
-	(void)stream;
-	return -EOPNOTSUPP;
-#else
 	const struct flyk_scaled_gemm_args *g = &args->scaled_gemm;
-	int64_t m = p->dims[0], n = p->dims[1], k = p->dims[2];
 	if (!g->a || !g->b || !g->c || !g->scale_a || !g->scale_b ||
 	    ((p->flags & FLY_F_BIAS) && !g->bias))
 		return -EINVAL;
-	int rt = (int)(pr[0] / 16), mt = (int)(pr[1] / 8), w = (int)pr[2];
-	const sgs_ent *e = NULL;
-	for (size_t i = 0; i < sizeof(sgs_ents) / sizeof(sgs_ents[0]); i++)
-		if (sgs_ents[i].rt == rt && sgs_ents[i].mt == mt &&
-		    sgs_ents[i].w == w)
-			e = &sgs_ents[i];
-	bool vec = k % 16 == 0 && (((uintptr_t)g->a | (uintptr_t)g->b) & 15) == 0;
-	dim3 grid((unsigned)((n + pr[0] - 1) / pr[0]),
-		  (unsigned)((m + pr[1] - 1) / pr[1]));
-	e->go(grid, (hipStream_t)stream, (const uint8_t *)g->a,
-	      (const uint8_t *)g->b, (const float *)g->scale_a,
-	      (const float *)g->scale_b,
-	      (p->flags & FLY_F_BIAS) ? (const uint16_t *)g->bias : NULL,
-	      (uint16_t *)g->c, m, n, k, vec);
-	return sg_launch_err();
-#endif
+	gemm_skinny_args x = {
+	    (const uint8_t *)g->a,
+	    (const uint8_t *)g->b,
+	    (const float *)g->scale_a,
+	    (const float *)g->scale_b,
+	    1.f,
+	    (p->flags & FLY_F_BIAS) ? (const uint16_t *)g->bias : NULL,
+	    (uint16_t *)g->c,
+	    p->dims[0],
+	    p->dims[1],
+	    p->dims[2],
+	    false};
+	return gemm_skinny_launch(GEMM_SKINNY_E4M3, pr, &x, stream);
 }
 
 /* ------------------------------------------------------------ wgmma */
@@ -1478,9 +1272,9 @@ static const struct flyk_variant sg_variants[] = {
      FLY_F_BIAS,
      0,
      3,
-     {{"rows", NV(sgs_rows)},
-      {"mrows", NV(sgs_mrows)},
-      {"warps", NV(sgs_warps)}},
+     {{"rows", NV(gemm_skinny_rows)},
+      {"mrows", NV(gemm_skinny_mrows)},
+      {"warps", NV(gemm_skinny_warps)}},
      skinny_feasible,
      NULL,
      skinny_launch,

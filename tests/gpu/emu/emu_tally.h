@@ -52,6 +52,7 @@ static const struct emu_skip emu_skips[] = {
     {"cublaslt", "cuBLASLt: vendor library"},
 #if FLYK_AMD
     {"gemm_mma", "mma.sync: NVIDIA only (gemm_mfma is AMD's)"},
+    {"gemm_skinny", "mma.sync: NVIDIA only (gemm_mfma is AMD's)"},
     {"gemm_wgmma", "wgmma: NVIDIA sm_90a only"},
     {"ggemm_mma", "mma.sync: NVIDIA only (ggemm_mfma is AMD's)"},
     {"ggemm_wgmma", "wgmma: NVIDIA sm_90a only"},

@@ -1,0 +1,297 @@
+/*
+ * gemm/gemm_skinny.h -- the decode-shape (small M) NT GEMM kernel of the
+ * gemm op (bf16: gemm_skinny) and the scaled_gemm op (fp8 e4m3 per
+ * tensor: sg_skinny):
+ *   C[m, n] = alpha (sa sb) sum_k A[m, k] B[n, k] + bias[n], bf16 C, bias
+ * where C has a few rows and the GEMM is a stream of B (the weights):
+ * cuBLAS reads B well under the HBM rate there (H200: bf16 M = 8..64,
+ * N = K = 4096 at ~2.1 TB/s), and 64-row wgmma tiles are mostly padding.
+ *
+ * Swapped operands: B's rows are the MMA's M dimension (16 a tile), A's
+ * rows its N (8 a tile), and mma.sync (prim/mma.h: m16n8k32 e4m3, or
+ * m16n8k16 bf16) takes both from registers, loaded straight from global
+ * memory (no shared memory in the main loop).  A block of W warps owns
+ * 16 RT rows of B and 8 MT rows of A (grid.y covers M); its warps split
+ * K: warp w takes the 64-byte k chunks w, w + W, ... (the block's warps
+ * read neighbouring bytes of the same rows; two chunks in flight a
+ * warp), each lane 16 bytes of each row at byte 16 (lane % 4) of the
+ * chunk.  Those 16 bytes are the lane's fragment words of two MMA k steps
+ * (step s: word 2s as the fragment's low k -- e4m3 k 4t.., bf16 k 2t.. --
+ * and word 2s + 1 as its high k -- k 16 + 4t.., k 8 + 2t..): one k
+ * permutation applied to both operands alike, so the dot products are
+ * unchanged.  The warps' sums meet in shared memory and the block writes
+ * C: one kernel, no workspace, no atomics, the same bits on every run.
+ * Loads are 16-byte vectors where A, B and K allow (16-byte aligned, a
+ * row a multiple of 16 bytes), bytes with zero fill elsewhere: any shape
+ * and alignment.
+ *
+ * Owns: nothing (templates and one constant table per includer).
+ * Thread: device code and immutable tables.  NVIDIA only (FLYK_HAS_MMA;
+ * e4m3 needs sm_89+, bf16 sm_80+: gemm_skinny_feasible checks).
+ */
+#ifndef FLYK_GEMM_SKINNY_H
+#define FLYK_GEMM_SKINNY_H
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gemm/gemm_tile.h"
+#include "gpu_int.h"
+#include "prim/flyk_gpu.h"
+#include "prim/mem.h"
+#include "prim/mma.h"
+
+/* The element formats. */
+#define GEMM_SKINNY_E4M3 0
+#define GEMM_SKINNY_BF16 1
+
+/* The params' values (rows 16 RT, mrows 8 MT, warps W). */
+static const int64_t gemm_skinny_rows[] = {16, 32, 64};
+static const int64_t gemm_skinny_mrows[] = {16, 32, 64};
+static const int64_t gemm_skinny_warps[] = {4, 8, 16};
+
+/* RT, MT, W built: RT MT <= 16 (accumulators), W RT MT <= 64 (the
+ * reduction's shared memory, <= 35 KiB). */
+#define GEMM_SKINNY_CFGS(X)                                                    \
+	X(1, 2, 4) X(1, 2, 8) X(1, 2, 16) X(2, 2, 4) X(2, 2, 8) X(2, 2, 16)    \
+	    X(4, 2, 4) X(4, 2, 8) X(1, 4, 4) X(1, 4, 8) X(1, 4, 16)            \
+		X(2, 4, 4) X(2, 4, 8) X(4, 4, 4) X(1, 8, 4) X(1, 8, 8)         \
+		    X(2, 8, 4)
+
+/* The launch's arguments: @p kb bytes a row of A and B; C = acc alpha
+ * (*sa) (*sb) (sa, sb: device fp32 scales, or NULL) + bias. */
+struct gemm_skinny_args {
+	const uint8_t *a, *b;
+	const float *sa, *sb;
+	float alpha;
+	const uint16_t *bias;
+	uint16_t *c;
+	int64_t m, n, kb;
+	bool vec;
+};
+
+#if FLYK_HAS_MMA
+/* 16 bytes of row @p row of @p x (rows of @p kb bytes) from byte @p k0:
+ * zero for rows >= @p rows and bytes >= kb. */
+__device__ __forceinline__ uint4 gemm_skinny_ld(const uint8_t *x, int64_t row,
+						int64_t rows, int64_t kb,
+						int64_t k0, bool vec,
+						uint64_t pol)
+{
+	uint4 v = {0u, 0u, 0u, 0u};
+	if (row >= rows || k0 >= kb)
+		return v;
+	const uint8_t *p = x + row * kb + k0;
+	if (vec)
+		return flyk_ld_pol_ro((const uint4 *)p, pol);
+	uint32_t w[4] = {0u, 0u, 0u, 0u};
+	for (int i = 0; i < 16 && k0 + i < kb; i++)
+		w[i / 4] |= (uint32_t)p[i] << (8 * (i % 4));
+	memcpy(&v, w, 16);
+	return v;
+}
+
+__device__ __forceinline__ uint32_t gemm_skinny_word(const uint4 &v, int i)
+{
+	return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+template <int DT, int RT, int MT, int W>
+__global__ void __launch_bounds__(W * 32)
+    gemm_skinny_kernel(const gemm_skinny_args x)
+{
+	constexpr int NR = 16 * RT, MR = 8 * MT, G = 2;
+	__shared__ float red[W][MR][NR + 1];
+	const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	const int g = lane / 4, t = lane % 4;
+	const int64_t n0 = (int64_t)blockIdx.x * NR;
+	const int64_t m0 = (int64_t)blockIdx.y * MR;
+	/* B is read once (evict first); A by every block (evict last) */
+	const uint64_t bpol = flyk_l2_policy(false);
+	const uint64_t apol = flyk_l2_policy(true);
+	float acc[RT][MT][4];
+#pragma unroll
+	for (int r = 0; r < RT; r++)
+#pragma unroll
+		for (int q = 0; q < MT; q++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				acc[r][q][e] = 0.f;
+	const int64_t chunks = (x.kb + 63) / 64;
+	for (int64_t ch = warp; ch < chunks; ch += (int64_t)W * G) {
+		uint4 bv[G][RT][2], av[G][MT];
+#pragma unroll
+		for (int u = 0; u < G; u++) {
+			int64_t k0 = (ch + (int64_t)u * W) * 64 + 16 * t;
+#pragma unroll
+			for (int r = 0; r < RT; r++)
+#pragma unroll
+				for (int h = 0; h < 2; h++)
+					bv[u][r][h] = gemm_skinny_ld(
+					    x.b, n0 + 16 * r + 8 * h + g, x.n,
+					    x.kb, k0, x.vec, bpol);
+#pragma unroll
+			for (int q = 0; q < MT; q++)
+				av[u][q] = gemm_skinny_ld(x.a, m0 + 8 * q + g,
+							  x.m, x.kb, k0, x.vec,
+							  apol);
+		}
+#pragma unroll
+		for (int u = 0; u < G; u++)
+#pragma unroll
+			for (int s = 0; s < 2; s++)
+#pragma unroll
+				for (int q = 0; q < MT; q++) {
+					uint32_t fb[2] = {
+					    gemm_skinny_word(av[u][q], 2 * s),
+					    gemm_skinny_word(av[u][q],
+							     2 * s + 1)};
+#pragma unroll
+					for (int r = 0; r < RT; r++) {
+						const uint4 &lo = bv[u][r][0];
+						const uint4 &hi = bv[u][r][1];
+						uint32_t fa[4] = {
+						    gemm_skinny_word(lo, 2 * s),
+						    gemm_skinny_word(hi, 2 * s),
+						    gemm_skinny_word(lo,
+								     2 * s + 1),
+						    gemm_skinny_word(
+							hi, 2 * s + 1)};
+						if (DT == GEMM_SKINNY_E4M3)
+							flyk_mma16832_e4m3(
+							    acc[r][q], fa, fb);
+						else
+							flyk_mma16816(
+							    acc[r][q], fa, fb);
+					}
+				}
+	}
+	/* D[i][j]: i a row of B (16 r + g, + 8 for e >= 2), j a row of A
+	 * (8 q + 2 t + e % 2) */
+#pragma unroll
+	for (int r = 0; r < RT; r++)
+#pragma unroll
+		for (int q = 0; q < MT; q++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				red[warp][8 * q + 2 * t + (e & 1)]
+				   [16 * r + g + (e >= 2 ? 8 : 0)] = acc[r][q][e];
+	__syncthreads();
+	float ts = x.alpha;
+	if (x.sa)
+		ts *= *x.sa * *x.sb;
+	for (int e = threadIdx.x; e < NR * MR; e += W * 32) {
+		int j = e % NR, i = e / NR;
+		int64_t row = m0 + i, col = n0 + j;
+		if (row >= x.m || col >= x.n)
+			continue;
+		float v = 0.f;
+#pragma unroll
+		for (int w = 0; w < W; w++)
+			v += red[w][i][j];
+		v *= ts;
+		if (x.bias)
+			v += flyk_db2f(x.bias[col]);
+		x.c[row * x.n + col] = flyk_df2b(v);
+	}
+}
+
+typedef void (*gemm_skinny_go_fn)(dim3 grid, hipStream_t s,
+				  const gemm_skinny_args &x);
+
+template <int DT, int RT, int MT, int W>
+static void gemm_skinny_go(dim3 grid, hipStream_t s, const gemm_skinny_args &x)
+{
+	FLYK_GO(grid, W * 32, 0, s, gemm_skinny_kernel<DT, RT, MT, W>)(x);
+}
+
+struct gemm_skinny_ent {
+	int rt, mt, w;
+	gemm_skinny_go_fn go[2]; /* e4m3, bf16 */
+};
+
+#define GEMM_SKINNY_ENT(RT, MT, W)                                             \
+	{RT,                                                                   \
+	 MT,                                                                   \
+	 W,                                                                    \
+	 {gemm_skinny_go<GEMM_SKINNY_E4M3, RT, MT, W>,                         \
+	  gemm_skinny_go<GEMM_SKINNY_BF16, RT, MT, W>}},
+static const gemm_skinny_ent gemm_skinny_ents[] = {
+    GEMM_SKINNY_CFGS(GEMM_SKINNY_ENT)};
+
+static inline const gemm_skinny_ent *gemm_skinny_find(const int64_t *pr)
+{
+	if (pr[0] % 16 || pr[1] % 8)
+		return NULL;
+	for (size_t i = 0;
+	     i < sizeof(gemm_skinny_ents) / sizeof(gemm_skinny_ents[0]); i++)
+		if (gemm_skinny_ents[i].rt == pr[0] / 16 &&
+		    gemm_skinny_ents[i].mt == pr[1] / 8 &&
+		    gemm_skinny_ents[i].w == pr[2])
+			return &gemm_skinny_ents[i];
+	return NULL;
+}
+#endif
+
+/* Host: whether point @p pr (rows, mrows, warps) may run an M x N
+ * problem of format @p dt on @p dev: a built config; M's bucket <= 128,
+ * and the fewest A rows a block that cover it (64 with grid.y 2 on
+ * 65..128: a larger tile is padding, a smaller one reads B again); a
+ * block of B rows no wider than half of N.  0, -EINVAL, or -ENOSPC (not
+ * this device). */
+static inline int gemm_skinny_feasible(const struct flyk_device *dev, int dt,
+				       int64_t m, int64_t n, const int64_t *pr)
+{
+#if !FLYK_HAS_MMA
+	(void)dev;
+	(void)dt;
+	(void)m;
+	(void)n;
+	(void)pr;
+	return -ENOSPC;
+#else
+	int cc = dev->cc_major * 10 + dev->cc_minor;
+	if (cc < (dt == GEMM_SKINNY_E4M3 ? 89 : 80))
+		return -ENOSPC;
+	if (!gemm_skinny_find(pr))
+		return -EINVAL;
+	int64_t mb = flyk_gemm_bucket_m(m);
+	if (mb > 128)
+		return -EINVAL;
+	int64_t want = mb < 16 ? 16 : mb > 64 ? 64 : mb;
+	if (pr[1] != want || (pr[0] > 16 && pr[0] / 2 >= n))
+		return -EINVAL;
+	return (n + pr[0] - 1) / pr[0] > 0x7fffffff ||
+		       (m + pr[1] - 1) / pr[1] > 65535
+		   ? -EINVAL
+		   : 0;
+#endif
+}
+
+/* Host: launch point @p pr (feasible) on @p x (x->vec set here). */
+static inline int gemm_skinny_launch(int dt, const int64_t *pr,
+				     gemm_skinny_args *x, void *stream)
+{
+#if !FLYK_HAS_MMA
+	(void)dt;
+	(void)pr;
+	(void)x;
+	(void)stream;
+	return -EOPNOTSUPP;
+#else
+	const gemm_skinny_ent *e = gemm_skinny_find(pr);
+	if (!e)
+		return -EINVAL;
+	x->vec = x->kb % 16 == 0 &&
+		 (((uintptr_t)x->a | (uintptr_t)x->b) & 15) == 0;
+	dim3 grid((unsigned)((x->n + pr[0] - 1) / pr[0]),
+		  (unsigned)((x->m + pr[1] - 1) / pr[1]));
+	e->go[dt](grid, (hipStream_t)stream, *x);
+	hipError_t err = hipGetLastError();
+	return err == hipSuccess ? 0 : err == hipErrorInvalidValue ? -EINVAL
+								 : -EIO;
+#endif
+}
+
+#endif /* FLYK_GEMM_SKINNY_H */
