@@ -22,7 +22,8 @@
  *   FLYK_HAS_CUDNN     cuDNN 9's fused attention (kernels/vendor/cudnn_attn.c):
  *                      1 when the Makefile found cuDNN (-DFLYK_HAS_CUDNN=1)
  * FLYK_MMA_DEVICE / FLYK_MMA8_DEVICE (fp8 mma.sync, sm_89+) /
- * FLYK_WGMMA_DEVICE: 1 in the device pass that emits that PTX; FLYK_MFMA_DEVICE: in a device pass for a CDNA2/CDNA3 target,
+ * FLYK_WGMMA_DEVICE: 1 in the device pass that emits that PTX;
+ * FLYK_MFMA_DEVICE: in a device pass for a CDNA2/CDNA3 target,
  * FLYK_MFMA8_DEVICE: for a gfx940-942 one (fnuz fp8 MFMA) (the
  * primitives' own tests; ops use FLYK_HAS_*).
  */
