@@ -13,9 +13,11 @@
  * memory (no shared memory in the main loop).  A block of W warps owns
  * 16 RT rows of B and 8 MT rows of A (grid.y covers M); its warps split
  * K: warp w takes the 64-byte k chunks w, w + W, ... (the block's warps
- * read neighbouring bytes of the same rows; two chunks in flight a
- * warp), each lane 16 bytes of each row at byte 16 (lane % 4) of the
- * chunk.  Those 16 bytes are the lane's fragment words of two MMA k steps
+ * read neighbouring bytes of the same rows), G of them a register
+ * buffer, two buffers (the next G chunks in flight while this G's MMAs
+ * run), each lane 16 bytes of each row at byte 16 (lane % 4) of the
+ * chunk; launch bounds for 16 warps an SM (8 with the larger
+ * accumulators).  Those 16 bytes are the lane's fragment words of two MMA k steps
  * (step s: word 2s as the fragment's low k -- e4m3 k 4t.., bf16 k 2t.. --
  * and word 2s + 1 as its high k -- k 16 + 4t.., k 8 + 2t..): one k
  * permutation applied to both operands alike, so the dot products are
@@ -72,6 +74,20 @@ struct gemm_skinny_args {
 };
 
 #if FLYK_HAS_MMA
+/* The byte path of gemm_skinny_ld (operands off 16-byte alignment, or
+ * rows not a multiple of 16 bytes): out of line, so the vector path's
+ * loop carries none of it. */
+static __device__ __noinline__ uint4 gemm_skinny_ld_bytes(const uint8_t *p,
+						   int64_t left)
+{
+	uint32_t w[4] = {0u, 0u, 0u, 0u};
+	for (int i = 0; i < 16 && i < left; i++)
+		w[i / 4] |= (uint32_t)p[i] << (8 * (i % 4));
+	uint4 v;
+	memcpy(&v, w, 16);
+	return v;
+}
+
 /* 16 bytes of row @p row of @p x (rows of @p kb bytes) from byte @p k0:
  * zero for rows >= @p rows and bytes >= kb. */
 __device__ __forceinline__ uint4 gemm_skinny_ld(const uint8_t *x, int64_t row,
@@ -79,17 +95,12 @@ __device__ __forceinline__ uint4 gemm_skinny_ld(const uint8_t *x, int64_t row,
 						int64_t k0, bool vec,
 						uint64_t pol)
 {
-	uint4 v = {0u, 0u, 0u, 0u};
 	if (row >= rows || k0 >= kb)
-		return v;
+		return uint4{0u, 0u, 0u, 0u};
 	const uint8_t *p = x + row * kb + k0;
 	if (vec)
 		return flyk_ld_pol_ro((const uint4 *)p, pol);
-	uint32_t w[4] = {0u, 0u, 0u, 0u};
-	for (int i = 0; i < 16 && k0 + i < kb; i++)
-		w[i / 4] |= (uint32_t)p[i] << (8 * (i % 4));
-	memcpy(&v, w, 16);
-	return v;
+	return gemm_skinny_ld_bytes(p, kb - k0);
 }
 
 __device__ __forceinline__ uint32_t gemm_skinny_word(const uint4 &v, int i)
@@ -97,11 +108,82 @@ __device__ __forceinline__ uint32_t gemm_skinny_word(const uint4 &v, int i)
 	return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-template <int DT, int RT, int MT, int W>
-__global__ void __launch_bounds__(W * 32)
-    gemm_skinny_kernel(const gemm_skinny_args x)
+/* G k chunks a buffer: two buffers of (2 RT + MT) G 16-byte vectors a
+ * lane stay within ~100 registers. */
+template <int RT, int MT> struct gemm_skinny_shape {
+	static constexpr int G = 2 * RT + MT <= 6 ? 2 : 1;
+	/* 16 warps an SM where the accumulators leave room, else 8 */
+	static constexpr int WARPS_SM = RT * MT <= 8 ? 16 : 8;
+};
+
+/* Buffer @p bv / @p av <- the G chunks from chunk @p ch (step W). */
+template <int RT, int MT, int W, int G>
+__device__ __forceinline__ void gemm_skinny_fetch(const gemm_skinny_args &x,
+						  uint4 (&bv)[G][RT][2],
+						  uint4 (&av)[G][MT],
+						  int64_t ch, int64_t n0,
+						  int64_t m0, int g, int t,
+						  uint64_t bpol, uint64_t apol)
 {
-	constexpr int NR = 16 * RT, MR = 8 * MT, G = 2;
+#pragma unroll
+	for (int u = 0; u < G; u++) {
+		int64_t k0 = (ch + (int64_t)u * W) * 64 + 16 * t;
+#pragma unroll
+		for (int r = 0; r < RT; r++)
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+				bv[u][r][h] = gemm_skinny_ld(
+				    x.b, n0 + 16 * r + 8 * h + g, x.n, x.kb, k0,
+				    x.vec, bpol);
+#pragma unroll
+		for (int q = 0; q < MT; q++)
+			av[u][q] = gemm_skinny_ld(x.a, m0 + 8 * q + g, x.m,
+						  x.kb, k0, x.vec, apol);
+	}
+}
+
+/* acc += the MMAs of one buffer (two k steps a chunk). */
+template <int DT, int RT, int MT, int G>
+__device__ __forceinline__ void gemm_skinny_mma(float (&acc)[RT][MT][4],
+						const uint4 (&bv)[G][RT][2],
+						const uint4 (&av)[G][MT])
+{
+#pragma unroll
+	for (int u = 0; u < G; u++)
+#pragma unroll
+		for (int s = 0; s < 2; s++)
+#pragma unroll
+			for (int q = 0; q < MT; q++) {
+				uint32_t fb[2] = {
+				    gemm_skinny_word(av[u][q], 2 * s),
+				    gemm_skinny_word(av[u][q], 2 * s + 1)};
+#pragma unroll
+				for (int r = 0; r < RT; r++) {
+					const uint4 &lo = bv[u][r][0];
+					const uint4 &hi = bv[u][r][1];
+					uint32_t fa[4] = {
+					    gemm_skinny_word(lo, 2 * s),
+					    gemm_skinny_word(hi, 2 * s),
+					    gemm_skinny_word(lo, 2 * s + 1),
+					    gemm_skinny_word(hi, 2 * s + 1)};
+					if (DT == GEMM_SKINNY_E4M3)
+						flyk_mma16832_e4m3(acc[r][q],
+								   fa, fb);
+					else
+						flyk_mma16816(acc[r][q], fa,
+							      fb);
+				}
+			}
+}
+
+template <int DT, int RT, int MT, int W>
+__global__ void __launch_bounds__(
+    W * 32, gemm_skinny_shape<RT, MT>::WARPS_SM / W > 0
+		? gemm_skinny_shape<RT, MT>::WARPS_SM / W
+		: 1) gemm_skinny_kernel(const gemm_skinny_args x)
+{
+	constexpr int NR = 16 * RT, MR = 8 * MT;
+	constexpr int G = gemm_skinny_shape<RT, MT>::G;
 	__shared__ float red[W][MR][NR + 1];
 	const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 	const int g = lane / 4, t = lane % 4;
@@ -118,54 +200,26 @@ __global__ void __launch_bounds__(W * 32)
 #pragma unroll
 			for (int e = 0; e < 4; e++)
 				acc[r][q][e] = 0.f;
-	const int64_t chunks = (x.kb + 63) / 64;
-	for (int64_t ch = warp; ch < chunks; ch += (int64_t)W * G) {
-		uint4 bv[G][RT][2], av[G][MT];
-#pragma unroll
-		for (int u = 0; u < G; u++) {
-			int64_t k0 = (ch + (int64_t)u * W) * 64 + 16 * t;
-#pragma unroll
-			for (int r = 0; r < RT; r++)
-#pragma unroll
-				for (int h = 0; h < 2; h++)
-					bv[u][r][h] = gemm_skinny_ld(
-					    x.b, n0 + 16 * r + 8 * h + g, x.n,
-					    x.kb, k0, x.vec, bpol);
-#pragma unroll
-			for (int q = 0; q < MT; q++)
-				av[u][q] = gemm_skinny_ld(x.a, m0 + 8 * q + g,
-							  x.m, x.kb, k0, x.vec,
-							  apol);
-		}
-#pragma unroll
-		for (int u = 0; u < G; u++)
-#pragma unroll
-			for (int s = 0; s < 2; s++)
-#pragma unroll
-				for (int q = 0; q < MT; q++) {
-					uint32_t fb[2] = {
-					    gemm_skinny_word(av[u][q], 2 * s),
-					    gemm_skinny_word(av[u][q],
-							     2 * s + 1)};
-#pragma unroll
-					for (int r = 0; r < RT; r++) {
-						const uint4 &lo = bv[u][r][0];
-						const uint4 &hi = bv[u][r][1];
-						uint32_t fa[4] = {
-						    gemm_skinny_word(lo, 2 * s),
-						    gemm_skinny_word(hi, 2 * s),
-						    gemm_skinny_word(lo,
-								     2 * s + 1),
-						    gemm_skinny_word(
-							hi, 2 * s + 1)};
-						if (DT == GEMM_SKINNY_E4M3)
-							flyk_mma16832_e4m3(
-							    acc[r][q], fa, fb);
-						else
-							flyk_mma16816(
-							    acc[r][q], fa, fb);
-					}
-				}
+	/* two register buffers: the next G chunks are in flight while
+	 * this G's MMAs run */
+	const int64_t chunks = (x.kb + 63) / 64, step = (int64_t)W * G;
+	uint4 b0[G][RT][2], a0[G][MT], b1[G][RT][2], a1[G][MT];
+	if (warp < chunks)
+		gemm_skinny_fetch<RT, MT, W, G>(x, b0, a0, warp, n0, m0, g, t,
+						bpol, apol);
+	for (int64_t ch = warp; ch < chunks; ch += 2 * step) {
+		if (ch + step < chunks)
+			gemm_skinny_fetch<RT, MT, W, G>(x, b1, a1, ch + step,
+							n0, m0, g, t, bpol,
+							apol);
+		gemm_skinny_mma<DT, RT, MT, G>(acc, b0, a0);
+		if (ch + step >= chunks)
+			break;
+		if (ch + 2 * step < chunks)
+			gemm_skinny_fetch<RT, MT, W, G>(x, b0, a0,
+							ch + 2 * step, n0, m0,
+							g, t, bpol, apol);
+		gemm_skinny_mma<DT, RT, MT, G>(acc, b1, a1);
 	}
 	/* D[i][j]: i a row of B (16 r + g, + 8 for e >= 2), j a row of A
 	 * (8 q + 2 t + e % 2) */
