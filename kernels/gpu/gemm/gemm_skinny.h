@@ -54,12 +54,12 @@ static const int64_t gemm_skinny_mrows[] = {16, 32, 64};
 static const int64_t gemm_skinny_warps[] = {4, 8, 16};
 
 /* RT, MT, W built: RT MT <= 16 (accumulators), W RT MT <= 64 (the
- * reduction's shared memory, <= 35 KiB). */
+ * reduction's shared memory, <= 35 KiB); 16 warps (128 registers a
+ * thread) only on the smallest tile. */
 #define GEMM_SKINNY_CFGS(X)                                                    \
-	X(1, 2, 4) X(1, 2, 8) X(1, 2, 16) X(2, 2, 4) X(2, 2, 8) X(2, 2, 16)    \
-	    X(4, 2, 4) X(4, 2, 8) X(1, 4, 4) X(1, 4, 8) X(1, 4, 16)            \
-		X(2, 4, 4) X(2, 4, 8) X(4, 4, 4) X(1, 8, 4) X(1, 8, 8)         \
-		    X(2, 8, 4)
+	X(1, 2, 4) X(1, 2, 8) X(1, 2, 16) X(2, 2, 4) X(2, 2, 8) X(4, 2, 4)     \
+	    X(4, 2, 8) X(1, 4, 4) X(1, 4, 8) X(2, 4, 4) X(2, 4, 8) X(4, 4, 4)  \
+		X(1, 8, 4) X(1, 8, 8) X(2, 8, 4)
 
 /* The launch's arguments: @p kb bytes a row of A and B; C = acc alpha
  * (*sa) (*sb) (sa, sb: device fp32 scales, or NULL) + bias. */
@@ -89,13 +89,13 @@ static __device__ __noinline__ uint4 gemm_skinny_ld_bytes(const uint8_t *p,
 }
 
 /* 16 bytes of row @p row of @p x (rows of @p kb bytes) from byte @p k0:
- * zero for rows >= @p rows and bytes >= kb. */
+ * zero for bytes >= kb.  Rows past the operand's last are clamped to it
+ * by the caller (their sums land in rows of C never written). */
 __device__ __forceinline__ uint4 gemm_skinny_ld(const uint8_t *x, int64_t row,
-						int64_t rows, int64_t kb,
-						int64_t k0, bool vec,
+						int64_t kb, int64_t k0, bool vec,
 						uint64_t pol)
 {
-	if (row >= rows || k0 >= kb)
+	if (k0 >= kb)
 		return uint4{0u, 0u, 0u, 0u};
 	const uint8_t *p = x + row * kb + k0;
 	if (vec)
@@ -112,17 +112,21 @@ __device__ __forceinline__ uint32_t gemm_skinny_word(const uint4 &v, int i)
  * lane stay within ~100 registers. */
 template <int RT, int MT> struct gemm_skinny_shape {
 	static constexpr int G = 2 * RT + MT <= 6 ? 2 : 1;
-	/* 16 warps an SM where the accumulators leave room, else 8 */
-	static constexpr int WARPS_SM = RT * MT <= 8 ? 16 : 8;
+	/* 8 warps an SM: up to 255 registers a thread (two buffers of
+	 * 16-byte vectors, the accumulators, and -- e4m3 on sm_90, where
+	 * mma.sync m16n8k32 runs as f16 MMAs -- the operands' f16 copies) */
+	static constexpr int WARPS_SM = 8;
 };
 
-/* Buffer @p bv / @p av <- the G chunks from chunk @p ch (step W). */
+/* Buffer @p bv / @p av <- the G chunks from chunk @p ch (step W); rows
+ * @p rb (B: 16 r + 8 h + g, clamped) and @p ra (A: 8 q + g, clamped). */
 template <int RT, int MT, int W, int G>
 __device__ __forceinline__ void gemm_skinny_fetch(const gemm_skinny_args &x,
 						  uint4 (&bv)[G][RT][2],
 						  uint4 (&av)[G][MT],
-						  int64_t ch, int64_t n0,
-						  int64_t m0, int g, int t,
+						  const int64_t (&rb)[RT][2],
+						  const int64_t (&ra)[MT],
+						  int64_t ch, int t,
 						  uint64_t bpol, uint64_t apol)
 {
 #pragma unroll
@@ -132,13 +136,12 @@ __device__ __forceinline__ void gemm_skinny_fetch(const gemm_skinny_args &x,
 		for (int r = 0; r < RT; r++)
 #pragma unroll
 			for (int h = 0; h < 2; h++)
-				bv[u][r][h] = gemm_skinny_ld(
-				    x.b, n0 + 16 * r + 8 * h + g, x.n, x.kb, k0,
-				    x.vec, bpol);
+				bv[u][r][h] = gemm_skinny_ld(x.b, rb[r][h], x.kb,
+							     k0, x.vec, bpol);
 #pragma unroll
 		for (int q = 0; q < MT; q++)
-			av[u][q] = gemm_skinny_ld(x.a, m0 + 8 * q + g, x.m,
-						  x.kb, k0, x.vec, apol);
+			av[u][q] = gemm_skinny_ld(x.a, ra[q], x.kb, k0, x.vec,
+						  apol);
 	}
 }
 
@@ -200,25 +203,38 @@ __global__ void __launch_bounds__(
 #pragma unroll
 			for (int e = 0; e < 4; e++)
 				acc[r][q][e] = 0.f;
+	int64_t rb[RT][2], ra[MT];
+#pragma unroll
+	for (int r = 0; r < RT; r++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int64_t i = n0 + 16 * r + 8 * h + g;
+			rb[r][h] = i < x.n ? i : x.n - 1;
+		}
+#pragma unroll
+	for (int q = 0; q < MT; q++) {
+		int64_t i = m0 + 8 * q + g;
+		ra[q] = i < x.m ? i : x.m - 1;
+	}
 	/* two register buffers: the next G chunks are in flight while
 	 * this G's MMAs run */
 	const int64_t chunks = (x.kb + 63) / 64, step = (int64_t)W * G;
 	uint4 b0[G][RT][2], a0[G][MT], b1[G][RT][2], a1[G][MT];
 	if (warp < chunks)
-		gemm_skinny_fetch<RT, MT, W, G>(x, b0, a0, warp, n0, m0, g, t,
+		gemm_skinny_fetch<RT, MT, W, G>(x, b0, a0, rb, ra, warp, t,
 						bpol, apol);
 	for (int64_t ch = warp; ch < chunks; ch += 2 * step) {
 		if (ch + step < chunks)
-			gemm_skinny_fetch<RT, MT, W, G>(x, b1, a1, ch + step,
-							n0, m0, g, t, bpol,
+			gemm_skinny_fetch<RT, MT, W, G>(x, b1, a1, rb, ra,
+							ch + step, t, bpol,
 							apol);
 		gemm_skinny_mma<DT, RT, MT, G>(acc, b0, a0);
 		if (ch + step >= chunks)
 			break;
 		if (ch + 2 * step < chunks)
-			gemm_skinny_fetch<RT, MT, W, G>(x, b0, a0,
-							ch + 2 * step, n0, m0,
-							g, t, bpol, apol);
+			gemm_skinny_fetch<RT, MT, W, G>(x, b0, a0, rb, ra,
+							ch + 2 * step, t, bpol,
+							apol);
 		gemm_skinny_mma<DT, RT, MT, G>(acc, b1, a1);
 	}
 	/* D[i][j]: i a row of B (16 r + g, + 8 for e >= 2), j a row of A
