@@ -44,9 +44,14 @@
 #include "prim/mem.h"
 #include "prim/mma.h"
 
-/* The element formats. */
+/* The element formats and MMAs: e4m3 on mma.sync m16n8k32 e4m3 (sm_89+;
+ * on sm_90 the compiler runs it as f16 MMAs after converting both
+ * operands at every use), bf16 on m16n8k16 bf16, and e4m3 converted to
+ * f16 in registers here, each operand word once, on m16n8k16 f16 (sm_80+;
+ * gemm_skinny_f16x2). */
 #define GEMM_SKINNY_E4M3 0
 #define GEMM_SKINNY_BF16 1
+#define GEMM_SKINNY_E4M3_F16 2
 
 /* The params' values (rows 16 RT, mrows 8 MT, warps W). */
 static const int64_t gemm_skinny_rows[] = {16, 32, 64};
@@ -145,12 +150,58 @@ __device__ __forceinline__ void gemm_skinny_fetch(const gemm_skinny_args &x,
 	}
 }
 
-/* acc += the MMAs of one buffer (two k steps a chunk). */
+/* Four e4m3fn bytes -> two f16x2 words (bytes 0, 1 in @p h0; 2, 3 in
+ * @p h1), each value times 2^-8, exactly: the sign to bit 15, exponent
+ * and mantissa shifted into f16's fields, whose bias is 8 more (e4m3
+ * subnormals land on f16 subnormals of the same scale; 0x7f, fn's NaN,
+ * becomes a finite value: the op takes no NaN operands).  Shifts and
+ * masks only -- full-rate integer ops, where sm_90's e4m3 -> f16 converts
+ * run at a quarter of that. */
+__device__ __forceinline__ void gemm_skinny_f16x2(uint32_t w, uint32_t &h0,
+						  uint32_t &h1)
+{
+	uint32_t p0 = ((w << 8) & 0xff00u) | ((w << 16) & 0xff000000u);
+	uint32_t p1 = ((w >> 8) & 0xff00u) | (w & 0xff000000u);
+	h0 = (p0 & 0x80008000u) | ((p0 >> 1) & 0x3f803f80u);
+	h1 = (p1 & 0x80008000u) | ((p1 >> 1) & 0x3f803f80u);
+}
+
+/* acc += the MMAs of one buffer (e4m3 and bf16: two k steps a chunk of
+ * words 2s and 2s + 1; e4m3 as f16: four k16 steps, word j of every row
+ * converted once and used by all RT x MT MMAs). */
 template <int DT, int RT, int MT, int G>
 __device__ __forceinline__ void gemm_skinny_mma(float (&acc)[RT][MT][4],
 						const uint4 (&bv)[G][RT][2],
 						const uint4 (&av)[G][MT])
 {
+	if (DT == GEMM_SKINNY_E4M3_F16) {
+#pragma unroll
+		for (int u = 0; u < G; u++)
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				uint32_t fb[MT][2];
+#pragma unroll
+				for (int q = 0; q < MT; q++)
+					gemm_skinny_f16x2(
+					    gemm_skinny_word(av[u][q], j),
+					    fb[q][0], fb[q][1]);
+#pragma unroll
+				for (int r = 0; r < RT; r++) {
+					uint32_t fa[4];
+					gemm_skinny_f16x2(
+					    gemm_skinny_word(bv[u][r][0], j),
+					    fa[0], fa[2]);
+					gemm_skinny_f16x2(
+					    gemm_skinny_word(bv[u][r][1], j),
+					    fa[1], fa[3]);
+#pragma unroll
+					for (int q = 0; q < MT; q++)
+						flyk_mma16816_f16(acc[r][q], fa,
+								  fb[q]);
+				}
+			}
+		return;
+	}
 #pragma unroll
 	for (int u = 0; u < G; u++)
 #pragma unroll
@@ -248,7 +299,8 @@ __global__ void __launch_bounds__(
 				red[warp][8 * q + 2 * t + (e & 1)]
 				   [16 * r + g + (e >= 2 ? 8 : 0)] = acc[r][q][e];
 	__syncthreads();
-	float ts = x.alpha;
+	/* (e4m3 as f16: both operands were scaled by 2^-8) */
+	float ts = x.alpha * (DT == GEMM_SKINNY_E4M3_F16 ? 65536.f : 1.f);
 	if (x.sa)
 		ts *= *x.sa * *x.sb;
 	for (int e = threadIdx.x; e < NR * MR; e += W * 32) {
@@ -278,7 +330,7 @@ static void gemm_skinny_go(dim3 grid, hipStream_t s, const gemm_skinny_args &x)
 
 struct gemm_skinny_ent {
 	int rt, mt, w;
-	gemm_skinny_go_fn go[2]; /* e4m3, bf16 */
+	gemm_skinny_go_fn go[3]; /* e4m3, bf16, e4m3 as f16 */
 };
 
 #define GEMM_SKINNY_ENT(RT, MT, W)                                             \
@@ -286,7 +338,8 @@ struct gemm_skinny_ent {
 	 MT,                                                                   \
 	 W,                                                                    \
 	 {gemm_skinny_go<GEMM_SKINNY_E4M3, RT, MT, W>,                         \
-	  gemm_skinny_go<GEMM_SKINNY_BF16, RT, MT, W>}},
+	  gemm_skinny_go<GEMM_SKINNY_BF16, RT, MT, W>,                         \
+	  gemm_skinny_go<GEMM_SKINNY_E4M3_F16, RT, MT, W>}},
 static const gemm_skinny_ent gemm_skinny_ents[] = {
     GEMM_SKINNY_CFGS(GEMM_SKINNY_ENT)};
 

@@ -49,10 +49,11 @@
  *              algorithms) on them; workspace 32 MiB + 2 (M + N) K bytes.
  *              Hopper has no block-scaled MMA: this is what MX costs
  *              there, against promoting every k32 wgmma (sg_wgmma).
- *   sg_skinny  (NVIDIA sm_89+; fp8_e4m3; M <= 128) gemm/gemm_skinny.h:
- *              B's rows on the MMA's M dimension, A's on its N, mma.sync
- *              m16n8k32 e4m3 from registers, K split over a block's
- *              warps, one kernel.  Params rows, mrows, warps.
+ *   sg_skinny  (NVIDIA; fp8_e4m3; M <= 128) gemm/gemm_skinny.h: B's rows
+ *              on the MMA's M dimension, A's on its N, mma.sync from
+ *              registers (m16n8k32 e4m3, sm_89+, or m16n8k16 f16 on
+ *              operands converted in registers), K split over a block's
+ *              warps, one kernel.  Params rows, mrows, warps, f16.
  *   sg_cublaslt  (nvcc) every fp8 algorithm cuBLASLt's heuristic proposes
  *              for per-tensor e4m3 (kernels/vendor/cublaslt.c).
  */
@@ -684,15 +685,25 @@ static int mfma_launch(const struct flyk_device *dev,
 
 /* ------------------------------------------------------------ skinny */
 
-/* sg_skinny: gemm/gemm_skinny.h on e4m3 (per tensor; NVIDIA sm_89+,
- * M <= 128): B's rows on the MMA's M dimension, A's on its N, K split
- * over a block's warps, one kernel. */
+/* sg_skinny: gemm/gemm_skinny.h on e4m3 (per tensor; NVIDIA, M <= 128):
+ * B's rows on the MMA's M dimension, A's on its N, K split over a
+ * block's warps, one kernel; f16 0: mma.sync m16n8k32 e4m3 (sm_89+; on
+ * sm_90 the compiler converts both operands at every use), 1: each
+ * operand word converted to f16 once in registers, m16n8k16 f16 (sm_80+). */
+static const int64_t sgs_f16[] = {0, 1};
+/* pr[3] (f16): 0 mma.sync on e4m3, 1 e4m3 converted to f16 in registers */
+static int skinny_dt(const int64_t *pr)
+{
+	return pr[3] ? GEMM_SKINNY_E4M3_F16 : GEMM_SKINNY_E4M3;
+}
+
 static int skinny_feasible(const struct flyk_device *dev,
 			   const struct fly_problem *p, const int64_t *pr)
 {
-	if (sg_problem_ok(p) || p->dtype != FLY_DT_FP8_E4M3)
+	if (sg_problem_ok(p) || p->dtype != FLY_DT_FP8_E4M3 ||
+	    (pr[3] != 0 && pr[3] != 1))
 		return -EINVAL;
-	return gemm_skinny_feasible(dev, GEMM_SKINNY_E4M3, p->dims[0],
+	return gemm_skinny_feasible(dev, skinny_dt(pr), p->dims[0],
 				    p->dims[1], pr);
 }
 
@@ -719,7 +730,7 @@ static int skinny_launch(const struct flyk_device *dev,
 	    p->dims[1],
 	    p->dims[2],
 	    false};
-	return gemm_skinny_launch(GEMM_SKINNY_E4M3, pr, &x, stream);
+	return gemm_skinny_launch(skinny_dt(pr), pr, &x, stream);
 }
 
 /* ------------------------------------------------------------ wgmma */
@@ -1271,10 +1282,11 @@ static const struct flyk_variant sg_variants[] = {
      SG_DT_FP8,
      FLY_F_BIAS,
      0,
-     3,
+     4,
      {{"rows", NV(gemm_skinny_rows)},
       {"mrows", NV(gemm_skinny_mrows)},
-      {"warps", NV(gemm_skinny_warps)}},
+      {"warps", NV(gemm_skinny_warps)},
+      {"f16", NV(sgs_f16)}},
      skinny_feasible,
      NULL,
      skinny_launch,
