@@ -174,7 +174,7 @@ __device__ __forceinline__ void gemm_skinny_mma(float (&acc)[RT][MT][4],
 						const uint4 (&bv)[G][RT][2],
 						const uint4 (&av)[G][MT])
 {
-	if (DT == GEMM_SKINNY_E4M3_F16) {
+	if constexpr (DT == GEMM_SKINNY_E4M3_F16) {
 #pragma unroll
 		for (int u = 0; u < G; u++)
 #pragma unroll
@@ -200,34 +200,34 @@ __device__ __forceinline__ void gemm_skinny_mma(float (&acc)[RT][MT][4],
 								  fb[q]);
 				}
 			}
-		return;
-	}
+	} else {
 #pragma unroll
-	for (int u = 0; u < G; u++)
+		for (int u = 0; u < G; u++)
 #pragma unroll
-		for (int s = 0; s < 2; s++)
+			for (int s = 0; s < 2; s++)
 #pragma unroll
-			for (int q = 0; q < MT; q++) {
-				uint32_t fb[2] = {
-				    gemm_skinny_word(av[u][q], 2 * s),
-				    gemm_skinny_word(av[u][q], 2 * s + 1)};
+				for (int q = 0; q < MT; q++) {
+					uint32_t fb[2] = {
+					    gemm_skinny_word(av[u][q], 2 * s),
+					    gemm_skinny_word(av[u][q], 2 * s + 1)};
 #pragma unroll
-				for (int r = 0; r < RT; r++) {
-					const uint4 &lo = bv[u][r][0];
-					const uint4 &hi = bv[u][r][1];
-					uint32_t fa[4] = {
-					    gemm_skinny_word(lo, 2 * s),
-					    gemm_skinny_word(hi, 2 * s),
-					    gemm_skinny_word(lo, 2 * s + 1),
-					    gemm_skinny_word(hi, 2 * s + 1)};
-					if (DT == GEMM_SKINNY_E4M3)
-						flyk_mma16832_e4m3(acc[r][q],
-								   fa, fb);
-					else
-						flyk_mma16816(acc[r][q], fa,
-							      fb);
+					for (int r = 0; r < RT; r++) {
+						const uint4 &lo = bv[u][r][0];
+						const uint4 &hi = bv[u][r][1];
+						uint32_t fa[4] = {
+						    gemm_skinny_word(lo, 2 * s),
+						    gemm_skinny_word(hi, 2 * s),
+						    gemm_skinny_word(lo, 2 * s + 1),
+						    gemm_skinny_word(hi, 2 * s + 1)};
+						if (DT == GEMM_SKINNY_E4M3)
+							flyk_mma16832_e4m3(acc[r][q],
+									   fa, fb);
+						else
+							flyk_mma16816(acc[r][q], fa,
+								      fb);
+					}
 				}
-			}
+	}
 }
 
 template <int DT, int RT, int MT, int W>
