@@ -13,11 +13,11 @@
  * memory (no shared memory in the main loop).  A block of W warps owns
  * 16 RT rows of B and 8 MT rows of A (grid.y covers M); its warps split
  * K: warp w takes the 64-byte k chunks w, w + W, ... (the block's warps
- * read neighbouring bytes of the same rows), G of them a register
+ * read neighbouring bytes of the same rows), each lane 16 bytes of each
+ * row at byte 16 (lane % 4) of the chunk.  stages 0: G chunks a register
  * buffer, two buffers (the next G chunks in flight while this G's MMAs
- * run), each lane 16 bytes of each row at byte 16 (lane % 4) of the
- * chunk; launch bounds for 16 warps an SM (8 with the larger
- * accumulators).  Those 16 bytes are the lane's fragment words of two MMA k steps
+ * run); stages S: a cp.async ring of S chunks a warp in shared memory
+ * (gemm_skinny_cp_kernel).  Those 16 bytes are the lane's fragment words of two MMA k steps
  * (step s: word 2s as the fragment's low k -- e4m3 k 4t.., bf16 k 2t.. --
  * and word 2s + 1 as its high k -- k 16 + 4t.., k 8 + 2t..): one k
  * permutation applied to both operands alike, so the dot products are
@@ -40,7 +40,9 @@
 
 #include "gemm/gemm_tile.h"
 #include "gpu_int.h"
+#include "prim/cp_async.h"
 #include "prim/flyk_gpu.h"
+#include "prim/launch.h"
 #include "prim/mem.h"
 #include "prim/mma.h"
 
@@ -53,10 +55,31 @@
 #define GEMM_SKINNY_BF16 1
 #define GEMM_SKINNY_E4M3_F16 2
 
-/* The params' values (rows 16 RT, mrows 8 MT, warps W). */
+/* The params' values (rows 16 RT, mrows 8 MT, warps W; stages below). */
 static const int64_t gemm_skinny_rows[] = {16, 32, 64};
 static const int64_t gemm_skinny_mrows[] = {16, 32, 64};
 static const int64_t gemm_skinny_warps[] = {4, 8, 16};
+
+/* The stages built (0: the register buffers, no ring). */
+#define GEMM_SKINNY_NSTAGES 2
+static const int64_t gemm_skinny_stages[GEMM_SKINNY_NSTAGES] = {0, 4};
+
+static inline int gemm_skinny_stage_index(int64_t stages)
+{
+	for (int i = 0; i < GEMM_SKINNY_NSTAGES; i++)
+		if (gemm_skinny_stages[i] == stages)
+			return i;
+	return -1;
+}
+
+/* Dynamic shared memory of a launch: the ring (S stages) or the
+ * reduction, whichever is larger. */
+static inline size_t gemm_skinny_smem(int rt, int mt, int w, int s)
+{
+	size_t ring = (size_t)w * s * (2 * rt + mt) * 32 * 16;
+	size_t red = (size_t)w * 8 * mt * (16 * rt + 1) * 4;
+	return ring > red ? ring : red;
+}
 
 /* RT, MT, W built: RT MT <= 16 (accumulators), W RT MT <= 64 (the
  * reduction's shared memory, <= 35 KiB); 16 warps (128 registers a
@@ -230,6 +253,70 @@ __device__ __forceinline__ void gemm_skinny_mma(float (&acc)[RT][MT][4],
 	}
 }
 
+/* The block's epilogue: each warp's sums to @p red ([W][8 MT][16 RT + 1]
+ * floats), then C = the sum over warps, scaled, plus the bias.
+ * D[i][j]: i a row of B (16 r + g, + 8 for e >= 2), j a row of A
+ * (8 q + 2 t + e % 2). */
+template <int DT, int RT, int MT, int W>
+__device__ __forceinline__ void gemm_skinny_store(const gemm_skinny_args &x,
+						  const float (&acc)[RT][MT][4],
+						  float *red, int64_t n0,
+						  int64_t m0)
+{
+	constexpr int NR = 16 * RT, MR = 8 * MT, LD = NR + 1;
+	const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	const int g = lane / 4, t = lane % 4;
+	float *mine = red + warp * MR * LD;
+#pragma unroll
+	for (int r = 0; r < RT; r++)
+#pragma unroll
+		for (int q = 0; q < MT; q++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				mine[(8 * q + 2 * t + (e & 1)) * LD + 16 * r + g +
+				     (e >= 2 ? 8 : 0)] = acc[r][q][e];
+	__syncthreads();
+	/* (e4m3 as f16: both operands were scaled by 2^-8) */
+	float ts = x.alpha * (DT == GEMM_SKINNY_E4M3_F16 ? 65536.f : 1.f);
+	if (x.sa)
+		ts *= *x.sa * *x.sb;
+	for (int e = threadIdx.x; e < NR * MR; e += W * 32) {
+		int j = e % NR, i = e / NR;
+		int64_t row = m0 + i, col = n0 + j;
+		if (row >= x.m || col >= x.n)
+			continue;
+		float v = 0.f;
+#pragma unroll
+		for (int w = 0; w < W; w++)
+			v += red[(w * MR + i) * LD + j];
+		v *= ts;
+		if (x.bias)
+			v += flyk_db2f(x.bias[col]);
+		x.c[row * x.n + col] = flyk_df2b(v);
+	}
+}
+
+/* Rows @p rb (B: 16 r + 8 h + g) and @p ra (A: 8 q + g) of the lane,
+ * clamped to the operands' last. */
+template <int RT, int MT>
+__device__ __forceinline__ void
+gemm_skinny_lane_rows(const gemm_skinny_args &x, int64_t n0, int64_t m0,
+		      int g, int64_t (&rb)[RT][2], int64_t (&ra)[MT])
+{
+#pragma unroll
+	for (int r = 0; r < RT; r++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int64_t i = n0 + 16 * r + 8 * h + g;
+			rb[r][h] = i < x.n ? i : x.n - 1;
+		}
+#pragma unroll
+	for (int q = 0; q < MT; q++) {
+		int64_t i = m0 + 8 * q + g;
+		ra[q] = i < x.m ? i : x.m - 1;
+	}
+}
+
 template <int DT, int RT, int MT, int W>
 __global__ void __launch_bounds__(
     W * 32, gemm_skinny_shape<RT, MT>::WARPS_SM / W > 0
@@ -255,18 +342,7 @@ __global__ void __launch_bounds__(
 			for (int e = 0; e < 4; e++)
 				acc[r][q][e] = 0.f;
 	int64_t rb[RT][2], ra[MT];
-#pragma unroll
-	for (int r = 0; r < RT; r++)
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			int64_t i = n0 + 16 * r + 8 * h + g;
-			rb[r][h] = i < x.n ? i : x.n - 1;
-		}
-#pragma unroll
-	for (int q = 0; q < MT; q++) {
-		int64_t i = m0 + 8 * q + g;
-		ra[q] = i < x.m ? i : x.m - 1;
-	}
+	gemm_skinny_lane_rows<RT, MT>(x, n0, m0, g, rb, ra);
 	/* two register buffers: the next G chunks are in flight while
 	 * this G's MMAs run */
 	const int64_t chunks = (x.kb + 63) / 64, step = (int64_t)W * G;
@@ -288,58 +364,122 @@ __global__ void __launch_bounds__(
 							apol);
 		gemm_skinny_mma<DT, RT, MT, G>(acc, b1, a1);
 	}
-	/* D[i][j]: i a row of B (16 r + g, + 8 for e >= 2), j a row of A
-	 * (8 q + 2 t + e % 2) */
+	gemm_skinny_store<DT, RT, MT, W>(x, acc, &red[0][0][0], n0, m0);
+}
+
+/* The same with a cp.async ring (S >= 2 stages, one k chunk a stage) in
+ * dynamic shared memory in place of the register buffers: S - 1 chunks
+ * in flight a warp at a few registers' cost.  Each lane copies its own
+ * 16-byte vectors to its own slots ([warp][stage][slot][lane]) and reads
+ * them back itself, so the ring needs no barrier: cp.async.wait_group
+ * orders a lane's copies for that lane.  16-byte vectors only (x.vec);
+ * the reduction reuses the ring after the loop.  16 warps an SM on the
+ * small tiles, 8 on the others. */
+template <int DT, int RT, int MT, int W, int S>
+__global__ void __launch_bounds__(W * 32,
+				  (RT * MT <= 4 ? 16 : 8) / W > 0
+				      ? (RT * MT <= 4 ? 16 : 8) / W
+				      : 1) gemm_skinny_cp_kernel(const gemm_skinny_args x)
+{
+	constexpr int NR = 16 * RT, MR = 8 * MT, SLOTS = 2 * RT + MT;
+	FLYK_DYN_SMEM(uint4, ring);
+	const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	const int g = lane / 4, t = lane % 4;
+	const int64_t n0 = (int64_t)blockIdx.x * NR;
+	const int64_t m0 = (int64_t)blockIdx.y * MR;
+	float acc[RT][MT][4];
 #pragma unroll
 	for (int r = 0; r < RT; r++)
 #pragma unroll
 		for (int q = 0; q < MT; q++)
 #pragma unroll
 			for (int e = 0; e < 4; e++)
-				red[warp][8 * q + 2 * t + (e & 1)]
-				   [16 * r + g + (e >= 2 ? 8 : 0)] = acc[r][q][e];
-	__syncthreads();
-	/* (e4m3 as f16: both operands were scaled by 2^-8) */
-	float ts = x.alpha * (DT == GEMM_SKINNY_E4M3_F16 ? 65536.f : 1.f);
-	if (x.sa)
-		ts *= *x.sa * *x.sb;
-	for (int e = threadIdx.x; e < NR * MR; e += W * 32) {
-		int j = e % NR, i = e / NR;
-		int64_t row = m0 + i, col = n0 + j;
-		if (row >= x.m || col >= x.n)
-			continue;
-		float v = 0.f;
+				acc[r][q][e] = 0.f;
+	int64_t rb[RT][2], ra[MT];
+	gemm_skinny_lane_rows<RT, MT>(x, n0, m0, g, rb, ra);
+	uint4 *mine = ring + (size_t)warp * S * SLOTS * 32 + lane;
+	const int64_t chunks = (x.kb + 63) / 64;
+	const int64_t nit = warp < chunks ? (chunks - warp + W - 1) / W : 0;
+	/* iteration i's chunk warp + W i into stage i % S (zero-filled past
+	 * K: the copy's predicate) */
+	auto issue = [&](int64_t i) {
+		int64_t k0 = (warp + i * W) * 64 + 16 * t;
+		bool in = k0 < x.kb;
+		int64_t kk = in ? k0 : 0;
+		uint4 *st = mine + (size_t)(i % S) * SLOTS * 32;
 #pragma unroll
-		for (int w = 0; w < W; w++)
-			v += red[w][i][j];
-		v *= ts;
-		if (x.bias)
-			v += flyk_db2f(x.bias[col]);
-		x.c[row * x.n + col] = flyk_df2b(v);
+		for (int r = 0; r < RT; r++)
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+				flyk_cp16(st + (2 * r + h) * 32,
+					  x.b + rb[r][h] * x.kb + kk, in);
+#pragma unroll
+		for (int q = 0; q < MT; q++)
+			flyk_cp16(st + (2 * RT + q) * 32,
+				  x.a + ra[q] * x.kb + kk, in);
+	};
+#pragma unroll
+	for (int i = 0; i < S - 1; i++) {
+		issue(i);
+		flyk_cp_commit();
 	}
+	for (int64_t i = 0; i < nit; i++) {
+		flyk_cp_wait<S - 2>();
+		issue(i + S - 1);
+		flyk_cp_commit();
+		const uint4 *st = mine + (size_t)(i % S) * SLOTS * 32;
+		uint4 bv[1][RT][2], av[1][MT];
+#pragma unroll
+		for (int r = 0; r < RT; r++)
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+				bv[0][r][h] = st[(2 * r + h) * 32];
+#pragma unroll
+		for (int q = 0; q < MT; q++)
+			av[0][q] = st[(2 * RT + q) * 32];
+		gemm_skinny_mma<DT, RT, MT, 1>(acc, bv, av);
+	}
+	flyk_cp_wait<0>();
+	__syncthreads();
+	gemm_skinny_store<DT, RT, MT, W>(x, acc, (float *)ring, n0, m0);
 }
 
-typedef void (*gemm_skinny_go_fn)(dim3 grid, hipStream_t s,
-				  const gemm_skinny_args &x);
 
-template <int DT, int RT, int MT, int W>
-static void gemm_skinny_go(dim3 grid, hipStream_t s, const gemm_skinny_args &x)
+typedef int (*gemm_skinny_go_fn)(dim3 grid, hipStream_t s,
+				 const gemm_skinny_args &x);
+
+template <int DT, int RT, int MT, int W, int S>
+static int gemm_skinny_go(dim3 grid, hipStream_t s, const gemm_skinny_args &x)
 {
-	FLYK_GO(grid, W * 32, 0, s, gemm_skinny_kernel<DT, RT, MT, W>)(x);
+	size_t smem = gemm_skinny_smem(RT, MT, W, S);
+	if constexpr (S == 0) {
+		FLYK_GO(grid, W * 32, 0, s, gemm_skinny_kernel<DT, RT, MT, W>)(x);
+	} else {
+		if (flyk_smem_optin<gemm_skinny_cp_kernel<DT, RT, MT, W, S>>(
+			(int)smem))
+			return -ENOSPC;
+		FLYK_GO(grid, W * 32, smem, s,
+			gemm_skinny_cp_kernel<DT, RT, MT, W, S>)(x);
+	}
+	return 0;
 }
+
 
 struct gemm_skinny_ent {
 	int rt, mt, w;
-	gemm_skinny_go_fn go[3]; /* e4m3, bf16, e4m3 as f16 */
+	/* [e4m3, bf16, e4m3 as f16][stages 0, 4] */
+	gemm_skinny_go_fn go[3][GEMM_SKINNY_NSTAGES];
 };
 
+#define GEMM_SKINNY_GO2(DT, RT, MT, W)                                         \
+	{gemm_skinny_go<DT, RT, MT, W, 0>, gemm_skinny_go<DT, RT, MT, W, 4>}
 #define GEMM_SKINNY_ENT(RT, MT, W)                                             \
 	{RT,                                                                   \
 	 MT,                                                                   \
 	 W,                                                                    \
-	 {gemm_skinny_go<GEMM_SKINNY_E4M3, RT, MT, W>,                         \
-	  gemm_skinny_go<GEMM_SKINNY_BF16, RT, MT, W>,                         \
-	  gemm_skinny_go<GEMM_SKINNY_E4M3_F16, RT, MT, W>}},
+	 {GEMM_SKINNY_GO2(GEMM_SKINNY_E4M3, RT, MT, W),                        \
+	  GEMM_SKINNY_GO2(GEMM_SKINNY_BF16, RT, MT, W),                        \
+	  GEMM_SKINNY_GO2(GEMM_SKINNY_E4M3_F16, RT, MT, W)}},
 static const gemm_skinny_ent gemm_skinny_ents[] = {
     GEMM_SKINNY_CFGS(GEMM_SKINNY_ENT)};
 
@@ -355,14 +495,15 @@ static inline const gemm_skinny_ent *gemm_skinny_find(const int64_t *pr)
 			return &gemm_skinny_ents[i];
 	return NULL;
 }
+
 #endif
 
-/* Host: whether point @p pr (rows, mrows, warps) may run an M x N
+/* Host: whether point @p pr (rows, mrows, warps, stages) may run an M x N
  * problem of format @p dt on @p dev: a built config; M's bucket <= 128,
  * and the fewest A rows a block that cover it (64 with grid.y 2 on
  * 65..128: a larger tile is padding, a smaller one reads B again); a
- * block of B rows no wider than half of N.  0, -EINVAL, or -ENOSPC (not
- * this device). */
+ * block of B rows no wider than half of N; the ring within the device's
+ * shared memory.  0, -EINVAL, or -ENOSPC (not this device). */
 static inline int gemm_skinny_feasible(const struct flyk_device *dev, int dt,
 				       int64_t m, int64_t n, const int64_t *pr)
 {
@@ -377,8 +518,12 @@ static inline int gemm_skinny_feasible(const struct flyk_device *dev, int dt,
 	int cc = dev->cc_major * 10 + dev->cc_minor;
 	if (cc < (dt == GEMM_SKINNY_E4M3 ? 89 : 80))
 		return -ENOSPC;
-	if (!gemm_skinny_find(pr))
+	int si = gemm_skinny_stage_index(pr[3]);
+	if (!gemm_skinny_find(pr) || si < 0)
 		return -EINVAL;
+	if (gemm_skinny_smem((int)(pr[0] / 16), (int)(pr[1] / 8), (int)pr[2],
+			     (int)pr[3]) > dev->smem_per_block_optin)
+		return -ENOSPC;
 	int64_t mb = flyk_gemm_bucket_m(m);
 	if (mb > 128)
 		return -EINVAL;
@@ -404,13 +549,18 @@ static inline int gemm_skinny_launch(int dt, const int64_t *pr,
 	return -EOPNOTSUPP;
 #else
 	const gemm_skinny_ent *e = gemm_skinny_find(pr);
-	if (!e)
+	int si = gemm_skinny_stage_index(pr[3]);
+	if (!e || si < 0)
 		return -EINVAL;
 	x->vec = x->kb % 16 == 0 &&
 		 (((uintptr_t)x->a | (uintptr_t)x->b) & 15) == 0;
+	if (!x->vec)
+		si = 0; /* the ring takes 16-byte vectors only */
 	dim3 grid((unsigned)((x->n + pr[0] - 1) / pr[0]),
 		  (unsigned)((x->m + pr[1] - 1) / pr[1]));
-	e->go[dt](grid, (hipStream_t)stream, *x);
+	int rc = e->go[dt][si](grid, (hipStream_t)stream, *x);
+	if (rc)
+		return rc;
 	hipError_t err = hipGetLastError();
 	return err == hipSuccess ? 0 : err == hipErrorInvalidValue ? -EINVAL
 								 : -EIO;

@@ -53,7 +53,8 @@
  *              on the MMA's M dimension, A's on its N, mma.sync from
  *              registers (m16n8k32 e4m3, sm_89+, or m16n8k16 f16 on
  *              operands converted in registers), K split over a block's
- *              warps, one kernel.  Params rows, mrows, warps, f16.
+ *              warps, one kernel.  Params rows, mrows, warps, stages,
+ *              f16.
  *   sg_cublaslt  (nvcc) every fp8 algorithm cuBLASLt's heuristic proposes
  *              for per-tensor e4m3 (kernels/vendor/cublaslt.c).
  */
@@ -691,17 +692,17 @@ static int mfma_launch(const struct flyk_device *dev,
  * sm_90 the compiler converts both operands at every use), 1: each
  * operand word converted to f16 once in registers, m16n8k16 f16 (sm_80+). */
 static const int64_t sgs_f16[] = {0, 1};
-/* pr[3] (f16): 0 mma.sync on e4m3, 1 e4m3 converted to f16 in registers */
+/* pr[4] (f16): 0 mma.sync on e4m3, 1 e4m3 converted to f16 in registers */
 static int skinny_dt(const int64_t *pr)
 {
-	return pr[3] ? GEMM_SKINNY_E4M3_F16 : GEMM_SKINNY_E4M3;
+	return pr[4] ? GEMM_SKINNY_E4M3_F16 : GEMM_SKINNY_E4M3;
 }
 
 static int skinny_feasible(const struct flyk_device *dev,
 			   const struct fly_problem *p, const int64_t *pr)
 {
 	if (sg_problem_ok(p) || p->dtype != FLY_DT_FP8_E4M3 ||
-	    (pr[3] != 0 && pr[3] != 1))
+	    (pr[4] != 0 && pr[4] != 1))
 		return -EINVAL;
 	return gemm_skinny_feasible(dev, skinny_dt(pr), p->dims[0],
 				    p->dims[1], pr);
@@ -1282,10 +1283,11 @@ static const struct flyk_variant sg_variants[] = {
      SG_DT_FP8,
      FLY_F_BIAS,
      0,
-     4,
+     5,
      {{"rows", NV(gemm_skinny_rows)},
       {"mrows", NV(gemm_skinny_mrows)},
       {"warps", NV(gemm_skinny_warps)},
+      {"stages", NV(gemm_skinny_stages)},
       {"f16", NV(sgs_f16)}},
      skinny_feasible,
      NULL,
