@@ -11,7 +11,7 @@
  * rows its N (8 a tile), and mma.sync (prim/mma.h: m16n8k32 e4m3, or
  * m16n8k16 bf16) takes both from registers, loaded straight from global
  * memory (no shared memory in the main loop).  A block of W warps owns
- * 16 RT rows of B and 8 MT rows of A (grid.y covers M); its warps split
+ * 16 RT rows of B (grid.y) and 8 MT rows of A (grid.x); its warps split
  * K: warp w takes the 64-byte k chunks w, w + W, ... (the block's warps
  * read neighbouring bytes of the same rows), each lane 16 bytes of each
  * row at byte 16 (lane % 4) of the chunk.  stages 0: G chunks a register
@@ -328,8 +328,8 @@ __global__ void __launch_bounds__(
 	__shared__ float red[W][MR][NR + 1];
 	const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 	const int g = lane / 4, t = lane % 4;
-	const int64_t n0 = (int64_t)blockIdx.x * NR;
-	const int64_t m0 = (int64_t)blockIdx.y * MR;
+	const int64_t n0 = (int64_t)blockIdx.y * NR;
+	const int64_t m0 = (int64_t)blockIdx.x * MR;
 	/* B is read once (evict first); A by every block (evict last) */
 	const uint64_t bpol = flyk_l2_policy(false);
 	const uint64_t apol = flyk_l2_policy(true);
@@ -385,8 +385,8 @@ __global__ void __launch_bounds__(W * 32,
 	FLYK_DYN_SMEM(uint4, ring);
 	const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 	const int g = lane / 4, t = lane % 4;
-	const int64_t n0 = (int64_t)blockIdx.x * NR;
-	const int64_t m0 = (int64_t)blockIdx.y * MR;
+	const int64_t n0 = (int64_t)blockIdx.y * NR;
+	const int64_t m0 = (int64_t)blockIdx.x * MR;
 	float acc[RT][MT][4];
 #pragma unroll
 	for (int r = 0; r < RT; r++)
@@ -500,9 +500,10 @@ static inline const gemm_skinny_ent *gemm_skinny_find(const int64_t *pr)
 
 /* Host: whether point @p pr (rows, mrows, warps, stages) may run an M x N
  * problem of format @p dt on @p dev: a built config; M's bucket <= 128,
- * and the fewest A rows a block that cover it (64 with grid.y 2 on
+ * and the fewest A rows a block that cover it (64 with grid.x 2 on
  * 65..128: a larger tile is padding, a smaller one reads B again); a
- * block of B rows no wider than half of N; the ring within the device's
+ * block of B rows no wider than half of N, at most 65535 of them (grid.y:
+ * N <= ~1M); the ring within the device's
  * shared memory.  0, -EINVAL, or -ENOSPC (not this device). */
 static inline int gemm_skinny_feasible(const struct flyk_device *dev, int dt,
 				       int64_t m, int64_t n, const int64_t *pr)
@@ -530,8 +531,7 @@ static inline int gemm_skinny_feasible(const struct flyk_device *dev, int dt,
 	int64_t want = mb < 16 ? 16 : mb > 64 ? 64 : mb;
 	if (pr[1] != want || (pr[0] > 16 && pr[0] / 2 >= n))
 		return -EINVAL;
-	return (n + pr[0] - 1) / pr[0] > 0x7fffffff ||
-		       (m + pr[1] - 1) / pr[1] > 65535
+	return (n + pr[0] - 1) / pr[0] > 65535
 		   ? -EINVAL
 		   : 0;
 #endif
@@ -556,8 +556,10 @@ static inline int gemm_skinny_launch(int dt, const int64_t *pr,
 		 (((uintptr_t)x->a | (uintptr_t)x->b) & 15) == 0;
 	if (!x->vec)
 		si = 0; /* the ring takes 16-byte vectors only */
-	dim3 grid((unsigned)((x->n + pr[0] - 1) / pr[0]),
-		  (unsigned)((x->m + pr[1] - 1) / pr[1]));
+	/* the A row tiles of one block of B rows run side by side (grid.x):
+	 * on M 65..128 the second reads B from L2, not HBM */
+	dim3 grid((unsigned)((x->m + pr[1] - 1) / pr[1]),
+		  (unsigned)((x->n + pr[0] - 1) / pr[0]));
 	int rc = e->go[dt][si](grid, (hipStream_t)stream, *x);
 	if (rc)
 		return rc;

@@ -34,7 +34,7 @@
  * Scaled GEMM (sg_all, both models): every variant that has no
  * enumerate() at every feasible point of 9 shapes (each format, K tails,
  * M = 1, operands a byte off alignment, bias; sg_skinny's vector path,
- * grid.y 2 and N tails) against a double host
+ * two A row tiles and N tails) against a double host
  * reference of the CPU backend's decoding rules, compared by the GPU
  * case's rule (sg_cmp_kernel); sg_mfma runs in the AMD model.  MQA logits
  * (mqa_all, both models) likewise, 3 shapes: mqa_ref and mqa_simt in
@@ -1063,7 +1063,7 @@ static void sg_all(const struct flyk_backend *b)
 	sg_one(b, 65, 130, 96, FLY_DT_MXFP4, FLY_F_BIAS);
 	sg_one(b, 130, 136, 40, FLY_DT_FP8_E4M3, 0);
 	/* sg_skinny's 16-byte path (aligned, K % 16 == 0) with a K tail
-	 * inside a chunk and two chunks a warp, M = 1 and 100 (grid.y 2),
+	 * inside a chunk and two chunks a warp, M = 1 and 100 (two A row tiles),
 	 * N off every row tile */
 	sg_one(b, 1, 70, 208, FLY_DT_FP8_E4M3, FLY_F_BIAS);
 	sg_one(b, 100, 150, 1040, FLY_DT_FP8_E4M3, 0);
