@@ -296,13 +296,18 @@ __device__ __forceinline__ void gemm_skinny_store(const gemm_skinny_args &x,
 	}
 }
 
-/* Rows @p rb (B: 16 r + 8 h + g) and @p ra (A: 8 q + g) of the lane,
- * clamped to the operands' last. */
+/* A block's start: its first rows of B (@p n0, grid.y) and A (@p m0,
+ * grid.x), the lane's rows @p rb (B: 16 r + 8 h + g) and @p ra (A:
+ * 8 q + g) clamped to the operands' last, the sums zeroed. */
 template <int RT, int MT>
 __device__ __forceinline__ void
-gemm_skinny_lane_rows(const gemm_skinny_args &x, int64_t n0, int64_t m0,
-		      int g, int64_t (&rb)[RT][2], int64_t (&ra)[MT])
+gemm_skinny_begin(const gemm_skinny_args &x, int64_t &n0, int64_t &m0,
+		  int64_t (&rb)[RT][2], int64_t (&ra)[MT],
+		  float (&acc)[RT][MT][4])
 {
+	const int g = threadIdx.x % 32 / 4;
+	n0 = (int64_t)blockIdx.y * 16 * RT;
+	m0 = (int64_t)blockIdx.x * 8 * MT;
 #pragma unroll
 	for (int r = 0; r < RT; r++)
 #pragma unroll
@@ -315,6 +320,13 @@ gemm_skinny_lane_rows(const gemm_skinny_args &x, int64_t n0, int64_t m0,
 		int64_t i = m0 + 8 * q + g;
 		ra[q] = i < x.m ? i : x.m - 1;
 	}
+#pragma unroll
+	for (int r = 0; r < RT; r++)
+#pragma unroll
+		for (int q = 0; q < MT; q++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				acc[r][q][e] = 0.f;
 }
 
 template <int DT, int RT, int MT, int W>
@@ -326,23 +338,13 @@ __global__ void __launch_bounds__(
 	constexpr int NR = 16 * RT, MR = 8 * MT;
 	constexpr int G = gemm_skinny_shape<RT, MT>::G;
 	__shared__ float red[W][MR][NR + 1];
-	const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-	const int g = lane / 4, t = lane % 4;
-	const int64_t n0 = (int64_t)blockIdx.y * NR;
-	const int64_t m0 = (int64_t)blockIdx.x * MR;
+	const int warp = threadIdx.x / 32, t = threadIdx.x % 4;
 	/* B is read once (evict first); A by every block (evict last) */
 	const uint64_t bpol = flyk_l2_policy(false);
 	const uint64_t apol = flyk_l2_policy(true);
+	int64_t n0, m0, rb[RT][2], ra[MT];
 	float acc[RT][MT][4];
-#pragma unroll
-	for (int r = 0; r < RT; r++)
-#pragma unroll
-		for (int q = 0; q < MT; q++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				acc[r][q][e] = 0.f;
-	int64_t rb[RT][2], ra[MT];
-	gemm_skinny_lane_rows<RT, MT>(x, n0, m0, g, rb, ra);
+	gemm_skinny_begin<RT, MT>(x, n0, m0, rb, ra, acc);
 	/* two register buffers: the next G chunks are in flight while
 	 * this G's MMAs run */
 	const int64_t chunks = (x.kb + 63) / 64, step = (int64_t)W * G;
@@ -381,22 +383,13 @@ __global__ void __launch_bounds__(W * 32,
 				      ? (RT * MT <= 4 ? 16 : 8) / W
 				      : 1) gemm_skinny_cp_kernel(const gemm_skinny_args x)
 {
-	constexpr int NR = 16 * RT, MR = 8 * MT, SLOTS = 2 * RT + MT;
+	constexpr int SLOTS = 2 * RT + MT;
 	FLYK_DYN_SMEM(uint4, ring);
 	const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-	const int g = lane / 4, t = lane % 4;
-	const int64_t n0 = (int64_t)blockIdx.y * NR;
-	const int64_t m0 = (int64_t)blockIdx.x * MR;
+	const int t = lane % 4;
+	int64_t n0, m0, rb[RT][2], ra[MT];
 	float acc[RT][MT][4];
-#pragma unroll
-	for (int r = 0; r < RT; r++)
-#pragma unroll
-		for (int q = 0; q < MT; q++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				acc[r][q][e] = 0.f;
-	int64_t rb[RT][2], ra[MT];
-	gemm_skinny_lane_rows<RT, MT>(x, n0, m0, g, rb, ra);
+	gemm_skinny_begin<RT, MT>(x, n0, m0, rb, ra, acc);
 	uint4 *mine = ring + (size_t)warp * S * SLOTS * 32 + lane;
 	const int64_t chunks = (x.kb + 63) / 64;
 	const int64_t nit = warp < chunks ? (chunks - warp + W - 1) / W : 0;

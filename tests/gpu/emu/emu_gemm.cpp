@@ -173,29 +173,6 @@ static float frag_b(int w, int k, int n)
 	return fragh(w, mma_b[w][4 * n + kq][k8], k & 1);
 }
 
-void flyk_emu_mma16816(float *c, const uint32_t *a, const uint32_t *b)
-{
-	int w = threadIdx.x / 32, l = threadIdx.x % 32, g = l / 4, q = l % 4;
-	memcpy(mma_a[w][l], a, 16);
-	memcpy(mma_b[w][l], b, 8);
-	flyk_emu_syncwarp();
-	for (int e = 0; e < 4; e++) {
-		int r = g + (e >= 2 ? 8 : 0), n = 2 * q + (e & 1);
-		float s = 0.f;
-		for (int k = 0; k < 16; k++)
-			s += frag_a(w, r, k) * frag_b(w, k, n);
-		c[e] += s;
-	}
-	flyk_emu_syncwarp();
-}
-
-void flyk_emu_mma16816_f16(float *c, const uint32_t *a, const uint32_t *b)
-{
-	mma_f16[threadIdx.x / 32] = 1;
-	flyk_emu_mma16816(c, a, b);
-	mma_f16[threadIdx.x / 32] = 0;
-}
-
 /* One e4m3fn byte as fp32 (bias 7; 0x7f and 0xff NaN, no infinity). */
 static float fn_f32(unsigned b)
 {
@@ -208,10 +185,25 @@ static float fn_f32(unsigned b)
 
 /* mma.sync m16n8k32 e4m3 (prim/mma.h's layout): A[r][k] in lane 4 (r % 8)
  * + (k % 16) / 4, word (r >= 8) + 2 (k >= 16), byte k % 4; B[k][n] in
- * lane 4 n + (k % 16) / 4, word k >= 16, byte k % 4; D as m16n8k16's.
- * Products of e4m3 values are exact in fp32; summed in k order, then
- * added to C. */
-void flyk_emu_mma16832_e4m3(float *c, const uint32_t *a, const uint32_t *b)
+ * lane 4 n + (k % 16) / 4, word k >= 16, byte k % 4. */
+static float frag_a8(int w, int r, int k)
+{
+	uint32_t v = mma_a[w][4 * (r % 8) + (k % 16) / 4]
+			  [(r >= 8) + 2 * (k >= 16)];
+	return fn_f32((v >> (8 * (k % 4))) & 255u);
+}
+
+static float frag_b8(int w, int k, int n)
+{
+	uint32_t v = mma_b[w][4 * n + (k % 16) / 4][k >= 16];
+	return fn_f32((v >> (8 * (k % 4))) & 255u);
+}
+
+/* The warp's D += A B of one mma.sync, m16n8k16 (16-bit halves) or, with
+ * @p e4m3, m16n8k32; D[r][n] in lane 4 (r % 8) + n / 2, element 2 (r >= 8)
+ * + n % 2.  Products of bf16, fp16 or e4m3 values are exact in fp32;
+ * summed in k order, then added to C. */
+static void emu_mma(float *c, const uint32_t *a, const uint32_t *b, bool e4m3)
 {
 	int w = threadIdx.x / 32, l = threadIdx.x % 32, g = l / 4, q = l % 4;
 	memcpy(mma_a[w][l], a, 16);
@@ -220,16 +212,29 @@ void flyk_emu_mma16832_e4m3(float *c, const uint32_t *a, const uint32_t *b)
 	for (int e = 0; e < 4; e++) {
 		int r = g + (e >= 2 ? 8 : 0), n = 2 * q + (e & 1);
 		float s = 0.f;
-		for (int k = 0; k < 32; k++) {
-			uint32_t wa = mma_a[w][4 * (r % 8) + (k % 16) / 4]
-					   [(r >= 8) + 2 * (k >= 16)];
-			uint32_t wb = mma_b[w][4 * n + (k % 16) / 4][k >= 16];
-			s += fn_f32((wa >> (8 * (k % 4))) & 255u) *
-			     fn_f32((wb >> (8 * (k % 4))) & 255u);
-		}
+		for (int k = 0; k < (e4m3 ? 32 : 16); k++)
+			s += e4m3 ? frag_a8(w, r, k) * frag_b8(w, k, n)
+				  : frag_a(w, r, k) * frag_b(w, k, n);
 		c[e] += s;
 	}
 	flyk_emu_syncwarp();
+}
+
+void flyk_emu_mma16816(float *c, const uint32_t *a, const uint32_t *b)
+{
+	emu_mma(c, a, b, false);
+}
+
+void flyk_emu_mma16816_f16(float *c, const uint32_t *a, const uint32_t *b)
+{
+	mma_f16[threadIdx.x / 32] = 1;
+	emu_mma(c, a, b, false);
+	mma_f16[threadIdx.x / 32] = 0;
+}
+
+void flyk_emu_mma16832_e4m3(float *c, const uint32_t *a, const uint32_t *b)
+{
+	emu_mma(c, a, b, true);
 }
 
 #if FLYK_AMD
