@@ -9,27 +9,29 @@
  *
  * Swapped operands: B's rows are the MMA's M dimension (16 a tile), A's
  * rows its N (8 a tile), and mma.sync (prim/mma.h: m16n8k32 e4m3, or
- * m16n8k16 bf16) takes both from registers, loaded straight from global
- * memory (no shared memory in the main loop).  A block of W warps owns
- * 16 RT rows of B (grid.y) and 8 MT rows of A (grid.x); its warps split
- * K: warp w takes the 64-byte k chunks w, w + W, ... (the block's warps
- * read neighbouring bytes of the same rows), each lane 16 bytes of each
- * row at byte 16 (lane % 4) of the chunk.  stages 0: G chunks a register
- * buffer, two buffers (the next G chunks in flight while this G's MMAs
- * run); stages S: a cp.async ring of S chunks a warp in shared memory
- * (gemm_skinny_cp_kernel).  Those 16 bytes are the lane's fragment words of two MMA k steps
- * (step s: word 2s as the fragment's low k -- e4m3 k 4t.., bf16 k 2t.. --
- * and word 2s + 1 as its high k -- k 16 + 4t.., k 8 + 2t..): one k
- * permutation applied to both operands alike, so the dot products are
- * unchanged.  The warps' sums meet in shared memory and the block writes
- * C: one kernel, no workspace, no atomics, the same bits on every run.
- * Loads are 16-byte vectors where A, B and K allow (16-byte aligned, a
- * row a multiple of 16 bytes), bytes with zero fill elsewhere: any shape
- * and alignment.
+ * m16n8k16 bf16 / f16) takes both from registers.  A block of W warps
+ * owns 16 RT rows of B (grid.y) and 8 MT rows of A (grid.x); its warps
+ * split K: warp w takes the 64-byte k chunks w, w + W, ... (the block's
+ * warps read neighbouring bytes of the same rows), each lane 16 bytes of
+ * each row at byte 16 (lane % 4) of the chunk.  Those 16 bytes are the
+ * lane's fragment words of two k32 steps (step s: word 2s as the
+ * fragment's low k -- e4m3 k 4t.., bf16 k 2t.. -- and word 2s + 1 as its
+ * high k -- k 16 + 4t.., k 8 + 2t..; e4m3 as f16: word j, converted, is
+ * the k16 step j): one k permutation applied to both operands alike, so
+ * the dot products are unchanged.  The loads: stages 0, straight from
+ * global memory into two register buffers of G chunks (the next G in
+ * flight while this G's MMAs run); stages S, a cp.async ring of S chunks
+ * a warp in shared memory (gemm_skinny_cp_kernel).  The warps' sums meet
+ * in shared memory and the block writes C: one kernel, no workspace, no
+ * atomics, the same bits on every run.  Loads are 16-byte vectors where
+ * A, B and K allow (16-byte aligned, a row a multiple of 16 bytes),
+ * bytes with zero fill elsewhere (stages 0 then): any shape and
+ * alignment.
  *
  * Owns: nothing (templates and one constant table per includer).
  * Thread: device code and immutable tables.  NVIDIA only (FLYK_HAS_MMA;
- * e4m3 needs sm_89+, bf16 sm_80+: gemm_skinny_feasible checks).
+ * mma.sync e4m3 needs sm_89+, the others sm_80+: gemm_skinny_feasible
+ * checks).
  */
 #ifndef FLYK_GEMM_SKINNY_H
 #define FLYK_GEMM_SKINNY_H
@@ -105,8 +107,8 @@ struct gemm_skinny_args {
 /* The byte path of gemm_skinny_ld (operands off 16-byte alignment, or
  * rows not a multiple of 16 bytes): out of line, so the vector path's
  * loop carries none of it. */
-static __device__ __noinline__ uint4 gemm_skinny_ld_bytes(const uint8_t *p,
-						   int64_t left)
+static __device__ __noinline__ uint4
+gemm_skinny_ld_bytes(const uint8_t *p, int64_t left)
 {
 	uint32_t w[4] = {0u, 0u, 0u, 0u};
 	for (int i = 0; i < 16 && i < left; i++)
@@ -136,8 +138,9 @@ __device__ __forceinline__ uint32_t gemm_skinny_word(const uint4 &v, int i)
 	return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-/* G k chunks a buffer: two buffers of (2 RT + MT) G 16-byte vectors a
- * lane stay within ~100 registers. */
+/* G k chunks a buffer: at most 12 16-byte vectors a lane a buffer (two
+ * buffers: 96 registers; ptxas -v on sm_90a: 104-255 in all, no
+ * spills). */
 template <int RT, int MT> struct gemm_skinny_shape {
 	static constexpr int G = 2 * RT + MT <= 6 ? 2 : 1;
 	/* 8 warps an SM: up to 255 registers a thread (two buffers of
