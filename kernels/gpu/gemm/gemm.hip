@@ -16,7 +16,8 @@
  *                   rows on the MMA's M dimension, A's on its N, mma.sync
  *                   m16n8k16 from registers, K split over a block's warps,
  *                   one kernel (the decode shapes, where cuBLAS reads B
- *                   well under the HBM rate): params rows, mrows, warps.
+ *                   well under the HBM rate): params rows, mrows, warps,
+ *                   stages.
  *   gemm_tma        (sm_90a) warp-specialised persistent TMA + mbarrier +
  *                   wgmma (gemm_tma.h): params tile_m, tile_n, split_k,
  *                   swizzle, store, cluster, k_tile; NT only (see "tma

@@ -173,14 +173,18 @@ static float frag_b(int w, int k, int n)
 	return fragh(w, mma_b[w][4 * n + kq][k8], k & 1);
 }
 
-/* One e4m3fn byte as fp32 (bias 7; 0x7f and 0xff NaN, no infinity). */
-static float fn_f32(unsigned b)
+/* The host decoders of scaled GEMM's formats (the CPU backend's rules,
+ * kernels/cpu: fn bias 7 with 0x7f/0xff NaN, fnuz bias 8 with 0x80 NaN,
+ * e2m1 {0, .5, 1, 1.5, 2, 3, 4, 6}, e8m0 2^(e - 127) with 0xFF NaN); the
+ * e4m3 one here, the fp8 mma.sync model's too. */
+static double sg_e4m3(unsigned b, bool fnuz)
 {
 	unsigned e = (b >> 3) & 15u, m = b & 7u;
-	if ((b & 0x7fu) == 0x7fu)
+	if (fnuz ? b == 0x80u : (b & 0x7fu) == 0x7fu)
 		return NAN;
-	float v = e ? ldexpf(1.f + m / 8.f, (int)e - 7) : ldexpf(m / 8.f, -6);
-	return b & 0x80u ? -v : v;
+	double v = e ? ldexp(1.0 + m / 8.0, (int)e - (fnuz ? 8 : 7))
+		     : ldexp((double)m, fnuz ? -10 : -9);
+	return (b & 0x80u) ? -v : v;
 }
 
 /* mma.sync m16n8k32 e4m3 (prim/mma.h's layout): A[r][k] in lane 4 (r % 8)
@@ -190,13 +194,13 @@ static float frag_a8(int w, int r, int k)
 {
 	uint32_t v = mma_a[w][4 * (r % 8) + (k % 16) / 4]
 			  [(r >= 8) + 2 * (k >= 16)];
-	return fn_f32((v >> (8 * (k % 4))) & 255u);
+	return (float)sg_e4m3((v >> (8 * (k % 4))) & 255u, false);
 }
 
 static float frag_b8(int w, int k, int n)
 {
 	uint32_t v = mma_b[w][4 * n + (k % 16) / 4][k >= 16];
-	return fn_f32((v >> (8 * (k % 4))) & 255u);
+	return (float)sg_e4m3((v >> (8 * (k % 4))) & 255u, false);
 }
 
 /* The warp's D += A B of one mma.sync, m16n8k16 (16-bit halves) or, with
@@ -891,19 +895,7 @@ static void attn_all(const struct flyk_backend *b, int quick)
 
 /* ------------------------------------------------------------ scaled gemm */
 
-/* The host decoders of scaled GEMM's formats (the CPU backend's rules,
- * kernels/cpu: fn bias 7 with 0x7f/0xff NaN, fnuz bias 8 with 0x80 NaN,
- * e2m1 {0, .5, 1, 1.5, 2, 3, 4, 6}, e8m0 2^(e - 127) with 0xFF NaN). */
-static double sg_e4m3(unsigned b, bool fnuz)
-{
-	unsigned e = (b >> 3) & 15u, m = b & 7u;
-	if (fnuz ? b == 0x80u : (b & 0x7fu) == 0x7fu)
-		return NAN;
-	double v = e ? ldexp(1.0 + m / 8.0, (int)e - (fnuz ? 8 : 7))
-		     : ldexp((double)m, fnuz ? -10 : -9);
-	return (b & 0x80u) ? -v : v;
-}
-
+/* (sg_e4m3: above, beside the fp8 mma.sync model) */
 static double sg_e2m1(unsigned c)
 {
 	static const double mag[8] = {0, .5, 1, 1.5, 2, 3, 4, 6};
