@@ -440,17 +440,16 @@ __global__ void __launch_bounds__(W * 32,
 	gemm_skinny_store<DT, RT, MT, W>(x, acc, (float *)ring, n0, m0);
 }
 
-
 typedef int (*gemm_skinny_go_fn)(dim3 grid, hipStream_t s,
 				 const gemm_skinny_args &x);
 
 template <int DT, int RT, int MT, int W, int S>
 static int gemm_skinny_go(dim3 grid, hipStream_t s, const gemm_skinny_args &x)
 {
-	size_t smem = gemm_skinny_smem(RT, MT, W, S);
 	if constexpr (S == 0) {
 		FLYK_GO(grid, W * 32, 0, s, gemm_skinny_kernel<DT, RT, MT, W>)(x);
 	} else {
+		size_t smem = gemm_skinny_smem(RT, MT, W, S);
 		if (flyk_smem_optin<gemm_skinny_cp_kernel<DT, RT, MT, W, S>>(
 			(int)smem))
 			return -ENOSPC;
@@ -459,7 +458,6 @@ static int gemm_skinny_go(dim3 grid, hipStream_t s, const gemm_skinny_args &x)
 	}
 	return 0;
 }
-
 
 struct gemm_skinny_ent {
 	int rt, mt, w;
@@ -499,8 +497,8 @@ static inline const gemm_skinny_ent *gemm_skinny_find(const int64_t *pr)
  * and the fewest A rows a block that cover it (64 with grid.x 2 on
  * 65..128: a larger tile is padding, a smaller one reads B again); a
  * block of B rows no wider than half of N, at most 65535 of them (grid.y:
- * N <= ~1M); the ring within the device's
- * shared memory.  0, -EINVAL, or -ENOSPC (not this device). */
+ * N <= ~1M); the ring within the device's shared memory.  0, -EINVAL,
+ * or -ENOSPC (not this device). */
 static inline int gemm_skinny_feasible(const struct flyk_device *dev, int dt,
 				       int64_t m, int64_t n, const int64_t *pr)
 {
@@ -527,9 +525,7 @@ static inline int gemm_skinny_feasible(const struct flyk_device *dev, int dt,
 	int64_t want = mb < 16 ? 16 : mb > 64 ? 64 : mb;
 	if (pr[1] != want || (pr[0] > 16 && pr[0] / 2 >= n))
 		return -EINVAL;
-	return (n + pr[0] - 1) / pr[0] > 65535
-		   ? -EINVAL
-		   : 0;
+	return (n + pr[0] - 1) / pr[0] > 65535 ? -EINVAL : 0;
 #endif
 }
 
