@@ -34,7 +34,8 @@ rule against its fp32 reference is |r| / 64 + 4e-3), and our LSE on 256
 rows of two heads of batch 0 against an fp32 logsumexp of the scores.
 TFLOP/s count 4 b h sq skv d flops, half under causal.
 
-Writes OUT/h200-attention.json (--variants: h200-attention-variants.json):
+Writes OUT/<gpu>-attention.json (--variants: <gpu>-attention-variants.json;
+<gpu>: h100, h200, the gfx arch on AMD):
   {"gpu","date","commit","torch","mode","method","clocks","cudnn" (the
    version this process runs, its directory, the daemon's LD_LIBRARY_PATH
    head and fingerprint: gpu_bench.Daemon runs it with this process's),
@@ -385,9 +386,9 @@ def main(argv=None):
             daemon.stop()
         head["clocks"]["after"] = clocks()
         os.makedirs(args.out, exist_ok=True)
-        name = "h200-attention%s.json" % ("-variants" if args.variants
-                                          else "")
-        with open(os.path.join(args.out, name), "w") as f:
+        name = "attention%s" % ("-variants" if args.variants else "")
+        with open(gpu_bench.gpu_vendor.result_path(args.out, name),
+                  "w") as f:
             json.dump(dict(head, cases=res, summary=summarize(res)), f,
                       indent=1)
         if daemon is not None:

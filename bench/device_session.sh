@@ -229,7 +229,7 @@ for s in $STAGES; do
 			bench/attention_bench.py --build "$B" --cases "$C" \
 			--out "$W/attn" ${ATTN_VARIANTS:+--variants} \
 			${ATTN_ARGS:-}
-		cp "$W/attn"/h200-*.json "$R/" 2>/dev/null
+		cp "$W/attn"/*-*.json "$R/" 2>/dev/null
 		grep -v '^\s*$' "$W/attn.txt" | tail -60 | tee -a "$S"
 		;;
 	tunableop)
@@ -239,6 +239,10 @@ for s in $STAGES; do
 		tail -30 "$W/tunableop.txt" | tee -a "$S"
 		;;
 	torch)
+		# the results file's machine prefix (h100, h200, gfx942, ...)
+		TAG=$(cd bench && python3 -c \
+			'import gpu_vendor; print(gpu_vendor.machine_tag())' \
+			2> /dev/null) || TAG=gpu
 		stage torch_ops "${T_TORCH:-300}" env PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 \
 			FLY_BUILD_DIR="$B" FLYTUNED_TORCH_BUILD="$PWD/$B/torch_ext" \
 			python3 tests/torch/test_torch_ops.py
@@ -246,7 +250,7 @@ for s in $STAGES; do
 		stage torch_host "${T_TORCH_HOST:-200}" env PYTHONUNBUFFERED=1 \
 			FLYTUNED_TORCH_BUILD="$PWD/$B/torch_ext" python3 \
 			bench/torch_host_cost.py --build "$B" \
-			--out "$R/h200-torch_host_cost.json"
+			--out "$R/$TAG-torch_host_cost.json"
 		grep -v '^\s*$' "$W/torch_host.txt" | tail -20 | tee -a "$S"
 		;;
 	layers)
@@ -286,7 +290,7 @@ done
 
 # Results (JSON) straight into OUT; everything else in one archive.
 for d in rt gemm mqa scaled attn; do
-	[ -d "$W/$d" ] && cp "$W/$d"/h200-*.json "$R/" 2>/dev/null
+	[ -d "$W/$d" ] && cp "$W/$d"/*-*.json "$R/" 2>/dev/null
 done
 tar -C "$W" -czf "$R/logs.tgz" . 2>/dev/null
 ls -la "$R" >> "$S"

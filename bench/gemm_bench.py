@@ -29,7 +29,7 @@ gpu_bench.bench_graph_side_by_side() (each callable captured 20 times back
 to back in a CUDA graph, replayed; per-call GPU time, host cost excluded;
 a failed capture of ours fails the case).
 
-Writes OUT/h200-gemm.json and OUT/h200-grouped_gemm.json as
+Writes OUT/<gpu>-gemm.json and OUT/<gpu>-grouped_gemm.json as
 {"gpu","date","commit","copy_gbps","cases":[{"op","case","set","variant",
 "params","status","flytuned_ms","peers":{NAME: ms},"max_abs_err",
 "tune_s","graph_ms":{"ours"|NAME: ms},"graph_peer","graph_x_vs_peer"}]}
@@ -52,6 +52,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_bench as gb  # noqa: E402  (Problem, Decision, bench, Daemon)
+import gpu_vendor  # noqa: E402
 
 ROOT = gb.ROOT
 OP_GEMM, OP_GROUPED = 1, 2
@@ -353,7 +354,7 @@ def main(argv=None):
                 print("%s: stopped: %r" % (op, e), flush=True)
             all_res += res
             os.makedirs(args.out, exist_ok=True)
-            with open(os.path.join(args.out, "h200-%s.json" % op), "w") as f:
+            with open(gpu_vendor.result_path(args.out, op), "w") as f:
                 json.dump(dict(head, cases=res), f, indent=1)
     finally:
         daemon.stop()

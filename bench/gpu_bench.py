@@ -41,8 +41,8 @@ excluded, caches as back-to-back calls leave them).  A capture of ours
 that fails stops the case with GraphCaptureError; it is never timed
 another way instead.
 
-Writes OUT/h200-rmsnorm.json, OUT/h200-rmsnorm_residual.json and
-OUT/h200-topk.json as
+Writes OUT/<gpu>-rmsnorm.json, OUT/<gpu>-rmsnorm_residual.json and
+OUT/<gpu>-topk.json as
 {"gpu","date","commit","copy_gbps","cases":[{"op","case","set","variant",
 "params","flytuned_ms","peers":{NAME: ms},"max_abs_err","tune_s",
 "graph_ms":{"ours"|NAME: ms},"graph_peer","graph_x_vs_peer",
@@ -891,7 +891,7 @@ def main(argv=None):
             except Exception as e:  # keep what was measured so far
                 print("%s: stopped: %r" % (op, e), flush=True)
             allres += res
-            with open(os.path.join(args.out, "h200-%s.json" % op), "w") as f:
+            with open(gpu_vendor.result_path(args.out, op), "w") as f:
                 json.dump(dict(head, cases=res), f, indent=1)
             if sweeps:
                 with open(os.path.join(args.out, "sweep-%s.json" % op),

@@ -9,6 +9,7 @@ are checked anywhere: `python3 bench/gpu_vendor.py --self-test`, run by
 `make test` (tests/integration/test_bench_vendor.sh).
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -106,6 +107,31 @@ def smi_query_cmd(tool):
     return None
 
 
+def machine_tag_of(name, arch=""):
+    """The result files' prefix for a GPU named @p name (torch's device
+    name; @p arch its gfx arch on ROCm): "h100", "h200", "a100", ...,
+    the gfx arch on AMD, else the name's first model-like word."""
+    if arch:
+        return arch
+    words = re.findall(r"[a-z]+[0-9]+[a-z0-9]*", name.lower())
+    for w in words:
+        if re.match(r"^(h|a|b|gb|gh|l|v|t|rtx)[0-9]", w):
+            return w
+    return words[0] if words else "gpu"
+
+
+def machine_tag(index=0):
+    """machine_tag_of() of this machine's GPU @p index."""
+    import torch
+    return machine_tag_of(torch.cuda.get_device_name(index),
+                          gfx_arch(index))
+
+
+def result_path(out, op, index=0):
+    """OUT/<machine>-<op>.json: one results file per op and machine."""
+    return os.path.join(out, "%s-%s.json" % (machine_tag(index), op))
+
+
 def clocks():
     """Clocks and power now, as the SMI tool prints them, or "n/a (..)"."""
     cmd = smi_query_cmd(smi_tool())
@@ -135,6 +161,11 @@ def _self_test():
     assert lib == "build/libflykernels_%s.so" % backend(), lib
     os.environ["FLYK_LIB"] = "/x/lib.so"
     assert kernels_lib("build") == "/x/lib.so"
+    assert machine_tag_of("NVIDIA H100 80GB HBM3") == "h100"
+    assert machine_tag_of("NVIDIA H200") == "h200"
+    assert machine_tag_of("NVIDIA A100-SXM4-80GB") == "a100"
+    assert machine_tag_of("AMD Instinct MI300X", "gfx942") == "gfx942"
+    assert machine_tag_of("Something") == "gpu"
     print("gpu_vendor: backend %s, smi %s" % (backend(), smi_tool()))
     print("gpu_vendor: 1 passed, 0 failed")
 

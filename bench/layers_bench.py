@@ -38,7 +38,7 @@ cold DB for the first shape that meets a key) + compile or capture).
 
 Max-autotune compiles are slow: run prefill and decode in separate calls
 (--shapes).  Rows {"layer","shape","mode","ms","setup_s"} go to
-OUT/h200-layers.json after every row (a killed run keeps what it
+OUT/<gpu>-layers.json after every row (a killed run keeps what it
 measured), merged with the rows already there (--fresh drops them); a
 table of every row is printed at the end.  Starts flytuned (backend cuda)
 on a temp DB unless $FLYTUNED_SOCKET is set.
@@ -279,7 +279,7 @@ def main():
     ap.add_argument("--budget-s", type=float, default=500.0)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--fresh", action="store_true",
-                    help="drop the rows already in OUT/h200-layers.json")
+                    help="drop the rows already in OUT/<gpu>-layers.json")
     args = ap.parse_args()
     t_start = time.time()
     build = os.path.abspath(args.build)
@@ -309,7 +309,7 @@ def main():
     print("flytuned.torch backend: %s %s" % ft.backend(), flush=True)
     layers = build_layers(torch)
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "h200-layers.json")
+    path = gpu_vendor.result_path(args.out, "layers")
     doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "commit": commit(),
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -24,7 +24,7 @@ TFLOP/s count 2 * H * D flops per valid (row, column) pair.  The SM
 clock and power are sampled with nvidia-smi (amd-smi or rocm-smi on
 ROCm) before and after.
 
-Writes OUT/h200-mqa_logits.json:
+Writes OUT/<gpu>-mqa_logits.json:
   {"gpu","date","commit","method","clocks":{...},
    "cases":[{"op","case","variant","params","flytuned_ms",
              "peers":{"triton":ms,"torch_ref":ms},"triton_cfg",
@@ -228,7 +228,7 @@ def main(argv=None):
         daemon.stop()
         head["clocks"]["after"] = clocks()
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "h200-mqa_logits.json"), "w") as f:
+        with open(gpu_vendor.result_path(args.out, "mqa_logits"), "w") as f:
             json.dump(dict(head, cases=res), f, indent=1)
         import shutil
         shutil.copy(daemon.log.name, os.path.join(args.out,

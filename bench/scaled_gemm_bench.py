@@ -24,7 +24,7 @@ dequantized bf16 matmul, exact inputs, fp32 sums) within the library's
 stated tolerance, |ours - ref| <= 2^-6 |ref| + 2^-8 max|ref|.
 TFLOP/s count 2 m n k.
 
-Writes OUT/h200-scaled_gemm.json:
+Writes OUT/<gpu>-scaled_gemm.json:
   {"gpu","date","commit","method","clocks",
    "cases":[{"op","format","case","variant","params","status","tune_s",
              "flytuned_ms","peers":{...},"tflops":{...},"check",
@@ -45,6 +45,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 import gpu_bench  # noqa: E402
+import gpu_vendor  # noqa: E402
 from mqa_bench import clocks  # noqa: E402
 
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
@@ -232,7 +233,7 @@ def main(argv=None):
         daemon.stop()
         head["clocks"]["after"] = clocks()
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "h200-scaled_gemm.json"), "w") as f:
+        with open(gpu_vendor.result_path(args.out, "scaled_gemm"), "w") as f:
             json.dump(dict(head, cases=res), f, indent=1)
         import shutil
         shutil.copy(daemon.log.name, os.path.join(args.out,
