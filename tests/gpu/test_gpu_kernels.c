@@ -50,6 +50,9 @@ static void test_topk(const struct flyk_backend *b, struct flyk_device *dev)
 		 * vocabulary, k = 1 and 128, slices of an odd length, 1M */
 		{1, 128256, 50}, {2, 65536, 1},	 {1, 20000, 128},
 		{3, 40001, 33},	 {1, 1048577, 128}, {8, 131072, 128},
+		/* the serving set's 64 vocabulary rows (topk_mb over many
+		 * rows) and topk_radix's long rows at k = 2048 */
+		{64, 151936, 50}, {40, 65537, 2048},
 	};
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
 		for (int d = 0; d < 3; d++)

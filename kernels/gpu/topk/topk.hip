@@ -20,10 +20,14 @@
  *               sorted top-kmax list in registers (kmax = k rounded up to
  *               2/4/8/16/32), 16-byte loads; lanes merge by k rounds of warp
  *               argmax, warps through shared memory.  k <= 32.
- *   topk_radix  one block of `threads` per row: radix select of the k-th
- *               key over 4 passes of 8-bit histograms in shared memory,
- *               gather (ties taken in index order), bitonic sort of the k.
- *               k <= 2048.
+ *   topk_radix  one block of `threads` per row: radix select from the
+ *               top (a 12-bit digit, then 8-bit ones; histograms in shared
+ *               memory, 8 keys a thread in flight) until the words at or
+ *               above the k-th's bucket fit `cap` words of shared memory
+ *               (4 k within [2048, 8192]: usually after one pass, none for
+ *               n <= cap), one read to gather them, a bitonic sort of them;
+ *               more than cap equal keys take the smallest indices in
+ *               index order.  k <= 2048.
  *   topk_wq     `wpr` warps per row, `rpb` rows per block (rpb > 1 only
  *               for wpr <= 4); each warp keeps one sorted top-k spread
  *               over its lanes (1, 2 or 4 words a lane: k <= 4 warps);
@@ -46,8 +50,7 @@
  *               writes them to the workspace; the row's last block to
  *               finish (a counter a row, set back to zero by that block)
  *               merges the sorted lists by a tree of bitonic merges.
- *               Few long rows (n >= 32768, m * bpr <= 2 waves of one
- *               block an SM), k <= 128; needs the op's workspace
+ *               Few long rows (n >= 32768, m < 2 rows an SM), k <= 128; needs the op's workspace
  *               (flyk.h FLYK_TOPK_WS_BYTES, counters zero): -EINVAL
  *               without it.
  *
@@ -503,119 +506,198 @@ __global__ void __launch_bounds__(TK_WQ_MAXT)
 
 /* ------------------------------------------------------------ radix */
 
-template <int DT>
-__global__ void __launch_bounds__(1024)
-	tk_radix_kernel(const typename flyk_elem<DT>::T *x,
-			typename flyk_elem<DT>::T *vals, int64_t *idx, int n,
-			int k, int ks)
+/* Bitonic sort, descending, of @p ks (a power of two) words of @p s by
+ * the whole block. */
+__device__ __forceinline__ void tk_mb_sort(u64 *s, int ks)
 {
-	typedef typename flyk_elem<DT>::T T;
-	FLYK_DYN_SMEM(u64, tk_smem); /* ks words: the candidates */
-	__shared__ uint32_t hist[256];
-	__shared__ uint32_t s_prefix, s_kk, s_cnt, s_eq, s_wsum[32];
-	const T *xr = x + (int64_t)blockIdx.x * n;
 	int t = threadIdx.x, G = blockDim.x;
-	uint32_t prefix = 0, mask = 0, kk = (uint32_t)k;
-	for (int shift = 24; shift >= 0; shift -= 8) {
-		for (int i = t; i < 256; i += G)
-			hist[i] = 0;
-		__syncthreads();
-		for (int i = t; i < n; i += G) {
-			uint32_t key = tk_key<DT>(xr[i]);
-			if ((key & mask) == prefix)
-				atomicAdd(&hist[(key >> shift) & 255u], 1u);
-		}
-		__syncthreads();
-		if (t < FLYK_WARP) {
-			/* lane l owns digits from the top: 256/warp each. */
-			int per = 256 / FLYK_WARP, hi = 255 - t * per;
-			uint32_t s = 0;
-			for (int d = 0; d < per; d++)
-				s += hist[hi - d];
-			uint32_t inc = s; /* inclusive scan from lane 0 */
-			for (int o = 1; o < FLYK_WARP; o <<= 1) {
-				uint32_t v = FLYK_SHFL(inc, t >= o ? t - o : t);
-				if (t >= o)
-					inc += v;
-			}
-			uint32_t above = inc - s;
-			if (above < kk && kk <= inc) {
-				for (int d = 0; d < per; d++) {
-					uint32_t h = hist[hi - d];
-					if (above + h >= kk) {
-						s_prefix = prefix |
-							   ((uint32_t)(hi - d)
-							    << shift);
-						s_kk = kk - above;
-						break;
-					}
-					above += h;
-				}
-			}
-		}
-		__syncthreads();
-		prefix = s_prefix;
-		kk = s_kk;
-		mask |= 255u << shift;
-		__syncthreads();
-	}
-	/* prefix is the k-th key; the kk smallest indices with key == prefix
-	 * are in, with every key > prefix. */
-	if (t == 0) {
-		s_cnt = 0;
-		s_eq = 0;
-	}
-	for (int i = t; i < ks; i += G)
-		tk_smem[i] = 0;
-	__syncthreads();
-	for (int i = t; i < n; i += G) {
-		uint32_t key = tk_key<DT>(xr[i]);
-		if (key > prefix)
-			tk_smem[atomicAdd(&s_cnt, 1u)] = tk_pack(key, (uint32_t)i);
-	}
-	int nw = G / FLYK_WARP, warp = t / FLYK_WARP, lane = t % FLYK_WARP;
-	uint32_t base = (uint32_t)k - kk;
-	for (int c0 = 0; c0 < n; c0 += G) {
-		__syncthreads();
-		if (s_eq >= kk)
-			break;
-		int i = c0 + t;
-		bool eq = i < n && tk_key<DT>(xr[i]) == prefix;
-		unsigned long long bal = FLYK_BALLOT(eq);
-		uint32_t below = (uint32_t)__popcll(bal & ((1ull << lane) - 1ull));
-		if (lane == 0)
-			s_wsum[warp] = (uint32_t)__popcll(bal);
-		__syncthreads();
-		uint32_t before = s_eq;
-		for (int w = 0; w < warp; w++)
-			before += s_wsum[w];
-		if (eq && before + below < kk)
-			tk_smem[base + before + below] = tk_pack(prefix, (uint32_t)i);
-		__syncthreads();
-		if (t == 0) {
-			uint32_t s = s_eq;
-			for (int w = 0; w < nw; w++)
-				s += s_wsum[w];
-			s_eq = s;
-		}
-	}
-	__syncthreads();
-	/* bitonic sort, descending, of ks (a power of two) words */
 	for (int size = 2; size <= ks; size <<= 1) {
 		for (int stride = size >> 1; stride > 0; stride >>= 1) {
 			for (int i = t; i < ks / 2; i += G) {
 				int lo = 2 * i - (i & (stride - 1));
 				int hi = lo + stride;
 				bool desc = (lo & size) == 0;
-				u64 a = tk_smem[lo], b = tk_smem[hi];
+				u64 a = s[lo], b = s[hi];
 				if ((a < b) == desc) {
-					tk_smem[lo] = b;
-					tk_smem[hi] = a;
+					s[lo] = b;
+					s[hi] = a;
 				}
 			}
 			__syncthreads();
 		}
 	}
+}
+
+
+#define TK_R_D0 12 /* the first digit's bits: 4096 counters */
+
+/* The digit of the @p kk-th largest word among the @p nb counters of @p h
+ * (digit nb - 1 first), by the whole block: writes the prefix with that
+ * digit, kk within it and its count to @p sel (s_w: a word a warp). */
+__device__ __forceinline__ void tk_r_digit(const uint32_t *h, int nb,
+					   uint32_t prefix, int shift,
+					   uint32_t kk, uint32_t *sel,
+					   uint32_t *s_w)
+{
+	int t = threadIdx.x, G = blockDim.x;
+	int warp = t / FLYK_WARP, lane = t % FLYK_WARP, nw = G / FLYK_WARP;
+	int per = (nb + G - 1) / G, top = nb - 1 - t * per;
+	uint32_t s = 0;
+	for (int d = 0; d < per && top - d >= 0; d++)
+		s += h[top - d];
+	uint32_t inc = s; /* inclusive scan, lane 0 holding the top digits */
+	for (int o = 1; o < FLYK_WARP; o <<= 1) {
+		uint32_t v = FLYK_SHFL(inc, lane >= o ? lane - o : lane);
+		if (lane >= o)
+			inc += v;
+	}
+	if (lane == FLYK_WARP - 1)
+		s_w[warp] = inc;
+	__syncthreads();
+	uint32_t above = inc - s;
+	for (int w = 0; w < warp && w < nw; w++)
+		above += s_w[w];
+	if (s && above < kk && kk <= above + s) {
+		for (int d = 0; d < per && top - d >= 0; d++) {
+			uint32_t c = h[top - d];
+			if (above + c >= kk) {
+				sel[0] = prefix | ((uint32_t)(top - d) << shift);
+				sel[1] = kk - above;
+				sel[2] = c;
+				break;
+			}
+			above += c;
+		}
+	}
+	__syncthreads();
+}
+
+/* The words of the row whose key under @p M is above @p P, or equal
+ * unless @p gt_only, into @p arr (their count at @p s_n; the first @p cap
+ * kept), U keys a thread in flight. */
+template <int DT, int U>
+__device__ __forceinline__ void tk_r_gather(const typename flyk_elem<DT>::T *xr,
+					    int n, uint32_t M, uint32_t P,
+					    bool gt_only, u64 *arr, uint32_t cap,
+					    uint32_t *s_n)
+{
+	int t = threadIdx.x, G = blockDim.x;
+	for (int base = 0; base < n; base += U * G) {
+		uint32_t kv[U];
+#pragma unroll
+		for (int j = 0; j < U; j++) {
+			int i = base + j * G + t;
+			kv[j] = i < n ? tk_key<DT>(xr[i]) : 0;
+		}
+#pragma unroll
+		for (int j = 0; j < U; j++) {
+			int i = base + j * G + t;
+			uint32_t mk = kv[j] & M;
+			if (i < n && (mk > P || (!gt_only && mk == P))) {
+				uint32_t o = atomicAdd(s_n, 1u);
+				if (o < cap)
+					arr[o] = tk_pack(kv[j], (uint32_t)i);
+			}
+		}
+	}
+}
+
+/* One block a row.  Radix select from the top -- a 12-bit digit, then
+ * 8-bit ones -- narrows the row to the words at or above the k-th's
+ * bucket, until they fit the `cap` words of shared memory (usually after
+ * the first pass); one more read gathers them and a bitonic sort of them
+ * gives the k.  A bucket that never fits (more than cap equal keys) takes
+ * its kk smallest indices in index order. */
+template <int DT, int U>
+__global__ void __launch_bounds__(1024)
+	tk_radix_kernel(const typename flyk_elem<DT>::T *x,
+			typename flyk_elem<DT>::T *vals, int64_t *idx, int n,
+			int k, int cap)
+{
+	typedef typename flyk_elem<DT>::T T;
+	FLYK_DYN_SMEM(u64, tk_smem); /* cap words */
+	__shared__ uint32_t hist[1 << TK_R_D0];
+	__shared__ uint32_t s_sel[3], s_n, s_eq, s_w[32];
+	const T *xr = x + (int64_t)blockIdx.x * n;
+	int t = threadIdx.x, G = blockDim.x;
+	int low = DT == FLY_DT_BF16 ? 16 : DT == FLY_DT_FP16 ? 8 : 0;
+	uint32_t P = 0, M = 0, kk = (uint32_t)k, tot = (uint32_t)n;
+	int shift = 32;
+	/* kk - k words lie above P's bucket, tot in it */
+	while ((uint32_t)k - kk + tot > (uint32_t)cap && shift > low) {
+		int w = shift == 32 ? TK_R_D0 : shift - low < 8 ? shift - low : 8;
+		int nb = 1 << w;
+		shift -= w;
+		for (int i = t; i < nb; i += G)
+			hist[i] = 0;
+		__syncthreads();
+		for (int base = 0; base < n; base += U * G) {
+			uint32_t kv[U];
+#pragma unroll
+			for (int j = 0; j < U; j++) {
+				int i = base + j * G + t;
+				kv[j] = i < n ? tk_key<DT>(xr[i]) : 0;
+			}
+#pragma unroll
+			for (int j = 0; j < U; j++)
+				if (base + j * G + t < n && (kv[j] & M) == P)
+					atomicAdd(&hist[(kv[j] >> shift) & (nb - 1)], 1u);
+		}
+		__syncthreads();
+		tk_r_digit(hist, nb, P, shift, kk, s_sel, s_w);
+		P = s_sel[0];
+		kk = s_sel[1];
+		tot = s_sel[2];
+		M |= (uint32_t)(nb - 1) << shift;
+		__syncthreads();
+	}
+	if (t == 0) {
+		s_n = 0;
+		s_eq = 0;
+	}
+	__syncthreads();
+	uint32_t ngt = (uint32_t)k - kk;
+	bool fits = ngt + tot <= (uint32_t)cap;
+	tk_r_gather<DT, U>(xr, n, M, P, !fits, tk_smem, (uint32_t)cap, &s_n);
+	__syncthreads();
+	uint32_t cnt = s_n < (uint32_t)cap ? s_n : (uint32_t)cap;
+	if (!fits) {
+		/* tot equal keys (P): the kk of smallest index, in order */
+		int nw = G / FLYK_WARP, warp = t / FLYK_WARP, lane = t % FLYK_WARP;
+		for (int c0 = 0; c0 < n; c0 += G) {
+			__syncthreads();
+			if (s_eq >= kk)
+				break;
+			int i = c0 + t;
+			uint32_t key = i < n ? tk_key<DT>(xr[i]) : 0;
+			bool eq = i < n && (key & M) == P;
+			u64 bal = (u64)FLYK_BALLOT(eq);
+			uint32_t below = (uint32_t)__popcll(bal & ((1ull << lane) - 1ull));
+			if (lane == 0)
+				s_w[warp] = (uint32_t)__popcll(bal);
+			__syncthreads();
+			uint32_t before = s_eq;
+			for (int w = 0; w < warp; w++)
+				before += s_w[w];
+			if (eq && before + below < kk)
+				tk_smem[ngt + before + below] = tk_pack(key, (uint32_t)i);
+			__syncthreads();
+			if (t == 0) {
+				uint32_t s = s_eq;
+				for (int w = 0; w < nw; w++)
+					s += s_w[w];
+				s_eq = s;
+			}
+		}
+		cnt = (uint32_t)k;
+	}
+	int ks = 2;
+	while ((uint32_t)ks < cnt)
+		ks <<= 1;
+	for (int i = (int)cnt + t; i < ks; i += G)
+		tk_smem[i] = 0;
+	__syncthreads();
+	tk_mb_sort(tk_smem, ks);
 	for (int i = t; i < k; i += G)
 		tk_emit<DT>(tk_smem[i], vals, idx, (int64_t)blockIdx.x * k + i);
 }
@@ -662,28 +744,6 @@ __device__ __forceinline__ void tk_mb_digit(const uint32_t *h, uint32_t prefix,
 				break;
 			}
 			above += c;
-		}
-	}
-}
-
-/* Bitonic sort, descending, of @p ks (a power of two) words of @p s by
- * the whole block. */
-__device__ __forceinline__ void tk_mb_sort(u64 *s, int ks)
-{
-	int t = threadIdx.x, G = blockDim.x;
-	for (int size = 2; size <= ks; size <<= 1) {
-		for (int stride = size >> 1; stride > 0; stride >>= 1) {
-			for (int i = t; i < ks / 2; i += G) {
-				int lo = 2 * i - (i & (stride - 1));
-				int hi = lo + stride;
-				bool desc = (lo & size) == 0;
-				u64 a = s[lo], b = s[hi];
-				if ((a < b) == desc) {
-					s[lo] = b;
-					s[hi] = a;
-				}
-			}
-			__syncthreads();
 		}
 	}
 }
@@ -1258,6 +1318,21 @@ static int radix_ks(int k)
 	return ks;
 }
 
+/* The kernel's static shared memory: the first digit's counters and a
+ * few words. */
+#define TK_R_STATIC ((4u << TK_R_D0) + 256u)
+
+/* The words of shared memory the radix gather may hold: 4 ks within
+ * [2048, 8192], less where the device has less; 0 below ks. */
+static int radix_cap(const struct flyk_device *dev, int k)
+{
+	int ks = radix_ks(k), c = 4 * ks;
+	c = c < 2048 ? 2048 : c > 8192 ? 8192 : c;
+	while (c > ks && (size_t)c * 8 + TK_R_STATIC > dev->smem_per_block_optin)
+		c >>= 1;
+	return (size_t)c * 8 + TK_R_STATIC > dev->smem_per_block_optin ? 0 : c;
+}
+
 static int radix_feasible(const struct flyk_device *dev,
 			  const struct fly_problem *p, const int64_t *pr)
 {
@@ -1267,25 +1342,27 @@ static int radix_feasible(const struct flyk_device *dev,
 		return -EINVAL;
 	if (pr[0] < 64 || pr[0] > 1024 || pr[0] % dev->warp)
 		return -EINVAL;
-	if ((size_t)radix_ks(k) * 8 > dev->smem_per_block_optin)
+	if (!radix_cap(dev, k))
 		return -ENOSPC;
 	return 0;
 }
 
 template <int DT>
-static int radix_dt(const struct flyk_topk_args *a, int64_t m, int n, int k,
+static int radix_dt(const struct flyk_device *dev,
+		    const struct flyk_topk_args *a, int64_t m, int n, int k,
 		    int th, hipStream_t s)
 {
 	typedef typename flyk_elem<DT>::T T;
-	int ks = radix_ks(k);
-	size_t smem = (size_t)ks * 8;
-	const void *fn = (const void *)tk_radix_kernel<DT>;
-	if (smem > 48 * 1024 &&
+	int cap = radix_cap(dev, k);
+	size_t smem = (size_t)cap * 8;
+	const void *fn = (const void *)tk_radix_kernel<DT, 8>;
+	if (smem > 48 * 1024 - TK_R_STATIC &&
 	    hipFuncSetAttribute(fn,
 				hipFuncAttributeMaxDynamicSharedMemorySize,
 				(int)smem) != hipSuccess)
 		return -ENOSPC;
-	FLYK_GO((unsigned)m, th, smem, s, tk_radix_kernel<DT>)(TK_ARGS(T), n, k, ks);
+	FLYK_GO((unsigned)m, th, smem, s, tk_radix_kernel<DT, 8>)(TK_ARGS(T), n, k,
+								  cap);
 	return tk_err();
 }
 
@@ -1303,11 +1380,11 @@ static int radix_launch(const struct flyk_device *dev,
 	hipStream_t s = (hipStream_t)stream;
 	switch (p->dtype) {
 	case FLY_DT_FP32:
-		return radix_dt<FLY_DT_FP32>(a, m, n, k, (int)pr[0], s);
+		return radix_dt<FLY_DT_FP32>(dev, a, m, n, k, (int)pr[0], s);
 	case FLY_DT_FP16:
-		return radix_dt<FLY_DT_FP16>(a, m, n, k, (int)pr[0], s);
+		return radix_dt<FLY_DT_FP16>(dev, a, m, n, k, (int)pr[0], s);
 	default:
-		return radix_dt<FLY_DT_BF16>(a, m, n, k, (int)pr[0], s);
+		return radix_dt<FLY_DT_BF16>(dev, a, m, n, k, (int)pr[0], s);
 	}
 }
 
@@ -1316,7 +1393,7 @@ static int radix_launch(const struct flyk_device *dev,
 #define TOPK_MB_KMAX 128
 
 /* Blocks per row (powers of two: the merge's tree) and threads. */
-static const int64_t mb_bpr[] = {32, 64, 16, 128};
+static const int64_t mb_bpr[] = {32, 64, 16, 128, 8};
 static const int64_t mb_threads[] = {512, 256, 1024};
 
 /* The workspace's head: one counter a row, then the candidates. */
@@ -1350,10 +1427,10 @@ static int mb_feasible(const struct flyk_device *dev,
 	if (bpr < 2 || bpr > 1024 || (bpr & (bpr - 1)) || th < 64 ||
 	    th > 1024 || th % dev->warp)
 		return -EINVAL;
-	/* few long rows: every block a slice of more than one key a thread,
-	 * the grid one wave or two */
+	/* few long rows (fewer than two an SM: more fill the GPU one block a
+	 * row), every block a slice of more than one key a thread */
 	int64_t chunk = (n + bpr - 1) / bpr;
-	if (n < 32768 || chunk <= th || m * bpr > 2 * (int64_t)dev->sms)
+	if (n < 32768 || chunk <= th || m >= 2 * (int64_t)dev->sms)
 		return -EINVAL;
 	int ept = mb_ept(chunk, th);
 	if (ept > 32 || (ept == 32 && th > 512) ||

@@ -290,6 +290,15 @@ static float topk_value(int kind)
 	return sp[(int)frand(0, 10) % 10];
 }
 
+/* x's values of the fixed kinds, by the column @p j: 3 eight integers in
+ * turn (-4..3), 4 mostly -1 with a 2 every 1000th. */
+static float topk_fixed(int kind, int64_t j)
+{
+	if (kind == 3)
+		return (float)(int)(j % 8) - 4.f;
+	return j % 1000 ? -1.f : 2.f;
+}
+
 /* Every feasible point of every topk variant (every @p stride-th),
  * against a sort of the words; the workspace zero, and zero again after
  * each launch (topk_mb's counters). */
@@ -309,7 +318,8 @@ static void topk_case(uint32_t dt, int det, int64_t m, int64_t n, int64_t k,
 	int64_t *idx = (int64_t *)aligned_alloc(64, mk * 8 + 64);
 	std::vector<uint64_t> ws(FLYK_TOPK_WS_BYTES / 8, 0);
 	for (size_t i = 0; i < mn; i++)
-		hset(x, i, dt, topk_value(kind));
+		hset(x, i, dt, kind >= 3 ? topk_fixed(kind, (int64_t)i % n) :
+					   topk_value(kind));
 	std::vector<int64_t> ri(mk);
 	for (int64_t i = 0; i < m; i++) {
 		std::vector<uint64_t> o(n);
@@ -707,6 +717,15 @@ int main(int argc, char **argv)
 				     (topk_half == 1) == (s < 5 || s == 11)))
 					topk_case(dts[d], dup, ts[s][0], ts[s][1],
 						  ts[s][2], dup, st);
+	/* topk_radix's edges: the k-th word's bucket holding exactly the k
+	 * still needed (625 threes in 5003 columns: the count reaches k at
+	 * a digit's edge), and more equal keys than its shared memory holds
+	 * (19,980 of -1; negative keys: bf16's low key bits) */
+	for (int d = 0; d < 3 && !rms_only && topk_half != 1; d++)
+		if (!quick || d == 2) {
+			topk_case(dts[d], 0, 1, 5003, 625, 3, st, "topk_radix");
+			topk_case(dts[d], 1, 2, 20001, 100, 4, st, "topk_radix");
+		}
 	if (!rms_only && topk_half != 2)
 		topk_long(quick);
 	if (topk_half == 2) /* its only feasible points are the long rows */
