@@ -50,9 +50,9 @@
  *               writes them to the workspace; the row's last block to
  *               finish (a counter a row, set back to zero by that block)
  *               merges the sorted lists by a tree of bitonic merges.
- *               Few long rows (n >= 32768, m < 2 rows an SM), k <= 128; needs the op's workspace
- *               (flyk.h FLYK_TOPK_WS_BYTES, counters zero): -EINVAL
- *               without it.
+ *               Few long rows (n >= 32768, m < 2 rows an SM), k <= 128;
+ *               needs the op's workspace (flyk.h FLYK_TOPK_WS_BYTES,
+ *               counters zero): -EINVAL without it.
  *
  * The case (setup/check) has no reference output: tk_check_kernel checks
  * any k against x itself (indices valid, values exact, order strict, and
@@ -508,7 +508,7 @@ __global__ void __launch_bounds__(TK_WQ_MAXT)
 
 /* Bitonic sort, descending, of @p ks (a power of two) words of @p s by
  * the whole block. */
-__device__ __forceinline__ void tk_mb_sort(u64 *s, int ks)
+__device__ __forceinline__ void tk_sort(u64 *s, int ks)
 {
 	int t = threadIdx.x, G = blockDim.x;
 	for (int size = 2; size <= ks; size <<= 1) {
@@ -528,13 +528,40 @@ __device__ __forceinline__ void tk_mb_sort(u64 *s, int ks)
 	}
 }
 
-
 #define TK_R_D0 12 /* the first digit's bits: 4096 counters */
+
+/* The key bits under which one value's keys never differ (bf16: 16,
+ * fp16: 8): radix selects stop there. */
+template <int DT> __device__ __forceinline__ int tk_low_bits()
+{
+	return DT == FLY_DT_BF16 ? 16 : DT == FLY_DT_FP16 ? 8 : 0;
+}
+
+/* f(key, i) for every element i of the row @p xr, U keys a thread loaded
+ * before any is used (U loads in flight). */
+template <int DT, int U, class F>
+__device__ __forceinline__ void tk_scan(const typename flyk_elem<DT>::T *xr,
+					int n, F f)
+{
+	int t = threadIdx.x, G = blockDim.x;
+	for (int base = 0; base < n; base += U * G) {
+		uint32_t kv[U];
+#pragma unroll
+		for (int j = 0; j < U; j++) {
+			int i = base + j * G + t;
+			kv[j] = i < n ? tk_key<DT>(xr[i]) : 0;
+		}
+#pragma unroll
+		for (int j = 0; j < U; j++)
+			if (base + j * G + t < n)
+				f(kv[j], base + j * G + t);
+	}
+}
 
 /* The digit of the @p kk-th largest word among the @p nb counters of @p h
  * (digit nb - 1 first), by the whole block: writes the prefix with that
  * digit, kk within it and its count to @p sel (s_w: a word a warp). */
-__device__ __forceinline__ void tk_r_digit(const uint32_t *h, int nb,
+__device__ __forceinline__ void tk_digit(const uint32_t *h, int nb,
 					   uint32_t prefix, int shift,
 					   uint32_t kk, uint32_t *sel,
 					   uint32_t *s_w)
@@ -581,25 +608,14 @@ __device__ __forceinline__ void tk_r_gather(const typename flyk_elem<DT>::T *xr,
 					    bool gt_only, u64 *arr, uint32_t cap,
 					    uint32_t *s_n)
 {
-	int t = threadIdx.x, G = blockDim.x;
-	for (int base = 0; base < n; base += U * G) {
-		uint32_t kv[U];
-#pragma unroll
-		for (int j = 0; j < U; j++) {
-			int i = base + j * G + t;
-			kv[j] = i < n ? tk_key<DT>(xr[i]) : 0;
+	tk_scan<DT, U>(xr, n, [&](uint32_t key, int i) {
+		uint32_t mk = key & M;
+		if (mk > P || (!gt_only && mk == P)) {
+			uint32_t o = atomicAdd(s_n, 1u);
+			if (o < cap)
+				arr[o] = tk_pack(key, (uint32_t)i);
 		}
-#pragma unroll
-		for (int j = 0; j < U; j++) {
-			int i = base + j * G + t;
-			uint32_t mk = kv[j] & M;
-			if (i < n && (mk > P || (!gt_only && mk == P))) {
-				uint32_t o = atomicAdd(s_n, 1u);
-				if (o < cap)
-					arr[o] = tk_pack(kv[j], (uint32_t)i);
-			}
-		}
-	}
+	});
 }
 
 /* One block a row.  Radix select from the top -- a 12-bit digit, then
@@ -620,10 +636,10 @@ __global__ void __launch_bounds__(1024)
 	__shared__ uint32_t s_sel[3], s_n, s_eq, s_w[32];
 	const T *xr = x + (int64_t)blockIdx.x * n;
 	int t = threadIdx.x, G = blockDim.x;
-	int low = DT == FLY_DT_BF16 ? 16 : DT == FLY_DT_FP16 ? 8 : 0;
+	int low = tk_low_bits<DT>();
 	uint32_t P = 0, M = 0, kk = (uint32_t)k, tot = (uint32_t)n;
 	int shift = 32;
-	/* kk - k words lie above P's bucket, tot in it */
+	/* k - kk words lie above P's bucket, tot in it */
 	while ((uint32_t)k - kk + tot > (uint32_t)cap && shift > low) {
 		int w = shift == 32 ? TK_R_D0 : shift - low < 8 ? shift - low : 8;
 		int nb = 1 << w;
@@ -631,20 +647,12 @@ __global__ void __launch_bounds__(1024)
 		for (int i = t; i < nb; i += G)
 			hist[i] = 0;
 		__syncthreads();
-		for (int base = 0; base < n; base += U * G) {
-			uint32_t kv[U];
-#pragma unroll
-			for (int j = 0; j < U; j++) {
-				int i = base + j * G + t;
-				kv[j] = i < n ? tk_key<DT>(xr[i]) : 0;
-			}
-#pragma unroll
-			for (int j = 0; j < U; j++)
-				if (base + j * G + t < n && (kv[j] & M) == P)
-					atomicAdd(&hist[(kv[j] >> shift) & (nb - 1)], 1u);
-		}
+		tk_scan<DT, U>(xr, n, [&](uint32_t key, int) {
+			if ((key & M) == P)
+				atomicAdd(&hist[(key >> shift) & (nb - 1)], 1u);
+		});
 		__syncthreads();
-		tk_r_digit(hist, nb, P, shift, kk, s_sel, s_w);
+		tk_digit(hist, nb, P, shift, kk, s_sel, s_w);
 		P = s_sel[0];
 		kk = s_sel[1];
 		tot = s_sel[2];
@@ -697,7 +705,7 @@ __global__ void __launch_bounds__(1024)
 	for (int i = (int)cnt + t; i < ks; i += G)
 		tk_smem[i] = 0;
 	__syncthreads();
-	tk_mb_sort(tk_smem, ks);
+	tk_sort(tk_smem, ks);
 	for (int i = t; i < k; i += G)
 		tk_emit<DT>(tk_smem[i], vals, idx, (int64_t)blockIdx.x * k + i);
 }
@@ -715,38 +723,6 @@ __global__ void __launch_bounds__(1024)
  * smaller indices (the words are key << 32 | ~index: unique). */
 
 #define TK_MB_EQC 512 /* (EPT, warp) counts of the ordered tie gather */
-
-/* The word of the @p kk-th largest digit of @p h (from 255 down): warp 0
- * writes the prefix with that digit, kk within it, and its count. */
-__device__ __forceinline__ void tk_mb_digit(const uint32_t *h, uint32_t prefix,
-					    int shift, uint32_t kk,
-					    uint32_t *out)
-{
-	int t = threadIdx.x;
-	int per = 256 / FLYK_WARP, hi = 255 - t * per;
-	uint32_t s = 0;
-	for (int d = 0; d < per; d++)
-		s += h[hi - d];
-	uint32_t inc = s; /* inclusive scan from lane 0 (the top digits) */
-	for (int o = 1; o < FLYK_WARP; o <<= 1) {
-		uint32_t v = FLYK_SHFL(inc, t >= o ? t - o : t);
-		if (t >= o)
-			inc += v;
-	}
-	uint32_t above = inc - s;
-	if (above < kk && kk <= inc) {
-		for (int d = 0; d < per; d++) {
-			uint32_t c = h[hi - d];
-			if (above + c >= kk) {
-				out[0] = prefix | ((uint32_t)(hi - d) << shift);
-				out[1] = kk - above;
-				out[2] = c;
-				break;
-			}
-			above += c;
-		}
-	}
-}
 
 /* The @p nl sorted (descending) lists of @p ks words at @p s into the
  * first one's top ks, sorted: pairs of lists by a tree, each pair by a
@@ -791,12 +767,13 @@ template <int DT, int EPT>
 __device__ __forceinline__ void tk_mb_select(const uint32_t (&key)[EPT],
 					     int cnt, uint32_t k,
 					     uint32_t (*hist)[256],
-					     uint32_t *sel, uint32_t &P,
+					     uint32_t *sel, uint32_t *s_w,
+					     uint32_t &P,
 					     uint32_t &M, uint32_t &kk,
 					     uint32_t &tot)
 {
 	int t = threadIdx.x, G = blockDim.x;
-	int low = DT == FLY_DT_BF16 ? 16 : DT == FLY_DT_FP16 ? 8 : 0;
+	int low = tk_low_bits<DT>();
 	P = 0;
 	M = 0;
 	tot = (uint32_t)cnt;
@@ -822,9 +799,7 @@ __device__ __forceinline__ void tk_mb_select(const uint32_t (&key)[EPT],
 		if (cc)
 			atomicAdd(&h[cd], cc);
 		__syncthreads();
-		if (t < FLYK_WARP)
-			tk_mb_digit(h, P, shift, kk, sel);
-		__syncthreads();
+		tk_digit(h, 256, P, shift, kk, sel, s_w);
 		P = sel[0];
 		kk = sel[1];
 		tot = sel[2];
@@ -842,7 +817,7 @@ __global__ void __launch_bounds__(EPT >= 32 ? 512 : 1024)
 	FLYK_DYN_SMEM(u64, tk_smem); /* bpr lists of ks words (the last
 					block); this block's list first */
 	__shared__ uint32_t hist[2][256];
-	__shared__ uint32_t s_sel[3], s_n, s_last;
+	__shared__ uint32_t s_sel[3], s_n, s_last, s_w[32];
 	__shared__ uint32_t s_eqc[TK_MB_EQC];
 	int t = threadIdx.x, G = blockDim.x;
 	int64_t row = blockIdx.x / bpr;
@@ -863,7 +838,8 @@ __global__ void __launch_bounds__(EPT >= 32 ? 512 : 1024)
 		s_n = 0;
 	__syncthreads();
 	uint32_t P, M, kk, tot;
-	tk_mb_select<DT, EPT>(key, cnt, (uint32_t)k, hist, s_sel, P, M, kk, tot);
+	tk_mb_select<DT, EPT>(key, cnt, (uint32_t)k, hist, s_sel, s_w, P, M, kk,
+			      tot);
 	/* words above P's bucket: k_eff - kk of them, anywhere in
 	 * [0, k_eff - kk); P's bucket: all when it holds kk, else the kk of
 	 * smallest index, by rank, in [k_eff - kk, k_eff) */
@@ -916,7 +892,7 @@ __global__ void __launch_bounds__(EPT >= 32 ? 512 : 1024)
 		}
 	}
 	__syncthreads();
-	tk_mb_sort(tk_smem, ks);
+	tk_sort(tk_smem, ks);
 	u64 *mine = cand + ((size_t)row * bpr + b) * ks;
 	for (int i = t; i < ks; i += G)
 		mine[i] = tk_smem[i];
