@@ -105,6 +105,20 @@ __device__ __forceinline__ uint64_t flyk_l2_policy(bool keep)
 	return pol;
 }
 
+/* L2 policy evict_normal: for data read once whose L2 residency should
+ * still follow plain LRU (a GEMM's weights: evict_first keeps them from
+ * surviving in L2 between back-to-back calls that a plain load's and
+ * cuBLAS's reads reuse). */
+__device__ __forceinline__ uint64_t flyk_l2_policy_normal(void)
+{
+	uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;"
+	    : "=l"(pol));
+#endif
+	return pol;
+}
+
 /* 16-byte store with an L2 eviction policy (plain elsewhere). */
 template <typename V>
 __device__ __forceinline__ void flyk_st_pol(V *p, const V &v, uint64_t pol)
