@@ -42,6 +42,7 @@
 #include "gpu_int.h"
 #include "prim/cluster.h"
 #include "prim/flyk_gpu.h"
+#include "prim/launch.h"
 #include "prim/mem.h"
 
 #define DT_MASK ((1u << FLY_DT_FP32) | (1u << FLY_DT_FP16) | (1u << FLY_DT_BF16))
@@ -384,6 +385,10 @@ __global__ void __launch_bounds__(WE ? LAT_MAXT(R) : RMS_MAXT(R, VB))
 	int64_t off = (valid ? row : 0) * (int64_t)n;
 	rms_row<DT, VB, R, RES, WE, AL> r;
 	float ss = 0.f;
+	/* launched with PDL (rms_rows_launch): the kernel before must be
+	 * done before the first load; the next may then start launching */
+	flyk_pdl_wait();
+	flyk_pdl_trigger();
 	if (valid)
 		ss = r.load(x + off, res + off, n, vt, G, w);
 	ss = rms_group_sum(ss, G, gi, red);
@@ -691,34 +696,52 @@ static int rms_launch_err(void)
 #define RMS_ARGS(T)                                                         \
 	(const T *)a->x, (const T *)a->w, (T *)a->y, (T *)a->residual
 
+/* One rms_rows_kernel launch, with PDL where the build has it: at decode
+ * sizes the kernel is a few microseconds, much of it the launch, which
+ * then overlaps the tail of the kernel before it (issue 22: graph replay
+ * of 1x4096 at 0.89x of Inductor's). */
+template <int DT, int VB, int R, bool RES, bool WE, bool AL>
+static int rms_rows_launch(const struct flyk_rmsnorm_args *a, unsigned grid,
+			   unsigned th, hipStream_t s, int64_t m, int n, int G,
+			   int lg, float inv_n)
+{
+	typedef typename flyk_elem<DT>::T T;
+#if FLYK_HAS_PDL
+	if (flyk_go_pdl(dim3(grid), dim3(th), 0, s,
+			rms_rows_kernel<DT, VB, R, RES, WE, AL>, RMS_ARGS(T), m,
+			n, G, lg, inv_n, a->eps) != hipSuccess) {
+		(void)hipGetLastError();
+		return -EIO;
+	}
+#else
+	FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, R, RES, WE, AL>)(
+		RMS_ARGS(T), m, n, G, lg, inv_n, a->eps);
+#endif
+	return rms_launch_err();
+}
+
 template <int DT, int VB, bool RES, bool WE, bool AL>
 static int rms_rows_go(const struct flyk_rmsnorm_args *a, int64_t m, int n,
 		       int G, int rows, int R, hipStream_t s)
 {
-	typedef typename flyk_elem<DT>::T T;
 	unsigned grid = (unsigned)((m + rows - 1) / rows);
 	unsigned th = (unsigned)(G * rows);
 	int lg = (G & (G - 1)) ? -1 : __builtin_ctz((unsigned)G);
 	float inv_n = 1.0f / (float)n;
 	switch (R) {
 	case 1:
-		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 1, RES, WE, AL>)(
-			RMS_ARGS(T), m, n, G, lg, inv_n, a->eps);
-		break;
+		return rms_rows_launch<DT, VB, 1, RES, WE, AL>(a, grid, th, s, m,
+							      n, G, lg, inv_n);
 	case 2:
-		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 2, RES, WE, AL>)(
-			RMS_ARGS(T), m, n, G, lg, inv_n, a->eps);
-		break;
+		return rms_rows_launch<DT, VB, 2, RES, WE, AL>(a, grid, th, s, m,
+							      n, G, lg, inv_n);
 	case 4:
-		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 4, RES, WE, AL>)(
-			RMS_ARGS(T), m, n, G, lg, inv_n, a->eps);
-		break;
+		return rms_rows_launch<DT, VB, 4, RES, WE, AL>(a, grid, th, s, m,
+							      n, G, lg, inv_n);
 	default:
-		FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, 8, RES, WE, AL>)(
-			RMS_ARGS(T), m, n, G, lg, inv_n, a->eps);
-		break;
+		return rms_rows_launch<DT, VB, 8, RES, WE, AL>(a, grid, th, s, m,
+							      n, G, lg, inv_n);
 	}
-	return rms_launch_err();
 }
 
 template <int DT, int VB, bool WE>

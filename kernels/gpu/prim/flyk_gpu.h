@@ -18,6 +18,8 @@
  *                      is a run-time question (flyk_mfma_arch_ok)
  *   FLYK_HAS_TMA       TMA, mbarriers, cluster launches (an sm_90a build
  *                      under nvcc; not the emulator)
+ *   FLYK_HAS_PDL       programmatic dependent launch (prim/launch.h's
+ *                      flyk_go_pdl; the same builds as FLYK_HAS_TMA)
  *   FLYK_HAS_CUBLAS    the vendor GEMM candidates (kernels/vendor, CUDA)
  *   FLYK_HAS_CUDNN     cuDNN 9's fused attention (kernels/vendor/cudnn_attn.c):
  *                      1 when the Makefile found cuDNN (-DFLYK_HAS_CUDNN=1)
@@ -86,6 +88,7 @@
 #else
 #define FLYK_HAS_TMA 0
 #endif
+#define FLYK_HAS_PDL FLYK_HAS_TMA
 
 #define FLYK_HAS_MFMA FLYK_AMD
 

@@ -1,7 +1,8 @@
 /*
  * prim/launch.h -- host helpers around a kernel launch: the error of the
- * launch just made, and raising a kernel's dynamic shared-memory limit
- * once per device.
+ * launch just made, raising a kernel's dynamic shared-memory limit once
+ * per device, and programmatic dependent launch (PDL: flyk_go_pdl, with
+ * the device side's flyk_pdl_wait and flyk_pdl_trigger).
  *
  * Owns: one 16-flag cache per kernel that uses flyk_smem_optin (process
  * wide; a race between threads only repeats the runtime call).
@@ -44,5 +45,56 @@ template <auto K> static inline int flyk_smem_optin(int bytes)
 		done[d] = 1;
 	return 0;
 }
+
+/*
+ * Programmatic dependent launch (NVIDIA sm_90, FLYK_HAS_PDL).  A kernel
+ * launched with flyk_go_pdl may be started while the kernel before it on
+ * the stream is still running (once every block of that one has called
+ * flyk_pdl_trigger or exited): its blocks become resident and run up to
+ * flyk_pdl_wait, which returns when the kernel before has completed and
+ * its memory operations are visible.  Under CUDA graphs and back to
+ * back, the launch latency of a short kernel then hides behind the tail
+ * of the one before it.  The contract: a kernel launched this way calls
+ * flyk_pdl_wait before its first access to global memory, read or write
+ * (it may then call flyk_pdl_trigger at once: a dependent launched early
+ * waits for this kernel's completion in its own flyk_pdl_wait).  A kernel
+ * launched without it is ordered as usual; both calls are no-ops there,
+ * and everywhere without PDL (AMD, the emulator).
+ */
+__device__ __forceinline__ void flyk_pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && FLYK_HAS_PDL
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void flyk_pdl_trigger(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && FLYK_HAS_PDL
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+#if FLYK_HAS_PDL && !FLYK_DEVICE_PASS
+/* Launch @p kernel with the programmatic-stream-serialization attribute
+ * (the contract above).  @return the launch's error (the runtime's last
+ * error too, as a <<<>>> launch leaves it). */
+template <class K, class... A>
+static inline hipError_t flyk_go_pdl(dim3 grid, dim3 block, size_t smem,
+			       hipStream_t s, K kernel, A... args)
+{
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute at[1] = {};
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = s;
+	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	at[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.attrs = at;
+	cfg.numAttrs = 1;
+	return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+#endif
 
 #endif /* FLYK_PRIM_LAUNCH_H */
