@@ -12,6 +12,8 @@
 #define FLYK_PRIM_LAUNCH_H
 
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "prim/flyk_gpu.h"
 
@@ -76,6 +78,19 @@ __device__ __forceinline__ void flyk_pdl_trigger(void)
 }
 
 #if FLYK_HAS_PDL && !FLYK_DEVICE_PASS
+/* PDL launches unless the environment says FLYK_PDL=0 (read once: a
+ * switch for a driver that mishandles it, and for timing with and
+ * without it side by side). */
+static inline bool flyk_pdl_enabled(void)
+{
+	static int on = -1;
+	if (on < 0) {
+		const char *e = getenv("FLYK_PDL");
+		on = !(e != NULL && strcmp(e, "0") == 0);
+	}
+	return on != 0;
+}
+
 /* Launch @p kernel with the programmatic-stream-serialization attribute
  * (the contract above).  @return the launch's error (the runtime's last
  * error too, as a <<<>>> launch leaves it). */
