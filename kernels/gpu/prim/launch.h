@@ -83,10 +83,12 @@ __device__ __forceinline__ void flyk_pdl_trigger(void)
  * without it side by side). */
 static inline bool flyk_pdl_enabled(void)
 {
-	static int on = -1;
+	static int cached = -1; /* any thread may set it: the same value */
+	int on = __atomic_load_n(&cached, __ATOMIC_RELAXED);
 	if (on < 0) {
 		const char *e = getenv("FLYK_PDL");
 		on = !(e != NULL && strcmp(e, "0") == 0);
+		__atomic_store_n(&cached, on, __ATOMIC_RELAXED);
 	}
 	return on != 0;
 }
