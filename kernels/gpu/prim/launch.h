@@ -5,7 +5,8 @@
  * the device side's flyk_pdl_wait and flyk_pdl_trigger).
  *
  * Owns: one 16-flag cache per kernel that uses flyk_smem_optin (process
- * wide; a race between threads only repeats the runtime call).
+ * wide; a race between threads only repeats the runtime call), and the
+ * FLYK_PDL switch, read from the environment once per includer.
  * Thread: host code, any thread.
  */
 #ifndef FLYK_PRIM_LAUNCH_H
