@@ -562,9 +562,9 @@ __device__ __forceinline__ void tk_scan(const typename flyk_elem<DT>::T *xr,
  * (digit nb - 1 first), by the whole block: writes the prefix with that
  * digit, kk within it and its count to @p sel (s_w: a word a warp). */
 __device__ __forceinline__ void tk_digit(const uint32_t *h, int nb,
-					   uint32_t prefix, int shift,
-					   uint32_t kk, uint32_t *sel,
-					   uint32_t *s_w)
+					 uint32_t prefix, int shift,
+					 uint32_t kk, uint32_t *sel,
+					 uint32_t *s_w)
 {
 	int t = threadIdx.x, G = blockDim.x;
 	int warp = t / FLYK_WARP, lane = t % FLYK_WARP, nw = G / FLYK_WARP;
