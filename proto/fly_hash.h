@@ -5,7 +5,7 @@
  * Owns: nothing (pure functions).  Thread: any.
  *
  * Raw FNV-1a values are stable identities (they are stored or compared
- * across processes and versions): the shm slot's key hash (layout 5:
+ * across processes and versions): the shm slot's key hash (layout 5 on:
  * fly__hash_words over the key's problem, fly_shm.c), the device id
  * (store.c, hex of the fingerprint line's hash), the case seed of a key
  * (tuner.c).  FNV-1a's low bits depend only on the low bits of the input's

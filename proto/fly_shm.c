@@ -9,20 +9,28 @@
  * from any thread of any process.
  *
  * Invariants:
- *  - every slot seq value the writer stores is unique: odd while a slot
- *    is being written, then the next even value of a writer-wide counter,
- *    or 0 when the slot returns to never-used (clear); a reader that sees
- *    the same even seq before and after copying a slot *and the record it
- *    references* has a consistent copy of both.
+ *  - a slot is one atomic 64-bit word (layout 6): 0 while never used,
+ *    else the key hash's high 16 bits (the tag), a 20-bit version and
+ *    the record's unit + 1 (0: a tombstone).  The version is a
+ *    writer-wide publication counter mod 2^20 - 1, plus 1 (never 0, so a
+ *    tombstone's word is not 0): a word the writer stores again is equal
+ *    to one it stored before only after 2^20 - 1 publications of any
+ *    slot.  A reader that loads the same word before and after copying
+ *    the record it references has a consistent copy of the record,
+ *    unless in between the writer published 2^20 - 1 times (or a
+ *    multiple) and ended on the same record for the same key -- then
+ *    the record's checksum, checked on every hit, still stands between
+ *    a torn copy and the caller.  One load reads a slot whole: there is
+ *    no torn slot.
  *  - a record is written only while no slot references it: it is
  *    allocated (from a free list or the arena's unused end), filled, and
- *    only then referenced by a slot publication; it returns to a free
- *    list only after the slot that referenced it was republished (seq
- *    changed).  The writer issues a release fence between that slot
+ *    only then referenced by a slot publication (a release store); it
+ *    returns to a free list only after the slot that referenced it was
+ *    republished.  The writer issues a release fence between that slot
  *    change and any later write of the record's bytes, and the reader an
- *    acquire fence between copying the record and re-loading the slot's
- *    seq: a reader that copied bytes of a record being reused sees the
- *    seq change and retries (C11 fence-fence synchronisation).
+ *    acquire fence between copying the record and re-loading the slot:
+ *    a reader that copied bytes of a record being reused sees the slot
+ *    change and retries (C11 fence-fence synchronisation).
  *  - the reader copies the constant header fields once, at open, after
  *    checking them; later changes to the shared header cannot move any
  *    index out of bounds.  A record reference and a record's lengths are
@@ -43,7 +51,12 @@
  *    (FLY_E_VERSION) before it reads a slot.  Version 5: the same
  *    layout, slots placed and tagged by fly__shm_key_hash (a word at a
  *    time) instead of fly_key_hash; a version-4 reader would miss every
- *    key, so each refuses the other's table.
+ *    key, so each refuses the other's table.  Version 6: 8-byte slots
+ *    (one word: tag, version, record reference) where 5 had 16 (a
+ *    sequence word and a reference word): the slots of a 1M-key table
+ *    take 16 MiB instead of 32, half the pages and lines a lookup's
+ *    random access can miss (issue 19: the slot's miss and its page
+ *    walk are the table path's cost).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -69,6 +82,12 @@
 	((REC_HEAD + FLY_PARAMS_MAX + (FLY_KEY_MAX + FLY_VARIANT_MAX - 2 + 7) / 8 \
 	  + 1) & ~1u)
 #define NCLASS ((int)(REC_MAX_WORDS / 2))
+/* Zeroed words a reader's copy keeps past a record: rec_to_decision
+ * reads the variant and the params a whole word at a time (issue 19),
+ * the variant's last word up to 5 words past the record's end, and the
+ * params up to word REC_HEAD + FLY_PARAMS_MAX - 1 of the shortest
+ * record (4 words). */
+#define REC_SLACK 6
 
 /* TSan does not model fences (gcc -Wtsan); every shared access here is
  * atomic anyway, so TSan sees no plain data race.  Silence the warning
@@ -103,10 +122,10 @@ struct shm_header {
 };
 
 struct shm_slot {
-	_Atomic uint64_t seq; /* odd while written; 0 never used */
-	/* tag (high 32 bits of the key's hash) << 32 | record unit + 1;
-	 * 0: tombstone (when seq != 0) */
-	_Atomic uint64_t ref;
+	/* 0: never used; else tag << FLY_SHM_TAG_SHIFT | version <<
+	 * FLY_SHM_VER_SHIFT | (record unit + 1), a reference of 0 being a
+	 * tombstone (see the file comment) */
+	_Atomic uint64_t word;
 };
 
 _Static_assert(sizeof(struct shm_header) == FLY_SHM_HEADER_SIZE, "header");
@@ -123,11 +142,19 @@ _Static_assert(offsetof(struct shm_header, checksum) == 48, "checksum");
 _Static_assert(offsetof(struct shm_header, superseded) == 52, "superseded");
 _Static_assert(offsetof(struct shm_header, arena_used) == 56, "arena_used");
 _Static_assert(sizeof(struct shm_slot) == FLY_SHM_SLOT_SIZE, "slot");
-_Static_assert(offsetof(struct shm_slot, seq) == 0, "seq");
-_Static_assert(offsetof(struct shm_slot, ref) == 8, "ref");
+_Static_assert(FLY_SHM_VER_SHIFT == FLY_SHM_REF_BITS &&
+		       FLY_SHM_TAG_SHIFT == FLY_SHM_VER_SHIFT + 20,
+	       "slot word fields");
+/* every unit of the largest writer's arena (2^24 slots) has a reference */
+_Static_assert(((1ull << 24) * (FLY_SHM_ARENA_PER_SLOT / 16) + 1) <=
+		       FLY_SHM_REF_MASK,
+	       "record references fit");
 _Static_assert(64 % FLY_SHM_SLOT_SIZE == 0, "slots share cache lines");
 _Static_assert(FLY_SHM_ARENA_PER_SLOT % UNIT == 0, "arena units");
 _Static_assert(REC_MAX_WORDS == 28, "longest record: 224 bytes");
+_Static_assert(FLY_VARIANT_MAX % 8 == 0 && FLY_VARIANT_MAX / 8 < REC_SLACK &&
+		       4 + REC_SLACK >= REC_HEAD + FLY_PARAMS_MAX,
+	       "a copy's slack covers rec_to_decision's whole-word reads");
 _Static_assert(FLY_KEY_MAX - 1 <= 255 && FLY_VARIANT_MAX - 1 <= 255,
 	       "lengths fit a byte");
 _Static_assert(sizeof(_Atomic uint64_t) == 8, "atomic u64");
@@ -140,8 +167,8 @@ _Static_assert(sizeof(_Atomic uint64_t) == 8, "atomic u64");
  *   then the key's bytes and the variant's (no NUL), zero-padded to a
  *   multiple of 16 bytes. */
 union rec {
-	uint64_t w[REC_MAX_WORDS];
-	uint8_t b[REC_MAX_WORDS * 8];
+	uint64_t w[REC_MAX_WORDS + REC_SLACK];
+	uint8_t b[(REC_MAX_WORDS + REC_SLACK) * 8];
 };
 
 struct rec_fields {
@@ -164,7 +191,7 @@ struct fly_shm_writer {
 	size_t size;
 	uint32_t capacity;
 	uint32_t probe;	 /* min(FLY_SHM_MAX_PROBE, capacity) */
-	uint64_t seqctr; /* last even seq handed out */
+	uint64_t pubs;	 /* slot publications (versions) */
 	int future_write_sealed;
 	/* Slots ever written (private memory, a byte each): clear() visits
 	 * only these, since reading a never-written memfd page allocates it
@@ -264,9 +291,21 @@ uint64_t fly__shm_home(uint64_t hash)
 	return fly__hash_mix(hash);
 }
 
+/* A key's tag in its slot word: the hash's high 16 bits, in place. */
 static uint64_t tag_of(uint64_t hash)
 {
-	return hash & 0xffffffff00000000ull;
+	return hash >> FLY_SHM_TAG_SHIFT << FLY_SHM_TAG_SHIFT;
+}
+
+static uint64_t word_tag(uint64_t word)
+{
+	return word >> FLY_SHM_TAG_SHIFT << FLY_SHM_TAG_SHIFT;
+}
+
+/* The record unit + 1 a slot word references (0: none). */
+static uint32_t word_ref(uint64_t word)
+{
+	return (uint32_t)(word & FLY_SHM_REF_MASK);
 }
 
 static struct shm_header *hdr_of(const uint8_t *base)
@@ -359,6 +398,8 @@ static uint32_t rec_copy(const _Atomic uint64_t *arena, uint64_t units,
 		return 0;
 	for (uint32_t k = 1; k < n; k++)
 		r->w[k] = atomic_load_explicit(&p[k], memory_order_relaxed);
+	for (uint32_t k = n; k < n + REC_SLACK; k++)
+		r->w[k] = 0;
 	return n;
 }
 
@@ -368,16 +409,55 @@ static const char *rec_key(const union rec *r)
 	return (const char *)r->b + (REC_HEAD + rec_decode(r->w[0]).nparams) * 8;
 }
 
+/* The decision of a record copied by rec_copy (its slack zeroed), field
+ * by field and a word at a time: no memset or variable-length memcpy,
+ * which compile to `rep stos`/`rep movs` here and whose start-up cost
+ * was a third of a warm table hit (issue 19, bench/shm_lookup at 10,000
+ * keys).  The variant's bytes past its length are masked off, so it is
+ * NUL-terminated whatever the record's padding holds. */
 static void rec_to_decision(const union rec *r, struct fly_decision *d)
 {
 	struct rec_fields f = rec_decode(r->w[0]);
+	const uint8_t *v = (const uint8_t *)rec_key(r) + f.keylen;
 
-	memset(d, 0, sizeof(*d));
 	d->status = f.status;
-	memcpy(d->variant, rec_key(r) + f.keylen, f.varlen);
+	d->provisional = 0;
+	for (unsigned k = 0; k < FLY_VARIANT_MAX / 8; k++) {
+		int rem = (int)f.varlen - 8 * (int)k;
+		uint64_t x;
+
+		memcpy(&x, v + 8 * k, 8);
+		if (rem <= 0)
+			x = 0;
+		else if (rem < 8)
+			x &= (1ull << (8 * rem)) - 1;
+		memcpy(d->variant + 8 * k, &x, 8);
+	}
 	d->nparams = f.nparams;
-	memcpy(d->params, &r->w[REC_HEAD], f.nparams * 8u);
+	d->exact = 0;
+	for (unsigned k = 0; k < FLY_PARAMS_MAX; k++)
+		d->params[k] =
+		    k < f.nparams ? (int64_t)r->w[REC_HEAD + k] : 0;
 	memcpy(&d->median_us, &r->w[1], 8);
+	d->generation = 0;
+}
+
+/* Whether the copied key at @p a differs from @p key (both @p len bytes),
+ * a word at a time (a short compare's libc call was 6% of a warm table
+ * hit). */
+static int key_differs(const uint8_t *a, const char *key, size_t len)
+{
+	uint64_t x, y, diff = 0;
+	size_t i = 0;
+
+	for (; i + 8 <= len; i += 8) {
+		memcpy(&x, a + i, 8);
+		memcpy(&y, key + i, 8);
+		diff |= x ^ y;
+	}
+	for (; i < len; i++)
+		diff |= (uint64_t)(a[i] ^ (uint8_t)key[i]);
+	return diff != 0;
 }
 
 /* ---------------------------------------------------------------- writer */
@@ -583,28 +663,28 @@ static void arena_free(struct fly_shm_writer *w, uint32_t unit)
 	f->v[f->n++] = unit;
 }
 
-/* Publish @p ref into slot i under the seqlock; seq ends at 0 (never
- * used) or at the next even counter value. */
-static void slot_publish(struct fly_shm_writer *w, uint32_t i, uint64_t ref,
-			 int never_used)
+/* Publish into slot i: the record @p ref (unit + 1; 0 a tombstone)
+ * under @p tag with the next version, or 0 (never used) -- one release
+ * store, which orders the record's bytes before the reference. */
+static void slot_publish(struct fly_shm_writer *w, uint32_t i, uint64_t tag,
+			 uint32_t ref, int never_used)
 {
 	struct shm_slot *s = slot_at(w->base, i);
+	uint64_t ver = w->pubs++ % FLY_SHM_VER_MAX + 1;
 
-	w->seqctr += 2;
 	w->written[i] = 1;
-	atomic_store_explicit(&s->seq, w->seqctr - 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
-	atomic_store_explicit(&s->ref, ref, memory_order_relaxed);
-	atomic_store_explicit(&s->seq, never_used ? 0 : w->seqctr,
+	atomic_store_explicit(&s->word,
+			      never_used ? 0
+					 : tag | ver << FLY_SHM_VER_SHIFT | ref,
 			      memory_order_release);
 }
 
 /* Whether slot @p ref's record holds @p key (the writer's own bytes). */
-static int writer_rec_is(const struct fly_shm_writer *w, uint64_t ref,
+static int writer_rec_is(const struct fly_shm_writer *w, uint32_t ref,
 			 const char *key, size_t len)
 {
 	union rec r;
-	uint32_t unit = (uint32_t)ref - 1;
+	uint32_t unit = ref - 1;
 
 	if (rec_copy(arena_of(w->base, w->capacity), w->arena_units, unit,
 		     &r) == 0)
@@ -613,10 +693,11 @@ static int writer_rec_is(const struct fly_shm_writer *w, uint64_t ref,
 }
 
 /* Find the slot holding @p key, or where it would go.
- * @return slot index with *found and *ref set, or -ENOSPC. */
+ * @return slot index with *found and *ref (its record unit + 1) set, or
+ * -ENOSPC. */
 static int64_t writer_find(const struct fly_shm_writer *w, const char *key,
 			   size_t len, uint64_t hash, int *found,
-			   uint64_t *ref)
+			   uint32_t *ref)
 {
 	uint32_t mask = w->capacity - 1;
 	uint64_t h0 = fly__shm_home(hash);
@@ -626,11 +707,11 @@ static int64_t writer_find(const struct fly_shm_writer *w, const char *key,
 	*ref = 0;
 	for (uint32_t p = 0; p < w->probe; p++) {
 		uint32_t i = (uint32_t)(h0 + p) & mask;
-		struct shm_slot *s = slot_at(w->base, i);
-		uint64_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed);
-		uint64_t rf = atomic_load_explicit(&s->ref, memory_order_relaxed);
+		uint64_t word = atomic_load_explicit(&slot_at(w->base, i)->word,
+						     memory_order_relaxed);
+		uint32_t rf = word_ref(word);
 
-		if (seq == 0) {
+		if (word == 0) {
 			if (free_slot < 0)
 				free_slot = i;
 			break;
@@ -640,7 +721,7 @@ static int64_t writer_find(const struct fly_shm_writer *w, const char *key,
 				free_slot = i;
 			continue;
 		}
-		if ((rf & ~0xffffffffull) == tag_of(hash) &&
+		if (word_tag(word) == tag_of(hash) &&
 		    writer_rec_is(w, rf, key, len)) {
 			*found = 1;
 			*ref = rf;
@@ -657,7 +738,7 @@ static int put_hashed(struct fly_shm_writer *w, const char *key, size_t len,
 {
 	_Atomic uint64_t *p;
 	union rec r;
-	uint64_t old;
+	uint32_t old;
 	int64_t i, unit;
 	uint32_t n;
 	int found;
@@ -675,9 +756,9 @@ static int put_hashed(struct fly_shm_writer *w, const char *key, size_t len,
 	p = arena_of(w->base, w->capacity) + unit * 2;
 	for (uint32_t k = 0; k < n; k++)
 		atomic_store_explicit(&p[k], r.w[k], memory_order_relaxed);
-	slot_publish(w, (uint32_t)i, tag_of(hash) | (uint64_t)(unit + 1), 0);
+	slot_publish(w, (uint32_t)i, tag_of(hash), (uint32_t)unit + 1, 0);
 	if (found)
-		arena_free(w, (uint32_t)old - 1);
+		arena_free(w, old - 1);
 	else
 		atomic_fetch_add_explicit(&hdr_of(w->base)->count, 1,
 					  memory_order_relaxed);
@@ -697,7 +778,7 @@ int fly__shm_put(struct fly_shm_writer *w, const char *key, size_t len,
 
 int fly__shm_del(struct fly_shm_writer *w, const char *key, size_t len)
 {
-	uint64_t old;
+	uint32_t old;
 	int64_t i;
 	int found;
 
@@ -707,8 +788,8 @@ int fly__shm_del(struct fly_shm_writer *w, const char *key, size_t len)
 			&old);
 	if (i < 0 || !found)
 		return FLY_E_NOTFOUND;
-	slot_publish(w, (uint32_t)i, 0, 0);
-	arena_free(w, (uint32_t)old - 1);
+	slot_publish(w, (uint32_t)i, 0, 0, 0);
+	arena_free(w, old - 1);
 	atomic_fetch_sub_explicit(&hdr_of(w->base)->count, 1,
 				  memory_order_relaxed);
 	return 0;
@@ -718,9 +799,9 @@ void fly__shm_clear(struct fly_shm_writer *w)
 {
 	for (uint32_t i = 0; i < w->capacity; i++) {
 		if (w->written[i] &&
-		    atomic_load_explicit(&slot_at(w->base, i)->seq,
+		    atomic_load_explicit(&slot_at(w->base, i)->word,
 					 memory_order_relaxed) != 0)
-			slot_publish(w, i, 0, 1);
+			slot_publish(w, i, 0, 0, 1);
 	}
 	/* every record is unreferenced now: the arena starts over (put's
 	 * release fence orders these slot changes before any reuse) */
@@ -739,12 +820,13 @@ static int copy_if_live(struct fly_shm_writer *dst,
 {
 	const char *key = rec_key(r);
 	size_t len = rec_decode(r->w[0]).keylen;
-	uint64_t ref, hash = fly__shm_key_hash(key, len);
+	uint64_t hash = fly__shm_key_hash(key, len);
+	uint32_t ref;
 	struct fly_decision d;
 	int found, rc;
 
 	if (writer_find(src, key, len, hash, &found, &ref) < 0 || !found ||
-	    (uint32_t)ref != unit + 1)
+	    ref != unit + 1)
 		return 0;
 	rec_to_decision(r, &d);
 	rc = put_hashed(dst, key, len, hash, &d);
@@ -796,18 +878,17 @@ int fly__shm_writer_copy(struct fly_shm_writer *dst,
 	n = 0;
 
 	for (uint32_t i = 0; i < src->capacity; i++) {
-		struct shm_slot *s = slot_at(src->base, i);
 		struct fly_decision d;
-		uint64_t ref;
+		uint32_t ref;
 		union rec r;
 		int rc;
 
-		if (!src->written[i] ||
-		    atomic_load_explicit(&s->seq, memory_order_relaxed) == 0)
+		if (!src->written[i])
 			continue;
-		ref = atomic_load_explicit(&s->ref, memory_order_relaxed);
-		if (ref == 0 || rec_copy(arena, src->arena_units,
-					 (uint32_t)ref - 1, &r) == 0)
+		ref = word_ref(atomic_load_explicit(&slot_at(src->base, i)->word,
+						    memory_order_relaxed));
+		if (ref == 0 ||
+		    rec_copy(arena, src->arena_units, ref - 1, &r) == 0)
 			continue;
 		rec_to_decision(&r, &d);
 		rc = fly__shm_put(dst, rec_key(&r), rec_decode(r.w[0]).keylen,
@@ -1009,8 +1090,8 @@ enum probe_res {
 };
 
 /* Read slot @p i and, when its tag is @p tag, copy its record into @p rec
- * under the slot's seqlock (the record's bytes between the two loads of
- * seq, see the file comment).  @param[out] nw the record's words. */
+ * between two loads of the slot's word (see the file comment).
+ * @param[out] nw the record's words. */
 static enum probe_res probe_slot(const struct fly_shm_reader *r, uint32_t i,
 				 uint64_t tag, union rec *rec, uint32_t *nw)
 {
@@ -1018,21 +1099,18 @@ static enum probe_res probe_slot(const struct fly_shm_reader *r, uint32_t i,
 	const _Atomic uint64_t *arena = arena_of(r->base, r->capacity);
 
 	for (int t = 0; t < FLY_SHM_RETRIES; t++) {
-		uint64_t s1 = atomic_load_explicit(&s->seq, memory_order_acquire);
-		uint64_t ref;
+		uint64_t w1 =
+		    atomic_load_explicit(&s->word, memory_order_acquire);
+		uint32_t ref = word_ref(w1);
 
-		if (s1 == 0)
+		if (w1 == 0)
 			return PROBE_END;
-		if (s1 & 1)
-			continue;
-		ref = atomic_load_explicit(&s->ref, memory_order_relaxed);
-		/* another key, or a tombstone: passed over on two loads
-		 * of one cache line (a stale view reads as a miss) */
-		if (ref == 0 || (ref & ~0xffffffffull) != tag)
+		/* another key, or a tombstone: passed over on one load */
+		if (ref == 0 || word_tag(w1) != tag)
 			return PROBE_NEXT;
-		*nw = rec_copy(arena, r->arena_units, (uint32_t)ref - 1, rec);
+		*nw = rec_copy(arena, r->arena_units, ref - 1, rec);
 		atomic_thread_fence(memory_order_acquire);
-		if (atomic_load_explicit(&s->seq, memory_order_relaxed) != s1)
+		if (atomic_load_explicit(&s->word, memory_order_relaxed) != w1)
 			continue;
 		return *nw == 0 ? PROBE_BAD : PROBE_COPY;
 	}
@@ -1109,10 +1187,11 @@ int fly__shm_lookup_hashed(const struct fly_shm_reader *r, uint64_t hash,
 		case PROBE_COPY:
 			break;
 		}
-		/* a tag shared by another key (1 in 2^32): the full key
+		/* a tag shared by another key (1 in 2^16): the full key
 		 * decides, so a hit is never another key's decision */
 		f = rec_decode(rec.w[0]);
-		if (f.keylen != len || memcmp(rec_key(&rec), key, len))
+		if (f.keylen != len ||
+		    key_differs((const uint8_t *)rec_key(&rec), key, len))
 			continue;
 		if (f.checksum != rec_sum(&rec, nw))
 			return FLY_E_SHM;

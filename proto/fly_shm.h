@@ -11,9 +11,9 @@
  * PROT_READ and treat every byte as untrusted.
  *
  * Layout (all little-endian, fixed width; see fly_shm.c for the
- * _Static_asserts), version 5 (issue 19: 16 bytes a slot, where version 3
- * spent 256 on every slot and 512 MiB of memfd on a 1M-key table; 5 is
- * 4's layout with keys placed by their problem's hash):
+ * _Static_asserts), version 6 (issue 19: 8 bytes a slot, where version 3
+ * spent 256 on every slot and 512 MiB of memfd on a 1M-key table, and 5
+ * spent 16; keys placed by their problem's hash since 5):
  *
  *   offset 0      header (256 bytes): magic "FLYSHM01" (u64), layout
  *                 version (u32), header size (u32), slot size (u32),
@@ -24,14 +24,14 @@
  *                 fields, folded), superseded (atomic u32), arena used
  *                 (atomic u64: record units ever handed out from the
  *                 arena's start, a high-water mark; 0 from writers
- *                 before it, which readers of version 5 accept),
+ *                 before it, which readers accept since version 5),
  *                 padding.
- *   offset 256    capacity slots of 16 bytes, four to a cache line:
- *                 seq (atomic u64: odd while written, 0 never used),
- *                 ref (atomic u64: the high 32 bits of the key's hash,
- *                 fly__shm_key_hash (the tag) << 32 | the record's
- *                 unit + 1; 0 with seq
- *                 != 0 is a tombstone).
+ *   offset 256    capacity slots of 8 bytes, eight to a cache line,
+ *                 each one atomic u64: 0 never used; else bits 48..63
+ *                 the high 16 bits of the key's fly__shm_key_hash (the
+ *                 tag), bits 28..47 a version (a writer-wide publication
+ *                 count mod 2^20 - 1, plus 1: never 0), bits 0..27 the
+ *                 record's unit + 1 (0: a tombstone).
  *   then          the record arena, capacity x 128 bytes in units of 16:
  *                 one record per live key, 32 to 224 bytes: word 0 (key
  *                 length u8, variant length u8, nparams u8, status u8,
@@ -44,9 +44,9 @@
  * Lookup: linear probing from fly__shm_home(hash) & (capacity - 1) (the
  * key's fly__shm_key_hash through the fmix64 finalizer), at most max probe
  * (bounded again by the reader's own cap) slots; a never-used slot ends
- * the probe, a slot whose tag differs is passed over on its two words.
+ * the probe, a slot whose tag differs is passed over on its one word.
  * On a tag match the record is copied (every index bounded by the arena)
- * between two loads of the slot's seq, and its full key compared: a key
+ * between two loads of the slot's word, and its full key compared: a key
  * sharing the tag is a miss, never its decision; the checksum is checked
  * on the record returned.  A reader retries a slot a bounded number of
  * times and then reports FLY_E_SHM (a writer killed mid-update must not
@@ -67,9 +67,17 @@
  * superseded flag; 4: 16-byte slots and the record arena (issue 19);
  * 5: slots and tags from fly__shm_key_hash (a canonical key's problem
  * hashed a word at a time), not the byte-wise fly_key_hash of the text
- * (issue 19: the shm path's cost). */
-#define FLY_SHM_LAYOUT_VERSION 5
-#define FLY_SHM_SLOT_SIZE 16
+ * (issue 19: the shm path's cost); 6: 8-byte slots, one word each (tag,
+ * version, record reference), where 5 had a sequence word beside the
+ * reference (issue 19: half the slot bytes a lookup can miss). */
+#define FLY_SHM_LAYOUT_VERSION 6
+#define FLY_SHM_SLOT_SIZE 8
+/* A slot word's fields (layout 6) */
+#define FLY_SHM_REF_BITS 28
+#define FLY_SHM_REF_MASK ((1ull << FLY_SHM_REF_BITS) - 1)
+#define FLY_SHM_VER_SHIFT 28
+#define FLY_SHM_VER_MAX 0xfffffull /* versions 1..2^20 - 1 */
+#define FLY_SHM_TAG_SHIFT 48
 /* Arena bytes per slot: a table at most half full has 256 bytes a live
  * key, more than the longest record (224). */
 #define FLY_SHM_ARENA_PER_SLOT 128
@@ -80,7 +88,7 @@
 /* The table's hash of a key (layout 5 on): of a canonical key (one
  * fly_key_parse accepts), fly__shm_problem_hash of its problem; of any
  * other text, FNV-1a 64 a word at a time over its length and bytes.  Its
- * high 32 bits are a slot's tag. */
+ * high 16 bits are a slot's tag. */
 uint64_t fly__shm_key_hash(const char *key, size_t len);
 /* The table's hash of the canonical key of the (validated, bucketed)
  * problem @p p, without formatting the key: FNV-1a 64 a word at a time
@@ -109,7 +117,7 @@ int fly__shm_put(struct fly_shm_writer *w, const char *key, size_t len,
 		 const struct fly_decision *d);
 /* Remove a key (tombstone).  @return 0 or FLY_E_NOTFOUND. */
 int fly__shm_del(struct fly_shm_writer *w, const char *key, size_t len);
-/* Remove every entry (slots return to never-used, seq kept increasing). */
+/* Remove every entry (slots return to never-used). */
 void fly__shm_clear(struct fly_shm_writer *w);
 /* Bump and return the generation (release store). */
 uint64_t fly__shm_bump(struct fly_shm_writer *w);

@@ -746,9 +746,9 @@ static int sealed_copy(const uint8_t *src, size_t n, size_t len, int seals)
 	return fd;
 }
 
-/* Byte offset of a live slot's record (layout 4: a slot's low 32 bits
- * of ref are its record's 16-byte unit + 1) from a random slot on, or of
- * the arena's start when none is live. */
+/* Byte offset of a live slot's record (layout 6: a slot word's low
+ * FLY_SHM_REF_BITS bits are its record's 16-byte unit + 1) from a random
+ * slot on, or of the arena's start when none is live. */
 static size_t live_rec(const uint8_t *m, size_t nslots)
 {
 	size_t arena = FLY_SHM_HEADER_SIZE + nslots * FLY_SHM_SLOT_SIZE;
@@ -759,9 +759,10 @@ static size_t live_rec(const uint8_t *m, size_t nslots)
 			   ((i0 + k) % nslots) * FLY_SHM_SLOT_SIZE;
 		uint64_t ref;
 
-		memcpy(&ref, m + s + 8, 8);
-		if ((uint32_t)ref != 0)
-			return arena + ((size_t)(uint32_t)ref - 1) * 16;
+		memcpy(&ref, m + s, 8);
+		ref &= FLY_SHM_REF_MASK;
+		if (ref != 0)
+			return arena + ((size_t)ref - 1) * 16;
 	}
 	return arena;
 }
@@ -825,20 +826,25 @@ static void shm_mutate(struct shm_case *c, uint8_t *m, size_t total, int *fd)
 		snprintf(c->why, sizeof(c->why), "u32 at %zu = %u", off, v);
 		break;
 	}
-	case 5: { /* torn: slots left odd (writer killed mid-update) */
+	case 5: { /* slot words with one field replaced (layout 6: tag,
+		   * version, record reference in one word) */
 		int k = 1 + (int)rnd_below(8);
 
 		for (int i = 0; i < k; i++) {
 			size_t s = FLY_SHM_HEADER_SIZE +
 				   rnd_below((uint32_t)nslots) *
 				       FLY_SHM_SLOT_SIZE;
-			uint64_t seq;
+			static const uint64_t field[] = {
+			    FLY_SHM_REF_MASK,
+			    FLY_SHM_VER_MAX << FLY_SHM_VER_SHIFT,
+			    ~0ull << FLY_SHM_TAG_SHIFT};
+			uint64_t word, f = field[rnd_below(3)];
 
-			memcpy(&seq, m + s, 8);
-			seq |= 1;
-			memcpy(m + s, &seq, 8);
+			memcpy(&word, m + s, 8);
+			word = (word & ~f) | (((uint64_t)rnd() << 32 | rnd()) & f);
+			memcpy(m + s, &word, 8);
 		}
-		snprintf(c->why, sizeof(c->why), "%d torn slots", k);
+		snprintf(c->why, sizeof(c->why), "%d slot fields", k);
 		break;
 	}
 	case 6: { /* record fields that lie: key length, variant length,
@@ -849,7 +855,7 @@ static void shm_mutate(struct shm_case *c, uint8_t *m, size_t total, int *fd)
 		if (off < 4)
 			m[rec + off] = (uint8_t)v;
 		else
-			memcpy(m + slot + 8, &v, 4);
+			memcpy(m + slot, &v, 4);
 		snprintf(c->why, sizeof(c->why), "record %zu field +%zu = %u",
 			 rec, off, v);
 		break;

@@ -216,10 +216,11 @@ static size_t slot_of_k1(struct fly_shm_writer *w, size_t *rec)
 		uint64_t ref;
 		size_t r;
 
-		memcpy(&ref, m + off + 8, 8);
-		if ((uint32_t)ref == 0)
+		memcpy(&ref, m + off, 8);
+		ref &= FLY_SHM_REF_MASK;
+		if (ref == 0)
 			continue;
-		r = arena + ((size_t)(uint32_t)ref - 1) * 16;
+		r = arena + ((size_t)ref - 1) * 16;
 		/* the key follows word 0, the median and the params */
 		if (m[r] == strlen(k1) &&
 		    memcmp(m + r + 16 + 8 * m[r + 2], k1, strlen(k1)) == 0) {
@@ -239,7 +240,7 @@ static void test_corrupt_and_torn_slots(void **state)
 	uint8_t *m = fly__shm_writer_mem(w);
 	size_t rec, off = slot_of_k1(w, &rec);
 	size_t var = rec + 16 + 8 * m[rec + 2] + strlen(k1);
-	uint64_t seq;
+	uint64_t word;
 
 	(void)state;
 	assert_int_equal(open_dup(w, &r), 0);
@@ -256,15 +257,15 @@ static void test_corrupt_and_torn_slots(void **state)
 	fly__shm_reader_close(r);
 	fly__shm_writer_close(w);
 
-	/* torn: a writer killed mid-update leaves seq odd forever; the reader
-	 * gives up after its bounded retries */
+	/* hostile: the slot's record reference (layout 6: the word's low
+	 * bits) past the arena -- refused, nothing read outside it */
 	w = writer_with_key();
 	m = fly__shm_writer_mem(w);
 	off = slot_of_k1(w, &rec);
 	assert_int_equal(open_dup(w, &r), 0);
-	memcpy(&seq, m + off, 8);
-	seq |= 1;
-	memcpy(m + off, &seq, 8);
+	memcpy(&word, m + off, 8);
+	word |= FLY_SHM_REF_MASK;
+	memcpy(m + off, &word, 8);
 	assert_int_equal(fly_shm_lookup(r, k1, strlen(k1), &d), FLY_E_SHM);
 	fly__shm_reader_close(r);
 	fly__shm_writer_close(w);

@@ -1,7 +1,7 @@
 /*
  * test_shm.c -- proto/fly_shm: writer/reader round trips, probing, and a
  * reader that refuses or survives hostile tables; a concurrent
- * writer/readers check of the seqlock.
+ * writer/readers check of the slot-word protocol (layout 6).
  *
  * Hostile tables are forged through fly__shm_writer_mem() (the writer's
  * own mapping) or by copying a table into a fresh memfd; offsets are the
@@ -23,6 +23,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fly_hash.h"
 #include "fly_key.h"
 #include "fly_shm.h"
 
@@ -530,14 +531,13 @@ static void test_refuse_non_pow2(void **state)
 static size_t rec_off(struct fly_shm_writer *w, uint32_t i)
 {
 	uint8_t *b = fly__shm_writer_mem(w);
-	uint64_t seq, ref;
+	uint64_t word;
 
-	memcpy(&seq, b + SLOT(i), 8);
-	memcpy(&ref, b + SLOT(i) + 8, 8);
-	if (seq == 0 || (uint32_t)ref == 0)
+	memcpy(&word, b + SLOT(i), 8);
+	if ((word & FLY_SHM_REF_MASK) == 0)
 		return 0;
 	return ARENA(fly__shm_writer_capacity(w)) +
-	       ((size_t)(uint32_t)ref - 1) * 16;
+	       ((size_t)(word & FLY_SHM_REF_MASK) - 1) * 16;
 }
 
 /* Offset of the key bytes of the record at @p off (after word 0, the
@@ -675,7 +675,7 @@ static void test_bad_slot(void **state)
 	const char *k = "topk/fp32/m=4096,n=1024,k=8/det";
 	uint8_t *b = fly__shm_writer_mem(w);
 	size_t var;
-	uint64_t seq;
+	uint64_t word, bad;
 	int s;
 
 	(void)state;
@@ -692,14 +692,121 @@ static void test_bad_slot(void **state)
 	assert_int_equal(d.nparams, 0);
 	b[var] ^= 0x01;
 	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
-	/* a slot whose seq stays odd (writer died mid-update): bounded */
-	memcpy(&seq, b + SLOT(s), 8);
-	seq |= 1;
-	memcpy(b + SLOT(s), &seq, 8);
-	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_SHM);
-	seq += 1;
-	memcpy(b + SLOT(s), &seq, 8);
+	/* layout 6: the slot is one word.  Another version of the same
+	 * reference is the same entry; a reference of 0 is a tombstone and
+	 * another tag another key's slot: both passed over, a miss */
+	memcpy(&word, b + SLOT(s), 8);
+	bad = word ^ 5ull << FLY_SHM_VER_SHIFT;
+	memcpy(b + SLOT(s), &bad, 8);
 	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
+	assert_true(dec_ok(k, &d));
+	bad = word & ~FLY_SHM_REF_MASK;
+	memcpy(b + SLOT(s), &bad, 8);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_NOTFOUND);
+	bad = word ^ 1ull << FLY_SHM_TAG_SHIFT;
+	memcpy(b + SLOT(s), &bad, 8);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_NOTFOUND);
+	memcpy(b + SLOT(s), &word, 8);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
+	fly__shm_reader_close(r);
+	fly__shm_writer_close(w);
+}
+
+/* Layout 6 (issue 19): a slot is one word, and the writer never stores
+ * a word it stored before within 2^20 - 1 publications: a key put three
+ * times gets its first record back from the free list (same unit, same
+ * tag), and its slot word still differs from the first one's -- a reader
+ * that loaded the first word before a copy and the third after it
+ * retries instead of returning the copy. */
+static void test_issue_19_slot_word_versions(void **state)
+{
+	struct fly_shm_writer *w = wopen(64);
+	const char *k = "rmsnorm/bf16/m=1,n=4096";
+	uint8_t *b = fly__shm_writer_mem(w);
+	uint64_t w1, w2, w3;
+	int s;
+
+	(void)state;
+	assert_int_equal(FLY_SHM_SLOT_SIZE, 8);
+	assert_int_equal(put(w, k, 1), 0);
+	s = slot_of(w, k);
+	assert_true(s >= 0);
+	memcpy(&w1, b + SLOT(s), 8);
+	assert_int_equal(put(w, k, 2), 0);
+	memcpy(&w2, b + SLOT(s), 8);
+	assert_int_equal(put(w, k, 3), 0);
+	memcpy(&w3, b + SLOT(s), 8);
+	assert_true((w2 & FLY_SHM_REF_MASK) != (w1 & FLY_SHM_REF_MASK));
+	assert_true((w3 & FLY_SHM_REF_MASK) == (w1 & FLY_SHM_REF_MASK));
+	assert_true(w3 >> FLY_SHM_TAG_SHIFT == w1 >> FLY_SHM_TAG_SHIFT);
+	assert_true(w3 != w1);
+	/* a tombstone's word is not 0 (0 is a never-used slot, which ends
+	 * a probe) */
+	assert_int_equal(fly__shm_del(w, k, strlen(k)), 0);
+	memcpy(&w1, b + SLOT(s), 8);
+	assert_true(w1 != 0 && (w1 & FLY_SHM_REF_MASK) == 0);
+	fly__shm_writer_close(w);
+}
+
+/* The record's checksum over @p nw words at @p rec (fly_shm.c's rule:
+ * FNV-1a 64 a word at a time, word 0's checksum bits taken as 0,
+ * folded), written into word 0. */
+static void resum_record(uint8_t *rec, uint32_t nw)
+{
+	uint64_t w0, x, h;
+
+	memcpy(&w0, rec, 8);
+	x = w0 & 0xffffffffull;
+	h = fly__hash_words(&x, 1);
+	for (uint32_t k = 1; k < nw; k++) {
+		memcpy(&x, rec + 8 * k, 8);
+		h = (h ^ x) * FLY_HASH_PRIME;
+	}
+	w0 = (w0 & 0xffffffffull) | (uint64_t)fly__hash_fold32(h) << 32;
+	memcpy(rec, &w0, 8);
+}
+
+/* Issue 19: the reader copies the variant a word at a time; a record
+ * whose padding past the variant is not zero (a hostile writer that
+ * signs it) still reads as exactly its variant, NUL-terminated, and
+ * unused params as 0. */
+static void test_issue_19_variant_padding_masked(void **state)
+{
+	struct fly_shm_writer *w = wopen(64);
+	struct fly_shm_reader *r = NULL;
+	const char *k = "rmsnorm/bf16/m=1,n=4096";
+	struct fly_decision d = { .status = FLY_STATUS_TUNED, .nparams = 1,
+				  .params = { 7 }, .median_us = 1.5 };
+	uint8_t *b = fly__shm_writer_mem(w);
+	size_t off, var, end;
+	uint32_t nw;
+	int s;
+
+	(void)state;
+	strcpy(d.variant, "abc");
+	assert_int_equal(fly__shm_put(w, k, strlen(k), &d), 0);
+	s = slot_of(w, k);
+	off = rec_off(w, (uint32_t)s);
+	var = rec_key_off(w, off) + strlen(k);
+	/* words: head 2, 1 param, key and variant rounded up to a unit */
+	nw = (2 + 1 + ((uint32_t)strlen(k) + 3 + 7) / 8 + 1) & ~1u;
+	end = off + 8 * nw;
+	assert_true(var + 3 < end);
+	memset(b + var + 3, 'X', end - (var + 3));
+	resum_record(b + off, nw);
+	assert_int_equal(ropen(w, &r), 0);
+	memset(&d, 0x5a, sizeof(d));
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
+	assert_string_equal(d.variant, "abc");
+	for (int i = 3; i < FLY_VARIANT_MAX; i++)
+		assert_int_equal(d.variant[i], 0);
+	assert_int_equal(d.nparams, 1);
+	assert_int_equal(d.params[0], 7);
+	for (int i = 1; i < FLY_PARAMS_MAX; i++)
+		assert_int_equal(d.params[i], 0);
+	assert_int_equal(d.provisional, 0);
+	assert_int_equal(d.exact, 0);
+	assert_true(d.median_us == 1.5);
 	fly__shm_reader_close(r);
 	fly__shm_writer_close(w);
 }
@@ -723,17 +830,21 @@ static void test_bad_record_ref(void **state)
 	s = slot_of(w, k);
 	assert_true(s >= 0);
 	off = rec_off(w, (uint32_t)s);
-	memcpy(&ref, b + SLOT(s) + 8, 8);
-	/* the reference past the arena's last unit, and at the last unit
-	 * (the record's words would run past the end) */
-	bad = (ref & ~0xffffffffull) | (64u * FLY_SHM_ARENA_PER_SLOT / 16 + 1);
-	memcpy(b + SLOT(s) + 8, &bad, 8);
+	memcpy(&ref, b + SLOT(s), 8);
+	/* the reference past the arena's last unit, at the largest value
+	 * a slot holds, and at the last unit (the record's words would run
+	 * past the end) */
+	bad = (ref & ~FLY_SHM_REF_MASK) | (64u * FLY_SHM_ARENA_PER_SLOT / 16 + 1);
+	memcpy(b + SLOT(s), &bad, 8);
 	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_SHM);
-	bad = (ref & ~0xffffffffull) | (64u * FLY_SHM_ARENA_PER_SLOT / 16);
-	memcpy(b + SLOT(s) + 8, &bad, 8);
+	bad = ref | FLY_SHM_REF_MASK;
+	memcpy(b + SLOT(s), &bad, 8);
+	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_SHM);
+	bad = (ref & ~FLY_SHM_REF_MASK) | (64u * FLY_SHM_ARENA_PER_SLOT / 16);
+	memcpy(b + SLOT(s), &bad, 8);
 	memcpy(b + ARENA(64) + 64u * FLY_SHM_ARENA_PER_SLOT - 16, b + off, 8);
 	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), FLY_E_SHM);
-	memcpy(b + SLOT(s) + 8, &ref, 8);
+	memcpy(b + SLOT(s), &ref, 8);
 	assert_int_equal(fly_shm_lookup(r, k, strlen(k), &d), 0);
 	/* lengths out of range: key length 0, nparams 9 */
 	b[off] = 0;
@@ -745,7 +856,7 @@ static void test_bad_record_ref(void **state)
 	fly__shm_writer_close(w);
 }
 
-/* Two keys that share a tag (the slot's 32 bits of hash) and a probe:
+/* Two keys that share a tag (the slot's 16 bits of hash) and a probe:
  * the full key in the record decides, so the other key's decision is
  * never returned.  Forged: key b's home slot made to reference key a's
  * record under b's tag. */
@@ -757,7 +868,7 @@ static void test_tag_collision_is_miss(void **state)
 	const char *a = "gemm/bf16/NN/m=128,n=128,k=128";
 	char bk[FLY_KEY_MAX];
 	uint8_t *m = fly__shm_writer_mem(w);
-	uint64_t ref, hb, forged, seq = 2;
+	uint64_t ref, hb, forged;
 	uint32_t home;
 	int sa;
 
@@ -772,10 +883,10 @@ static void test_tag_collision_is_miss(void **state)
 		if (home != (uint32_t)sa)
 			break;
 	}
-	memcpy(&ref, m + SLOT(sa) + 8, 8);
-	forged = (hb & ~0xffffffffull) | (ref & 0xffffffffull);
-	memcpy(m + SLOT(home) + 8, &forged, 8);
-	memcpy(m + SLOT(home), &seq, 8);
+	memcpy(&ref, m + SLOT(sa), 8);
+	forged = (hb >> FLY_SHM_TAG_SHIFT << FLY_SHM_TAG_SHIFT) |
+		 (ref & ~(~0ull << FLY_SHM_TAG_SHIFT));
+	memcpy(m + SLOT(home), &forged, 8);
 	assert_int_equal(ropen(w, &r), 0);
 	assert_int_equal(fly_shm_lookup(r, bk, strlen(bk), &d),
 			 FLY_E_NOTFOUND);
@@ -1068,6 +1179,8 @@ int main(void)
 	    cmocka_unit_test(test_problem_hash_is_key_hash),
 	    cmocka_unit_test(test_bad_slot),
 	    cmocka_unit_test(test_bad_record_ref),
+	    cmocka_unit_test(test_issue_19_slot_word_versions),
+	    cmocka_unit_test(test_issue_19_variant_padding_masked),
 	    cmocka_unit_test(test_tag_collision_is_miss),
 	    cmocka_unit_test(test_long_keys_and_arena),
 	    cmocka_unit_test(test_hostile_max_probe),
