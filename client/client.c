@@ -1166,7 +1166,7 @@ static uint64_t problem_hash(const struct fly_problem *p)
 	uint64_t w[sizeof(*p) / 8];
 
 	memcpy(w, p, sizeof(w));
-	return fly__hash_mix(fly__hash_words(w, sizeof(w) / 8));
+	return fly__hash_mix(fly__hash_words2(w, sizeof(w) / 8));
 }
 
 static const struct fly_cache_entry *cache_get(fly_client *c,

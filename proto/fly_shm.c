@@ -35,10 +35,12 @@
  *    checking them; later changes to the shared header cannot move any
  *    index out of bounds.  A record reference and a record's lengths are
  *    bounded by the arena before a byte of them is read.
- *  - record checksum: fly__hash_words() (FNV-1a 64 a word at a time) over
- *    the record's words with the checksum bits of word 0 taken as 0,
- *    folded to 32 bits (h ^ h >> 32).  Readers verify it on the record
- *    whose key matches, the one whose decision they return.
+ *  - record checksum (layout 6): two lanes of FNV-1a 64 a word at a
+ *    time -- word 0 with its checksum bits taken as 0 and the odd words,
+ *    and the even words from 2 -- the second rotated left by 29 and
+ *    xored into the first, folded to 32 bits (h ^ h >> 32); see
+ *    rec_sum_words.  Readers verify it on the record whose key matches,
+ *    the one whose decision they return.
  *  - header checksum (layout version 2 on): FNV-1a 64 (fly__hash) over
  *    bytes 0..31 then 44..47 (magic, version, sizes, capacity, total size,
  *    max probe), folded to 32 bits as (h ^ h >> 32).
@@ -262,7 +264,8 @@ static uint64_t text_hash(const char *key, size_t len)
  * (fly__shm_prefetch) and format the key while the line is on its way.
  * FNV-1a 64 a word at a time over the op, dtype, layout and flags in
  * one word, then the dims: 9 dependent multiplies, where the byte-wise
- * fly_key_hash of layouts 1-4 took one per key byte (~25). */
+ * fly_key_hash of layouts 1-4 took one per key byte (~25); layout 6
+ * steps the words in two lanes (fly__hash_words2): 6. */
 uint64_t fly__shm_problem_hash(const struct fly_problem *p)
 {
 	uint64_t w[1 + FLY_DIMS_MAX];
@@ -270,7 +273,7 @@ uint64_t fly__shm_problem_hash(const struct fly_problem *p)
 	w[0] = (uint64_t)p->op ^ (uint64_t)p->dtype << 16 ^
 	       (uint64_t)p->layout << 32 ^ (uint64_t)p->flags << 40;
 	memcpy(&w[1], p->dims, sizeof(p->dims));
-	return fly__hash_words(w, 1 + FLY_DIMS_MAX);
+	return fly__hash_words2(w, 1 + FLY_DIMS_MAX);
 }
 
 uint64_t fly__shm_key_hash(const char *key, size_t len)
@@ -340,14 +343,36 @@ static int rec_fields_ok(const struct rec_fields *f)
 	       f->varlen <= FLY_VARIANT_MAX - 1 && f->nparams <= FLY_PARAMS_MAX;
 }
 
+/* The record checksum (layout 6): two FNV-1a 64 lanes a word at a time
+ * -- word 0 with its checksum bits taken as 0 and the odd words in one,
+ * the even words from 2 in the other -- joined (the second rotated by 29
+ * bits) and folded to 32 bits.  One lane was a chain of as many
+ * dependent multiplies as the record has words, a sixth of a warm table
+ * hit (issue 19); two lanes halve it. */
+static uint32_t rec_sum_words(const uint64_t *w, uint32_t nwords)
+{
+	uint64_t a = (FLY_HASH_SEED ^ (w[0] & 0xffffffffull)) * FLY_HASH_PRIME;
+	uint64_t b = FLY_HASH_SEED;
+	uint32_t k = 1;
+
+	for (; k + 1 < nwords; k += 2) {
+		a = (a ^ w[k]) * FLY_HASH_PRIME;
+		b = (b ^ w[k + 1]) * FLY_HASH_PRIME;
+	}
+	if (k < nwords)
+		a = (a ^ w[k]) * FLY_HASH_PRIME;
+	a ^= b << 29 | b >> 35;
+	return (uint32_t)(a ^ a >> 32);
+}
+
 static uint32_t rec_sum(const union rec *r, uint32_t nwords)
 {
-	uint64_t w0 = r->w[0] & 0xffffffffull;
-	uint64_t h = fly__hash_words(&w0, 1);
+	return rec_sum_words(r->w, nwords);
+}
 
-	for (uint32_t k = 1; k < nwords; k++)
-		h = (h ^ r->w[k]) * FLY_HASH_PRIME;
-	return fly__hash_fold32(h);
+uint32_t fly__shm_record_sum(const uint64_t *w, uint32_t nwords)
+{
+	return nwords == 0 ? 0 : rec_sum_words(w, nwords);
 }
 
 /* Build the record of (key, d) in @p r.  @return its words. */

@@ -35,8 +35,9 @@
  *   then          the record arena, capacity x 128 bytes in units of 16:
  *                 one record per live key, 32 to 224 bytes: word 0 (key
  *                 length u8, variant length u8, nparams u8, status u8,
- *                 checksum u32: FNV-1a 64 word-wise over the record with
- *                 the checksum taken as 0, folded), median_us (f64),
+ *                 checksum u32: two lanes of FNV-1a 64 word-wise over
+ *                 the record with the checksum taken as 0, joined and
+ *                 folded: fly__shm_record_sum), median_us (f64),
  *                 params (nparams x i64), the key's bytes then the
  *                 variant's (no NULs), zero-padded to a unit.  Only the
  *                 pages of records ever written are resident.
@@ -91,12 +92,18 @@
  * high 16 bits are a slot's tag. */
 uint64_t fly__shm_key_hash(const char *key, size_t len);
 /* The table's hash of the canonical key of the (validated, bucketed)
- * problem @p p, without formatting the key: FNV-1a 64 a word at a time
- * over (op, dtype, layout, flags) in one word, then the dims. */
+ * problem @p p, without formatting the key: fly__hash_words2 (FNV-1a 64
+ * a word at a time, two lanes) over (op, dtype, layout, flags) in one
+ * word, then the dims. */
 uint64_t fly__shm_problem_hash(const struct fly_problem *p);
 /* The home slot index (before masking) of a key with fly__shm_key_hash()
  * @p hash: fmix64 of it, so every bit of the hash reaches the index. */
 uint64_t fly__shm_home(uint64_t hash);
+
+/* The checksum of a record of @p nwords words at @p w (its word 0's
+ * checksum bits are not read), as the writer stores it and a reader
+ * checks it: for tests that forge a signed record. */
+uint32_t fly__shm_record_sum(const uint64_t *w, uint32_t nwords);
 
 /* ---- writer (daemon) ---- */
 struct fly_shm_writer;

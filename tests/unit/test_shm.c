@@ -23,7 +23,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "fly_hash.h"
 #include "fly_key.h"
 #include "fly_shm.h"
 
@@ -748,21 +747,15 @@ static void test_issue_19_slot_word_versions(void **state)
 	fly__shm_writer_close(w);
 }
 
-/* The record's checksum over @p nw words at @p rec (fly_shm.c's rule:
- * FNV-1a 64 a word at a time, word 0's checksum bits taken as 0,
- * folded), written into word 0. */
+/* Sign the record of @p nw words at @p rec (as the writer does). */
 static void resum_record(uint8_t *rec, uint32_t nw)
 {
-	uint64_t w0, x, h;
+	uint64_t w[32], w0;
 
-	memcpy(&w0, rec, 8);
-	x = w0 & 0xffffffffull;
-	h = fly__hash_words(&x, 1);
-	for (uint32_t k = 1; k < nw; k++) {
-		memcpy(&x, rec + 8 * k, 8);
-		h = (h ^ x) * FLY_HASH_PRIME;
-	}
-	w0 = (w0 & 0xffffffffull) | (uint64_t)fly__hash_fold32(h) << 32;
+	assert_true(nw <= 32);
+	memcpy(w, rec, 8 * nw);
+	w0 = (w[0] & 0xffffffffull) |
+	     (uint64_t)fly__shm_record_sum(w, nw) << 32;
 	memcpy(rec, &w0, 8);
 }
 
