@@ -38,22 +38,31 @@ uint64_t fly__hash_words(const uint64_t *w, size_t n);
 /* fly__hash_words' step in two lanes -- the even words in one, the odd
  * in the other, both from the seed -- joined by one more step (the odd
  * lane rotated by 32 bits): for the hashes a table lookup waits on (the
- * shm table's problem hash from layout 6, the client's process cache),
- * where one lane is a chain of n dependent multiplies and two lanes
- * n / 2 + 1 (issue 19).  Not equal to fly__hash_words of the same
- * words.  Inline: a call was part of the cost. */
-static inline uint64_t fly__hash_words2(const uint64_t *w, size_t n)
+ * shm table's problem hash and record checksum from layout 6, the
+ * client's process cache), where one lane is a chain of n dependent
+ * multiplies and two lanes n / 2 + 1 (issue 19).  Not equal to
+ * fly__hash_words of the same words.  Inline: a call was part of the
+ * cost.  _from: word 0 given apart (@p w0), then the @p n words at @p w
+ * (a record's checksum bits are masked out of its word 0). */
+static inline uint64_t fly__hash_words2_from(uint64_t w0, const uint64_t *w,
+					     size_t n)
 {
-	uint64_t a = FLY_HASH_SEED, b = FLY_HASH_SEED;
+	uint64_t a = (FLY_HASH_SEED ^ w0) * FLY_HASH_PRIME, b = FLY_HASH_SEED;
 	size_t i = 0;
 
 	for (; i + 1 < n; i += 2) {
-		a = (a ^ w[i]) * FLY_HASH_PRIME;
-		b = (b ^ w[i + 1]) * FLY_HASH_PRIME;
+		b = (b ^ w[i]) * FLY_HASH_PRIME;
+		a = (a ^ w[i + 1]) * FLY_HASH_PRIME;
 	}
 	if (i < n)
-		a = (a ^ w[i]) * FLY_HASH_PRIME;
+		b = (b ^ w[i]) * FLY_HASH_PRIME;
 	return (a ^ (b << 32 | b >> 32)) * FLY_HASH_PRIME;
+}
+
+/* fly__hash_words2 of @p n >= 1 words at @p w. */
+static inline uint64_t fly__hash_words2(const uint64_t *w, size_t n)
+{
+	return fly__hash_words2_from(w[0], w + 1, n - 1);
 }
 /* The finalizer (MurmurHash3's fmix64): every bit of @p h reaches every
  * bit of the result, so its low bits can index a table. */

@@ -35,11 +35,10 @@
  *    checking them; later changes to the shared header cannot move any
  *    index out of bounds.  A record reference and a record's lengths are
  *    bounded by the arena before a byte of them is read.
- *  - record checksum (layout 6): two lanes of FNV-1a 64 a word at a
- *    time -- word 0 with its checksum bits taken as 0 and the odd words,
- *    and the even words from 2 -- the second rotated left by 29 and
- *    xored into the first, folded to 32 bits (h ^ h >> 32); see
- *    rec_sum_words.  Readers verify it on the record whose key matches,
+ *  - record checksum (layout 6): fly__hash_words2 (FNV-1a 64 a word at
+ *    a time in two lanes, fly_hash.h) over the record's words with the
+ *    checksum bits of word 0 taken as 0, folded to 32 bits (h ^ h >>
+ *    32).  Readers verify it on the record whose key matches,
  *    the one whose decision they return.
  *  - header checksum (layout version 2 on): FNV-1a 64 (fly__hash) over
  *    bytes 0..31 then 44..47 (magic, version, sizes, capacity, total size,
@@ -343,26 +342,15 @@ static int rec_fields_ok(const struct rec_fields *f)
 	       f->varlen <= FLY_VARIANT_MAX - 1 && f->nparams <= FLY_PARAMS_MAX;
 }
 
-/* The record checksum (layout 6): two FNV-1a 64 lanes a word at a time
- * -- word 0 with its checksum bits taken as 0 and the odd words in one,
- * the even words from 2 in the other -- joined (the second rotated by 29
- * bits) and folded to 32 bits.  One lane was a chain of as many
- * dependent multiplies as the record has words, a sixth of a warm table
- * hit (issue 19); two lanes halve it. */
+/* The record checksum (layout 6): fly__hash_words2 over the record's
+ * words, word 0's checksum bits taken as 0, folded to 32 bits.  One lane
+ * (layout 5) was a chain of as many dependent multiplies as the record
+ * has words, a sixth of a warm table hit (issue 19); two lanes halve
+ * it.  @p nwords >= 1. */
 static uint32_t rec_sum_words(const uint64_t *w, uint32_t nwords)
 {
-	uint64_t a = (FLY_HASH_SEED ^ (w[0] & 0xffffffffull)) * FLY_HASH_PRIME;
-	uint64_t b = FLY_HASH_SEED;
-	uint32_t k = 1;
-
-	for (; k + 1 < nwords; k += 2) {
-		a = (a ^ w[k]) * FLY_HASH_PRIME;
-		b = (b ^ w[k + 1]) * FLY_HASH_PRIME;
-	}
-	if (k < nwords)
-		a = (a ^ w[k]) * FLY_HASH_PRIME;
-	a ^= b << 29 | b >> 35;
-	return (uint32_t)(a ^ a >> 32);
+	return fly__hash_fold32(
+	    fly__hash_words2_from(w[0] & 0xffffffffull, w + 1, nwords - 1));
 }
 
 static uint32_t rec_sum(const union rec *r, uint32_t nwords)
