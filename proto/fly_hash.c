@@ -32,15 +32,6 @@ uint64_t fly__hash_str(const char *s)
 	return h;
 }
 
-uint64_t fly__hash_words(const uint64_t *w, size_t n)
-{
-	uint64_t h = FLY_HASH_SEED;
-
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ w[i]) * FLY_HASH_PRIME;
-	return h;
-}
-
 uint64_t fly__hash_mix(uint64_t h)
 {
 	h ^= h >> 33;

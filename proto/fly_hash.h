@@ -5,9 +5,8 @@
  * Owns: nothing (pure functions).  Thread: any.
  *
  * Raw FNV-1a values are stable identities (they are stored or compared
- * across processes and versions): the shm slot's key hash (layout 5:
- * fly__hash_words over the key's problem; layout 6: fly__hash_words2,
- * fly_shm.c), the device id
+ * across processes and versions): the shm slot's key hash (layout 6:
+ * fly__hash_words2 over the key's problem, fly_shm.c), the device id
  * (store.c, hex of the fingerprint line's hash), the case seed of a key
  * (tuner.c).  FNV-1a's low bits depend only on the low bits of the input's
  * bytes, so keys that differ in one digit ("n=4097", "n=4098") share low
@@ -31,19 +30,16 @@ uint64_t fly__hash_more(uint64_t h, const void *p, size_t n);
 uint64_t fly__hash(const void *p, size_t n);
 /* FNV-1a 64 of a NUL-terminated string (without the NUL). */
 uint64_t fly__hash_str(const char *s);
-/* FNV-1a 64 stepped a 64-bit word at a time (h = (h ^ w) * prime from the
- * seed): for fixed-size records hashed on a hot path (the shm slot
- * checksum, the client's problem cache), 8x fewer multiplies than bytes. */
-uint64_t fly__hash_words(const uint64_t *w, size_t n);
-/* fly__hash_words' step in two lanes -- the even words in one, the odd
- * in the other, both from the seed -- joined by one more step (the odd
- * lane rotated by 32 bits): for the hashes a table lookup waits on (the
- * shm table's problem hash and record checksum from layout 6, the
- * client's process cache), where one lane is a chain of n dependent
- * multiplies and two lanes n / 2 + 1 (issue 19).  Not equal to
- * fly__hash_words of the same words.  Inline: a call was part of the
- * cost.  _from: word 0 given apart (@p w0), then the @p n words at @p w
- * (a record's checksum bits are masked out of its word 0). */
+/* FNV-1a 64 stepped a 64-bit word at a time (h = (h ^ w) * prime), in two
+ * lanes -- the even words in one, the odd in the other, both from the
+ * seed -- joined by one more step (the odd lane rotated by 32 bits): for
+ * fixed-size records hashed where a table lookup waits on them (the shm
+ * table's problem hash and record checksum, the client's process cache),
+ * 8x fewer multiplies than bytes, and in two chains of n / 2 + 1 where
+ * one lane was a chain of n (issue 19; the one-lane fly__hash_words of
+ * layouts 5 and before is gone).  Inline: a call was part of the cost.
+ * _from: word 0 given apart (@p w0), then the @p n words at @p w (a
+ * record's checksum bits are masked out of its word 0). */
 static inline uint64_t fly__hash_words2_from(uint64_t w0, const uint64_t *w,
 					     size_t n)
 {

@@ -236,7 +236,7 @@ static _Atomic uint64_t *arena_of(const uint8_t *base, uint32_t capacity)
 }
 
 /* A key text that is not a problem's canonical key, hashed (layout 5):
- * FNV-1a 64 stepped a word at a time (fly__hash_words' step) over the
+ * FNV-1a 64 stepped a word at a time (h = (h ^ w) * prime) over the
  * length, then the bytes as native (little-endian) 8-byte words, the
  * last one zero-padded. */
 static uint64_t text_hash(const char *key, size_t len)
@@ -293,15 +293,11 @@ uint64_t fly__shm_home(uint64_t hash)
 	return fly__hash_mix(hash);
 }
 
-/* A key's tag in its slot word: the hash's high 16 bits, in place. */
-static uint64_t tag_of(uint64_t hash)
+/* The tag bits of a key's hash or of a slot word, in place: the high 16
+ * bits (a slot word's tag is its key hash's). */
+static uint64_t tag_of(uint64_t hash_or_word)
 {
-	return hash >> FLY_SHM_TAG_SHIFT << FLY_SHM_TAG_SHIFT;
-}
-
-static uint64_t word_tag(uint64_t word)
-{
-	return word >> FLY_SHM_TAG_SHIFT << FLY_SHM_TAG_SHIFT;
+	return hash_or_word >> FLY_SHM_TAG_SHIFT << FLY_SHM_TAG_SHIFT;
 }
 
 /* The record unit + 1 a slot word references (0: none). */
@@ -347,20 +343,15 @@ static int rec_fields_ok(const struct rec_fields *f)
  * (layout 5) was a chain of as many dependent multiplies as the record
  * has words, a sixth of a warm table hit (issue 19); two lanes halve
  * it.  @p nwords >= 1. */
-static uint32_t rec_sum_words(const uint64_t *w, uint32_t nwords)
+static uint32_t rec_sum(const uint64_t *w, uint32_t nwords)
 {
 	return fly__hash_fold32(
 	    fly__hash_words2_from(w[0] & 0xffffffffull, w + 1, nwords - 1));
 }
 
-static uint32_t rec_sum(const union rec *r, uint32_t nwords)
-{
-	return rec_sum_words(r->w, nwords);
-}
-
 uint32_t fly__shm_record_sum(const uint64_t *w, uint32_t nwords)
 {
-	return nwords == 0 ? 0 : rec_sum_words(w, nwords);
+	return nwords == 0 ? 0 : rec_sum(w, nwords);
 }
 
 /* Build the record of (key, d) in @p r.  @return its words. */
@@ -380,7 +371,7 @@ static uint32_t rec_build(union rec *r, const char *key, size_t len,
 	tail = r->b + (REC_HEAD + d->nparams) * 8;
 	memcpy(tail, key, len);
 	memcpy(tail + len, d->variant, vl);
-	r->w[0] |= (uint64_t)rec_sum(r, n) << 32;
+	r->w[0] |= (uint64_t)rec_sum(r->w, n) << 32;
 	return n;
 }
 
@@ -734,7 +725,7 @@ static int64_t writer_find(const struct fly_shm_writer *w, const char *key,
 				free_slot = i;
 			continue;
 		}
-		if (word_tag(word) == tag_of(hash) &&
+		if (tag_of(word) == tag_of(hash) &&
 		    writer_rec_is(w, rf, key, len)) {
 			*found = 1;
 			*ref = rf;
@@ -1119,7 +1110,7 @@ static enum probe_res probe_slot(const struct fly_shm_reader *r, uint32_t i,
 		if (w1 == 0)
 			return PROBE_END;
 		/* another key, or a tombstone: passed over on one load */
-		if (ref == 0 || word_tag(w1) != tag)
+		if (ref == 0 || tag_of(w1) != tag)
 			return PROBE_NEXT;
 		*nw = rec_copy(arena, r->arena_units, ref - 1, rec);
 		atomic_thread_fence(memory_order_acquire);
@@ -1206,7 +1197,7 @@ int fly__shm_lookup_hashed(const struct fly_shm_reader *r, uint64_t hash,
 		if (f.keylen != len ||
 		    key_differs((const uint8_t *)rec_key(&rec), key, len))
 			continue;
-		if (f.checksum != rec_sum(&rec, nw))
+		if (f.checksum != rec_sum(rec.w, nw))
 			return FLY_E_SHM;
 		rec_to_decision(&rec, out);
 		out->generation = gen;
