@@ -43,6 +43,10 @@ def main(argv=None):
                     "instead of the profiling launches")
     ap.add_argument("--cases-list", default="",
                     help="with --time: several case indexes, comma-separated")
+    ap.add_argument("--graph", action="store_true",
+                    help="with --time: also time each under CUDA-graph "
+                    "replay (gpu_bench.bench_graph_side_by_side: 20 calls a "
+                    "graph, no clean between them)")
     args = ap.parse_args(argv)
     if not os.path.exists(args.cases):
         args.cases = os.path.join(ROOT, ".devdeps", "bench", "cases.json")
@@ -121,6 +125,13 @@ def time_points(args, allc):
         for k, v in sorted(ms.items(), key=lambda x: x[1]):
             print("  %-28s %.4f ms  x%.3f vs best triton" %
                   (k, v, best_t / v), flush=True)
+        if args.graph:
+            gms, _ = gpu_bench.bench_graph_side_by_side(fns, must=(),
+                                                        budget_ms=300)
+            best_g = min(v for k, v in gms.items() if k.startswith("triton"))
+            for k, v in sorted(gms.items(), key=lambda x: x[1]):
+                print("  graph %-22s %.4f ms  x%.3f vs best triton" %
+                      (k, v, best_g / v), flush=True)
         del q, kv, sc, w, ks, ke, out, tout
         torch.cuda.empty_cache()
 

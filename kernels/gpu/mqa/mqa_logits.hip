@@ -35,7 +35,11 @@
  *              `pipe` 1 keeps the next tile's wgmma in flight during a
  *              tile's epilogue (two accumulator sets); `tma` 1 fills the
  *              ring with one thread's TMA copies on per-slot mbarriers
- *              instead of every thread's cp.async.
+ *              instead of every thread's cp.async.  Launched with
+ *              programmatic dependent launch (prim/launch.h; FLYK_PDL=0:
+ *              without), q and the weights copied while the block reads
+ *              its rows' windows, each tile's kv_scale read before its
+ *              wgmma is waited for.
  *   mqa_mfma   (AMD gfx940-942, every format: fn, fnuz, q fn with kv
  *              fnuz) the fnuz fp8 MFMA: heads x KV rows per MFMA tile,
  *              fn operands re-encoded to fnuz of half the value in LDS
@@ -132,15 +136,21 @@ static int mqa_problem_ok(const struct fly_problem *p)
 	return 0;
 }
 
+/* The window [s, e) clamped to [0, skv) (empty: lo == hi). */
+__device__ __forceinline__ void mqa_clamp(int64_t s, int64_t e, int64_t skv,
+					  int64_t *lo, int64_t *hi)
+{
+	*lo = s < 0 ? 0 : (s > skv ? skv : s);
+	*hi = e > skv ? skv : (e < *lo ? *lo : e);
+}
+
 /* Row i's window clamped to [0, skv). */
 __device__ __forceinline__ void mqa_window(const int32_t *ks,
 					   const int32_t *ke, int64_t i,
 					   int64_t skv, int64_t *lo,
 					   int64_t *hi)
 {
-	int64_t s = ks[i], e = ke[i];
-	*lo = s < 0 ? 0 : (s > skv ? skv : s);
-	*hi = e > skv ? skv : (e < *lo ? *lo : e);
+	mqa_clamp(ks[i], ke[i], skv, lo, hi);
 }
 
 /* ------------------------------------------------------------ reference */
@@ -433,12 +443,28 @@ template <int BQ> struct mqa_wts<BQ, false> {
 };
 #define MQA_WREG(BQ, PIPE) ((BQ) * ((PIPE) ? 2 : 1) <= 2)
 
+/* kv_scale of the thread's two accumulator rows of tile @p it (16 wi +
+ * l / 4, + 8), loaded before the tile's wgmma is waited for: the load's
+ * latency runs under the MMA, not between the head sums and the stores. */
+template <int BQ>
+__device__ __forceinline__ float2 mqa_scales(const mqa_blk<BQ> &k, int64_t it)
+{
+	const int t = threadIdx.x;
+	const int64_t j0 = k.a + it * MQA_BKV + (t / 32) * 16 + (t % 32) / 4;
+	float2 s;
+	s.x = j0 < k.skv ? k.sc[j0] : 0.f;
+	s.y = j0 + 8 < k.skv ? k.sc[j0 + 8] : 0.f;
+	return s;
+}
+
 /* The epilogue of KV tile @p it from its accumulators: relu, weight, the
- * head sum (in registers, then the quad), kv_scale, the window (a tile
- * inside every row's window stores without the per-column tests). */
+ * head sum (in registers, then the quad), kv_scale (@p s: mqa_scales),
+ * the window (a tile inside every row's window stores without the
+ * per-column tests). */
 template <int BQ, bool CLEAN, class W>
 __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
-					     const mqa_blk<BQ> &k, int64_t it)
+					     const mqa_blk<BQ> &k, int64_t it,
+					     float2 s)
 {
 	const int t = threadIdx.x, wi = t / 32, l = t % 32;
 	/* D fragment: warp wi rows 16 wi + l / 4 (+8), columns
@@ -447,8 +473,7 @@ __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
 	const int64_t j0 = t0 + wi * 16 + l / 4;
 	const int64_t j1 = j0 + 8;
 	const bool inside = t0 >= k.flo && t0 + MQA_BKV <= k.fhi;
-	const float s0 = j0 < k.skv ? k.sc[j0] : 0.f;
-	const float s1 = j1 < k.skv ? k.sc[j1] : 0.f;
+	const float s0 = s.x, s1 = s.y;
 #pragma unroll
 	for (int r = 0; r < BQ; r++) {
 		/* two chains a row: one fma per element */
@@ -561,10 +586,11 @@ mqa_pipe_step(float *cur, float *nxt, const mqa_ring<ST, TMA> &rg,
 	rg.template wait<ST - 3>(it + 1);
 	__syncthreads();
 	rg.load(it + ST - 1);
+	const float2 scl = mqa_scales(k, it);
 	mqa_mma<C::N>(nxt, rg.ring + ((it + 1) % ST) * C::KV_BYTES, sq_);
 	flyk_wg_wait<1>();
 	flyk_wg_fence_acc<C::N / 2>(cur);
-	mqa_epilogue<BQ, CLEAN>(cur, wt, k, it);
+	mqa_epilogue<BQ, CLEAN>(cur, wt, k, it, scl);
 }
 
 /* The last tile: wait for its wgmma, then its epilogue. */
@@ -573,9 +599,10 @@ __device__ __forceinline__ void mqa_pipe_last(float *cur, const W &wt,
 					      const mqa_blk<BQ> &k,
 					      int64_t it)
 {
+	const float2 scl = mqa_scales(k, it);
 	flyk_wg_wait<0>();
 	flyk_wg_fence_acc<BQ * MQA_H / 2>(cur);
-	mqa_epilogue<BQ, CLEAN>(cur, wt, k, it);
+	mqa_epilogue<BQ, CLEAN>(cur, wt, k, it, scl);
 }
 
 /*
@@ -583,7 +610,11 @@ __device__ __forceinline__ void mqa_pipe_last(float *cur, const W &wt,
  * the tensor cores with the epilogue comes from the other blocks on the
  * SM).  PIPE 1: two accumulator sets, tile it + 1's wgmma runs during
  * tile it's epilogue (fewer blocks per SM: twice the accumulators; needs
- * ST >= 3).
+ * ST >= 3).  Tried and dropped: the tile's wgmma as one N = 64 group a
+ * query row, each row's epilogue once its group was done while the next
+ * row's ran (the same accumulators as PIPE 0): 0.53-0.82x of PIPE 0 on
+ * the H100 over 7 primary cases (not profiled; each group reads the KV
+ * tile again).
  */
 /* Blocks an SM must hold: 4 where one accumulator set of <= 2 query rows
  * and the weights fit 128 registers.  Left to ptxas (140 registers), 3
@@ -611,15 +642,40 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 	k.ld = ld;
 	k.sc = sc;
 	k.out = out;
+	/* launched with PDL (wg_go): past this point the kernel before on
+	 * the stream has completed; a dependent launched early waits for
+	 * this one's completion in its own flyk_pdl_wait */
+	flyk_pdl_wait();
+	flyk_pdl_trigger();
 
 	/* heaviest (latest, under causal windows) query blocks first */
 	k.q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * BQ;
+	/* the rows' window bounds, then q rows (query r, head h) -> row
+	 * r * 64 + h and the weights alike (cp.async group 0): the copies
+	 * are issued while the bounds' reads are in flight */
+	int32_t rks[BQ], rke[BQ];
+#pragma unroll
+	for (int r = 0; r < BQ; r++) {
+		bool ok = k.q0 + r < sq;
+		rks[r] = ok ? ks[k.q0 + r] : 0;
+		rke[r] = ok ? ke[k.q0 + r] : 0;
+	}
+	mqa_load_rows(sq_, q + k.q0 * MQA_H * MQA_D, C::N,
+		      (sq - k.q0) * MQA_H);
+	const bool w16 = ((uintptr_t)w % 16) == 0;
+	if (w16)
+		for (int x = t; x < C::N / 4; x += 128) {
+			bool ok = k.q0 + (4 * x) / MQA_H < sq;
+			flyk_cp16(sw + 4 * x, ok ? w + k.q0 * MQA_H + 4 * x : w,
+				  ok);
+		}
+	flyk_cp_commit();
 	int64_t lo = skv, hi = 0;
 #pragma unroll
 	for (int r = 0; r < BQ; r++) {
 		k.rlo[r] = k.rhi[r] = 0;
 		if (k.q0 + r < sq) {
-			mqa_window(ks, ke, k.q0 + r, skv, &k.rlo[r], &k.rhi[r]);
+			mqa_clamp(rks[r], rke[r], skv, &k.rlo[r], &k.rhi[r]);
 			if (k.rlo[r] < k.rhi[r]) {
 				lo = k.rlo[r] < lo ? k.rlo[r] : lo;
 				hi = k.rhi[r] > hi ? k.rhi[r] : hi;
@@ -655,8 +711,10 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 				o[j] = -INFINITY;
 		}
 	}
-	if (k.nt == 0)
+	if (k.nt == 0) {
+		flyk_cp_wait<0>(); /* no copy lands after the block exits */
 		return;
+	}
 
 	const mqa_ring<ST, TMA> rg = {ring, full, &kvmap, kv, k.a, skv, k.nt};
 	if constexpr (TMA) {
@@ -670,13 +728,11 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 		}
 #endif
 	}
-	/* q rows (query r, head h) -> row r * 64 + h; the weights alike */
-	mqa_load_rows(sq_, q + k.q0 * MQA_H * MQA_D, C::N,
-		      (sq - k.q0) * MQA_H);
-	for (int x = t; x < C::N; x += 128)
-		sw[x] = k.q0 * MQA_H + x < sq * MQA_H ? w[k.q0 * MQA_H + x]
-						      : 0.f;
-	flyk_cp_commit();
+	if (!w16) /* weights off 16-byte alignment: read one at a time */
+		for (int x = t; x < C::N; x += 128)
+			sw[x] = k.q0 * MQA_H + x < sq * MQA_H
+					? w[k.q0 * MQA_H + x]
+					: 0.f;
 	/* the ring: tiles 0 .. ST - 2 ahead (cp.async: group 1 + x is tile
 	 * x, q is group 0) */
 #pragma unroll
@@ -684,6 +740,9 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 		rg.load(x);
 	if constexpr (TMA) { /* q by cp.async; the barriers initialised */
 		flyk_cp_wait<0>();
+		flyk_fence_async_smem();
+	} else { /* group 0 (q, the weights) landed; ST - 1 tiles may not */
+		flyk_cp_wait<ST - 1>();
 		flyk_fence_async_smem();
 	}
 	__syncthreads(); /* the weights are in shared memory */
@@ -716,11 +775,12 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 			__syncthreads();
 			/* refill the slot tile it - 1 used (retired) */
 			rg.load(it + ST - 1);
+			const float2 scl = mqa_scales(k, it);
 			mqa_mma<C::N>(acc, ring + (it % ST) * C::KV_BYTES,
 				      sq_);
 			flyk_wg_wait<0>();
 			flyk_wg_fence_acc<C::N / 2>(acc);
-			mqa_epilogue<BQ, CLEAN>(acc, wt, k, it);
+			mqa_epilogue<BQ, CLEAN>(acc, wt, k, it, scl);
 		}
 	}
 	flyk_cp_wait<0>();
@@ -803,6 +863,22 @@ static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 	int64_t cb = (nkvb + nch - 1) / nch;
 	nch = (nkvb + cb - 1) / cb;
 	dim3 grid((unsigned)nch, (unsigned)nqb);
+#if FLYK_HAS_PDL
+	/* a short call's launch (61 x 1024: 7 us) then overlaps the tail of
+	 * the kernel before it where that one lets it (issue 14: graph
+	 * replay at 0.91x of the Triton peer there, 055b3cb) */
+	if (flyk_pdl_enabled()) {
+		if (flyk_go_pdl(grid, dim3(128), C::SMEM, s,
+				mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>,
+				(const uint8_t *)a->q, (const uint8_t *)a->kv,
+				a->kv_scale, a->weights, a->ks, a->ke,
+				a->logits, sq, skv, ld, cb * MQA_BKV,
+				map) == hipSuccess)
+			return 0;
+		(void)hipGetLastError();
+		return -EIO;
+	}
+#endif
 	FLYK_GO(grid, 128, C::SMEM, s,
 		mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>)(
 		(const uint8_t *)a->q, (const uint8_t *)a->kv, a->kv_scale,
