@@ -36,12 +36,16 @@
  *      the points of a superseded variant (its flyk_variant.successor
  *      has a candidate here) come after all the others.  A candidate not
  *      yet checked once 70% of job->budget_s of wall time (opts->now) has
- *      passed, 40% for a superseded one, is not run (counted in
+ *      passed, 40% for a superseded one, or once checking it would leave
+ *      the one timed rep every checked candidate gets (each at its last
+ *      run's time) ending past the budget, is not run (counted in
  *      result->nunmeasured, no trial): the rest of the budget is the
- *      checked candidates' reps.  Once all of it has passed, no more reps
- *      are added (every checked, correct candidate still gets one timed
+ *      checked candidates' reps.  No rep is added that would end past
+ *      the budget (every checked, correct candidate still gets one timed
  *      rep).  The decision is made among what was measured, and
- *      result->budget_hit is set when either cut something.  The
+ *      result->budget_hit is set when either cut something.  The case's
+ *      setup before the tuner (from opts->job_start) is charged to the
+ *      budget (but at least 25% of job->budget_s is left).  The
  *      budget's time counts from the end of the candidate list (a
  *      vendor's enumerate may build plans: tune_s, not budget) and, with
  *      opts->first_of_op (the worker's first job of the op), from the end

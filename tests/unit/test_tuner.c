@@ -938,6 +938,68 @@ static void test_job_cap(void **state)
 	fake_variants[1].enumerate = NULL;
 }
 
+/* Runs of @p s seconds each, the fake kernel timing itself the same:
+ * the four points of "a" at 20 ms (a 9 ms MQA key on the H100 checked
+ * 43 candidates in the checks' 70%, then their one rep each ran 0.3 s
+ * past the 1.0 s budget: tune_s 1.31 s). */
+static void runs_of(double s)
+{
+	fake_tick = s;
+	for (int64_t p = 1; p <= 4; p++)
+		fake_set("a", p, -1, s * 1e6, 0, 0);
+}
+
+/* No rep ends past the budget: the checks stop where the one rep each
+ * checked candidate is owed would (0.02 s a run, budget 0.1 s: two
+ * checks, their reps, one more rep of the first; 0.16 s before). */
+static void test_issue_14_reps_fit_budget(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 1);
+	runs_of(0.02);
+	j.budget_s = 0.1;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.budget_hit, 1);
+	assert_int_equal(r.nunmeasured, 2);
+	assert_int_equal(r.ntrials, 2);
+	assert_int_equal(find_trial(&r, "a", 1)->reps, 2);
+	assert_int_equal(find_trial(&r, "a", 2)->reps, 1);
+	assert_true(r.tune_s <= 0.1 + 1e-9);
+	assert_int_equal(r.winner.status, FLY_STATUS_TUNED);
+	flyd_tune_result_fini(&r);
+}
+
+/* The case's setup is the job's time too: 0.5 s of it leaves the
+ * measurements 0.5 s of a 1.0 s budget (the MQA keys' 0.03-0.07 s of
+ * setup came on top of the budget), never less than a quarter. */
+static void test_issue_14_setup_charged(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 1);
+	runs_of(0.1);
+	fake_setup_s = 0.5;
+	j.budget_s = 1.0;
+	assert_int_equal(run(&j, &r), 0);
+	assert_true(r.tune_s + 0.5 <= 1.0 + 1e-9);
+	assert_int_equal(r.ntrials, 2);
+	flyd_tune_result_fini(&r);
+
+	setup(NULL);
+	job_init(&j, 1);
+	runs_of(0.1);
+	fake_setup_s = 3.0;
+	j.budget_s = 1.0;
+	assert_int_equal(run(&j, &r), 0);
+	assert_true(r.tune_s <= 0.25 + 1e-9); /* the floor, and no more */
+	assert_int_equal(r.ntrials, 1);
+	assert_int_equal(r.winner.status, FLY_STATUS_TUNED);
+	flyd_tune_result_fini(&r);
+}
+
 /* Runs of @p v/@p p0 the tuner started that were neither its check nor a
  * timed rep: its warm-ups. */
 static int warmups_of(const struct flyd_tune_result *r, const char *v,
@@ -1115,6 +1177,8 @@ int main(void)
 		cmocka_unit_test_setup(test_all_trials_present, setup),
 		cmocka_unit_test_setup(
 			test_issue_22_exact_never_slower_than_default, setup),
+		cmocka_unit_test_setup(test_issue_14_reps_fit_budget, setup),
+		cmocka_unit_test_setup(test_issue_14_setup_charged, setup),
 		cmocka_unit_test(test_seed_stable),
 	};
 
