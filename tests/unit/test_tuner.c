@@ -971,6 +971,25 @@ static void test_issue_14_reps_fit_budget(void **state)
 	flyd_tune_result_fini(&r);
 }
 
+/* The worker's one-time costs in its first check of the op (0.9 s) are
+ * not what that candidate's rep will cost: the checks still reach every
+ * candidate (with them counted, one was checked). */
+static void test_issue_14_first_run_not_owed(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 1);
+	runs_of(0.02);
+	fake_load_s = 0.9;
+	fake_first_of_op = 1;
+	j.budget_s = 1.0;
+	assert_int_equal(run(&j, &r), 0);
+	assert_int_equal(r.ntrials, 4);
+	assert_int_equal(r.nunmeasured, 0);
+	flyd_tune_result_fini(&r);
+}
+
 /* The case's setup is the job's time too: 0.5 s of it leaves the
  * measurements 0.5 s of a 1.0 s budget (the MQA keys' 0.03-0.07 s of
  * setup came on top of the budget), never less than a quarter. */
@@ -1179,6 +1198,7 @@ int main(void)
 			test_issue_22_exact_never_slower_than_default, setup),
 		cmocka_unit_test_setup(test_issue_14_reps_fit_budget, setup),
 		cmocka_unit_test_setup(test_issue_14_setup_charged, setup),
+		cmocka_unit_test_setup(test_issue_14_first_run_not_owed, setup),
 		cmocka_unit_test(test_seed_stable),
 	};
 
