@@ -88,6 +88,8 @@ struct tstate {
 			     s: charged to the budget */
 	double owed_s;    /* one timed rep of every candidate that passed
 			     its check so far, s (each is owed one) */
+	double check_s;   /* the last check's wall time (poison, runs,
+			     compare), s; 0: none yet */
 	/* An exact-shape job (issue 22): the op's default point for the
 	 * shape, always a candidate and checked first; the winner is never
 	 * slower than its measured median.  -1: not exact, or no default. */
@@ -456,9 +458,10 @@ static int over_budget(struct tstate *st, double run_s)
 }
 
 /* Checking one more candidate would push the one timed rep each checked
- * candidate is owed past the budget: its check (with a warm-up where the
- * run is short) and its own rep, at the fastest warm-up seen (kernel
- * time), on top of st->owed_s (the checked ones' runs, wall time).  On the H100 the 9 ms MQA keys checked 43 candidates
+ * candidate is owed past the budget: its check (the last one's wall
+ * time: the poisoning and the compare are in it) and its own rep at the
+ * fastest warm-up seen, on top of st->owed_s (the checked ones' runs,
+ * wall time).  On the H100 the 9 ms MQA keys checked 43 candidates
  * within the checks' share, then their one rep each took 0.3 s past the
  * 1.0 s budget (tune_s 1.31-1.32 s). */
 static int no_room(struct tstate *st)
@@ -466,7 +469,8 @@ static int no_room(struct tstate *st)
 	if (st->budget <= 0 || !(st->best_warm < INFINITY))
 		return 0;
 	double run = st->best_warm * 1e-6;
-	double next = (st->best_warm >= LONG_RUN_US ? 2 : 3) * run;
+	double next = run + (st->check_s > 0 ? st->check_s
+			     : (st->best_warm >= LONG_RUN_US ? 1 : 2) * run);
 	return st->o.now(st->o.now_ctx) - st->t0 + st->owed_s + next >
 	       st->budget;
 }
@@ -799,6 +803,8 @@ static int measure(struct tstate *st)
 				st->r->first_s = st->o.now(st->o.now_ctx) - c0;
 				st->o.job_start += st->r->first_s;
 				budget_start(st);
+			} else {
+				st->check_s = st->o.now(st->o.now_ctx) - c0;
 			}
 		}
 	round_reject(st, alive, want, REJECT0_REPS, REJECT0_X);

@@ -50,6 +50,7 @@ static double fake_tick;
 static double fake_load_s; /* added to the clock by a test's first run */
 static int fake_first_of_op; /* run()'s opts.first_of_op */
 static double fake_setup_s; /* run()'s opts.job_start: this long ago */
+static double fake_check_s; /* each check's compare, fake seconds */
 static double fake_jitter; /* relative amplitude */
 static double fake_drift;  /* relative slow-down per run (a warming GPU) */
 static int fake_runs;
@@ -146,6 +147,7 @@ static int fake_case_check(struct flyk_case *c, double *max_err)
 {
 	struct fake_point *f = fake_find(c->last_v, c->last_p);
 
+	fake_clock += fake_check_s;
 	*max_err = 0.0;
 	if (f != NULL && f->wrong) {
 		*max_err = 0.5;
@@ -189,6 +191,7 @@ static int setup(void **state)
 	fake_load_s = 0.0;
 	fake_first_of_op = 0;
 	fake_setup_s = 0.0;
+	fake_check_s = 0.0;
 	fake_jitter = 0.0;
 	fake_drift = 0.0;
 	fake_runs = 0;
@@ -971,6 +974,25 @@ static void test_issue_14_reps_fit_budget(void **state)
 	flyd_tune_result_fini(&r);
 }
 
+/* A check's compare is time too (0.03 s here against 0.02 s runs): the
+ * last check's wall time says what one more costs (estimated at its runs
+ * alone, three checks and their reps ended at 0.21 s). */
+static void test_issue_14_check_cost_counted(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 1);
+	runs_of(0.02);
+	fake_check_s = 0.03;
+	j.budget_s = 0.2;
+	assert_int_equal(run(&j, &r), 0);
+	assert_true(r.tune_s <= 0.2 + 1e-9);
+	assert_int_equal(r.ntrials, 2);
+	assert_int_equal(r.winner.status, FLY_STATUS_TUNED);
+	flyd_tune_result_fini(&r);
+}
+
 /* The worker's one-time costs in its first check of the op (0.9 s) are
  * not what that candidate's rep will cost: the checks still reach every
  * candidate (with them counted, one was checked). */
@@ -1199,6 +1221,7 @@ int main(void)
 		cmocka_unit_test_setup(test_issue_14_reps_fit_budget, setup),
 		cmocka_unit_test_setup(test_issue_14_setup_charged, setup),
 		cmocka_unit_test_setup(test_issue_14_first_run_not_owed, setup),
+		cmocka_unit_test_setup(test_issue_14_check_cost_counted, setup),
 		cmocka_unit_test(test_seed_stable),
 	};
 
