@@ -27,11 +27,12 @@ static int is_int(const cJSON *v)
 	       fabs(v->valuedouble) <= 9007199254740992.0;
 }
 
-/* A string of 1..@p max bytes. */
+/* A string of 1..@p max bytes, valid UTF-8 (cJSON passes invalid bytes
+ * through, and the daemon's strict parser would refuse the whole request:
+ * the header's device goes out with every import chunk). */
 static int is_str(const cJSON *v, size_t max)
 {
-	return cJSON_IsString(v) && v->valuestring[0] != '\0' &&
-	       strlen(v->valuestring) <= max;
+	return fly_record_str_ok(v, 1, (double)max);
 }
 
 /* The export file's top level: only the five fields; device an object
@@ -66,7 +67,8 @@ static const char *check_header_device(const cJSON *doc)
 	if (!is_str(cJSON_GetObjectItemCaseSensitive(d, "backend"), 15) ||
 	    !is_str(cJSON_GetObjectItemCaseSensitive(d, "fingerprint"), 4096) ||
 	    !is_str(cJSON_GetObjectItemCaseSensitive(d, "id"), 63))
-		return "device: expected backend, fingerprint and id strings";
+		return "device: expected backend, fingerprint and id UTF-8 "
+		       "strings";
 	return NULL;
 }
 
@@ -88,7 +90,7 @@ static int check_header(const char *file, const cJSON *doc)
 	else if (!cJSON_IsArray(res))
 		bad = "results: expected an array";
 	else if (!is_str(cJSON_GetObjectItemCaseSensitive(doc, "libver"), 31))
-		bad = "libver: expected a version (1..31 characters)";
+		bad = "libver: expected a version (1..31 characters, UTF-8)";
 	else
 		bad = check_header_device(doc);
 	if (bad != NULL) {
@@ -449,15 +451,27 @@ static int check_records(const char *file, const cJSON *hdoc,
 
 	for (size_t i = 0; i < nrec; i++) {
 		const char *end;
-		cJSON *r = cJSON_ParseWithLengthOpts(recs[i].p, recs[i].n, &end,
-						     0);
+		cJSON *r = NULL;
+		/* the text goes out as it is: the daemon's parser must take
+		 * it (a raw control character, which cJSON passes, made the
+		 * daemon refuse a checked file's request: exit 1) */
+		int strict = fly_record_parse(recs[i].p, recs[i].n, &r) == 0;
 
-		if (r == NULL || end != recs[i].p + recs[i].n) {
+		if (!strict)
+			r = cJSON_ParseWithLengthOpts(recs[i].p, recs[i].n,
+						      &end, 0);
+		if (r == NULL || (!strict && end != recs[i].p + recs[i].n)) {
 			cJSON_Delete(r);
 			return -1;
 		}
 		if (bad == nrec && fly_record_check(r, why, sizeof(why)) < 0)
 			bad = i;
+		else if (bad == nrec && !strict) {
+			snprintf(why, sizeof(why), "not strict JSON (a raw "
+				 "control character in a string, or a key "
+				 "twice)");
+			bad = i;
+		}
 		cJSON_Delete(r);
 	}
 	if (check_header(file, hdoc) != CTL_OK)

@@ -50,12 +50,18 @@ static int is_int(const cJSON *v)
  * parser) passes invalid bytes through, the daemon's strict parser
  * refuses the whole request (issue 21: a file the CLI had checked then
  * failed mid-import with a protocol error). */
-static int is_str(const cJSON *v, double min, double max)
+int fly_record_str_ok(const cJSON *v, double min, double max)
 {
 	size_t n = cJSON_IsString(v) ? strlen(v->valuestring) : 0;
 
 	return cJSON_IsString(v) && n >= min && (max < 0 || n <= max) &&
 	       fly__utf8_valid(v->valuestring, n);
+}
+
+
+int fly_record_parse(const char *p, size_t n, cJSON **out)
+{
+	return fly_msg_parse((const uint8_t *)p, n, out) == 0 ? 0 : -1;
 }
 
 /* Whether @p v is a valid value of field @p f. */
@@ -66,11 +72,11 @@ static int field_ok(const struct field *f, const cJSON *v)
 
 	switch (f->kind) {
 	case FLY_RF_KEY:
-		return is_str(v, f->min, f->max) &&
+		return fly_record_str_ok(v, f->min, f->max) &&
 		       fly_key_parse(v->valuestring, strlen(v->valuestring),
 				     &p) == 0;
 	case FLY_RF_STRING:
-		return is_str(v, f->min, f->max);
+		return fly_record_str_ok(v, f->min, f->max);
 	case FLY_RF_INTEGERS:
 		if (!cJSON_IsArray(v) ||
 		    (f->max >= 0 && cJSON_GetArraySize(v) > f->max))

@@ -39,4 +39,15 @@ enum fly_record_kind {
  * @return 0 valid, -1 invalid. */
 int fly_record_check(const cJSON *r, char *why, size_t cap);
 
+/* Parse one record's own text @p p[0..n) as the daemon parses a request
+ * (fly_msg_parse: valid UTF-8, no raw control characters in strings, no
+ * duplicate keys, an object, nothing after it): text the CLI sends as it
+ * is must pass this.  @return 0 (*@p out the record; cJSON_Delete) or -1. */
+int fly_record_parse(const char *p, size_t n, cJSON **out);
+
+/* Whether @p v is a string of @p min..@p max bytes (max < 0: no limit)
+ * of valid UTF-8, as the daemon's strict parser takes it: what every
+ * string of an export file, its header's too, must be. */
+int fly_record_str_ok(const cJSON *v, double min, double max);
+
 #endif /* FLY_RECORD_H */

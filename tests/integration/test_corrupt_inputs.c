@@ -1060,13 +1060,14 @@ static char *import_mutate(const cJSON *base, const struct seed *s,
 		snprintf(why, cap, "unknown record field");
 		break;
 	case 3: { /* a key edited one character */
+		static const char ch[] = "=/,0129mnk:x\x7f ";
 		char k[160];
 		const cJSON *kv = cJSON_GetObjectItemCaseSensitive(rec, "key");
 		size_t kl;
 
 		snprintf(k, sizeof(k), "%s", kv->valuestring);
 		kl = strlen(k);
-		k[rnd_below((uint32_t)kl)] = "=/,0129mnk:x\x7f "[rnd_below(16)];
+		k[rnd_below((uint32_t)kl)] = ch[rnd_below(sizeof(ch) - 1)];
 		cJSON_ReplaceItemInObjectCaseSensitive(rec, "key",
 						       cJSON_CreateString(k));
 		snprintf(why, cap, "key edited: %s", k);
@@ -1329,37 +1330,61 @@ static void test_mutated_import_files(void **state)
  * then refused the chunk as a protocol error: exit 1, "internal".  The
  * shared record check now refuses it first: exit 8 naming the record, and
  * nothing sent or stored. */
-static void test_issue_21_import_invalid_utf8_refused(void **state)
+/* The export file with byte @p b in the string value after @p field
+ * (its second byte; a record's field where @p in_rec), imported: refused
+ * (exit 8) with @p msg, nothing stored. */
+static void import_bad_byte(struct seed *s, int fd, const char *field,
+			    int in_rec, char b, const char *msg)
 {
-	struct seed *s = *state;
 	char cmd[900], file[400], *text, *out = NULL, *at;
 	size_t len;
 	cJSON *o;
-	int fd;
 
-	if (s->d.pid == 0)
-		assert_int_equal(fly_test_daemon_restart(&s->d), 0);
-	fd = fly_test_connect(s->d.sock);
-	assert_true(fd >= 0);
 	o = fly_test_req(fd, "{\"req\":\"forget\",\"all\":true}");
 	assert_true(fly_test_is_ok(o));
 	cJSON_Delete(o);
 	text = slurp(s->export, &len); /* cJSON_Print: "name":<TAB>value */
-	at = strstr(text, "\"variant\":");
+	at = in_rec ? strstr(text, "\"results\":") : text;
 	assert_non_null(at);
-	at = strchr(at + 10, '"');
+	at = strstr(at, field);
 	assert_non_null(at);
-	at[2] = (char)0xb2; /* a lone continuation byte */
+	at = strchr(at + strlen(field), '"');
+	assert_non_null(at);
+	at[2] = b;
 	snprintf(file, sizeof(file), "%s/utf8.json", s->d.dir);
 	spill(file, text, len);
 	free(text);
 	snprintf(cmd, sizeof(cmd), "%s/flytune-ctl --socket %s import %s 2>&1",
 		 FLY_BUILD_DIR, s->d.sock, file);
 	assert_int_equal(fly_test_run(cmd, &out), 8);
-	assert_non_null(strstr(out, "results[0]: variant: expected a UTF-8 "
-				    "string"));
+	if (strstr(out, msg) == NULL)
+		fail_msg("import with 0x%02x after %s: %s", (unsigned char)b,
+			 field, out);
 	free(out);
 	assert_int_equal(results_count(fd), 0);
+}
+
+static void test_issue_21_import_invalid_utf8_refused(void **state)
+{
+	struct seed *s = *state;
+	int fd;
+
+	if (s->d.pid == 0)
+		assert_int_equal(fly_test_daemon_restart(&s->d), 0);
+	fd = fly_test_connect(s->d.sock);
+	assert_true(fd >= 0);
+	/* a lone continuation byte in a record */
+	import_bad_byte(s, fd, "\"variant\":", 1, (char)0xb2,
+			"results[0]: variant: expected a UTF-8 string");
+	/* the mutated import case 33 at 587cfac: a raw control character
+	 * in a record's libver (cJSON takes it, the daemon's parser does
+	 * not: the checked file's request was refused, exit 1), and a lone
+	 * lead byte in the header's device */
+	import_bad_byte(s, fd, "\"libver\":", 1, (char)0x1c,
+			"results[0]: not strict JSON");
+	import_bad_byte(s, fd, "\"fingerprint\":", 0, (char)0xca,
+			"device: expected backend, fingerprint and id UTF-8 "
+			"strings");
 	close(fd);
 }
 
