@@ -27,9 +27,9 @@ static int is_int(const cJSON *v)
 	       fabs(v->valuedouble) <= 9007199254740992.0;
 }
 
-/* A string of 1..@p max bytes, valid UTF-8 (cJSON passes invalid bytes
- * through, and the daemon's strict parser would refuse the whole request:
- * the header's device goes out with every import chunk). */
+/* A string of 1..@p max bytes, valid UTF-8, as a record's strings must
+ * be (cJSON passes invalid bytes through: a header with them was
+ * imported as if valid). */
 static int is_str(const cJSON *v, size_t max)
 {
 	return fly_record_str_ok(v, 1, (double)max);

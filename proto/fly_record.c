@@ -58,7 +58,6 @@ int fly_record_str_ok(const cJSON *v, double min, double max)
 	       fly__utf8_valid(v->valuestring, n);
 }
 
-
 int fly_record_parse(const char *p, size_t n, cJSON **out)
 {
 	return fly_msg_parse((const uint8_t *)p, n, out) == 0 ? 0 : -1;
