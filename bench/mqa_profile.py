@@ -40,7 +40,8 @@ def main(argv=None):
                     help="environment variable NAME=v1,v2,...: time every "
                     "point under each value of NAME (read by the library at "
                     "launch) beside the Triton configs, gpu_bench's timing, "
-                    "instead of the profiling launches")
+                    "instead of the profiling launches; FLYK_PDL is read "
+                    "once a process: set it outside, one run per value")
     ap.add_argument("--cases-list", default="",
                     help="with --time: several case indexes, comma-separated")
     ap.add_argument("--graph", action="store_true",
