@@ -863,28 +863,13 @@ static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 	int64_t cb = (nkvb + nch - 1) / nch;
 	nch = (nkvb + cb - 1) / cb;
 	dim3 grid((unsigned)nch, (unsigned)nqb);
-#if FLYK_HAS_PDL
-	/* a short call's launch (61 x 1024: 7 us) then overlaps the tail of
-	 * the kernel before it where that one lets it (issue 14: graph
-	 * replay at 0.91x of the Triton peer there, 055b3cb) */
-	if (flyk_pdl_enabled()) {
-		if (flyk_go_pdl(grid, dim3(128), C::SMEM, s,
-				mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>,
-				(const uint8_t *)a->q, (const uint8_t *)a->kv,
-				a->kv_scale, a->weights, a->ks, a->ke,
-				a->logits, sq, skv, ld, cb * MQA_BKV,
-				map) == hipSuccess)
-			return 0;
-		(void)hipGetLastError();
-		return -EIO;
-	}
-#endif
-	FLYK_GO(grid, 128, C::SMEM, s,
-		mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>)(
-		(const uint8_t *)a->q, (const uint8_t *)a->kv, a->kv_scale,
-		a->weights, a->ks, a->ke, a->logits, sq, skv, ld,
-		cb * MQA_BKV, map);
-	return hipGetLastError() == hipSuccess ? 0 : -EIO;
+	/* with PDL: a short call's launch (61 x 1024: 7 us) then overlaps
+	 * the tail of the kernel before it where that one lets it (issue
+	 * 14: graph replay at 0.91x of the Triton peer there, 055b3cb) */
+	return flyk_go_dependent<mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>>(
+	    grid, dim3(128), C::SMEM, s, (const uint8_t *)a->q,
+	    (const uint8_t *)a->kv, a->kv_scale, a->weights, a->ks, a->ke,
+	    a->logits, sq, skv, ld, cb * MQA_BKV, map);
 }
 
 template <int BQ, int ST, int PIPE>

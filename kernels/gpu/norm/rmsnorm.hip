@@ -706,20 +706,9 @@ static int rms_rows_launch(const struct flyk_rmsnorm_args *a, unsigned grid,
 			   int lg, float inv_n)
 {
 	typedef typename flyk_elem<DT>::T T;
-#if FLYK_HAS_PDL
-	if (flyk_pdl_enabled()) {
-		if (flyk_go_pdl(dim3(grid), dim3(th), 0, s,
-				rms_rows_kernel<DT, VB, R, RES, WE, AL>,
-				RMS_ARGS(T), m, n, G, lg, inv_n,
-				a->eps) == hipSuccess)
-			return 0;
-		(void)hipGetLastError();
-		return -EIO;
-	}
-#endif
-	FLYK_GO(grid, th, 0, s, rms_rows_kernel<DT, VB, R, RES, WE, AL>)(
-		RMS_ARGS(T), m, n, G, lg, inv_n, a->eps);
-	return rms_launch_err();
+	return flyk_go_dependent<rms_rows_kernel<DT, VB, R, RES, WE, AL>>(
+	    dim3(grid), dim3(th), 0, s, RMS_ARGS(T), m, n, G, lg, inv_n,
+	    a->eps);
 }
 
 template <int DT, int VB, bool RES, bool WE, bool AL>

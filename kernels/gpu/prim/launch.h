@@ -115,4 +115,24 @@ static inline hipError_t flyk_go_pdl(dim3 grid, dim3 block, size_t smem,
 }
 #endif
 
+/* Launch kernel @p K on @p s: with PDL (flyk_go_pdl, the contract above)
+ * where the build has it and FLYK_PDL is not 0, else as FLYK_GO does.
+ * For kernels that call flyk_pdl_wait before touching global memory.
+ * @return 0 or -EIO. */
+template <auto &K, class... A>
+static inline int flyk_go_dependent(dim3 grid, dim3 block, size_t smem,
+				    hipStream_t s, A... args)
+{
+#if FLYK_HAS_PDL && !FLYK_DEVICE_PASS
+	if (flyk_pdl_enabled()) {
+		if (flyk_go_pdl(grid, block, smem, s, K, args...) == hipSuccess)
+			return 0;
+		(void)hipGetLastError();
+		return -EIO;
+	}
+#endif
+	FLYK_GO(grid, block, smem, s, K)(args...);
+	return hipGetLastError() == hipSuccess ? 0 : -EIO;
+}
+
 #endif /* FLYK_PRIM_LAUNCH_H */
