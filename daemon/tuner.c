@@ -446,12 +446,18 @@ static void budget_start(struct tstate *st)
 		st->budget = left;
 }
 
+/* @p more_s seconds from now would end past the budget (none: never). */
+static int ends_past(struct tstate *st, double more_s)
+{
+	return st->budget > 0 &&
+	       st->o.now(st->o.now_ctx) - st->t0 + more_s > st->budget;
+}
+
 /* A run of @p run_s more would end past the budget (and the budget is
  * recorded as hit). */
 static int over_budget(struct tstate *st, double run_s)
 {
-	if (st->budget <= 0 ||
-	    st->o.now(st->o.now_ctx) - st->t0 + run_s <= st->budget)
+	if (!ends_past(st, run_s))
 		return 0;
 	st->r->budget_hit = 1;
 	return 1;
@@ -466,13 +472,12 @@ static int over_budget(struct tstate *st, double run_s)
  * 1.0 s budget (tune_s 1.31-1.32 s). */
 static int no_room(struct tstate *st)
 {
-	if (st->budget <= 0 || !(st->best_warm < INFINITY))
+	if (!(st->best_warm < INFINITY))
 		return 0;
 	double run = st->best_warm * 1e-6;
 	double next = run + (st->check_s > 0 ? st->check_s
 			     : (st->best_warm >= LONG_RUN_US ? 1 : 2) * run);
-	return st->o.now(st->o.now_ctx) - st->t0 + st->owed_s + next >
-	       st->budget;
+	return ends_past(st, st->owed_s + next);
 }
 
 /* One run of @p c through the backend (its time in @p us); @p c->run_s
