@@ -88,8 +88,12 @@ struct tstate {
 			     s: charged to the budget */
 	double owed_s;    /* one timed rep of every candidate that passed
 			     its check so far, s (each is owed one) */
-	double check_s;   /* the last check's wall time (poison, runs,
-			     compare), s; 0: none yet */
+	double owed_max_s; /* the largest of those reps, s */
+	double check_max_s; /* the largest check's wall time (poison,
+			       runs, compare), s; 0: none yet */
+	double check_fixed_s; /* the last check's wall time less its runs':
+				 the poisoning and the compare, s */
+	double run_wall_s; /* every run's wall time so far, s */
 	/* An exact-shape job (issue 22): the op's default point for the
 	 * shape, always a candidate and checked first; the winner is never
 	 * slower than its measured median.  -1: not exact, or no default. */
@@ -464,20 +468,30 @@ static int over_budget(struct tstate *st, double run_s)
 }
 
 /* Checking one more candidate would push the one timed rep each checked
- * candidate is owed past the budget: its check (the last one's wall
- * time: the poisoning and the compare are in it) and its own rep at the
- * fastest warm-up seen, on top of st->owed_s (the checked ones' runs,
- * wall time).  On the H100 the 9 ms MQA keys checked 43 candidates
- * within the checks' share, then their one rep each took 0.3 s past the
- * 1.0 s budget (tune_s 1.31-1.32 s). */
+ * candidate is owed past the budget: st->owed_s (the checked ones' reps,
+ * wall time) and the next candidate's check and rep, at the worst a
+ * candidate that passes the warm-up cut may cost -- its runs at
+ * WARM_REJECT_X times the fastest warm-up seen (or the slowest owed
+ * rep's wall time, if more: short kernels' runs are mostly launch), with
+ * the last check's fixed part (poison, compare) on top, and never less
+ * than the largest check seen.  On the H100 the 9 ms MQA keys checked 43
+ * candidates within the checks' share, then their one rep each took 0.3 s
+ * past the 1.0 s budget (tune_s 1.31-1.32 s); judged by the last check,
+ * a slower candidate's check and rep still ended 4-23 ms past it. */
 static int no_room(struct tstate *st)
 {
 	if (!(st->best_warm < INFINITY))
 		return 0;
-	double run = st->best_warm * 1e-6;
-	double next = run + (st->check_s > 0 ? st->check_s
-			     : (st->best_warm >= LONG_RUN_US ? 1 : 2) * run);
-	return ends_past(st, st->owed_s + next);
+	double best = st->best_warm * 1e-6;
+	double unit = WARM_REJECT_X * best;
+	int runs = unit >= LONG_RUN_US * 1e-6 ? 1 : 1 + st->o.warmup;
+
+	if (unit < st->owed_max_s)
+		unit = st->owed_max_s;
+	double check = st->check_fixed_s + runs * unit;
+	if (check < st->check_max_s)
+		check = st->check_max_s;
+	return ends_past(st, st->owed_s + check + unit);
 }
 
 /* One run of @p c through the backend (its time in @p us); @p c->run_s
@@ -494,6 +508,7 @@ static int cand_run(struct tstate *st, struct cand *c, double *us)
 		double w = st->o.now(st->o.now_ctx) - w0;
 		double k = *us * 1e-6, cap = k + FIRST_RUN_SLACK_US * 1e-6;
 
+		st->run_wall_s += w;
 		c->run_s = w < k ? k : (w > cap ? cap : w);
 	}
 	return rc;
@@ -566,6 +581,8 @@ static void cand_check(struct tstate *st, struct cand *c)
 	if (us < st->best_warm)
 		st->best_warm = us;
 	st->owed_s += c->run_s;
+	if (c->run_s > st->owed_max_s)
+		st->owed_max_s = c->run_s;
 }
 
 /* One timed rep of @p c.  Emits ERROR on a launch failure. */
@@ -795,6 +812,7 @@ static int measure(struct tstate *st)
 				continue;
 			}
 			double c0 = st->o.now(st->o.now_ctx);
+			double r0 = st->run_wall_s;
 
 			cand_check(st, &st->cands[i]);
 			/* The first check of the worker's first job of an op
@@ -809,7 +827,13 @@ static int measure(struct tstate *st)
 				st->o.job_start += st->r->first_s;
 				budget_start(st);
 			} else {
-				st->check_s = st->o.now(st->o.now_ctx) - c0;
+				double w = st->o.now(st->o.now_ctx) - c0;
+
+				if (w > st->check_max_s)
+					st->check_max_s = w;
+				st->check_fixed_s = w - (st->run_wall_s - r0);
+				if (st->check_fixed_s < 0)
+					st->check_fixed_s = 0;
 			}
 		}
 	round_reject(st, alive, want, REJECT0_REPS, REJECT0_X);
