@@ -36,9 +36,11 @@
  *      the points of a superseded variant (its flyk_variant.successor
  *      has a candidate here) come after all the others.  A candidate not
  *      yet checked once 70% of job->budget_s of wall time (opts->now) has
- *      passed, 40% for a superseded one, or once checking it would leave
- *      the one timed rep every checked candidate gets (each at its last
- *      run's time) ending past the budget, is not run (counted in
+ *      passed, 40% for a superseded one, or once checking it (its check
+ *      and rep costed at the warm-up cut, 3x the fastest run, never
+ *      under the largest check seen) would leave the one timed rep every
+ *      checked candidate gets (each at its last run's time) ending past
+ *      the budget, is not run (counted in
  *      result->nunmeasured, no trial): the rest of the budget is the
  *      checked candidates' reps.  No rep is added that would end past
  *      the budget (every checked, correct candidate still gets one timed

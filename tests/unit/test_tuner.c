@@ -1001,12 +1001,12 @@ static void test_issue_14_check_cost_counted(void **state)
 }
 
 /* Checks differ: a slower candidate's check and its owed rep cost more
- * than the last check of a fast one.  Here the second candidate runs at
- * 2.5x the first (inside the warm-up cut): the room left for one more
- * check is judged by the largest check and owed rep seen, not the last
- * (judged by the last, a 30 ms check of the slow point came after a
- * 12 ms one and the job ended 14 ms past its 0.17 s budget; the MQA
- * keys on the H100 ended 4-23 ms past theirs). */
+ * than the last check of a fast one.  Here the third candidate runs at
+ * 2.5x the others (inside the warm-up cut): the room left for one more
+ * check is judged at the cut, 3x the fastest run, not by the last check
+ * (judged by the last, the slow point's 27 ms check came after 12 ms
+ * ones and a 0.066 s budget ended at 0.096 s; the MQA keys on the H100
+ * ended 4-23 ms past theirs).  Every budget from 40 to 200 ms. */
 static void test_issue_14_slow_check_counted(void **state)
 {
 	struct flyd_tune_job j;
