@@ -75,6 +75,10 @@ struct flyd_tune_result {
 	double list_s;               /* of tune_s: listing the candidates */
 	double first_s;              /* of tune_s: a first-of-op job's first
 					check (the one-time costs), else 0 */
+	double setup_s;              /* the case's setup before tune_s (from
+					flyd_tuner_opts.job_start) */
+	double over_s;               /* how far the measurements ran past
+					their budget, s (0: not past) */
 };
 
 #endif /* FLYD_JOB_H */

@@ -28,6 +28,7 @@
 #include "log.h"
 #include "queue.h"
 #include "registry.h"
+#include "reserve.h"
 #include "results.h"
 #include "scheduler.h"
 #include "store.h"
@@ -66,6 +67,9 @@ struct flyd_sched {
 	struct flyd_sched_fleet fl;   /* single-flight hooks; claim NULL: none */
 	char claiming[FLY_KEY_MAX];   /* the key whose claim is in flight */
 	uint64_t claim_until_ms;      /* ... not waited for after this */
+	uint64_t taken_ns;            /* uv_hrtime: the running job taken
+					 off the queue */
+	struct flyd_reserve reserve;  /* the budget's reserve (reserve.h) */
 	struct flyd_tune_job job;     /* scratch: ~20 KB, kept off the stack */
 };
 
@@ -313,7 +317,9 @@ static int build_job(struct flyd_sched *sc, const struct flyd_qjob *j)
 				 &job->problem_lo);
 	fly_problem_shape(&job->problem);
 	fly_problem_shape(&job->problem_lo);
-	job->budget_s = ctx->cfg.job_budget_s;
+	/* less what the last jobs ran past theirs (reserve.h) */
+	job->budget_s = ctx->cfg.job_budget_s -
+			flyd_reserve_s(&sc->reserve, ctx->cfg.job_budget_s);
 	job->max_s = ctx->cfg.job_max_x * ctx->cfg.job_budget_s;
 	job->margin = ctx->cfg.margin;
 	inc = flyd_results_lookup(sc->res, j->key, 0);
@@ -597,6 +603,7 @@ static void schedule(struct flyd_sched *sc)
 		if (!fleet_gate(sc, j))
 			continue; /* asked: the next turn waits for the answer */
 		flyd_queue_start(sc->q, j);
+		sc->taken_ns = uv_hrtime();
 		rc = build_job(sc, j);
 		if (rc < 0) {
 			job_fail(sc, j, rc, "stored job key does not parse");
@@ -610,8 +617,9 @@ static void schedule(struct flyd_sched *sc)
 		}
 		j->started_ms = uv_now(ctx->loop);
 		flyd_log(FLYD_LOG_INFO, "job_started",
-			 "key=%s priority=%d force=%d excluded=%u", j->key,
-			 j->priority, j->force, sc->job.nexclude);
+			 "key=%s priority=%d force=%d excluded=%u "
+			 "budget_s=%.4f", j->key, j->priority, j->force,
+			 sc->job.nexclude, sc->job.budget_s);
 		return;
 	}
 }
@@ -690,6 +698,23 @@ static void job_faulted(struct flyd_sched *sc, struct flyd_qjob *j,
 	persist_job(sc, j);
 }
 
+/* A tuned job's waiters are answered: its excess over what its budget
+ * governs goes to the reserve (reserve.h). */
+static void note_excess(struct flyd_sched *sc,
+			const struct flyd_tune_result *r)
+{
+	double wall = (double)(uv_hrtime() - sc->taken_ns) / 1e9;
+	double x = flyd_reserve_excess(wall, r->setup_s, r->tune_s,
+				       r->over_s);
+
+	flyd_reserve_note(&sc->reserve, x);
+	flyd_log(FLYD_LOG_INFO, "job_excess",
+		 "key=%s wall_s=%.4f setup_s=%.4f tune_s=%.4f over_s=%.4f "
+		 "excess_s=%.4f reserve_s=%.4f", r->key, wall, r->setup_s,
+		 r->tune_s, r->over_s, x,
+		 flyd_reserve_s(&sc->reserve, sc->ctx->cfg.job_budget_s));
+}
+
 static void done_cb(void *arg, const struct flyd_tune_result *r)
 {
 	struct flyd_sched *sc = arg;
@@ -725,6 +750,7 @@ static void done_cb(void *arg, const struct flyd_tune_result *r)
 	} else if (r->rc == 0) {
 		count_run(sc, j, r);
 		job_succeeded(sc, j, r);
+		note_excess(sc, r);
 	} else if (r->rc == -ECHILD) {
 		count_run(sc, j, r);
 		job_faulted(sc, j, r);

@@ -896,7 +896,13 @@ int flyd_tuner_run(const struct flyk_backend *b, struct flyk_device *dev,
 	} else {
 		r->rc = rc;
 	}
-	r->tune_s = st.o.now(st.o.now_ctx) - st.start;
+	double end = st.o.now(st.o.now_ctx);
+	r->tune_s = end - st.start;
+	r->setup_s = st.setup_s;
+	/* past the budget by: what the daemon's budget reserve learns from
+	 * (scheduler.c) */
+	if (st.budget > 0 && end - st.t0 > st.budget)
+		r->over_s = end - st.t0 - st.budget;
 	for (uint32_t i = 0; st.cands != NULL && i < FLYD_TUNER_MAX_CANDS; i++)
 		free(st.cands[i].samples);
 	free(st.cands);

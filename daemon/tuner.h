@@ -118,7 +118,10 @@ void flyd_tuner_opts_init(struct flyd_tuner_opts *o);
  * @param[in] o    options; NULL: defaults.
  * @param[out] r   the result: r->trials holds every trial (caller owns;
  *                 free with flyd_tune_result_fini()), r->winner and
- *                 r->mad_us when r->rc == 0, r->tune_s, counters.
+ *                 r->mad_us when r->rc == 0, r->tune_s, counters,
+ *                 r->setup_s (from o->job_start) and r->over_s (how far
+ *                 the measurements ended past their budget, if they did:
+ *                 the daemon's budget reserve learns from it).
  * @return r->rc: 0, -ENOENT (no correct candidate, or no candidate at
  *         all), -ENOMEM, -EINVAL (bad arguments). */
 int flyd_tuner_run(const struct flyk_backend *b, struct flyk_device *dev,

@@ -409,6 +409,8 @@ static void on_result(struct flyd_worker *w, const struct flyd_wp_result *m)
 	r.nexcluded = m->nexcluded;
 	r.nunmeasured = m->nunmeasured;
 	r.budget_hit = m->budget_hit;
+	r.setup_s = m->setup_s;
+	r.over_s = m->over_s;
 	if (m->ntrials != w->ntrials)
 		flyd_log(FLYD_LOG_WARN, "worker_trials_mismatch",
 			 "key=%s sent=%u got=%zu", r.key, m->ntrials,

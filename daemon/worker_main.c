@@ -95,6 +95,8 @@ static void send_result(const struct flyd_tune_result *r)
 	m.ninfeasible = r->ninfeasible;
 	m.nexcluded = r->nexcluded;
 	m.nunmeasured = r->nunmeasured;
+	m.setup_s = r->setup_s;
+	m.over_s = r->over_s;
 	send_or_exit(FLYD_WP_RESULT, &m, sizeof(m));
 }
 

@@ -45,7 +45,7 @@
 #include "worker.h"
 
 #define FLYD_WP_MAGIC 0x50574c46u /* "FLWP" little-endian */
-#define FLYD_WP_VERSION 2
+#define FLYD_WP_VERSION 3
 #define FLYD_WP_HDR 16
 #define FLYD_WP_FD 3             /* the pipe's fd in the worker */
 #define FLYD_WP_BACKEND_MAX 16
@@ -89,6 +89,8 @@ struct flyd_wp_result {
 	uint32_t nexcluded;
 	uint32_t nunmeasured;
 	uint32_t reserved;
+	double setup_s;                      /* flyd_tune_result.setup_s */
+	double over_s;                       /* flyd_tune_result.over_s */
 };
 
 /* Payload size of a type, 0 for an unknown type. */

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@
 #include "../common/jreq.h"
 
 #define FAST_CFG "\"job_budget_s\":0.3"
+#define FAST_CFG_OBJ "{" FAST_CFG "}"
 
 static const char *err_code(const cJSON *o)
 {
@@ -631,6 +633,79 @@ static void test_forget_and_wait_timeout(void **state)
 	fly_test_daemon_cleanup(d);
 }
 
+/* A number "NAME=<x>" on the daemon log's line holding @p line_has (the
+ * last such line); fails the test when absent. */
+static double log_num(const struct fly_test_daemon *d, const char *line_has,
+		      const char *name)
+{
+	FILE *f = fopen(d->log, "r");
+	char line[2048], pat[64];
+	double x = NAN;
+
+	assert_non_null(f);
+	snprintf(pat, sizeof(pat), " %s=", name);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		const char *v;
+
+		if (strstr(line, line_has) == NULL ||
+		    (v = strstr(line, pat)) == NULL)
+			continue;
+		x = strtod(v + strlen(pat), NULL);
+	}
+	fclose(f);
+	if (isnan(x))
+		fail_msg("no %s= on a log line with \"%s\"", name, line_has);
+	return x;
+}
+
+/* Issue 14 (tuning <= 1.0 s a key, as decide_wait sees it): a job's
+ * budget is the configured one less what the last jobs ran past theirs
+ * (reserve.h) -- the first job gets all of job_budget_s, the second
+ * job_budget_s less the first's excess as the daemon logged it
+ * (job_excess: wall time from the queue to the answered waiters, less
+ * the worker's setup and tune_s, plus the tuner's overrun), never less
+ * than 95% of it. */
+static void test_issue_14_budget_reserve(void **state)
+{
+	struct fly_test_daemon *d = *state;
+	const char *k1 = "rmsnorm/fp32/m=4,n=160";
+	const char *k2 = "rmsnorm/fp32/m=4,n=224";
+	char has[128];
+	struct answer a;
+	double b1, b2, x1, wall, setup, tune, over;
+	int fd;
+
+	assert_int_equal(fly_test_daemon_start(d, FAST_CFG_OBJ, NULL), 0);
+	fd = fly_test_connect(d->sock);
+	assert_true(fd >= 0);
+	tune_wait(fd, k1, 0, &a);
+	tune_wait(fd, k2, 0, &a);
+	close(fd);
+	snprintf(has, sizeof(has), "job_started key=%s ", k1);
+	b1 = log_num(d, has, "budget_s");
+	snprintf(has, sizeof(has), "job_excess key=%s ", k1);
+	x1 = log_num(d, has, "excess_s");
+	wall = log_num(d, has, "wall_s");
+	setup = log_num(d, has, "setup_s");
+	tune = log_num(d, has, "tune_s");
+	over = log_num(d, has, "over_s");
+	snprintf(has, sizeof(has), "job_started key=%s ", k2);
+	b2 = log_num(d, has, "budget_s");
+	print_message("excess %.4f s (wall %.4f, setup %.4f, tune %.4f, "
+		      "over %.4f), next budget %.4f s\n", x1, wall, setup, tune,
+		      over, b2);
+	assert_float_equal(b1, 0.3, 1e-9);
+	/* the excess is the wall time outside the worker's setup and tune,
+	 * plus the overrun; the job was handed over, committed and answered
+	 * in it (the log's four decimals: 3 roundings) */
+	assert_true(x1 >= 0);
+	assert_float_equal(x1, fmax(wall - setup - tune, 0) + over, 2e-4);
+	assert_true(wall >= setup + tune - 1.5e-4);
+	assert_float_equal(b2, 0.3 - fmin(x1, 0.05 * 0.3), 1.5e-4);
+	assert_true(b2 >= 0.95 * 0.3 - 1e-9 && b2 <= 0.3);
+	fly_test_daemon_cleanup(d);
+}
+
 /* The shared fixture, and the second daemon some tests start. */
 static int teardown(void **state)
 {
@@ -750,6 +825,7 @@ int main(void)
 		T(test_forget_and_wait_timeout),
 		T(test_issue_15_scaled_gemm_formats),
 		T(test_issue_16_attention),
+		T(test_issue_14_budget_reserve),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

@@ -1033,6 +1033,37 @@ static void test_issue_14_slow_check_counted(void **state)
 	}
 }
 
+/* The result says how far the measurements ended past their budget
+ * (over_s: the daemon's budget reserve learns from it, reserve.h) and the
+ * setup charged (setup_s): 0.02 s runs, a 0.01 s setup and a 0.03 s
+ * budget leave 0.02 s, and the first candidate's check and its one owed
+ * rep take 0.04 s; within a budget, over_s is 0. */
+static void test_issue_14_over_reported(void **state)
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+
+	job_init(&j, 1);
+	runs_of(0.02);
+	fake_setup_s = 0.01;
+	j.budget_s = 0.03;
+	assert_int_equal(run(&j, &r), 0);
+	assert_float_equal(r.setup_s, 0.01, 1e-9);
+	assert_true(r.over_s > 0.015);
+	assert_float_equal(r.over_s, r.tune_s - r.list_s - (0.03 - 0.01),
+			   1e-9);
+	flyd_tune_result_fini(&r);
+
+	setup(NULL);
+	job_init(&j, 1);
+	runs_of(0.02);
+	fake_setup_s = 0.01;
+	assert_int_equal(run(&j, &r), 0);
+	assert_float_equal(r.setup_s, 0.01, 1e-9);
+	assert_float_equal(r.over_s, 0.0, 0);
+	flyd_tune_result_fini(&r);
+}
+
 /* The worker's one-time costs in its first check of the op (0.9 s) are
  * not what that candidate's rep will cost: the checks still reach every
  * candidate (with them counted, one was checked). */
@@ -1264,6 +1295,7 @@ int main(void)
 		cmocka_unit_test_setup(test_issue_14_first_run_not_owed, setup),
 		cmocka_unit_test_setup(test_issue_14_check_cost_counted, setup),
 		cmocka_unit_test_setup(test_issue_14_slow_check_counted, setup),
+		cmocka_unit_test_setup(test_issue_14_over_reported, setup),
 		cmocka_unit_test(test_seed_stable),
 	};
 

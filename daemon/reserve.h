@@ -1,0 +1,48 @@
+/*
+ * reserve.h -- the tuning budget's reserve: what the last jobs ran past
+ * the budget they were given, kept off the next job's budget.
+ *
+ * A job's measurements stop at its budget (tuner.h), but the time an
+ * engine waits for a new key's decision (`decide_wait`) also holds what
+ * the budget does not govern: the job's hand-over to the worker, the
+ * case freed, the result sent, committed to the tuning DB and published,
+ * and the waiters answered -- and, where a last rep ran longer than its
+ * previous run, the measurements' own overrun.  On the H100 those put 3
+ * of the 12 MQA keys 1-6 ms past their 1.0 s budget (bench/README.md).
+ * The scheduler notes each tuned job's excess -- its wall time from the
+ * queue to the answered waiters, less the worker's setup and tune_s,
+ * plus the tuner's over_s -- and cuts the next job's budget by the
+ * largest of the last FLYD_RESERVE_JOBS, never by more than
+ * FLYD_RESERVE_MAX_SHARE of it.
+ *
+ * Owns: nothing (a plain value in the scheduler).  Thread: any.
+ */
+#ifndef FLYD_RESERVE_H
+#define FLYD_RESERVE_H
+
+#define FLYD_RESERVE_JOBS 8         /* jobs remembered */
+#define FLYD_RESERVE_MAX_SHARE 0.05 /* of the budget, at most */
+
+struct flyd_reserve {
+	double excess[FLYD_RESERVE_JOBS]; /* s, >= 0 */
+	unsigned n;                       /* entries held */
+	unsigned head;                    /* the next entry written */
+};
+
+/* The excess of one job, s (>= 0): @p wall_s from the job taken off the
+ * queue to its waiters answered, less what the budget governs or charges
+ * (@p setup_s, @p tune_s), plus the measurements' overrun @p over_s.
+ * NaN or negative parts count as 0. */
+double flyd_reserve_excess(double wall_s, double setup_s, double tune_s,
+			   double over_s);
+
+/* Remember @p excess_s (NaN or negative: 0), dropping the oldest past
+ * FLYD_RESERVE_JOBS. */
+void flyd_reserve_note(struct flyd_reserve *rs, double excess_s);
+
+/* What to keep off a budget of @p budget_s: the largest remembered
+ * excess, at most FLYD_RESERVE_MAX_SHARE * budget_s (0: none, or a
+ * budget <= 0). */
+double flyd_reserve_s(const struct flyd_reserve *rs, double budget_s);
+
+#endif /* FLYD_RESERVE_H */
