@@ -79,6 +79,13 @@ struct flyd_tune_result {
 					flyd_tuner_opts.job_start) */
 	double over_s;               /* how far the measurements ran past
 					their budget, s (0: not past) */
+	/* Where the budget went (the worker's job_done line; not sent to
+	 * the daemon), s from the budget's start unless said: */
+	double checks_s;             /* the checks ended */
+	double owed_est_s;           /* the owed reps, as estimated then */
+	double owed_wall_s;          /* ... as they ran (their wall time) */
+	double miss_max_s;           /* the most a later rep ran past its
+					estimate (its last run's wall) */
 };
 
 #endif /* FLYD_JOB_H */

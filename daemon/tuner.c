@@ -625,7 +625,13 @@ static void time_interleaved(struct tstate *st, struct cand **cs, uint32_t n,
 			if (!c->alive || c->n >= w ||
 			    (c->n >= 1 && over_budget(st, c->run_s)))
 				continue;
+			double est = c->run_s, w0 = st->o.now(st->o.now_ctx);
+
 			cand_rep(st, c);
+			double miss = st->o.now(st->o.now_ctx) - w0 - est;
+
+			if (c->n >= 2 && miss > st->r->miss_max_s)
+				st->r->miss_max_s = miss;
 			more = 1;
 		}
 	}
@@ -836,7 +842,12 @@ static int measure(struct tstate *st)
 					st->check_fixed_s = 0;
 			}
 		}
+	double t1 = st->o.now(st->o.now_ctx);
+
+	st->r->checks_s = t1 - st->t0;
+	st->r->owed_est_s = st->owed_s;
 	round_reject(st, alive, want, REJECT0_REPS, REJECT0_X);
+	st->r->owed_wall_s = st->o.now(st->o.now_ctx) - t1;
 	round_reject(st, alive, want, REJECT1_REPS, REJECT1_X);
 	round_reject(st, alive, want, REJECT2_REPS, REJECT2_X);
 	rounds_halving(st, alive, want);

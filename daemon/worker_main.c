@@ -149,10 +149,13 @@ static void run_job(struct flyd_backend *be, const struct wm_args *a,
 	be->kb->case_free(c);
 	flyd_log(FLYD_LOG_INFO, "job_done",
 		 "key=%s rc=%d winner=%s candidates=%u trials=%zu setup_s=%.3f "
-		 "tune_s=%.3f list_s=%.3f first_s=%.3f",
+		 "tune_s=%.3f list_s=%.3f first_s=%.3f over_s=%.4f "
+		 "checks_s=%.4f owed_est_s=%.4f owed_wall_s=%.4f "
+		 "miss_max_s=%.4f",
 		 j->key, r.rc, r.rc == 0 ? r.winner.variant : "-",
 		 r.ncandidates, r.ntrials, setup_s, r.tune_s, r.list_s,
-		 r.first_s);
+		 r.first_s, r.over_s, r.checks_s, r.owed_est_s, r.owed_wall_s,
+		 r.miss_max_s);
 	send_result(&r);
 	flyd_tune_result_fini(&r);
 }
