@@ -10,8 +10,10 @@
  * previous run, the measurements' own overrun.  On the H100 those put 3
  * of the 12 MQA keys 1-6 ms past their 1.0 s budget (bench/README.md).
  * The scheduler notes each tuned job's excess -- its wall time from the
- * queue to the answered waiters, less the worker's setup and tune_s,
- * plus the tuner's over_s -- and cuts the next job's budget by the
+ * explicit request that queued it (its start where none did, or where
+ * it waited behind another job, a restart or a fleet lock) to the
+ * answered waiters, less the worker's setup and tune_s, plus the tuner's
+ * over_s -- and cuts the next job's budget by the
  * largest of the last FLYD_RESERVE_JOBS, never by more than
  * FLYD_RESERVE_MAX_SHARE of it.
  *
@@ -29,8 +31,8 @@ struct flyd_reserve {
 	unsigned head;                    /* the next entry written */
 };
 
-/* The excess of one job, s (>= 0): @p wall_s from the job taken off the
- * queue to its waiters answered, less what the budget governs or charges
+/* The excess of one job, s (>= 0): @p wall_s from the job's start as its
+ * waiters see it to their answers, less what the budget governs or charges
  * (@p setup_s, @p tune_s), plus the measurements' overrun @p over_s.
  * NaN or negative parts count as 0. */
 double flyd_reserve_excess(double wall_s, double setup_s, double tune_s,

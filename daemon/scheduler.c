@@ -67,8 +67,9 @@ struct flyd_sched {
 	struct flyd_sched_fleet fl;   /* single-flight hooks; claim NULL: none */
 	char claiming[FLY_KEY_MAX];   /* the key whose claim is in flight */
 	uint64_t claim_until_ms;      /* ... not waited for after this */
-	uint64_t taken_ns;            /* uv_hrtime: the running job taken
-					 off the queue */
+	uint64_t taken_ns;            /* uv_hrtime: the running job's start
+					 as its waiters see it (reserve.h) */
+	uint64_t done_ns;             /* uv_hrtime: the last job's end */
 	struct flyd_reserve reserve;  /* the budget's reserve (reserve.h) */
 	struct flyd_tune_job job;     /* scratch: ~20 KB, kept off the stack */
 };
@@ -251,6 +252,7 @@ static int enqueue(struct flyd_sched *sc, const char *key, int prio,
 {
 	struct flyd_qjob *j;
 	int before_prio = -1, before_force = 0;
+	uint64_t now_ns = uv_hrtime();
 	int rc;
 
 	j = flyd_queue_find(sc->q, key);
@@ -265,6 +267,9 @@ static int enqueue(struct flyd_sched *sc, const char *key, int prio,
 		sc->ctx->stats.busy_rejections++;
 	if (rc < 0 || rc == 2)
 		return rc;
+	if (prio == FLYD_PRIO_EXPLICIT && j->state == FLYD_Q_QUEUED &&
+	    j->asked_ns == 0)
+		j->asked_ns = now_ns; /* its first waiter's */
 	if (rc == 0) {
 		j->queued_at = (int64_t)time(NULL);
 		/* a forced tune of a failed key: its record goes */
@@ -565,6 +570,22 @@ static void job_adopt(struct flyd_sched *sc, struct flyd_qjob *j,
 	flyd_queue_done(sc->q, j);
 }
 
+/* Where job @p j's time starts for the budget's reserve: now, or, for a
+ * job an explicit request queued (and no fleet lock held it up), that
+ * request's arrival -- its queueing, the job row's write and the
+ * scheduler's turn are what its waiter waits through too -- but never
+ * before the last job ended (the wait behind another job is not this
+ * job's). */
+static uint64_t job_start_ns(const struct flyd_sched *sc,
+			     const struct flyd_qjob *j)
+{
+	uint64_t now = uv_hrtime(), t = j->asked_ns;
+
+	if (t == 0 || t > now || j->fleet != FLYD_QF_NONE)
+		return now;
+	return t > sc->done_ns ? t : (sc->done_ns < now ? sc->done_ns : now);
+}
+
 /* Start the next job when the worker is free and the policy allows. */
 static void schedule(struct flyd_sched *sc)
 {
@@ -603,7 +624,7 @@ static void schedule(struct flyd_sched *sc)
 		if (!fleet_gate(sc, j))
 			continue; /* asked: the next turn waits for the answer */
 		flyd_queue_start(sc->q, j);
-		sc->taken_ns = uv_hrtime();
+		sc->taken_ns = job_start_ns(sc, j);
 		rc = build_job(sc, j);
 		if (rc < 0) {
 			job_fail(sc, j, rc, "stored job key does not parse");
@@ -611,7 +632,9 @@ static void schedule(struct flyd_sched *sc)
 		}
 		rc = flyd_worker_submit(sc->worker, &sc->job);
 		if (rc < 0) {
-			/* Restarting or busy: retried on READY / the tick. */
+			/* Restarting or busy: retried on READY / the tick
+			 * (the restart is not this job's time). */
+			j->asked_ns = 0;
 			flyd_queue_requeue_front(sc->q, j);
 			return;
 		}
@@ -699,7 +722,8 @@ static void job_faulted(struct flyd_sched *sc, struct flyd_qjob *j,
 }
 
 /* A tuned job's waiters are answered: its excess over what its budget
- * governs goes to the reserve (reserve.h). */
+ * governs goes to the reserve (reserve.h); its wall time counts from
+ * job_start_ns(). */
 static void note_excess(struct flyd_sched *sc,
 			const struct flyd_tune_result *r)
 {
@@ -729,6 +753,7 @@ static void done_cb(void *arg, const struct flyd_tune_result *r)
 		return;
 	}
 	span_add(sc, j->started_ms, uv_now(ctx->loop));
+	j->asked_ns = 0;
 	if (j->cancelled && j->rerun) {
 		/* cancelled, then asked again before its run stopped: the new
 		 * request's job runs next, its waiters kept */
@@ -763,6 +788,7 @@ static void done_cb(void *arg, const struct flyd_tune_result *r)
 						    r->ntrials);
 		job_fail(sc, j, r->rc, fly_strerror(r->rc));
 	}
+	sc->done_ns = uv_hrtime();
 	kick_soon(sc);
 }
 
