@@ -62,7 +62,7 @@ struct flyd_qjob {
 				     was let go (scheduler.c) */
 	int64_t queued_at;        /* unix seconds */
 	uint64_t started_ms;      /* uv_now when it started running */
-	uint64_t asked_ns;        /* uv_hrtime of the last explicit request
+	uint64_t asked_ns;        /* uv_hrtime of the first explicit request
 				     queueing it (0: none): the budget's
 				     reserve counts from there (reserve.h) */
 	void *udata;              /* owner's data (results.c: waiters) */

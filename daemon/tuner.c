@@ -625,10 +625,11 @@ static void time_interleaved(struct tstate *st, struct cand **cs, uint32_t n,
 			if (!c->alive || c->n >= w ||
 			    (c->n >= 1 && over_budget(st, c->run_s)))
 				continue;
-			double est = c->run_s, w0 = st->o.now(st->o.now_ctx);
+			double est = c->run_s, r0 = st->run_wall_s;
 
 			cand_rep(st, c);
-			double miss = st->o.now(st->o.now_ctx) - w0 - est;
+			/* its wall as cand_run measured it, past the estimate */
+			double miss = st->run_wall_s - r0 - est;
 
 			if (c->n >= 2 && miss > st->r->miss_max_s)
 				st->r->miss_max_s = miss;
