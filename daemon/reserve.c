@@ -32,5 +32,6 @@ double flyd_reserve_s(const struct flyd_reserve *rs, double budget_s)
 	for (unsigned i = 0; i < rs->n && i < FLYD_RESERVE_JOBS; i++)
 		if (rs->excess[i] > m)
 			m = rs->excess[i];
+	m *= FLYD_RESERVE_HEADROOM;
 	return m < cap ? m : cap;
 }

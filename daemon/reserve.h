@@ -13,9 +13,13 @@
  * explicit request that queued it (its start where none did, or where
  * it waited behind another job, a restart or a fleet lock) to the
  * answered waiters, less the worker's setup and tune_s, plus the tuner's
- * over_s -- and cuts the next job's budget by the
- * largest of the last FLYD_RESERVE_JOBS, never by more than
- * FLYD_RESERVE_MAX_SHARE of it.
+ * over_s -- and cuts the next job's budget by FLYD_RESERVE_HEADROOM times
+ * the largest of the last FLYD_RESERVE_JOBS, never by more than
+ * FLYD_RESERVE_MAX_SHARE of it.  The headroom is there because a job's
+ * excess is only known at its end and grows with the job: in one H100
+ * run (bench/README.md) the short MQA keys left 1.6-2.2 ms, the long ones
+ * 2.5-3.0 ms, and the first long key, budgeted by the short ones' 2.2 ms,
+ * was answered 0.8 ms past 1.0 s.
  *
  * Owns: nothing (a plain value in the scheduler).  Thread: any.
  */
@@ -24,6 +28,7 @@
 
 #define FLYD_RESERVE_JOBS 8         /* jobs remembered */
 #define FLYD_RESERVE_MAX_SHARE 0.05 /* of the budget, at most */
+#define FLYD_RESERVE_HEADROOM 1.5   /* times the largest excess */
 
 struct flyd_reserve {
 	double excess[FLYD_RESERVE_JOBS]; /* s, >= 0 */
@@ -42,9 +47,9 @@ double flyd_reserve_excess(double wall_s, double setup_s, double tune_s,
  * FLYD_RESERVE_JOBS. */
 void flyd_reserve_note(struct flyd_reserve *rs, double excess_s);
 
-/* What to keep off a budget of @p budget_s: the largest remembered
- * excess, at most FLYD_RESERVE_MAX_SHARE * budget_s (0: none, or a
- * budget <= 0). */
+/* What to keep off a budget of @p budget_s: FLYD_RESERVE_HEADROOM times
+ * the largest remembered excess, at most FLYD_RESERVE_MAX_SHARE *
+ * budget_s (0: none, or a budget <= 0). */
 double flyd_reserve_s(const struct flyd_reserve *rs, double budget_s);
 
 #endif /* FLYD_RESERVE_H */
