@@ -1003,6 +1003,36 @@ static void test_issue_14_check_cost_counted(void **state)
 	flyd_tune_result_fini(&r);
 }
 
+/* Every budget from @p from to @p to ms in steps of @p step: a fresh
+ * tuner whose runs advance the clock by their own time, the points set by
+ * @p points, run (@p residual: job_init's); each must pick a winner.
+ * @return how many budgets the measurements ended past. */
+static int budgets_over(int residual, int from, int to, int step,
+			void (*points)(void))
+{
+	struct flyd_tune_job j;
+	struct flyd_tune_result r;
+	int over = 0;
+
+	for (int b = from; b <= to; b += step) {
+		setup(NULL);
+		job_init(&j, residual);
+		fake_tick = 0.0;
+		fake_wall_us = 1;
+		points();
+		j.budget_s = b * 1e-3;
+		assert_int_equal(run(&j, &r), 0);
+		if (r.tune_s > j.budget_s + 1e-9) {
+			print_error("budget %.3f s: tune_s %.4f s (over %.4f)\n",
+				    j.budget_s, r.tune_s, r.over_s);
+			over++;
+		}
+		assert_int_equal(r.winner.status, FLY_STATUS_TUNED);
+		flyd_tune_result_fini(&r);
+	}
+	return over;
+}
+
 /* Checks differ: a slower candidate's check and its owed rep cost more
  * than the last check of a fast one.  Here the third candidate runs at
  * 2.5x the others (inside the warm-up cut): the room left for one more
@@ -1010,30 +1040,18 @@ static void test_issue_14_check_cost_counted(void **state)
  * (judged by the last, the slow point's 27 ms check came after 12 ms
  * ones and a 0.066 s budget ended at 0.096 s; the MQA keys on the H100
  * ended 4-23 ms past theirs).  Every budget from 40 to 200 ms. */
+static void slow_check_points(void)
+{
+	fake_check_s = 0.002;
+	fake_set("a", 1, -1, 10000.0, 0, 0);
+	fake_set("a", 2, -1, 10000.0, 0, 0);
+	fake_set("a", 3, -1, 25000.0, 0, 0);
+	fake_set("a", 4, -1, 10000.0, 0, 0);
+}
+
 static void test_issue_14_slow_check_counted(void **state)
 {
-	struct flyd_tune_job j;
-	struct flyd_tune_result r;
-
-	for (int b = 40; b <= 200; b += 2) {
-		setup(NULL);
-		job_init(&j, 1);
-		fake_tick = 0.0;
-		fake_wall_us = 1;
-		fake_check_s = 0.002;
-		fake_set("a", 1, -1, 10000.0, 0, 0);
-		fake_set("a", 2, -1, 10000.0, 0, 0);
-		fake_set("a", 3, -1, 25000.0, 0, 0);
-		fake_set("a", 4, -1, 10000.0, 0, 0);
-		j.budget_s = b * 1e-3;
-		assert_int_equal(run(&j, &r), 0);
-		if (r.tune_s > j.budget_s + 1e-9)
-			print_error("budget %.3f s: tune_s %.3f s\n", j.budget_s,
-				    r.tune_s);
-		assert_true(r.tune_s <= j.budget_s + 1e-9);
-		assert_int_equal(r.winner.status, FLY_STATUS_TUNED);
-		flyd_tune_result_fini(&r);
-	}
+	assert_int_equal(budgets_over(1, 40, 200, 2, slow_check_points), 0);
 }
 
 /* The result says how far the measurements ended past their budget
@@ -1158,41 +1176,21 @@ static void test_long_check_is_warmup(void **state)
  * budget from 20 to 300 ms: the measurements end within it (counted at
  * their checks' times, the measurements of 8 of those budgets ended up to
  * 0.1 ms past it). */
-
-
-
-
+static void owed_drift_points(void)
+{
+	fake_check_s = 0.0005;
+	fake_drift = 0.002;
+	fake_set("a", 1, -1, 5000.0, 0, 0);
+	fake_set("a", 2, -1, 5100.0, 0, 0);
+	fake_set("a", 3, -1, 5200.0, 0, 0);
+	fake_set("a", 4, -1, 5050.0, 0, 0);
+	fake_set("b", 1, -1, 5150.0, 0, 0);
+	fake_set("b", 3, -1, 5250.0, 0, 0);
+}
 
 static void test_issue_14_owed_drift(void **state)
 {
-	struct flyd_tune_job j;
-	struct flyd_tune_result r;
-	int over = 0;
-
-	for (int b = 20; b <= 300; b++) {
-		setup(NULL);
-		job_init(&j, 0);
-		fake_tick = 0.0;
-		fake_wall_us = 1;
-		fake_check_s = 0.0005;
-		fake_drift = 0.002;
-		fake_set("a", 1, -1, 5000.0, 0, 0);
-		fake_set("a", 2, -1, 5100.0, 0, 0);
-		fake_set("a", 3, -1, 5200.0, 0, 0);
-		fake_set("a", 4, -1, 5050.0, 0, 0);
-		fake_set("b", 1, -1, 5150.0, 0, 0);
-		fake_set("b", 3, -1, 5250.0, 0, 0);
-		j.budget_s = b * 1e-3;
-		assert_int_equal(run(&j, &r), 0);
-		if (r.tune_s > j.budget_s + 1e-9) {
-			print_error("budget %.3f s: tune_s %.4f s (over %.4f)\n",
-				    j.budget_s, r.tune_s, r.over_s);
-			over++;
-		}
-		assert_int_equal(r.winner.status, FLY_STATUS_TUNED);
-		flyd_tune_result_fini(&r);
-	}
-	assert_int_equal(over, 0);
+	assert_int_equal(budgets_over(0, 20, 300, 1, owed_drift_points), 0);
 }
 
 /* A GPU slowing as it warms: every run 0.3% slower than the one before.
