@@ -662,9 +662,9 @@ static double log_num(const struct fly_test_daemon *d, const char *line_has,
  * budget is the configured one less what the last jobs ran past theirs
  * (reserve.h) -- the first job gets all of job_budget_s, the second
  * job_budget_s less 1.5 times the first's excess as the daemon logged it
- * (job_excess: wall time from the queue to the answered waiters, less
- * the worker's setup and tune_s, plus the tuner's overrun), never less
- * than 95% of it. */
+ * (job_excess: wall time from the explicit request that queued the job
+ * to the answered waiters, less the worker's setup and tune_s, plus the
+ * tuner's overrun), never less than 95% of it. */
 static void test_issue_14_budget_reserve(void **state)
 {
 	struct fly_test_daemon *d = *state;
