@@ -7,10 +7,11 @@ A diagnostic, not the benchmark of record (gpu_bench.py times the daemon's
 decisions): it answers "which point of which variant is fastest on this
 decode-size shape, by each timing", which the tuner's trials answer only
 for its flushed timing.  --code prints the Triton source Inductor generated
-for each shape (what the peer runs).
+for each shape (what the peer runs; --code-file F appends its whole source
+to F).
 
   python3 bench/norm_points.py [--build DIR] [--variants REGEX] [--top N]
-      [--code] [--out FILE] [--launch N [--params REGEX]] SHAPE...
+      [--code [--code-file F]] [--out FILE] [--launch N [--params REGEX]] SHAPE...
 
 SHAPE is DTYPE:M,N or DTYPE:M,N:res (the fused residual: ours r += x in
 place, y = rms_norm(r); the peer `t = x + r; (rms_norm(t), t)`).  Every
@@ -93,6 +94,10 @@ def one(args, lib, shape):
                 "grid" in ln]
         print("-- inductor code for %s:\n%s" % (shape_text(shape),
                                                "\n".join(keep[:60])))
+        if args.code_file:
+            with open(args.code_file, "a") as f:
+                f.write("# ---- inductor code for %s\n%s\n"
+                        % (shape_text(shape), src))
     cf(*pargs)
     fns = {"eager": lambda: peer(*pargs), "inductor": lambda: cf(*pargs)}
     if res:
@@ -185,6 +190,8 @@ def main(argv=None):
     ap.add_argument("--variants", default="rows|lat")
     ap.add_argument("--top", type=int, default=6)
     ap.add_argument("--code", action="store_true")
+    ap.add_argument("--code-file", default=None,
+                    help="with --code: append Inductor's whole source here")
     ap.add_argument("--out", default=None)
     ap.add_argument("--launch", type=int, default=0)
     ap.add_argument("--params", default=r"^$")
