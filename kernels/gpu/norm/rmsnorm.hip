@@ -1366,8 +1366,10 @@ static int ring_go(const struct flyk_device *dev,
 		   int th, const struct ring_geom *g, hipStream_t s)
 {
 	typedef typename flyk_elem<DT>::T T;
+	/* the limit is on dynamic + static (red[]: 128 bytes), so the
+	 * optin maximum itself is refused (ring_geom keeps 256 spare) */
 	if (flyk_smem_optin<rms_ring_kernel<DT, WV>>(
-		    (int)dev->smem_per_block_optin))
+		    (int)dev->smem_per_block_optin - 256))
 		return -ENOSPC;
 	/* persistent: as many blocks as fit at once (shared memory, then
 	 * 2048 threads an SM), none idle */
