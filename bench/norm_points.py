@@ -28,6 +28,7 @@ import json
 import os
 import re
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +50,25 @@ def shape_of(text):
         raise argparse.ArgumentTypeError("bad shape %r (DTYPE:M,N[:res])"
                                          % text)
     return dt, m, n, res
+
+
+def best_configs(since):
+    """The .best_config files Inductor's autotuner wrote since @p since."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+        root = cache_dir()
+    except Exception:  # noqa: BLE001 -- older torch: the default place
+        root = os.path.join("/tmp", "torchinductor_" +
+                            os.environ.get("USER", "root"))
+    found = []
+    for dp, _, fns in os.walk(root):
+        for fn in fns:
+            path = os.path.join(dp, fn)
+            if fn.endswith(".best_config") and \
+                    os.path.getmtime(path) >= since - 1:
+                with open(path) as f:
+                    found.append(f.read().strip())
+    return found
 
 
 def name_of(d):
@@ -85,6 +105,7 @@ def one(args, lib, shape):
     cf = torch.compile(peer, dynamic=False)
     if args.code:
         from torch._inductor.utils import run_and_get_code
+        t_code = time.time()
         _, code = run_and_get_code(cf, *pargs)
         src = "\n".join(code)
         keep = [ln for ln in src.splitlines()
@@ -94,10 +115,16 @@ def one(args, lib, shape):
                 "grid" in ln]
         print("-- inductor code for %s:\n%s" % (shape_text(shape),
                                                "\n".join(keep[:60])))
+        # the config Inductor's autotuner kept (its local cache writes a
+        # .best_config beside each kernel it tuned)
+        best = best_configs(t_code) or ["(cached, any kernel) %s" % b
+                                        for b in best_configs(0)]
+        print("-- inductor best configs for %s: %s" % (shape_text(shape),
+                                                      best or "none found"))
         if args.code_file:
             with open(args.code_file, "a") as f:
-                f.write("# ---- inductor code for %s\n%s\n"
-                        % (shape_text(shape), src))
+                f.write("# ---- inductor code for %s\n# best: %s\n%s\n"
+                        % (shape_text(shape), best, src))
     cf(*pargs)
     fns = {"eager": lambda: peer(*pargs), "inductor": lambda: cf(*pargs)}
     if res:
