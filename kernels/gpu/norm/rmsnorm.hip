@@ -30,6 +30,12 @@
  *                    evict_first on the second (last chunk first), y
  *                    streamed out: ~2 * row of DRAM traffic at full
  *                    occupancy, the inductor scheme (any n >= a chunk).
+ *   rmsnorm_l2i      rmsnorm_l2 with Inductor's memory operations (its
+ *                    kernel at 1024 threads and a chunk the size of the
+ *                    row is what Inductor picks for fp32 16k/32k rows):
+ *                    L1 evict_last on the first read and on w,
+ *                    evict_first on the second, first chunk first,
+ *                    plain stores.
  *   rmsnorm_ring     (NVIDIA sm_80+) long 16-byte-multiple rows (48 KiB
  *                    and up) streamed through a ring of `chunk`-byte
  *                    slots of shared memory by persistent blocks of
@@ -505,9 +511,12 @@ __global__ void __launch_bounds__(1024)
 		yr[ti] = E::store(E::load(src[ti]) * rstd * E::load(w[ti]));
 }
 
-/* rmsnorm_l2 pass 2 over the body vectors, last chunk first (the most
- * recently read lines are the likeliest L1/L2 hits). */
-template <int DT, int U, bool WALIGNED>
+/* rmsnorm_l2 pass 2 over the body vectors.  IND false: last chunk first
+ * (the most recently read lines are the likeliest L1/L2 hits), L2
+ * policies, y streamed out.  IND true, Inductor's memory operations:
+ * first chunk first, x with L1 evict_first, w with L1 evict_last, plain
+ * stores. */
+template <int DT, int U, bool WALIGNED, bool IND>
 __device__ __forceinline__ void
 rms_l2_scale(const typename flyk_elem<DT>::T *src,
 	     const typename flyk_elem<DT>::T *__restrict__ w,
@@ -520,13 +529,17 @@ rms_l2_scale(const typename flyk_elem<DT>::T *src,
 	/* w is read by every row: evict_last like x's first read, or the
 	 * evict_last x lines would push it out of L2 first. */
 	uint64_t pol = flyk_l2_policy(false), keep = flyk_l2_policy(true);
-	for (int c0 = nb > 0 ? (nb - 1) / C * C : -1; c0 >= 0; c0 -= C) {
+	int last = nb > 0 ? (nb - 1) / C * C : -1;
+	for (int k0 = 0; k0 <= last; k0 += C) {
+		int c0 = IND ? k0 : last - k0;
 		V a[U];
 #pragma unroll
 		for (int u = 0; u < U; u++)
-			if (c0 + u * G + t < nb)
-				a[u] = flyk_ld_pol((const V *)src + c0 + u * G + t,
-						  pol);
+			if (c0 + u * G + t < nb) {
+				const V *q = (const V *)src + c0 + u * G + t;
+				a[u] = IND ? flyk_ld_l1<false>(q)
+					   : flyk_ld_pol(q, pol);
+			}
 #pragma unroll
 		for (int u = 0; u < U; u++) {
 			int j = c0 + u * G + t;
@@ -534,12 +547,17 @@ rms_l2_scale(const typename flyk_elem<DT>::T *src,
 				continue;
 			V o;
 			if (WALIGNED) {
-				V wj = flyk_ld_pol_ro((const V *)w + j, keep);
+				V wj = IND ? flyk_ld_l1_last_ro((const V *)w + j)
+					   : flyk_ld_pol_ro((const V *)w + j,
+							    keep);
 				o = rms_scale<DT, 16>(a[u], wj, rstd);
 			} else {
 				o = rms_scale<DT, 16>(a[u], w + j * VEC, rstd);
 			}
-			flyk_st_stream((V *)yr + j, o);
+			if (IND)
+				((V *)yr)[j] = o;
+			else
+				flyk_st_stream((V *)yr + j, o);
 		}
 	}
 }
@@ -555,7 +573,7 @@ rms_l2_scale(const typename flyk_elem<DT>::T *src,
  * mostly L2 hits), scales and streams y out.  DRAM traffic stays ~2 * row
  * while a block needs no registers per element: any n, full occupancy.
  */
-template <int DT, int U, bool RES>
+template <int DT, int U, bool RES, bool IND>
 __global__ void __launch_bounds__(L2_MAXT(U, RES))
 	rms_l2_kernel(const typename flyk_elem<DT>::T *x,
 		      const typename flyk_elem<DT>::T *w,
@@ -585,8 +603,9 @@ __global__ void __launch_bounds__(L2_MAXT(U, RES))
 #pragma unroll
 		for (int u = 0; u < U; u++)
 			if (j0 + u * G < nb)
-				a[u] = RES ? xv[j0 + u * G]
-					   : flyk_ld_pol(xv + j0 + u * G, keep);
+				a[u] = RES   ? xv[j0 + u * G]
+				       : IND ? flyk_ld_l1<true>(xv + j0 + u * G)
+					     : flyk_ld_pol(xv + j0 + u * G, keep);
 		if (RES) {
 			V b[U];
 #pragma unroll
@@ -598,7 +617,10 @@ __global__ void __launch_bounds__(L2_MAXT(U, RES))
 				if (j0 + u * G >= nb)
 					continue;
 				a[u] = rms_add<DT, 16>(a[u], b[u]);
-				flyk_st_pol(rv + j0 + u * G, a[u], keep);
+				if (IND)
+					rv[j0 + u * G] = a[u];
+				else
+					flyk_st_pol(rv + j0 + u * G, a[u], keep);
 			}
 		}
 #pragma unroll
@@ -627,9 +649,10 @@ __global__ void __launch_bounds__(L2_MAXT(U, RES))
 	ss = rms_group_sum(ss, G, 0, red);
 	float rstd = rsqrtf(ss / (float)n + eps);
 	if (p == 0) /* aligned row: w + p aligned too */
-		rms_l2_scale<DT, U, true>(src, w, yr, nb, rstd);
+		rms_l2_scale<DT, U, true, IND>(src, w, yr, nb, rstd);
 	else
-		rms_l2_scale<DT, U, false>(src + p, w + p, yr + p, nb, rstd);
+		rms_l2_scale<DT, U, false, IND>(src + p, w + p, yr + p, nb,
+						rstd);
 	if (has_s)
 		yr[ti] = E::store(E::load(src[ti]) * rstd * E::load(w[ti]));
 }
@@ -1251,34 +1274,35 @@ static int l2_feasible(const struct flyk_device *dev,
 	return 0;
 }
 
-template <int DT, int U>
+template <int DT, int U, bool IND>
 static int l2_go(const struct flyk_rmsnorm_args *a, uint32_t flags,
 		 int64_t m, int n, int th, hipStream_t s)
 {
 	typedef typename flyk_elem<DT>::T T;
 	if (flags & FLY_F_RESIDUAL)
-		FLYK_GO((unsigned)m, th, 0, s, rms_l2_kernel<DT, U, true>)(
+		FLYK_GO((unsigned)m, th, 0, s, rms_l2_kernel<DT, U, true, IND>)(
 			RMS_ARGS(T), n, a->eps);
 	else
-		FLYK_GO((unsigned)m, th, 0, s, rms_l2_kernel<DT, U, false>)(
+		FLYK_GO((unsigned)m, th, 0, s, rms_l2_kernel<DT, U, false, IND>)(
 			RMS_ARGS(T), n, a->eps);
 	return rms_launch_err();
 }
 
-template <int DT>
+template <int DT, bool IND>
 static int l2_dt(const struct flyk_rmsnorm_args *a, uint32_t flags,
 		 int64_t m, int n, int th, int U, hipStream_t s)
 {
 	if (U == 2)
-		return l2_go<DT, 2>(a, flags, m, n, th, s);
+		return l2_go<DT, 2, IND>(a, flags, m, n, th, s);
 	if (U == 4)
-		return l2_go<DT, 4>(a, flags, m, n, th, s);
-	return l2_go<DT, 8>(a, flags, m, n, th, s);
+		return l2_go<DT, 4, IND>(a, flags, m, n, th, s);
+	return l2_go<DT, 8, IND>(a, flags, m, n, th, s);
 }
 
-static int l2_launch(const struct flyk_device *dev,
-		     const struct fly_problem *p, const int64_t *pr,
-		     const union flyk_args *args, void *stream)
+template <bool IND>
+static int l2_launch_t(const struct flyk_device *dev,
+		       const struct fly_problem *p, const int64_t *pr,
+		       const union flyk_args *args, void *stream)
 {
 	int64_t m = 0;
 	int n = 0;
@@ -1293,12 +1317,26 @@ static int l2_launch(const struct flyk_device *dev,
 	hipStream_t s = (hipStream_t)stream;
 	switch (p->dtype) {
 	case FLY_DT_FP32:
-		return l2_dt<FLY_DT_FP32>(a, p->flags, m, n, th, U, s);
+		return l2_dt<FLY_DT_FP32, IND>(a, p->flags, m, n, th, U, s);
 	case FLY_DT_FP16:
-		return l2_dt<FLY_DT_FP16>(a, p->flags, m, n, th, U, s);
+		return l2_dt<FLY_DT_FP16, IND>(a, p->flags, m, n, th, U, s);
 	default:
-		return l2_dt<FLY_DT_BF16>(a, p->flags, m, n, th, U, s);
+		return l2_dt<FLY_DT_BF16, IND>(a, p->flags, m, n, th, U, s);
 	}
+}
+
+static int l2_launch(const struct flyk_device *dev,
+		     const struct fly_problem *p, const int64_t *pr,
+		     const union flyk_args *args, void *stream)
+{
+	return l2_launch_t<false>(dev, p, pr, args, stream);
+}
+
+static int l2i_launch(const struct flyk_device *dev,
+		      const struct fly_problem *p, const int64_t *pr,
+		      const union flyk_args *args, void *stream)
+{
+	return l2_launch_t<true>(dev, p, pr, args, stream);
 }
 
 /* ---- ring (long aligned rows through a shared-memory ring) */
@@ -1499,6 +1537,9 @@ static const struct flyk_variant rms_variants[] = {
 	{"rmsnorm_l2", FLY_OP_RMSNORM, DT_MASK, FLY_F_RESIDUAL, 0, 2,
 	 {{"threads", NV(l2_threads)}, {"unroll", NV(l2_unroll)}},
 	 l2_feasible, NULL, l2_launch},
+	{"rmsnorm_l2i", FLY_OP_RMSNORM, DT_MASK, FLY_F_RESIDUAL, 0, 2,
+	 {{"threads", NV(l2_threads)}, {"unroll", NV(l2_unroll)}},
+	 l2_feasible, NULL, l2i_launch},
 	{"rmsnorm_ring", FLY_OP_RMSNORM, DT_MASK, 0, 0, 3,
 	 {{"threads", NV(ring_threads)}, {"chunk", NV(ring_chunk)},
 	  {"depth", NV(ring_depth)}},

@@ -87,6 +87,54 @@ __device__ __forceinline__ V flyk_ld_pol_ro(const V *p, uint64_t pol)
 #endif
 }
 
+/* 16-byte global load with an L1 eviction priority (sm_70+; a plain
+ * load elsewhere): LAST for a line read again soon by the same block,
+ * else evict_first -- the hints Triton emits for eviction_policy=
+ * 'evict_last' / 'evict_first' (Inductor's two-pass reductions).
+ * volatile + "memory" as flyk_ld_pol. */
+template <bool LAST, typename V>
+__device__ __forceinline__ V flyk_ld_l1(const V *p)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	uint32_t r[4];
+	if constexpr (LAST)
+		asm volatile("ld.global.L1::evict_last.v4.u32 {%0, %1, %2, "
+			     "%3}, [%4];"
+			     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+			     : "l"(p)
+			     : "memory");
+	else
+		asm volatile("ld.global.L1::evict_first.v4.u32 {%0, %1, %2, "
+			     "%3}, [%4];"
+			     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+			     : "l"(p)
+			     : "memory");
+	V v;
+	memcpy(&v, r, 16);
+	return v;
+#else
+	return *p;
+#endif
+}
+
+/* flyk_ld_l1<true> for data no thread writes (w): not volatile, so the
+ * compiler may schedule it freely (as flyk_ld_pol_ro). */
+template <typename V>
+__device__ __forceinline__ V flyk_ld_l1_last_ro(const V *p)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	uint32_t r[4];
+	asm("ld.global.L1::evict_last.v4.u32 {%0, %1, %2, %3}, [%4];"
+	    : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	    : "l"(p));
+	V v;
+	memcpy(&v, r, 16);
+	return v;
+#else
+	return *p;
+#endif
+}
+
 /* L2 policies: evict_last for the first read of a row (it is read again
  * soon), evict_first for the second (last use). */
 __device__ __forceinline__ uint64_t flyk_l2_policy(bool keep)
