@@ -25,9 +25,6 @@ static void test_rmsnorm(const struct flyk_backend *b,
 		{1, 1},	   {3, 7},     {37, 100},  {5, 4097},  {3, 8193},
 		{2, 16385}, {2, 32769}, {3, 65536}, {2, 114688}, {9, 2050},
 		{300, 128},
-		/* more rows than rmsnorm_ring's persistent blocks: each
-		 * block's ring wraps over rows */
-		{300, 16384},
 	};
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
 		for (int d = 0; d < 3; d++)

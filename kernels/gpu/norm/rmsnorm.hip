@@ -36,13 +36,6 @@
  *                    L1 evict_last on the first read and on w,
  *                    evict_first on the second, first chunk first,
  *                    plain stores.
- *   rmsnorm_ring     (NVIDIA sm_80+) long 16-byte-multiple rows (48 KiB
- *                    and up) streamed through a ring of `chunk`-byte
- *                    slots of shared memory by persistent blocks of
- *                    `threads`: a row's chunks, then `depth` chunks of
- *                    the rows after it, in flight (cp.async); a row is
- *                    read from DRAM once and the loads never stop at a
- *                    row's reduction.  No fused residual.
  * All variants need x, y, residual 16-byte aligned at their bases (true for
  * every allocator we know); w is read with vector loads only where the row
  * is aligned.
@@ -54,13 +47,10 @@
 
 #include "gpu_int.h"
 #include "prim/cluster.h"
-#include "prim/cp_async.h"
 #include "prim/flyk_gpu.h"
 #include "prim/launch.h"
 #include "prim/mem.h"
 
-/* rmsnorm_ring needs cp.async (NVIDIA sm_80+; the emulator has it). */
-#define FLYK_NV_RING (!FLYK_AMD)
 #define DT_MASK ((1u << FLY_DT_FP32) | (1u << FLY_DT_FP16) | (1u << FLY_DT_BF16))
 #define MAX_WARPS (1024 / 32)
 /* Register budget: at 1024 threads a thread has 64 registers; rows of 64+
@@ -657,150 +647,6 @@ __global__ void __launch_bounds__(L2_MAXT(U, RES))
 		yr[ti] = E::store(E::load(src[ti]) * rstd * E::load(w[ti]));
 }
 
-/*
- * rmsnorm_ring: long aligned rows streamed through a ring of S chunks of
- * shared memory, one persistent block per SM-slot, each row read from
- * DRAM once.  Chunks (CV = blockDim << lvpc 16-byte vectors each, P a
- * row) are copied with cp.async in the order the block's rows come; a
- * row is summed once its P chunks have landed, then scaled chunk by
- * chunk, and each chunk's slot is refilled (the next chunk of the stream,
- * S - P chunks ahead) as soon as every thread has read it.  The S - P
- * chunks of the next rows stay in flight while a row is summed and
- * scaled: no register file and no L2 to hold the row, and no wave
- * boundary where the loads stop (the register-resident and cluster
- * variants load a row, then reduce, then store).  w lives in registers
- * (the thread's WV <= 4 vectors, read once per block; 8 spilled, so from
- * 8 on they are read from L2 at the scale).  Thread t handles the row's vectors
- * t + v * blockDim, v < WV: chunk v >> lvpc.
- */
-struct rms_ring_feed {
-	int64_t row;   /* the row of the next chunk to issue (block-local) */
-	int part, slot;
-};
-
-template <int DT>
-__device__ __forceinline__ void
-rms_ring_issue(rms_vec<16, typename flyk_elem<DT>::T> *ring,
-	       const typename flyk_elem<DT>::T *x, int64_t m, int nv, int CV,
-	       int P, int S, rms_ring_feed &f)
-{
-	typedef rms_vec<16, typename flyk_elem<DT>::T> V;
-	int64_t row = (int64_t)blockIdx.x + f.row * gridDim.x;
-	if (row < m) {
-		int first = f.part * CV, lim = nv - first < CV ? nv - first : CV;
-		const V *src = (const V *)x + row * nv + first;
-		V *dst = ring + (int64_t)f.slot * CV;
-		for (int i = threadIdx.x; i < lim; i += blockDim.x)
-			flyk_cp16(dst + i, src + i, true);
-	}
-	flyk_cp_commit(); /* an empty group past the last row: the counts
-			   * stay in step */
-	if (++f.part == P) {
-		f.part = 0;
-		f.row++;
-	}
-	if (++f.slot == S)
-		f.slot = 0;
-}
-
-/* cp.async.wait_group with a count known at launch (S - P <= 15). */
-__device__ __forceinline__ void rms_ring_wait(int n)
-{
-	switch (n) {
-#define RING_W(k)                                                           \
-	case k:                                                             \
-		flyk_cp_wait<k>();                                          \
-		break;
-		RING_W(0) RING_W(1) RING_W(2) RING_W(3) RING_W(4) RING_W(5)
-		RING_W(6) RING_W(7) RING_W(8) RING_W(9) RING_W(10) RING_W(11)
-		RING_W(12) RING_W(13) RING_W(14)
-#undef RING_W
-	default:
-		flyk_cp_wait<15>();
-	}
-}
-
-template <int DT, int WV>
-__global__ void __launch_bounds__(1024)
-	rms_ring_kernel(const typename flyk_elem<DT>::T *x,
-			const typename flyk_elem<DT>::T *w,
-			typename flyk_elem<DT>::T *y, int64_t m, int nv,
-			int lvpc, int P, int S, float inv_n, float eps)
-{
-	typedef typename flyk_elem<DT>::T T;
-	typedef flyk_elem<DT> E;
-	typedef rms_vec<16, T> V;
-	enum { VEC = 16 / sizeof(T) };
-	FLYK_DYN_SMEM(uint4, ring_raw);
-	V *ring = (V *)ring_raw;
-	__shared__ float red[MAX_WARPS];
-	const int t = threadIdx.x, NT = blockDim.x, CV = NT << lvpc,
-		  VM = (1 << lvpc) - 1;
-	/* w in registers up to 4 vectors a thread; at 8, within 1024
-	 * threads' 64 registers, they spilled: from 8 on, read at the scale
-	 * (L2 hits) instead */
-	enum { WREG = WV <= 4 };
-	const V *wv = (const V *)w;
-	flyk_pdl_wait();
-	flyk_pdl_trigger();
-	V wr[WREG ? WV : 1];
-	if constexpr (WREG) {
-#pragma unroll
-		for (int v = 0; v < WV; v++)
-			if (v * NT + t < nv)
-				wr[v] = wv[v * NT + t];
-	}
-	int64_t rows = (int64_t)blockIdx.x < m
-			       ? (m - 1 - (int64_t)blockIdx.x) / gridDim.x + 1
-			       : 0;
-	rms_ring_feed f = {0, 0, 0};
-	for (int k = 0; k < S; k++)
-		rms_ring_issue<DT>(ring, x, m, nv, CV, P, S, f);
-	int s0 = 0; /* the slot of the current row's first chunk */
-	for (int64_t j = 0; j < rows; j++) {
-		/* issued: j * P + S chunks; the row's last is j * P + P - 1 */
-		rms_ring_wait(S - P);
-		__syncthreads();
-		float ss = 0.f;
-#pragma unroll
-		for (int v = 0; v < WV; v++) {
-			int idx = v * NT + t, c = v >> lvpc;
-			if (idx >= nv)
-				continue;
-			int slot = s0 + c < S ? s0 + c : s0 + c - S;
-			V a = ring[(int64_t)slot * CV + (idx - c * CV)];
-#pragma unroll
-			for (int e = 0; e < VEC; e++) {
-				float q = E::load(a.get(e));
-				ss += q * q;
-			}
-		}
-		ss = rms_group_sum(ss, NT, 0, red);
-		float rstd = rsqrtf(ss * inv_n + eps);
-		V *yr = (V *)y + ((int64_t)blockIdx.x + j * gridDim.x) * nv;
-#pragma unroll
-		for (int v = 0; v < WV; v++) {
-			int idx = v * NT + t, c = v >> lvpc;
-			if (idx < nv) {
-				int slot = s0 + c < S ? s0 + c : s0 + c - S;
-				V a = ring[(int64_t)slot * CV + (idx - c * CV)];
-				flyk_st_stream(yr + idx,
-					       rms_scale<DT, 16>(
-						       a, WREG ? wr[WREG ? v : 0]
-							       : wv[idx],
-						       rstd));
-			}
-			/* chunk c read by every thread: refill its slot */
-			if ((v & VM) == VM && c < P) {
-				__syncthreads();
-				rms_ring_issue<DT>(ring, x, m, nv, CV, P, S, f);
-			}
-		}
-		s0 = s0 + P < S ? s0 + P : s0 + P - S;
-	}
-	flyk_cp_wait<0>();
-}
-
 /* The reference: scalar, one block per row, obviously right. */
 template <int DT, bool RES>
 __global__ void rms_ref_kernel(const typename flyk_elem<DT>::T *x,
@@ -1339,138 +1185,6 @@ static int l2i_launch(const struct flyk_device *dev,
 	return l2_launch_t<true>(dev, p, pr, args, stream);
 }
 
-/* ---- ring (long aligned rows through a shared-memory ring) */
-
-static const int64_t ring_threads[] = {1024, 512, 256};
-static const int64_t ring_chunk[] = {16384, 8192, 32768};
-static const int64_t ring_depth[] = {4, 2, 3, 6, 8, 12};
-
-/* Rows of at least this many bytes: shorter ones are held whole by
- * rmsnorm_rows / rmsnorm_lat (and the tuner's time stays theirs). */
-#define RING_MIN_ROW (48 * 1024)
-
-struct ring_geom {
-	int nv, lvpc, P, S, WV;
-	size_t smem;
-};
-
-static int ring_geom(const struct flyk_device *dev, const struct fly_problem *p,
-		     const int64_t *pr, struct ring_geom *g)
-{
-	int64_t m;
-	int n;
-	if (rms_dims(p, &m, &n) || (p->flags & FLY_F_RESIDUAL))
-		return -EINVAL;
-	int64_t th = pr[0], chunk = pr[1], depth = pr[2];
-	if (th < 64 || th > 1024 || th % dev->warp || chunk < 4096 ||
-	    chunk % 16 || depth < 1 || depth > 15)
-		return -EINVAL;
-	int64_t es = (int64_t)flyk_dtype_bytes(p->dtype), row = n * es;
-	if (row % 16 || row < RING_MIN_ROW)
-		return -EINVAL;
-	int64_t nv = row / 16, cv = chunk / 16;
-	if (cv % th || ((cv / th) & (cv / th - 1)))
-		return -EINVAL; /* a chunk is 2^k vectors a thread */
-	if (nv <= cv / 2) /* half a chunk or less: a smaller chunk does it */
-		return -EINVAL;
-	int64_t P = (nv + cv - 1) / cv;
-	int64_t need = P * (cv / th);
-	int WV = need <= 8 ? rms_pick_r(need) : need <= 16 ? 16 : 0;
-	if (!WV)
-		return -EINVAL; /* more than 16 vectors a thread: more threads */
-	size_t smem = (size_t)((P + depth) * chunk);
-	if (!FLYK_NV_RING || dev->cc_major < 8 ||
-	    smem + 256 > dev->smem_per_block_optin)
-		return -ENOSPC;
-	g->nv = (int)nv;
-	g->lvpc = __builtin_ctzll((unsigned long long)(cv / th));
-	g->P = (int)P;
-	g->S = (int)(P + depth);
-	g->WV = WV;
-	g->smem = smem;
-	return 0;
-}
-
-static int ring_feasible(const struct flyk_device *dev,
-			 const struct fly_problem *p, const int64_t *pr)
-{
-	struct ring_geom g;
-	return ring_geom(dev, p, pr, &g);
-}
-
-template <int DT, int WV>
-static int ring_go(const struct flyk_device *dev,
-		   const struct flyk_rmsnorm_args *a, int64_t m, int n,
-		   int th, const struct ring_geom *g, hipStream_t s)
-{
-	typedef typename flyk_elem<DT>::T T;
-	/* the limit is on dynamic + static (red[]: 128 bytes), so the
-	 * optin maximum itself is refused (ring_geom keeps 256 spare) */
-	if (flyk_smem_optin<rms_ring_kernel<DT, WV>>(
-		    (int)dev->smem_per_block_optin - 256))
-		return -ENOSPC;
-	/* persistent: as many blocks as fit at once (shared memory, then
-	 * 2048 threads an SM), none idle */
-	int64_t per = (int64_t)(dev->smem_per_block_optin + 1024) /
-		      (int64_t)(g->smem + 1024 + 256);
-	if (per > 2048 / th)
-		per = 2048 / th;
-	if (per < 1)
-		per = 1;
-	int64_t grid = (int64_t)(dev->sms > 0 ? dev->sms : 1) * per;
-	if (grid > m)
-		grid = m;
-	return flyk_go_dependent<rms_ring_kernel<DT, WV>>(
-	    dim3((unsigned)grid), dim3((unsigned)th), g->smem, s,
-	    (const T *)a->x, (const T *)a->w, (T *)a->y, m, g->nv, g->lvpc,
-	    g->P, g->S, 1.0f / (float)n, a->eps);
-}
-
-template <int DT>
-static int ring_dt(const struct flyk_device *dev,
-		   const struct flyk_rmsnorm_args *a, int64_t m, int n, int th,
-		   const struct ring_geom *g, hipStream_t s)
-{
-	switch (g->WV) {
-	case 1:
-		return ring_go<DT, 1>(dev, a, m, n, th, g, s);
-	case 2:
-		return ring_go<DT, 2>(dev, a, m, n, th, g, s);
-	case 4:
-		return ring_go<DT, 4>(dev, a, m, n, th, g, s);
-	case 8:
-		return ring_go<DT, 8>(dev, a, m, n, th, g, s);
-	default:
-		return ring_go<DT, 16>(dev, a, m, n, th, g, s);
-	}
-}
-
-static int ring_launch(const struct flyk_device *dev,
-		       const struct fly_problem *p, const int64_t *pr,
-		       const union flyk_args *args, void *stream)
-{
-	struct ring_geom g;
-	int rc = ring_geom(dev, p, pr, &g);
-	if (rc)
-		return rc;
-	int64_t m = 0;
-	int n = 0;
-	rms_dims(p, &m, &n);
-	const struct flyk_rmsnorm_args *a = &args->rmsnorm;
-	if (!rms_aligned(a, p->flags))
-		return -EINVAL;
-	hipStream_t s = (hipStream_t)stream;
-	int th = (int)pr[0];
-	switch (p->dtype) {
-	case FLY_DT_FP32:
-		return ring_dt<FLY_DT_FP32>(dev, a, m, n, th, &g, s);
-	case FLY_DT_FP16:
-		return ring_dt<FLY_DT_FP16>(dev, a, m, n, th, &g, s);
-	default:
-		return ring_dt<FLY_DT_BF16>(dev, a, m, n, th, &g, s);
-	}
-}
-
 static int ref_feasible(const struct flyk_device *dev,
 			const struct fly_problem *p, const int64_t *pr)
 {
@@ -1536,14 +1250,10 @@ static const struct flyk_variant rms_variants[] = {
 	 {{"threads", NV(tp_threads)}}, tp_feasible, NULL, tp_launch},
 	{"rmsnorm_l2", FLY_OP_RMSNORM, DT_MASK, FLY_F_RESIDUAL, 0, 2,
 	 {{"threads", NV(l2_threads)}, {"unroll", NV(l2_unroll)}},
-	 l2_feasible, NULL, l2_launch},
+	 l2_feasible, NULL, l2_launch, "rmsnorm_l2i"},
 	{"rmsnorm_l2i", FLY_OP_RMSNORM, DT_MASK, FLY_F_RESIDUAL, 0, 2,
 	 {{"threads", NV(l2_threads)}, {"unroll", NV(l2_unroll)}},
 	 l2_feasible, NULL, l2i_launch},
-	{"rmsnorm_ring", FLY_OP_RMSNORM, DT_MASK, 0, 0, 3,
-	 {{"threads", NV(ring_threads)}, {"chunk", NV(ring_chunk)},
-	  {"depth", NV(ring_depth)}},
-	 ring_feasible, NULL, ring_launch},
 };
 #endif
 

@@ -65,6 +65,14 @@
 
 /* ------------------------------------------------------------ PTX */
 
+void flyk_emu_cp16(void *smem, const void *g, bool pred)
+{
+	if (pred)
+		memcpy(smem, g, 16);
+	else
+		memset(smem, 0, 16);
+}
+
 /* wgmma.mma_async m64nBNk16 (gemm_tile.h's wgmma engine): the
  * descriptors carry the host addresses of the K-major, 128B-swizzled
  * operands (8-row groups 1024 bytes apart, 16-byte chunk c of a row at

@@ -180,7 +180,7 @@ static void report(bool ok, const struct fly_problem *p, const char *v,
 /* Every feasible point of every rmsnorm variant, or of the variant
  * named @p only (non-NULL), against the host reference. */
 static void rms_case(uint32_t dt, int res, int64_t m, int64_t n,
-		     const char *only = NULL, int sms = 0)
+		     const char *only = NULL)
 {
 	struct fly_problem p;
 	memset(&p, 0, sizeof(p));
@@ -225,8 +225,6 @@ static void rms_case(uint32_t dt, int res, int64_t m, int64_t n,
 	}
 	double tol = dt == FLY_DT_BF16 ? 2e-2 : dt == FLY_DT_FP16 ? 5e-3 : 1e-5;
 	struct flyk_device dev = emu_dev();
-	if (sms > 0) /* fewer SMs: a persistent grid's blocks take more rows */
-		dev.sms = sms;
 	const struct flyk_gpu_op *op = &flyk_gpu_rmsnorm_op;
 	for (size_t vi = 0; vi < op->nvariants; vi++) {
 		const struct flyk_variant *v = &op->variants[vi];
@@ -689,16 +687,6 @@ int main(int argc, char **argv)
 			for (int res = 0; res < 2; res++)
 				if (!quick || (s < 5 && d == 0))
 					rms_case(dts[d], res, rs[s][0], rs[s][1]);
-	/* rmsnorm_ring on a 2-SM device: 2-4 persistent blocks, so each
-	 * block's ring wraps over several rows (64 KiB fp32 rows; 48 KiB
-	 * bf16/fp16 and 96 KiB fp32 ones ending in a partial chunk; 128 KiB
-	 * 16-bit rows, its longest).  quick: the first. */
-	static const int64_t ring_rs[][2] = {{7, 16384}, {5, 24584}, {3, 65536}};
-	for (size_t s = 0; s < 3 && !topk_only; s++)
-		for (int d = 0; d < 3; d++)
-			if (!quick || (s == 0 && d == 0))
-				rms_case(dts[d], 0, ring_rs[s][0], ring_rs[s][1],
-					 "rmsnorm_ring", 2);
 	/* Decode sizes on rmsnorm_lat (the variant made for them; the
 	 * others ran above): 1-256 rows of the serving widths and an
 	 * unaligned one.  quick (the suite's time): bf16 1x4096, 3x5120,

@@ -60,7 +60,6 @@ static const struct emu_skip emu_skips[] = {
     {"attn_fa2_split", "mma.sync: NVIDIA only (attn_mfma on AMD)"},
     {"mqa_wgmma", "wgmma: NVIDIA sm_90a only (mqa_mfma is AMD's)"},
     {"sg_skinny", "fp8 mma.sync: NVIDIA sm_89+ only (sg_mfma is AMD's)"},
-    {"rmsnorm_ring", "cp.async: NVIDIA only (rmsnorm_l2 and _rows on AMD)"},
 #else
     {"gemm_mfma", "MFMA: AMD CDNA only"},
     {"ggemm_mfma", "MFMA: AMD CDNA only"},

@@ -277,17 +277,9 @@ __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(long a, long b, flyk_emu_float4 c,
 #endif
 
 /* ---- the primitives' hooks: kernels/gpu/prim calls these under FLYK_EMU
- * in place of its PTX (defined in emu_gemm.cpp but cp.async's, which
- * both emulator binaries use; a build that runs no kernel using them
- * needs no definition). */
-/* cp.async: the copy done at once (the wait_group counts are no-ops) */
-inline void flyk_emu_cp16(void *smem, const void *g, bool pred)
-{
-	if (pred)
-		memcpy(smem, g, 16);
-	else
-		memset(smem, 0, 16);
-}
+ * in place of its PTX (defined in emu_gemm.cpp; a build that runs no
+ * kernel using them needs no definition). */
+void flyk_emu_cp16(void *smem, const void *g, bool pred);
 void flyk_emu_ldmatrix(uint32_t *r, const uint16_t *p, bool trans);
 void flyk_emu_mma16816(float *c, const uint32_t *a, const uint32_t *b);
 void flyk_emu_mma16816_f16(float *c, const uint32_t *a, const uint32_t *b);
