@@ -87,7 +87,7 @@ __device__ __forceinline__ V flyk_ld_pol_ro(const V *p, uint64_t pol)
 #endif
 }
 
-/* 16-byte global load with an L1 eviction priority (sm_70+; a plain
+/* 16-byte global load with an L1 eviction priority (sm_80+; a plain
  * load elsewhere): LAST for a line read again soon by the same block,
  * else evict_first -- the hints Triton emits for eviction_policy=
  * 'evict_last' / 'evict_first' (Inductor's two-pass reductions).
