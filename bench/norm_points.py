@@ -28,7 +28,6 @@ import json
 import os
 import re
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -52,23 +51,32 @@ def shape_of(text):
     return dt, m, n, res
 
 
-def best_configs(since):
-    """The .best_config files Inductor's autotuner wrote since @p since."""
+def best_configs():
+    """Inductor's autotuner's .best_config files: {path: mtime}."""
     try:
         from torch._inductor.runtime.cache_dir_utils import cache_dir
         root = cache_dir()
     except Exception:  # noqa: BLE001 -- older torch: the default place
         root = os.path.join("/tmp", "torchinductor_" +
                             os.environ.get("USER", "root"))
-    found = []
+    found = {}
     for dp, _, fns in os.walk(root):
         for fn in fns:
-            path = os.path.join(dp, fn)
-            if fn.endswith(".best_config") and \
-                    os.path.getmtime(path) >= since - 1:
-                with open(path) as f:
-                    found.append(f.read().strip())
+            if fn.endswith(".best_config"):
+                path = os.path.join(dp, fn)
+                found[path] = os.path.getmtime(path)
     return found
+
+
+def best_written(before):
+    """The contents of the .best_config files written since @p before
+    (best_configs()'s answer then): the configs this compile kept."""
+    out = []
+    for path, mt in best_configs().items():
+        if before.get(path) != mt:
+            with open(path) as f:
+                out.append(f.read().strip())
+    return out
 
 
 def name_of(d):
@@ -105,7 +113,7 @@ def one(args, lib, shape):
     cf = torch.compile(peer, dynamic=False)
     if args.code:
         from torch._inductor.utils import run_and_get_code
-        t_code = time.time()
+        before = best_configs()
         _, code = run_and_get_code(cf, *pargs)
         src = "\n".join(code)
         keep = [ln for ln in src.splitlines()
@@ -117,10 +125,9 @@ def one(args, lib, shape):
                                                "\n".join(keep[:60])))
         # the config Inductor's autotuner kept (its local cache writes a
         # .best_config beside each kernel it tuned)
-        best = best_configs(t_code) or ["(cached, any kernel) %s" % b
-                                        for b in best_configs(0)]
-        print("-- inductor best configs for %s: %s" % (shape_text(shape),
-                                                      best or "none found"))
+        best = best_written(before)
+        print("-- inductor best configs for %s: %s" % (
+            shape_text(shape), best or "none written (a cached compile)"))
         if args.code_file:
             with open(args.code_file, "a") as f:
                 f.write("# ---- inductor code for %s\n# best: %s\n%s\n"

@@ -562,6 +562,9 @@ rms_l2_scale(const typename flyk_elem<DT>::T *src,
  * evict_last; the block reduces; pass 2 re-reads the row (evict_first,
  * mostly L2 hits), scales and streams y out.  DRAM traffic stays ~2 * row
  * while a block needs no registers per element: any n, full occupancy.
+ * IND (rmsnorm_l2i): Inductor's hints instead -- L1 evict_last on the
+ * first read, evict_first on the second (an L1 hit where the chunk is the
+ * row), plain stores.
  */
 template <int DT, int U, bool RES, bool IND>
 __global__ void __launch_bounds__(L2_MAXT(U, RES))
