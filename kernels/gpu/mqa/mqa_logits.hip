@@ -568,15 +568,18 @@ __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
 	}
 	if (!ln.live)
 		return;
-	const bool inside = t0 >= k.flo && t0 + MQA_BKV <= k.fhi;
+	/* columns in 32 bits (skv <= 2^31 - 65, wg_feasible): the window
+	 * tests were pairs of 64-bit compares, 1-2.5% of the large cases */
+	const int u0 = (int)t0, skv = (int)k.skv;
+	const bool inside = u0 >= (int)k.flo && u0 + MQA_BKV <= (int)k.fhi;
 #pragma unroll
 	for (int i = 0; i < m; i++) {
-		const int64_t j = jb + 8 * (mqa_lane_e<BQ>(l, i) & 1);
-		if (j >= k.skv)
+		const int j = (int)jb + 8 * (mqa_lane_e<BQ>(l, i) & 1);
+		if (j >= skv)
 			continue;
-		if (inside || (j >= ln.rlo && j < ln.rhi))
+		if (inside || (j >= (int)ln.rlo && j < (int)ln.rhi))
 			ln.orow[j] = s1[i] * sc[i];
-		else if (CLEAN && j >= k.c0 && j < k.c1)
+		else if (CLEAN && j >= (int)k.c0 && j < (int)k.c1)
 			ln.orow[j] = -INFINITY;
 	}
 }
