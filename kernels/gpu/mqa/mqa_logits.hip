@@ -475,10 +475,13 @@ __device__ __forceinline__ int mqa_lane_e(int l, int i)
 
 /* What a lane stores to, fixed for the block: its query row's output
  * row, window and liveness (BQ = 1: lanes 2 and 3 of the quad hold
- * copies of lanes 0 and 1's sums and do not store). */
+ * copies of lanes 0 and 1's sums and do not store); and for the tiles
+ * [itlo, ithi) that lie inside every live row's window and below skv,
+ * @p ob, its first value's column of tile 0 in that row, so such a tile
+ * stores at ob + 64 it with no test per column. */
 struct mqa_lane {
-	float *orow;
-	int64_t rlo, rhi;
+	float *orow, *ob;
+	int rlo, rhi, itlo, ithi; /* columns and tiles fit: skv <= 2^31 - 65 */
 	bool live;
 };
 
@@ -490,19 +493,29 @@ __device__ __forceinline__ mqa_lane mqa_lane_of(const mqa_blk<BQ> &k)
 	mqa_lane x;
 	x.live = k.q0 + r < k.sq && (BQ != 1 || ((l >> 1) & 1) == 0);
 	x.orow = k.out + (k.q0 + r) * k.ld;
+	x.ob = x.orow + k.a + (threadIdx.x / 32) * 16 + l / 4 +
+	       8 * (mqa_lane_e<BQ>(l, 0) & 1);
+	const int64_t lim = k.fhi < k.skv ? k.fhi : k.skv;
+	const int64_t lo =
+	    k.flo > k.a ? (k.flo - k.a + MQA_BKV - 1) / MQA_BKV : 0;
+	const int64_t hi = lim > k.a ? (lim - k.a) / MQA_BKV : 0;
+	x.itlo = (int)lo;
+	x.ithi = (int)(hi > lo ? hi : lo);
 	x.rlo = x.rhi = 0;
 #pragma unroll
 	for (int q = 0; q < BQ; q++) /* no dynamic index: k stays in registers */
 		if (q == r) {
-			x.rlo = k.rlo[q];
-			x.rhi = k.rhi[q];
+			x.rlo = (int)k.rlo[q];
+			x.rhi = (int)k.rhi[q];
 		}
 	return x;
 }
 
 /* kv_scale of each value the lane stores from tile @p it, loaded before
  * the tile's wgmma is waited for: the load's latency runs under the MMA,
- * not between the head sums and the stores. */
+ * not between the head sums and the stores.  Nothing may use the value
+ * here: a multiply by 0.5 beside the load made each warp wait for it
+ * before its wgmma, 11-30% slower (H100). */
 template <int BQ>
 __device__ __forceinline__ void mqa_scales(const mqa_blk<BQ> &k, int64_t it,
 					   float *sc)
@@ -519,11 +532,18 @@ __device__ __forceinline__ void mqa_scales(const mqa_blk<BQ> &k, int64_t it,
 /* The epilogue of KV tile @p it from its accumulators: relu, weight, the
  * head sums (every row's at once: 4 BQ independent chains), the quad's
  * reduce-scatter, kv_scale (@p sc: mqa_scales) and the lane's stores
- * under the window (a tile inside every row's window stores without the
- * per-column tests).  On the H100 this form took the large primary cases
+ * under the window.  On the H100 this form took the large primary cases
  * 5-10% faster than one all-reduce a row with two storing lanes: the
- * kernel is bound by the epilogue's issue and latency, not the MMA. */
-template <int BQ, bool CLEAN, class W>
+ * kernel is bound by the epilogue's instructions, each of which costs
+ * about a cycle the tensor cores do not overlap (bench/README.md).
+ * Hence relu(x) as x + |x| (one FADD with an operand modifier instead of
+ * the ALU pipe's FMNMX; the sums are of 2 relu(x), exact, halved at the
+ * store -- a NaN score, from a NaN fp8 input only, then
+ * propagates where fmaxf dropped it), and with @p FAST (the TMA ring's
+ * forms: the cp.async ring's have no registers left for it, 8-20 bytes
+ * spilled) the tiles [ln.itlo, ln.ithi) store at ln.ob with no test per
+ * column.  Both: 5-8% of the large cases on the H100. */
+template <int BQ, bool CLEAN, bool FAST, class W>
 __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
 					     const mqa_blk<BQ> &k,
 					     const mqa_lane &ln, int64_t it,
@@ -540,10 +560,13 @@ __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
 #pragma unroll
 		for (int c = r * 8; c < r * 8 + 8; c++) {
 			float2 wv = wt.at(c);
-			a0 = fmaf(fmaxf(acc[4 * c], 0.f), wv.x, a0);
-			c0 = fmaf(fmaxf(acc[4 * c + 1], 0.f), wv.y, c0);
-			a1 = fmaf(fmaxf(acc[4 * c + 2], 0.f), wv.x, a1);
-			c1 = fmaf(fmaxf(acc[4 * c + 3], 0.f), wv.y, c1);
+			a0 = fmaf(acc[4 * c] + fabsf(acc[4 * c]), wv.x, a0);
+			c0 = fmaf(acc[4 * c + 1] + fabsf(acc[4 * c + 1]), wv.y,
+				  c0);
+			a1 = fmaf(acc[4 * c + 2] + fabsf(acc[4 * c + 2]), wv.x,
+				  a1);
+			c1 = fmaf(acc[4 * c + 3] + fabsf(acc[4 * c + 3]), wv.y,
+				  c1);
 		}
 		v[2 * r] = a0 + c0;
 		v[2 * r + 1] = a1 + c1;
@@ -568,17 +591,25 @@ __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
 	}
 	if (!ln.live)
 		return;
+	if (FAST && (int)it >= ln.itlo && (int)it < ln.ithi) {
+#pragma unroll
+		for (int i = 0; i < m; i++)
+			ln.ob[(int)it * MQA_BKV +
+			      8 * ((mqa_lane_e<BQ>(l, i) & 1) -
+				   (mqa_lane_e<BQ>(l, 0) & 1))] =
+			    0.5f * s1[i] * sc[i];
+		return;
+	}
 	/* columns in 32 bits (skv <= 2^31 - 65, wg_feasible): the window
 	 * tests were pairs of 64-bit compares, 1-2.5% of the large cases */
-	const int u0 = (int)t0, skv = (int)k.skv;
-	const bool inside = u0 >= (int)k.flo && u0 + MQA_BKV <= (int)k.fhi;
+	const int skv = (int)k.skv;
 #pragma unroll
 	for (int i = 0; i < m; i++) {
 		const int j = (int)jb + 8 * (mqa_lane_e<BQ>(l, i) & 1);
 		if (j >= skv)
 			continue;
-		if (inside || (j >= (int)ln.rlo && j < (int)ln.rhi))
-			ln.orow[j] = s1[i] * sc[i];
+		if (j >= ln.rlo && j < ln.rhi)
+			ln.orow[j] = 0.5f * s1[i] * sc[i];
 		else if (CLEAN && j >= (int)k.c0 && j < (int)k.c1)
 			ln.orow[j] = -INFINITY;
 	}
@@ -660,11 +691,11 @@ mqa_pipe_step(float *cur, float *nxt, const mqa_ring<ST, TMA> &rg,
 	mqa_mma<C::N>(nxt, MQA_SLOT_DESC(dk0, (it + 1) % ST), dq);
 	flyk_wg_wait<1>();
 	flyk_wg_fence_acc<C::N / 2>(cur);
-	mqa_epilogue<BQ, CLEAN>(cur, wt, k, ln, it, sc);
+	mqa_epilogue<BQ, CLEAN, TMA>(cur, wt, k, ln, it, sc);
 }
 
 /* The last tile: wait for its wgmma, then its epilogue. */
-template <int BQ, int ST, bool CLEAN, class W>
+template <int BQ, int ST, bool CLEAN, bool TMA, class W>
 __device__ __forceinline__ void mqa_pipe_last(float *cur, const W &wt,
 					      const mqa_blk<BQ> &k,
 					      const mqa_lane &ln, int64_t it)
@@ -673,7 +704,7 @@ __device__ __forceinline__ void mqa_pipe_last(float *cur, const W &wt,
 	mqa_scales<BQ>(k, it, sc);
 	flyk_wg_wait<0>();
 	flyk_wg_fence_acc<BQ * MQA_H / 2>(cur);
-	mqa_epilogue<BQ, CLEAN>(cur, wt, k, ln, it, sc);
+	mqa_epilogue<BQ, CLEAN, TMA>(cur, wt, k, ln, it, sc);
 }
 
 /*
@@ -839,9 +870,9 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 		if (it + 1 < k.nt) {
 			mqa_pipe_step<BQ, ST, CLEAN, TMA>(acc, acc2, rg, dk0, dq,
 							  wt, k, ln, it);
-			mqa_pipe_last<BQ, ST, CLEAN>(acc2, wt, k, ln, it + 1);
+			mqa_pipe_last<BQ, ST, CLEAN, TMA>(acc2, wt, k, ln, it + 1);
 		} else {
-			mqa_pipe_last<BQ, ST, CLEAN>(acc, wt, k, ln, it);
+			mqa_pipe_last<BQ, ST, CLEAN, TMA>(acc, wt, k, ln, it);
 		}
 	} else {
 		for (int64_t it = 0; it < k.nt; it++) {
@@ -854,7 +885,7 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 			mqa_mma<C::N>(acc, MQA_SLOT_DESC(dk0, it % ST), dq);
 			flyk_wg_wait<0>();
 			flyk_wg_fence_acc<C::N / 2>(acc);
-			mqa_epilogue<BQ, CLEAN>(acc, wt, k, ln, it, sc);
+			mqa_epilogue<BQ, CLEAN, TMA>(acc, wt, k, ln, it, sc);
 		}
 	}
 	flyk_cp_wait<0>();
