@@ -429,17 +429,22 @@ template <int BQ> struct mqa_blk {
  * accumulator sets). */
 template <int BQ, bool REG> struct mqa_wts;
 template <int BQ> struct mqa_wts<BQ, true> {
+	static constexpr float OUT = 1.f; /* halved here, once a block */
 	float2 v[BQ * 8];
 	__device__ __forceinline__ void init(const float *sw)
 	{
 #pragma unroll
-		for (int c = 0; c < BQ * 8; c++)
+		for (int c = 0; c < BQ * 8; c++) {
 			v[c] = *(const float2 *)(sw + 8 * c +
 						 2 * (threadIdx.x % 4));
+			v[c].x *= 0.5f;
+			v[c].y *= 0.5f;
+		}
 	}
 	__device__ __forceinline__ float2 at(int c) const { return v[c]; }
 };
 template <int BQ> struct mqa_wts<BQ, false> {
+	static constexpr float OUT = 0.5f;
 	const float *sw;
 	__device__ __forceinline__ void init(const float *s) { sw = s; }
 	__device__ __forceinline__ float2 at(int c) const
@@ -537,17 +542,20 @@ __device__ __forceinline__ void mqa_scales(const mqa_blk<BQ> &k, int64_t it,
  * kernel is bound by the epilogue's instructions, each of which costs
  * about a cycle the tensor cores do not overlap (bench/README.md).
  * Hence relu(x) as x + |x| (one FADD with an operand modifier instead of
- * the ALU pipe's FMNMX; the sums are of 2 relu(x), exact, halved at the
- * store -- a NaN score, from a NaN fp8 input only, then
+ * the ALU pipe's FMNMX; the sums are of 2 relu(x), exact, halved in the
+ * weights once a block where they are in registers, else at the store
+ * (W::OUT) -- a NaN score, from a NaN fp8 input only, then
  * propagates where fmaxf dropped it), and with @p FAST (the TMA ring's
  * forms: the cp.async ring's have no registers left for it, 8-20 bytes
- * spilled) the tiles [ln.itlo, ln.ithi) store at ln.ob with no test per
- * column.  Both: 5-8% of the large cases on the H100. */
+ * spilled) the tiles [ln.itlo, ln.ithi) store at @p op (ln.ob + 64 it,
+ * a running pointer in the loop) with no test per column.  5-8% of the
+ * large cases on the H100; the halving in the weights and the running
+ * pointer a further 1-4%. */
 template <int BQ, bool CLEAN, bool FAST, class W>
 __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
 					     const mqa_blk<BQ> &k,
 					     const mqa_lane &ln, int64_t it,
-					     const float *sc)
+					     const float *sc, float *op)
 {
 	const int t = threadIdx.x, wi = t / 32, l = t % 32;
 	const int64_t t0 = k.a + it * MQA_BKV;
@@ -594,10 +602,9 @@ __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
 	if (FAST && (int)it >= ln.itlo && (int)it < ln.ithi) {
 #pragma unroll
 		for (int i = 0; i < m; i++)
-			ln.ob[(int)it * MQA_BKV +
-			      8 * ((mqa_lane_e<BQ>(l, i) & 1) -
-				   (mqa_lane_e<BQ>(l, 0) & 1))] =
-			    0.5f * s1[i] * sc[i];
+			op[8 * ((mqa_lane_e<BQ>(l, i) & 1) -
+				(mqa_lane_e<BQ>(l, 0) & 1))] =
+			    W::OUT * s1[i] * sc[i];
 		return;
 	}
 	/* columns in 32 bits (skv <= 2^31 - 65, wg_feasible): the window
@@ -609,7 +616,7 @@ __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
 		if (j >= skv)
 			continue;
 		if (j >= ln.rlo && j < ln.rhi)
-			ln.orow[j] = 0.5f * s1[i] * sc[i];
+			ln.orow[j] = W::OUT * s1[i] * sc[i];
 		else if (CLEAN && j >= (int)k.c0 && j < (int)k.c1)
 			ln.orow[j] = -INFINITY;
 	}
@@ -691,7 +698,8 @@ mqa_pipe_step(float *cur, float *nxt, const mqa_ring<ST, TMA> &rg,
 	mqa_mma<C::N>(nxt, MQA_SLOT_DESC(dk0, (it + 1) % ST), dq);
 	flyk_wg_wait<1>();
 	flyk_wg_fence_acc<C::N / 2>(cur);
-	mqa_epilogue<BQ, CLEAN, TMA>(cur, wt, k, ln, it, sc);
+	mqa_epilogue<BQ, CLEAN, TMA>(cur, wt, k, ln, it, sc,
+				     ln.ob + (int)it * MQA_BKV);
 }
 
 /* The last tile: wait for its wgmma, then its epilogue. */
@@ -704,7 +712,8 @@ __device__ __forceinline__ void mqa_pipe_last(float *cur, const W &wt,
 	mqa_scales<BQ>(k, it, sc);
 	flyk_wg_wait<0>();
 	flyk_wg_fence_acc<BQ * MQA_H / 2>(cur);
-	mqa_epilogue<BQ, CLEAN, TMA>(cur, wt, k, ln, it, sc);
+	mqa_epilogue<BQ, CLEAN, TMA>(cur, wt, k, ln, it, sc,
+				     ln.ob + (int)it * MQA_BKV);
 }
 
 /*
@@ -875,7 +884,8 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 			mqa_pipe_last<BQ, ST, CLEAN, TMA>(acc, wt, k, ln, it);
 		}
 	} else {
-		for (int64_t it = 0; it < k.nt; it++) {
+		float *op = ln.ob; /* the inside tiles' store, ob + 64 it */
+		for (int64_t it = 0; it < k.nt; it++, op += MQA_BKV) {
 			rg.template wait<ST - 2>(it);
 			__syncthreads();
 			/* refill the slot tile it - 1 used (retired) */
@@ -885,7 +895,7 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 			mqa_mma<C::N>(acc, MQA_SLOT_DESC(dk0, it % ST), dq);
 			flyk_wg_wait<0>();
 			flyk_wg_fence_acc<C::N / 2>(acc);
-			mqa_epilogue<BQ, CLEAN, TMA>(acc, wt, k, ln, it, sc);
+			mqa_epilogue<BQ, CLEAN, TMA>(acc, wt, k, ln, it, sc, op);
 		}
 	}
 	flyk_cp_wait<0>();
