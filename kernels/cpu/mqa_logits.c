@@ -5,7 +5,8 @@
  * other position of row i is -inf, without it those positions are left
  * untouched.  q is e4m3fn (dtype fp8_e4m3) or e4m3fnuz (fp8_e4m3fnuz);
  * kv has q's format unless FLY_F_KV_FNUZ (q fn, kv fnuz).  Dims: sq, skv,
- * h, d.
+ * h, d.  relu is torch's: a NaN score (a NaN fp8 code in q or kv) makes
+ * the position NaN, in every variant of every backend.
  *
  * Variants: mqa_ref (element by element, double dot products: the
  * reference), mqa_blocked (a block of query rows decoded once, KV tiles
@@ -109,7 +110,7 @@ static int ref_launch(const struct flyk_device *dev,
 						       qr[k], qf) *
 					       flyk_cpu_fp8_to_f32(
 						       kv[j * d + k], kf);
-				if (dot > 0.0)
+				if (!(dot <= 0.0)) /* relu; NaN stays NaN */
 					acc += dot * a->weights[i * h + hh];
 			}
 			row[j] = (float)(acc * a->kv_scale[j]);
@@ -183,7 +184,7 @@ static void block_run(const struct mqa_ctx *c, int64_t r0, int64_t r1,
 					for (; k < d; k++)
 						s[0] += qr[k] * kr[k];
 					dot = (s[0] + s[1]) + (s[2] + s[3]);
-					if (dot > 0.0f)
+					if (!(dot <= 0.0f)) /* NaN stays */
 						acc += dot * w[hh];
 				}
 				row[j] = acc * a->kv_scale[j];

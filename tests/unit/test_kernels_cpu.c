@@ -712,6 +712,75 @@ static void test_mqa_windows(void **state)
 	B->close(dev);
 }
 
+/* relu is torch's in every variant: a NaN fp8 code in one head of a
+ * query row makes that row NaN at every window position, one in a KV
+ * row makes that column NaN in every row; every other position stays
+ * finite and the variants agree (fmaxf would have dropped the NaN head
+ * and returned a finite, wrong sum). */
+static void test_mqa_nan_propagates(void **state)
+{
+	struct flyk_device *dev = dev_open();
+	enum { SQ = 4, SKV = 20, H = 3, D = 16, NANROW = 1, NANCOL = 7 };
+	static uint8_t q[SQ * H * D], kv[SKV * D];
+	static float sc[SKV], w[SQ * H], out[2][SQ * SKV];
+	static int32_t ks[SQ], ke[SQ];
+	const struct flyk_variant *ref =
+		flyk_variant_find(B, FLY_OP_MQA_LOGITS, "mqa_ref");
+	const struct flyk_variant *blk =
+		flyk_variant_find(B, FLY_OP_MQA_LOGITS, "mqa_blocked");
+	static const uint32_t dts[2] = { FLY_DT_FP8_E4M3,
+					 FLY_DT_FP8_E4M3FNUZ };
+	static const uint8_t nan8[2] = { 0x7f, 0x80 };
+	uint64_t s = 11;
+
+	assert_non_null(ref);
+	assert_non_null(blk);
+	for (int f = 0; f < 2; f++) {
+		struct fly_problem p = prob(FLY_OP_MQA_LOGITS, dts[f], 0,
+					    FLY_F_CLEAN, SQ, SKV, H, D);
+		int64_t pt[3] = { 2, 64, 1 };
+
+		for (size_t i = 0; i < sizeof(q); i++) /* never NaN */
+			q[i] = (uint8_t)((s = s * 6364136223846793005ULL +
+					      1) >> 56) & 0x77;
+		for (size_t i = 0; i < sizeof(kv); i++)
+			kv[i] = (uint8_t)((s = s * 6364136223846793005ULL +
+					       1) >> 56) & 0x77;
+		q[(NANROW * H + 2) * D + 5] = nan8[f];
+		kv[NANCOL * D + 3] = nan8[f];
+		for (int j = 0; j < SKV; j++)
+			sc[j] = 0.5f;
+		for (int i = 0; i < SQ * H; i++)
+			w[i] = i % 2 ? 0.0f : -0.75f; /* NaN x 0 is NaN */
+		for (int i = 0; i < SQ; i++)
+			ks[i] = 0, ke[i] = SKV;
+		for (int v = 0; v < 2; v++) {
+			union flyk_args a = { .mqa_logits = {
+				q, kv, sc, w, ks, ke, out[v], SKV, NULL, 0 } };
+
+			assert_int_equal((v ? blk : ref)->feasible(dev, &p,
+						v ? pt : NULL), 0);
+			assert_int_equal((v ? blk : ref)->launch(dev, &p,
+						v ? pt : NULL, &a, NULL), 0);
+		}
+		for (int i = 0; i < SQ; i++)
+			for (int j = 0; j < SKV; j++) {
+				float r = out[0][i * SKV + j];
+				float b = out[1][i * SKV + j];
+
+				if (i == NANROW || j == NANCOL) {
+					assert_true(isnan(r));
+					assert_true(isnan(b));
+				} else {
+					assert_true(isfinite(r));
+					assert_true(fabsf(b - r) <=
+						    1e-4f * (1.0f + fabsf(r)));
+				}
+			}
+	}
+	B->close(dev);
+}
+
 /* The check refuses a wrong valid position, a NaN left in a window, and
  * under CLEAN a finite value outside the windows. */
 static void test_mqa_check_catches(void **state)
@@ -1272,6 +1341,7 @@ int main(void)
 		cmocka_unit_test(test_fp8_decode),
 		cmocka_unit_test(test_mqa_all_variants),
 		cmocka_unit_test(test_mqa_windows),
+		cmocka_unit_test(test_mqa_nan_propagates),
 		cmocka_unit_test(test_mqa_check_catches),
 		cmocka_unit_test(test_mx_decode),
 		cmocka_unit_test(test_scaled_all_variants),

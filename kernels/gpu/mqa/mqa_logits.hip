@@ -7,6 +7,8 @@
  * written.  Dims sq, skv, h, d; q [sq, h, d] and kv [skv, d] e4m3 bytes
  * (dtype fp8_e4m3: fn; fp8_e4m3fnuz: both fnuz; FLY_F_KV_FNUZ: q fn, kv
  * fnuz), kv_scale [skv] and w [sq, h] fp32, logits [sq, ld] fp32.
+ * relu is torch's (mqa_relu): a NaN score, from a NaN fp8 code, makes
+ * the position NaN in every variant.
  *
  * Owns: the mqa_logits variants and flyk_gpu_mqa_logits_op.  Thread:
  * tables are immutable; launches are asynchronous on the caller's stream.
@@ -99,6 +101,14 @@ __device__ __forceinline__ float mqa_fp8(uint32_t b, bool fnuz)
 		    : (float)m * (fnuz ? 0.0009765625f : 0.001953125f);
 	v = (b & 0x80u) ? -v : v;
 	return nan ? __uint_as_float(0x7fc00000u) : v;
+}
+
+/* relu as torch's: a NaN score (from a NaN fp8 code only) stays NaN,
+ * where fmaxf would drop it -- every variant alike, mqa_wgmma's x + |x|
+ * included, so the tuned variant cannot change what a NaN input gives. */
+__device__ __forceinline__ float mqa_relu(float x)
+{
+	return x > 0.f || x != x ? x : 0.f;
 }
 
 struct mqa_dims {
@@ -220,7 +230,7 @@ __global__ void mqa_ref_kernel(const uint8_t *q, const uint8_t *kv,
 #pragma unroll
 		for (int g = 0; g < MQA_REF_HG; g++)
 			if (h0 + g < m.h)
-				acc += fmaxf(dot[g], 0.f) * w[i * m.h + h0 + g];
+				acc += mqa_relu(dot[g]) * w[i * m.h + h0 + g];
 	}
 	*o = acc * sc[j];
 }
@@ -320,7 +330,7 @@ __global__ void mqa_simt_kernel(const uint8_t *q, const uint8_t *kv,
 #pragma unroll
 		for (int hh = 0; hh < SIMT_HG; hh++)
 			if (h0 + hh < m.h)
-				acc += fmaxf(dot[hh], 0.f) * wr[h0 + hh];
+				acc += mqa_relu(dot[hh]) * wr[h0 + hh];
 	}
 	*o = acc * sc[j];
 }
@@ -544,8 +554,8 @@ __device__ __forceinline__ void mqa_scales(const mqa_blk<BQ> &k, int64_t it,
  * Hence relu(x) as x + |x| (one FADD with an operand modifier instead of
  * the ALU pipe's FMNMX; the sums are of 2 relu(x), exact, halved in the
  * weights once a block where they are in registers, else at the store
- * (W::OUT) -- a NaN score, from a NaN fp8 input only, then
- * propagates where fmaxf dropped it), and with @p FAST (the TMA ring's
+ * (W::OUT); a NaN score propagates, as mqa_relu has it in every
+ * variant), and with @p FAST (the TMA ring's
  * forms: the cp.async ring's have no registers left for it, 8-20 bytes
  * spilled) the tiles [ln.itlo, ln.ithi) store at @p op (ln.ob + 64 it,
  * a running pointer in the loop) with no test per column.  5-8% of the
@@ -1168,7 +1178,7 @@ __global__ void __launch_bounds__(W * 64)
 			for (int v = 0; v < M::REGS; v++) {
 				int64_t h = hg + M::d_row(l, v);
 				if (h < m.h)
-					s += fmaxf(acc[v], 0.f) *
+					s += mqa_relu(acc[v]) *
 					     w[i * m.h + h];
 			}
 		}

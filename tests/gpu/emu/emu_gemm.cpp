@@ -1077,12 +1077,15 @@ static bool mqa_in(int32_t ks, int32_t ke, int64_t skv, int64_t j)
 	return j >= lo && j < hi;
 }
 
-/* One logit @p g: inside the window within 2e-3 @p big of @p r; outside
- * it -inf where @p clean, else the poison left as it was. */
+/* One logit @p g: inside the window within 2e-3 @p big of @p r (NaN
+ * where @p r is: relu keeps a NaN score, as torch's); outside it -inf
+ * where @p clean, else the poison left as it was. */
 static int mqa_pos_ok(float g, double r, double big, bool in, bool clean)
 {
 	uint32_t u;
 	memcpy(&u, &g, 4);
+	if (in && std::isnan(r))
+		return std::isnan(g) ? 0 : -EDOM;
 	if (in)
 		return fabs(g - r) <= 2e-3 * big ? 0 : -EDOM;
 	if (clean)
@@ -1112,9 +1115,13 @@ static int mqa_row_ok(const float *g, const double *r, int32_t ks,
  * window within 2e-3 of the largest |ref| (the case's rule, mqa_check),
  * outside it -inf under CLEAN and untouched without.  Windows: empty,
  * clamped below 0 and past skv, and ordinary.  @p dt and @p flags as the
- * key (fp8_e4m3 + FLY_F_KV_FNUZ: q fn, kv fnuz). */
+ * key (fp8_e4m3 + FLY_F_KV_FNUZ: q fn, kv fnuz).  @p nan: a NaN code in
+ * one head of query row 3 (window [21, skv) for skv 40) and in KV row 5
+ * (inside row 1's window [0, 9)), whose positions must then be NaN in
+ * every variant (sq >= 4, skv > 21). */
 static void mqa_one(const struct flyk_backend *b, int64_t sq, int64_t skv,
-		    int64_t h, int64_t d, uint32_t dt, uint32_t flags)
+		    int64_t h, int64_t d, uint32_t dt, uint32_t flags,
+		    bool nan = false)
 {
 	struct flyk_device dev = emu_dev();
 	struct fly_problem p;
@@ -1138,6 +1145,10 @@ static void mqa_one(const struct flyk_backend *b, int64_t sq, int64_t skv,
 		x = sg_rnd(qdt);
 	for (auto &x : KV)
 		x = sg_rnd(kdt);
+	if (nan) {
+		q[(3 * h + h - 1) * d + d / 2] = qfnuz ? 0x80 : 0x7f;
+		kv[5 * d + 1] = kvfnuz ? 0x80 : 0x7f;
+	}
 	for (auto &x : sc)
 		x = 0.5f + flyk_bf16_to_float(rnd_bf16()) / 2 + 0.5f;
 	for (auto &x : w)
@@ -1189,8 +1200,9 @@ static void mqa_one(const struct flyk_backend *b, int64_t sq, int64_t skv,
 			char key[200];
 			key_of(v->name, &p, pt, v->nparams, key, sizeof(key));
 			snprintf(key + strlen(key), sizeof(key) - strlen(key),
-				 " %s", qfnuz ? "fnuz" : kvfnuz ? "fn/kv-fnuz"
-							  : "fn");
+				 " %s%s", qfnuz ? "fnuz" : kvfnuz ? "fn/kv-fnuz"
+							   : "fn",
+				 nan ? " nan" : "");
 			memset(out.data(), 0xff, out.size() * 4);
 			misaligned = 0;
 			int rc = v->launch(&dev, &p, pt, &args, NULL);
@@ -1215,6 +1227,10 @@ static void mqa_all(const struct flyk_backend *b)
 	mqa_one(b, 5, 45, 40, 32, FLY_DT_FP8_E4M3FNUZ, 0);
 	mqa_one(b, 4, 130, 64, 128, FLY_DT_FP8_E4M3,
 		FLY_F_CLEAN | FLY_F_KV_FNUZ);
+	/* NaN codes propagate (mqa_relu), each format */
+	mqa_one(b, 4, 40, 20, 32, FLY_DT_FP8_E4M3, FLY_F_CLEAN, true);
+	mqa_one(b, 4, 40, 20, 32, FLY_DT_FP8_E4M3FNUZ, 0, true);
+	mqa_one(b, 4, 40, 20, 32, FLY_DT_FP8_E4M3, FLY_F_KV_FNUZ, true);
 }
 
 #if FLYK_AMD
