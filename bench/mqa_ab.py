@@ -40,6 +40,46 @@ def parse_lib(s):
     return name, path, x
 
 
+def one_case(ci, c, peer, libs, pts, tname, tcfg):
+    """Every build at every point on case @p ci, and the peer, timed
+    side by side; one line each, fastest first."""
+    sq, skv = c["s_q"], c["s_kv"]
+    kind, clean = c["window"], c["clean_logits"]
+    q, kv, sc, w, ks, ke = peer.make_inputs(sq, skv, kind, seed=ci)
+    out = torch.empty((sq, skv), dtype=torch.float32, device="cuda")
+    qb, kvb = q.view(torch.uint8), kv.view(torch.uint8)
+    fns = {}
+    for name, kern, x in libs:
+        p = kern.mqa_problem(sq, skv, mqa_bench.H, mqa_bench.D,
+                             clean=clean)
+        for pt in pts:
+            d = {"variant": "mqa_wgmma", "params": pt}
+
+            def f(kern=kern, d=d, p=p, x=x):
+                if x:
+                    os.environ["FLYK_MQA_X"] = x
+                else:
+                    os.environ.pop("FLYK_MQA_X", None)
+                kern.mqa_logits(d, qb, kvb, sc, w, ks, ke, out,
+                                problem=p)
+            out.fill_(float("nan"))
+            f()
+            torch.cuda.synchronize()
+            ok = peer.check(out, q, kv, sc, w, ks, ke, clean)["ok"]
+            fns["%s %s%s" % (name, pt, "" if ok else " BAD")] = f
+    tout = torch.empty_like(out)
+    fns["triton " + tname] = (
+        lambda: peer.mqa_logits_triton(q, kv, sc, w, ks, ke, clean,
+                                       tcfg, out=tout))
+    ms = gpu_bench.bench_side_by_side(fns, warmup=3, reps=30,
+                                      budget_ms=300)
+    base = ms["triton " + tname]
+    print("case %d %s" % (ci, c), flush=True)
+    for k, v in sorted(ms.items(), key=lambda kv_: kv_[1]):
+        print("  %-30s %.4f ms  x%.3f vs the peer" % (k, v, base / v),
+              flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib", action="append", type=parse_lib, required=True,
@@ -71,43 +111,7 @@ def main(argv=None):
     tcfg = (tv, int(bq), int(bkv), int(nw), int(ns))
     pts = [[int(v) for v in p.split(",")] for p in args.points]
     for ci in [int(x) for x in args.cases.split(",")]:
-        c = allc[ci]
-        sq, skv = c["s_q"], c["s_kv"]
-        kind, clean = c["window"], c["clean_logits"]
-        q, kv, sc, w, ks, ke = peer.make_inputs(sq, skv, kind, seed=ci)
-        out = torch.empty((sq, skv), dtype=torch.float32, device="cuda")
-        qb, kvb = q.view(torch.uint8), kv.view(torch.uint8)
-        fns = {}
-        for name, kern, x in libs:
-            p = kern.mqa_problem(sq, skv, mqa_bench.H, mqa_bench.D,
-                                 clean=clean)
-            for pt in pts:
-                d = {"variant": "mqa_wgmma", "params": pt}
-
-                def f(kern=kern, d=d, p=p, x=x):
-                    if x:
-                        os.environ["FLYK_MQA_X"] = x
-                    else:
-                        os.environ.pop("FLYK_MQA_X", None)
-                    kern.mqa_logits(d, qb, kvb, sc, w, ks, ke, out,
-                                    problem=p)
-                out.fill_(float("nan"))
-                f()
-                torch.cuda.synchronize()
-                ok = peer.check(out, q, kv, sc, w, ks, ke, clean)["ok"]
-                fns["%s %s%s" % (name, pt, "" if ok else " BAD")] = f
-        tout = torch.empty_like(out)
-        fns["triton " + args.triton] = (
-            lambda: peer.mqa_logits_triton(q, kv, sc, w, ks, ke, clean,
-                                           tcfg, out=tout))
-        ms = gpu_bench.bench_side_by_side(fns, warmup=3, reps=30,
-                                          budget_ms=300)
-        base = ms["triton " + args.triton]
-        print("case %d %s" % (ci, c), flush=True)
-        for k, v in sorted(ms.items(), key=lambda kv_: kv_[1]):
-            print("  %-30s %.4f ms  x%.3f vs the peer" % (k, v, base / v),
-                  flush=True)
-        del q, kv, sc, w, ks, ke, out, tout
+        one_case(ci, allc[ci], peer, libs, pts, args.triton, tcfg)
         torch.cuda.empty_cache()
 
 
