@@ -91,7 +91,9 @@ def time_points(args, allc):
     kern = fk.Kernels(os.path.join(args.build, "libflykernels_cuda.so"))
     name, vals = args.time.split("=")
     idx = [int(x) for x in (args.cases_list or str(args.case)).split(",")]
-    for ci in idx:
+
+    def one(ci):
+        """Case @p ci timed and printed; its tensors die at return."""
         c = allc[ci]
         sq, skv = c["s_q"], c["s_kv"]
         kind, clean = c["window"], c["clean_logits"]
@@ -133,7 +135,9 @@ def time_points(args, allc):
             for k, v in sorted(gms.items(), key=lambda x: x[1]):
                 print("  graph %-22s %.4f ms  x%.3f vs best triton" %
                       (k, v, best_g / v), flush=True)
-        del q, kv, sc, w, ks, ke, out, tout
+
+    for ci in idx:
+        one(ci)
         torch.cuda.empty_cache()
 
 
