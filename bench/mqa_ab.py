@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 import gpu_bench  # noqa: E402
 import mqa_bench  # noqa: E402
+from mqa_profile import checked  # noqa: E402
 
 
 def parse_lib(s):
@@ -62,11 +63,8 @@ def one_case(ci, c, peer, libs, pts, tname, tcfg):
                     os.environ.pop("FLYK_MQA_X", None)
                 kern.mqa_logits(d, qb, kvb, sc, w, ks, ke, out,
                                 problem=p)
-            out.fill_(float("nan"))
-            f()
-            torch.cuda.synchronize()
-            ok = peer.check(out, q, kv, sc, w, ks, ke, clean)["ok"]
-            fns["%s %s%s" % (name, pt, "" if ok else " BAD")] = f
+            bad = checked(peer, f, out, (q, kv, sc, w, ks, ke), clean)
+            fns["%s %s%s" % (name, pt, bad)] = f
     tout = torch.empty_like(out)
     fns["triton " + tname] = (
         lambda: peer.mqa_logits_triton(q, kv, sc, w, ks, ke, clean,

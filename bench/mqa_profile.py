@@ -84,6 +84,16 @@ def main(argv=None):
                                                clean)), flush=True)
 
 
+def checked(peer, f, out, inputs, clean):
+    """Run @p f once into @p out, NaN-poisoned first, and check it with
+    the peer's check() on @p inputs (q, kv, kv_scale, w, ks, ke): "" if
+    it passes, " BAD" (a mark for the timing's name) if not."""
+    out.fill_(float("nan"))
+    f()
+    torch.cuda.synchronize()
+    return "" if peer.check(out, *inputs, clean)["ok"] else " BAD"
+
+
 def time_points(args, allc):
     import gpu_bench
     import flyclient.kernels as fk
@@ -110,11 +120,8 @@ def time_points(args, allc):
                     os.environ[name] = v
                     kern.mqa_logits(d, qb, kvb, sc, w, ks, ke, out,
                                     problem=p)
-                out.fill_(float("nan"))
-                f()
-                torch.cuda.synchronize()
-                ok = peer.check(out, q, kv, sc, w, ks, ke, clean)["ok"]
-                fns["%s %s=%s%s" % (pt, name, v, "" if ok else " BAD")] = f
+                bad = checked(peer, f, out, (q, kv, sc, w, ks, ke), clean)
+                fns["%s %s=%s%s" % (pt, name, v, bad)] = f
         tout = torch.empty_like(out)
         for t in args.triton:
             tv, bq, bkv, nw, ns = t.split(":")

@@ -631,6 +631,28 @@ static void test_mqa_all_variants(void **state)
 	B->close(dev);
 }
 
+/* mqa_ref and mqa_blocked (at @p pt) on the same inputs @p a, into
+ * @p out0 and @p out1 (a's logits ignored). */
+static void mqa_run_both(struct flyk_device *dev, const struct fly_problem *p,
+			 const int64_t *pt, struct flyk_mqa_logits_args a,
+			 float *out0, float *out1)
+{
+	const struct flyk_variant *v[2] = {
+		flyk_variant_find(B, FLY_OP_MQA_LOGITS, "mqa_ref"),
+		flyk_variant_find(B, FLY_OP_MQA_LOGITS, "mqa_blocked"),
+	};
+
+	for (int i = 0; i < 2; i++) {
+		union flyk_args u = { .mqa_logits = a };
+
+		u.mqa_logits.logits = i ? out1 : out0;
+		assert_non_null(v[i]);
+		assert_int_equal(v[i]->feasible(dev, p, i ? pt : NULL), 0);
+		assert_int_equal(v[i]->launch(dev, p, i ? pt : NULL, &u, NULL),
+				 0);
+	}
+}
+
 /* Windows of every kind the engines send (empty rows, ks < 0, ke past
  * skv, context-parallel halves), a strided output: the blocked variant
  * agrees with the reference on every window position; CLEAN writes
@@ -643,14 +665,8 @@ static void test_mqa_windows(void **state)
 	static uint8_t q[SQ * H * D], kv[SKV * D];
 	static float sc[SKV], w[SQ * H], out[2][SQ * LD];
 	static int32_t ks[SQ], ke[SQ];
-	const struct flyk_variant *ref =
-		flyk_variant_find(B, FLY_OP_MQA_LOGITS, "mqa_ref");
-	const struct flyk_variant *blk =
-		flyk_variant_find(B, FLY_OP_MQA_LOGITS, "mqa_blocked");
 	uint64_t s = 7;
 
-	assert_non_null(ref);
-	assert_non_null(blk);
 	for (size_t i = 0; i < sizeof(q); i++)
 		q[i] = (uint8_t)((s = s * 6364136223846793005ULL + 1) >> 56) &
 		       0x77; /* never NaN */
@@ -674,18 +690,13 @@ static void test_mqa_windows(void **state)
 					    0, clean ? FLY_F_CLEAN : 0, SQ,
 					    SKV, H, D);
 		int64_t pt[3] = { 4, 64, 2 };
+		struct flyk_mqa_logits_args a = {
+			q, kv, sc, w, ks, ke, NULL, LD, NULL, 0
+		};
 
-		for (int v = 0; v < 2; v++) {
-			union flyk_args a = { .mqa_logits = {
-				q, kv, sc, w, ks, ke, out[v], LD, NULL, 0 } };
-
-			for (int i = 0; i < SQ * LD; i++)
-				out[v][i] = 12345.0f;
-			assert_int_equal((v ? blk : ref)->feasible(dev, &p,
-						v ? pt : NULL), 0);
-			assert_int_equal((v ? blk : ref)->launch(dev, &p,
-						v ? pt : NULL, &a, NULL), 0);
-		}
+		for (int i = 0; i < SQ * LD; i++)
+			out[0][i] = out[1][i] = 12345.0f;
+		mqa_run_both(dev, &p, pt, a, out[0], out[1]);
 		for (int i = 0; i < SQ; i++) {
 			int lo = ks[i] < 0 ? 0 : ks[i];
 			int hi = ke[i] > SKV ? SKV : ke[i];
@@ -724,17 +735,11 @@ static void test_mqa_nan_propagates(void **state)
 	static uint8_t q[SQ * H * D], kv[SKV * D];
 	static float sc[SKV], w[SQ * H], out[2][SQ * SKV];
 	static int32_t ks[SQ], ke[SQ];
-	const struct flyk_variant *ref =
-		flyk_variant_find(B, FLY_OP_MQA_LOGITS, "mqa_ref");
-	const struct flyk_variant *blk =
-		flyk_variant_find(B, FLY_OP_MQA_LOGITS, "mqa_blocked");
 	static const uint32_t dts[2] = { FLY_DT_FP8_E4M3,
 					 FLY_DT_FP8_E4M3FNUZ };
 	static const uint8_t nan8[2] = { 0x7f, 0x80 };
 	uint64_t s = 11;
 
-	assert_non_null(ref);
-	assert_non_null(blk);
 	for (int f = 0; f < 2; f++) {
 		struct fly_problem p = prob(FLY_OP_MQA_LOGITS, dts[f], 0,
 					    FLY_F_CLEAN, SQ, SKV, H, D);
@@ -754,15 +759,11 @@ static void test_mqa_nan_propagates(void **state)
 			w[i] = i % 2 ? 0.0f : -0.75f; /* NaN x 0 is NaN */
 		for (int i = 0; i < SQ; i++)
 			ks[i] = 0, ke[i] = SKV;
-		for (int v = 0; v < 2; v++) {
-			union flyk_args a = { .mqa_logits = {
-				q, kv, sc, w, ks, ke, out[v], SKV, NULL, 0 } };
+		struct flyk_mqa_logits_args a = {
+			q, kv, sc, w, ks, ke, NULL, SKV, NULL, 0
+		};
 
-			assert_int_equal((v ? blk : ref)->feasible(dev, &p,
-						v ? pt : NULL), 0);
-			assert_int_equal((v ? blk : ref)->launch(dev, &p,
-						v ? pt : NULL, &a, NULL), 0);
-		}
+		mqa_run_both(dev, &p, pt, a, out[0], out[1]);
 		for (int i = 0; i < SQ; i++)
 			for (int j = 0; j < SKV; j++) {
 				float r = out[0][i * SKV + j];
