@@ -9,12 +9,14 @@
  * N failed"; exits non-zero on any failure or when no GPU is found.
  * Contracts only: no timing is asserted.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "flyk.h"
 #include "gpu_harness.h"
+#include "gpu_rt.h"
 
 static const uint32_t dts[] = {FLY_DT_FP32, FLY_DT_FP16, FLY_DT_BF16};
 
@@ -96,6 +98,154 @@ static void test_mqa(const struct flyk_backend *b, struct flyk_device *dev)
 			memcpy(p.dims, shapes[s], sizeof(shapes[s]));
 			gt_problem(b, dev, &p, 300 + s * 7 + f);
 		}
+}
+
+/* A NaN fp8 code in q (row 2, head 9) and in kv (row 130): every
+ * variant at every feasible point gives NaN exactly where the reference
+ * does -- all of row 2 and column 130 inside the windows (torch's relu
+ * keeps NaN) -- the reference's values elsewhere, and -inf outside the
+ * windows.  mqa_wgmma's linear-part form (rows 2, pipe 0, tma 1) puts
+ * q . w through e4m3 parts and the |x| through the epilogue: a NaN must
+ * reach its row alone, not the other query row of its block. */
+static void test_mqa_nan(const struct flyk_backend *b, struct flyk_device *dev)
+{
+	enum { SQ = 5, SKV = 300, H = 64, D = 128 };
+	struct fly_problem p;
+	memset(&p, 0, sizeof(p));
+	p.op = FLY_OP_MQA_LOGITS;
+	p.dtype = FLY_DT_FP8_E4M3;
+	p.flags = FLY_F_CLEAN;
+	p.dims[0] = SQ;
+	p.dims[1] = SKV;
+	p.dims[2] = H;
+	p.dims[3] = D;
+	static uint8_t q[SQ * H * D], kv[SKV * D];
+	static float sc[SKV], w[SQ * H], ref[SQ * SKV], got[SQ * SKV];
+	int32_t ks[SQ], ke[SQ];
+	uint64_t x = 12345;
+	for (size_t i = 0; i < sizeof(q) + sizeof(kv); i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		uint8_t v = (uint8_t)(x >> 56);
+		if ((v & 0x7f) == 0x7f) /* no NaN but the two below */
+			v ^= 1;
+		if (i < sizeof(q))
+			q[i] = v;
+		else
+			kv[i - sizeof(q)] = v;
+	}
+	for (int j = 0; j < SKV; j++)
+		sc[j] = 0.5f + (float)(j % 7) / 8;
+	for (int i = 0; i < SQ * H; i++)
+		w[i] = (float)((i * 37) % 19 - 9) / 16;
+	for (int i = 0; i < SQ; i++) {
+		ks[i] = i == 4 ? 100 : 0;
+		ke[i] = SKV - SQ + i + 1;
+	}
+	q[(2 * H + 9) * D + 17] = 0x7f;
+	kv[130 * D + 5] = 0xff;
+	void *dq = NULL, *dkv = NULL, *dsc = NULL, *dw = NULL, *dks = NULL,
+	     *dke = NULL, *dout = NULL;
+	int ok = cudaMalloc(&dq, sizeof(q)) == cudaSuccess &&
+		 cudaMalloc(&dkv, sizeof(kv)) == cudaSuccess &&
+		 cudaMalloc(&dsc, sizeof(sc)) == cudaSuccess &&
+		 cudaMalloc(&dw, sizeof(w)) == cudaSuccess &&
+		 cudaMalloc(&dks, sizeof(ks)) == cudaSuccess &&
+		 cudaMalloc(&dke, sizeof(ke)) == cudaSuccess &&
+		 cudaMalloc(&dout, sizeof(got)) == cudaSuccess &&
+		 cudaMemcpy(dq, q, sizeof(q), cudaMemcpyHostToDevice) ==
+			 cudaSuccess &&
+		 cudaMemcpy(dkv, kv, sizeof(kv), cudaMemcpyHostToDevice) ==
+			 cudaSuccess &&
+		 cudaMemcpy(dsc, sc, sizeof(sc), cudaMemcpyHostToDevice) ==
+			 cudaSuccess &&
+		 cudaMemcpy(dw, w, sizeof(w), cudaMemcpyHostToDevice) ==
+			 cudaSuccess &&
+		 cudaMemcpy(dks, ks, sizeof(ks), cudaMemcpyHostToDevice) ==
+			 cudaSuccess &&
+		 cudaMemcpy(dke, ke, sizeof(ke), cudaMemcpyHostToDevice) ==
+			 cudaSuccess;
+	gt_result(ok, "mqa_nan buffers", "", 0);
+	union flyk_args a;
+	memset(&a, 0, sizeof(a));
+	a.mqa_logits.q = dq;
+	a.mqa_logits.kv = dkv;
+	a.mqa_logits.kv_scale = (const float *)dsc;
+	a.mqa_logits.weights = (const float *)dw;
+	a.mqa_logits.ks = (const int32_t *)dks;
+	a.mqa_logits.ke = (const int32_t *)dke;
+	a.mqa_logits.logits = (float *)dout;
+	a.mqa_logits.ld = SKV;
+	int have_ref = 0;
+	for (size_t vi = 0; ok && vi < b->nvariants; vi++) {
+		const struct flyk_variant *v = &b->variants[vi];
+		if (v->op != FLY_OP_MQA_LOGITS || !flyk_variant_supports(v, &p))
+			continue;
+		if (gt_only && strcmp(v->name, "mqa_ref") &&
+		    !strstr(v->name, gt_only))
+			continue;
+		uint32_t pos[FLY_PARAMS_MAX] = {0};
+		do {
+			struct fly_decision d;
+			memset(&d, 0, sizeof(d));
+			d.status = FLY_STATUS_TUNED;
+			snprintf(d.variant, sizeof(d.variant), "%s", v->name);
+			d.nparams = v->nparams;
+			gt_point(v, pos, d.params);
+			if (v->feasible && v->feasible(dev, &p, d.params))
+				continue;
+			char key[256];
+			gt_key(&p, v->name, d.params, v->nparams, key,
+			       sizeof(key));
+			cudaMemset(dout, 0x55, sizeof(got));
+			int rc = flyk_launch(b, dev, &p, &d, &a, NULL);
+			if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess)
+				rc = -5;
+			if (rc == 0 && cudaMemcpy(got, dout, sizeof(got),
+						  cudaMemcpyDeviceToHost) !=
+					   cudaSuccess)
+				rc = -5;
+			gt_result(rc == 0, "mqa_nan launch", key, rc);
+			if (rc)
+				continue;
+			if (!have_ref) { /* mqa_ref comes first in the table */
+				gt_result(!strcmp(v->name, "mqa_ref"),
+					  "mqa_nan reference first", key, 0);
+				memcpy(ref, got, sizeof(ref));
+				have_ref = 1;
+			}
+			float big = 0.f;
+			for (int i = 0; i < SQ * SKV; i++)
+				if (isfinite(ref[i]) && fabsf(ref[i]) > big)
+					big = fabsf(ref[i]);
+			int bad = 0, nans = 0;
+			for (int i = 0; i < SQ; i++)
+				for (int j = 0; j < SKV; j++) {
+					float r = ref[i * SKV + j];
+					float g = got[i * SKV + j];
+					int in = j >= ks[i] && j < ke[i];
+					int want_nan = in && (i == 2 || j == 130);
+					nans += isnan(r);
+					if (!in)
+						bad += !(isinf(g) && g < 0);
+					else if (want_nan)
+						bad += !isnan(g);
+					else
+						bad += !(fabsf(g - r) <=
+							 2e-3f * big);
+				}
+			/* the reference itself: row 2 and column 130 */
+			gt_result(nans == (ke[2] - ks[2]) + SQ - 1,
+				  "mqa_nan reference's NaNs", key, nans);
+			gt_result(bad == 0, "mqa_nan", key, bad);
+		} while (gt_next(v, pos));
+	}
+	cudaFree(dq);
+	cudaFree(dkv);
+	cudaFree(dsc);
+	cudaFree(dw);
+	cudaFree(dks);
+	cudaFree(dke);
+	cudaFree(dout);
 }
 
 /* scaled_gemm: every format, with and without bias, on M = 1, N and K
@@ -216,8 +366,10 @@ int main(void)
 		test_rmsnorm(b, dev);
 	if (want("topk"))
 		test_topk(b, dev);
-	if (want("mqa"))
+	if (want("mqa")) {
 		test_mqa(b, dev);
+		test_mqa_nan(b, dev);
+	}
 	if (want("scaled"))
 		test_scaled(b, dev);
 	if (want("attention"))

@@ -29,7 +29,10 @@
  *              the lane quad after which every lane stores its own
  *              query row's sums (mqa_epilogue).  q and
  *              the weights are loaded once per block (the weights into
- *              registers where they fit, 4 blocks an SM); KV tiles stream
+ *              registers where they fit, 4 blocks an SM); with 2 rows,
+ *              pipe 0 and the TMA ring the block appends q . w of each
+ *              row as 4 e4m3 parts to N (136) and sums w |x| plus those
+ *              (mqa_lin_parts: one FFMA an accumulator); KV tiles stream
  *              through a `stages`-deep cp.async ring of 128B-swizzled
  *              tiles.  The grid is (KV chunks, query blocks), heaviest
  *              causal blocks first; KV tiles outside every window of the
@@ -378,16 +381,37 @@ static int simt_launch(const struct flyk_device *dev,
 #define MQA_D 128  /* head dim: one 128-byte swizzle row per operand row */
 #define MQA_BKV 64 /* KV rows per tile: the wgmma's M */
 
-/* Shared memory of one block: q (BQ * 64 rows), the KV ring, weights. */
-template <int BQ, int ST> struct mqa_wg_cfg {
+/* The linear-part form (mqa_lin_parts): 2 query rows, one accumulator
+ * set, the TMA ring -- every winner of the primary cases on the H100. */
+#define MQA_LIN(BQ, PIPE, TMA) ((BQ) == 2 && !(PIPE) && (TMA))
+
+/* Shared memory of one block: q (BQ * 64 rows, then with LIN the 8 rows
+ * of the linear parts: B has NB rows), the KV ring, the weights, the
+ * ring's barriers, with LIN the parts' scales and the rows' maxima. */
+template <int BQ, int ST, bool LIN = false> struct mqa_wg_cfg {
 	enum {
 		N = BQ * MQA_H,
-		Q_BYTES = N * MQA_D,
+		NB = N + (LIN ? 8 : 0),
+		Q_BYTES = NB * MQA_D, /* a multiple of 1024: the ring aligned */
 		KV_BYTES = MQA_BKV * MQA_D,
 		W_BYTES = N * 4,
-		SMEM = 1024 + Q_BYTES + ST * KV_BYTES + W_BYTES + ST * 8,
+		L_BYTES = LIN ? 64 : 0,
+		SMEM = 1024 + Q_BYTES + ST * KV_BYTES + W_BYTES + ST * 8 +
+		       L_BYTES,
 	};
 };
+
+#if MQA_HAS_WGMMA
+/* Bytes of shared memory a block of the point takes (as mqa_wg_cfg). */
+static inline size_t mqa_wg_smem(int64_t rows, int64_t st, int64_t pipe,
+				 int64_t tma)
+{
+	bool lin = MQA_LIN(rows, pipe, tma);
+	return 1024 + (size_t)(rows * MQA_H + (lin ? 8 : 0)) * MQA_D +
+	       (size_t)st * MQA_BKV * MQA_D + (size_t)rows * MQA_H * 4 +
+	       (size_t)st * 8 + (lin ? 64 : 0);
+}
+#endif
 
 /* Copy @p rows rows of 128 bytes from @p g (row stride 128; rows at or
  * past @p valid zero-filled) into the 128B-swizzled tile @p s: 16-byte
@@ -561,8 +585,9 @@ __device__ __forceinline__ void mqa_scales(const mqa_blk<BQ> &k, int64_t it,
  * a running pointer in the loop) with no test per column.  5-8% of the
  * large cases on the H100; the halving in the weights and the running
  * pointer a further 1-4%. */
-template <int BQ, bool CLEAN, bool FAST, class W>
+template <int BQ, bool CLEAN, bool FAST, bool LIN, class W>
 __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
+					     const float2 *lsr,
 					     const mqa_blk<BQ> &k,
 					     const mqa_lane &ln, int64_t it,
 					     const float *sc, float *op)
@@ -578,13 +603,28 @@ __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
 #pragma unroll
 		for (int c = r * 8; c < r * 8 + 8; c++) {
 			float2 wv = wt.at(c);
-			a0 = fmaf(acc[4 * c] + fabsf(acc[4 * c]), wv.x, a0);
-			c0 = fmaf(acc[4 * c + 1] + fabsf(acc[4 * c + 1]), wv.y,
-				  c0);
-			a1 = fmaf(acc[4 * c + 2] + fabsf(acc[4 * c + 2]), wv.x,
-				  a1);
-			c1 = fmaf(acc[4 * c + 3] + fabsf(acc[4 * c + 3]), wv.y,
-				  c1);
+			if constexpr (LIN) { /* |x| an operand of the FFMA */
+				a0 = fmaf(fabsf(acc[4 * c]), wv.x, a0);
+				c0 = fmaf(fabsf(acc[4 * c + 1]), wv.y, c0);
+				a1 = fmaf(fabsf(acc[4 * c + 2]), wv.x, a1);
+				c1 = fmaf(fabsf(acc[4 * c + 3]), wv.y, c1);
+			} else {
+				a0 = fmaf(acc[4 * c] + fabsf(acc[4 * c]), wv.x,
+					  a0);
+				c0 = fmaf(acc[4 * c + 1] + fabsf(acc[4 * c + 1]),
+					  wv.y, c0);
+				a1 = fmaf(acc[4 * c + 2] + fabsf(acc[4 * c + 2]),
+					  wv.x, a1);
+				c1 = fmaf(acc[4 * c + 3] + fabsf(acc[4 * c + 3]),
+					  wv.y, c1);
+			}
+		}
+		if constexpr (LIN) { /* kv . P_p, 0 where not row r's */
+			constexpr int g = 4 * BQ * 8;
+			a0 = fmaf(acc[g], lsr[r].x, a0);
+			c0 = fmaf(acc[g + 1], lsr[r].y, c0);
+			a1 = fmaf(acc[g + 2], lsr[r].x, a1);
+			c1 = fmaf(acc[g + 3], lsr[r].y, c1);
 		}
 		v[2 * r] = a0 + c0;
 		v[2 * r + 1] = a1 + c1;
@@ -630,6 +670,106 @@ __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
 		else if (CLEAN && j >= (int)k.c0 && j < (int)k.c1)
 			ln.orow[j] = -INFINITY;
 	}
+}
+
+#if FLYK_WGMMA_DEVICE
+/* Two e4m3fn bytes (@p b: the first in the low byte) as fp32, exact. */
+__device__ __forceinline__ float2 mqa_e4m3x2_f32(uint16_t b)
+{
+	float lo, hi;
+	asm("{\n.reg .b32 h;\n.reg .b16 l, u;\n"
+	    "cvt.rn.f16x2.e4m3x2 h, %2;\n"
+	    "mov.b32 {l, u}, h;\n"
+	    "cvt.f32.f16 %0, l;\n"
+	    "cvt.f32.f16 %1, u;\n}"
+	    : "=f"(lo), "=f"(hi)
+	    : "h"(b));
+	return make_float2(lo, hi);
+}
+
+/* @p lo and @p hi rounded to e4m3fn (nearest even, saturating), @p lo in
+ * the low byte. */
+__device__ __forceinline__ uint16_t mqa_f32x2_e4m3(float lo, float hi)
+{
+	uint16_t b;
+	asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(b) : "f"(hi), "f"(lo));
+	return b;
+}
+#endif
+
+/*
+ * The linear-part split (MQA_LIN).  relu(x) = (|x| + x) / 2, so
+ *
+ *   sum_h w_h relu(x_h) = (sum_h w_h |x_h| + kv . q') / 2,
+ *   q' = sum_h w_h q_h (fp32, d values a query row).
+ *
+ * The block computes q' of its 2 rows once (thread: a row, 2 columns, 64
+ * heads) and splits it into 4 e4m3 parts, q' ~ sum_p s_p P_p with
+ * s_p = s_0 2^(-5 p), s_0 = 2^(E - 7) for the row's largest |q'| in
+ * [2^E, 2^(E + 1)): part 0 is below 256 and rounding leaves at most 8 s_p,
+ * which is below 256 s_(p + 1), so no part saturates and 4 of them leave
+ * at most 2^-19 of the row's largest |q'|.  The parts are B's rows 128 +
+ * 4 r + p (query r), so one m64n136 wgmma gives kv . P_p in the 8 extra
+ * columns, and the epilogue sums w |x| (one FFMA with an |x| operand per
+ * accumulator, where x + |x| took an FADD more) plus the parts' 4
+ * columns, with @p ls[4 r + p] = s_p / 2 (the weights are halved in
+ * registers).  A row whose q' is not finite (a NaN fp8 code, non-finite
+ * weights) gets zero parts and NaN scales: its logits are NaN, as the
+ * reference's relu(NaN) for a NaN code.  Leaves the parts visible to
+ * wgmma and @p ls to every thread.
+ */
+template <int BQ>
+__device__ __forceinline__ void mqa_lin_parts(uint8_t *sq_, const float *sw,
+					      float *ls)
+{
+	static_assert(BQ == 2, "the linear parts' threads: 2 rows x 64 pairs");
+#if FLYK_WGMMA_DEVICE
+	const int t = threadIdx.x, r = t >> 6, d = 2 * (t & 63);
+	const int ch = d >> 4, lo = d & 15;
+	float x0 = 0.f, x1 = 0.f;
+#pragma unroll 16
+	for (int h = 0; h < MQA_H; h++) {
+		const int n = r * MQA_H + h;
+		const float2 f = mqa_e4m3x2_f32(*(const uint16_t *)(
+		    sq_ + n * MQA_D + ((ch ^ (n & 7)) << 4) + lo));
+		const float wv = sw[n];
+		x0 = fmaf(wv, f.x, x0);
+		x1 = fmaf(wv, f.y, x1);
+	}
+	/* the row's largest |q'| as bits (NaN above inf above finite) */
+	uint32_t m = max(__float_as_uint(x0) & 0x7fffffffu,
+			 __float_as_uint(x1) & 0x7fffffffu);
+	m = __reduce_max_sync(0xffffffffu, m);
+	uint32_t *wm = (uint32_t *)ls + 8;
+	if ((t & 31) == 0)
+		wm[t >> 5] = m;
+	__syncthreads();
+	m = max(wm[2 * r], wm[2 * r + 1]);
+	const bool fin = m < 0x7f800000u;
+	int e = (int)(m >> 23) - 127;
+	e = e < -126 ? -126 : e; /* subnormal or zero */
+	float v0 = fin ? ldexpf(x0, 7 - e) : 0.f;
+	float v1 = fin ? ldexpf(x1, 7 - e) : 0.f;
+	uint8_t *pr = sq_ + (BQ * MQA_H + 4 * r) * MQA_D + lo;
+#pragma unroll
+	for (int p = 0; p < 4; p++) {
+		const uint16_t b = mqa_f32x2_e4m3(v0, v1);
+		*(uint16_t *)(pr + p * MQA_D + ((ch ^ ((4 * r + p) & 7)) << 4)) =
+		    b;
+		const float2 f = mqa_e4m3x2_f32(b);
+		v0 = (v0 - f.x) * 32.f;
+		v1 = (v1 - f.y) * 32.f;
+	}
+	if ((t & 63) < 4)
+		ls[4 * r + (t & 63)] = fin ? ldexpf(0.5f, e - 7 - 5 * (t & 63))
+					   : __uint_as_float(0x7fc00000u);
+	flyk_fence_async_smem();
+	__syncthreads();
+#else
+	(void)sq_;
+	(void)sw;
+	(void)ls;
+#endif
 }
 
 __device__ __forceinline__ void mqa_load_tile(uint8_t *ring, int st,
@@ -708,8 +848,8 @@ mqa_pipe_step(float *cur, float *nxt, const mqa_ring<ST, TMA> &rg,
 	mqa_mma<C::N>(nxt, MQA_SLOT_DESC(dk0, (it + 1) % ST), dq);
 	flyk_wg_wait<1>();
 	flyk_wg_fence_acc<C::N / 2>(cur);
-	mqa_epilogue<BQ, CLEAN, TMA>(cur, wt, k, ln, it, sc,
-				     ln.ob + (int)it * MQA_BKV);
+	mqa_epilogue<BQ, CLEAN, TMA, false>(cur, wt, nullptr, k, ln, it, sc,
+					    ln.ob + (int)it * MQA_BKV);
 }
 
 /* The last tile: wait for its wgmma, then its epilogue. */
@@ -722,8 +862,8 @@ __device__ __forceinline__ void mqa_pipe_last(float *cur, const W &wt,
 	mqa_scales<BQ>(k, it, sc);
 	flyk_wg_wait<0>();
 	flyk_wg_fence_acc<BQ * MQA_H / 2>(cur);
-	mqa_epilogue<BQ, CLEAN, TMA>(cur, wt, k, ln, it, sc,
-				     ln.ob + (int)it * MQA_BKV);
+	mqa_epilogue<BQ, CLEAN, TMA, false>(cur, wt, nullptr, k, ln, it, sc,
+					    ln.ob + (int)it * MQA_BKV);
 }
 
 /*
@@ -750,12 +890,14 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 		 float *out, int64_t sq, int64_t skv, int64_t ld,
 		 int64_t chunk, const MQA_GRID_CONST mqa_map_t kvmap)
 {
-	typedef mqa_wg_cfg<BQ, ST> C;
+	constexpr bool LIN = MQA_LIN(BQ, PIPE, TMA);
+	typedef mqa_wg_cfg<BQ, ST, LIN> C;
 	FLYK_DYN_SMEM(uint8_t, raw);
 	uint8_t *smem = (uint8_t *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
 	uint8_t *sq_ = smem, *ring = smem + C::Q_BYTES;
 	float *sw = (float *)(ring + ST * C::KV_BYTES);
 	uint64_t *full = (uint64_t *)(sw + C::N);
+	float *ls = (float *)(full + ST); /* LIN: mqa_lin_parts */
 	const int t = threadIdx.x;
 	mqa_blk<BQ> k;
 	k.sq = sq;
@@ -869,7 +1011,17 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 	__syncthreads(); /* the weights are in shared memory */
 	mqa_wts<BQ, MQA_WREG(BQ, PIPE)> wt;
 	wt.init(sw);
-	float acc[C::N / 2];
+	float2 lsr[BQ]; /* LIN: the scales of the lane's part columns */
+	if constexpr (LIN) {
+		static_assert(MQA_WREG(BQ, PIPE), "LIN halves in the weights");
+		mqa_lin_parts<BQ>(sq_, sw, ls);
+		const int q4 = t & 3, rr = q4 >> 1, p = 4 * rr + 2 * (q4 & 1);
+#pragma unroll
+		for (int r = 0; r < BQ; r++)
+			lsr[r] = r == rr ? make_float2(ls[p], ls[p + 1])
+					 : make_float2(0.f, 0.f);
+	}
+	float acc[C::NB / 2];
 	const mqa_lane ln = mqa_lane_of<BQ>(k);
 	const uint64_t dq = flyk_wg_desc((const uint16_t *)sq_);
 	const uint64_t dk0 = flyk_wg_desc((const uint16_t *)ring);
@@ -902,10 +1054,11 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 			rg.load(it + ST - 1);
 			float sc[MQA_LV(BQ)];
 			mqa_scales<BQ>(k, it, sc);
-			mqa_mma<C::N>(acc, MQA_SLOT_DESC(dk0, it % ST), dq);
+			mqa_mma<C::NB>(acc, MQA_SLOT_DESC(dk0, it % ST), dq);
 			flyk_wg_wait<0>();
-			flyk_wg_fence_acc<C::N / 2>(acc);
-			mqa_epilogue<BQ, CLEAN, TMA>(acc, wt, k, ln, it, sc, op);
+			flyk_wg_fence_acc<C::NB / 2>(acc);
+			mqa_epilogue<BQ, CLEAN, TMA, LIN>(acc, wt, lsr, k, ln, it,
+							  sc, op);
 		}
 	}
 	flyk_cp_wait<0>();
@@ -947,9 +1100,7 @@ static int wg_feasible(const struct flyk_device *dev,
 		return -EINVAL;
 	if ((p->dims[0] + rows - 1) / rows > 65535)
 		return -EINVAL;
-	size_t smem = 1024 + (size_t)rows * MQA_H * MQA_D +
-		      (size_t)st * MQA_BKV * MQA_D + (size_t)rows * MQA_H * 4 +
-		      (size_t)st * 8;
+	size_t smem = mqa_wg_smem(rows, st, pipe, tma);
 	if (dev && smem > dev->smem_per_block_optin)
 		return -ENOSPC;
 	return 0;
@@ -971,7 +1122,7 @@ static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 		if (flyk_tma_map(&map, a->kv, 2, dims, MQA_BKV))
 			return -EINVAL;
 	}
-	typedef mqa_wg_cfg<BQ, ST> C;
+	typedef mqa_wg_cfg<BQ, ST, MQA_LIN(BQ, PIPE, TMA)> C;
 	if (flyk_smem_optin<mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>>(
 		(int)C::SMEM))
 		return -EIO;

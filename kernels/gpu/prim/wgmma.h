@@ -4,7 +4,7 @@
  * and wait, the MN-major descriptor, the async-proxy fence for
  * generic-proxy writes (cp.async landed) that wgmma reads, the accumulator pin, and wgmma.mma_async
  * m64nNk16 bf16 (A from shared memory, or from registers against an
- * MN-major B) and m64nNk32 e4m3 (N = 64, 128, 256) -> fp32.
+ * MN-major B) and m64nNk32 e4m3 (N = 64, 128, 136, 256) -> fp32.
  *
  * Owns: nothing (device inlines).  Thread: device code only; a warpgroup
  * (128 threads) issues each wgmma together.
@@ -257,6 +257,24 @@ flyk_wgmma_fp8_asm<128>(float *d, uint64_t da, uint64_t db, int acc)
 		     "%60,%61,%62,%63"
 		     "}, %64, %65, p, 1, 1;\n}\n"
 		     : FLYK_WG_D32(0), FLYK_WG_D32(32)
+		     : "l"(da), "l"(db), "r"(acc));
+}
+
+/* N = 136: 128 columns and one group of 8 more (mqa_wgmma's linear
+ * part, kernels/gpu/mqa/mqa_logits.hip). */
+template <> __device__ __forceinline__ void
+flyk_wgmma_fp8_asm<136>(float *d, uint64_t da, uint64_t db, int acc)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
+		     "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+		     "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"
+		     "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,"
+		     "%60,%61,%62,%63,%64,%65,%66,%67"
+		     "}, %68, %69, p, 1, 1;\n}\n"
+		     : FLYK_WG_D32(0), FLYK_WG_D32(32), FLYK_WG_D4(64)
 		     : "l"(da), "l"(db), "r"(acc));
 }
 
