@@ -6,7 +6,7 @@ run of record, without a launch-time switch in the kernel (a diagnostic,
 not a result of record).
 
   python3 bench/mqa_ab.py --lib old=build/ab/old.so --lib new=build/ab/new.so \\
-      --cases 0,4,3,10,5 --points 2,2,8,0,1 2,2,4,0,1
+      --cases 0,4,3,10,5 --points 1,2,2,8,0,1 0,2,2,8,0,1
 
 Each build is loaded by its own path (ctypes, so the same symbols in two
 files do not clash); NAME=PATH:X also sets FLYK_MQA_X=X around that
@@ -86,8 +86,10 @@ def main(argv=None):
     ap.add_argument("--cases", default="0",
                     help="indexes into cases.json's mqa_logits_fp8 primary "
                     "list, comma-separated")
-    ap.add_argument("--points", nargs="+", default=["2,2,8,0,1"],
-                    help="mqa_wgmma points (rows,stages,split,pipe,tma)")
+    ap.add_argument("--points", nargs="+", default=["1,2,2,8,0,1"],
+                    help="mqa_wgmma points in the build's parameter order: "
+                    "lin,rows,stages,split,pipe,tma (a build before the "
+                    "lin parameter: rows,stages,split,pipe,tma)")
     ap.add_argument("--triton", default="D:2:64:4:3",
                     help="the Triton peer's config V:BQ:BKV:warps:stages")
     ap.add_argument("--cases-file", default=os.path.join(

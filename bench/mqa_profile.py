@@ -9,7 +9,7 @@ a result of record).
       --section SpeedOfLight --section ComputeWorkloadAnalysis \\
       --section MemoryWorkloadAnalysis --section WarpStateStats \\
       python3 bench/mqa_profile.py --build build/gpu --case 0 \\
-      --points 2,2,16,0,1 --triton D:2:64:4:3
+      --points 1,2,2,16,0,1 --triton D:2:64:4:3
 
 --case indexes cases.json's mqa_logits_fp8 primary list; --points and
 --triton take several values separated by spaces.  Every output is checked
@@ -34,7 +34,7 @@ def main(argv=None):
     ap.add_argument("--cases", default=os.path.join(ROOT, "..", "shared",
                                                     "bench", "cases.json"))
     ap.add_argument("--case", type=int, default=0)
-    ap.add_argument("--points", nargs="*", default=["2,2,16,0,1"])
+    ap.add_argument("--points", nargs="*", default=["1,2,2,16,0,1"])
     ap.add_argument("--triton", nargs="*", default=["D:2:64:4:3"])
     ap.add_argument("--time", default="",
                     help="environment variable NAME=v1,v2,...: time every "

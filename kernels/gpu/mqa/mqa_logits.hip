@@ -24,15 +24,16 @@
  *              return.  Needs d % 16 == 0 and h * d <= 12288.
  *   mqa_wgmma  (NVIDIA sm_90a, e4m3fn, d = 128, h = 64) Hopper fp8 wgmma:
  *              KV rows on the MMA's M (64 per tile), the block's `rows`
- *              query rows x 64 heads on N (64, 128 or 256), so the head
- *              reduction is in registers, then one reduce-scatter over
- *              the lane quad after which every lane stores its own
- *              query row's sums (mqa_epilogue).  q and
+ *              query rows x 64 heads on N (64, 128 or 256; 136 with
+ *              lin), so the head reduction is in registers, then one
+ *              reduce-scatter over the lane quad after which every lane
+ *              stores its own query row's sums (mqa_epilogue).  q and
  *              the weights are loaded once per block (the weights into
- *              registers where they fit, 4 blocks an SM); with 2 rows,
- *              pipe 0 and the TMA ring the block appends q . w of each
- *              row as 4 e4m3 parts to N (136) and sums w |x| plus those
- *              (mqa_lin_parts: one FFMA an accumulator); KV tiles stream
+ *              registers where they fit, 4 blocks an SM); with `lin`
+ *              1 (2 rows, pipe 0, the TMA ring) the block appends q . w
+ *              of each row as 4 e4m3 parts to N (136) and sums w |x|
+ *              plus those (mqa_lin_parts: one FFMA an accumulator, where
+ *              relu took an FADD more); KV tiles stream
  *              through a `stages`-deep cp.async ring of 128B-swizzled
  *              tiles.  The grid is (KV chunks, query blocks), heaviest
  *              causal blocks first; KV tiles outside every window of the
@@ -381,9 +382,10 @@ static int simt_launch(const struct flyk_device *dev,
 #define MQA_D 128  /* head dim: one 128-byte swizzle row per operand row */
 #define MQA_BKV 64 /* KV rows per tile: the wgmma's M */
 
-/* The linear-part form (mqa_lin_parts): 2 query rows, one accumulator
- * set, the TMA ring -- every winner of the primary cases on the H100. */
-#define MQA_LIN(BQ, PIPE, TMA) ((BQ) == 2 && !(PIPE) && (TMA))
+/* Where the linear-part form (`lin` 1, mqa_lin_parts) is built: 2 query
+ * rows, one accumulator set, the TMA ring -- the form of every winner of
+ * the primary cases on the H100 before it. */
+#define MQA_LIN_OK(BQ, PIPE, TMA) ((BQ) == 2 && !(PIPE) && (TMA))
 
 /* Shared memory of one block: q (BQ * 64 rows, then with LIN the 8 rows
  * of the linear parts: B has NB rows), the KV ring, the weights, the
@@ -403,10 +405,8 @@ template <int BQ, int ST, bool LIN = false> struct mqa_wg_cfg {
 
 #if MQA_HAS_WGMMA
 /* Bytes of shared memory a block of the point takes (as mqa_wg_cfg). */
-static inline size_t mqa_wg_smem(int64_t rows, int64_t st, int64_t pipe,
-				 int64_t tma)
+static inline size_t mqa_wg_smem(int64_t rows, int64_t st, bool lin)
 {
-	bool lin = MQA_LIN(rows, pipe, tma);
 	return 1024 + (size_t)(rows * MQA_H + (lin ? 8 : 0)) * MQA_D +
 	       (size_t)st * MQA_BKV * MQA_D + (size_t)rows * MQA_H * 4 +
 	       (size_t)st * 8 + (lin ? 64 : 0);
@@ -698,7 +698,7 @@ __device__ __forceinline__ uint16_t mqa_f32x2_e4m3(float lo, float hi)
 #endif
 
 /*
- * The linear-part split (MQA_LIN).  relu(x) = (|x| + x) / 2, so
+ * The linear-part split (`lin` 1).  relu(x) = (|x| + x) / 2, so
  *
  *   sum_h w_h relu(x_h) = (sum_h w_h |x_h| + kv . q') / 2,
  *   q' = sum_h w_h q_h (fp32, d values a query row).
@@ -883,14 +883,14 @@ __device__ __forceinline__ void mqa_pipe_last(float *cur, const W &wt,
  * the Triton peer on 4096^2, 8192^2, 16384^2 causal and 2048 x 65536);
  * five, with the weights in shared memory (96 registers), 1-8% slower. */
 #define MQA_MINB(BQ, PIPE) ((BQ) <= 2 && !(PIPE) ? 4 : 1)
-template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA>
+template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA, bool LIN>
 __global__ void __launch_bounds__(128, MQA_MINB(BQ, PIPE))
 mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 		 const float *w, const int32_t *ks, const int32_t *ke,
 		 float *out, int64_t sq, int64_t skv, int64_t ld,
 		 int64_t chunk, const MQA_GRID_CONST mqa_map_t kvmap)
 {
-	constexpr bool LIN = MQA_LIN(BQ, PIPE, TMA);
+	static_assert(!LIN || MQA_LIN_OK(BQ, PIPE, TMA), "lin: rows 2, pipe 0, tma");
 	typedef mqa_wg_cfg<BQ, ST, LIN> C;
 	FLYK_DYN_SMEM(uint8_t, raw);
 	uint8_t *smem = (uint8_t *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
@@ -1065,7 +1065,13 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 }
 
 /* The likeliest winners first: the budget checks points in this order,
- * and on 8192 x 65536 (11 ms a run) it reached 24 of the 81. */
+ * and on 8192 x 65536 (11 ms a run) it reached 24 of the 81.  `lin` is
+ * the first parameter, so its 9 points (rows 2, pipe 0, tma 1: every
+ * stages and split) come before all the others (c320950 on the H100:
+ * the winner of 11 of the 12 primary cases, 4-8% faster than the same
+ * points without it on the large ones, 20% slower on 61 x 1024, where a
+ * block has few tiles to pay back its q . w). */
+static const int64_t wg_lin_vals[] = {1, 0};
 static const int64_t wg_rows_vals[] = {2, 1, 4};
 static const int64_t wg_stages_vals[] = {2, 3, 4};
 static const int64_t wg_split_vals[] = {4, 8, 16};
@@ -1083,8 +1089,10 @@ static int wg_feasible(const struct flyk_device *dev,
 		return -EINVAL;
 	if (dev && (dev->cc_major != 9 || dev->cc_minor != 0))
 		return -EINVAL;
-	int64_t rows = params[0], st = params[1], split = params[2];
-	int64_t pipe = params[3], tma = params[4];
+	int64_t lin = params[0], rows = params[1], st = params[2];
+	int64_t split = params[3], pipe = params[4], tma = params[5];
+	if ((lin != 0 && lin != 1) || (lin && !MQA_LIN_OK(rows, pipe, tma)))
+		return -EINVAL;
 	if ((rows != 1 && rows != 2 && rows != 4) || st < 2 || st > 4 ||
 	    (split != 4 && split != 8 && split != 16) ||
 	    (pipe != 0 && pipe != 1) || (tma != 0 && tma != 1))
@@ -1100,7 +1108,7 @@ static int wg_feasible(const struct flyk_device *dev,
 		return -EINVAL;
 	if ((p->dims[0] + rows - 1) / rows > 65535)
 		return -EINVAL;
-	size_t smem = mqa_wg_smem(rows, st, pipe, tma);
+	size_t smem = mqa_wg_smem(rows, st, lin != 0);
 	if (dev && smem > dev->smem_per_block_optin)
 		return -ENOSPC;
 	return 0;
@@ -1110,7 +1118,7 @@ static int wg_feasible(const struct flyk_device *dev,
 }
 
 #if MQA_HAS_WGMMA
-template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA>
+template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA, bool LIN>
 static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 		 int64_t skv, int64_t ld, int64_t split, int sms,
 		 hipStream_t s)
@@ -1122,8 +1130,8 @@ static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 		if (flyk_tma_map(&map, a->kv, 2, dims, MQA_BKV))
 			return -EINVAL;
 	}
-	typedef mqa_wg_cfg<BQ, ST, MQA_LIN(BQ, PIPE, TMA)> C;
-	if (flyk_smem_optin<mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>>(
+	typedef mqa_wg_cfg<BQ, ST, LIN> C;
+	if (flyk_smem_optin<mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA, LIN>>(
 		(int)C::SMEM))
 		return -EIO;
 	/* KV chunks: enough blocks for `split` per SM, chunks of >= 2
@@ -1142,7 +1150,7 @@ static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 	/* with PDL: a short call's launch (61 x 1024: 7 us) then overlaps
 	 * the tail of the kernel before it where that one lets it (issue
 	 * 14: graph replay at 0.91x of the Triton peer there, 055b3cb) */
-	return flyk_go_dependent<mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA>>(
+	return flyk_go_dependent<mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA, LIN>>(
 	    grid, dim3(128), C::SMEM, s, (const uint8_t *)a->q,
 	    (const uint8_t *)a->kv, a->kv_scale, a->weights, a->ks, a->ke,
 	    a->logits, sq, skv, ld, cb * MQA_BKV, map);
@@ -1150,18 +1158,25 @@ static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 
 template <int BQ, int ST, int PIPE>
 static int wg_go_clean(const struct flyk_mqa_logits_args *a, bool clean,
-		       bool tma, int64_t sq, int64_t skv, int64_t ld,
+		       bool tma, bool lin, int64_t sq, int64_t skv, int64_t ld,
 		       int64_t split, int sms, hipStream_t s)
 {
+	if constexpr (MQA_LIN_OK(BQ, PIPE, true)) {
+		if (lin) /* wg_feasible: with tma */
+			return clean ? wg_go<BQ, ST, true, PIPE, true, true>(
+					   a, sq, skv, ld, split, sms, s)
+				     : wg_go<BQ, ST, false, PIPE, true, true>(
+					   a, sq, skv, ld, split, sms, s);
+	}
 	if (tma)
-		return clean ? wg_go<BQ, ST, true, PIPE, true>(a, sq, skv, ld,
+		return clean ? wg_go<BQ, ST, true, PIPE, true, false>(
+				   a, sq, skv, ld, split, sms, s)
+			     : wg_go<BQ, ST, false, PIPE, true, false>(
+				   a, sq, skv, ld, split, sms, s);
+	return clean ? wg_go<BQ, ST, true, PIPE, false, false>(a, sq, skv, ld,
 							       split, sms, s)
-			     : wg_go<BQ, ST, false, PIPE, true>(a, sq, skv, ld,
+		     : wg_go<BQ, ST, false, PIPE, false, false>(a, sq, skv, ld,
 								split, sms, s);
-	return clean ? wg_go<BQ, ST, true, PIPE, false>(a, sq, skv, ld, split,
-							sms, s)
-		     : wg_go<BQ, ST, false, PIPE, false>(a, sq, skv, ld, split,
-							 sms, s);
 }
 #endif
 
@@ -1178,12 +1193,15 @@ static int wg_launch(const struct flyk_device *dev,
 		return -EINVAL;
 	int sms = dev && dev->sms > 0 ? dev->sms : 132;
 	hipStream_t s = (hipStream_t)stream;
-	int64_t rows = params[0], st = params[1], split = params[2];
-	int64_t pipe = params[3];
-	bool tma = params[4] != 0;
+	bool lin = params[0] != 0;
+	int64_t rows = params[1], st = params[2], split = params[3];
+	int64_t pipe = params[4];
+	bool tma = params[5] != 0;
+	if (lin && !(tma && MQA_LIN_OK(rows, pipe, tma)))
+		return -EINVAL;
 #define MQA_WG_CASE(R, S, P)                                                   \
 	if (rows == R && st == S && pipe == P)                                 \
-		return wg_go_clean<R, S, P>(a, m.clean, tma, m.sq, m.skv,      \
+		return wg_go_clean<R, S, P>(a, m.clean, tma, lin, m.sq, m.skv, \
 					    m.ld, split, sms, s);
 	MQA_WG_CASE(1, 2, 0) MQA_WG_CASE(1, 3, 0) MQA_WG_CASE(1, 4, 0)
 	MQA_WG_CASE(2, 2, 0) MQA_WG_CASE(2, 3, 0) MQA_WG_CASE(2, 4, 0)
@@ -1436,8 +1454,9 @@ static const struct flyk_variant mqa_variants[] = {
 	 1u << FLY_DT_FP8_E4M3,
 	 FLY_F_CLEAN,
 	 0,
-	 5,
-	 {{"rows", 3, wg_rows_vals},
+	 6,
+	 {{"lin", 2, wg_lin_vals},
+	  {"rows", 3, wg_rows_vals},
 	  {"stages", 3, wg_stages_vals},
 	  {"split", 3, wg_split_vals},
 	  {"pipe", 2, wg_pipe_vals},
