@@ -71,6 +71,17 @@ static void test_topk(const struct flyk_backend *b, struct flyk_device *dev)
 			}
 }
 
+/* An mqa_logits key: @p dt, @p fl, dims sq, skv, h, d. */
+static void mqa_key(struct fly_problem *p, uint32_t dt, uint32_t fl,
+		    const int64_t dims[4])
+{
+	memset(p, 0, sizeof(*p));
+	p->op = FLY_OP_MQA_LOGITS;
+	p->dtype = dt;
+	p->flags = fl;
+	memcpy(p->dims, dims, 4 * sizeof(dims[0]));
+}
+
 /* mqa_logits: the wgmma variant's shapes (h 64, d 128: one query row,
  * misaligned sizes, sq > skv with empty rows, few rows over a long
  * context) and small h/d for the portable one; all four format/flag
@@ -91,11 +102,7 @@ static void test_mqa(const struct flyk_backend *b, struct flyk_device *dev)
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
 		for (size_t f = 0; f < sizeof(fl) / sizeof(fl[0]); f++) {
 			struct fly_problem p;
-			memset(&p, 0, sizeof(p));
-			p.op = FLY_OP_MQA_LOGITS;
-			p.dtype = fl[f][0];
-			p.flags = fl[f][1];
-			memcpy(p.dims, shapes[s], sizeof(shapes[s]));
+			mqa_key(&p, fl[f][0], fl[f][1], shapes[s]);
 			gt_problem(b, dev, &p, 300 + s * 7 + f);
 		}
 }
@@ -110,15 +117,9 @@ static void test_mqa(const struct flyk_backend *b, struct flyk_device *dev)
 static void test_mqa_nan(const struct flyk_backend *b, struct flyk_device *dev)
 {
 	enum { SQ = 5, SKV = 300, H = 64, D = 128 };
+	static const int64_t dims[4] = {SQ, SKV, H, D};
 	struct fly_problem p;
-	memset(&p, 0, sizeof(p));
-	p.op = FLY_OP_MQA_LOGITS;
-	p.dtype = FLY_DT_FP8_E4M3;
-	p.flags = FLY_F_CLEAN;
-	p.dims[0] = SQ;
-	p.dims[1] = SKV;
-	p.dims[2] = H;
-	p.dims[3] = D;
+	mqa_key(&p, FLY_DT_FP8_E4M3, FLY_F_CLEAN, dims);
 	static uint8_t q[SQ * H * D], kv[SKV * D];
 	static float sc[SKV], w[SQ * H], ref[SQ * SKV], got[SQ * SKV];
 	int32_t ks[SQ], ke[SQ];
