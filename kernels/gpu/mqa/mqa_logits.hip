@@ -109,7 +109,8 @@ __device__ __forceinline__ float mqa_fp8(uint32_t b, bool fnuz)
 
 /* relu as torch's: a NaN score (from a NaN fp8 code only) stays NaN,
  * where fmaxf would drop it -- every variant alike, mqa_wgmma's x + |x|
- * included, so the tuned variant cannot change what a NaN input gives. */
+ * and its lin form's |x| included, so the tuned variant cannot change
+ * what a NaN input gives. */
 __device__ __forceinline__ float mqa_relu(float x)
 {
 	return x > 0.f || x != x ? x : 0.f;
@@ -387,6 +388,16 @@ static int simt_launch(const struct flyk_device *dev,
  * the primary cases on the H100 before it. */
 #define MQA_LIN_OK(BQ, PIPE, TMA) ((BQ) == 2 && !(PIPE) && (TMA))
 
+/* Bytes of shared memory a block of `rows` query rows, `st` stages
+ * (and `lin`) takes: 1 KiB of alignment slack, then mqa_wg_cfg's
+ * regions.  The kernel's launch and wg_feasible both take it from here. */
+__host__ __device__ constexpr int mqa_wg_smem(int rows, int st, bool lin)
+{
+	return 1024 + (rows * MQA_H + (lin ? 8 : 0)) * MQA_D +
+	       st * MQA_BKV * MQA_D + rows * MQA_H * 4 + st * 8 +
+	       (lin ? 64 : 0);
+}
+
 /* Shared memory of one block: q (BQ * 64 rows, then with LIN the 8 rows
  * of the linear parts: B has NB rows), the KV ring, the weights, the
  * ring's barriers, with LIN the parts' scales and the rows' maxima. */
@@ -398,20 +409,12 @@ template <int BQ, int ST, bool LIN = false> struct mqa_wg_cfg {
 		KV_BYTES = MQA_BKV * MQA_D,
 		W_BYTES = N * 4,
 		L_BYTES = LIN ? 64 : 0,
-		SMEM = 1024 + Q_BYTES + ST * KV_BYTES + W_BYTES + ST * 8 +
-		       L_BYTES,
+		SMEM = mqa_wg_smem(BQ, ST, LIN),
 	};
+	static_assert(SMEM == 1024 + Q_BYTES + ST * KV_BYTES + W_BYTES +
+				      ST * 8 + L_BYTES,
+		      "mqa_wg_smem and the regions agree");
 };
-
-#if MQA_HAS_WGMMA
-/* Bytes of shared memory a block of the point takes (as mqa_wg_cfg). */
-static inline size_t mqa_wg_smem(int64_t rows, int64_t st, bool lin)
-{
-	return 1024 + (size_t)(rows * MQA_H + (lin ? 8 : 0)) * MQA_D +
-	       (size_t)st * MQA_BKV * MQA_D + (size_t)rows * MQA_H * 4 +
-	       (size_t)st * 8 + (lin ? 64 : 0);
-}
-#endif
 
 /* Copy @p rows rows of 128 bytes from @p g (row stride 128; rows at or
  * past @p valid zero-filled) into the 128B-swizzled tile @p s: 16-byte
@@ -1113,7 +1116,7 @@ static int wg_feasible(const struct flyk_device *dev,
 		return -EINVAL;
 	if ((p->dims[0] + rows - 1) / rows > 65535)
 		return -EINVAL;
-	size_t smem = mqa_wg_smem(rows, st, lin != 0);
+	size_t smem = (size_t)mqa_wg_smem((int)rows, (int)st, lin != 0);
 	if (dev && smem > dev->smem_per_block_optin)
 		return -ENOSPC;
 	return 0;
