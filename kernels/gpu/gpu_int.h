@@ -52,6 +52,10 @@ struct flyk_device {
 	void *vendor;            /* vendor BLAS handles (kernels/vendor) */
 };
 
+/* The length of a variant's value list @p a (an array), for its param
+ * entry: a count written by hand beside the list drifts from it. */
+#define FLYK_NV(a) ((uint32_t)(sizeof(a) / sizeof((a)[0])))
+
 #define FLYK_CASE_BUFS 8
 
 /* One candidate whose timed call has run (flyk_case.timed_seen). */

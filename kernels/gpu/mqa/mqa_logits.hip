@@ -33,7 +33,11 @@
  *              1 (2 rows, pipe 0, the TMA ring) the block appends q . w
  *              of each row as 4 e4m3 parts to N (136) and sums w |x|
  *              plus those (mqa_lin_parts: one FFMA an accumulator, where
- *              relu took an FADD more); KV tiles stream
+ *              relu took an FADD more); `lin` 2 is that form in blocks of
+ *              two warpgroups (4 query rows) that share one KV ring, each
+ *              slot freed by an mbarrier once both have read it, so one
+ *              warpgroup's epilogue runs under the other's wgmma and each
+ *              KV tile is read from L2 once for 4 rows; KV tiles stream
  *              through a `stages`-deep cp.async ring of 128B-swizzled
  *              tiles.  The grid is (KV chunks, query blocks), heaviest
  *              causal blocks first; KV tiles outside every window of the
@@ -383,25 +387,28 @@ static int simt_launch(const struct flyk_device *dev,
 #define MQA_D 128  /* head dim: one 128-byte swizzle row per operand row */
 #define MQA_BKV 64 /* KV rows per tile: the wgmma's M */
 
-/* Where the linear-part form (`lin` 1, mqa_lin_parts) is built: 2 query
- * rows, one accumulator set, the TMA ring -- the form of every winner of
- * the primary cases on the H100 before it. */
+/* Where the linear-part form (`lin` 1 and 2, mqa_lin_parts) is built: 2
+ * query rows a warpgroup, one accumulator set, the TMA ring -- the form
+ * of every winner of the primary cases on the H100 before it. */
 #define MQA_LIN_OK(BQ, PIPE, TMA) ((BQ) == 2 && !(PIPE) && (TMA))
 
-/* Bytes of shared memory a block of `rows` query rows, `st` stages
- * (and `lin`) takes: 1 KiB of alignment slack, then mqa_wg_cfg's
- * regions.  The kernel's launch and wg_feasible both take it from here. */
-__host__ __device__ constexpr int mqa_wg_smem(int rows, int st, bool lin)
+/* Bytes of shared memory a block of `wgs` warpgroups of `rows` query
+ * rows each, `st` stages (and `lin`) takes: 1 KiB of alignment slack,
+ * then mqa_wg_cfg's regions.  The kernel's launch and wg_feasible both
+ * take it from here. */
+__host__ __device__ constexpr int mqa_wg_smem(int rows, int st, bool lin,
+					      int wgs)
 {
-	return 1024 + (rows * MQA_H + (lin ? 8 : 0)) * MQA_D +
-	       st * MQA_BKV * MQA_D + rows * MQA_H * 4 + st * 8 +
-	       (lin ? 64 : 0);
+	return 1024 + wgs * (rows * MQA_H + (lin ? 8 : 0)) * MQA_D +
+	       st * MQA_BKV * MQA_D + wgs * rows * MQA_H * 4 +
+	       st * 8 * (wgs > 1 ? 2 : 1) + wgs * (lin ? 64 : 0);
 }
 
-/* Shared memory of one block: q (BQ * 64 rows, then with LIN the 8 rows
- * of the linear parts: B has NB rows), the KV ring, the weights, the
- * ring's barriers, with LIN the parts' scales and the rows' maxima. */
-template <int BQ, int ST, bool LIN = false> struct mqa_wg_cfg {
+/* Shared memory of one block: each warpgroup's q (BQ * 64 rows, then
+ * with LIN the 8 rows of the linear parts: B has NB rows), the KV ring,
+ * each warpgroup's weights, the ring's barriers (full; with WG 2 also
+ * empty), with LIN each warpgroup's parts' scales and rows' maxima. */
+template <int BQ, int ST, bool LIN = false, int WG = 1> struct mqa_wg_cfg {
 	enum {
 		N = BQ * MQA_H,
 		NB = N + (LIN ? 8 : 0),
@@ -409,20 +416,25 @@ template <int BQ, int ST, bool LIN = false> struct mqa_wg_cfg {
 		KV_BYTES = MQA_BKV * MQA_D,
 		W_BYTES = N * 4,
 		L_BYTES = LIN ? 64 : 0,
-		SMEM = mqa_wg_smem(BQ, ST, LIN),
+		SMEM = mqa_wg_smem(BQ, ST, LIN, WG),
 	};
-	static_assert(SMEM == 1024 + Q_BYTES + ST * KV_BYTES + W_BYTES +
-				      ST * 8 + L_BYTES,
+	static_assert(SMEM == 1024 + WG * Q_BYTES + ST * KV_BYTES +
+				      WG * W_BYTES + ST * 8 * (WG > 1 ? 2 : 1) +
+				      WG * L_BYTES,
 		      "mqa_wg_smem and the regions agree");
 };
 
+/* The thread's index in its warpgroup: every helper below works on one
+ * warpgroup's rows (a block of `wgs` 2 holds two, sharing the KV ring). */
+__device__ __forceinline__ int mqa_tid(void) { return threadIdx.x % 128; }
+
 /* Copy @p rows rows of 128 bytes from @p g (row stride 128; rows at or
  * past @p valid zero-filled) into the 128B-swizzled tile @p s: 16-byte
- * chunk c of row r lands at chunk c ^ (r % 8). */
+ * chunk c of row r lands at chunk c ^ (r % 8); the warpgroup's threads. */
 __device__ __forceinline__ void mqa_load_rows(uint8_t *s, const uint8_t *g,
 					      int rows, int64_t valid)
 {
-	for (int c = threadIdx.x; c < rows * 8; c += 128) {
+	for (int c = mqa_tid(); c < rows * 8; c += 128) {
 		int r = c / 8, ch = c % 8;
 		bool ok = r < valid;
 		const uint8_t *src = ok ? g + (int64_t)r * MQA_D + ch * 16 : g;
@@ -535,7 +547,7 @@ __device__ __forceinline__ mqa_lane mqa_lane_of(const mqa_blk<BQ> &k)
 	mqa_lane x;
 	x.live = k.q0 + r < k.sq && (BQ != 1 || ((l >> 1) & 1) == 0);
 	x.orow = k.out + (k.q0 + r) * k.ld;
-	x.ob = x.orow + k.a + (threadIdx.x / 32) * 16 + l / 4 +
+	x.ob = x.orow + k.a + (mqa_tid() / 32) * 16 + l / 4 +
 	       8 * (mqa_lane_e<BQ>(l, 0) & 1);
 	const int64_t lim = k.fhi < k.skv ? k.fhi : k.skv;
 	const int64_t lo =
@@ -562,7 +574,7 @@ template <int BQ>
 __device__ __forceinline__ void mqa_scales(const mqa_blk<BQ> &k, int64_t it,
 					   float *sc)
 {
-	const int t = threadIdx.x, l = t % 32;
+	const int t = mqa_tid(), l = t % 32;
 	const int64_t jb = k.a + it * MQA_BKV + (t / 32) * 16 + l / 4;
 #pragma unroll
 	for (int i = 0; i < MQA_LV(BQ); i++) {
@@ -597,7 +609,7 @@ __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
 					     const mqa_lane &ln, int64_t it,
 					     const float *sc, float *op)
 {
-	const int t = threadIdx.x, wi = t / 32, l = t % 32;
+	const int t = mqa_tid(), wi = t / 32, l = t % 32;
 	const int64_t t0 = k.a + it * MQA_BKV;
 	const int64_t jb = t0 + wi * 16 + l / 4;
 	constexpr int n = 2 * BQ, m = MQA_LV(BQ);
@@ -705,17 +717,18 @@ __device__ __forceinline__ uint16_t mqa_f32x2_e4m3(float lo, float hi)
 #endif
 
 /*
- * The linear-part split (`lin` 1).  relu(x) = (|x| + x) / 2, so
+ * The linear-part split (`lin` 1 and 2).  relu(x) = (|x| + x) / 2, so
  *
  *   sum_h w_h relu(x_h) = (sum_h w_h |x_h| + kv . q') / 2,
  *   q' = sum_h w_h q_h (fp32, d values a query row).
  *
- * The block computes q' of its 2 rows once (thread: a row, 2 columns, 64
- * heads) and splits it into 4 e4m3 parts, q' ~ sum_p s_p P_p with
- * s_p = s_0 2^(-5 p), s_0 = 2^(E - 7) for the row's largest |q'| in
- * [2^E, 2^(E + 1)): part 0 is below 256 and rounding leaves at most 8 s_p,
- * which is below 256 s_(p + 1), so no part saturates and 4 of them leave
- * at most 2^-19 of the row's largest |q'|.  The parts are B's rows 128 +
+ * The warpgroup computes q' of its 2 rows once (thread: a row, 2 columns,
+ * 64 heads; @p sq_, @p sw and @p ls its own) and splits it into 4 e4m3
+ * parts, q' ~ sum_p s_p P_p with s_p = s_0 2^(-5 p), s_0 = 2^(E - 7) for
+ * the row's largest |q'| in [2^E, 2^(E + 1)): part 0 is below 256 and
+ * rounding leaves at most 8 s_p, which is below 256 s_(p + 1), so no
+ * part saturates and 4 of them leave at most 2^-19 of the row's largest
+ * |q'|.  The parts are B's rows 128 +
  * 4 r + p (query r), so one m64n136 wgmma gives kv . P_p in the 8 extra
  * columns, and the epilogue sums w |x| (one FFMA with an |x| operand per
  * accumulator, where x + |x| took an FADD more) plus the parts' 4
@@ -731,7 +744,7 @@ __device__ __forceinline__ void mqa_lin_parts(uint8_t *sq_, const float *sw,
 {
 	static_assert(BQ == 2, "the linear parts' threads: 2 rows x 64 pairs");
 #if FLYK_WGMMA_DEVICE
-	const int t = threadIdx.x, r = t >> 6, d = 2 * (t & 63);
+	const int t = mqa_tid(), r = t >> 6, d = 2 * (t & 63);
 	const int ch = d >> 4, lo = d & 15;
 	float x0 = 0.f, x1 = 0.f;
 #pragma unroll 16
@@ -890,8 +903,8 @@ __device__ __forceinline__ void mqa_pipe_last(float *cur, const W &wt,
  * the Triton peer on 4096^2, 8192^2, 16384^2 causal and 2048 x 65536);
  * five, with the weights in shared memory (96 registers), 1-8% slower. */
 #define MQA_MINB(BQ, PIPE) ((BQ) <= 2 && !(PIPE) ? 4 : 1)
-template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA, bool LIN>
-__global__ void __launch_bounds__(128, MQA_MINB(BQ, PIPE))
+template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA, bool LIN, int WG>
+__global__ void __launch_bounds__(128 * WG, MQA_MINB(BQ, PIPE) / WG)
 mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 		 const float *w, const int32_t *ks, const int32_t *ke,
 		 float *out, int64_t sq, int64_t skv, int64_t ld,
@@ -899,14 +912,24 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 {
 	static_assert(!LIN || MQA_LIN_OK(BQ, PIPE, TMA),
 		      "lin: rows 2, pipe 0, tma");
-	typedef mqa_wg_cfg<BQ, ST, LIN> C;
+	static_assert(WG == 1 || (WG == 2 && LIN), "wgs 2: lin only");
+	typedef mqa_wg_cfg<BQ, ST, LIN, WG> C;
 	FLYK_DYN_SMEM(uint8_t, raw);
 	uint8_t *smem = (uint8_t *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
-	uint8_t *sq_ = smem, *ring = smem + C::Q_BYTES;
-	float *sw = (float *)(ring + ST * C::KV_BYTES);
-	uint64_t *full = (uint64_t *)(sw + C::N);
-	float *ls = (float *)(full + ST); /* LIN: mqa_lin_parts */
-	const int t = threadIdx.x;
+	/* the warpgroup g (WG 2) has its own q rows, weights and parts'
+	 * scales; the ring and its barriers are the block's.  g is broadcast
+	 * from lane 0 so that the compiler sees it warp-uniform: what derives
+	 * from it (q's descriptor, pointers) then sits in uniform registers
+	 * (from threadIdx.x directly: 16-44 bytes spilled) */
+	const int g = WG > 1 ? FLYK_SHFL((int)(threadIdx.x / 128), 0) : 0;
+	uint8_t *ring = smem + WG * C::Q_BYTES;
+	uint8_t *sq_ = smem + g * C::Q_BYTES;
+	float *sw0 = (float *)(ring + ST * C::KV_BYTES);
+	float *sw = sw0 + g * C::N;
+	uint64_t *full = (uint64_t *)(sw0 + WG * C::N);
+	[[maybe_unused]] uint64_t *empty = full + ST; /* WG 2: a warp arrives */
+	float *ls = (float *)(full + (WG > 1 ? 2 : 1) * ST) + g * 16;
+	const int t = mqa_tid();
 	mqa_blk<BQ> k;
 	k.sq = sq;
 	k.skv = skv;
@@ -919,17 +942,29 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 	flyk_pdl_wait();
 	flyk_pdl_trigger();
 
-	/* heaviest (latest, under causal windows) query blocks first */
-	k.q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * BQ;
+	/* heaviest (latest, under causal windows) query blocks first; the
+	 * warpgroup's rows are q0 .. q0 + BQ - 1 */
+	const int64_t qb = (int64_t)(gridDim.y - 1 - blockIdx.y) * BQ * WG;
+	k.q0 = qb + g * BQ;
 	/* the rows' window bounds, then q rows (query r, head h) -> row
 	 * r * 64 + h and the weights alike (cp.async group 0): the copies
-	 * are issued while the bounds' reads are in flight */
-	int32_t rks[BQ], rke[BQ];
+	 * are issued while the bounds' reads are in flight.  With WG 2 the
+	 * other warpgroup's rows widen the block's KV range alone. */
+	int32_t rks[BQ], rke[BQ], oks[WG > 1 ? BQ : 1], oke[WG > 1 ? BQ : 1];
 #pragma unroll
 	for (int r = 0; r < BQ; r++) {
 		bool ok = k.q0 + r < sq;
 		rks[r] = ok ? ks[k.q0 + r] : 0;
 		rke[r] = ok ? ke[k.q0 + r] : 0;
+	}
+	const int64_t qo = qb + (1 - g) * BQ; /* WG 2: the other's rows */
+	if constexpr (WG > 1) {
+#pragma unroll
+		for (int r = 0; r < BQ; r++) {
+			bool ok = qo + r < sq;
+			oks[r] = ok ? ks[qo + r] : 0;
+			oke[r] = ok ? ke[qo + r] : 0;
+		}
 	}
 	mqa_load_rows(sq_, q + k.q0 * MQA_H * MQA_D, C::N,
 		      (sq - k.q0) * MQA_H);
@@ -950,6 +985,19 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 			if (k.rlo[r] < k.rhi[r]) {
 				lo = k.rlo[r] < lo ? k.rlo[r] : lo;
 				hi = k.rhi[r] > hi ? k.rhi[r] : hi;
+			}
+		}
+	}
+	if constexpr (WG > 1) {
+#pragma unroll
+		for (int r = 0; r < BQ; r++) {
+			int64_t a0 = 0, b0 = 0;
+			if (qo + r < sq) {
+				mqa_clamp(oks[r], oke[r], skv, &a0, &b0);
+				if (a0 < b0) {
+					lo = a0 < lo ? a0 : lo;
+					hi = b0 > hi ? b0 : hi;
+				}
 			}
 		}
 	}
@@ -982,7 +1030,7 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 				o[j] = -INFINITY;
 		}
 	}
-	if (k.nt == 0) {
+	if (k.nt == 0) { /* the block's range: every warpgroup leaves */
 		flyk_cp_wait<0>(); /* no copy lands after the block exits */
 		return;
 	}
@@ -990,11 +1038,14 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 	const mqa_ring<ST, TMA> rg = {ring, full, &kvmap, kv, k.a, skv, k.nt};
 	if constexpr (TMA) {
 #if FLYK_HAS_TMA
-		if (t == 0) {
+		if (threadIdx.x == 0) {
 			flyk_tma_prefetch_map(&kvmap);
 #pragma unroll
-			for (int x = 0; x < ST; x++)
+			for (int x = 0; x < ST; x++) {
 				flyk_bar_init(&full[x], 1);
+				if (WG > 1)
+					flyk_bar_init(&empty[x], 4 * WG);
+			}
 			flyk_bar_init_fence();
 		}
 #endif
@@ -1053,6 +1104,36 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 		} else {
 			mqa_pipe_last<BQ, ST, CLEAN, TMA>(acc, wt, k, ln, it);
 		}
+	} else if constexpr (WG > 1) {
+		/* no block barrier a tile: each warp marks its slot consumed
+		 * once its wgmma is done (empty, 4 WG arrivals), and thread 0
+		 * refills the slot of tile it - 1 after issuing tile it's
+		 * wgmma, so a warpgroup runs its epilogue while the other's
+		 * wgmma holds the tensor cores */
+		float *op = ln.ob;
+		for (int64_t it = 0; it < k.nt; it++, op += MQA_BKV) {
+			rg.template wait<ST - 2>(it);
+			float sc[MQA_LV(BQ)];
+			mqa_scales<BQ>(k, it, sc);
+			mqa_mma<C::NB>(acc, MQA_SLOT_DESC(dk0, it % ST), dq);
+#if FLYK_HAS_TMA
+			if (threadIdx.x == 0) {
+				if (it >= 1)
+					flyk_bar_wait(
+					    &empty[(it - 1) % ST],
+					    (unsigned)(((it - 1) / ST) & 1));
+				rg.load(it + ST - 1);
+			}
+#endif
+			flyk_wg_wait<0>();
+			flyk_wg_fence_acc<C::NB / 2>(acc);
+#if FLYK_HAS_TMA
+			if (threadIdx.x % 32 == 0)
+				flyk_bar_arrive(&empty[it % ST]);
+#endif
+			mqa_epilogue<BQ, CLEAN, TMA, LIN>(acc, wt, lsr, k, ln, it,
+							  sc, op);
+		}
 	} else {
 		float *op = ln.ob; /* the inside tiles' store, ob + 64 it */
 		for (int64_t it = 0; it < k.nt; it++, op += MQA_BKV) {
@@ -1074,12 +1155,13 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 
 /* The likeliest winners first: the budget checks points in this order,
  * and on 8192 x 65536 (11 ms a run) it reached 24 of the 81.  `lin` is
- * the first parameter, so its 9 points (rows 2, pipe 0, tma 1: every
- * stages and split) come before all the others (c320950 on the H100:
- * the winner of 11 of the 12 primary cases, 4-8% faster than the same
- * points without it on the large ones, 20% slower on 61 x 1024, where a
- * block has few tiles to pay back its q . w). */
-static const int64_t wg_lin_vals[] = {1, 0};
+ * the first parameter, so its 18 points (rows 2, pipe 0, tma 1: every
+ * stages and split; `lin` 2 first) come before all the others.  On the
+ * H100, side by side (bench/mqa_ab.py): `lin` 1 4-8% faster than the
+ * same points without it on the large primary cases (c320950), 20%
+ * slower on 61 x 1024, where a block has few tiles to pay back its
+ * q . w; `lin` 2 a further 4-8% on the large ones. */
+static const int64_t wg_lin_vals[] = {2, 1, 0};
 static const int64_t wg_rows_vals[] = {2, 1, 4};
 static const int64_t wg_stages_vals[] = {2, 3, 4};
 static const int64_t wg_split_vals[] = {4, 8, 16};
@@ -1099,8 +1181,9 @@ static int wg_feasible(const struct flyk_device *dev,
 		return -EINVAL;
 	int64_t lin = params[0], rows = params[1], st = params[2];
 	int64_t split = params[3], pipe = params[4], tma = params[5];
-	if ((lin != 0 && lin != 1) || (lin && !MQA_LIN_OK(rows, pipe, tma)))
+	if (lin < 0 || lin > 2 || (lin && !MQA_LIN_OK(rows, pipe, tma)))
 		return -EINVAL;
+	const int64_t wgs = lin == 2 ? 2 : 1, brows = rows * wgs;
 	if ((rows != 1 && rows != 2 && rows != 4) || st < 2 || st > 4 ||
 	    (split != 4 && split != 8 && split != 16) ||
 	    (pipe != 0 && pipe != 1) || (tma != 0 && tma != 1))
@@ -1112,11 +1195,12 @@ static int wg_feasible(const struct flyk_device *dev,
 	if (pipe && (rows > 2 || st < 3))
 		return -EINVAL;
 	/* a block of 4 query rows where 2 already cover them all */
-	if (rows > 1 && rows / 2 >= p->dims[0])
+	if (brows > 1 && brows / 2 >= p->dims[0])
 		return -EINVAL;
-	if ((p->dims[0] + rows - 1) / rows > 65535)
+	if ((p->dims[0] + brows - 1) / brows > 65535)
 		return -EINVAL;
-	size_t smem = (size_t)mqa_wg_smem((int)rows, (int)st, lin != 0);
+	size_t smem =
+	    (size_t)mqa_wg_smem((int)rows, (int)st, lin != 0, (int)wgs);
 	if (dev && smem > dev->smem_per_block_optin)
 		return -ENOSPC;
 	return 0;
@@ -1126,7 +1210,8 @@ static int wg_feasible(const struct flyk_device *dev,
 }
 
 #if MQA_HAS_WGMMA
-template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA, bool LIN>
+template <int BQ, int ST, bool CLEAN, int PIPE, bool TMA, bool LIN,
+	  int WG = 1>
 static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 		 int64_t skv, int64_t ld, int64_t split, int sms,
 		 hipStream_t s)
@@ -1138,13 +1223,14 @@ static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 		if (flyk_tma_map(&map, a->kv, 2, dims, MQA_BKV))
 			return -EINVAL;
 	}
-	typedef mqa_wg_cfg<BQ, ST, LIN> C;
-	if (flyk_smem_optin<mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA, LIN>>(
+	typedef mqa_wg_cfg<BQ, ST, LIN, WG> C;
+	if (flyk_smem_optin<
+		mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA, LIN, WG>>(
 		(int)C::SMEM))
 		return -EIO;
 	/* KV chunks: enough blocks for `split` per SM, chunks of >= 2
 	 * tiles (>= 64 tiles once the query blocks alone fill the GPU) */
-	int64_t nqb = (sq + BQ - 1) / BQ;
+	int64_t nqb = (sq + BQ * WG - 1) / (BQ * WG);
 	int64_t nkvb = (skv + MQA_BKV - 1) / MQA_BKV;
 	int64_t target = (int64_t)sms * split;
 	int64_t minc = nqb < sms ? 2 : 64;
@@ -1159,19 +1245,24 @@ static int wg_go(const struct flyk_mqa_logits_args *a, int64_t sq,
 	 * the tail of the kernel before it where that one lets it (issue
 	 * 14: graph replay at 0.91x of the Triton peer there, 055b3cb) */
 	return flyk_go_dependent<
-	    mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA, LIN>>(
-	    grid, dim3(128), C::SMEM, s, (const uint8_t *)a->q,
+	    mqa_wgmma_kernel<BQ, ST, CLEAN, PIPE, TMA, LIN, WG>>(
+	    grid, dim3(128 * WG), C::SMEM, s, (const uint8_t *)a->q,
 	    (const uint8_t *)a->kv, a->kv_scale, a->weights, a->ks, a->ke,
 	    a->logits, sq, skv, ld, cb * MQA_BKV, map);
 }
 
 template <int BQ, int ST, int PIPE>
 static int wg_go_clean(const struct flyk_mqa_logits_args *a, bool clean,
-		       bool tma, bool lin, int64_t sq, int64_t skv, int64_t ld,
+		       bool tma, int lin, int64_t sq, int64_t skv, int64_t ld,
 		       int64_t split, int sms, hipStream_t s)
 {
 	if constexpr (MQA_LIN_OK(BQ, PIPE, true)) {
-		if (lin) /* wg_feasible: with tma */
+		if (lin == 2) /* wg_feasible: with tma */
+			return clean ? wg_go<BQ, ST, true, PIPE, true, true, 2>(
+					   a, sq, skv, ld, split, sms, s)
+				     : wg_go<BQ, ST, false, PIPE, true, true, 2>(
+					   a, sq, skv, ld, split, sms, s);
+		if (lin)
 			return clean ? wg_go<BQ, ST, true, PIPE, true, true>(
 					   a, sq, skv, ld, split, sms, s)
 				     : wg_go<BQ, ST, false, PIPE, true, true>(
@@ -1202,11 +1293,11 @@ static int wg_launch(const struct flyk_device *dev,
 		return -EINVAL;
 	int sms = dev && dev->sms > 0 ? dev->sms : 132;
 	hipStream_t s = (hipStream_t)stream;
-	bool lin = params[0] != 0;
+	int lin = (int)params[0];
 	int64_t rows = params[1], st = params[2], split = params[3];
 	int64_t pipe = params[4];
 	bool tma = params[5] != 0;
-	if (lin && !MQA_LIN_OK(rows, pipe, tma))
+	if (lin < 0 || lin > 2 || (lin && !MQA_LIN_OK(rows, pipe, tma)))
 		return -EINVAL;
 #define MQA_WG_CASE(R, S, P)                                                   \
 	if (rows == R && st == S && pipe == P)                                 \
@@ -1464,12 +1555,12 @@ static const struct flyk_variant mqa_variants[] = {
 	 FLY_F_CLEAN,
 	 0,
 	 6,
-	 {{"lin", 2, wg_lin_vals},
-	  {"rows", 3, wg_rows_vals},
-	  {"stages", 3, wg_stages_vals},
-	  {"split", 3, wg_split_vals},
-	  {"pipe", 2, wg_pipe_vals},
-	  {"tma", 2, wg_tma_vals}},
+	 {{"lin", FLYK_NV(wg_lin_vals), wg_lin_vals},
+	  {"rows", FLYK_NV(wg_rows_vals), wg_rows_vals},
+	  {"stages", FLYK_NV(wg_stages_vals), wg_stages_vals},
+	  {"split", FLYK_NV(wg_split_vals), wg_split_vals},
+	  {"pipe", FLYK_NV(wg_pipe_vals), wg_pipe_vals},
+	  {"tma", FLYK_NV(wg_tma_vals), wg_tma_vals}},
 	 wg_feasible,
 	 NULL,
 	 wg_launch,
@@ -1482,7 +1573,7 @@ static const struct flyk_variant mqa_variants[] = {
 	 MQA_FLAGS,
 	 0,
 	 1,
-	 {{"threads", 3, simt_threads_vals}},
+	 {{"threads", FLYK_NV(simt_threads_vals), simt_threads_vals}},
 	 simt_feasible,
 	 NULL,
 	 simt_launch,
@@ -1493,7 +1584,8 @@ static const struct flyk_variant mqa_variants[] = {
 	 MQA_FLAGS,
 	 0,
 	 2,
-	 {{"waves", 3, mf_waves_vals}, {"rows", 2, mf_rows_vals}},
+	 {{"waves", FLYK_NV(mf_waves_vals), mf_waves_vals},
+	  {"rows", FLYK_NV(mf_rows_vals), mf_rows_vals}},
 	 mf_feasible,
 	 NULL,
 	 mf_launch,
