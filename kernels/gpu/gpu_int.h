@@ -52,9 +52,10 @@ struct flyk_device {
 	void *vendor;            /* vendor BLAS handles (kernels/vendor) */
 };
 
-/* The length of a variant's value list @p a (an array), for its param
- * entry: a count written by hand beside the list drifts from it. */
-#define FLYK_NV(a) ((uint32_t)(sizeof(a) / sizeof((a)[0])))
+/* A variant's param entry's count and value list from the array @p a:
+ * {"name", FLYK_NV(vals)}.  A count written by hand beside the list
+ * drifts from it (one left at 2 for 3 values hid a value from tuning). */
+#define FLYK_NV(a) (uint32_t)(sizeof(a) / sizeof((a)[0])), (a)
 
 #define FLYK_CASE_BUFS 8
 

@@ -1524,24 +1524,23 @@ static int ref_launch(const struct flyk_device *dev,
 }
 
 #if !FLYK_DEVICE_PASS
-#define NV(a) (uint32_t)(sizeof(a) / sizeof(a[0])), a
 
 static const struct flyk_variant tk_variants[] = {
 	{"topk_ref", FLY_OP_TOPK, DT_MASK, FLY_F_DETERMINISTIC, 1, 0, {},
 	 ref_feasible, NULL, ref_launch},
 	{"topk_warp", FLY_OP_TOPK, DT_MASK, FLY_F_DETERMINISTIC, 0, 2,
-	 {{"wpr", NV(warp_wpr)}, {"rpb", NV(warp_rpb)}}, warp_feasible, NULL,
+	 {{"wpr", FLYK_NV(warp_wpr)}, {"rpb", FLYK_NV(warp_rpb)}}, warp_feasible, NULL,
 	 warp_launch},
 	{"topk_radix", FLY_OP_TOPK, DT_MASK, FLY_F_DETERMINISTIC, 0, 1,
-	 {{"threads", NV(radix_threads)}}, radix_feasible, NULL, radix_launch},
+	 {{"threads", FLYK_NV(radix_threads)}}, radix_feasible, NULL, radix_launch},
 	{"topk_wq", FLY_OP_TOPK, DT_MASK, FLY_F_DETERMINISTIC, 0, 2,
-	 {{"wpr", NV(wq_wpr)}, {"rpb", NV(wq_rpb)}}, wq_feasible, NULL,
+	 {{"wpr", FLYK_NV(wq_wpr)}, {"rpb", FLYK_NV(wq_rpb)}}, wq_feasible, NULL,
 	 wq_launch},
 	{"topk_wqc", FLY_OP_TOPK, DT_MASK, FLY_F_DETERMINISTIC, 0, 2,
-	 {{"cluster", NV(wqc_cluster)}, {"wpr", NV(wqc_wpr)}}, wqc_feasible,
+	 {{"cluster", FLYK_NV(wqc_cluster)}, {"wpr", FLYK_NV(wqc_wpr)}}, wqc_feasible,
 	 NULL, wqc_launch},
 	{"topk_mb", FLY_OP_TOPK, DT_MASK, FLY_F_DETERMINISTIC, 0, 2,
-	 {{"bpr", NV(mb_bpr)}, {"threads", NV(mb_threads)}}, mb_feasible, NULL,
+	 {{"bpr", FLYK_NV(mb_bpr)}, {"threads", FLYK_NV(mb_threads)}}, mb_feasible, NULL,
 	 mb_launch},
 };
 #endif
