@@ -1104,20 +1104,26 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 		} else {
 			mqa_pipe_last<BQ, ST, CLEAN, TMA>(acc, wt, k, ln, it);
 		}
-	} else if constexpr (WG > 1) {
-		/* no block barrier a tile: each warp marks its slot consumed
-		 * once its wgmma is done (empty, 4 WG arrivals), and thread 0
-		 * refills the slot of tile it - 1 after issuing tile it's
-		 * wgmma, so a warpgroup runs its epilogue while the other's
-		 * wgmma holds the tensor cores */
-		float *op = ln.ob;
+	} else {
+		/* The slot tile it - 1 used is refilled with tile it + ST - 1.
+		 * One warpgroup: once the block barrier says every warp is
+		 * past that tile's wgmma.  WG 2: no block barrier a tile --
+		 * each warp marks its slot consumed once its wgmma is done
+		 * (empty, 4 WG arrivals), and thread 0 waits for tile it - 1's
+		 * after issuing tile it's wgmma, so a warpgroup runs its
+		 * epilogue while the other's wgmma holds the tensor cores. */
+		float *op = ln.ob; /* the inside tiles' store, ob + 64 it */
 		for (int64_t it = 0; it < k.nt; it++, op += MQA_BKV) {
 			rg.template wait<ST - 2>(it);
+			if constexpr (WG == 1) {
+				__syncthreads();
+				rg.load(it + ST - 1);
+			}
 			float sc[MQA_LV(BQ)];
 			mqa_scales<BQ>(k, it, sc);
 			mqa_mma<C::NB>(acc, MQA_SLOT_DESC(dk0, it % ST), dq);
 #if FLYK_HAS_TMA
-			if (threadIdx.x == 0) {
+			if (WG > 1 && threadIdx.x == 0) {
 				if (it >= 1)
 					flyk_bar_wait(
 					    &empty[(it - 1) % ST],
@@ -1128,24 +1134,9 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 			flyk_wg_wait<0>();
 			flyk_wg_fence_acc<C::NB / 2>(acc);
 #if FLYK_HAS_TMA
-			if (threadIdx.x % 32 == 0)
+			if (WG > 1 && threadIdx.x % 32 == 0)
 				flyk_bar_arrive(&empty[it % ST]);
 #endif
-			mqa_epilogue<BQ, CLEAN, TMA, LIN>(acc, wt, lsr, k, ln, it,
-							  sc, op);
-		}
-	} else {
-		float *op = ln.ob; /* the inside tiles' store, ob + 64 it */
-		for (int64_t it = 0; it < k.nt; it++, op += MQA_BKV) {
-			rg.template wait<ST - 2>(it);
-			__syncthreads();
-			/* refill the slot tile it - 1 used (retired) */
-			rg.load(it + ST - 1);
-			float sc[MQA_LV(BQ)];
-			mqa_scales<BQ>(k, it, sc);
-			mqa_mma<C::NB>(acc, MQA_SLOT_DESC(dk0, it % ST), dq);
-			flyk_wg_wait<0>();
-			flyk_wg_fence_acc<C::NB / 2>(acc);
 			mqa_epilogue<BQ, CLEAN, TMA, LIN>(acc, wt, lsr, k, ln, it,
 							  sc, op);
 		}
