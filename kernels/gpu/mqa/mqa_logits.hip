@@ -601,7 +601,8 @@ __device__ __forceinline__ void mqa_scales(const mqa_blk<BQ> &k, int64_t it,
  * large cases on the H100; the halving in the weights and the running
  * pointer a further 1-4%.  With @p LIN the sums are of w |x| and the
  * parts' columns scaled by @p lsr (mqa_lin_parts) instead: the FADD gone,
- * 4-8% more on the large cases. */
+ * 4-8% more on the large cases; each lane adds its 2 part columns (row
+ * b0's, MQA_LIN_COL) into the sums it keeps at the first step. */
 template <int BQ, bool CLEAN, bool FAST, bool LIN, class W>
 __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
 					     const float2 *lsr,
@@ -636,13 +637,6 @@ __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
 					  wv.y, c1);
 			}
 		}
-		if constexpr (LIN) { /* kv . P_p, 0 where not row r's */
-			constexpr int g = 4 * BQ * 8;
-			a0 = fmaf(acc[g], lsr[r].x, a0);
-			c0 = fmaf(acc[g + 1], lsr[r].y, c0);
-			a1 = fmaf(acc[g + 2], lsr[r].x, a1);
-			c1 = fmaf(acc[g + 3], lsr[r].y, c1);
-		}
 		v[2 * r] = a0 + c0;
 		v[2 * r + 1] = a1 + c1;
 	}
@@ -652,6 +646,11 @@ __device__ __forceinline__ void mqa_epilogue(const float *acc, const W &wt,
 	for (int i = 0; i < n / 2; i++) {
 		float keep = b0 ? v[i + n / 2] : v[i];
 		float send = b0 ? v[i] : v[i + n / 2];
+		if constexpr (LIN) { /* this lane's 2 parts of row b0, KV i */
+			constexpr int g = 4 * BQ * 8;
+			keep = fmaf(acc[g + 2 * i], lsr->x, keep);
+			keep = fmaf(acc[g + 2 * i + 1], lsr->y, keep);
+		}
 		s0[i] = keep + FLYK_SHFL_XOR(send, 1);
 	}
 	if constexpr (n == 2) {
@@ -728,34 +727,60 @@ __device__ __forceinline__ uint16_t mqa_f32x2_e4m3(float lo, float hi)
  * the row's largest |q'| in [2^E, 2^(E + 1)): part 0 is below 256 and
  * rounding leaves at most 8 s_p, which is below 256 s_(p + 1), so no
  * part saturates and 4 of them leave at most 2^-19 of the row's largest
- * |q'|.  The parts are B's rows 128 +
- * 4 r + p (query r), so one m64n136 wgmma gives kv . P_p in the 8 extra
- * columns, and the epilogue sums w |x| (one FFMA with an |x| operand per
- * accumulator, where x + |x| took an FADD more) plus the parts' 4
- * columns, with @p ls[4 r + p] = s_p / 2 (the weights are halved in
- * registers).  A row whose q' is not finite (a NaN fp8 code, non-finite
+ * |q'|.  The parts are B's rows 128 + c,
+ * c = MQA_LIN_COL(r, p) (query r), so one m64n136 wgmma gives kv . P_p in
+ * the 8 extra columns, and the epilogue sums w |x| (one FFMA with an |x|
+ * operand per accumulator, where x + |x| took an FADD more) plus the
+ * parts' columns, with @p ls[c] = s_p / 2 (the weights are halved in
+ * registers).  Column c goes to lane quad member c / 2 (its 2 columns),
+ * so c puts row r's parts on the two members that end the quad's first
+ * reduce-scatter step holding row r: each lane adds its 2 columns into
+ * the sum it keeps there, 4 FFMAs a tile where a multiply by 0 for the
+ * other row's columns took 8.  A row whose q' is not finite (a NaN fp8 code, non-finite
  * weights) gets zero parts and NaN scales: its logits are NaN, as the
  * reference's relu(NaN) for a NaN code.  Leaves the parts visible to
  * wgmma and @p ls to every thread.
  */
+#define MQA_LIN_COL(r, p) (4 * ((p) >> 1) + 2 * (r) + ((p) & 1))
+
 template <int BQ>
 __device__ __forceinline__ void mqa_lin_parts(uint8_t *sq_, const float *sw,
 					      float *ls)
 {
 	static_assert(BQ == 2, "the linear parts' threads: 2 rows x 64 pairs");
 #if FLYK_WGMMA_DEVICE
-	const int t = mqa_tid(), r = t >> 6, d = 2 * (t & 63);
-	const int ch = d >> 4, lo = d & 15;
-	float x0 = 0.f, x1 = 0.f;
-#pragma unroll 16
-	for (int h = 0; h < MQA_H; h++) {
-		const int n = r * MQA_H + h;
-		const float2 f = mqa_e4m3x2_f32(*(const uint16_t *)(
-		    sq_ + n * MQA_D + ((ch ^ (n & 7)) << 4) + lo));
-		const float wv = sw[n];
-		x0 = fmaf(wv, f.x, x0);
-		x1 = fmaf(wv, f.y, x1);
+	/* a warp: row r, 64 columns; a lane: 4 columns (d4) of half the
+	 * heads (8 k + 4 hh + i: the halves' rows then sit in other bank
+	 * chunks of the swizzle), 4 FFMA chains of 32, one 4-byte q read a
+	 * head and one 16-byte weights read every 4; then the halves' sums
+	 * exchanged, and the lane keeps 2 columns (d) of the 4 */
+	const int t = mqa_tid(), r = t >> 6, hh = (t >> 4) & 1;
+	const int d4 = 64 * ((t >> 5) & 1) + 4 * (t & 15), d = d4 + 2 * hh;
+	float y[4] = {0.f, 0.f, 0.f, 0.f};
+	const float4 *sw4 = (const float4 *)(sw + r * MQA_H) + hh;
+#pragma unroll 2
+	for (int k8 = 0; k8 < MQA_H / 8; k8++) {
+		const float4 w4 = sw4[2 * k8];
+		const float wv[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const int n = r * MQA_H + 8 * k8 + 4 * hh + i;
+			const uint32_t b = *(const uint32_t *)(
+			    sq_ + n * MQA_D + (((d4 >> 4) ^ (n & 7)) << 4) +
+			    (d4 & 15));
+			const float2 f0 = mqa_e4m3x2_f32((uint16_t)b);
+			const float2 f1 = mqa_e4m3x2_f32((uint16_t)(b >> 16));
+			y[0] = fmaf(wv[i], f0.x, y[0]);
+			y[1] = fmaf(wv[i], f0.y, y[1]);
+			y[2] = fmaf(wv[i], f1.x, y[2]);
+			y[3] = fmaf(wv[i], f1.y, y[3]);
+		}
 	}
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		y[i] += FLYK_SHFL_XOR(y[i], 16);
+	const int ch = d >> 4, lo = d & 15;
+	const float x0 = hh ? y[2] : y[0], x1 = hh ? y[3] : y[1];
 	/* the row's largest |q'| as bits (NaN above inf above finite) */
 	uint32_t m = max(__float_as_uint(x0) & 0x7fffffffu,
 			 __float_as_uint(x1) & 0x7fffffffu);
@@ -770,19 +795,20 @@ __device__ __forceinline__ void mqa_lin_parts(uint8_t *sq_, const float *sw,
 	e = e < -126 ? -126 : e; /* subnormal or zero */
 	float v0 = fin ? ldexpf(x0, 7 - e) : 0.f;
 	float v1 = fin ? ldexpf(x1, 7 - e) : 0.f;
-	uint8_t *pr = sq_ + (BQ * MQA_H + 4 * r) * MQA_D + lo;
 #pragma unroll
 	for (int p = 0; p < 4; p++) {
+		const int c = MQA_LIN_COL(r, p);
 		const uint16_t b = mqa_f32x2_e4m3(v0, v1);
-		*(uint16_t *)(pr + p * MQA_D + ((ch ^ ((4 * r + p) & 7)) << 4)) =
-		    b;
+		*(uint16_t *)(sq_ + (BQ * MQA_H + c) * MQA_D + lo +
+			      ((ch ^ (c & 7)) << 4)) = b;
 		const float2 f = mqa_e4m3x2_f32(b);
 		v0 = (v0 - f.x) * 32.f;
 		v1 = (v1 - f.y) * 32.f;
 	}
 	if ((t & 63) < 4)
-		ls[4 * r + (t & 63)] = fin ? ldexpf(0.5f, e - 7 - 5 * (t & 63))
-					   : __uint_as_float(0x7fc00000u);
+		ls[MQA_LIN_COL(r, t & 63)] =
+		    fin ? ldexpf(0.5f, e - 7 - 5 * (t & 63))
+			: __uint_as_float(0x7fc00000u);
 	flyk_fence_async_smem();
 	__syncthreads();
 #else
@@ -1070,15 +1096,11 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 	__syncthreads(); /* the weights are in shared memory */
 	mqa_wts<BQ, MQA_WREG(BQ, PIPE)> wt;
 	wt.init(sw);
-	float2 lsr[BQ]; /* LIN: the scales of the lane's part columns */
+	float2 lsr = make_float2(0.f, 0.f); /* LIN: the lane's 2 parts */
 	if constexpr (LIN) {
 		static_assert(MQA_WREG(BQ, PIPE), "LIN halves in the weights");
 		mqa_lin_parts<BQ>(sq_, sw, ls);
-		const int q4 = t & 3, rr = q4 >> 1, p = 4 * rr + 2 * (q4 & 1);
-#pragma unroll
-		for (int r = 0; r < BQ; r++)
-			lsr[r] = r == rr ? make_float2(ls[p], ls[p + 1])
-					 : make_float2(0.f, 0.f);
+		lsr = make_float2(ls[2 * (t & 3)], ls[2 * (t & 3) + 1]);
 	}
 	float acc[C::NB / 2];
 	const mqa_lane ln = mqa_lane_of<BQ>(k);
@@ -1137,7 +1159,7 @@ mqa_wgmma_kernel(const uint8_t *q, const uint8_t *kv, const float *sc,
 			if (WG > 1 && threadIdx.x % 32 == 0)
 				flyk_bar_arrive(&empty[it % ST]);
 #endif
-			mqa_epilogue<BQ, CLEAN, TMA, LIN>(acc, wt, lsr, k, ln, it,
+			mqa_epilogue<BQ, CLEAN, TMA, LIN>(acc, wt, &lsr, k, ln, it,
 							  sc, op);
 		}
 	}
