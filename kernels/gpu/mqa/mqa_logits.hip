@@ -736,10 +736,10 @@ __device__ __forceinline__ uint16_t mqa_f32x2_e4m3(float lo, float hi)
  * so c puts row r's parts on the two members that end the quad's first
  * reduce-scatter step holding row r: each lane adds its 2 columns into
  * the sum it keeps there, 4 FFMAs a tile where a multiply by 0 for the
- * other row's columns took 8.  A row whose q' is not finite (a NaN fp8 code, non-finite
- * weights) gets zero parts and NaN scales: its logits are NaN, as the
- * reference's relu(NaN) for a NaN code.  Leaves the parts visible to
- * wgmma and @p ls to every thread.
+ * other row's columns took 8.  A row whose q' is not finite (a NaN fp8
+ * code, non-finite weights) gets zero parts and NaN scales: its logits
+ * are NaN, as the reference's relu(NaN) for a NaN code.  Leaves the
+ * parts visible to wgmma and @p ls to every thread.
  */
 #define MQA_LIN_COL(r, p) (4 * ((p) >> 1) + 2 * (r) + ((p) & 1))
 
