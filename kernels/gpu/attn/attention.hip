@@ -959,7 +959,6 @@ static const int64_t cudnn_placeholder[] = {-1};
 
 /* ------------------------------------------------------------ table */
 
-
 #if !FLYK_DEVICE_PASS
 static const struct flyk_variant attn_variants[] = {
     {"attn_ref", FLY_OP_ATTENTION, ATTN_DTYPES, FLY_F_CAUSAL, 1, 0, {},

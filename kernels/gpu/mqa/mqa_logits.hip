@@ -428,9 +428,16 @@ template <int BQ, int ST, bool LIN = false, int WG = 1> struct mqa_wg_cfg {
  * warpgroup's rows (a block of `wgs` 2 holds two, sharing the KV ring). */
 __device__ __forceinline__ int mqa_tid(void) { return threadIdx.x % 128; }
 
+/* Where the 16-byte chunk @p ch of row @p r lies in a 128B-swizzled
+ * tile of 128-byte rows: at chunk ch ^ (r % 8) of the row. */
+__device__ __forceinline__ int mqa_sw128(int r, int ch)
+{
+	return r * MQA_D + ((ch ^ (r & 7)) * 16);
+}
+
 /* Copy @p rows rows of 128 bytes from @p g (row stride 128; rows at or
- * past @p valid zero-filled) into the 128B-swizzled tile @p s: 16-byte
- * chunk c of row r lands at chunk c ^ (r % 8); the warpgroup's threads. */
+ * past @p valid zero-filled) into the 128B-swizzled tile @p s
+ * (mqa_sw128); the warpgroup's threads. */
 __device__ __forceinline__ void mqa_load_rows(uint8_t *s, const uint8_t *g,
 					      int rows, int64_t valid)
 {
@@ -438,7 +445,7 @@ __device__ __forceinline__ void mqa_load_rows(uint8_t *s, const uint8_t *g,
 		int r = c / 8, ch = c % 8;
 		bool ok = r < valid;
 		const uint8_t *src = ok ? g + (int64_t)r * MQA_D + ch * 16 : g;
-		flyk_cp16(s + r * MQA_D + ((ch ^ (r & 7)) * 16), src, ok);
+		flyk_cp16(s + mqa_sw128(r, ch), src, ok);
 	}
 }
 
@@ -766,8 +773,7 @@ __device__ __forceinline__ void mqa_lin_parts(uint8_t *sq_, const float *sw,
 		for (int i = 0; i < 4; i++) {
 			const int n = r * MQA_H + 8 * k8 + 4 * hh + i;
 			const uint32_t b = *(const uint32_t *)(
-			    sq_ + n * MQA_D + (((d4 >> 4) ^ (n & 7)) << 4) +
-			    (d4 & 15));
+			    sq_ + mqa_sw128(n, d4 >> 4) + (d4 & 15));
 			const float2 f0 = mqa_e4m3x2_f32((uint16_t)b);
 			const float2 f1 = mqa_e4m3x2_f32((uint16_t)(b >> 16));
 			y[0] = fmaf(wv[i], f0.x, y[0]);
@@ -799,6 +805,8 @@ __device__ __forceinline__ void mqa_lin_parts(uint8_t *sq_, const float *sw,
 	for (int p = 0; p < 4; p++) {
 		const int c = MQA_LIN_COL(r, p);
 		const uint16_t b = mqa_f32x2_e4m3(v0, v1);
+		/* mqa_sw128 of row 128 + c, its swizzle c's (128 = 0 mod 8):
+		 * written out, ptxas gets the form it was measured in */
 		*(uint16_t *)(sq_ + (BQ * MQA_H + c) * MQA_D + lo +
 			      ((ch ^ (c & 7)) << 4)) = b;
 		const float2 f = mqa_e4m3x2_f32(b);
