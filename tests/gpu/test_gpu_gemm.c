@@ -64,6 +64,8 @@ static void test_gemm_cases(const struct flyk_backend *b,
 	    {64, 192, 128},   {300, 64, 1024}, {1000, 136, 2056},
 	    {16, 2048, 4096}, {2, 24, 8},      {255, 255, 264},
 	    {300, 256, 192}, /* 3 tile rows of 128: an odd count */
+	    {24, 301, 1000}, /* gemm_stream: mrows 32, N odd, splits */
+	    {77, 130, 264},  /* gemm_stream: mrows 128 */
 	};
 	static const uint32_t flags[] = {0, FLY_F_BIAS, FLY_F_SCALE,
 					 FLY_F_BIAS | FLY_F_SCALE};

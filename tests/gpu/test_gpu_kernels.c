@@ -251,14 +251,14 @@ static void test_mqa_nan(const struct flyk_backend *b, struct flyk_device *dev)
 
 /* scaled_gemm: every format, with and without bias, on M = 1, N and K
  * off the tiles, K % 32 for MX (fp8 also K = 33, which only the
- * reference takes), ragged and benchmark-sized shapes (a decode one:
- * sg_skinny's). */
+ * reference takes), ragged and benchmark-sized shapes (decode ones:
+ * sg_skinny's and sg_stream's, mrows 32 and 128). */
 static void test_scaled(const struct flyk_backend *b, struct flyk_device *dev)
 {
 	static const int64_t shapes[][3] = {
 		{1, 64, 128},	 {33, 200, 96},	   {130, 257, 256},
 		{3, 5, 32},	 {256, 512, 4096}, {4096, 256, 1024},
-		{1000, 1000, 544}, {32, 4096, 4096},
+		{1000, 1000, 544}, {32, 4096, 4096}, {96, 300, 1024},
 	};
 	static const uint32_t sdts[] = {FLY_DT_FP8_E4M3, FLY_DT_FP8_E4M3FNUZ,
 					FLY_DT_MXFP8, FLY_DT_MXFP4};

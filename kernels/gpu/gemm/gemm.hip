@@ -12,6 +12,11 @@
  * that is feasible):
  *   cublas_default  (CUDA) cublasGemmEx, CUBLAS_GEMM_DEFAULT
  *   cublaslt        (CUDA) a cuBLASLt algorithm from the heuristic top-N
+ *   gemm_stream     (sm_90a; NT, M <= 128) gemm/gemm_stream.h: B's rows
+ *                   streamed by TMA as the wgmma's M, A's rows its N (8 to
+ *                   128), split-K over a cluster of blocks summed through
+ *                   distributed shared memory, one kernel: params rows,
+ *                   mrows, split, stages.
  *   gemm_skinny     (NVIDIA sm_80+; NT, M <= 128) gemm/gemm_skinny.h: B's
  *                   rows on the MMA's M dimension, A's on its N, mma.sync
  *                   m16n8k16 from registers, K split over a block's warps,
@@ -54,6 +59,7 @@
 #include <string.h>
 
 #include "gemm/gemm_skinny.h"
+#include "gemm/gemm_stream.h"
 #include "gemm/gemm_tile.h"
 #include "gemm/gemm_tma.h"
 #include "gpu_int.h"
@@ -548,6 +554,39 @@ static int skinny_launch(const struct flyk_device *dev,
 	return gemm_skinny_launch(GEMM_SKINNY_BF16, pr, &x, stream);
 }
 
+/* gemm_stream: gemm/gemm_stream.h (NT; sm_90a, bucketed M <= 128): B
+ * streamed by TMA as the wgmma's M, A's rows its N, split-K over a
+ * cluster summed in distributed shared memory, one kernel. */
+static int stream_feasible(const struct flyk_device *dev,
+			   const struct fly_problem *p, const int64_t *pr)
+{
+	if (gemm_problem_ok(p) || p->layout != FLY_LAYOUT_NT)
+		return -EINVAL;
+	return gemm_stream_feasible(dev, false, p->dims[0], p->dims[1],
+				    p->dims[2], pr);
+}
+
+static int stream_launch(const struct flyk_device *dev,
+			 const struct fly_problem *p, const int64_t *pr,
+			 const union flyk_args *args, void *stream)
+{
+	int rc = stream_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	const struct flyk_gemm_args *a = &args->gemm;
+	if (!a->a || !a->b || !a->c || ((p->flags & FLY_F_BIAS) && !a->bias))
+		return -EINVAL;
+	gemm_stream_job j;
+	memset(&j, 0, sizeof(j));
+	j.c = (uint16_t *)a->c;
+	j.bias = gemm_bias(p, a);
+	j.alpha = gemm_alpha(p, a);
+	j.m = (int)p->dims[0];
+	j.n = (int)p->dims[1];
+	return gemm_stream_launch(false, pr, a->a, a->b, p->dims[2], &j,
+				  stream);
+}
+
 static int wg_launch(const struct flyk_device *dev,
 		     const struct fly_problem *p, const int64_t *pr,
 		     const union flyk_args *args, void *stream)
@@ -941,6 +980,19 @@ static const struct flyk_variant gemm_variants[] = {
      flyk_cublaslt_enumerate,
      flyk_cublaslt_launch},
 #endif
+    {"gemm_stream",
+     FLY_OP_GEMM,
+     GEMM_DT_MASK,
+     GEMM_FLAGS,
+     0,
+     4,
+     {{"rows", FLYK_NV(gemm_stream_rows)},
+      {"mrows", FLYK_NV(gemm_stream_mrows)},
+      {"split", FLYK_NV(gemm_stream_split)},
+      {"stages", FLYK_NV(gemm_stream_stages)}},
+     stream_feasible,
+     NULL,
+     stream_launch},
     {"gemm_skinny",
      FLY_OP_GEMM,
      GEMM_DT_MASK,

@@ -49,6 +49,12 @@
  *              algorithms) on them; workspace 32 MiB + 2 (M + N) K bytes.
  *              Hopper has no block-scaled MMA: this is what MX costs
  *              there, against promoting every k32 wgmma (sg_wgmma).
+ *   sg_stream  (sm_90a; fp8_e4m3; M <= 128) gemm/gemm_stream.h: B's rows
+ *              streamed by TMA as the wgmma's M, A's rows its N (8 to
+ *              128), the k32 wgmmas of a 128-k tile promoted into fp32
+ *              registers, split-K over a cluster summed in distributed
+ *              shared memory, one kernel.  Params rows, mrows, split,
+ *              stages.
  *   sg_skinny  (NVIDIA; fp8_e4m3; M <= 128) gemm/gemm_skinny.h: B's rows
  *              on the MMA's M dimension, A's on its N, mma.sync from
  *              registers (m16n8k32 e4m3, sm_89+, or m16n8k16 f16 on
@@ -64,6 +70,7 @@
 #include <string.h>
 
 #include "gemm/gemm_skinny.h"
+#include "gemm/gemm_stream.h"
 #include "gemm/gemm_tile.h"
 #include "gemm/gemm_tma.h"
 #include "gpu_int.h"
@@ -734,6 +741,44 @@ static int skinny_launch(const struct flyk_device *dev,
 	return gemm_skinny_launch(skinny_dt(pr), pr, &x, stream);
 }
 
+/* ------------------------------------------------------------ stream */
+
+/* sg_stream: gemm/gemm_stream.h on e4m3 (per tensor; sm_90a, bucketed M
+ * <= 128): B streamed by TMA as the wgmma's M, A's rows its N, split-K
+ * over a cluster, one kernel. */
+static int stream_feasible(const struct flyk_device *dev,
+			   const struct fly_problem *p, const int64_t *pr)
+{
+	if (sg_problem_ok(p) || p->dtype != FLY_DT_FP8_E4M3)
+		return -EINVAL;
+	return gemm_stream_feasible(dev, true, p->dims[0], p->dims[1],
+				    p->dims[2], pr);
+}
+
+static int stream_launch(const struct flyk_device *dev,
+			 const struct fly_problem *p, const int64_t *pr,
+			 const union flyk_args *args, void *stream)
+{
+	int rc = stream_feasible(dev, p, pr);
+	if (rc)
+		return rc;
+	const struct flyk_scaled_gemm_args *g = &args->scaled_gemm;
+	if (!g->a || !g->b || !g->c || !g->scale_a || !g->scale_b ||
+	    ((p->flags & FLY_F_BIAS) && !g->bias))
+		return -EINVAL;
+	gemm_stream_job j;
+	memset(&j, 0, sizeof(j));
+	j.c = (uint16_t *)g->c;
+	j.bias = (p->flags & FLY_F_BIAS) ? (const uint16_t *)g->bias : NULL;
+	j.sa = (const float *)g->scale_a;
+	j.sb = (const float *)g->scale_b;
+	j.alpha = 1.f;
+	j.m = (int)p->dims[0];
+	j.n = (int)p->dims[1];
+	return gemm_stream_launch(true, pr, g->a, g->b, p->dims[2], &j,
+				  stream);
+}
+
 /* ------------------------------------------------------------ wgmma */
 
 /* mxfp4 -> e4m3fn bytes, two codes a byte in, two bytes out. */
@@ -1277,6 +1322,20 @@ static const struct flyk_variant sg_variants[] = {
      /* on MX (where sg_dq_tma runs) promoting every k32 wgmma measured
       * 5-20x slower than dequantizing: checked last, on a small budget */
      "sg_dq_tma"},
+    {"sg_stream",
+     FLY_OP_SCALED_GEMM,
+     SG_DT_FP8,
+     FLY_F_BIAS,
+     0,
+     4,
+     {{"rows", FLYK_NV(gemm_stream_rows)},
+      {"mrows", FLYK_NV(gemm_stream_mrows)},
+      {"split", FLYK_NV(gemm_stream_split)},
+      {"stages", FLYK_NV(gemm_stream_stages)}},
+     stream_feasible,
+     NULL,
+     stream_launch,
+     NULL},
     {"sg_skinny",
      FLY_OP_SCALED_GEMM,
      SG_DT_FP8,

@@ -2,9 +2,10 @@
  * prim/wgmma.h -- Hopper warpgroup MMA (sm_90a): the shared-memory
  * descriptor of a K-major 128B-swizzled operand, the wgmma fences, commit
  * and wait, the MN-major descriptor, the async-proxy fence for
- * generic-proxy writes (cp.async landed) that wgmma reads, the accumulator pin, and wgmma.mma_async
- * m64nNk16 bf16 (A from shared memory, or from registers against an
- * MN-major B) and m64nNk32 e4m3 (N = 64, 128, 136, 256) -> fp32.
+ * generic-proxy writes (cp.async landed) that wgmma reads, the accumulator
+ * pin, and wgmma.mma_async m64nNk16 bf16 (N = 8, 16, 32, 64, 128, 256 from
+ * shared memory; 64, 128, 256 with A from registers against an MN-major
+ * B) and m64nNk32 e4m3 (N = 8, 16, 32, 64, 128, 136, 256) -> fp32.
  *
  * Owns: nothing (device inlines).  Thread: device code only; a warpgroup
  * (128 threads) issues each wgmma together.
@@ -111,6 +112,41 @@ __device__ __forceinline__ void flyk_wg_fence_acc(float *acc)
 template <int BN>
 __device__ __forceinline__ void flyk_wgmma_bf16_asm(float *d, uint64_t da,
 					       uint64_t db);
+
+/* N = 8, 16, 32: the narrow B of gemm_stream (gemm/gemm_stream.h: a
+ * decode GEMM's few A rows as the wgmma's N). */
+template <> __device__ __forceinline__ void
+flyk_wgmma_bf16_asm<8>(float *d, uint64_t da, uint64_t db)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {"
+		     "%0,%1,%2,%3"
+		     "}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+		     : FLYK_WG_D4(0)
+		     : "l"(da), "l"(db), "r"(1));
+}
+
+template <> __device__ __forceinline__ void
+flyk_wgmma_bf16_asm<16>(float *d, uint64_t da, uint64_t db)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7"
+		     "}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+		     : FLYK_WG_D4(0), FLYK_WG_D4(4)
+		     : "l"(da), "l"(db), "r"(1));
+}
+
+template <> __device__ __forceinline__ void
+flyk_wgmma_bf16_asm<32>(float *d, uint64_t da, uint64_t db)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+		     "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+		     : FLYK_WG_D16(0)
+		     : "l"(da), "l"(db), "r"(1));
+}
 
 template <> __device__ __forceinline__ void
 flyk_wgmma_bf16_asm<64>(float *d, uint64_t da, uint64_t db)
@@ -230,6 +266,40 @@ flyk_wgmma_bf16_rs_t_asm<256>(float *d, const uint32_t *a, uint64_t db)
 template <int N>
 __device__ __forceinline__ void flyk_wgmma_fp8_asm(float *d, uint64_t da,
 					      uint64_t db, int acc);
+
+/* N = 8, 16, 32: gemm_stream's narrow B (as the bf16 ones). */
+template <> __device__ __forceinline__ void
+flyk_wgmma_fp8_asm<8>(float *d, uint64_t da, uint64_t db, int acc)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {"
+		     "%0,%1,%2,%3"
+		     "}, %4, %5, p, 1, 1;\n}\n"
+		     : FLYK_WG_D4(0)
+		     : "l"(da), "l"(db), "r"(acc));
+}
+
+template <> __device__ __forceinline__ void
+flyk_wgmma_fp8_asm<16>(float *d, uint64_t da, uint64_t db, int acc)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7"
+		     "}, %8, %9, p, 1, 1;\n}\n"
+		     : FLYK_WG_D4(0), FLYK_WG_D4(4)
+		     : "l"(da), "l"(db), "r"(acc));
+}
+
+template <> __device__ __forceinline__ void
+flyk_wgmma_fp8_asm<32>(float *d, uint64_t da, uint64_t db, int acc)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+		     "}, %16, %17, p, 1, 1;\n}\n"
+		     : FLYK_WG_D16(0)
+		     : "l"(da), "l"(db), "r"(acc));
+}
 
 template <> __device__ __forceinline__ void
 flyk_wgmma_fp8_asm<64>(float *d, uint64_t da, uint64_t db, int acc)

@@ -47,6 +47,8 @@ static const struct emu_skip emu_skips[] = {
     {"ggemm_tma", EMU_NO_TMA},
     {"attn_wgmma", EMU_NO_TMA},
     {"sg_wgmma", EMU_NO_TMA},
+    {"gemm_stream", EMU_NO_TMA},
+    {"sg_stream", EMU_NO_TMA},
     {"attn_cudnn", "cuDNN: vendor library"},
     {"cublas_default", "cuBLAS: vendor library"},
     {"cublaslt", "cuBLASLt: vendor library"},
