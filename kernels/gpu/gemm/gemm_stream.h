@@ -214,9 +214,17 @@ __global__ void __launch_bounds__(128, 1)
 	else
 		__syncthreads();
 	/* This block's rows of C: [rank MN / S, (rank + 1) MN / S), two
-	 * columns a thread a step, the partials summed in rank order. */
+	 * columns a thread a step, the partials summed in rank order, then
+	 * stored as every GEMM epilogue here (gemm_store2: alpha, bias,
+	 * bounds, a paired store where aligned). */
 	const int rows = MN / S, pairs = rows * BR / 2, c_lo = rank * rows;
-	const float al = F8 ? j.alpha * *j.sa * *j.sb : j.alpha;
+	const gemm_out o = {j.c,
+			    NULL,
+			    j.n,
+			    j.m,
+			    j.n,
+			    F8 ? j.alpha * *j.sa * *j.sb : j.alpha,
+			    j.bias};
 #if FLYK_HAS_CLUSTERS
 	cg::cluster_group cl = cg::this_cluster();
 #endif
@@ -233,25 +241,7 @@ __global__ void __launch_bounds__(128, 1)
 			v0 += v.x;
 			v1 += v.y;
 		}
-		const int64_t n = (int64_t)n0 + r;
-		if (c >= j.m || n >= j.n)
-			continue;
-		v0 *= al;
-		v1 *= al;
-		if (j.bias) {
-			v0 += flyk_db2f(j.bias[n]);
-			if (n + 1 < j.n)
-				v1 += flyk_db2f(j.bias[n + 1]);
-		}
-		uint16_t *o = j.c + (int64_t)c * j.n + n;
-		const uint32_t pk = flyk_df2b2(v0, v1);
-		if (n + 1 < j.n && !((uintptr_t)o & 3)) {
-			*(uint32_t *)o = pk;
-		} else {
-			o[0] = (uint16_t)pk;
-			if (n + 1 < j.n)
-				o[1] = (uint16_t)(pk >> 16);
-		}
+		gemm_store2(o, c, (int64_t)n0 + r, v0, v1);
 	}
 	/* No block leaves while a peer may still read its partials. */
 	if (S > 1)
@@ -349,6 +339,13 @@ static inline const gemm_stream_ent *gemm_stream_find(const int64_t *pr)
 }
 #endif /* FLYK_HAS_TMA && !FLYK_DEVICE_PASS */
 
+/* K's tiles of 128 bytes (64 bf16, 128 e4m3: @p f8). */
+static inline int64_t gemm_stream_ktiles(bool f8, int64_t k)
+{
+	const int64_t ke = f8 ? 128 : 64;
+	return (k + ke - 1) / ke;
+}
+
 /*
  * Point @p pr (rows, mrows, split, stages) on M, N, K (NT; @p f8: e4m3,
  * else bf16): sm_90a only; rows of K a multiple of 16 bytes (the tensor
@@ -385,8 +382,7 @@ static inline int gemm_stream_feasible(const struct flyk_device *dev,
 		return -EINVAL;
 	if (e->br > 64 && n < 256)
 		return -EINVAL;
-	int64_t ke = f8 ? 128 : 64, kt = (k + ke - 1) / ke;
-	int64_t kper = (kt + s - 1) / s;
+	int64_t kt = gemm_stream_ktiles(f8, k), kper = (kt + s - 1) / s;
 	if ((s > 1 && kt < 2 * s) || (e->st > 4 && kper < e->st))
 		return -EINVAL;
 	if ((n + e->br - 1) / e->br > 65535)
@@ -418,7 +414,7 @@ static inline int gemm_stream_launch(bool f8, const int64_t *pr,
 	if (!e)
 		return -EINVAL;
 	int s = (int)pr[2];
-	j->kt = (int)((k + (f8 ? 127 : 63)) / (f8 ? 128 : 64));
+	j->kt = (int)gemm_stream_ktiles(f8, k);
 	j->kper = (j->kt + s - 1) / s;
 	return e->go[f8](a, b, k, s, *j, (hipStream_t)stream);
 #endif
